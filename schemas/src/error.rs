@@ -1,0 +1,116 @@
+//! The closed set of error codes (interface "Errors" and D2) and the error envelope's shape.
+//! Each code carries its HTTP status and whether a retry can help; nothing else decides them.
+
+use serde::Serialize;
+
+macro_rules! error_codes {
+    ($($variant:ident => ($code:literal, $status:literal, $retryable:literal)),* $(,)?) => {
+        /// Every error Vigil answers with.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($variant,)*
+        }
+
+        impl ErrorCode {
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The dotted code, e.g. `request.validation_failed`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $code,)* }
+            }
+
+            pub fn status(self) -> u16 {
+                match self { $(ErrorCode::$variant => $status,)* }
+            }
+
+            pub fn retryable(self) -> bool {
+                match self { $(ErrorCode::$variant => $retryable,)* }
+            }
+        }
+    };
+}
+
+error_codes! {
+    Malformed => ("request.malformed", 400, false),
+    UnsupportedMediaType => ("request.unsupported_media_type", 415, false),
+    TooLarge => ("request.too_large", 413, false),
+    ValidationFailed => ("request.validation_failed", 422, false),
+    IdempotencyConflict => ("request.idempotency_conflict", 409, false),
+    RouteNotFound => ("request.route_not_found", 404, false),
+    MethodNotAllowed => ("request.method_not_allowed", 405, false),
+    MissingCredentials => ("auth.missing_credentials", 401, false),
+    InvalidCredentials => ("auth.invalid_credentials", 401, false),
+    KeyExposed => ("auth.key_exposed", 401, false),
+    CredentialTypeNotAllowed => ("auth.credential_type_not_allowed", 403, false),
+    InsufficientScope => ("auth.insufficient_scope", 403, false),
+    ScopeRemoved => ("auth.scope_removed", 403, false),
+    OriginNotAllowed => ("auth.origin_not_allowed", 403, false),
+    EnvironmentNotAllowed => ("auth.environment_not_allowed", 403, false),
+    TlsRequired => ("auth.tls_required", 403, false),
+    OrganizationSuspended => ("organization.suspended", 403, false),
+    NotFound => ("resource.not_found", 404, false),
+    Conflict => ("resource.conflict", 409, false),
+    RateLimited => ("rate.limited", 429, true),
+    ServiceUnavailable => ("service.unavailable", 503, true),
+    Internal => ("internal.error", 500, true),
+}
+
+impl ErrorCode {
+    /// The anchor of the code's section in the error reference (`docs/errors.md`, served at
+    /// `/docs/errors`): the code itself, which is also the section's heading.
+    pub fn docs_anchor(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// One invalid request field.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FieldIssue {
+    pub name: String,
+    pub issue: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub received: Option<serde_json::Value>,
+}
+
+/// The optional `details` members of an error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ErrorDetails {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldIssue>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_values: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameter_set: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_action: Option<String>,
+}
+
+/// `error` in `{ "error": ... }`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorBody {
+    pub code: &'static str,
+    pub message: String,
+    pub status: u16,
+    pub retryable: bool,
+    pub request_id: String,
+    pub docs_url: String,
+    pub details: ErrorDetails,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_dotted_and_statuses_are_errors() {
+        for code in ErrorCode::ALL {
+            assert!(code.as_str().contains('.'), "{code:?}");
+            assert!((400..600).contains(&code.status()));
+            assert_eq!(code.retryable(), code.status() == 429 || code.status() >= 500);
+        }
+    }
+}

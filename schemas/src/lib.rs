@@ -1,0 +1,14 @@
+//! Vigil's wire contract: the ids, credential formats, resources, envelopes and error codes that
+//! every crate and every client agrees on. Nothing here does I/O.
+
+pub mod credential;
+pub mod error;
+pub mod ids;
+pub mod resources;
+pub mod scope;
+pub mod time;
+pub mod validate;
+
+pub use error::ErrorCode;
+pub use ids::{KeyId, OrgId, RequestId};
+pub use scope::Scope;

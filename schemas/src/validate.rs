@@ -1,0 +1,121 @@
+//! Field rules of the interface that are shared by request validation and the store: slugs,
+//! names and origins. Each returns the issue text that goes into `details.fields[].issue`.
+
+use url::Url;
+
+/// `^[a-z0-9]+(?:-[a-z0-9]+)*$`, the interface's organization slug pattern.
+pub const SLUG_PATTERN: &str = "^[a-z0-9]+(?:-[a-z0-9]+)*$";
+/// Not in the interface; a bound so a slug stays usable in URLs and logs.
+pub const SLUG_MAX_LEN: usize = 100;
+/// Not in the interface; a bound on names so one request cannot store megabytes of text.
+pub const NAME_MAX_CHARS: usize = 200;
+/// Not in the interface; a bound on `allowed_origins`.
+pub const ORIGINS_MAX: usize = 100;
+
+pub fn slug(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > SLUG_MAX_LEN {
+        return Err(format!("must be at most {SLUG_MAX_LEN} characters"));
+    }
+    let well_formed = s
+        .split('-')
+        .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!("must match {SLUG_PATTERN}"))
+    }
+}
+
+pub fn name(s: &str) -> Result<(), String> {
+    if s.trim().is_empty() {
+        return Err("must not be empty or blank".into());
+    }
+    if s.chars().count() > NAME_MAX_CHARS {
+        return Err(format!("must be at most {NAME_MAX_CHARS} characters"));
+    }
+    Ok(())
+}
+
+/// An allowed origin: an absolute `http` or `https` URI with a host and nothing after it but
+/// an optional `/`. Returns the origin in the form browsers send in the `Origin` header.
+pub fn origin(s: &str) -> Result<String, String> {
+    let url = Url::parse(s).map_err(|e| format!("must be an absolute URI ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("scheme must be http or https".into());
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("must have a host".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials".into());
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err("must be an origin: scheme, host and optional port, with no path, query or fragment".into());
+    }
+    Ok(url.origin().ascii_serialization())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn slugs() {
+        for ok in ["a", "acme", "acme-corp", "a1-b2-c3", "123"] {
+            assert!(slug(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "a--b", "Acme", "a_b", "a b", "é"] {
+            assert!(slug(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn origins_normalise_to_the_header_form() {
+        assert_eq!(origin("https://Shop.Example").unwrap(), "https://shop.example");
+        assert_eq!(origin("http://localhost:3000/").unwrap(), "http://localhost:3000");
+        assert_eq!(origin("https://a.example:443").unwrap(), "https://a.example");
+        for bad in ["shop.example", "ftp://a.example", "https://a.example/path", "https://u:p@a.example", "https://a.example/?q", "*"] {
+            assert!(origin(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert!(name("x").is_ok());
+        assert!(name("").is_err());
+        assert!(name("   ").is_err());
+        assert!(name(&"n".repeat(201)).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn slug_matches_its_pattern(s in "[a-z0-9-]{1,30}") {
+            let by_hand = !s.starts_with('-') && !s.ends_with('-') && !s.contains("--");
+            prop_assert_eq!(slug(&s).is_ok(), by_hand);
+        }
+
+        #[test]
+        fn slug_rejects_anything_outside_the_alphabet(s in "[a-z]{0,5}[^a-z0-9-][a-z]{0,5}") {
+            prop_assert!(slug(&s).is_err());
+        }
+
+        #[test]
+        fn generated_origins_are_accepted(host in "[a-z][a-z0-9]{0,10}(\\.[a-z]{2,5}){1,2}", port in proptest::option::of(1u16..65535), tls in any::<bool>()) {
+            let scheme = if tls { "https" } else { "http" };
+            let s = match port { Some(p) => format!("{scheme}://{host}:{p}"), None => format!("{scheme}://{host}") };
+            let normal = origin(&s).unwrap();
+            prop_assert!(normal.starts_with(scheme));
+            // Normalising twice changes nothing.
+            prop_assert_eq!(origin(&normal).unwrap(), normal);
+        }
+
+        #[test]
+        fn origin_never_panics(s in "\\PC{0,60}") {
+            let _ = origin(&s);
+        }
+    }
+}

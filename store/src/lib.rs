@@ -1,0 +1,111 @@
+//! Vigil's storage port: one trait for every table the service keeps, a backend chosen by URL
+//! (`embedded:<dir>` by default; ScyllaDB later), and one conformance suite that every backend
+//! must pass unchanged (`conformance`).
+
+pub mod conformance;
+pub mod embedded;
+pub mod model;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemas::credential::Environment;
+use schemas::ids::{KeyId, OrgId};
+use schemas::time::Timestamp;
+
+pub use model::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A unique value (slug, id) is already taken.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The backend cannot be reached or refused the operation; a retry may help.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A row could not be decoded: a bug or a damaged store.
+    #[error("corrupt row in {table}: {detail}")]
+    Corrupt { table: &'static str, detail: String },
+    /// The store URL names a backend this build does not have.
+    #[error("store backend not enabled: {0}")]
+    NotEnabled(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Every query here is one ScyllaDB answers from a single partition (or a primary-key lookup),
+/// never with `ALLOW FILTERING`.
+#[async_trait]
+pub trait StoreBackend: Send + Sync + 'static {
+    /// Answers when the backend is reachable (`/readyz`).
+    async fn ping(&self) -> Result<()>;
+
+    // organizations, organizations_by_slug
+
+    /// Inserts the organization and claims its slug in one step; `Conflict` if the slug is taken.
+    async fn create_organization(&self, org: &OrganizationRecord) -> Result<()>;
+    async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>>;
+    async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>>;
+    /// Replaces the mutable columns (name, status, updated_at); the slug never changes.
+    async fn update_organization(&self, org: &OrganizationRecord) -> Result<()>;
+
+    // api_keys, api_keys_by_hash, api_key_ids
+
+    /// Inserts the key and its lookup rows in one step; `Conflict` if the id or hash exists.
+    async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
+    async fn get_api_key(&self, org: OrgId, env: Environment, id: KeyId) -> Result<Option<ApiKeyRecord>>;
+    /// Where a key lives, from its id alone (the operator CLI has no organization to hand).
+    async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>>;
+    async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>>;
+    /// Keys of one organization and environment, newest first, strictly after `after` when given.
+    async fn list_api_keys(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<KeyId>,
+        limit: usize,
+    ) -> Result<Vec<ApiKeyRecord>>;
+    /// Replaces an existing key row (its id and hash are unchanged).
+    async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
+    /// Stores the rotated old key and its replacement together, or neither.
+    async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()>;
+    /// Writes `last_used_at` only, so it cannot undo a concurrent revocation.
+    async fn touch_api_key(&self, org: OrgId, env: Environment, id: KeyId, at: Timestamp) -> Result<()>;
+
+    // idempotency_records
+
+    /// Holds `scope` for the caller unless a live (unexpired) record exists, which it returns.
+    async fn idempotency_begin(&self, scope: &IdempotencyScope, record: &IdempotencyRecord) -> Result<IdempotencyBegin>;
+    /// Stores the answer of a held record.
+    async fn idempotency_complete(&self, scope: &IdempotencyScope, record: &IdempotencyRecord) -> Result<()>;
+    /// Releases a held record whose request failed in a way a retry may fix.
+    async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()>;
+
+    // settings
+
+    async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>>;
+    /// Sets `name` only if absent; returns whether this call set it.
+    async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool>;
+}
+
+/// The store every role shares.
+pub type Store = Arc<dyn StoreBackend>;
+
+/// Opens the backend a store URL names: `embedded:<dir>` (default) or `scylla://...`.
+pub async fn open(url: &str) -> Result<Store> {
+    if let Some(dir) = url.strip_prefix("embedded:") {
+        let dir = std::path::PathBuf::from(dir);
+        let store = tokio::task::spawn_blocking(move || embedded::EmbeddedStore::open(&dir))
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))??;
+        Ok(Arc::new(store))
+    } else if url.starts_with("scylla://") {
+        Err(StoreError::NotEnabled(
+            "the ScyllaDB backend is not in this build yet; use embedded:<dir>".into(),
+        ))
+    } else {
+        Err(StoreError::NotEnabled(format!(
+            "unknown store URL `{url}`: expected embedded:<dir> or scylla://host:9042/keyspace"
+        )))
+    }
+}

@@ -1,0 +1,87 @@
+//! The rows the store keeps. Each mirrors one CQL table in `schemas/cql/` (the partition and
+//! clustering keys are named on each type), so a ScyllaDB backend is a mapping, not a redesign.
+
+use schemas::credential::{Environment, KeyType};
+use schemas::ids::{KeyId, OrgId};
+use schemas::resources::OrgStatus;
+use schemas::scope::Scope;
+use schemas::time::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// `organizations`, partition key `id`; slugs are claimed in `organizations_by_slug`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrganizationRecord {
+    pub id: OrgId,
+    pub name: String,
+    pub slug: String,
+    pub status: OrgStatus,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// A keyed hash of a credential (HMAC-SHA256 with the server pepper): the only form in which
+/// secret credentials are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CredentialHash(pub [u8; 32]);
+
+/// `api_keys`, partition key `(organization_id, environment)`, clustering key `id DESC`
+/// (ULIDs, so newest first). Looked up by credential through `api_keys_by_hash` and by id
+/// alone through `api_key_ids`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiKeyRecord {
+    pub id: KeyId,
+    pub organization_id: OrgId,
+    pub key_type: KeyType,
+    pub environment: Environment,
+    pub name: String,
+    pub key_hash: CredentialHash,
+    pub key_preview: String,
+    pub display_key: String,
+    /// Publishable keys are public, so their token is kept to be shown in reads; secret keys
+    /// keep `None` here and exist only as `key_hash`.
+    pub publishable_token: Option<String>,
+    pub allowed_origins: Vec<String>,
+    pub scopes: Vec<Scope>,
+    /// The operator's per-key override (`vigil keys set-rate-limit`); `None` means the default.
+    pub rate_limit_override: Option<u32>,
+    pub created_at: Timestamp,
+    pub rotated_at: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
+    pub grace_expires_at: Option<Timestamp>,
+    pub last_used_at: Option<Timestamp>,
+    /// The key that replaced this one in a rotation.
+    pub replaced_by: Option<KeyId>,
+}
+
+/// `idempotency_records`, partition key `(credential_hash, idempotency_key)`, TTL 24 h.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyRecord {
+    /// SHA-256 of method, path and body: a retry must send the same request.
+    pub request_fingerprint: [u8; 32],
+    pub expires_at: Timestamp,
+    /// `None` while the first request is still being answered.
+    pub response: Option<StoredResponse>,
+}
+
+/// A response kept for replay. The body is sealed by the caller (it may hold a secret key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub sealed_body: Vec<u8>,
+}
+
+/// Identifies one idempotency record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyScope {
+    pub credential: CredentialHash,
+    pub key: String,
+}
+
+/// What `idempotency_begin` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyBegin {
+    /// No live record existed; one is now held in flight for this caller.
+    Started,
+    /// A live record exists (in flight or answered).
+    Existing(IdempotencyRecord),
+}
