@@ -1,0 +1,44 @@
+//! The `vigil` binary's library: configuration, the wiring of roles into one router, and the
+//! operator commands. Tests start the same server in-process through [`server::start`].
+
+pub mod app;
+pub mod commands;
+pub mod config;
+pub mod server;
+
+use config::{Cli, Command};
+
+/// Runs one command of the CLI to completion.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            args.validate().map_err(anyhow::Error::msg)?;
+            init_logging(&args.log_format);
+            let running = server::start(args).await?;
+            let shutdown = running.shutdown_token();
+            tokio::spawn(async move {
+                server::shutdown_signal().await;
+                tracing::info!("shutting down: finishing requests in flight");
+                shutdown.cancel();
+            });
+            running.wait().await
+        }
+        Command::Bootstrap(args) => commands::bootstrap(args).await,
+        Command::Keys(config::KeysCommand::SetRateLimit(args)) => {
+            commands::set_rate_limit(args).await
+        }
+    }
+}
+
+fn init_logging(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("VIGIL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -1,0 +1,39 @@
+//! Vigil's management API: organizations and their API keys (interface "Organizations", D1,
+//! D6, D8). One module per resource, each with its `router()`, merged here.
+
+pub mod api_keys;
+pub mod bootstrap;
+pub mod organizations;
+
+use std::sync::Arc;
+
+use axum::Router;
+use edge::Authenticator;
+
+/// What the management handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    pub auth: Arc<Authenticator>,
+    /// How long a rotated key keeps working (D6, `--rotation-grace`).
+    pub rotation_grace: chrono::Duration,
+}
+
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .merge(organizations::router())
+        .merge(api_keys::router())
+        .with_state(state)
+}
+
+/// The organization in the path, which must be the caller's own: any other is a 404, so
+/// another organization's ids cannot even be probed.
+pub(crate) fn own_organization(
+    ctx: &edge::AuthContext,
+    params: &axum::extract::RawPathParams,
+) -> Result<schemas::OrgId, edge::ApiError> {
+    let id: schemas::OrgId = edge::body::path_param(params, "organizationId")?;
+    if id != ctx.organization.id {
+        return Err(edge::ApiError::not_found("organization"));
+    }
+    Ok(id)
+}

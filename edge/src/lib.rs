@@ -1,0 +1,19 @@
+//! HTTP plumbing shared by every Vigil API: request ids, the error envelope, JSON bodies and
+//! their validation, credentials as extractors, rate limits, idempotent POSTs, pagination
+//! cursors and metrics. A handler that takes `SecretKey<P>` cannot skip a check.
+
+pub mod auth;
+pub mod body;
+pub mod context;
+pub mod error;
+pub mod idempotency;
+pub mod limiter;
+pub mod metrics;
+pub mod pagination;
+pub mod policy;
+pub mod secrets;
+pub mod transport;
+
+pub use auth::{AuthContext, Authenticator, PublishableKey, SecretKey};
+pub use body::{JsonObject, Reply};
+pub use error::ApiError;

@@ -6,9 +6,9 @@
 use std::fmt;
 
 use rand::Rng;
+use rand::TryRngCore;
 use rand::distr::Alphanumeric;
 use rand::rngs::OsRng;
-use rand::TryRngCore;
 use serde::{Deserialize, Serialize};
 
 const RANDOM_LEN: usize = 32;
@@ -104,9 +104,18 @@ impl Credential {
         let random: String = (0..RANDOM_LEN)
             .map(|_| char::from(rng.sample(Alphanumeric)))
             .collect();
-        let body = format!("{}_{}_{}", key_type.token_prefix(), environment.as_str(), random);
+        let body = format!(
+            "{}_{}_{}",
+            key_type.token_prefix(),
+            environment.as_str(),
+            random
+        );
         let token = format!("{body}{}", checksum(&body));
-        Credential { token, key_type, environment }
+        Credential {
+            token,
+            key_type,
+            environment,
+        }
     }
 
     /// Parses a presented token; `None` when its shape or checksum is wrong.
@@ -125,14 +134,20 @@ impl Credential {
         } else {
             return None;
         };
-        if rest.len() != RANDOM_LEN + CHECKSUM_LEN || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        if rest.len() != RANDOM_LEN + CHECKSUM_LEN
+            || !rest.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
             return None;
         }
         let (body, sum) = token.split_at(token.len() - CHECKSUM_LEN);
         if checksum(body) != sum {
             return None;
         }
-        Some(Credential { token: token.to_owned(), key_type, environment })
+        Some(Credential {
+            token: token.to_owned(),
+            key_type,
+            environment,
+        })
     }
 
     pub fn key_type(&self) -> KeyType {

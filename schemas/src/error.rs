@@ -110,7 +110,10 @@ mod tests {
         for code in ErrorCode::ALL {
             assert!(code.as_str().contains('.'), "{code:?}");
             assert!((400..600).contains(&code.status()));
-            assert_eq!(code.retryable(), code.status() == 429 || code.status() >= 500);
+            assert_eq!(
+                code.retryable(),
+                code.status() == 429 || code.status() >= 500
+            );
         }
     }
 }

@@ -23,14 +23,19 @@ impl fmt::Display for IdError {
         match self {
             IdError::WrongPrefix { expected } => write!(f, "must start with `{expected}`"),
             IdError::WrongLength => f.write_str("must be the prefix then 26 characters"),
-            IdError::BadCharacter => write!(f, "characters after the prefix must be from `{ID_ALPHABET}`"),
+            IdError::BadCharacter => write!(
+                f,
+                "characters after the prefix must be from `{ID_ALPHABET}`"
+            ),
         }
     }
 }
 
 /// Checks `s` is `prefix` followed by 26 characters of the id alphabet, and returns the ULID.
 pub fn parse_ulid_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
-    let rest = s.strip_prefix(prefix).ok_or(IdError::WrongPrefix { expected: prefix })?;
+    let rest = s
+        .strip_prefix(prefix)
+        .ok_or(IdError::WrongPrefix { expected: prefix })?;
     if rest.len() != 26 {
         return Err(IdError::WrongLength);
     }

@@ -110,7 +110,8 @@ impl Serialize for Scope {
 impl<'de> Deserialize<'de> for Scope {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        Scope::parse_stored(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown scope `{s}`")))
+        Scope::parse_stored(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown scope `{s}`")))
     }
 }
 
@@ -126,7 +127,10 @@ mod tests {
             assert_eq!(Scope::parse(s.as_str()), Some(*s));
         }
         assert_eq!(Scope::parse("organizations:manage"), None);
-        assert_eq!(Scope::parse_stored("organizations:manage"), Some(Scope::OrganizationsManage));
+        assert_eq!(
+            Scope::parse_stored("organizations:manage"),
+            Some(Scope::OrganizationsManage)
+        );
     }
 
     proptest! {

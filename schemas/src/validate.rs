@@ -19,9 +19,12 @@ pub fn slug(s: &str) -> Result<(), String> {
     if s.len() > SLUG_MAX_LEN {
         return Err(format!("must be at most {SLUG_MAX_LEN} characters"));
     }
-    let well_formed = s
-        .split('-')
-        .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    let well_formed = s.split('-').all(|part| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    });
     if well_formed {
         Ok(())
     } else {
@@ -53,7 +56,10 @@ pub fn origin(s: &str) -> Result<String, String> {
         return Err("must not carry credentials".into());
     }
     if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-        return Err("must be an origin: scheme, host and optional port, with no path, query or fragment".into());
+        return Err(
+            "must be an origin: scheme, host and optional port, with no path, query or fragment"
+                .into(),
+        );
     }
     Ok(url.origin().ascii_serialization())
 }
@@ -75,10 +81,26 @@ mod tests {
 
     #[test]
     fn origins_normalise_to_the_header_form() {
-        assert_eq!(origin("https://Shop.Example").unwrap(), "https://shop.example");
-        assert_eq!(origin("http://localhost:3000/").unwrap(), "http://localhost:3000");
-        assert_eq!(origin("https://a.example:443").unwrap(), "https://a.example");
-        for bad in ["shop.example", "ftp://a.example", "https://a.example/path", "https://u:p@a.example", "https://a.example/?q", "*"] {
+        assert_eq!(
+            origin("https://Shop.Example").unwrap(),
+            "https://shop.example"
+        );
+        assert_eq!(
+            origin("http://localhost:3000/").unwrap(),
+            "http://localhost:3000"
+        );
+        assert_eq!(
+            origin("https://a.example:443").unwrap(),
+            "https://a.example"
+        );
+        for bad in [
+            "shop.example",
+            "ftp://a.example",
+            "https://a.example/path",
+            "https://u:p@a.example",
+            "https://a.example/?q",
+            "*",
+        ] {
             assert!(origin(bad).is_err(), "{bad}");
         }
     }

@@ -53,7 +53,12 @@ pub trait StoreBackend: Send + Sync + 'static {
 
     /// Inserts the key and its lookup rows in one step; `Conflict` if the id or hash exists.
     async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
-    async fn get_api_key(&self, org: OrgId, env: Environment, id: KeyId) -> Result<Option<ApiKeyRecord>>;
+    async fn get_api_key(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: KeyId,
+    ) -> Result<Option<ApiKeyRecord>>;
     /// Where a key lives, from its id alone (the operator CLI has no organization to hand).
     async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>>;
     async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>>;
@@ -70,14 +75,28 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// Stores the rotated old key and its replacement together, or neither.
     async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()>;
     /// Writes `last_used_at` only, so it cannot undo a concurrent revocation.
-    async fn touch_api_key(&self, org: OrgId, env: Environment, id: KeyId, at: Timestamp) -> Result<()>;
+    async fn touch_api_key(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: KeyId,
+        at: Timestamp,
+    ) -> Result<()>;
 
     // idempotency_records
 
     /// Holds `scope` for the caller unless a live (unexpired) record exists, which it returns.
-    async fn idempotency_begin(&self, scope: &IdempotencyScope, record: &IdempotencyRecord) -> Result<IdempotencyBegin>;
+    async fn idempotency_begin(
+        &self,
+        scope: &IdempotencyScope,
+        record: &IdempotencyRecord,
+    ) -> Result<IdempotencyBegin>;
     /// Stores the answer of a held record.
-    async fn idempotency_complete(&self, scope: &IdempotencyScope, record: &IdempotencyRecord) -> Result<()>;
+    async fn idempotency_complete(
+        &self,
+        scope: &IdempotencyScope,
+        record: &IdempotencyRecord,
+    ) -> Result<()>;
     /// Releases a held record whose request failed in a way a retry may fix.
     async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()>;
 

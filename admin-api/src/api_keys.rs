@@ -1,0 +1,391 @@
+//! API keys under `/v1/organizations/{organizationId}/api-keys` (interface rules 2–5, D1, D6):
+//! create, list, read, update, revoke and rotate; plus issuing keys, shared with the CLI.
+//!
+//! Key management is scoped to the caller's environment: a test key sees and manages test keys
+//! only, so a test secret key (often kept with less care) can never mint or revoke live keys.
+
+use axum::Router;
+use axum::extract::{RawPathParams, State};
+use axum::routing::{get, post};
+use edge::auth::effective_rate_limit;
+use edge::body::{Fields, JsonObject, QueryParams, Reply, path_param};
+use edge::pagination::{decode_cursor, encode_cursor};
+use edge::policy::{ManageApiKeys, ReadApiKeys, RotateApiKey};
+use edge::secrets::ServerSecret;
+use edge::{ApiError, SecretKey};
+use schemas::credential::{Credential, Environment, KeyType};
+use schemas::resources::{ApiKey, ApiKeyListItem, KeyStatus, Pagination};
+use schemas::{ErrorCode, KeyId, OrgId, Scope, validate};
+use store::{ApiKeyRecord, Store};
+
+use crate::{AdminState, own_organization};
+
+pub fn router() -> Router<AdminState> {
+    Router::new()
+        .route(
+            "/v1/organizations/{organizationId}/api-keys",
+            post(create).get(list),
+        )
+        .route(
+            "/v1/organizations/{organizationId}/api-keys/{keyId}",
+            get(read).patch(update).delete(revoke),
+        )
+        .route(
+            "/v1/organizations/{organizationId}/api-keys/{keyId}/rotations",
+            post(rotate),
+        )
+}
+
+/// What a new key is for; the credential itself is minted by [`issue_key`].
+pub struct KeySpec {
+    pub name: String,
+    pub key_type: KeyType,
+    pub environment: Environment,
+    pub allowed_origins: Vec<String>,
+    pub scopes: Vec<Scope>,
+}
+
+/// Mints a credential and stores the key: secret keys as their keyed hash only.
+pub async fn issue_key(
+    store: &Store,
+    secret: &ServerSecret,
+    organization: OrgId,
+    spec: KeySpec,
+) -> Result<(ApiKeyRecord, Credential), ApiError> {
+    let credential = Credential::generate(spec.key_type, spec.environment);
+    let record = new_record(secret, organization, &credential, spec, None);
+    store.create_api_key(&record).await?;
+    Ok((record, credential))
+}
+
+fn new_record(
+    secret: &ServerSecret,
+    organization: OrgId,
+    credential: &Credential,
+    spec: KeySpec,
+    rate_limit_override: Option<u32>,
+) -> ApiKeyRecord {
+    ApiKeyRecord {
+        id: KeyId::generate(),
+        organization_id: organization,
+        key_type: spec.key_type,
+        environment: spec.environment,
+        name: spec.name,
+        key_hash: secret.hash_credential(credential),
+        key_preview: credential.preview(),
+        display_key: credential.display(),
+        publishable_token: (spec.key_type == KeyType::Publishable)
+            .then(|| credential.expose().to_owned()),
+        allowed_origins: spec.allowed_origins,
+        scopes: spec.scopes,
+        rate_limit_override,
+        created_at: schemas::time::now(),
+        rotated_at: None,
+        revoked_at: None,
+        grace_expires_at: None,
+        last_used_at: None,
+        replaced_by: None,
+    }
+}
+
+pub fn status(key: &ApiKeyRecord) -> KeyStatus {
+    if key.revoked_at.is_some() {
+        KeyStatus::Revoked
+    } else if key
+        .grace_expires_at
+        .is_some_and(|t| t <= schemas::time::now())
+    {
+        KeyStatus::Expired
+    } else {
+        KeyStatus::Active
+    }
+}
+
+/// The wire form. `revealed` is the secret credential, passed only by create and rotate.
+pub fn resource(key: &ApiKeyRecord, revealed: Option<&Credential>) -> ApiKey {
+    ApiKey {
+        id: key.id,
+        object: "api_key",
+        key_type: key.key_type,
+        environment: key.environment,
+        name: key.name.clone(),
+        status: status(key),
+        allowed_origins: key.allowed_origins.clone(),
+        scopes: key.scopes.clone(),
+        rate_limit: effective_rate_limit(key),
+        key_preview: key.key_preview.clone(),
+        display_key: key.display_key.clone(),
+        revealed_key: revealed
+            .map(|c| c.expose().to_owned())
+            .or_else(|| key.publishable_token.clone()),
+        last_used_at: key.last_used_at,
+        created_at: key.created_at,
+        rotated_at: key.rotated_at,
+        revoked_at: key.revoked_at,
+        grace_expires_at: key.grace_expires_at,
+    }
+}
+
+fn parse_scope(s: &str) -> Option<Scope> {
+    Scope::parse(s)
+}
+
+fn origins_only_for_publishable(f: &mut Fields, key_type: KeyType) -> Option<Vec<String>> {
+    if key_type != KeyType::Publishable {
+        f.forbid("allowed_origins", "applies to publishable keys only");
+        return None;
+    }
+    f.string_array("allowed_origins", validate::ORIGINS_MAX, validate::origin)
+}
+
+fn scopes_only_for_secret(f: &mut Fields, key_type: KeyType) -> Option<Vec<Scope>> {
+    if key_type != KeyType::Secret {
+        f.forbid("scopes", "applies to secret keys only");
+        return None;
+    }
+    let names = Scope::all_names();
+    let scopes = f.enum_array("scopes", &names, parse_scope)?;
+    if scopes.is_empty() {
+        f.issue(
+            "scopes",
+            "must name at least one scope (omit it for the full set)",
+            Some("array"),
+            None,
+        );
+        return None;
+    }
+    let mut scopes = scopes;
+    scopes.sort();
+    scopes.dedup();
+    Some(scopes)
+}
+
+/// The key in the path, which must belong to the caller's organization and environment.
+async fn own_key(
+    state: &AdminState,
+    ctx: &edge::AuthContext,
+    params: &RawPathParams,
+) -> Result<ApiKeyRecord, ApiError> {
+    let org = own_organization(ctx, params)?;
+    let id: KeyId = path_param(params, "keyId")?;
+    state
+        .auth
+        .store
+        .get_api_key(org, ctx.environment(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("API key"))
+}
+
+async fn create(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageApiKeys>,
+    params: RawPathParams,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let org = own_organization(&caller, &params)?;
+    let mut f = Fields::new(body);
+    f.ignore("rate_limit");
+    let name = f.checked_string("name", true, validate::name);
+    let key_type = f.enumerated("type", true, &KeyType::ALL, KeyType::parse);
+    let environment = f.enumerated("environment", true, &Environment::ALL, Environment::parse);
+    let (origins, scopes) = match key_type {
+        Some(t) => (
+            origins_only_for_publishable(&mut f, t),
+            scopes_only_for_secret(&mut f, t),
+        ),
+        None => {
+            // The type is unknown, so which of these applies cannot be told; set them aside.
+            f.ignore("allowed_origins");
+            f.ignore("scopes");
+            (None, None)
+        }
+    };
+    f.finish()?;
+    let (Some(name), Some(key_type), Some(environment)) = (name, key_type, environment) else {
+        return Err(ApiError::internal("key create", "validated fields missing"));
+    };
+    if environment != caller.environment() {
+        return Err(ApiError::new(
+            ErrorCode::EnvironmentNotAllowed,
+            format!(
+                "a {} key manages {} keys only",
+                caller.environment(),
+                caller.environment()
+            ),
+        )
+        .with_allowed_values([caller.environment().as_str()]));
+    }
+    let spec = KeySpec {
+        name,
+        key_type,
+        environment,
+        allowed_origins: origins.unwrap_or_default(),
+        scopes: match key_type {
+            KeyType::Secret => scopes.unwrap_or_else(|| Scope::ALL.to_vec()),
+            KeyType::Publishable => Vec::new(),
+        },
+    };
+    let (record, credential) = issue_key(&state.auth.store, &state.auth.secret, org, spec).await?;
+    Ok(Reply::created(resource(&record, Some(&credential))))
+}
+
+async fn list(
+    State(state): State<AdminState>,
+    caller: SecretKey<ReadApiKeys>,
+    params: RawPathParams,
+    query: QueryParams,
+) -> Result<Reply, ApiError> {
+    let org = own_organization(&caller, &params)?;
+    query.only(&["limit", "cursor"])?;
+    let limit = query.limit(50, 200)?;
+    let binding = format!("api_keys:{org}:{}", caller.environment());
+    let after = match query.get("cursor") {
+        None => None,
+        Some(c) => {
+            let position = decode_cursor(&state.auth.secret, &binding, c)?;
+            Some(
+                position
+                    .parse::<KeyId>()
+                    .map_err(|e| ApiError::internal("cursor position", e))?,
+            )
+        }
+    };
+    let mut rows = state
+        .auth
+        .store
+        .list_api_keys(org, caller.environment(), after, limit as usize + 1)
+        .await?;
+    let has_more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next_cursor = if has_more {
+        rows.last()
+            .map(|k| encode_cursor(&state.auth.secret, &binding, &k.id.to_string()))
+    } else {
+        None
+    };
+    let items: Vec<ApiKeyListItem> = rows.iter().map(|k| resource(k, None).into()).collect();
+    Ok(Reply::list(
+        items,
+        Pagination {
+            limit,
+            has_more,
+            next_cursor,
+        },
+    ))
+}
+
+async fn read(
+    State(state): State<AdminState>,
+    caller: SecretKey<ReadApiKeys>,
+    params: RawPathParams,
+) -> Result<Reply, ApiError> {
+    let key = own_key(&state, &caller, &params).await?;
+    Ok(Reply::ok(resource(&key, None)))
+}
+
+async fn update(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageApiKeys>,
+    params: RawPathParams,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut key = own_key(&state, &caller, &params).await?;
+    let mut f = Fields::new(body);
+    f.ignore("rate_limit");
+    for immutable in [
+        "type",
+        "environment",
+        "revealed_key",
+        "key",
+        "key_preview",
+        "display_key",
+    ] {
+        f.forbid(
+            immutable,
+            "is immutable after creation; rotate the key to change its credential",
+        );
+    }
+    let name = f.checked_string("name", false, validate::name);
+    let origins = origins_only_for_publishable(&mut f, key.key_type);
+    let scopes = scopes_only_for_secret(&mut f, key.key_type);
+    f.finish()?;
+    if key.revoked_at.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "a revoked key cannot be changed",
+        ));
+    }
+    if let Some(name) = name {
+        key.name = name;
+    }
+    if let Some(origins) = origins {
+        key.allowed_origins = origins;
+    }
+    if let Some(scopes) = scopes {
+        key.scopes = scopes;
+    }
+    state.auth.store.update_api_key(&key).await?;
+    Ok(Reply::ok(resource(&key, None)))
+}
+
+async fn revoke(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageApiKeys>,
+    params: RawPathParams,
+) -> Result<Reply, ApiError> {
+    let mut key = own_key(&state, &caller, &params).await?;
+    if key.revoked_at.is_none() {
+        key.revoked_at = Some(schemas::time::now());
+        state.auth.store.update_api_key(&key).await?;
+    }
+    Ok(Reply::ok(resource(&key, None)))
+}
+
+async fn rotate(
+    State(state): State<AdminState>,
+    caller: SecretKey<RotateApiKey>,
+    params: RawPathParams,
+) -> Result<Reply, ApiError> {
+    let mut old = own_key(&state, &caller, &params).await?;
+    if old.revoked_at.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "a revoked key cannot be rotated",
+        ));
+    }
+    if let Some(replacement) = old.replaced_by {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("this key was already rotated; rotate its replacement {replacement}"),
+        ));
+    }
+    // The replacement carries the same grants, with the removed scope turned into its successors.
+    let mut scopes: Vec<Scope> = old
+        .scopes
+        .iter()
+        .flat_map(|s| s.successors().iter().copied())
+        .collect();
+    scopes.sort();
+    scopes.dedup();
+    let spec = KeySpec {
+        name: old.name.clone(),
+        key_type: old.key_type,
+        environment: old.environment,
+        allowed_origins: old.allowed_origins.clone(),
+        scopes,
+    };
+    let credential = Credential::generate(old.key_type, old.environment);
+    let replacement = new_record(
+        &state.auth.secret,
+        old.organization_id,
+        &credential,
+        spec,
+        old.rate_limit_override,
+    );
+    let now = replacement.created_at;
+    old.rotated_at = Some(now);
+    old.grace_expires_at = Some(now + state.rotation_grace);
+    old.replaced_by = Some(replacement.id);
+    state.auth.store.rotate_api_key(&old, &replacement).await?;
+    Ok(Reply::created(resource(&replacement, Some(&credential))))
+}

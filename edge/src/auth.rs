@@ -1,0 +1,396 @@
+//! Credentials (interface "Authentication", D2, D5, D8, D16, D17). The `authenticate` layer
+//! resolves the Bearer credential of every API request once: it refuses unknown, revoked and
+//! expired keys, revokes exposed secret keys, counts the request against the key's bucket (or
+//! the client IP's, without a valid key), enforces TLS for live keys, suspended organizations
+//! and publishable-key origins, and stamps the rate-limit headers on whatever the request
+//! answers. The extractors `SecretKey<P>` and `PublishableKey` then apply each route's policy.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::Duration;
+use ipnet::IpNet;
+use schemas::credential::{Credential, Environment, KeyType};
+use schemas::resources::OrgStatus;
+use schemas::{ErrorCode, Scope};
+use store::{ApiKeyRecord, CredentialHash, OrganizationRecord, Store};
+
+use crate::error::ApiError;
+use crate::limiter::{Limiter, RateDecision};
+use crate::metrics;
+use crate::policy::RoutePolicy;
+use crate::secrets::ServerSecret;
+use crate::transport::{ClientInfo, client_info};
+
+/// Default bucket sizes per window (interface "Limits").
+pub const PUBLISHABLE_RATE_LIMIT: u32 = 120;
+pub const SECRET_RATE_LIMIT: u32 = 600;
+
+/// Everything the credential layer needs, shared by all requests.
+pub struct Authenticator {
+    pub store: Store,
+    pub secret: ServerSecret,
+    pub limiter: Limiter,
+    pub trusted_proxies: Vec<IpNet>,
+    /// Requests per window for a client IP that presents no valid credential.
+    pub anonymous_rate_limit: u32,
+}
+
+/// The caller of a request that presented a valid key.
+#[derive(Debug, Clone)]
+pub struct AuthContext {
+    pub key: ApiKeyRecord,
+    pub organization: OrganizationRecord,
+    pub credential_hash: CredentialHash,
+    pub client: ClientInfo,
+}
+
+impl AuthContext {
+    pub fn environment(&self) -> Environment {
+        self.key.environment
+    }
+}
+
+/// The limit a key's bucket holds: the operator's override, else the default for its type.
+pub fn effective_rate_limit(key: &ApiKeyRecord) -> u32 {
+    key.rate_limit_override.unwrap_or(match key.key_type {
+        KeyType::Publishable => PUBLISHABLE_RATE_LIMIT,
+        KeyType::Secret => SECRET_RATE_LIMIT,
+    })
+}
+
+/// A key's status at `now` (D6).
+pub fn key_is_usable(
+    key: &ApiKeyRecord,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), &'static str> {
+    if key.revoked_at.is_some() {
+        return Err("this key has been revoked");
+    }
+    if key.grace_expires_at.is_some_and(|t| t <= now) {
+        return Err("this key was rotated and its grace window has ended");
+    }
+    Ok(())
+}
+
+fn rate_headers(headers: &mut HeaderMap, d: &RateDecision) {
+    headers.insert("x-ratelimit-limit", HeaderValue::from(d.limit));
+    headers.insert("x-ratelimit-remaining", HeaderValue::from(d.remaining));
+}
+
+fn rate_limited(d: &RateDecision, kind: &'static str) -> ApiError {
+    metrics::rate_limited(kind);
+    let mut e = ApiError::new(
+        ErrorCode::RateLimited,
+        "rate limit exceeded; retry after the time in Retry-After",
+    )
+    .with_next_action("retry");
+    e.retry_after = Some(d.retry_after_secs);
+    e
+}
+
+/// A browser sends these; a server-side client does not (D17).
+fn has_browser_headers(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::ORIGIN)
+        || headers
+            .get("sec-fetch-mode")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|m| m.eq_ignore_ascii_case("cors") || m.eq_ignore_ascii_case("navigate"))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<Result<&str, ()>> {
+    let value = headers.get(header::AUTHORIZATION)?;
+    let Ok(value) = value.to_str() else {
+        return Some(Err(()));
+    };
+    let mut parts = value.splitn(2, ' ');
+    match (parts.next(), parts.next()) {
+        (Some(scheme), Some(token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Some(Ok(token.trim()))
+        }
+        _ => Some(Err(())),
+    }
+}
+
+/// How a presented credential failed, before any key was identified.
+fn invalid(message: &str) -> ApiError {
+    ApiError::new(ErrorCode::InvalidCredentials, message)
+}
+
+/// The credential layer; see the module docs for what it checks and in which order.
+pub async fn authenticate(
+    State(auth): State<Arc<Authenticator>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    // Preflights carry no credential and are never counted (D19).
+    if req.method() == Method::OPTIONS {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let client = client_info(&parts, &auth.trusted_proxies);
+    parts.extensions.insert(client);
+
+    let token = match bearer(&parts.headers) {
+        None => {
+            // No credential: the route decides whether that is allowed, but the client IP's
+            // bucket is charged so that probing the API anonymously is slow.
+            let d = auth
+                .limiter
+                .check(&format!("ip:{}", client.ip), auth.anonymous_rate_limit)
+                .await;
+            if !d.allowed {
+                return rate_limited(&d, "ip").into_response();
+            }
+            return next.run(Request::from_parts(parts, body)).await;
+        }
+        Some(Err(())) => {
+            return refuse_anonymous(
+                &auth,
+                client,
+                invalid("the Authorization header must be `Bearer <key>`"),
+            )
+            .await;
+        }
+        Some(Ok(token)) => token.to_owned(),
+    };
+
+    let resolved = match resolve(&auth, &token, &parts, client).await {
+        Ok(r) => r,
+        Err(Refusal::Anonymous(e)) => return refuse_anonymous(&auth, client, e).await,
+        Err(Refusal::Keyed(e)) => return e.into_response(),
+    };
+    let (ctx, decision) = resolved;
+    let mut response = match ctx {
+        Err(e) => e.into_response(),
+        Ok(ctx) => {
+            parts.extensions.insert(Arc::new(ctx));
+            next.run(Request::from_parts(parts, body)).await
+        }
+    };
+    rate_headers(response.headers_mut(), &decision);
+    response
+}
+
+enum Refusal {
+    /// No usable key was identified: charge the client IP.
+    Anonymous(ApiError),
+    /// A key was identified but must not be used, and is not charged (it is revoked now).
+    Keyed(ApiError),
+}
+
+async fn refuse_anonymous(auth: &Authenticator, client: ClientInfo, e: ApiError) -> Response {
+    let d = auth
+        .limiter
+        .check(&format!("ip:{}", client.ip), auth.anonymous_rate_limit)
+        .await;
+    if !d.allowed {
+        return rate_limited(&d, "ip").into_response();
+    }
+    e.into_response()
+}
+
+type Resolved = (Result<AuthContext, ApiError>, RateDecision);
+
+async fn resolve(
+    auth: &Authenticator,
+    token: &str,
+    parts: &Parts,
+    client: ClientInfo,
+) -> Result<Resolved, Refusal> {
+    let credential = Credential::parse(token)
+        .ok_or_else(|| Refusal::Anonymous(invalid("the credential is not a valid Vigil key")))?;
+    let hash = auth.secret.hash_credential(&credential);
+    let key = auth
+        .store
+        .find_api_key_by_hash(&hash)
+        .await
+        .map_err(|e| Refusal::Keyed(e.into()))?
+        .ok_or_else(|| Refusal::Anonymous(invalid("unknown credential")))?;
+    let now = schemas::time::now();
+    key_is_usable(&key, now).map_err(|why| Refusal::Anonymous(invalid(why)))?;
+
+    if key.key_type == KeyType::Secret && has_browser_headers(&parts.headers) {
+        revoke_exposed(auth, &key).await.map_err(Refusal::Keyed)?;
+        return Err(Refusal::Keyed(ApiError::new(
+            ErrorCode::KeyExposed,
+            "a secret key was sent from a browser; it has been revoked. Keep secret keys server-side and issue a new one",
+        )));
+    }
+
+    let decision = auth
+        .limiter
+        .check(&format!("key:{}", key.id), effective_rate_limit(&key))
+        .await;
+    if !decision.allowed {
+        return Ok((Err(rate_limited(&decision, "key")), decision));
+    }
+    Ok((admit(auth, key, hash, parts, client, now).await, decision))
+}
+
+/// Checks that apply to a counted key before any route sees the request.
+async fn admit(
+    auth: &Authenticator,
+    key: ApiKeyRecord,
+    credential_hash: CredentialHash,
+    parts: &Parts,
+    client: ClientInfo,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<AuthContext, ApiError> {
+    if key.environment == Environment::Live && client.plain_from_afar() {
+        return Err(ApiError::new(
+            ErrorCode::TlsRequired,
+            "live keys are accepted over TLS only",
+        ));
+    }
+    let organization = auth
+        .store
+        .get_organization(key.organization_id)
+        .await?
+        .ok_or_else(|| invalid("the key's organization no longer exists"))?;
+    if organization.status == OrgStatus::Suspended && key.key_type == KeyType::Publishable {
+        return Err(ApiError::new(
+            ErrorCode::OrganizationSuspended,
+            "the organization is suspended",
+        ));
+    }
+    if key.key_type == KeyType::Publishable && !key.allowed_origins.is_empty() {
+        let origin = parts
+            .headers
+            .get(header::ORIGIN)
+            .and_then(|v| v.to_str().ok());
+        if !origin.is_some_and(|o| {
+            key.allowed_origins
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(o))
+        }) {
+            return Err(ApiError::new(
+                ErrorCode::OriginNotAllowed,
+                "this key may not be used from this origin",
+            )
+            .with_header_name("Origin"));
+        }
+    }
+    // `last_used_at` is written at most once a minute per key (D6), off the request path.
+    if key
+        .last_used_at
+        .is_none_or(|t| now - t >= Duration::seconds(60))
+    {
+        let store = auth.store.clone();
+        let (org, env, id) = (key.organization_id, key.environment, key.id);
+        tokio::spawn(async move {
+            if let Err(e) = store.touch_api_key(org, env, id, now).await {
+                tracing::warn!(error = %e, key_id = %id, "recording last_used_at");
+            }
+        });
+    }
+    Ok(AuthContext {
+        key,
+        organization,
+        credential_hash,
+        client,
+    })
+}
+
+async fn revoke_exposed(auth: &Authenticator, key: &ApiKeyRecord) -> Result<(), ApiError> {
+    let mut revoked = key.clone();
+    revoked.revoked_at = Some(schemas::time::now());
+    auth.store.update_api_key(&revoked).await?;
+    metrics::secret_key_exposed(&key.id.to_string(), &key.organization_id.to_string());
+    Ok(())
+}
+
+fn context(parts: &Parts) -> Result<Arc<AuthContext>, ApiError> {
+    parts
+        .extensions
+        .get::<Arc<AuthContext>>()
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::MissingCredentials,
+                "this route needs `Authorization: Bearer <key>`",
+            )
+            .with_header_name("Authorization")
+        })
+}
+
+/// A secret key that passed route policy `P`.
+pub struct SecretKey<P> {
+    pub ctx: Arc<AuthContext>,
+    policy: PhantomData<P>,
+}
+
+impl<P> std::ops::Deref for SecretKey<P> {
+    type Target = AuthContext;
+    fn deref(&self) -> &AuthContext {
+        &self.ctx
+    }
+}
+
+impl<S: Send + Sync, P: RoutePolicy> FromRequestParts<S> for SecretKey<P> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let ctx = context(parts)?;
+        let key = &ctx.key;
+        if key.key_type != KeyType::Secret {
+            return Err(ApiError::new(
+                ErrorCode::CredentialTypeNotAllowed,
+                "this route needs a secret key",
+            )
+            .with_allowed_values(["sk_live_", "sk_test_"]));
+        }
+        if P::ORGANIZATION_ROUTE && key.scopes.contains(&Scope::OrganizationsManage) {
+            return Err(ApiError::new(
+                ErrorCode::ScopeRemoved,
+                "this key carries the removed scope organizations:manage; rotate it to use organization routes",
+            )
+            .with_next_action("rotate"));
+        }
+        if !key.scopes.contains(&P::SCOPE) {
+            return Err(ApiError::new(
+                ErrorCode::InsufficientScope,
+                format!("this route needs the scope {}", P::SCOPE),
+            )
+            .with_allowed_values([P::SCOPE.as_str()]));
+        }
+        if ctx.organization.status == OrgStatus::Suspended && !P::WHILE_SUSPENDED {
+            return Err(ApiError::new(
+                ErrorCode::OrganizationSuspended,
+                "the organization is suspended; its secret keys can only read it and set it active again",
+            ));
+        }
+        Ok(SecretKey {
+            ctx,
+            policy: PhantomData,
+        })
+    }
+}
+
+/// A publishable key (origin and organization status already checked by the layer).
+pub struct PublishableKey {
+    pub ctx: Arc<AuthContext>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for PublishableKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let ctx = context(parts)?;
+        if ctx.key.key_type != KeyType::Publishable {
+            return Err(ApiError::new(
+                ErrorCode::CredentialTypeNotAllowed,
+                "this route needs a publishable key",
+            )
+            .with_allowed_values(["pk_live_", "pk_test_"]));
+        }
+        Ok(PublishableKey { ctx })
+    }
+}

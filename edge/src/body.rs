@@ -1,0 +1,425 @@
+//! Request bodies, path and query parameters, and success envelopes. `JsonObject` turns every
+//! malformed body into the documented 400, 413 or 415; `Fields` collects every invalid member
+//! into one 422 with `details.fields`, so no handler parses or reports input by hand.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use schemas::ErrorCode;
+use schemas::error::FieldIssue;
+use schemas::resources::{List, Meta, Pagination, Single};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::context;
+use crate::error::ApiError;
+
+/// A JSON object body, checked for Content-Type, size and syntax.
+pub struct JsonObject(pub Map<String, Value>);
+
+impl<S: Send + Sync> FromRequest<S> for JsonObject {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|mime| {
+                let mime = mime.trim();
+                mime.eq_ignore_ascii_case("application/json")
+                    || (mime.starts_with("application/") && mime.ends_with("+json"))
+            });
+        if !is_json {
+            return Err(ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                "request bodies must be JSON with `Content-Type: application/json`",
+            )
+            .with_header_name("Content-Type"));
+        }
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e: BytesRejection| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        ErrorCode::TooLarge,
+                        "request body is larger than this route accepts",
+                    )
+                } else {
+                    ApiError::new(ErrorCode::Malformed, "request body could not be read")
+                }
+            })?;
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => Ok(JsonObject(map)),
+            Ok(_) => Err(ApiError::new(
+                ErrorCode::Malformed,
+                "request body must be a JSON object",
+            )),
+            Err(e) => Err(ApiError::new(
+                ErrorCode::Malformed,
+                format!("request body is not valid JSON: {e}"),
+            )),
+        }
+    }
+}
+
+/// Reads members of a JSON object and gathers every problem, reporting them all at once.
+pub struct Fields {
+    map: Map<String, Value>,
+    issues: Vec<FieldIssue>,
+    allowed_values: Vec<String>,
+}
+
+impl Fields {
+    pub fn new(body: JsonObject) -> Self {
+        Fields {
+            map: body.0,
+            issues: Vec::new(),
+            allowed_values: Vec::new(),
+        }
+    }
+
+    pub fn issue(
+        &mut self,
+        name: &str,
+        issue: impl Into<String>,
+        expected: Option<&str>,
+        received: Option<Value>,
+    ) {
+        self.issues.push(FieldIssue {
+            name: name.into(),
+            issue: issue.into(),
+            expected: expected.map(Into::into),
+            received,
+        });
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    /// Removes a member the client may send but that is never written (such as `rate_limit`).
+    pub fn ignore(&mut self, name: &str) {
+        self.map.remove(name);
+    }
+
+    /// Rejects members that can never be written here, with the reason.
+    pub fn forbid(&mut self, name: &str, issue: &str) {
+        if let Some(v) = self.map.remove(name) {
+            self.issue(name, issue, None, Some(v));
+        }
+    }
+
+    /// A string member; `None` when absent (reported if `required`) or of the wrong type.
+    pub fn string(&mut self, name: &str, required: bool) -> Option<String> {
+        match self.map.remove(name) {
+            Some(Value::String(s)) => Some(s),
+            Some(other) => {
+                self.issue(name, "must be a string", Some("string"), Some(other));
+                None
+            }
+            None => {
+                if required {
+                    self.issue(name, "is required", Some("string"), None);
+                }
+                None
+            }
+        }
+    }
+
+    /// A string member checked by `rule`, which returns the issue text on failure.
+    pub fn checked_string(
+        &mut self,
+        name: &str,
+        required: bool,
+        rule: impl Fn(&str) -> Result<(), String>,
+    ) -> Option<String> {
+        let s = self.string(name, required)?;
+        match rule(&s) {
+            Ok(()) => Some(s),
+            Err(issue) => {
+                self.issue(name, issue, None, Some(Value::String(s)));
+                None
+            }
+        }
+    }
+
+    /// A string member that must be one of `allowed`.
+    pub fn enumerated<T>(
+        &mut self,
+        name: &str,
+        required: bool,
+        allowed: &[&str],
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<T> {
+        let s = self.string(name, required)?;
+        match parse(&s) {
+            Some(v) => Some(v),
+            None => {
+                self.issue(
+                    name,
+                    format!("must be one of: {}", allowed.join(", ")),
+                    Some("enum"),
+                    Some(Value::String(s)),
+                );
+                self.allowed_values = allowed.iter().map(|a| a.to_string()).collect();
+                None
+            }
+        }
+    }
+
+    /// An array of strings, each checked by `item` (which maps it or returns the issue text).
+    /// `Some(vec)` only when the member is present and every item is valid.
+    pub fn string_array<T>(
+        &mut self,
+        name: &str,
+        max_items: usize,
+        item: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<Vec<T>> {
+        let value = self.map.remove(name)?;
+        let Value::Array(items) = value else {
+            self.issue(
+                name,
+                "must be an array of strings",
+                Some("array"),
+                Some(value),
+            );
+            return None;
+        };
+        if items.len() > max_items {
+            self.issue(
+                name,
+                format!("must have at most {max_items} items"),
+                Some("array"),
+                None,
+            );
+            return None;
+        }
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, v) in items.into_iter().enumerate() {
+            let field = format!("{name}[{i}]");
+            match v {
+                Value::String(s) => match item(&s) {
+                    Ok(t) => out.push(t),
+                    Err(issue) => {
+                        ok = false;
+                        self.issue(&field, issue, None, Some(Value::String(s)));
+                    }
+                },
+                other => {
+                    ok = false;
+                    self.issue(&field, "must be a string", Some("string"), Some(other));
+                }
+            }
+        }
+        ok.then_some(out)
+    }
+
+    /// Like `enumerated`, for every item of an array.
+    pub fn enum_array<T>(
+        &mut self,
+        name: &str,
+        allowed: &[&str],
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let joined = allowed.join(", ");
+        let result = self.string_array(name, allowed.len().max(1) * 2, |s| {
+            parse(s).ok_or_else(|| format!("must be one of: {joined}"))
+        });
+        if result.is_none() && self.issues.iter().any(|i| i.name.starts_with(name)) {
+            self.allowed_values = allowed.iter().map(|a| a.to_string()).collect();
+        }
+        result
+    }
+
+    /// Ends reading: any member not taken is unknown; any issue becomes one 422.
+    pub fn finish(mut self) -> Result<(), ApiError> {
+        let unknown: Vec<(String, Value)> = std::mem::take(&mut self.map).into_iter().collect();
+        for (name, v) in unknown {
+            self.issue(&name, "is not a writable field", None, Some(v));
+        }
+        if self.issues.is_empty() {
+            Ok(())
+        } else {
+            let allowed = std::mem::take(&mut self.allowed_values);
+            Err(ApiError::validation(self.issues).with_allowed_values(allowed))
+        }
+    }
+}
+
+/// A path parameter parsed with `FromStr`; a malformed one is a 422 naming the parameter.
+pub struct PathId<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathId<T>
+where
+    S: Send + Sync,
+    T: std::str::FromStr + Send,
+    T::Err: std::fmt::Display,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::internal("path parameters", e))?;
+        // The last parameter of the route is the one this extractor names.
+        let (name, raw) = params
+            .iter()
+            .last()
+            .ok_or_else(|| ApiError::internal("path parameters", "none"))?;
+        raw.parse::<T>().map(PathId).map_err(|e| {
+            ApiError::invalid_field(
+                name,
+                format!("is not a valid id: {e}"),
+                Some(Value::String(raw.to_owned())),
+            )
+            .with_parameter_set("path")
+        })
+    }
+}
+
+/// Named path parameters, for routes with more than one id.
+pub fn path_param<T>(parts_params: &axum::extract::RawPathParams, name: &str) -> Result<T, ApiError>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    let raw = parts_params
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
+        .ok_or_else(|| ApiError::internal("path parameters", format!("missing {name}")))?;
+    raw.parse::<T>().map_err(|e| {
+        ApiError::invalid_field(
+            name,
+            format!("is not a valid id: {e}"),
+            Some(Value::String(raw.to_owned())),
+        )
+        .with_parameter_set("path")
+    })
+}
+
+/// Query parameters as raw pairs; handlers read them with `QueryParams` helpers.
+pub struct QueryParams(pub Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+            .map(|q| QueryParams(q.0))
+            .map_err(|_| {
+                ApiError::new(
+                    ErrorCode::Malformed,
+                    "the query string could not be decoded",
+                )
+            })
+    }
+}
+
+impl QueryParams {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Rejects parameters this route does not know.
+    pub fn only(&self, known: &[&str]) -> Result<(), ApiError> {
+        let unknown: Vec<FieldIssue> = self
+            .0
+            .iter()
+            .filter(|(k, _)| !known.contains(&k.as_str()))
+            .map(|(k, v)| FieldIssue {
+                name: k.clone(),
+                issue: "is not a parameter of this route".into(),
+                expected: None,
+                received: Some(Value::String(v.clone())),
+            })
+            .collect();
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::validation(unknown)
+                .with_parameter_set("query")
+                .with_allowed_values(known.iter().copied()))
+        }
+    }
+
+    /// `limit`: an integer in `min..=max`, `default` when absent.
+    pub fn limit(&self, default: u32, max: u32) -> Result<u32, ApiError> {
+        match self.get("limit") {
+            None => Ok(default),
+            Some(raw) => match raw.parse::<u32>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::invalid_field(
+                    "limit",
+                    format!("must be an integer from 1 to {max}"),
+                    Some(Value::String(raw.into())),
+                )
+                .with_parameter_set("query")),
+            },
+        }
+    }
+}
+
+/// A success response: a status and a body wrapped in the `{ data, meta }` envelope.
+pub struct Reply {
+    status: StatusCode,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn meta() -> Meta {
+        Meta {
+            request_id: context::request_id().to_string(),
+        }
+    }
+
+    pub fn single<T: Serialize>(status: StatusCode, data: T) -> Reply {
+        let body = serde_json::to_vec(&Single {
+            data,
+            meta: Self::meta(),
+        })
+        .unwrap_or_default();
+        Reply { status, body }
+    }
+
+    pub fn ok<T: Serialize>(data: T) -> Reply {
+        Self::single(StatusCode::OK, data)
+    }
+
+    pub fn created<T: Serialize>(data: T) -> Reply {
+        Self::single(StatusCode::CREATED, data)
+    }
+
+    pub fn list<T: Serialize>(data: Vec<T>, pagination: Pagination) -> Reply {
+        let body = serde_json::to_vec(&List {
+            data,
+            pagination,
+            meta: Self::meta(),
+        })
+        .unwrap_or_default();
+        Reply {
+            status: StatusCode::OK,
+            body,
+        }
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            self.body,
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,155 @@
+//! Idempotent POSTs (D18): a POST with an `Idempotency-Key` header is answered once per
+//! (credential, key); a retry with the same body gets the stored answer (marked
+//! `Idempotent-Replayed: true`) instead of acting twice, so a client whose connection dropped
+//! while creating or rotating a key can retry without minting a second secret. The stored
+//! answer is sealed under the server key, because it may hold a secret key in full.
+
+use std::sync::Arc;
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::Duration;
+use schemas::ErrorCode;
+use sha2::{Digest, Sha256};
+use store::{IdempotencyBegin, IdempotencyRecord, IdempotencyScope, StoredResponse};
+
+use crate::auth::{AuthContext, Authenticator};
+use crate::error::ApiError;
+
+pub const HEADER: &str = "idempotency-key";
+/// How long an answer is kept for replay.
+const RETENTION_HOURS: i64 = 24;
+/// How long a request may hold its key before a crashed attempt is presumed dead.
+const IN_FLIGHT_SECONDS: i64 = 60;
+/// The largest body this layer buffers; routes have their own, smaller limits.
+const MAX_BODY: usize = 1024 * 1024;
+
+fn conflict(message: &str) -> Response {
+    ApiError::new(ErrorCode::IdempotencyConflict, message)
+        .with_header_name("Idempotency-Key")
+        .into_response()
+}
+
+pub async fn idempotent_posts(
+    State(auth): State<Arc<Authenticator>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let Some(raw_key) = req.headers().get(HEADER) else {
+        return next.run(req).await;
+    };
+    let key = match raw_key.to_str() {
+        Ok(k) if (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()) => {
+            k.to_owned()
+        }
+        _ => {
+            return ApiError::new(
+                ErrorCode::ValidationFailed,
+                "Idempotency-Key must be 1 to 255 visible ASCII characters",
+            )
+            .with_header_name("Idempotency-Key")
+            .into_response();
+        }
+    };
+    // Without a valid credential there is nothing to scope the key to; the route will refuse.
+    let Some(ctx) = req.extensions().get::<Arc<AuthContext>>().cloned() else {
+        return next.run(req).await;
+    };
+
+    let (parts, body) = req.into_parts();
+    let bytes = match to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            return ApiError::new(ErrorCode::TooLarge, "request body is too large").into_response();
+        }
+    };
+    let mut hasher = Sha256::new();
+    hasher.update(parts.method.as_str().as_bytes());
+    hasher.update(b" ");
+    hasher.update(parts.uri.path().as_bytes());
+    hasher.update(b"\n");
+    hasher.update(&bytes);
+    let fingerprint: [u8; 32] = hasher.finalize().into();
+
+    let scope = IdempotencyScope {
+        credential: ctx.credential_hash,
+        key,
+    };
+    let now = schemas::time::now();
+    let held = IdempotencyRecord {
+        request_fingerprint: fingerprint,
+        expires_at: now + Duration::seconds(IN_FLIGHT_SECONDS),
+        response: None,
+    };
+    let seal_context = [&ctx.credential_hash.0[..], scope.key.as_bytes()].concat();
+    match auth.store.idempotency_begin(&scope, &held).await {
+        Err(e) => return ApiError::from(e).into_response(),
+        Ok(IdempotencyBegin::Existing(existing)) => {
+            if existing.request_fingerprint != fingerprint {
+                return conflict("this Idempotency-Key was used with a different request");
+            }
+            let Some(stored) = existing.response else {
+                return conflict(
+                    "a request with this Idempotency-Key is still being answered; retry shortly",
+                );
+            };
+            let Some(body) = auth.secret.open(&stored.sealed_body, &seal_context) else {
+                return ApiError::internal("idempotency", "stored response failed to open")
+                    .into_response();
+            };
+            let mut response = (
+                StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
+                body,
+            )
+                .into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+                .headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            return response;
+        }
+        Ok(IdempotencyBegin::Started) => {}
+    }
+
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    let status = response.status();
+    // Answers a retry could change (5xx, 429) are not kept: the key is released instead.
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        if let Err(e) = auth.store.idempotency_abandon(&scope).await {
+            tracing::warn!(error = %e, "releasing an idempotency key");
+        }
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let body = match to_bytes(body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => return ApiError::internal("buffering a response", e).into_response(),
+    };
+    let record = IdempotencyRecord {
+        request_fingerprint: fingerprint,
+        expires_at: schemas::time::now() + Duration::hours(RETENTION_HOURS),
+        response: Some(StoredResponse {
+            status: status.as_u16(),
+            sealed_body: auth.secret.seal(&body, &seal_context),
+        }),
+    };
+    if let Err(e) = auth.store.idempotency_complete(&scope, &record).await {
+        // The action happened; the client gets its answer, but a retry could not be replayed.
+        tracing::error!(error = %e, "storing an idempotent response");
+    }
+    parts
+        .headers
+        .insert("idempotent-replayed", HeaderValue::from_static("false"));
+    Response::from_parts(parts, Body::from(body))
+}

@@ -1,0 +1,304 @@
+//! Rate limiting (interface "Limits", D5): a GCRA bucket per key whose capacity is the key's
+//! limit and which refills over a 60-second window. Two backends run the same arithmetic: the
+//! in-process table (default) and Redis (`redis://`), where one Lua script does the whole
+//! check atomically on Redis's clock in one round trip, so a fleet shares each key's bucket.
+//! If Redis stops answering, requests are limited in-process until it answers again, and the
+//! fallback is logged and counted.
+//!
+//! The arithmetic is written here rather than taken from a crate because the interface wants
+//! denied requests to count (a client hammering through a 429 extends its own cool-down), the
+//! limit varies per key, and the Redis script must match it exactly.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::ConnectionManager;
+
+/// The refill window of every bucket.
+pub const WINDOW: Duration = Duration::from_secs(60);
+
+/// What one counted request learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateDecision {
+    pub allowed: bool,
+    pub limit: u32,
+    /// Requests left in the bucket after this one; 0 on the last allowed request and on denials.
+    pub remaining: u32,
+    /// Whole seconds (at least 1) until a request would be allowed again; 0 when allowed.
+    pub retry_after_secs: u64,
+}
+
+/// One GCRA step. `tat` is the bucket's stored theoretical arrival time (µs, 0 for a new
+/// bucket); returns the value to store and the decision. A denied request still advances the
+/// stored time, but never beyond two windows ahead, so a flood locks a key out for at most one
+/// window past its last request.
+pub fn gcra_step(now_us: i64, tat: i64, limit: u32, window_us: i64) -> (i64, RateDecision) {
+    let limit = limit.max(1);
+    let interval = (window_us / i64::from(limit)).max(1);
+    let tau = window_us;
+    let new_tat = tat.max(now_us) + interval;
+    let allow_at = new_tat - tau;
+    if allow_at <= now_us {
+        let remaining = ((now_us - allow_at) / interval).clamp(0, i64::from(limit)) as u32;
+        (
+            new_tat,
+            RateDecision {
+                allowed: true,
+                limit,
+                remaining,
+                retry_after_secs: 0,
+            },
+        )
+    } else {
+        let stored = new_tat.min(now_us + 2 * tau);
+        // The next request is allowed once `max(stored, now) + interval - tau <= now`.
+        let wait_us = stored + interval - tau - now_us;
+        let retry_after_secs = ((wait_us + 999_999) / 1_000_000).max(1) as u64;
+        (
+            stored,
+            RateDecision {
+                allowed: false,
+                limit,
+                remaining: 0,
+                retry_after_secs,
+            },
+        )
+    }
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// Buckets in this process's memory.
+#[derive(Default)]
+pub struct LocalLimiter {
+    buckets: Mutex<HashMap<String, i64>>,
+}
+
+impl LocalLimiter {
+    pub fn check(&self, bucket: &str, limit: u32) -> RateDecision {
+        let now = now_us();
+        let window = WINDOW.as_micros() as i64;
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget full buckets now and then so the table holds only keys seen within a window.
+        if buckets.len() > 100_000 {
+            buckets.retain(|_, tat| *tat > now);
+        }
+        let tat = buckets.get(bucket).copied().unwrap_or(0);
+        let (stored, decision) = gcra_step(now, tat, limit, window);
+        buckets.insert(bucket.to_owned(), stored);
+        decision
+    }
+}
+
+/// The same step as [`gcra_step`], in Redis, on Redis's clock.
+const GCRA_SCRIPT: &str = r#"
+local limit = math.max(tonumber(ARGV[1]), 1)
+local window = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = math.max(math.floor(window / limit), 1)
+local tau = window
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local new_tat = tat + interval
+local allow_at = new_tat - tau
+if allow_at <= now then
+  redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1000)
+  local remaining = math.floor((now - allow_at) / interval)
+  if remaining > limit then remaining = limit end
+  return {1, remaining, 0}
+end
+local stored = math.min(new_tat, now + 2 * tau)
+redis.call('SET', KEYS[1], string.format('%.0f', stored), 'PX', math.ceil((stored - now) / 1000) + 1000)
+local wait = stored + interval - tau - now
+local secs = math.ceil(wait / 1000000)
+if secs < 1 then secs = 1 end
+return {0, 0, secs}
+"#;
+
+/// How long a Redis call may take before the request is limited in-process instead.
+const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
+/// After a failure, how long to stay on the in-process limiter before trying Redis again.
+const REDIS_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+pub struct RedisLimiter {
+    client: redis::Client,
+    connection: tokio::sync::Mutex<Option<ConnectionManager>>,
+    script: redis::Script,
+    /// Unix µs before which Redis is not tried (a tripped breaker).
+    skip_until_us: AtomicU64,
+}
+
+impl RedisLimiter {
+    pub fn new(url: &str) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| format!("bad redis URL: {e}"))?;
+        Ok(RedisLimiter {
+            client,
+            connection: tokio::sync::Mutex::new(None),
+            script: redis::Script::new(GCRA_SCRIPT),
+            skip_until_us: AtomicU64::new(0),
+        })
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, String> {
+        let mut slot = self.connection.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT))
+            .set_number_of_retries(1);
+        let c = tokio::time::timeout(
+            REDIS_TIMEOUT * 2,
+            self.client.get_connection_manager_with_config(config),
+        )
+        .await
+        .map_err(|_| "timed out connecting".to_string())?
+        .map_err(|e| e.to_string())?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// One round trip; `Err` when Redis did not answer in time.
+    pub async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, String> {
+        if (now_us() as u64) < self.skip_until_us.load(Ordering::Relaxed) {
+            return Err("redis recently failed".into());
+        }
+        let result = async {
+            let mut conn = self.connection().await?;
+            let mut invocation = self.script.key(format!("vigil:rl:{bucket}"));
+            invocation.arg(limit.max(1)).arg(WINDOW.as_micros() as i64);
+            let call = invocation.invoke_async::<(i64, i64, i64)>(&mut conn);
+            tokio::time::timeout(REDIS_TIMEOUT, call)
+                .await
+                .map_err(|_| "timed out".to_string())?
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match result {
+            Ok((allowed, remaining, retry)) => Ok(RateDecision {
+                allowed: allowed == 1,
+                limit: limit.max(1),
+                remaining: remaining.max(0) as u32,
+                retry_after_secs: retry.max(0) as u64,
+            }),
+            Err(e) => {
+                self.skip_until_us.store(
+                    now_us() as u64 + REDIS_RETRY_AFTER.as_micros() as u64,
+                    Ordering::Relaxed,
+                );
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The limiter port: in-process, or Redis with the in-process table behind it.
+pub struct Limiter {
+    redis: Option<RedisLimiter>,
+    local: LocalLimiter,
+}
+
+impl Limiter {
+    pub fn local() -> Self {
+        Limiter {
+            redis: None,
+            local: LocalLimiter::default(),
+        }
+    }
+
+    /// Chosen by URL: `local`, or `redis://host:port`.
+    pub fn from_url(url: &str) -> Result<Self, String> {
+        if url == "local" {
+            Ok(Self::local())
+        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+            Ok(Limiter {
+                redis: Some(RedisLimiter::new(url)?),
+                local: LocalLimiter::default(),
+            })
+        } else {
+            Err(format!(
+                "unknown limiter `{url}`: expected `local` or `redis://host:6379`"
+            ))
+        }
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        if self.redis.is_some() {
+            "redis"
+        } else {
+            "local"
+        }
+    }
+
+    /// Counts one request against `bucket` and says whether it may proceed.
+    pub async fn check(&self, bucket: &str, limit: u32) -> RateDecision {
+        if let Some(redis) = &self.redis {
+            match redis.check(bucket, limit).await {
+                Ok(decision) => return decision,
+                Err(error) => crate::metrics::limiter_fell_back(&error),
+            }
+        }
+        self.local.check(bucket, limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const W: i64 = 60_000_000;
+
+    #[test]
+    fn a_fresh_bucket_admits_exactly_its_limit_then_refills() {
+        let mut tat = 0;
+        let now = 1_000_000_000;
+        for i in 0..10 {
+            let (t, d) = gcra_step(now, tat, 10, W);
+            tat = t;
+            assert!(d.allowed, "request {i}");
+            assert_eq!(d.remaining, 9 - i);
+        }
+        let (t, d) = gcra_step(now, tat, 10, W);
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(
+            d.retry_after_secs, 12,
+            "one interval (6 s) plus the one the denial counted"
+        );
+        // After a full window the bucket is full again.
+        let (_, d) = gcra_step(now + 3 * W, t, 10, W);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 9);
+    }
+
+    proptest! {
+        #[test]
+        fn never_admits_more_than_limit_plus_refill(limit in 1u32..700, steps in proptest::collection::vec(0i64..2_000_000, 1..400)) {
+            let mut tat = 0;
+            let mut now = 5_000_000_000i64;
+            let start = now;
+            let mut allowed = 0i64;
+            for step in steps {
+                now += step;
+                let (t, d) = gcra_step(now, tat, limit, W);
+                tat = t;
+                if d.allowed { allowed += 1; }
+                prop_assert!(d.remaining <= limit);
+                prop_assert!(d.allowed || d.retry_after_secs >= 1);
+                prop_assert!(d.retry_after_secs <= 121);
+            }
+            let interval = (W / i64::from(limit)).max(1);
+            prop_assert!(allowed <= i64::from(limit) + (now - start) / interval + 1);
+        }
+    }
+}

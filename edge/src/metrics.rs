@@ -1,0 +1,146 @@
+//! Prometheus metrics, served as text at `/metrics`. Labels are bounded: the matched route
+//! template (never the raw path), the method and the status. Each telemetry event below both
+//! counts and logs, so the two never disagree.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    limiter_fallbacks: IntCounter,
+    rate_limited: IntCounterVec,
+    keys_exposed: IntCounter,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let registry = Registry::new();
+    let requests = IntCounterVec::new(
+        Opts::new(
+            "vigil_http_requests_total",
+            "HTTP requests answered, by matched route, method and status",
+        ),
+        &["route", "method", "status"],
+    )
+    .expect("valid metric");
+    let latency = HistogramVec::new(
+        HistogramOpts::new(
+            "vigil_http_request_duration_seconds",
+            "Time to answer HTTP requests, by matched route, method and status",
+        )
+        .buckets(vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        ]),
+        &["route", "method", "status"],
+    )
+    .expect("valid metric");
+    let limiter_fallbacks = IntCounter::new(
+        "vigil_rate_limiter_fallbacks_total",
+        "Requests limited in-process because the shared (Redis) limiter did not answer",
+    )
+    .expect("valid metric");
+    let rate_limited = IntCounterVec::new(
+        Opts::new(
+            "vigil_rate_limited_total",
+            "Requests refused with 429, by bucket kind",
+        ),
+        &["bucket"],
+    )
+    .expect("valid metric");
+    let keys_exposed = IntCounter::new(
+        "vigil_secret_keys_exposed_total",
+        "Secret keys revoked because they arrived with browser-only headers",
+    )
+    .expect("valid metric");
+    for c in [
+        Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(latency.clone()),
+        Box::new(limiter_fallbacks.clone()),
+        Box::new(rate_limited.clone()),
+        Box::new(keys_exposed.clone()),
+    ] {
+        registry.register(c).expect("unique metric names");
+    }
+    Metrics {
+        registry,
+        requests,
+        latency,
+        limiter_fallbacks,
+        rate_limited,
+        keys_exposed,
+    }
+});
+
+/// Counts and times every request by its matched route.
+pub async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    let labels = [route.as_str(), method.as_str(), status.as_str()];
+    METRICS.requests.with_label_values(&labels).inc();
+    METRICS
+        .latency
+        .with_label_values(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics`.
+pub async fn render() -> Response {
+    let mut out = Vec::new();
+    let families = METRICS.registry.gather();
+    if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
+        tracing::error!(error = %e, "encoding metrics");
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+static LAST_FALLBACK_LOG: AtomicU64 = AtomicU64::new(0);
+
+/// The shared limiter did not answer; the request was limited in-process. Logged at most once
+/// every ten seconds so an outage does not flood the log; counted every time.
+pub fn limiter_fell_back(error: &str) {
+    METRICS.limiter_fallbacks.inc();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let last = LAST_FALLBACK_LOG.load(Ordering::Relaxed);
+    if now >= last + 10
+        && LAST_FALLBACK_LOG
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(%error, total = METRICS.limiter_fallbacks.get(), "redis rate limiter unavailable; limiting in-process");
+    }
+}
+
+pub fn rate_limited(bucket_kind: &'static str) {
+    METRICS.rate_limited.with_label_values(&[bucket_kind]).inc();
+}
+
+/// A secret key arrived with browser-only headers and was revoked.
+pub fn secret_key_exposed(key_id: &str, organization_id: &str) {
+    METRICS.keys_exposed.inc();
+    tracing::warn!(
+        key_id,
+        organization_id,
+        "secret key presented with browser-only headers: revoked"
+    );
+}

@@ -1,0 +1,158 @@
+//! The server secret and what is derived from it: the pepper that turns credentials into the
+//! keyed hashes the store keeps (D1), the key that seals stored idempotent responses (they may
+//! hold a freshly minted secret key), and the key that signs pagination cursors.
+
+use std::io::Write;
+use std::path::Path;
+
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use hmac::{Hmac, Mac};
+use rand::TryRngCore;
+use rand::rngs::OsRng;
+use schemas::credential::Credential;
+use sha2::Sha256;
+use store::CredentialHash;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Subkeys derived from the 32-byte server secret, one per purpose, so no key serves two.
+#[derive(Clone)]
+pub struct ServerSecret {
+    pepper: [u8; 32],
+    sealing: [u8; 32],
+    cursor: [u8; 32],
+}
+
+impl std::fmt::Debug for ServerSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerSecret(..)")
+    }
+}
+
+fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key).expect("HMAC takes any key length");
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+impl ServerSecret {
+    pub fn from_bytes(master: [u8; 32]) -> Self {
+        ServerSecret {
+            pepper: hmac(&master, &[b"vigil/credential-pepper/v1"]),
+            sealing: hmac(&master, &[b"vigil/response-sealing/v1"]),
+            cursor: hmac(&master, &[b"vigil/cursor-signing/v1"]),
+        }
+    }
+
+    /// Parses 64 hex characters (the `VIGIL_SERVER_SECRET` form).
+    pub fn from_hex(s: &str) -> Result<Self, String> {
+        let bytes = hex::decode(s.trim()).map_err(|e| format!("server secret is not hex: {e}"))?;
+        let master: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| "server secret must be 32 bytes (64 hex characters)".to_string())?;
+        Ok(Self::from_bytes(master))
+    }
+
+    /// Reads the secret file, creating it (mode 0600) with fresh OS randomness on first start.
+    pub fn load_or_create(path: &Path) -> std::io::Result<Self> {
+        match std::fs::read_to_string(path) {
+            Ok(s) => Self::from_hex(&s).map_err(std::io::Error::other),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut master = [0u8; 32];
+                OsRng
+                    .try_fill_bytes(&mut master)
+                    .map_err(std::io::Error::other)?;
+                write_private(path, hex::encode(master).as_bytes())?;
+                Ok(Self::from_bytes(master))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The keyed hash under which a credential is stored and looked up.
+    pub fn hash_credential(&self, credential: &Credential) -> CredentialHash {
+        CredentialHash(hmac(&self.pepper, &[credential.expose().as_bytes()]))
+    }
+
+    /// Encrypts `plain` bound to `context`; the output carries its random nonce.
+    pub fn seal(&self, plain: &[u8], context: &[u8]) -> Vec<u8> {
+        let cipher = XChaCha20Poly1305::new((&self.sealing).into());
+        let mut nonce = [0u8; 24];
+        OsRng.try_fill_bytes(&mut nonce).expect("OS random source");
+        let sealed = cipher
+            .encrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: plain,
+                    aad: context,
+                },
+            )
+            .expect("XChaCha20-Poly1305 encryption does not fail for in-memory buffers");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// Opens what `seal` produced for the same `context`; `None` if it was altered.
+    pub fn open(&self, sealed: &[u8], context: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() < 24 {
+            return None;
+        }
+        let (nonce, body) = sealed.split_at(24);
+        let cipher = XChaCha20Poly1305::new((&self.sealing).into());
+        let nonce = XNonce::try_from(nonce).ok()?;
+        cipher
+            .decrypt(
+                &nonce,
+                Payload {
+                    msg: body,
+                    aad: context,
+                },
+            )
+            .ok()
+    }
+
+    /// A MAC for tamper-evident tokens such as pagination cursors.
+    pub fn cursor_mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        hmac(&self.cursor, parts)
+    }
+}
+
+/// Writes a file only its owner can read, creating or replacing it.
+pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(contents)?;
+    f.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use schemas::credential::{Environment, KeyType};
+
+    #[test]
+    fn hashes_are_keyed_and_seals_are_bound_to_context() {
+        let a = ServerSecret::from_bytes([1; 32]);
+        let b = ServerSecret::from_bytes([2; 32]);
+        let c = Credential::generate(KeyType::Secret, Environment::Live);
+        assert_eq!(a.hash_credential(&c), a.hash_credential(&c));
+        assert_ne!(a.hash_credential(&c), b.hash_credential(&c));
+
+        let sealed = a.seal(b"sk_live_...", b"ctx");
+        assert_eq!(a.open(&sealed, b"ctx").unwrap(), b"sk_live_...");
+        assert!(a.open(&sealed, b"other").is_none());
+        assert!(b.open(&sealed, b"ctx").is_none());
+    }
+}

@@ -1,0 +1,98 @@
+//! Wires the roles into one axum router: probes and metrics, the management API behind the
+//! credential, rate-limit and idempotency layers, the envelope for unknown routes and methods,
+//! and the request-id and metrics layers around everything.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use edge::{ApiError, Authenticator};
+use schemas::ErrorCode;
+
+/// Request bodies of the management API are small JSON objects.
+const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+
+pub struct AppParts {
+    pub auth: Arc<Authenticator>,
+    pub rotation_grace: chrono::Duration,
+}
+
+pub fn router(parts: AppParts) -> Router {
+    let admin = admin_api::router(admin_api::AdminState {
+        auth: parts.auth.clone(),
+        rotation_grace: parts.rotation_grace,
+    })
+    .layer(from_fn_with_state(
+        parts.auth.clone(),
+        edge::idempotency::idempotent_posts,
+    ))
+    .layer(from_fn_with_state(
+        parts.auth.clone(),
+        edge::auth::authenticate,
+    ))
+    .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    let probes = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(parts.auth.clone())
+        .route("/metrics", get(edge::metrics::render))
+        .route("/docs/errors", get(error_docs));
+    Router::new()
+        .merge(probes)
+        .merge(admin)
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn(edge::metrics::track))
+        .layer(from_fn(edge::context::assign_request_id))
+}
+
+async fn healthz() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"status":"ok"}"#,
+    )
+        .into_response()
+}
+
+/// Ready when the store answers. The limiter does not gate readiness: without Redis the API
+/// keeps answering on the in-process limiter (D5), and says so here.
+async fn readyz(State(auth): State<Arc<Authenticator>>) -> Response {
+    let limiter = auth.limiter.backend_name();
+    match auth.store.ping().await {
+        Ok(()) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            format!(r#"{{"status":"ready","store":"ok","limiter":"{limiter}"}}"#),
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: store unavailable");
+            ApiError::new(ErrorCode::ServiceUnavailable, "the store is not answering")
+                .into_response()
+        }
+    }
+}
+
+async fn error_docs() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        include_str!("../docs/errors.md"),
+    )
+        .into_response()
+}
+
+async fn route_not_found() -> ApiError {
+    ApiError::new(ErrorCode::RouteNotFound, "no route matches this path")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "this route does not accept this method",
+    )
+}

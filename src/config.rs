@@ -1,0 +1,188 @@
+//! The operator contract's command line: every flag has an environment variable, defaults make
+//! `vigil serve` run the whole service with nothing else installed, and cross-field rules are
+//! checked once at start.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use ipnet::IpNet;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vigil",
+    version,
+    about = "Vigil: fraud signals and agent access, over HTTP and JSON"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the API (all roles on one listener by default).
+    Serve(ServeArgs),
+    /// Create an organization with a live and a test key of each type, and print them as JSON.
+    Bootstrap(BootstrapArgs),
+    /// Operator commands for API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+/// Where the data lives; shared by every command.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Directory for the embedded store, the server secret and credentials.json.
+    #[arg(long, env = "VIGIL_DATA_DIR", default_value = "./vigil-data")]
+    pub data_dir: PathBuf,
+    /// Store URL: `embedded:<dir>` (default: embedded in --data-dir) or `scylla://host:9042/keyspace`.
+    #[arg(long, env = "VIGIL_STORE")]
+    pub store: Option<String>,
+    /// The 32-byte server secret as 64 hex characters; default: `<data-dir>/server-secret`,
+    /// created on first start. Every replica of a fleet needs the same one.
+    #[arg(long, env = "VIGIL_SERVER_SECRET", hide_env_values = true)]
+    pub server_secret: Option<String>,
+}
+
+impl StoreArgs {
+    pub fn store_url(&self) -> String {
+        self.store
+            .clone()
+            .unwrap_or_else(|| format!("embedded:{}", self.data_dir.join("store").display()))
+    }
+
+    pub fn is_embedded(&self) -> bool {
+        self.store_url().starts_with("embedded:")
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Roles to run, comma-separated: all, admin-api.
+    #[arg(
+        long,
+        env = "VIGIL_ROLES",
+        default_value = "all",
+        value_delimiter = ','
+    )]
+    pub roles: Vec<String>,
+    /// Rate limiter: `local` (in-process) or `redis://host:6379`.
+    #[arg(long, env = "VIGIL_LIMITER", default_value = "local")]
+    pub limiter: String,
+    /// PEM certificate chain; with --tls-key, Vigil terminates TLS itself.
+    #[arg(long, env = "VIGIL_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, env = "VIGIL_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CIDR of a proxy whose X-Forwarded-For and X-Forwarded-Proto are believed (repeatable,
+    /// or comma-separated in the env var).
+    #[arg(long, env = "VIGIL_TRUSTED_PROXY", value_delimiter = ',')]
+    pub trusted_proxy: Vec<IpNet>,
+    /// How long a rotated key keeps working.
+    #[arg(long, env = "VIGIL_ROTATION_GRACE", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub rotation_grace: std::time::Duration,
+    /// Requests per minute from one client IP that presents no valid credential.
+    #[arg(long, env = "VIGIL_ANONYMOUS_RATE_LIMIT", default_value_t = 120)]
+    pub anonymous_rate_limit: u32,
+    /// The base URL clients reach this service at (for links in responses); default: from --listen.
+    #[arg(long, env = "VIGIL_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, env = "VIGIL_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+impl ServeArgs {
+    /// Cross-field rules, checked once before anything starts.
+    pub fn validate(&self) -> Result<(), String> {
+        for role in &self.roles {
+            if !matches!(role.as_str(), "all" | "admin-api") {
+                return Err(format!(
+                    "unknown role `{role}`: this build serves `all` or `admin-api`"
+                ));
+            }
+        }
+        if !(self.limiter == "local"
+            || self.limiter.starts_with("redis://")
+            || self.limiter.starts_with("rediss://"))
+        {
+            return Err(format!(
+                "--limiter must be `local` or a redis:// URL, not `{}`",
+                self.limiter
+            ));
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            return Err("--log-format must be text or json".into());
+        }
+        if self.anonymous_rate_limit == 0 {
+            return Err("--anonymous-rate-limit must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub fn public_url(&self) -> String {
+        self.public_url.clone().unwrap_or_else(|| {
+            let scheme = if self.tls_cert.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{}", self.listen)
+        })
+    }
+
+    /// Settings for an in-process test server: port 0, the given data dir, defaults otherwise.
+    pub fn for_tests(data_dir: PathBuf) -> Self {
+        let cli = Cli::parse_from(
+            ["vigil", "serve", "--listen", "127.0.0.1:0", "--data-dir"]
+                .iter()
+                .copied()
+                .chain([data_dir.to_str().unwrap_or(".")]),
+        );
+        match cli.command {
+            Command::Serve(args) => args,
+            _ => unreachable!("parsed as serve"),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Organization name.
+    #[arg(long, env = "VIGIL_BOOTSTRAP_NAME")]
+    pub name: String,
+    /// Organization slug (`^[a-z0-9]+(?:-[a-z0-9]+)*$`).
+    #[arg(long, env = "VIGIL_BOOTSTRAP_SLUG")]
+    pub slug: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Set a key's rate limit (requests per minute), the operator's per-key override.
+    SetRateLimit(SetRateLimitArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["key_id", "key"])))]
+pub struct SetRateLimitArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The key's resource id (`key_…`).
+    #[arg(long)]
+    pub key_id: Option<String>,
+    /// The credential itself (`sk_…` or `pk_…`).
+    #[arg(long, env = "VIGIL_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// Requests per minute; the bucket holds this many.
+    #[arg(long)]
+    pub limit: u32,
+}

@@ -1,0 +1,160 @@
+//! Starting and stopping the service: open the store, the server secret and the limiter, write
+//! the development organization on first start, bind the listener (plain or TLS), and serve
+//! until the shutdown token is cancelled, finishing requests in flight.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use edge::Authenticator;
+use edge::limiter::Limiter;
+use edge::secrets::ServerSecret;
+use edge::transport::Listener;
+use store::Store;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ServeArgs, StoreArgs};
+
+/// A running server; tests hold one per case.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub store: Store,
+    pub secret: ServerSecret,
+    /// Where the development organization's keys were written, if this start created them.
+    pub credentials_path: PathBuf,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("server task")?
+    }
+
+    /// Stops accepting, finishes requests in flight, and waits.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.wait().await
+    }
+}
+
+pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret)> {
+    let secret = match &args.server_secret {
+        Some(hex) => ServerSecret::from_hex(hex).map_err(anyhow::Error::msg)?,
+        None => ServerSecret::load_or_create(&args.data_dir.join("server-secret"))
+            .with_context(|| format!("reading the server secret in {}", args.data_dir.display()))?,
+    };
+    let store = store::open(&args.store_url())
+        .await
+        .context("opening the store")?;
+    Ok((store, secret))
+}
+
+pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
+    args.validate().map_err(anyhow::Error::msg)?;
+    edge::context::set_public_url(&args.public_url());
+    let (store, secret) = open_store(&args.store).await?;
+    let credentials_path = args.store.data_dir.join("credentials.json");
+    if args.store.is_embedded() {
+        crate::commands::ensure_development_organization(&store, &secret, &credentials_path)
+            .await?;
+    }
+    let limiter = Limiter::from_url(&args.limiter).map_err(anyhow::Error::msg)?;
+    let auth = Arc::new(Authenticator {
+        store: store.clone(),
+        secret: secret.clone(),
+        limiter,
+        trusted_proxies: args.trusted_proxy.clone(),
+        anonymous_rate_limit: args.anonymous_rate_limit,
+    });
+    let rotation_grace =
+        chrono::Duration::from_std(args.rotation_grace).context("--rotation-grace is too large")?;
+    let app = crate::app::router(crate::app::AppParts {
+        auth,
+        rotation_grace,
+    });
+    let shutdown = CancellationToken::new();
+
+    let std_listener = std::net::TcpListener::bind(args.listen)
+        .with_context(|| format!("binding {}", args.listen))?;
+    std_listener.set_nonblocking(true)?;
+    let addr = std_listener.local_addr()?;
+    let task = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+                .await
+                .context("loading --tls-cert and --tls-key")?;
+            let app = app.layer(axum::Extension(Listener::Tls));
+            let handle = axum_server::Handle::new();
+            let token = shutdown.clone();
+            let stopper = handle.clone();
+            tokio::spawn(async move {
+                token.cancelled().await;
+                stopper.graceful_shutdown(Some(std::time::Duration::from_secs(30)));
+            });
+            let server = axum_server::from_tcp_rustls(std_listener, config)?
+                .handle(handle)
+                .serve(app.into_make_service_with_connect_info::<SocketAddr>());
+            tokio::spawn(async move { server.await.context("serving TLS") })
+        }
+        _ => {
+            let listener = tokio::net::TcpListener::from_std(std_listener)?;
+            let app = app.layer(axum::Extension(Listener::Plain));
+            let token = shutdown.clone();
+            tokio::spawn(async move {
+                axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move { token.cancelled().await })
+                .await
+                .context("serving HTTP")
+            })
+        }
+    };
+    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), "vigil is serving");
+    Ok(RunningServer {
+        addr,
+        store,
+        secret,
+        credentials_path,
+        shutdown,
+        task,
+    })
+}
+
+/// Drops any password from a backend URL before it is logged.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,1016 @@
+//! The store conformance suite: the behaviour every `StoreBackend` must show, as test bodies a
+//! backend's tests instantiate in one line with [`store_conformance_suite!`](crate::store_conformance_suite).
+//!
+//! Each body takes a fresh [`Store`] but never assumes it is empty: slugs, setting names and
+//! idempotency keys carry a unique suffix and ids are fresh ULIDs, so a backend may share one
+//! database (a ScyllaDB keyspace) among all the cases. Timestamps are whole milliseconds, the
+//! precision of CQL's `timestamp`. The module is part of the normal library, not `cfg(test)`, so
+//! other crates' tests can run it; it needs tokio only in the macro's expansion.
+
+use std::fmt::Debug;
+
+use chrono::TimeDelta;
+use schemas::credential::{Environment, KeyType};
+use schemas::ids::{KeyId, OrgId};
+use schemas::resources::OrgStatus;
+use schemas::scope::Scope;
+use schemas::time::{self, Timestamp};
+use tokio::task::JoinSet;
+
+use crate::{
+    ApiKeyRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
+    OrganizationRecord, Result, Store, StoreError, StoredResponse,
+};
+
+/// Expands into one `#[tokio::test]` per conformance case.
+///
+/// `$make` is an expression evaluated afresh in every test, yielding a future of
+/// `(Store, guard)`; the guard (a temp dir, a keyspace to drop, or `()`) is dropped after the
+/// store, so the backend can shut down before its files or keyspace go away. The calling crate
+/// needs `tokio` (with `macros` and `rt-multi-thread`) among its dev-dependencies.
+///
+/// ```ignore
+/// async fn embedded() -> (store::Store, tempfile::TempDir) { /* open in a temp dir */ }
+/// store::store_conformance_suite!(embedded());
+/// ```
+#[macro_export]
+macro_rules! store_conformance_suite {
+    ($make:expr) => {
+        $crate::store_conformance_suite!(@cases $make;
+            ping_answers,
+            organization_round_trip,
+            organization_update_replaces_mutable_columns_only,
+            organization_update_of_missing_row_creates_nothing,
+            organization_slug_conflict_writes_nothing,
+            concurrent_slug_claims_have_one_winner,
+            api_key_round_trip,
+            api_key_create_conflicts_write_nothing,
+            concurrent_api_key_creates_with_one_hash_have_one_winner,
+            api_key_list_is_newest_first_and_paginates,
+            api_key_list_is_isolated_per_organization_and_environment,
+            api_key_update_replaces_the_row,
+            api_key_update_of_missing_row_creates_nothing,
+            api_key_rotation_stores_both_keys,
+            api_key_rotation_of_missing_key_writes_nothing,
+            api_key_touch_changes_only_last_used_at,
+            idempotency_lifecycle,
+            idempotency_expired_record_counts_as_absent,
+            idempotency_scopes_are_independent,
+            concurrent_idempotency_begins_have_one_winner,
+            settings_put_if_absent,
+            concurrent_setting_puts_have_one_winner,
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            // Multi-threaded, so the concurrent cases really race.
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (store, guard) = $make.await;
+                $crate::conformance::$case(::std::clone::Clone::clone(&store)).await;
+                ::std::mem::drop(store);
+                ::std::mem::drop(guard);
+            }
+        )*
+    };
+}
+
+// ---- fixtures ----
+
+/// `prefix` plus a suffix no other call in any process shares.
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        OrgId::generate().ulid().to_string().to_ascii_lowercase()
+    )
+}
+
+fn organization(slug_prefix: &str) -> OrganizationRecord {
+    let now = time::now();
+    OrganizationRecord {
+        id: OrgId::generate(),
+        name: format!("Org {slug_prefix}"),
+        slug: unique(slug_prefix),
+        status: OrgStatus::Active,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// A hash unique to `id` (the store does not care how it was computed).
+fn hash_of(id: KeyId) -> CredentialHash {
+    let mut h = [0xa5; 32];
+    h[..16].copy_from_slice(&id.ulid().to_bytes());
+    CredentialHash(h)
+}
+
+/// A freshly issued secret key: no lifecycle timestamps yet.
+fn api_key(org: OrgId, env: Environment, id: KeyId) -> ApiKeyRecord {
+    ApiKeyRecord {
+        id,
+        organization_id: org,
+        key_type: KeyType::Secret,
+        environment: env,
+        name: format!("key {id}"),
+        key_hash: hash_of(id),
+        key_preview: "sk_test_Ab12".into(),
+        display_key: "sk_test_Ab12...wxyz".into(),
+        publishable_token: None,
+        allowed_origins: Vec::new(),
+        scopes: vec![Scope::SessionsList, Scope::SessionsRead],
+        rate_limit_override: None,
+        created_at: time::now(),
+        rotated_at: None,
+        revoked_at: None,
+        grace_expires_at: None,
+        last_used_at: None,
+        replaced_by: None,
+    }
+}
+
+/// A key with every optional column set, and values at the edges of their types.
+fn fully_populated_key(org: OrgId, env: Environment) -> ApiKeyRecord {
+    let now = time::now();
+    ApiKeyRecord {
+        key_type: KeyType::Publishable,
+        publishable_token: Some("pk_live_0123456789abcdefghijABCDEFGHIJ01abcd".into()),
+        allowed_origins: vec![
+            "https://shop.example".into(),
+            "http://localhost:3000".into(),
+        ],
+        // The removed scope must survive storage too (legacy keys carry it).
+        scopes: vec![Scope::OrganizationsManage, Scope::GateServicesManage],
+        rate_limit_override: Some(u32::MAX),
+        rotated_at: Some(now),
+        revoked_at: Some(now + TimeDelta::seconds(1)),
+        grace_expires_at: Some(now + TimeDelta::hours(24)),
+        last_used_at: Some(now - TimeDelta::minutes(3)),
+        replaced_by: Some(KeyId::generate()),
+        name: "ünïcode ✓ name".into(),
+        ..api_key(org, env, KeyId::generate())
+    }
+}
+
+fn scope(prefix: &str) -> IdempotencyScope {
+    IdempotencyScope {
+        credential: hash_of(KeyId::generate()),
+        key: unique(prefix),
+    }
+}
+
+fn in_flight(fingerprint: u8, expires_at: Timestamp) -> IdempotencyRecord {
+    IdempotencyRecord {
+        request_fingerprint: [fingerprint; 32],
+        expires_at,
+        response: None,
+    }
+}
+
+fn tomorrow() -> Timestamp {
+    time::now() + TimeDelta::hours(24)
+}
+
+#[track_caller]
+fn assert_conflict<T: Debug>(result: Result<T>, what: &str) {
+    match result {
+        Err(StoreError::Conflict(_)) => {}
+        other => panic!("{what}: expected Conflict, got {other:?}"),
+    }
+}
+
+fn ids(keys: &[ApiKeyRecord]) -> Vec<KeyId> {
+    keys.iter().map(|k| k.id).collect()
+}
+
+/// Runs `n` copies of `op` at once and returns their results.
+async fn race<T, F>(n: usize, op: impl Fn(usize) -> F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let mut tasks = JoinSet::new();
+    for i in 0..n {
+        tasks.spawn(op(i));
+    }
+    tasks.join_all().await
+}
+
+// ---- cases ----
+
+pub async fn ping_answers(store: Store) {
+    store.ping().await.expect("ping");
+}
+
+pub async fn organization_round_trip(store: Store) {
+    let org = organization("round-trip");
+    store.create_organization(&org).await.unwrap();
+
+    assert_eq!(
+        store.get_organization(org.id).await.unwrap(),
+        Some(org.clone())
+    );
+    assert_eq!(
+        store.get_organization_by_slug(&org.slug).await.unwrap(),
+        Some(org.clone())
+    );
+    assert_eq!(
+        store.get_organization(OrgId::generate()).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .get_organization_by_slug(&unique("nobody"))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+pub async fn organization_update_replaces_mutable_columns_only(store: Store) {
+    let org = organization("update");
+    store.create_organization(&org).await.unwrap();
+
+    let changed = OrganizationRecord {
+        name: "Renamed".into(),
+        status: OrgStatus::Suspended,
+        updated_at: org.updated_at + TimeDelta::seconds(5),
+        // Neither of these may change.
+        slug: unique("other-slug"),
+        created_at: org.created_at - TimeDelta::days(1),
+        ..org.clone()
+    };
+    store.update_organization(&changed).await.unwrap();
+
+    let expected = OrganizationRecord {
+        name: changed.name.clone(),
+        status: changed.status,
+        updated_at: changed.updated_at,
+        ..org.clone()
+    };
+    assert_eq!(
+        store.get_organization(org.id).await.unwrap(),
+        Some(expected.clone())
+    );
+    assert_eq!(
+        store.get_organization_by_slug(&org.slug).await.unwrap(),
+        Some(expected)
+    );
+    assert_eq!(
+        store.get_organization_by_slug(&changed.slug).await.unwrap(),
+        None,
+        "the slug never changes"
+    );
+}
+
+pub async fn organization_update_of_missing_row_creates_nothing(store: Store) {
+    let org = organization("ghost");
+    store
+        .update_organization(&org)
+        .await
+        .expect("updating a missing row is a no-op");
+    assert_eq!(store.get_organization(org.id).await.unwrap(), None);
+    assert_eq!(
+        store.get_organization_by_slug(&org.slug).await.unwrap(),
+        None
+    );
+}
+
+pub async fn organization_slug_conflict_writes_nothing(store: Store) {
+    let first = organization("taken");
+    store.create_organization(&first).await.unwrap();
+
+    let second = OrganizationRecord {
+        name: "Impostor".into(),
+        ..organization("other")
+    };
+    let clash = OrganizationRecord {
+        slug: first.slug.clone(),
+        ..second.clone()
+    };
+    assert_conflict(
+        store.create_organization(&clash).await,
+        "a second organization with a taken slug",
+    );
+
+    assert_eq!(
+        store.get_organization(clash.id).await.unwrap(),
+        None,
+        "the losing row was written"
+    );
+    assert_eq!(
+        store.get_organization_by_slug(&first.slug).await.unwrap(),
+        Some(first.clone())
+    );
+
+    // The loser's id was not claimed either: it can still be created under a free slug.
+    store.create_organization(&second).await.unwrap();
+    assert_eq!(
+        store.get_organization(second.id).await.unwrap(),
+        Some(second)
+    );
+}
+
+pub async fn concurrent_slug_claims_have_one_winner(store: Store) {
+    let slug = unique("contested");
+    let results = race(8, |_| {
+        let store = store.clone();
+        let org = OrganizationRecord {
+            slug: slug.clone(),
+            ..organization("contested")
+        };
+        async move { (org.id, store.create_organization(&org).await) }
+    })
+    .await;
+
+    let winners: Vec<OrgId> = results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one claim of a slug succeeds: {results:?}"
+    );
+    for (id, result) in results {
+        if id != winners[0] {
+            assert_conflict(result, "a losing slug claim");
+            assert_eq!(
+                store.get_organization(id).await.unwrap(),
+                None,
+                "a loser's row was written"
+            );
+        }
+    }
+    let owner = store
+        .get_organization_by_slug(&slug)
+        .await
+        .unwrap()
+        .expect("slug resolves");
+    assert_eq!(owner.id, winners[0]);
+}
+
+pub async fn api_key_round_trip(store: Store) {
+    let org = OrgId::generate();
+    let key = fully_populated_key(org, Environment::Live);
+    store.create_api_key(&key).await.unwrap();
+
+    assert_eq!(
+        store
+            .get_api_key(org, Environment::Live, key.id)
+            .await
+            .unwrap(),
+        Some(key.clone())
+    );
+    assert_eq!(
+        store.locate_api_key(key.id).await.unwrap(),
+        Some((org, Environment::Live))
+    );
+    assert_eq!(
+        store.find_api_key_by_hash(&key.key_hash).await.unwrap(),
+        Some(key.clone())
+    );
+
+    // Every part of the primary key counts.
+    assert_eq!(
+        store
+            .get_api_key(org, Environment::Test, key.id)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .get_api_key(OrgId::generate(), Environment::Live, key.id)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .get_api_key(org, Environment::Live, KeyId::generate())
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.locate_api_key(KeyId::generate()).await.unwrap(), None);
+    assert_eq!(
+        store
+            .find_api_key_by_hash(&hash_of(KeyId::generate()))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+pub async fn api_key_create_conflicts_write_nothing(store: Store) {
+    let org = OrgId::generate();
+    let key = api_key(org, Environment::Live, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    // Same id, another hash and partition.
+    let same_id = ApiKeyRecord {
+        key_hash: hash_of(KeyId::generate()),
+        ..api_key(OrgId::generate(), Environment::Test, key.id)
+    };
+    assert_conflict(
+        store.create_api_key(&same_id).await,
+        "a key with a taken id",
+    );
+    assert_eq!(
+        store.find_api_key_by_hash(&same_id.key_hash).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .get_api_key(same_id.organization_id, Environment::Test, key.id)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Same hash, another id.
+    let same_hash = ApiKeyRecord {
+        key_hash: key.key_hash,
+        ..api_key(org, Environment::Live, KeyId::generate())
+    };
+    assert_conflict(
+        store.create_api_key(&same_hash).await,
+        "a key with a taken hash",
+    );
+    assert_eq!(store.locate_api_key(same_hash.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .get_api_key(org, Environment::Live, same_hash.id)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // The original is untouched.
+    assert_eq!(
+        store.locate_api_key(key.id).await.unwrap(),
+        Some((org, Environment::Live))
+    );
+    assert_eq!(
+        store.find_api_key_by_hash(&key.key_hash).await.unwrap(),
+        Some(key.clone())
+    );
+    assert_eq!(
+        ids(&store
+            .list_api_keys(org, Environment::Live, None, 10)
+            .await
+            .unwrap()),
+        vec![key.id]
+    );
+}
+
+pub async fn concurrent_api_key_creates_with_one_hash_have_one_winner(store: Store) {
+    let org = OrgId::generate();
+    let hash = hash_of(KeyId::generate());
+    let results = race(8, |_| {
+        let store = store.clone();
+        let key = ApiKeyRecord {
+            key_hash: hash,
+            ..api_key(org, Environment::Live, KeyId::generate())
+        };
+        async move { (key.id, store.create_api_key(&key).await) }
+    })
+    .await;
+
+    let winners: Vec<KeyId> = results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one key may hold a hash: {results:?}"
+    );
+    for (id, result) in results {
+        if id != winners[0] {
+            assert_conflict(result, "a losing key create");
+            assert_eq!(
+                store.locate_api_key(id).await.unwrap(),
+                None,
+                "a loser's lookup row was written"
+            );
+        }
+    }
+    assert_eq!(
+        store
+            .find_api_key_by_hash(&hash)
+            .await
+            .unwrap()
+            .map(|k| k.id),
+        Some(winners[0])
+    );
+    assert_eq!(
+        ids(&store
+            .list_api_keys(org, Environment::Live, None, 100)
+            .await
+            .unwrap()),
+        winners
+    );
+}
+
+pub async fn api_key_list_is_newest_first_and_paginates(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Test;
+    // Sorted, because ids generated within one millisecond are in random order; k[2] is never
+    // stored (a cursor may name a gap), k[6] is newer than every stored key.
+    let mut k: Vec<KeyId> = (0..7).map(|_| KeyId::generate()).collect();
+    k.sort();
+    // Inserted out of order: the order must come from the ids, not from insertion.
+    for i in [4, 0, 5, 1, 3] {
+        store
+            .create_api_key(&api_key(org, env, k[i]))
+            .await
+            .unwrap();
+    }
+
+    let all = store.list_api_keys(org, env, None, 100).await.unwrap();
+    assert_eq!(
+        ids(&all),
+        vec![k[5], k[4], k[3], k[1], k[0]],
+        "newest first"
+    );
+    assert_eq!(
+        all[0],
+        store.get_api_key(org, env, k[5]).await.unwrap().unwrap(),
+        "list returns whole rows"
+    );
+
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, None, 2).await.unwrap()),
+        vec![k[5], k[4]]
+    );
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, Some(k[4]), 2).await.unwrap()),
+        vec![k[3], k[1]],
+        "after is exclusive"
+    );
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, Some(k[1]), 2).await.unwrap()),
+        vec![k[0]]
+    );
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, Some(k[2]), 10).await.unwrap()),
+        vec![k[1], k[0]],
+        "a cursor between rows"
+    );
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, Some(k[6]), 10).await.unwrap()),
+        ids(&all)
+    );
+    assert!(
+        store
+            .list_api_keys(org, env, Some(k[0]), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing is older than the oldest"
+    );
+    assert!(
+        store
+            .list_api_keys(org, env, None, 0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "limit 0"
+    );
+}
+
+pub async fn api_key_list_is_isolated_per_organization_and_environment(store: Store) {
+    // Generated back to back, so their ids (and any encoding of them) are neighbours.
+    let a = OrgId::generate();
+    let empty = OrgId::generate();
+    let b = OrgId::generate();
+    let mut expected = Vec::new();
+    for (org, env, n) in [
+        (a, Environment::Live, 2),
+        (a, Environment::Test, 2),
+        (b, Environment::Live, 2),
+        (b, Environment::Test, 1),
+    ] {
+        let mut made: Vec<KeyId> = Vec::new();
+        for _ in 0..n {
+            let key = api_key(org, env, KeyId::generate());
+            store.create_api_key(&key).await.unwrap();
+            made.push(key.id);
+        }
+        made.sort_by(|x, y| y.cmp(x));
+        expected.push((org, env, made));
+    }
+    for (org, env, made) in expected {
+        let listed = store.list_api_keys(org, env, None, 100).await.unwrap();
+        assert_eq!(ids(&listed), made, "keys of {org} {env}");
+        assert!(
+            listed
+                .iter()
+                .all(|k| k.organization_id == org && k.environment == env)
+        );
+    }
+    for env in [Environment::Live, Environment::Test] {
+        assert!(
+            store
+                .list_api_keys(empty, env, None, 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "a neighbour's keys leaked"
+        );
+    }
+}
+
+pub async fn api_key_update_replaces_the_row(store: Store) {
+    let org = OrgId::generate();
+    let key = api_key(org, Environment::Live, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    let now = time::now();
+    let updated = ApiKeyRecord {
+        name: "renamed".into(),
+        scopes: vec![Scope::ApiKeysRead],
+        allowed_origins: vec!["https://a.example".into()],
+        rate_limit_override: Some(7),
+        revoked_at: Some(now),
+        last_used_at: Some(now),
+        ..key.clone()
+    };
+    store.update_api_key(&updated).await.unwrap();
+
+    assert_eq!(
+        store
+            .get_api_key(org, Environment::Live, key.id)
+            .await
+            .unwrap(),
+        Some(updated.clone())
+    );
+    assert_eq!(
+        store.find_api_key_by_hash(&key.key_hash).await.unwrap(),
+        Some(updated.clone())
+    );
+    assert_eq!(
+        store
+            .list_api_keys(org, Environment::Live, None, 10)
+            .await
+            .unwrap(),
+        vec![updated]
+    );
+}
+
+pub async fn api_key_update_of_missing_row_creates_nothing(store: Store) {
+    let org = OrgId::generate();
+    let key = api_key(org, Environment::Live, KeyId::generate());
+    store
+        .update_api_key(&key)
+        .await
+        .expect("updating a missing row is a no-op");
+    assert_eq!(
+        store
+            .get_api_key(org, Environment::Live, key.id)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.locate_api_key(key.id).await.unwrap(), None);
+    assert_eq!(
+        store.find_api_key_by_hash(&key.key_hash).await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .list_api_keys(org, Environment::Live, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn api_key_rotation_stores_both_keys(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let old = api_key(org, env, KeyId::generate());
+    store.create_api_key(&old).await.unwrap();
+
+    let now = time::now();
+    let replacement = ApiKeyRecord {
+        created_at: now,
+        ..api_key(org, env, KeyId::generate())
+    };
+    let rotated = ApiKeyRecord {
+        rotated_at: Some(now),
+        grace_expires_at: Some(now + TimeDelta::hours(24)),
+        replaced_by: Some(replacement.id),
+        ..old.clone()
+    };
+    store.rotate_api_key(&rotated, &replacement).await.unwrap();
+
+    assert_eq!(
+        store.get_api_key(org, env, old.id).await.unwrap(),
+        Some(rotated.clone())
+    );
+    assert_eq!(
+        store.get_api_key(org, env, replacement.id).await.unwrap(),
+        Some(replacement.clone())
+    );
+    assert_eq!(
+        store.find_api_key_by_hash(&old.key_hash).await.unwrap(),
+        Some(rotated.clone())
+    );
+    assert_eq!(
+        store
+            .find_api_key_by_hash(&replacement.key_hash)
+            .await
+            .unwrap(),
+        Some(replacement.clone())
+    );
+    assert_eq!(
+        store.locate_api_key(replacement.id).await.unwrap(),
+        Some((org, env))
+    );
+    // Newest (greatest id) first; two ids from one millisecond may come in either order.
+    let mut expected = vec![replacement, rotated];
+    expected.sort_by(|x, y| y.id.cmp(&x.id));
+    assert_eq!(
+        store.list_api_keys(org, env, None, 10).await.unwrap(),
+        expected
+    );
+}
+
+pub async fn api_key_rotation_of_missing_key_writes_nothing(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let ghost = api_key(org, env, KeyId::generate());
+    let replacement = api_key(org, env, KeyId::generate());
+    let rotated = ApiKeyRecord {
+        rotated_at: Some(time::now()),
+        replaced_by: Some(replacement.id),
+        ..ghost.clone()
+    };
+
+    assert_conflict(
+        store.rotate_api_key(&rotated, &replacement).await,
+        "rotating a key that does not exist",
+    );
+    assert_eq!(store.locate_api_key(replacement.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .find_api_key_by_hash(&replacement.key_hash)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .list_api_keys(org, env, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn api_key_touch_changes_only_last_used_at(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Test;
+    let key = ApiKeyRecord {
+        last_used_at: None,
+        ..fully_populated_key(org, env)
+    };
+    store.create_api_key(&key).await.unwrap();
+
+    let at = time::now() + TimeDelta::seconds(30);
+    store.touch_api_key(org, env, key.id, at).await.unwrap();
+    let touched = ApiKeyRecord {
+        last_used_at: Some(at),
+        ..key.clone()
+    };
+    assert_eq!(
+        store.get_api_key(org, env, key.id).await.unwrap(),
+        Some(touched.clone())
+    );
+
+    // A touch after a revocation keeps the revocation.
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(at + TimeDelta::seconds(1)),
+        name: "revoked".into(),
+        ..touched
+    };
+    store.update_api_key(&revoked).await.unwrap();
+    let later = at + TimeDelta::minutes(2);
+    store.touch_api_key(org, env, key.id, later).await.unwrap();
+    let expected = ApiKeyRecord {
+        last_used_at: Some(later),
+        ..revoked
+    };
+    assert_eq!(
+        store.get_api_key(org, env, key.id).await.unwrap(),
+        Some(expected.clone())
+    );
+    assert_eq!(
+        store.find_api_key_by_hash(&key.key_hash).await.unwrap(),
+        Some(expected)
+    );
+
+    // Touching a key that does not exist creates nothing.
+    let ghost = KeyId::generate();
+    store.touch_api_key(org, env, ghost, later).await.unwrap();
+    assert_eq!(store.get_api_key(org, env, ghost).await.unwrap(), None);
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, None, 10).await.unwrap()),
+        vec![key.id]
+    );
+}
+
+pub async fn idempotency_lifecycle(store: Store) {
+    // Answered: the first request completes, a retry gets the stored answer.
+    let answered = scope("answered");
+    let first = in_flight(1, tomorrow());
+    assert_eq!(
+        store.idempotency_begin(&answered, &first).await.unwrap(),
+        IdempotencyBegin::Started
+    );
+    let retry = in_flight(2, tomorrow());
+    assert_eq!(
+        store.idempotency_begin(&answered, &retry).await.unwrap(),
+        IdempotencyBegin::Existing(first.clone()),
+        "a retry while in flight sees the held record"
+    );
+    let done = IdempotencyRecord {
+        response: Some(StoredResponse {
+            status: 201,
+            sealed_body: vec![0, 1, 2, 255, 254],
+        }),
+        ..first.clone()
+    };
+    store.idempotency_complete(&answered, &done).await.unwrap();
+    assert_eq!(
+        store.idempotency_begin(&answered, &retry).await.unwrap(),
+        IdempotencyBegin::Existing(done)
+    );
+
+    // Abandoned: the hold is released and the next request starts afresh.
+    let abandoned = scope("abandoned");
+    assert_eq!(
+        store.idempotency_begin(&abandoned, &first).await.unwrap(),
+        IdempotencyBegin::Started
+    );
+    store.idempotency_abandon(&abandoned).await.unwrap();
+    assert_eq!(
+        store.idempotency_begin(&abandoned, &retry).await.unwrap(),
+        IdempotencyBegin::Started
+    );
+    assert_eq!(
+        store.idempotency_begin(&abandoned, &first).await.unwrap(),
+        IdempotencyBegin::Existing(retry)
+    );
+
+    // Abandoning a scope that holds nothing is harmless.
+    store.idempotency_abandon(&scope("never")).await.unwrap();
+}
+
+pub async fn idempotency_expired_record_counts_as_absent(store: Store) {
+    let s = scope("expiring");
+    let expired = in_flight(1, time::now() - TimeDelta::seconds(1));
+    assert_eq!(
+        store.idempotency_begin(&s, &expired).await.unwrap(),
+        IdempotencyBegin::Started
+    );
+
+    let live = in_flight(2, tomorrow());
+    assert_eq!(
+        store.idempotency_begin(&s, &live).await.unwrap(),
+        IdempotencyBegin::Started,
+        "an expired record must not be replayed"
+    );
+    assert_eq!(
+        store.idempotency_begin(&s, &expired).await.unwrap(),
+        IdempotencyBegin::Existing(live)
+    );
+}
+
+pub async fn idempotency_scopes_are_independent(store: Store) {
+    let base = scope("shared-key");
+    let other_credential = IdempotencyScope {
+        credential: hash_of(KeyId::generate()),
+        ..base.clone()
+    };
+    let other_key = IdempotencyScope {
+        key: unique("shared-key"),
+        ..base.clone()
+    };
+    let expires_at = tomorrow();
+    let scopes = [&base, &other_credential, &other_key];
+    for (i, s) in scopes.iter().enumerate() {
+        let record = in_flight(i as u8, expires_at);
+        assert_eq!(
+            store.idempotency_begin(s, &record).await.unwrap(),
+            IdempotencyBegin::Started,
+            "scope {i}"
+        );
+    }
+    // Each scope holds its own record.
+    for (i, s) in scopes.iter().enumerate() {
+        assert_eq!(
+            store
+                .idempotency_begin(s, &in_flight(9, expires_at))
+                .await
+                .unwrap(),
+            IdempotencyBegin::Existing(in_flight(i as u8, expires_at)),
+            "scope {i}"
+        );
+    }
+}
+
+pub async fn concurrent_idempotency_begins_have_one_winner(store: Store) {
+    let s = scope("raced");
+    let expires_at = tomorrow();
+    let results = race(8, |i| {
+        let store = store.clone();
+        let s = s.clone();
+        async move {
+            (
+                i,
+                store
+                    .idempotency_begin(&s, &in_flight(i as u8, expires_at))
+                    .await
+                    .unwrap(),
+            )
+        }
+    })
+    .await;
+
+    let winners: Vec<usize> = results
+        .iter()
+        .filter(|(_, r)| *r == IdempotencyBegin::Started)
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one request may hold a scope: {results:?}"
+    );
+    let held = in_flight(winners[0] as u8, expires_at);
+    for (i, result) in results {
+        if i != winners[0] {
+            assert_eq!(
+                result,
+                IdempotencyBegin::Existing(held.clone()),
+                "request {i} saw another record"
+            );
+        }
+    }
+}
+
+pub async fn settings_put_if_absent(store: Store) {
+    let name = unique("setting");
+    assert_eq!(store.get_setting(&name).await.unwrap(), None);
+    let first = [0u8, 1, 2, 0xff, 0xfe];
+    assert!(store.put_setting_if_absent(&name, &first).await.unwrap());
+    assert_eq!(
+        store.get_setting(&name).await.unwrap().as_deref(),
+        Some(&first[..])
+    );
+    assert!(
+        !store.put_setting_if_absent(&name, b"second").await.unwrap(),
+        "a set setting was overwritten"
+    );
+    assert_eq!(
+        store.get_setting(&name).await.unwrap().as_deref(),
+        Some(&first[..])
+    );
+    assert_eq!(store.get_setting(&unique("setting")).await.unwrap(), None);
+}
+
+pub async fn concurrent_setting_puts_have_one_winner(store: Store) {
+    let name = unique("raced-setting");
+    let results = race(8, |i| {
+        let store = store.clone();
+        let name = name.clone();
+        async move {
+            (
+                i,
+                store
+                    .put_setting_if_absent(&name, format!("value {i}").as_bytes())
+                    .await
+                    .unwrap(),
+            )
+        }
+    })
+    .await;
+
+    let winners: Vec<usize> = results
+        .iter()
+        .filter(|(_, set)| *set)
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one put may set a setting: {results:?}"
+    );
+    let expected = format!("value {}", winners[0]).into_bytes();
+    assert_eq!(store.get_setting(&name).await.unwrap(), Some(expected));
+}

@@ -1,0 +1,663 @@
+//! The embedded backend: one fjall keyspace per CQL table in `schemas/cql/`, keys laid out as
+//! partition key then clustering key, and every acknowledged write fsynced before it returns.
+//!
+//! Layout (see `schemas/cql/README.md`): fixed-width binary key parts, so a partition is a
+//! contiguous prefix and clustering order is byte order; values are the JSON of the record types
+//! (lookup tables hold small JSON rows named like their CQL columns; settings hold the raw blob).
+//!
+//! Concurrency: the store is owned by one process (fjall also locks the directory), so a single
+//! `std::sync::Mutex` serialising read-check-write gives what ScyllaDB's lightweight transactions
+//! (`IF NOT EXISTS` / `IF EXISTS`) give the distributed backend. Every write takes it, not only
+//! the conditional ones: `touch_api_key` is a read-modify-write, and a blind `update_api_key`
+//! racing it could otherwise be undone (a revocation lost). fjall serialises commits on its
+//! journal anyway, so the mutex costs no write parallelism. Reads never take it: fjall reads
+//! see whole batches or nothing.
+
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable};
+use schemas::credential::Environment;
+use schemas::ids::{KeyId, OrgId};
+use schemas::time::Timestamp;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    ApiKeyRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
+    OrganizationRecord, Result, StoreBackend, StoreError,
+};
+
+const ORGANIZATIONS: &str = "organizations";
+const ORGANIZATIONS_BY_SLUG: &str = "organizations_by_slug";
+const API_KEYS: &str = "api_keys";
+const API_KEYS_BY_HASH: &str = "api_keys_by_hash";
+const API_KEY_IDS: &str = "api_key_ids";
+const IDEMPOTENCY_RECORDS: &str = "idempotency_records";
+const SETTINGS: &str = "settings";
+
+/// How often `idempotency_begin` sweeps expired records (ScyllaDB drops them by TTL instead).
+const IDEMPOTENCY_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// The store in a local directory (`embedded:<dir>`).
+pub struct EmbeddedStore {
+    // Behind an `Arc` so writes can move a handle into `spawn_blocking`.
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Database,
+    organizations: Keyspace,
+    organizations_by_slug: Keyspace,
+    api_keys: Keyspace,
+    api_keys_by_hash: Keyspace,
+    api_key_ids: Keyspace,
+    idempotency_records: Keyspace,
+    settings: Keyspace,
+    /// Serialises every write (see the module doc); guards only bookkeeping, not data.
+    writer: Mutex<WriterState>,
+}
+
+struct WriterState {
+    /// `None` until the first sweep, so the first `idempotency_begin` after opening sweeps.
+    last_idempotency_purge: Option<Instant>,
+}
+
+/// `organizations_by_slug`: the claim of one slug.
+#[derive(Serialize, Deserialize)]
+struct SlugRow {
+    organization_id: OrgId,
+}
+
+/// `api_keys_by_hash`: where the key holding a credential hash lives.
+#[derive(Serialize, Deserialize)]
+struct KeyHashRow {
+    organization_id: OrgId,
+    environment: Environment,
+    id: KeyId,
+}
+
+/// `api_key_ids`: where a key id lives.
+#[derive(Serialize, Deserialize)]
+struct KeyIdRow {
+    organization_id: OrgId,
+    environment: Environment,
+}
+
+/// Key encodings: partition key bytes, then clustering key bytes, each fixed-width except a
+/// final variable-length text part, so no separator is needed and prefixes never collide.
+mod key {
+    use schemas::credential::Environment;
+    use schemas::ids::{KeyId, OrgId};
+
+    use crate::{CredentialHash, IdempotencyScope};
+
+    pub fn organization(id: OrgId) -> [u8; 16] {
+        id.ulid().to_bytes()
+    }
+
+    pub fn slug(slug: &str) -> &[u8] {
+        slug.as_bytes()
+    }
+
+    fn environment(env: Environment) -> u8 {
+        match env {
+            Environment::Live => 0,
+            Environment::Test => 1,
+        }
+    }
+
+    /// The `api_keys` partition `(organization_id, environment)`: 16 + 1 bytes.
+    pub fn api_key_partition(org: OrgId, env: Environment) -> [u8; 17] {
+        let mut k = [0; 17];
+        k[..16].copy_from_slice(&org.ulid().to_bytes());
+        k[16] = environment(env);
+        k
+    }
+
+    /// Partition, then the id's ULID inverted (`u128::MAX - id`) big-endian: clustering `id DESC`,
+    /// so a forward scan of the partition yields the newest key first.
+    pub fn api_key(org: OrgId, env: Environment, id: KeyId) -> [u8; 33] {
+        let mut k = [0; 33];
+        k[..17].copy_from_slice(&api_key_partition(org, env));
+        k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+
+    pub fn api_key_hash(hash: &CredentialHash) -> [u8; 32] {
+        hash.0
+    }
+
+    pub fn api_key_id(id: KeyId) -> [u8; 16] {
+        id.ulid().to_bytes()
+    }
+
+    /// Partition `(credential_hash, idempotency_key)`: the 32-byte hash, then the key's UTF-8.
+    pub fn idempotency(scope: &IdempotencyScope) -> Vec<u8> {
+        let mut k = Vec::with_capacity(32 + scope.key.len());
+        k.extend_from_slice(&scope.credential.0);
+        k.extend_from_slice(scope.key.as_bytes());
+        k
+    }
+
+    pub fn setting(name: &str) -> &[u8] {
+        name.as_bytes()
+    }
+}
+
+fn unavailable(e: fjall::Error) -> StoreError {
+    StoreError::Unavailable(format!("embedded store: {e}"))
+}
+
+fn encode<T: Serialize>(table: &'static str, row: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(row).map_err(|e| StoreError::Corrupt {
+        table,
+        detail: format!("encoding: {e}"),
+    })
+}
+
+fn decode<T: DeserializeOwned>(table: &'static str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        table,
+        detail: e.to_string(),
+    })
+}
+
+/// Decodes the answer of a point read (from a keyspace or a snapshot).
+fn decode_row<T: DeserializeOwned>(
+    table: &'static str,
+    read: fjall::Result<Option<fjall::Slice>>,
+) -> Result<Option<T>> {
+    match read.map_err(unavailable)? {
+        Some(bytes) => decode(table, &bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `dir`. Blocking: the caller runs it off the runtime.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let db = Database::builder(dir).open().map_err(unavailable)?;
+        let keyspace = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(unavailable)
+        };
+        let inner = Inner {
+            organizations: keyspace(ORGANIZATIONS)?,
+            organizations_by_slug: keyspace(ORGANIZATIONS_BY_SLUG)?,
+            api_keys: keyspace(API_KEYS)?,
+            api_keys_by_hash: keyspace(API_KEYS_BY_HASH)?,
+            api_key_ids: keyspace(API_KEY_IDS)?,
+            idempotency_records: keyspace(IDEMPOTENCY_RECORDS)?,
+            settings: keyspace(SETTINGS)?,
+            writer: Mutex::new(WriterState {
+                last_idempotency_purge: None,
+            }),
+            db,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Runs `op` on a blocking thread holding the writer mutex, so neither the lock wait nor the
+    /// fsync inside it stalls the async runtime.
+    async fn write<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&Inner, &mut WriterState) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            // A panic while holding the lock cannot have left data half-written (writes are
+            // atomic batches), and the guarded state is only bookkeeping, so poison is ignored.
+            let mut state = inner.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            op(&inner, &mut state)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("embedded store writer: {e}")))?
+    }
+}
+
+impl Inner {
+    /// A batch that is fsynced (journal data and metadata) before `commit` returns, and applied
+    /// to the memtables only after that: a reader never sees a write that a crash could lose.
+    fn batch(&self) -> OwnedWriteBatch {
+        self.db.batch().durability(Some(PersistMode::SyncAll))
+    }
+
+    fn contains(&self, keyspace: &Keyspace, key: &[u8]) -> Result<bool> {
+        keyspace.contains_key(key).map_err(unavailable)
+    }
+
+    fn get_api_key(&self, org: OrgId, env: Environment, id: KeyId) -> Result<Option<ApiKeyRecord>> {
+        decode_row(API_KEYS, self.api_keys.get(key::api_key(org, env, id)))
+    }
+
+    /// Adds a new key's row and both lookup rows to `batch`, after checking (under the writer
+    /// mutex) that neither its id nor its hash is taken.
+    fn insert_new_api_key(&self, batch: &mut OwnedWriteBatch, key: &ApiKeyRecord) -> Result<()> {
+        if self.contains(&self.api_key_ids, &key::api_key_id(key.id))? {
+            return Err(StoreError::Conflict(format!(
+                "api key id {} exists",
+                key.id
+            )));
+        }
+        if self.contains(&self.api_keys_by_hash, &key::api_key_hash(&key.key_hash))? {
+            return Err(StoreError::Conflict(
+                "api key credential hash exists".into(),
+            ));
+        }
+        let hash_row = KeyHashRow {
+            organization_id: key.organization_id,
+            environment: key.environment,
+            id: key.id,
+        };
+        let id_row = KeyIdRow {
+            organization_id: key.organization_id,
+            environment: key.environment,
+        };
+        batch.insert(
+            &self.api_keys,
+            key::api_key(key.organization_id, key.environment, key.id),
+            encode(API_KEYS, key)?,
+        );
+        batch.insert(
+            &self.api_keys_by_hash,
+            key::api_key_hash(&key.key_hash),
+            encode(API_KEYS_BY_HASH, &hash_row)?,
+        );
+        batch.insert(
+            &self.api_key_ids,
+            key::api_key_id(key.id),
+            encode(API_KEY_IDS, &id_row)?,
+        );
+        Ok(())
+    }
+
+    /// Deletes idempotency records past their expiry. Nothing reads them (begin treats them as
+    /// absent), so this only bounds the table's size; the deletes ride on the next synced batch.
+    fn purge_expired_idempotency(&self, now: Timestamp) -> Result<()> {
+        let mut batch = self.db.batch();
+        for guard in self.idempotency_records.iter() {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            let record: IdempotencyRecord = decode(IDEMPOTENCY_RECORDS, &v)?;
+            if record.expires_at <= now {
+                batch.remove(&self.idempotency_records, k);
+            }
+        }
+        batch.commit().map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl StoreBackend for EmbeddedStore {
+    async fn ping(&self) -> Result<()> {
+        // A database whose fsync once failed is poisoned and refuses writes; `persist` reports
+        // that, where a read would not.
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            inner.db.persist(PersistMode::Buffer).map_err(unavailable)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("embedded store ping: {e}")))?
+    }
+
+    async fn create_organization(&self, org: &OrganizationRecord) -> Result<()> {
+        let org = org.clone();
+        self.write(move |db, _| {
+            if db.contains(&db.organizations_by_slug, key::slug(&org.slug))? {
+                return Err(StoreError::Conflict(format!(
+                    "organization slug `{}` is taken",
+                    org.slug
+                )));
+            }
+            if db.contains(&db.organizations, &key::organization(org.id))? {
+                return Err(StoreError::Conflict(format!(
+                    "organization {} exists",
+                    org.id
+                )));
+            }
+            let mut batch = db.batch();
+            batch.insert(
+                &db.organizations,
+                key::organization(org.id),
+                encode(ORGANIZATIONS, &org)?,
+            );
+            batch.insert(
+                &db.organizations_by_slug,
+                key::slug(&org.slug),
+                encode(
+                    ORGANIZATIONS_BY_SLUG,
+                    &SlugRow {
+                        organization_id: org.id,
+                    },
+                )?,
+            );
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
+        let db = &self.inner;
+        decode_row(ORGANIZATIONS, db.organizations.get(key::organization(id)))
+    }
+
+    async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>> {
+        let db = &self.inner;
+        // Both reads from one snapshot, so they agree with each other.
+        let snapshot = db.db.snapshot();
+        let Some(claim) = decode_row::<SlugRow>(
+            ORGANIZATIONS_BY_SLUG,
+            snapshot.get(&db.organizations_by_slug, key::slug(slug)),
+        )?
+        else {
+            return Ok(None);
+        };
+        match decode_row(
+            ORGANIZATIONS,
+            snapshot.get(&db.organizations, key::organization(claim.organization_id)),
+        )? {
+            Some(org) => Ok(Some(org)),
+            // The claim and the row are written in one batch, so a dangling claim is damage.
+            None => Err(StoreError::Corrupt {
+                table: ORGANIZATIONS_BY_SLUG,
+                detail: format!(
+                    "slug `{slug}` names missing organization {}",
+                    claim.organization_id
+                ),
+            }),
+        }
+    }
+
+    /// Replaces name, status and updated_at of an existing row. A missing row is left missing
+    /// (no upsert): creating happens only through `create_organization`, which claims the slug.
+    async fn update_organization(&self, org: &OrganizationRecord) -> Result<()> {
+        let org = org.clone();
+        self.write(move |db, _| {
+            let k = key::organization(org.id);
+            let Some(mut stored) =
+                decode_row::<OrganizationRecord>(ORGANIZATIONS, db.organizations.get(k))?
+            else {
+                return Ok(());
+            };
+            stored.name = org.name;
+            stored.status = org.status;
+            stored.updated_at = org.updated_at;
+            let mut batch = db.batch();
+            batch.insert(&db.organizations, k, encode(ORGANIZATIONS, &stored)?);
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let key = key.clone();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            db.insert_new_api_key(&mut batch, &key)?;
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_api_key(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: KeyId,
+    ) -> Result<Option<ApiKeyRecord>> {
+        self.inner.get_api_key(org, env, id)
+    }
+
+    async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>> {
+        let db = &self.inner;
+        let row: Option<KeyIdRow> =
+            decode_row(API_KEY_IDS, db.api_key_ids.get(key::api_key_id(id)))?;
+        Ok(row.map(|r| (r.organization_id, r.environment)))
+    }
+
+    async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>> {
+        let db = &self.inner;
+        let snapshot = db.db.snapshot();
+        let Some(at) = decode_row::<KeyHashRow>(
+            API_KEYS_BY_HASH,
+            snapshot.get(&db.api_keys_by_hash, key::api_key_hash(hash)),
+        )?
+        else {
+            return Ok(None);
+        };
+        match decode_row(
+            API_KEYS,
+            snapshot.get(
+                &db.api_keys,
+                key::api_key(at.organization_id, at.environment, at.id),
+            ),
+        )? {
+            Some(record) => Ok(Some(record)),
+            None => Err(StoreError::Corrupt {
+                table: API_KEYS_BY_HASH,
+                detail: format!("credential hash names missing api key {}", at.id),
+            }),
+        }
+    }
+
+    async fn list_api_keys(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<KeyId>,
+        limit: usize,
+    ) -> Result<Vec<ApiKeyRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let partition = key::api_key_partition(org, env);
+        // The partition's keys all begin with `partition`; its upper bound is the prefix with its
+        // last byte (the environment tag, 0 or 1) incremented, which cannot overflow.
+        let mut end = partition;
+        end[16] += 1;
+        let start = match after {
+            // Keys sort newest first, so "older than `after`" is "after its key".
+            Some(after) => Bound::Excluded(key::api_key(org, env, after).to_vec()),
+            None => Bound::Included(partition.to_vec()),
+        };
+        let mut keys = Vec::with_capacity(limit.min(1024));
+        for guard in self
+            .inner
+            .api_keys
+            .range((start, Bound::Excluded(end.to_vec())))
+            .take(limit)
+        {
+            let value = guard.value().map_err(unavailable)?;
+            keys.push(decode(API_KEYS, &value)?);
+        }
+        Ok(keys)
+    }
+
+    /// Replaces an existing key row; the row's identity (organization, environment, id) and its
+    /// credential hash are kept as stored, so the lookup rows can never dangle. A missing row is
+    /// left missing (no upsert).
+    async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let mut key = key.clone();
+        self.write(move |db, _| {
+            let Some(stored) = db.get_api_key(key.organization_id, key.environment, key.id)? else {
+                return Ok(());
+            };
+            key.key_hash = stored.key_hash;
+            let mut batch = db.batch();
+            batch.insert(
+                &db.api_keys,
+                key::api_key(key.organization_id, key.environment, key.id),
+                encode(API_KEYS, &key)?,
+            );
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    /// One batch: the rotated old row, the replacement row and its two lookup rows. `Conflict`
+    /// if the old key does not exist (a replacement for nothing would be a key nobody rotated)
+    /// or if the replacement's id or hash is taken.
+    async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
+        let mut old = old.clone();
+        let replacement = replacement.clone();
+        self.write(move |db, _| {
+            let Some(stored) = db.get_api_key(old.organization_id, old.environment, old.id)? else {
+                return Err(StoreError::Conflict(format!(
+                    "api key {} does not exist",
+                    old.id
+                )));
+            };
+            old.key_hash = stored.key_hash;
+            let mut batch = db.batch();
+            batch.insert(
+                &db.api_keys,
+                key::api_key(old.organization_id, old.environment, old.id),
+                encode(API_KEYS, &old)?,
+            );
+            db.insert_new_api_key(&mut batch, &replacement)?;
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    /// Read-modify-write of `last_used_at` under the writer mutex, which every other write of
+    /// the row also holds: nothing written in between is overwritten. A missing key stays missing.
+    async fn touch_api_key(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: KeyId,
+        at: Timestamp,
+    ) -> Result<()> {
+        self.write(move |db, _| {
+            let Some(mut stored) = db.get_api_key(org, env, id)? else {
+                return Ok(());
+            };
+            stored.last_used_at = Some(at);
+            let mut batch = db.batch();
+            batch.insert(
+                &db.api_keys,
+                key::api_key(org, env, id),
+                encode(API_KEYS, &stored)?,
+            );
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn idempotency_begin(
+        &self,
+        scope: &IdempotencyScope,
+        record: &IdempotencyRecord,
+    ) -> Result<IdempotencyBegin> {
+        let k = key::idempotency(scope);
+        let record = record.clone();
+        self.write(move |db, state| {
+            let now = chrono::Utc::now();
+            if state
+                .last_idempotency_purge
+                .is_none_or(|at| at.elapsed() >= IDEMPOTENCY_PURGE_INTERVAL)
+            {
+                db.purge_expired_idempotency(now)?;
+                state.last_idempotency_purge = Some(Instant::now());
+            }
+            let existing: Option<IdempotencyRecord> =
+                decode_row(IDEMPOTENCY_RECORDS, db.idempotency_records.get(&k))?;
+            // An expired record counts as absent (ScyllaDB's TTL would have removed it).
+            if let Some(existing) = existing.filter(|r| r.expires_at > now) {
+                return Ok(IdempotencyBegin::Existing(existing));
+            }
+            let mut batch = db.batch();
+            batch.insert(
+                &db.idempotency_records,
+                k,
+                encode(IDEMPOTENCY_RECORDS, &record)?,
+            );
+            batch.commit().map_err(unavailable)?;
+            Ok(IdempotencyBegin::Started)
+        })
+        .await
+    }
+
+    async fn idempotency_complete(
+        &self,
+        scope: &IdempotencyScope,
+        record: &IdempotencyRecord,
+    ) -> Result<()> {
+        let k = key::idempotency(scope);
+        let record = record.clone();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            batch.insert(
+                &db.idempotency_records,
+                k,
+                encode(IDEMPOTENCY_RECORDS, &record)?,
+            );
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()> {
+        let k = key::idempotency(scope);
+        // Synced like any write: a lost release would block the client's retries until expiry.
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            batch.remove(&db.idempotency_records, k);
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let value = self
+            .inner
+            .settings
+            .get(key::setting(name))
+            .map_err(unavailable)?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool> {
+        let name = name.to_owned();
+        let value = value.to_vec();
+        self.write(move |db, _| {
+            if db.contains(&db.settings, key::setting(&name))? {
+                return Ok(false);
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.settings, key::setting(&name), value);
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newer_keys_sort_first_within_a_partition() {
+        let org = OrgId::generate();
+        // Sorted: ids from one millisecond are not generated in order.
+        let (older, newer) = {
+            let (x, y) = (KeyId::generate(), KeyId::generate());
+            (x.min(y), x.max(y))
+        };
+        let (a, b) = (
+            key::api_key(org, Environment::Live, newer),
+            key::api_key(org, Environment::Live, older),
+        );
+        assert!(a < b, "the newer key must come first in byte order");
+        let partition = key::api_key_partition(org, Environment::Live);
+        assert!(a.starts_with(&partition) && b.starts_with(&partition));
+        assert!(!key::api_key(org, Environment::Test, newer).starts_with(&partition));
+    }
+}
