@@ -103,6 +103,7 @@ pub async fn idempotent_posts(
                 return ApiError::internal("idempotency", "stored response failed to open")
                     .into_response();
             };
+            let body = with_current_request_id(body);
             let mut response = (
                 StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
                 body,
@@ -152,4 +153,20 @@ pub async fn idempotent_posts(
         .headers
         .insert("idempotent-replayed", HeaderValue::from_static("false"));
     Response::from_parts(parts, Body::from(body))
+}
+
+/// A replayed body names the request that replayed it, as its `X-Request-Id` does, so the id in
+/// hand always finds this request's log lines.
+fn with_current_request_id(body: Vec<u8>) -> Vec<u8> {
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return body;
+    };
+    let id = serde_json::Value::String(crate::context::request_id().to_string());
+    if let Some(meta) = value.get_mut("meta").and_then(|m| m.as_object_mut()) {
+        meta.insert("request_id".into(), id.clone());
+    }
+    if let Some(error) = value.get_mut("error").and_then(|e| e.as_object_mut()) {
+        error.insert("request_id".into(), id);
+    }
+    serde_json::to_vec(&value).unwrap_or(body)
 }

@@ -4,8 +4,22 @@
 use std::fmt;
 use std::str::FromStr;
 
+use std::sync::{LazyLock, Mutex};
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use ulid::Ulid;
+use ulid::{Generator, Ulid};
+
+/// One monotonic generator for the process: ids made within the same millisecond still sort in
+/// the order they were made, so "newest first" lists are exact.
+static GENERATOR: LazyLock<Mutex<Generator>> = LazyLock::new(|| Mutex::new(Generator::new()));
+
+/// A fresh ULID, after every ULID this process generated before it.
+pub fn next_ulid() -> Ulid {
+    let mut generator = GENERATOR.lock().unwrap_or_else(|p| p.into_inner());
+    // The random part overflows only after 2^80 ids in one millisecond; fall back to a fresh,
+    // unordered ULID rather than fail.
+    generator.generate().unwrap_or_else(|_| Ulid::generate())
+}
 
 /// The alphabet of the interface's ids: Crockford base32, lowercase.
 pub const ID_ALPHABET: &str = "0123456789abcdefghjkmnpqrstvwxyz";
@@ -61,7 +75,7 @@ macro_rules! ulid_id {
 
             /// A fresh id, ordered after every id generated before it in this process.
             pub fn generate() -> Self {
-                Self(Ulid::generate())
+                Self(next_ulid())
             }
 
             pub fn from_ulid(ulid: Ulid) -> Self {
@@ -125,6 +139,18 @@ ulid_id!(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn ids_made_in_a_row_sort_in_order() {
+        let ids: Vec<KeyId> = (0..1000).map(|_| KeyId::generate()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+        let strings: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        let mut sorted_strings = strings.clone();
+        sorted_strings.sort();
+        assert_eq!(strings, sorted_strings, "text order is id order");
+    }
 
     #[test]
     fn display_round_trips() {

@@ -50,8 +50,14 @@ macro_rules! store_conformance_suite {
             api_key_list_is_isolated_per_organization_and_environment,
             api_key_update_replaces_the_row,
             api_key_update_of_missing_row_creates_nothing,
+            api_key_update_keeps_a_revocation,
+            api_key_update_keeps_the_later_last_used_at,
+            concurrent_stale_updates_cannot_undo_a_revocation,
             api_key_rotation_stores_both_keys,
             api_key_rotation_of_missing_key_writes_nothing,
+            api_key_rotation_of_revoked_key_writes_nothing,
+            api_key_rotation_of_rotated_key_writes_nothing,
+            concurrent_rotations_of_one_key_have_one_winner,
             api_key_touch_changes_only_last_used_at,
             idempotency_lifecycle,
             idempotency_expired_record_counts_as_absent,
@@ -176,6 +182,50 @@ fn assert_conflict<T: Debug>(result: Result<T>, what: &str) {
         Err(StoreError::Conflict(_)) => {}
         other => panic!("{what}: expected Conflict, got {other:?}"),
     }
+}
+
+/// Asserts that `key` was not written: no row, no lookup rows.
+async fn assert_no_key(store: &Store, key: &ApiKeyRecord, what: &str) {
+    assert_eq!(
+        store
+            .get_api_key(key.organization_id, key.environment, key.id)
+            .await
+            .unwrap(),
+        None,
+        "{what}: the row was written"
+    );
+    assert_eq!(
+        store.locate_api_key(key.id).await.unwrap(),
+        None,
+        "{what}: the id lookup row was written"
+    );
+    assert_eq!(
+        store.find_api_key_by_hash(&key.key_hash).await.unwrap(),
+        None,
+        "{what}: the hash lookup row was written"
+    );
+}
+
+/// Asserts that the stored row of `key` (by primary key and by hash) is `expected`.
+async fn assert_stored(store: &Store, expected: &ApiKeyRecord, what: &str) {
+    assert_eq!(
+        store
+            .get_api_key(expected.organization_id, expected.environment, expected.id)
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(expected),
+        "{what}"
+    );
+    assert_eq!(
+        store
+            .find_api_key_by_hash(&expected.key_hash)
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(expected),
+        "{what} (by hash)"
+    );
 }
 
 fn ids(keys: &[ApiKeyRecord]) -> Vec<KeyId> {
@@ -689,6 +739,144 @@ pub async fn api_key_update_of_missing_row_creates_nothing(store: Store) {
     );
 }
 
+pub async fn api_key_update_keeps_a_revocation(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    let t = time::now();
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(t),
+        ..key.clone()
+    };
+    store.update_api_key(&revoked).await.unwrap();
+    assert_stored(&store, &revoked, "a revocation is written").await;
+
+    // A copy read before the revocation: its other columns are written, the revocation stays.
+    let stale = ApiKeyRecord {
+        name: "renamed from a stale copy".into(),
+        scopes: vec![Scope::ApiKeysRead],
+        ..key.clone()
+    };
+    assert_eq!(stale.revoked_at, None);
+    store.update_api_key(&stale).await.unwrap();
+    let expected = ApiKeyRecord {
+        revoked_at: Some(t),
+        ..stale
+    };
+    assert_stored(&store, &expected, "an update must not clear a revocation").await;
+
+    // Nor can the revocation time be moved, later or earlier.
+    for moved in [t + TimeDelta::hours(1), t - TimeDelta::hours(1)] {
+        let re_revoked = ApiKeyRecord {
+            revoked_at: Some(moved),
+            ..expected.clone()
+        };
+        store.update_api_key(&re_revoked).await.unwrap();
+        assert_stored(&store, &expected, "an update must not move a revocation").await;
+    }
+}
+
+pub async fn api_key_update_keeps_the_later_last_used_at(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Test;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    let t = time::now();
+    store.touch_api_key(org, env, key.id, t).await.unwrap();
+
+    // A copy read before the touch (`None`) or holding an older touch cannot roll it back.
+    for (stale_used, name) in [
+        (None, "stale none"),
+        (Some(t - TimeDelta::minutes(5)), "stale older"),
+    ] {
+        let stale = ApiKeyRecord {
+            name: name.into(),
+            last_used_at: stale_used,
+            ..key.clone()
+        };
+        store.update_api_key(&stale).await.unwrap();
+        assert_stored(
+            &store,
+            &ApiKeyRecord {
+                last_used_at: Some(t),
+                ..stale
+            },
+            "an update must not roll back last_used_at",
+        )
+        .await;
+    }
+
+    // A later value is written.
+    let later = t + TimeDelta::minutes(2);
+    let newer = ApiKeyRecord {
+        name: "newer".into(),
+        last_used_at: Some(later),
+        ..key.clone()
+    };
+    store.update_api_key(&newer).await.unwrap();
+    assert_stored(&store, &newer, "a later last_used_at is written").await;
+
+    // The rotated old row follows the same rule.
+    let replacement = api_key(org, env, KeyId::generate());
+    let rotated = ApiKeyRecord {
+        rotated_at: Some(later),
+        grace_expires_at: Some(later + TimeDelta::hours(24)),
+        replaced_by: Some(replacement.id),
+        last_used_at: Some(t),
+        ..newer.clone()
+    };
+    store.rotate_api_key(&rotated, &replacement).await.unwrap();
+    assert_stored(
+        &store,
+        &ApiKeyRecord {
+            last_used_at: Some(later),
+            ..rotated
+        },
+        "a rotation must not roll back last_used_at",
+    )
+    .await;
+    assert_stored(&store, &replacement, "the replacement is written").await;
+}
+
+pub async fn concurrent_stale_updates_cannot_undo_a_revocation(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    // One revocation races seven updates from copies read before it.
+    let t = time::now();
+    let results = race(8, |i| {
+        let store = store.clone();
+        let copy = if i == 0 {
+            ApiKeyRecord {
+                revoked_at: Some(t),
+                ..key.clone()
+            }
+        } else {
+            ApiKeyRecord {
+                name: format!("stale {i}"),
+                ..key.clone()
+            }
+        };
+        async move { store.update_api_key(&copy).await }
+    })
+    .await;
+    for result in results {
+        result.expect("update");
+    }
+
+    let stored = store.get_api_key(org, env, key.id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.revoked_at,
+        Some(t),
+        "a racing stale update undid the revocation: {stored:?}"
+    );
+}
+
 pub async fn api_key_rotation_stores_both_keys(store: Store) {
     let org = OrgId::generate();
     let env = Environment::Live;
@@ -733,7 +921,7 @@ pub async fn api_key_rotation_stores_both_keys(store: Store) {
     );
     // Newest (greatest id) first; two ids from one millisecond may come in either order.
     let mut expected = vec![replacement, rotated];
-    expected.sort_by(|x, y| y.id.cmp(&x.id));
+    expected.sort_by_key(|k| std::cmp::Reverse(k.id));
     assert_eq!(
         store.list_api_keys(org, env, None, 10).await.unwrap(),
         expected
@@ -772,11 +960,124 @@ pub async fn api_key_rotation_of_missing_key_writes_nothing(store: Store) {
     );
 }
 
+/// The old row's half of a rotation to `replacement`, made from the caller's copy `old`.
+fn rotation_of(old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> ApiKeyRecord {
+    let now = time::now();
+    ApiKeyRecord {
+        rotated_at: Some(now),
+        grace_expires_at: Some(now + TimeDelta::hours(24)),
+        replaced_by: Some(replacement.id),
+        ..old.clone()
+    }
+}
+
+pub async fn api_key_rotation_of_revoked_key_writes_nothing(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(time::now()),
+        ..key.clone()
+    };
+    store.update_api_key(&revoked).await.unwrap();
+
+    // The rotating caller read the key before the revocation.
+    let replacement = api_key(org, env, KeyId::generate());
+    assert_conflict(
+        store
+            .rotate_api_key(&rotation_of(&key, &replacement), &replacement)
+            .await,
+        "rotating a revoked key",
+    );
+    assert_stored(&store, &revoked, "the revoked key is unchanged").await;
+    assert_no_key(&store, &replacement, "the replacement of a revoked key").await;
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, None, 10).await.unwrap()),
+        vec![key.id]
+    );
+}
+
+pub async fn api_key_rotation_of_rotated_key_writes_nothing(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Test;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+    let first = api_key(org, env, KeyId::generate());
+    let rotated = rotation_of(&key, &first);
+    store.rotate_api_key(&rotated, &first).await.unwrap();
+
+    // A second rotation from a copy read before the first.
+    let second = api_key(org, env, KeyId::generate());
+    assert_conflict(
+        store
+            .rotate_api_key(&rotation_of(&key, &second), &second)
+            .await,
+        "rotating an already rotated key",
+    );
+    assert_stored(&store, &rotated, "the first rotation stands").await;
+    assert_stored(&store, &first, "the first replacement stands").await;
+    assert_no_key(&store, &second, "the second replacement").await;
+
+    // The replacement itself can be rotated.
+    let third = api_key(org, env, KeyId::generate());
+    store
+        .rotate_api_key(&rotation_of(&first, &third), &third)
+        .await
+        .expect("rotating the replacement");
+    assert_stored(&store, &third, "the replacement's replacement").await;
+}
+
+pub async fn concurrent_rotations_of_one_key_have_one_winner(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    let results = race(8, |_| {
+        let store = store.clone();
+        let replacement = api_key(org, env, KeyId::generate());
+        let old = rotation_of(&key, &replacement);
+        async move {
+            let result = store.rotate_api_key(&old, &replacement).await;
+            (replacement, result)
+        }
+    })
+    .await;
+
+    let winners: Vec<KeyId> = results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(k, _)| k.id)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one rotation of a key succeeds: {results:?}"
+    );
+    for (replacement, result) in results {
+        if replacement.id != winners[0] {
+            assert_conflict(result, "a losing rotation");
+            assert_no_key(&store, &replacement, "a losing rotation's replacement").await;
+        }
+    }
+    let stored = store.get_api_key(org, env, key.id).await.unwrap().unwrap();
+    assert_eq!(stored.replaced_by, Some(winners[0]));
+    let mut expected = vec![key.id, winners[0]];
+    expected.sort_by(|x, y| y.cmp(x));
+    assert_eq!(
+        ids(&store.list_api_keys(org, env, None, 100).await.unwrap()),
+        expected
+    );
+}
+
 pub async fn api_key_touch_changes_only_last_used_at(store: Store) {
     let org = OrgId::generate();
     let env = Environment::Test;
+    // Not yet revoked: the case revokes it below.
     let key = ApiKeyRecord {
         last_used_at: None,
+        revoked_at: None,
         ..fully_populated_key(org, env)
     };
     store.create_api_key(&key).await.unwrap();

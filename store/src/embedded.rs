@@ -480,7 +480,8 @@ impl StoreBackend for EmbeddedStore {
 
     /// Replaces an existing key row; the row's identity (organization, environment, id) and its
     /// credential hash are kept as stored, so the lookup rows can never dangle. A missing row is
-    /// left missing (no upsert).
+    /// left missing (no upsert). A stored revocation is kept and `last_used_at` only moves
+    /// forward (see the trait); the writer mutex makes the read and the write one step.
     async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
         let mut key = key.clone();
         self.write(move |db, _| {
@@ -488,6 +489,10 @@ impl StoreBackend for EmbeddedStore {
                 return Ok(());
             };
             key.key_hash = stored.key_hash;
+            if stored.revoked_at.is_some() {
+                key.revoked_at = stored.revoked_at;
+            }
+            key.last_used_at = key.last_used_at.max(stored.last_used_at);
             let mut batch = db.batch();
             batch.insert(
                 &db.api_keys,
@@ -500,8 +505,9 @@ impl StoreBackend for EmbeddedStore {
     }
 
     /// One batch: the rotated old row, the replacement row and its two lookup rows. `Conflict`
-    /// if the old key does not exist (a replacement for nothing would be a key nobody rotated)
-    /// or if the replacement's id or hash is taken.
+    /// if the old key does not exist (a replacement for nothing would be a key nobody rotated),
+    /// is revoked or was already rotated (checked on the stored row, under the writer mutex, so
+    /// a racing revocation or rotation is seen), or if the replacement's id or hash is taken.
     async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
         let mut old = old.clone();
         let replacement = replacement.clone();
@@ -512,7 +518,20 @@ impl StoreBackend for EmbeddedStore {
                     old.id
                 )));
             };
+            if stored.revoked_at.is_some() {
+                return Err(StoreError::Conflict(format!(
+                    "api key {} is revoked",
+                    old.id
+                )));
+            }
+            if let Some(by) = stored.replaced_by {
+                return Err(StoreError::Conflict(format!(
+                    "api key {} was already rotated (replaced by {by})",
+                    old.id
+                )));
+            }
             old.key_hash = stored.key_hash;
+            old.last_used_at = old.last_used_at.max(stored.last_used_at);
             let mut batch = db.batch();
             batch.insert(
                 &db.api_keys,

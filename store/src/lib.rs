@@ -70,9 +70,24 @@ pub trait StoreBackend: Send + Sync + 'static {
         after: Option<KeyId>,
         limit: usize,
     ) -> Result<Vec<ApiKeyRecord>>;
-    /// Replaces an existing key row (its id and hash are unchanged).
+    /// Replaces an existing key row (its id and hash are unchanged); a missing row stays missing.
+    ///
+    /// Two columns are merged with the stored row rather than replaced, atomically with the
+    /// write, so a caller's stale copy cannot undo a concurrent write:
+    /// - revocation is sticky: if the stored `revoked_at` is `Some(t)`, the written row keeps
+    ///   `Some(t)` whatever the caller passed (a key is never un-revoked, nor its time moved);
+    ///   while it is `None`, the caller's value is written;
+    /// - `last_used_at` is the later of the stored and the given value (`None` counts as
+    ///   earliest), so an update cannot roll back a concurrent `touch_api_key`.
     async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
     /// Stores the rotated old key and its replacement together, or neither.
+    ///
+    /// `Conflict`, writing nothing, if the old key does not exist, if the stored old row is
+    /// revoked or already has `replaced_by` set (a rotation racing a revocation or another
+    /// rotation must neither resurrect the key nor rotate it twice: of concurrent rotations of
+    /// one key, exactly one succeeds), or if the replacement's id or hash is taken. The check
+    /// and the write are one atomic step. As in `update_api_key`, the old row keeps the later
+    /// of the stored and the given `last_used_at`.
     async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()>;
     /// Writes `last_used_at` only, so it cannot undo a concurrent revocation.
     async fn touch_api_key(

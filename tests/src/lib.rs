@@ -1,1 +1,298 @@
+//! The black-box test kit: starts the whole service in-process on port 0 with a fresh data dir
+//! (or a given one, to test restarts) and talks to it over real HTTP, asserting statuses and the
+//! error envelope.
 
+use std::path::{Path, PathBuf};
+
+use reqwest::Method;
+use reqwest::header::HeaderMap;
+use serde::Deserialize;
+use serde_json::Value;
+use tempfile::TempDir;
+use vigil::config::ServeArgs;
+use vigil::server::RunningServer;
+
+pub use serde_json::json;
+
+/// The development organization's keys, as `credentials.json` holds them.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DevKeys {
+    pub secret_live: String,
+    pub secret_test: String,
+    pub publishable_live: String,
+    pub publishable_test: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct DevCredentials {
+    pub organization: Value,
+    pub keys: DevKeys,
+}
+
+impl DevCredentials {
+    pub fn org_id(&self) -> &str {
+        self.organization["id"].as_str().expect("organization id")
+    }
+}
+
+pub struct TestServer {
+    pub base: String,
+    pub running: Option<RunningServer>,
+    pub dir: PathBuf,
+    _temp: Option<TempDir>,
+    pub creds: DevCredentials,
+    pub client: reqwest::Client,
+    configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>,
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Resp {
+    /// Asserts the status and returns `data`.
+    #[track_caller]
+    pub fn ok(&self, status: u16) -> &Value {
+        assert_eq!(
+            self.status, status,
+            "unexpected status; body: {}",
+            self.body
+        );
+        assert!(
+            self.body["meta"]["request_id"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("req_")),
+            "meta.request_id: {}",
+            self.body
+        );
+        &self.body["data"]
+    }
+
+    /// Asserts an error envelope with this status and code, and returns `error`.
+    #[track_caller]
+    pub fn err(&self, status: u16, code: &str) -> &Value {
+        assert_eq!(
+            self.status, status,
+            "unexpected status; body: {}",
+            self.body
+        );
+        let e = &self.body["error"];
+        assert_eq!(e["code"], code, "unexpected code; body: {}", self.body);
+        assert_eq!(e["status"], status);
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(e["retryable"].is_boolean());
+        assert!(
+            e["docs_url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("http"))
+        );
+        let rid = e["request_id"].as_str().expect("error.request_id");
+        assert!(rid.starts_with("req_"));
+        assert_eq!(
+            self.header("x-request-id").as_deref(),
+            Some(rid),
+            "X-Request-Id matches error.request_id"
+        );
+        e
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    /// `details.fields[].name` of a 422.
+    pub fn field_names(&self) -> Vec<String> {
+        self.body["error"]["details"]["fields"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A request being built.
+pub struct Call<'a> {
+    server: &'a TestServer,
+    req: reqwest::RequestBuilder,
+}
+
+impl Call<'_> {
+    pub fn key(mut self, key: &str) -> Self {
+        self.req = self.req.bearer_auth(key);
+        self
+    }
+
+    pub fn json(mut self, body: Value) -> Self {
+        self.req = self.req.json(&body);
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.req = self.req.header(name, value);
+        self
+    }
+
+    pub fn raw_body(mut self, content_type: &str, body: impl Into<reqwest::Body>) -> Self {
+        self.req = self.req.header("content-type", content_type).body(body);
+        self
+    }
+
+    pub async fn send(self) -> Resp {
+        let _ = self.server;
+        let r = self.req.send().await.expect("request reaches the server");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let bytes = r.bytes().await.expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+impl TestServer {
+    /// A server with default settings on a fresh data dir.
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A server on a fresh data dir, with settings changed by `configure`.
+    pub async fn start_with(configure: impl Fn(&mut ServeArgs) + Send + Sync + 'static) -> Self {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let mut s = Self::start_in(&dir, Box::new(configure)).await;
+        s._temp = Some(temp);
+        s
+    }
+
+    async fn start_in(dir: &Path, configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>) -> Self {
+        // One TLS provider for the process: the server's and the client's rustls agree on ring.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut args = ServeArgs::for_tests(dir.to_path_buf());
+        // Tests make many requests without a key from one address; the IP limit has its own test.
+        args.anonymous_rate_limit = 100_000;
+        configure(&mut args);
+        let running = vigil::server::start(args).await.expect("server starts");
+        let creds: DevCredentials = serde_json::from_slice(
+            &std::fs::read(dir.join("credentials.json")).expect("credentials.json"),
+        )
+        .expect("credentials parse");
+        TestServer {
+            base: format!("http://{}", running.addr),
+            running: Some(running),
+            dir: dir.to_path_buf(),
+            _temp: None,
+            creds,
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("client"),
+            configure,
+        }
+    }
+
+    /// Stops the server (finishing requests in flight) and starts it again on the same data.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let temp = self._temp.take();
+        let configure = std::mem::replace(&mut self.configure, Box::new(|_| {}));
+        let mut next = Self::start_in(&self.dir.clone(), configure).await;
+        next._temp = temp;
+        *self = next;
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop().await.expect("server stops cleanly");
+        }
+    }
+
+    pub fn store(&self) -> &store::Store {
+        &self.running.as_ref().expect("running").store
+    }
+
+    pub fn call(&self, method: Method, path: &str) -> Call<'_> {
+        Call {
+            server: self,
+            req: self
+                .client
+                .request(method, format!("{}{}", self.base, path)),
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Call<'_> {
+        self.call(Method::GET, path)
+    }
+
+    pub fn post(&self, path: &str) -> Call<'_> {
+        self.call(Method::POST, path)
+    }
+
+    pub fn patch(&self, path: &str) -> Call<'_> {
+        self.call(Method::PATCH, path)
+    }
+
+    pub fn delete(&self, path: &str) -> Call<'_> {
+        self.call(Method::DELETE, path)
+    }
+
+    pub fn org_path(&self) -> String {
+        format!("/v1/organizations/{}", self.creds.org_id())
+    }
+
+    /// Creates a key in the development organization with the live secret key (or the key given).
+    pub async fn create_key(&self, with: &str, body: Value) -> Value {
+        let r = self
+            .post(&format!("{}/api-keys", self.org_path()))
+            .key(with)
+            .json(body)
+            .send()
+            .await;
+        r.ok(201).clone()
+    }
+
+    /// A second organization with its own keys, created the way `vigil bootstrap` does.
+    pub async fn second_organization(&self, slug: &str) -> DevCredentials {
+        let running = self.running.as_ref().expect("running");
+        let out = admin_bootstrap(&running.store, &running.secret, slug).await;
+        serde_json::from_value(out).expect("bootstrap output")
+    }
+}
+
+async fn admin_bootstrap(
+    store: &store::Store,
+    secret: &edge_secret::ServerSecret,
+    slug: &str,
+) -> Value {
+    let out = vigil_admin::bootstrap::bootstrap(store, secret, "Second", slug)
+        .await
+        .expect("bootstrap");
+    serde_json::to_value(out).expect("serialize")
+}
+
+use admin_api as vigil_admin;
+use edge::secrets as edge_secret;
+
+/// The Redis the test command started (`VIGIL_TEST_REDIS_URL`). A suite that needs Redis fails
+/// without it; it never passes by skipping.
+pub fn redis_url() -> String {
+    std::env::var("VIGIL_TEST_REDIS_URL")
+        .expect("VIGIL_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts redis-server")
+}
