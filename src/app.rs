@@ -46,8 +46,7 @@ pub fn router(parts: AppParts) -> Router {
         .merge(admin)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn(edge::metrics::track))
-        .layer(from_fn(edge::context::assign_request_id))
+        .layer(from_fn(edge::context::observe))
 }
 
 async fn healthz() -> Response {

@@ -285,9 +285,10 @@ async fn admit(
     {
         let store = auth.store.clone();
         let (org, env, id) = (key.organization_id, key.environment, key.id);
+        let request_id = crate::context::request_id();
         tokio::spawn(async move {
             if let Err(e) = store.touch_api_key(org, env, id, now).await {
-                tracing::warn!(error = %e, key_id = %id, "recording last_used_at");
+                tracing::warn!(%request_id, error = %e, key_id = %id, "recording last_used_at");
             }
         });
     }

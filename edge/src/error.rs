@@ -56,7 +56,7 @@ impl ApiError {
     }
 
     pub fn internal(context: &str, err: impl std::fmt::Display) -> Self {
-        tracing::error!(error = %err, "{context}");
+        tracing::error!(request_id = %context::request_id(), error = %err, "{context}");
         Self::new(ErrorCode::Internal, "internal error")
     }
 
@@ -134,7 +134,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Conflict(what) => ApiError::new(ErrorCode::Conflict, what),
             StoreError::Unavailable(detail) => {
-                tracing::error!(%detail, "store unavailable");
+                tracing::error!(request_id = %context::request_id(), %detail, "store unavailable");
                 let mut e = ApiError::new(
                     ErrorCode::ServiceUnavailable,
                     "a backend is unavailable; retry shortly",

@@ -128,7 +128,7 @@ pub async fn idempotent_posts(
     // Answers a retry could change (5xx, 429) are not kept: the key is released instead.
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
         if let Err(e) = auth.store.idempotency_abandon(&scope).await {
-            tracing::warn!(error = %e, "releasing an idempotency key");
+            tracing::warn!(request_id = %crate::context::request_id(), error = %e, "releasing an idempotency key");
         }
         return response;
     }
@@ -147,7 +147,7 @@ pub async fn idempotent_posts(
     };
     if let Err(e) = auth.store.idempotency_complete(&scope, &record).await {
         // The action happened; the client gets its answer, but a retry could not be replayed.
-        tracing::error!(error = %e, "storing an idempotent response");
+        tracing::error!(request_id = %crate::context::request_id(), error = %e, "storing an idempotent response");
     }
     parts
         .headers

@@ -130,7 +130,9 @@ const REDIS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 pub struct RedisLimiter {
     client: redis::Client,
-    connection: tokio::sync::Mutex<Option<ConnectionManager>>,
+    /// Set on first use; the manager reconnects by itself after that. Not a lock per request:
+    /// every request shares the one multiplexed connection.
+    connection: tokio::sync::OnceCell<ConnectionManager>,
     script: redis::Script,
     /// Unix µs before which Redis is not tried (a tripped breaker).
     skip_until_us: AtomicU64,
@@ -141,30 +143,31 @@ impl RedisLimiter {
         let client = redis::Client::open(url).map_err(|e| format!("bad redis URL: {e}"))?;
         Ok(RedisLimiter {
             client,
-            connection: tokio::sync::Mutex::new(None),
+            connection: tokio::sync::OnceCell::new(),
             script: redis::Script::new(GCRA_SCRIPT),
             skip_until_us: AtomicU64::new(0),
         })
     }
 
     async fn connection(&self) -> Result<ConnectionManager, String> {
-        let mut slot = self.connection.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
+        self.connection
+            .get_or_try_init(|| self.connect())
+            .await
+            .cloned()
+    }
+
+    async fn connect(&self) -> Result<ConnectionManager, String> {
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(REDIS_TIMEOUT))
             .set_response_timeout(Some(REDIS_TIMEOUT))
             .set_number_of_retries(1);
-        let c = tokio::time::timeout(
+        tokio::time::timeout(
             REDIS_TIMEOUT * 2,
             self.client.get_connection_manager_with_config(config),
         )
         .await
         .map_err(|_| "timed out connecting".to_string())?
-        .map_err(|e| e.to_string())?;
-        *slot = Some(c.clone());
-        Ok(c)
+        .map_err(|e| e.to_string())
     }
 
     /// One round trip; `Err` when Redis did not answer in time.

@@ -8,7 +8,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
@@ -81,24 +80,32 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
-/// Counts and times every request by its matched route.
-pub async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
+/// The label of the route a request matched: its template, never the raw path.
+pub fn route_label(req: &Request) -> String {
+    req.extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().as_str().to_owned();
-    let started = Instant::now();
-    let response = next.run(req).await;
-    let status = response.status().as_u16().to_string();
-    let labels = [route.as_str(), method.as_str(), status.as_str()];
+        .unwrap_or_else(|| "unmatched".to_owned())
+}
+
+/// Counts and times one answered request.
+pub fn record(route: &str, method: &str, status: u16, started: Instant) {
+    let digits = itoa_status(status);
+    let labels = [route, method, std::str::from_utf8(&digits).unwrap_or("000")];
     METRICS.requests.with_label_values(&labels).inc();
     METRICS
         .latency
         .with_label_values(&labels)
         .observe(started.elapsed().as_secs_f64());
-    response
+}
+
+fn itoa_status(status: u16) -> [u8; 3] {
+    let s = status.min(999);
+    [
+        b'0' + (s / 100) as u8,
+        b'0' + (s / 10 % 10) as u8,
+        b'0' + (s % 10) as u8,
+    ]
 }
 
 /// `GET /metrics`.
@@ -127,7 +134,12 @@ pub fn limiter_fell_back(error: &str) {
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
     {
-        tracing::warn!(%error, total = METRICS.limiter_fallbacks.get(), "redis rate limiter unavailable; limiting in-process");
+        tracing::warn!(
+            request_id = %crate::context::request_id(),
+            %error,
+            total = METRICS.limiter_fallbacks.get(),
+            "redis rate limiter unavailable; limiting in-process"
+        );
     }
 }
 

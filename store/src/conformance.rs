@@ -8,6 +8,9 @@
 //! other crates' tests can run it; it needs tokio only in the macro's expansion.
 
 use std::fmt::Debug;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use chrono::TimeDelta;
 use schemas::credential::{Environment, KeyType};
@@ -53,12 +56,18 @@ macro_rules! store_conformance_suite {
             api_key_update_keeps_a_revocation,
             api_key_update_keeps_the_later_last_used_at,
             concurrent_stale_updates_cannot_undo_a_revocation,
+            api_key_update_never_writes_the_rotation_columns,
+            concurrent_stale_updates_cannot_undo_a_rotation,
             api_key_rotation_stores_both_keys,
             api_key_rotation_of_missing_key_writes_nothing,
             api_key_rotation_of_revoked_key_writes_nothing,
             api_key_rotation_of_rotated_key_writes_nothing,
             concurrent_rotations_of_one_key_have_one_winner,
             api_key_touch_changes_only_last_used_at,
+            api_key_reads_follow_every_write,
+            organization_reads_follow_every_write,
+            concurrent_reads_see_a_revocation_once_it_returns,
+            concurrent_reads_see_an_organization_update_once_it_returns,
             idempotency_lifecycle,
             idempotency_expired_record_counts_as_absent,
             idempotency_scopes_are_independent,
@@ -877,6 +886,161 @@ pub async fn concurrent_stale_updates_cannot_undo_a_revocation(store: Store) {
     );
 }
 
+pub async fn api_key_update_never_writes_the_rotation_columns(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    // Before a rotation: the caller's rotation columns are ignored, its other columns written.
+    let now = time::now();
+    let forged = ApiKeyRecord {
+        name: "renamed".into(),
+        rotated_at: Some(now),
+        grace_expires_at: Some(now + TimeDelta::hours(1)),
+        replaced_by: Some(KeyId::generate()),
+        ..key.clone()
+    };
+    store.update_api_key(&forged).await.unwrap();
+    let renamed = ApiKeyRecord {
+        name: "renamed".into(),
+        ..key.clone()
+    };
+    assert_stored(
+        &store,
+        &renamed,
+        "an update must not set the rotation columns",
+    )
+    .await;
+
+    let replacement = api_key(org, env, KeyId::generate());
+    let rotated = rotation_of(&renamed, &replacement);
+    store.rotate_api_key(&rotated, &replacement).await.unwrap();
+    assert_stored(&store, &rotated, "the rotation is written").await;
+
+    // A copy read before the rotation: its other columns are written, the rotation stays.
+    let stale = ApiKeyRecord {
+        name: "renamed from a stale copy".into(),
+        scopes: vec![Scope::ApiKeysRead],
+        ..renamed.clone()
+    };
+    store.update_api_key(&stale).await.unwrap();
+    let expected = ApiKeyRecord {
+        rotated_at: rotated.rotated_at,
+        grace_expires_at: rotated.grace_expires_at,
+        replaced_by: rotated.replaced_by,
+        ..stale
+    };
+    assert_stored(&store, &expected, "an update must not undo a rotation").await;
+
+    // Nor can an update move the rotation's times or point it at another key.
+    let t = rotated.rotated_at.unwrap();
+    for (moved, what) in [
+        (
+            ApiKeyRecord {
+                rotated_at: Some(t + TimeDelta::hours(1)),
+                ..expected.clone()
+            },
+            "an update must not move rotated_at",
+        ),
+        (
+            ApiKeyRecord {
+                grace_expires_at: Some(t + TimeDelta::days(30)),
+                ..expected.clone()
+            },
+            "an update must not extend the grace period",
+        ),
+        (
+            ApiKeyRecord {
+                grace_expires_at: None,
+                ..expected.clone()
+            },
+            "an update must not clear the grace period",
+        ),
+        (
+            ApiKeyRecord {
+                replaced_by: Some(KeyId::generate()),
+                ..expected.clone()
+            },
+            "an update must not change replaced_by",
+        ),
+    ] {
+        store.update_api_key(&moved).await.unwrap();
+        assert_stored(&store, &expected, what).await;
+    }
+
+    // The key is still rotated: a second rotation from the stale copy is refused.
+    let second = api_key(org, env, KeyId::generate());
+    assert_conflict(
+        store
+            .rotate_api_key(&rotation_of(&renamed, &second), &second)
+            .await,
+        "rotating a key after a stale update",
+    );
+    assert_no_key(&store, &second, "the second replacement").await;
+    assert_stored(&store, &replacement, "the replacement stands").await;
+
+    // A revocation after the rotation is written, and keeps the rotation too.
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(t + TimeDelta::minutes(1)),
+        ..expected.clone()
+    };
+    store
+        .update_api_key(&ApiKeyRecord {
+            replaced_by: None,
+            ..revoked.clone()
+        })
+        .await
+        .unwrap();
+    assert_stored(&store, &revoked, "a revocation of a rotated key").await;
+}
+
+pub async fn concurrent_stale_updates_cannot_undo_a_rotation(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Test;
+    let key = api_key(org, env, KeyId::generate());
+    store.create_api_key(&key).await.unwrap();
+
+    // One rotation races seven updates from copies read before it.
+    let replacement = api_key(org, env, KeyId::generate());
+    let rotated = rotation_of(&key, &replacement);
+    let results = race(8, |i| {
+        let store = store.clone();
+        let (rotated, replacement) = (rotated.clone(), replacement.clone());
+        let stale = ApiKeyRecord {
+            name: format!("stale {i}"),
+            ..key.clone()
+        };
+        async move {
+            if i == 0 {
+                store.rotate_api_key(&rotated, &replacement).await
+            } else {
+                store.update_api_key(&stale).await
+            }
+        }
+    })
+    .await;
+    for result in results {
+        result.expect("rotation or update");
+    }
+
+    let stored = store.get_api_key(org, env, key.id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.rotated_at,
+            stored.grace_expires_at,
+            stored.replaced_by
+        ),
+        (
+            rotated.rotated_at,
+            rotated.grace_expires_at,
+            rotated.replaced_by
+        ),
+        "a racing stale update undid the rotation: {stored:?}"
+    );
+    assert_stored(&store, &replacement, "the replacement is written").await;
+}
+
 pub async fn api_key_rotation_stores_both_keys(store: Store) {
     let org = OrgId::generate();
     let env = Environment::Live;
@@ -1123,6 +1287,262 @@ pub async fn api_key_touch_changes_only_last_used_at(store: Store) {
         ids(&store.list_api_keys(org, env, None, 10).await.unwrap()),
         vec![key.id]
     );
+}
+
+// Read-after-write through the reads a backend may cache (the authentication hot path's). Each
+// write below comes right after reads of the row, so a cache holding the old value is caught.
+
+/// Every write of a key is seen by the next read, by hash and by primary key, even with the old
+/// row just read (and read twice, so a cache has served it).
+pub async fn api_key_reads_follow_every_write(store: Store) {
+    let org = OrgId::generate();
+    let env = Environment::Live;
+    let key = api_key(org, env, KeyId::generate());
+    // An unknown hash first: a backend must not remember that it was unknown.
+    assert_no_key(&store, &key, "before the create").await;
+    store.create_api_key(&key).await.unwrap();
+    assert_stored_twice(&store, &key, "after the create").await;
+
+    let renamed = ApiKeyRecord {
+        name: "renamed".into(),
+        scopes: vec![Scope::ApiKeysRead],
+        rate_limit_override: Some(3),
+        ..key.clone()
+    };
+    store.update_api_key(&renamed).await.unwrap();
+    assert_stored_twice(&store, &renamed, "after an update").await;
+
+    let at = time::now();
+    store.touch_api_key(org, env, key.id, at).await.unwrap();
+    let touched = ApiKeyRecord {
+        last_used_at: Some(at),
+        ..renamed
+    };
+    assert_stored_twice(&store, &touched, "after a touch").await;
+
+    let replacement = api_key(org, env, KeyId::generate());
+    assert_no_key(&store, &replacement, "the replacement before the rotation").await;
+    let rotated = rotation_of(&touched, &replacement);
+    store.rotate_api_key(&rotated, &replacement).await.unwrap();
+    assert_stored_twice(&store, &rotated, "the old key after a rotation").await;
+    assert_stored_twice(&store, &replacement, "the replacement after a rotation").await;
+
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(time::now()),
+        ..rotated
+    };
+    store.update_api_key(&revoked).await.unwrap();
+    assert_stored_twice(&store, &revoked, "after a revocation").await;
+
+    let later = at + TimeDelta::minutes(1);
+    store.touch_api_key(org, env, key.id, later).await.unwrap();
+    let touched_again = ApiKeyRecord {
+        last_used_at: Some(later),
+        ..revoked
+    };
+    assert_stored_twice(&store, &touched_again, "after a touch of a revoked key").await;
+
+    // The replacement's row changes on its own.
+    let replacement_revoked = ApiKeyRecord {
+        revoked_at: Some(time::now()),
+        ..replacement
+    };
+    store.update_api_key(&replacement_revoked).await.unwrap();
+    assert_stored_twice(&store, &replacement_revoked, "the revoked replacement").await;
+    assert_stored(&store, &touched_again, "the old key is unchanged").await;
+}
+
+async fn assert_stored_twice(store: &Store, expected: &ApiKeyRecord, what: &str) {
+    assert_stored(store, expected, what).await;
+    assert_stored(store, expected, &format!("{what}, read again")).await;
+}
+
+/// Every write of an organization is seen by the next read, by id and by slug, even with the
+/// old row just read (twice).
+pub async fn organization_reads_follow_every_write(store: Store) {
+    let org = organization("reads-follow");
+    // An unknown id first: a backend must not remember that it was unknown.
+    assert_eq!(store.get_organization(org.id).await.unwrap(), None);
+    store.create_organization(&org).await.unwrap();
+    assert_organization_twice(&store, &org, "after the create").await;
+
+    let renamed = OrganizationRecord {
+        name: "Renamed".into(),
+        updated_at: org.updated_at + TimeDelta::seconds(1),
+        ..org.clone()
+    };
+    store.update_organization(&renamed).await.unwrap();
+    assert_organization_twice(&store, &renamed, "after a rename").await;
+
+    let suspended = OrganizationRecord {
+        status: OrgStatus::Suspended,
+        updated_at: org.updated_at + TimeDelta::seconds(2),
+        ..renamed
+    };
+    store.update_organization(&suspended).await.unwrap();
+    assert_organization_twice(&store, &suspended, "after a suspension").await;
+
+    let reactivated = OrganizationRecord {
+        status: OrgStatus::Active,
+        updated_at: org.updated_at + TimeDelta::seconds(3),
+        ..suspended
+    };
+    store.update_organization(&reactivated).await.unwrap();
+    assert_organization_twice(&store, &reactivated, "after a reactivation").await;
+}
+
+async fn assert_organization_twice(store: &Store, expected: &OrganizationRecord, what: &str) {
+    for read in ["", ", read again"] {
+        assert_eq!(
+            store.get_organization(expected.id).await.unwrap().as_ref(),
+            Some(expected),
+            "{what}{read}"
+        );
+        assert_eq!(
+            store
+                .get_organization_by_slug(&expected.slug)
+                .await
+                .unwrap()
+                .as_ref(),
+            Some(expected),
+            "{what}{read} (by slug)"
+        );
+    }
+}
+
+type Check = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// Races `write` against `readers` tasks that repeat `read` (which answers whether it saw the
+/// write) before, during and after it: every read that starts after `write` has returned must
+/// see it. Several rounds, each with fresh rows from `setup`, to give the race many chances.
+async fn reads_after_a_write_see_it<S, SF>(
+    what: &str,
+    setup: impl Fn() -> SF,
+    read: impl Fn(Arc<S>) -> Check + Send + Sync + 'static,
+    write: impl Fn(Arc<S>) -> Pin<Box<dyn Future<Output = ()> + Send>>,
+) where
+    S: Send + Sync + 'static,
+    SF: Future<Output = S>,
+{
+    const ROUNDS: usize = 12;
+    const READERS: usize = 4;
+    /// Reads each reader makes after the write returned.
+    const READS_AFTER: usize = 50;
+
+    let read = Arc::new(read);
+    for round in 0..ROUNDS {
+        let subject = Arc::new(setup().await);
+        let returned = Arc::new(AtomicBool::new(false));
+        let warm = Arc::new(AtomicUsize::new(0));
+        let mut readers = JoinSet::new();
+        for _ in 0..READERS {
+            let (read, subject) = (Arc::clone(&read), Arc::clone(&subject));
+            let (returned, warm) = (Arc::clone(&returned), Arc::clone(&warm));
+            readers.spawn(async move {
+                let mut after = 0;
+                let mut stale = 0;
+                while after < READS_AFTER {
+                    let started_after = returned.load(Ordering::SeqCst);
+                    let seen = read(Arc::clone(&subject)).await;
+                    if started_after {
+                        after += 1;
+                        if !seen {
+                            stale += 1;
+                        }
+                    } else {
+                        warm.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // A read may never wait (an in-memory backend): let the writer run.
+                    tokio::task::yield_now().await;
+                }
+                stale
+            });
+        }
+        // Write while the readers are busy (and any cache has the old row).
+        while warm.load(Ordering::SeqCst) < 4 * READERS {
+            tokio::task::yield_now().await;
+        }
+        write(Arc::clone(&subject)).await;
+        returned.store(true, Ordering::SeqCst);
+
+        let stale: usize = readers.join_all().await.into_iter().sum();
+        assert_eq!(
+            stale, 0,
+            "{what}: round {round}: {stale} reads started after the write returned missed it"
+        );
+    }
+}
+
+/// Readers hammer `find_api_key_by_hash` (the authentication hot path) while the key is
+/// revoked: once the revocation has returned, no read may return the key unrevoked.
+pub async fn concurrent_reads_see_a_revocation_once_it_returns(store: Store) {
+    let at = time::now();
+    reads_after_a_write_see_it(
+        "a revocation",
+        || {
+            let store = store.clone();
+            async move {
+                let key = api_key(OrgId::generate(), Environment::Live, KeyId::generate());
+                store.create_api_key(&key).await.unwrap();
+                (store, key)
+            }
+        },
+        move |s: Arc<(Store, ApiKeyRecord)>| {
+            Box::pin(async move {
+                let (store, key) = &*s;
+                let found = store.find_api_key_by_hash(&key.key_hash).await.unwrap();
+                let found = found.expect("the key exists");
+                assert_eq!(found.id, key.id);
+                found.revoked_at == Some(at)
+            })
+        },
+        |s| {
+            Box::pin(async move {
+                let (store, key) = &*s;
+                let revoked = ApiKeyRecord {
+                    revoked_at: Some(at),
+                    ..key.clone()
+                };
+                store.update_api_key(&revoked).await.unwrap();
+            })
+        },
+    )
+    .await;
+}
+
+/// Readers hammer `get_organization` (the authentication hot path) while the organization is
+/// suspended: once the update has returned, every read sees the suspension.
+pub async fn concurrent_reads_see_an_organization_update_once_it_returns(store: Store) {
+    reads_after_a_write_see_it(
+        "an organization suspension",
+        || {
+            let store = store.clone();
+            async move {
+                let org = organization("hammered");
+                store.create_organization(&org).await.unwrap();
+                (store, org)
+            }
+        },
+        |s: Arc<(Store, OrganizationRecord)>| {
+            Box::pin(async move {
+                let (store, org) = &*s;
+                let found = store.get_organization(org.id).await.unwrap();
+                found.expect("the organization exists").status == OrgStatus::Suspended
+            })
+        },
+        |s| {
+            Box::pin(async move {
+                let (store, org) = &*s;
+                let suspended = OrganizationRecord {
+                    status: OrgStatus::Suspended,
+                    updated_at: org.updated_at + TimeDelta::seconds(1),
+                    ..org.clone()
+                };
+                store.update_organization(&suspended).await.unwrap();
+            })
+        },
+    )
+    .await;
 }
 
 pub async fn idempotency_lifecycle(store: Store) {

@@ -8,10 +8,18 @@
 //! Concurrency: the store is owned by one process (fjall also locks the directory), so a single
 //! `std::sync::Mutex` serialising read-check-write gives what ScyllaDB's lightweight transactions
 //! (`IF NOT EXISTS` / `IF EXISTS`) give the distributed backend. Every write takes it, not only
-//! the conditional ones: `touch_api_key` is a read-modify-write, and a blind `update_api_key`
-//! racing it could otherwise be undone (a revocation lost). fjall serialises commits on its
-//! journal anyway, so the mutex costs no write parallelism. Reads never take it: fjall reads
-//! see whole batches or nothing.
+//! the conditional ones: `touch_api_key` and `update_api_key` are read-modify-writes, and
+//! without it a write racing them could be undone (a touch rolled back, a revocation or a
+//! rotation lost). fjall serialises commits on its journal anyway, so the mutex costs no write
+//! parallelism. Reads never take it: fjall reads see whole batches or nothing.
+//!
+//! The authentication hot path's reads (`find_api_key_by_hash`, `get_organization`) are served
+//! from an exact cache of decoded rows (`row_cache`), which every write of those tables
+//! invalidates around its commit. It is exact only because this process is the directory's
+//! sole writer; see `row_cache` for why, and for the protocol that keeps a racing reader from
+//! caching a row the write replaced.
+
+mod row_cache;
 
 use std::ops::Bound;
 use std::path::Path;
@@ -26,6 +34,7 @@ use schemas::time::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use self::row_cache::{Changes, Lookup, RowCache};
 use crate::{
     ApiKeyRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
     OrganizationRecord, Result, StoreBackend, StoreError,
@@ -59,6 +68,9 @@ struct Inner {
     settings: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
+    /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
+    /// of those two tables commits through [`Inner::commit`], which keeps it exact.
+    cache: RowCache,
 }
 
 struct WriterState {
@@ -196,6 +208,7 @@ impl EmbeddedStore {
             writer: Mutex::new(WriterState {
                 last_idempotency_purge: None,
             }),
+            cache: RowCache::default(),
             db,
         };
         Ok(Self {
@@ -226,6 +239,17 @@ impl Inner {
     /// to the memtables only after that: a reader never sees a write that a crash could lose.
     fn batch(&self) -> OwnedWriteBatch {
         self.db.batch().durability(Some(PersistMode::SyncAll))
+    }
+
+    /// Commits `batch`, naming in `changes` every cached row (`organizations`, `api_keys`) it
+    /// writes: their cache entries are dropped before the commit, and no reader's fill is kept
+    /// until the commit has returned (see `row_cache`). A write of any other table may commit
+    /// its batch directly.
+    fn commit(&self, batch: OwnedWriteBatch, changes: Changes<'_>) -> Result<()> {
+        let in_flight = self.cache.write(changes);
+        let committed = batch.commit().map_err(unavailable);
+        drop(in_flight);
+        committed
     }
 
     fn contains(&self, keyspace: &Keyspace, key: &[u8]) -> Result<bool> {
@@ -336,14 +360,29 @@ impl StoreBackend for EmbeddedStore {
                     },
                 )?,
             );
-            batch.commit().map_err(unavailable)
+            db.commit(
+                batch,
+                Changes {
+                    organizations: &[org.id],
+                    ..Changes::default()
+                },
+            )
         })
         .await
     }
 
     async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
         let db = &self.inner;
-        decode_row(ORGANIZATIONS, db.organizations.get(key::organization(id)))
+        let ticket = match db.cache.organization(id) {
+            Lookup::Hit(org) => return Ok(Some(org)),
+            Lookup::Miss(ticket) => ticket,
+        };
+        let org: Option<OrganizationRecord> =
+            decode_row(ORGANIZATIONS, db.organizations.get(key::organization(id)))?;
+        if let Some(org) = &org {
+            db.cache.fill_organization(ticket, id, org);
+        }
+        Ok(org)
     }
 
     async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>> {
@@ -389,7 +428,13 @@ impl StoreBackend for EmbeddedStore {
             stored.updated_at = org.updated_at;
             let mut batch = db.batch();
             batch.insert(&db.organizations, k, encode(ORGANIZATIONS, &stored)?);
-            batch.commit().map_err(unavailable)
+            db.commit(
+                batch,
+                Changes {
+                    organizations: &[stored.id],
+                    ..Changes::default()
+                },
+            )
         })
         .await
     }
@@ -399,7 +444,13 @@ impl StoreBackend for EmbeddedStore {
         self.write(move |db, _| {
             let mut batch = db.batch();
             db.insert_new_api_key(&mut batch, &key)?;
-            batch.commit().map_err(unavailable)
+            db.commit(
+                batch,
+                Changes {
+                    api_keys: &[key.key_hash],
+                    ..Changes::default()
+                },
+            )
         })
         .await
     }
@@ -422,6 +473,10 @@ impl StoreBackend for EmbeddedStore {
 
     async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>> {
         let db = &self.inner;
+        let ticket = match db.cache.api_key(hash) {
+            Lookup::Hit(record) => return Ok(Some(record)),
+            Lookup::Miss(ticket) => ticket,
+        };
         let snapshot = db.db.snapshot();
         let Some(at) = decode_row::<KeyHashRow>(
             API_KEYS_BY_HASH,
@@ -437,7 +492,10 @@ impl StoreBackend for EmbeddedStore {
                 key::api_key(at.organization_id, at.environment, at.id),
             ),
         )? {
-            Some(record) => Ok(Some(record)),
+            Some(record) => {
+                db.cache.fill_api_key(ticket, hash, &record);
+                Ok(Some(record))
+            }
             None => Err(StoreError::Corrupt {
                 table: API_KEYS_BY_HASH,
                 detail: format!("credential hash names missing api key {}", at.id),
@@ -480,8 +538,9 @@ impl StoreBackend for EmbeddedStore {
 
     /// Replaces an existing key row; the row's identity (organization, environment, id) and its
     /// credential hash are kept as stored, so the lookup rows can never dangle. A missing row is
-    /// left missing (no upsert). A stored revocation is kept and `last_used_at` only moves
-    /// forward (see the trait); the writer mutex makes the read and the write one step.
+    /// left missing (no upsert). The rotation columns are kept as stored (only `rotate_api_key`
+    /// writes them), a stored revocation is kept and `last_used_at` only moves forward (see the
+    /// trait); the writer mutex makes the read and the write one step.
     async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
         let mut key = key.clone();
         self.write(move |db, _| {
@@ -489,6 +548,9 @@ impl StoreBackend for EmbeddedStore {
                 return Ok(());
             };
             key.key_hash = stored.key_hash;
+            key.rotated_at = stored.rotated_at;
+            key.grace_expires_at = stored.grace_expires_at;
+            key.replaced_by = stored.replaced_by;
             if stored.revoked_at.is_some() {
                 key.revoked_at = stored.revoked_at;
             }
@@ -499,7 +561,13 @@ impl StoreBackend for EmbeddedStore {
                 key::api_key(key.organization_id, key.environment, key.id),
                 encode(API_KEYS, &key)?,
             );
-            batch.commit().map_err(unavailable)
+            db.commit(
+                batch,
+                Changes {
+                    api_keys: &[key.key_hash],
+                    ..Changes::default()
+                },
+            )
         })
         .await
     }
@@ -539,7 +607,13 @@ impl StoreBackend for EmbeddedStore {
                 encode(API_KEYS, &old)?,
             );
             db.insert_new_api_key(&mut batch, &replacement)?;
-            batch.commit().map_err(unavailable)
+            db.commit(
+                batch,
+                Changes {
+                    api_keys: &[old.key_hash, replacement.key_hash],
+                    ..Changes::default()
+                },
+            )
         })
         .await
     }
@@ -564,7 +638,13 @@ impl StoreBackend for EmbeddedStore {
                 key::api_key(org, env, id),
                 encode(API_KEYS, &stored)?,
             );
-            batch.commit().map_err(unavailable)
+            db.commit(
+                batch,
+                Changes {
+                    api_keys: &[stored.key_hash],
+                    ..Changes::default()
+                },
+            )
         })
         .await
     }
@@ -678,5 +758,93 @@ mod tests {
         let partition = key::api_key_partition(org, Environment::Live);
         assert!(a.starts_with(&partition) && b.starts_with(&partition));
         assert!(!key::api_key(org, Environment::Test, newer).starts_with(&partition));
+    }
+
+    /// The race the cache's generation check exists for, step by step through the real write
+    /// path: a reader misses and reads the old row, a revocation commits and returns, then the
+    /// reader offers the old row. It must not be cached.
+    #[tokio::test]
+    async fn a_row_read_before_a_write_is_not_cached_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let now = schemas::time::now();
+        let org = OrganizationRecord {
+            id: OrgId::generate(),
+            name: "Raced".into(),
+            slug: "raced".into(),
+            status: schemas::resources::OrgStatus::Active,
+            created_at: now,
+            updated_at: now,
+        };
+        store.create_organization(&org).await.unwrap();
+        let key = ApiKeyRecord {
+            id: KeyId::generate(),
+            organization_id: org.id,
+            key_type: schemas::credential::KeyType::Secret,
+            environment: Environment::Live,
+            name: "raced".into(),
+            key_hash: CredentialHash([7; 32]),
+            key_preview: "sk_live_Ab12".into(),
+            display_key: "sk_live_Ab12...wxyz".into(),
+            publishable_token: None,
+            allowed_origins: Vec::new(),
+            scopes: Vec::new(),
+            rate_limit_override: None,
+            created_at: now,
+            rotated_at: None,
+            revoked_at: None,
+            grace_expires_at: None,
+            last_used_at: None,
+            replaced_by: None,
+        };
+        store.create_api_key(&key).await.unwrap();
+
+        let Lookup::Miss(key_ticket) = store.inner.cache.api_key(&key.key_hash) else {
+            panic!("nothing was read yet");
+        };
+        let Lookup::Miss(org_ticket) = store.inner.cache.organization(org.id) else {
+            panic!("nothing was read yet");
+        };
+        let old_key = store
+            .inner
+            .get_api_key(key.organization_id, key.environment, key.id);
+        let old_key = old_key.unwrap().unwrap();
+        let old_org: OrganizationRecord = decode_row(
+            ORGANIZATIONS,
+            store.inner.organizations.get(key::organization(org.id)),
+        )
+        .unwrap()
+        .unwrap();
+
+        let revoked = ApiKeyRecord {
+            revoked_at: Some(schemas::time::now()),
+            ..key.clone()
+        };
+        store.update_api_key(&revoked).await.unwrap();
+        let suspended = OrganizationRecord {
+            status: schemas::resources::OrgStatus::Suspended,
+            ..org.clone()
+        };
+        store.update_organization(&suspended).await.unwrap();
+
+        store
+            .inner
+            .cache
+            .fill_api_key(key_ticket, &key.key_hash, &old_key);
+        store
+            .inner
+            .cache
+            .fill_organization(org_ticket, org.id, &old_org);
+        assert_eq!(
+            store.find_api_key_by_hash(&key.key_hash).await.unwrap(),
+            Some(revoked.clone())
+        );
+        assert_eq!(
+            store.get_organization(org.id).await.unwrap(),
+            Some(suspended.clone())
+        );
+        // And now from the cache.
+        assert!(matches!(store.inner.cache.api_key(&key.key_hash), Lookup::Hit(k) if k == revoked));
+        assert!(matches!(store.inner.cache.organization(org.id), Lookup::Hit(o) if o == suspended));
     }
 }

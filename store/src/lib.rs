@@ -72,6 +72,11 @@ pub trait StoreBackend: Send + Sync + 'static {
     ) -> Result<Vec<ApiKeyRecord>>;
     /// Replaces an existing key row (its id and hash are unchanged); a missing row stays missing.
     ///
+    /// The rotation columns `rotated_at`, `grace_expires_at` and `replaced_by` are never written
+    /// here: the row keeps their stored values whatever the caller passed, before a rotation
+    /// (they stay `None`) as after it (a stale copy racing a rotation cannot un-rotate the key,
+    /// detach its replacement or move its grace period). `rotate_api_key` is their only writer.
+    ///
     /// Two columns are merged with the stored row rather than replaced, atomically with the
     /// write, so a caller's stale copy cannot undo a concurrent write:
     /// - revocation is sticky: if the stored `revoked_at` is `Some(t)`, the written row keeps
@@ -87,7 +92,9 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// rotation must neither resurrect the key nor rotate it twice: of concurrent rotations of
     /// one key, exactly one succeeds), or if the replacement's id or hash is taken. The check
     /// and the write are one atomic step. As in `update_api_key`, the old row keeps the later
-    /// of the stored and the given `last_used_at`.
+    /// of the stored and the given `last_used_at`. This is the only method that writes an
+    /// existing row's `rotated_at`, `grace_expires_at` and `replaced_by` (taken from `old`), and
+    /// it writes them once: a rotated row's are final.
     async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()>;
     /// Writes `last_used_at` only, so it cannot undo a concurrent revocation.
     async fn touch_api_key(

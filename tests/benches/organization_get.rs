@@ -1,1 +1,188 @@
-fn main() {}
+//! Benchmark: authenticated `GET /v1/organizations/{id}` through the whole stack (request id,
+//! metrics, credential lookup, rate limiter, scope check, store read, envelope) over loopback
+//! HTTP, against a bare axum handler answering the same bytes, measured in the same run with
+//! the same load generator (wrk). Prints requests/s and p99 for each and the ratio to the bare
+//! handler, once with the in-process limiter and once with Redis.
+//!
+//! Run with `scripts/bench.sh` (it installs wrk and starts Redis). Settings:
+//! `VIGIL_BENCH_SECONDS` (default 10), `VIGIL_BENCH_CONNECTIONS` (default 64).
+
+use std::process::Command;
+
+use axum::Router;
+use axum::http::header;
+use axum::routing::get;
+use vigil_tests::TestServer;
+
+/// The same allocator as the `vigil` binary, so the in-process server is measured as it ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+struct Figures {
+    requests_per_sec: f64,
+    p99_ms: f64,
+    non_2xx: u64,
+}
+
+fn wrk(url: &str, auth: Option<&str>, seconds: u32, connections: u32) -> Figures {
+    let mut cmd = Command::new("wrk");
+    cmd.args([
+        "-t2",
+        &format!("-c{connections}"),
+        &format!("-d{seconds}s"),
+        "--latency",
+    ]);
+    if let Some(key) = auth {
+        cmd.args(["-H", &format!("Authorization: Bearer {key}")]);
+    }
+    let out = cmd
+        .arg(url)
+        .output()
+        .expect("wrk runs (scripts/bench.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "wrk failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests_per_sec = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Requests/sec in wrk output:\n{text}"));
+    let p99 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("99%"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no p99 in wrk output:\n{text}"));
+    let non_2xx = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Non-2xx or 3xx responses:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Figures {
+        requests_per_sec,
+        p99_ms: parse_duration_ms(p99),
+        non_2xx,
+    }
+}
+
+/// wrk prints latencies as `812.00us`, `3.12ms` or `1.02s`.
+fn parse_duration_ms(s: &str) -> f64 {
+    let (number, factor) = if let Some(v) = s.strip_suffix("us") {
+        (v, 0.001)
+    } else if let Some(v) = s.strip_suffix("ms") {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1000.0)
+    } else {
+        (s, 1.0)
+    };
+    number.parse::<f64>().expect("a wrk latency") * factor
+}
+
+/// A server whose development live key has a limit so high the benchmark never hits it: the
+/// limiter still runs on every request, which is what is measured.
+async fn full_stack(limiter: Option<String>) -> TestServer {
+    let s = TestServer::start_with(move |a| {
+        if let Some(url) = &limiter {
+            a.limiter = url.clone();
+        }
+    })
+    .await;
+    let credential = schemas::credential::Credential::parse(&s.creds.keys.secret_live).unwrap();
+    let hash = s
+        .running
+        .as_ref()
+        .unwrap()
+        .secret
+        .hash_credential(&credential);
+    let mut key = s
+        .store()
+        .find_api_key_by_hash(&hash)
+        .await
+        .unwrap()
+        .unwrap();
+    key.rate_limit_override = Some(u32::MAX);
+    s.store().update_api_key(&key).await.unwrap();
+    s
+}
+
+async fn bare_handler(body: Vec<u8>) -> String {
+    let app = Router::new().route(
+        "/v1/organizations/{organizationId}",
+        get(move || {
+            let body = body.clone();
+            async move { ([(header::CONTENT_TYPE, "application/json")], body) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+fn main() {
+    let seconds: u32 = std::env::var("VIGIL_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let connections: u32 = std::env::var("VIGIL_BENCH_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let redis = std::env::var("VIGIL_BENCH_REDIS_URL").ok();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    runtime.block_on(async {
+        let local = full_stack(None).await;
+        let path = local.org_path();
+        let sample = local.get(&path).key(&local.creds.keys.secret_live).send().await;
+        assert_eq!(sample.status, 200);
+        let body = serde_json::to_vec(&sample.body).unwrap();
+        let bare = bare_handler(body.clone()).await;
+        let redis_stack = match &redis {
+            Some(url) => Some(full_stack(Some(url.clone())).await),
+            None => None,
+        };
+
+        println!("GET /v1/organizations/{{id}}: {} B responses, wrk -t2 -c{connections} -d{seconds}s, loopback, 2 cores shared by server and wrk", body.len());
+        let run = |url: String, key: Option<String>| {
+            tokio::task::spawn_blocking(move || wrk(&url, key.as_deref(), seconds, connections))
+        };
+        // Warm each target briefly so first-touch costs do not land in the measurement.
+        let _ = run(format!("{bare}{path}"), None).await;
+        let ceiling = run(format!("{bare}{path}"), None).await.unwrap();
+        println!("{:<40} {:>10} {:>9} {:>8}", "target", "req/s", "p99 ms", "ratio");
+        println!("{:<40} {:>10.0} {:>9.2} {:>8}", "bare axum JSON handler (ceiling)", ceiling.requests_per_sec, ceiling.p99_ms, "100%");
+        let mut targets = vec![("vigil, in-process limiter", &local)];
+        if let Some(r) = &redis_stack {
+            targets.push(("vigil, redis limiter", r));
+        }
+        for (name, server) in targets {
+            let url = format!("{}{}", server.base, server.org_path());
+            let key = server.creds.keys.secret_live.clone();
+            let _ = run(url.clone(), Some(key.clone())).await;
+            let f = run(url, Some(key)).await.unwrap();
+            if f.non_2xx > 0 {
+                let metrics = server.get("/metrics").send().await.body;
+                let counts: Vec<&str> = metrics.as_str().unwrap_or("").lines().filter(|l| l.starts_with("vigil_http_requests_total")).collect();
+                panic!("{name}: {} requests failed; every request must succeed for the figure to mean anything:\n{}", f.non_2xx, counts.join("\n"));
+            }
+            println!(
+                "{:<40} {:>10.0} {:>9.2} {:>7.0}%",
+                name,
+                f.requests_per_sec,
+                f.p99_ms,
+                100.0 * f.requests_per_sec / ceiling.requests_per_sec
+            );
+        }
+        if redis_stack.is_none() {
+            println!("(redis limiter not measured: VIGIL_BENCH_REDIS_URL is not set; scripts/bench.sh sets it)");
+        }
+    });
+}

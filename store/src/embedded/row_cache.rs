@@ -1,0 +1,318 @@
+//! An exact in-memory cache of the decoded rows the authentication hot path reads on every API
+//! request: api keys by credential hash (`find_api_key_by_hash`) and organizations by id
+//! (`get_organization`).
+//!
+//! Exact, never stale, and only because this is the embedded backend: the store directory is
+//! owned by one process (fjall locks it), so every write of these rows passes through this
+//! struct and can invalidate it. A distributed backend (ScyllaDB) has writers in other
+//! processes that no local cache hears of; it must not reuse this scheme.
+//!
+//! The protocol, which makes a cached row always equal to what fjall would answer at the same
+//! instant:
+//! - A write of a cached table brackets its commit with [`RowCache::write`]: before the commit
+//!   it drops the entries it is about to change and marks a write in flight; after the commit
+//!   (also on error or panic) it ends the write. Both steps bump `generation`.
+//! - A reader that misses takes a [`Ticket`] (the generation, or nothing if a write is in
+//!   flight) before it reads fjall, and its fill is kept only if the generation is unchanged
+//!   when it takes the lock to insert. So a row read before or during a commit is never
+//!   inserted after it: the classic "miss, read old row, writer commits and invalidates, reader
+//!   inserts old row" race loses its last step.
+//!
+//! Unknown credential hashes are never cached (they are attacker-controlled), and each map is
+//! cleared whenever a fill would grow it past [`CAPACITY`] entries, so memory stays bounded.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use schemas::ids::OrgId;
+
+use crate::{ApiKeyRecord, CredentialHash, OrganizationRecord};
+
+/// The most entries either map holds; a fill into a full map clears it first.
+pub const CAPACITY: usize = 100_000;
+
+#[derive(Default)]
+pub struct RowCache {
+    state: RwLock<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Bumped when a write begins and when it ends: a fill is kept only if no write began or
+    /// ended since its ticket was taken.
+    generation: u64,
+    /// Writes between their two steps (at most one, as the writer mutex serialises writes).
+    writes_in_flight: u32,
+    api_keys: HashMap<CredentialHash, Arc<ApiKeyRecord>>,
+    organizations: HashMap<OrgId, Arc<OrganizationRecord>>,
+}
+
+/// Taken on a miss, before the backing read; lets [`RowCache`] refuse a fill that may be stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Ticket(Option<u64>);
+
+/// The answer of a cache lookup.
+pub enum Lookup<T> {
+    Hit(T),
+    /// Read the row from fjall, then offer it to the matching `fill_*` with this ticket.
+    Miss(Ticket),
+}
+
+/// The rows a write is about to change, dropped from the cache before its commit.
+#[derive(Default)]
+pub struct Changes<'a> {
+    pub api_keys: &'a [CredentialHash],
+    pub organizations: &'a [OrgId],
+}
+
+/// A write in flight: no fill is kept until it is dropped (after the commit).
+#[must_use = "the write ends when this is dropped, which must be after the commit"]
+pub struct WriteInFlight<'a> {
+    cache: &'a RowCache,
+}
+
+impl Drop for WriteInFlight<'_> {
+    fn drop(&mut self) {
+        let mut state = self.cache.write_state();
+        state.writes_in_flight -= 1;
+        state.generation += 1;
+    }
+}
+
+impl RowCache {
+    // Nothing under the lock can panic part-way (map operations and integer steps; allocation
+    // failure aborts), so a poisoned lock still guards consistent state.
+    fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn api_key(&self, hash: &CredentialHash) -> Lookup<ApiKeyRecord> {
+        let cached = {
+            let state = self.read_state();
+            match state.api_keys.get(hash) {
+                Some(row) => Ok(Arc::clone(row)),
+                None => Err(state.ticket()),
+            }
+        };
+        // Cloned outside the lock.
+        match cached {
+            Ok(row) => Lookup::Hit(ApiKeyRecord::clone(&row)),
+            Err(ticket) => Lookup::Miss(ticket),
+        }
+    }
+
+    /// Caches `row`, found by `hash` in fjall after `ticket` was taken, unless a write
+    /// intervened. Only rows that exist are offered: an unknown hash is never remembered. A row
+    /// whose own hash differs (a damaged lookup row) is not cached, since writes drop entries by
+    /// the row's hash.
+    pub fn fill_api_key(&self, ticket: Ticket, hash: &CredentialHash, row: &ApiKeyRecord) {
+        if row.key_hash == *hash {
+            self.fill(ticket, |state| &mut state.api_keys, row.key_hash, row);
+        }
+    }
+
+    pub fn organization(&self, id: OrgId) -> Lookup<OrganizationRecord> {
+        let cached = {
+            let state = self.read_state();
+            match state.organizations.get(&id) {
+                Some(row) => Ok(Arc::clone(row)),
+                None => Err(state.ticket()),
+            }
+        };
+        match cached {
+            Ok(row) => Lookup::Hit(OrganizationRecord::clone(&row)),
+            Err(ticket) => Lookup::Miss(ticket),
+        }
+    }
+
+    /// Caches `row`, read by `id` from fjall after `ticket` was taken, unless a write
+    /// intervened (and only if it is the row of `id`).
+    pub fn fill_organization(&self, ticket: Ticket, id: OrgId, row: &OrganizationRecord) {
+        if row.id == id {
+            self.fill(ticket, |state| &mut state.organizations, row.id, row);
+        }
+    }
+
+    fn fill<K: Eq + Hash, V: Clone>(
+        &self,
+        ticket: Ticket,
+        map: impl FnOnce(&mut State) -> &mut HashMap<K, Arc<V>>,
+        key: K,
+        row: &V,
+    ) {
+        let Ticket(Some(taken)) = ticket else {
+            return;
+        };
+        // Built before taking the lock, and cheap to drop if refused.
+        let row = Arc::new(row.clone());
+        let mut state = self.write_state();
+        if state.generation != taken {
+            return;
+        }
+        let map = map(&mut state);
+        if map.len() >= CAPACITY {
+            map.clear();
+        }
+        map.insert(key, row);
+    }
+
+    /// Begins a write that changes `changes` (which must name every cached row the commit
+    /// writes): drops their entries and refuses every fill until the returned guard is dropped,
+    /// which the caller does once the commit has returned.
+    pub fn write(&self, changes: Changes<'_>) -> WriteInFlight<'_> {
+        let mut state = self.write_state();
+        for hash in changes.api_keys {
+            state.api_keys.remove(hash);
+        }
+        for id in changes.organizations {
+            state.organizations.remove(id);
+        }
+        state.writes_in_flight += 1;
+        state.generation += 1;
+        WriteInFlight { cache: self }
+    }
+}
+
+impl State {
+    fn ticket(&self) -> Ticket {
+        Ticket((self.writes_in_flight == 0).then_some(self.generation))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+    use schemas::resources::OrgStatus;
+
+    use super::*;
+
+    fn org() -> OrganizationRecord {
+        let now = schemas::time::now();
+        OrganizationRecord {
+            id: OrgId::generate(),
+            name: "Cached".into(),
+            slug: "cached".into(),
+            status: OrgStatus::Active,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    fn hit(cache: &RowCache, id: OrgId) -> Option<OrganizationRecord> {
+        match cache.organization(id) {
+            Lookup::Hit(row) => Some(row),
+            Lookup::Miss(_) => None,
+        }
+    }
+
+    fn ticket(cache: &RowCache, id: OrgId) -> Ticket {
+        match cache.organization(id) {
+            Lookup::Hit(_) => panic!("expected a miss"),
+            Lookup::Miss(ticket) => ticket,
+        }
+    }
+
+    #[test]
+    fn a_fill_is_served_until_a_write_drops_it() {
+        let cache = RowCache::default();
+        let row = org();
+        let t = ticket(&cache, row.id);
+        cache.fill_organization(t, row.id, &row);
+        assert_eq!(hit(&cache, row.id), Some(row.clone()));
+
+        drop(cache.write(Changes {
+            organizations: &[row.id],
+            ..Changes::default()
+        }));
+        assert_eq!(hit(&cache, row.id), None);
+    }
+
+    #[test]
+    fn a_fill_read_before_a_write_is_refused() {
+        let cache = RowCache::default();
+        let old = org();
+        // The reader misses and reads the old row; the write commits and ends; the reader's
+        // fill comes last and must not be kept.
+        let t = ticket(&cache, old.id);
+        drop(cache.write(Changes {
+            organizations: &[old.id],
+            ..Changes::default()
+        }));
+        cache.fill_organization(t, old.id, &old);
+        assert_eq!(hit(&cache, old.id), None);
+
+        // Nor is one whose ticket was taken before a write that is still in flight.
+        let t = ticket(&cache, old.id);
+        let write = cache.write(Changes {
+            organizations: &[old.id],
+            ..Changes::default()
+        });
+        cache.fill_organization(t, old.id, &old);
+        assert_eq!(hit(&cache, old.id), None);
+        drop(write);
+        assert_eq!(hit(&cache, old.id), None);
+    }
+
+    #[test]
+    fn no_fill_is_kept_while_a_write_is_in_flight() {
+        let cache = RowCache::default();
+        let row = org();
+        let write = cache.write(Changes::default());
+        // Taken during the commit: the row read may be old or new, so it is not kept.
+        let t = ticket(&cache, row.id);
+        assert_eq!(t, Ticket(None));
+        drop(write);
+        cache.fill_organization(t, row.id, &row);
+        assert_eq!(hit(&cache, row.id), None);
+
+        let t = ticket(&cache, row.id);
+        cache.fill_organization(t, row.id, &row);
+        assert_eq!(hit(&cache, row.id), Some(row));
+    }
+
+    #[test]
+    fn a_write_drops_only_what_it_changes() {
+        let cache = RowCache::default();
+        let (a, b) = (org(), org());
+        for row in [&a, &b] {
+            let t = ticket(&cache, row.id);
+            cache.fill_organization(t, row.id, row);
+        }
+        let changed = OrganizationRecord {
+            updated_at: a.updated_at + TimeDelta::seconds(1),
+            ..a.clone()
+        };
+        drop(cache.write(Changes {
+            organizations: &[changed.id],
+            ..Changes::default()
+        }));
+        assert_eq!(hit(&cache, a.id), None);
+        assert_eq!(hit(&cache, b.id), Some(b));
+    }
+
+    #[test]
+    fn a_full_map_is_cleared() {
+        let cache = RowCache::default();
+        let first = org();
+        let t = ticket(&cache, first.id);
+        cache.fill_organization(t, first.id, &first);
+        for _ in 1..CAPACITY {
+            let row = org();
+            let t = ticket(&cache, row.id);
+            cache.fill_organization(t, row.id, &row);
+        }
+        assert_eq!(cache.read_state().organizations.len(), CAPACITY);
+        let last = org();
+        let t = ticket(&cache, last.id);
+        cache.fill_organization(t, last.id, &last);
+        assert_eq!(cache.read_state().organizations.len(), 1);
+        assert_eq!(hit(&cache, first.id), None);
+        assert_eq!(hit(&cache, last.id), Some(last));
+    }
+}
