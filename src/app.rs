@@ -26,6 +26,9 @@ pub fn router(parts: AppParts) -> Router {
         auth: parts.auth.clone(),
         rotation_grace: parts.rotation_grace,
     })
+    // Set here, inside the credential layer, so that a wrong method on an API route is counted
+    // and carries the key's rate-limit headers like any other answer.
+    .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
         parts.auth.clone(),
         edge::idempotency::idempotent_posts,

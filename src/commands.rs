@@ -9,7 +9,7 @@ use schemas::credential::Credential;
 use schemas::{ErrorCode, KeyId};
 use store::Store;
 
-use crate::config::{BootstrapArgs, SetRateLimitArgs};
+use crate::config::{BootstrapArgs, CreateKeyArgs, SetRateLimitArgs};
 use crate::server::open_store;
 
 /// The settings row that records the development organization, once it is fully written.
@@ -98,5 +98,40 @@ pub async fn set_rate_limit(args: SetRateLimitArgs) -> anyhow::Result<()> {
     key.rate_limit_override = Some(args.limit);
     store.update_api_key(&key).await?;
     println!("{} now allows {} requests per minute", key.id, args.limit);
+    Ok(())
+}
+
+pub async fn create_key(args: CreateKeyArgs) -> anyhow::Result<()> {
+    use schemas::credential::{Environment, KeyType};
+    let organization: schemas::OrgId = args
+        .organization
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--organization {e}"))?;
+    let key_type =
+        KeyType::parse(&args.key_type).context("--type must be secret or publishable")?;
+    let environment =
+        Environment::parse(&args.environment).context("--environment must be live or test")?;
+    schemas::validate::name(&args.name).map_err(|issue| anyhow::anyhow!("--name {issue}"))?;
+    let (store, secret) = open_store(&args.store).await?;
+    store
+        .get_organization(organization)
+        .await?
+        .context("no organization has this id")?;
+    let spec = admin_api::api_keys::KeySpec {
+        name: args.name,
+        key_type,
+        environment,
+        allowed_origins: Vec::new(),
+        scopes: if key_type == KeyType::Secret {
+            schemas::Scope::ALL.to_vec()
+        } else {
+            Vec::new()
+        },
+    };
+    let (record, credential) = admin_api::api_keys::issue_key(&store, &secret, organization, spec)
+        .await
+        .map_err(|e| anyhow::anyhow!("issuing the key: {}", e.message))?;
+    let key = admin_api::api_keys::resource(&record, Some(&credential));
+    println!("{}", serde_json::to_string_pretty(&key)?);
     Ok(())
 }

@@ -37,7 +37,7 @@ pub struct StoreArgs {
     #[arg(long, env = "VIGIL_DATA_DIR", default_value = "./vigil-data")]
     pub data_dir: PathBuf,
     /// Store URL: `embedded:<dir>` (default: embedded in --data-dir) or `scylla://host:9042/keyspace`.
-    #[arg(long, env = "VIGIL_STORE")]
+    #[arg(long, env = "VIGIL_STORE", hide_env_values = true)]
     pub store: Option<String>,
     /// The 32-byte server secret as 64 hex characters; default: `<data-dir>/server-secret`,
     /// created on first start. Every replica of a fleet needs the same one.
@@ -73,7 +73,12 @@ pub struct ServeArgs {
     )]
     pub roles: Vec<String>,
     /// Rate limiter: `local` (in-process) or `redis://host:6379`.
-    #[arg(long, env = "VIGIL_LIMITER", default_value = "local")]
+    #[arg(
+        long,
+        env = "VIGIL_LIMITER",
+        default_value = "local",
+        hide_env_values = true
+    )]
     pub limiter: String,
     /// PEM certificate chain; with --tls-key, Vigil terminates TLS itself.
     #[arg(long, env = "VIGIL_TLS_CERT", requires = "tls_key")]
@@ -115,7 +120,7 @@ impl ServeArgs {
         {
             return Err(format!(
                 "--limiter must be `local` or a redis:// URL, not `{}`",
-                self.limiter
+                redact_url(&self.limiter)
             ));
         }
         if !matches!(self.log_format.as_str(), "text" | "json") {
@@ -169,6 +174,27 @@ pub struct BootstrapArgs {
 pub enum KeysCommand {
     /// Set a key's rate limit (requests per minute), the operator's per-key override.
     SetRateLimit(SetRateLimitArgs),
+    /// Issue a key for an existing organization (one made with `POST /v1/organizations` has
+    /// none until an operator issues its first) and print it as JSON.
+    Create(CreateKeyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateKeyArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The organization (`org_…`).
+    #[arg(long, env = "VIGIL_ORGANIZATION")]
+    pub organization: String,
+    /// `secret` or `publishable`.
+    #[arg(long = "type", env = "VIGIL_KEY_TYPE", default_value = "secret")]
+    pub key_type: String,
+    /// `live` or `test`.
+    #[arg(long, env = "VIGIL_ENVIRONMENT", default_value = "test")]
+    pub environment: String,
+    /// A name for the key.
+    #[arg(long, env = "VIGIL_KEY_NAME", default_value = "operator-issued")]
+    pub name: String,
 }
 
 #[derive(Debug, Args)]
@@ -177,12 +203,22 @@ pub struct SetRateLimitArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// The key's resource id (`key_…`).
-    #[arg(long)]
+    #[arg(long, env = "VIGIL_KEY_ID")]
     pub key_id: Option<String>,
     /// The credential itself (`sk_…` or `pk_…`).
     #[arg(long, env = "VIGIL_KEY", hide_env_values = true)]
     pub key: Option<String>,
     /// Requests per minute; the bucket holds this many.
-    #[arg(long)]
+    #[arg(long, env = "VIGIL_RATE_LIMIT")]
     pub limit: u32,
+}
+
+/// Drops any password from a backend URL before it is shown or logged.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
 }

@@ -27,15 +27,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys(config::KeysCommand::SetRateLimit(args)) => {
             commands::set_rate_limit(args).await
         }
+        Command::Keys(config::KeysCommand::Create(args)) => commands::create_key(args).await,
     }
 }
 
 fn init_logging(format: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("VIGIL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("VIGIL_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,fjall=warn,lsm_tree=warn"));
+    use std::io::IsTerminal;
+    // Colours only for a person at a terminal; files and collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = if format == "json" {
         builder.json().try_init()
     } else {

@@ -14,7 +14,7 @@ use edge::transport::Listener;
 use store::Store;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ServeArgs, StoreArgs};
+use crate::config::{ServeArgs, StoreArgs, redact_url};
 
 /// A running server; tests hold one per case.
 pub struct RunningServer {
@@ -128,16 +128,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         shutdown,
         task,
     })
-}
-
-/// Drops any password from a backend URL before it is logged.
-fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***{}", &url[..scheme], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

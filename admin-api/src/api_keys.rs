@@ -160,6 +160,31 @@ fn scopes_only_for_secret(f: &mut Fields, key_type: KeyType) -> Option<Vec<Scope
     Some(scopes)
 }
 
+/// A key can grant only what it holds: the scopes of a key it creates, changes or rotates (and
+/// so receives in full) must be among its own. The removed scope counts as its successors.
+fn grantable(caller: &edge::AuthContext, wanted: &[Scope]) -> Result<(), ApiError> {
+    let held: Vec<Scope> = caller
+        .key
+        .scopes
+        .iter()
+        .flat_map(|s| s.successors().iter().copied())
+        .collect();
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|s| !held.contains(s))
+        .map(|s| s.as_str())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::InsufficientScope,
+            "a key can grant only scopes it holds; name a subset of this key's scopes in `scopes`",
+        )
+        .with_allowed_values(missing))
+    }
+}
+
 /// The key in the path, which must belong to the caller's organization and environment.
 async fn own_key(
     state: &AdminState,
@@ -225,6 +250,7 @@ async fn create(
             KeyType::Publishable => Vec::new(),
         },
     };
+    grantable(&caller, &spec.scopes)?;
     let (record, credential) = issue_key(&state.auth.store, &state.auth.secret, org, spec).await?;
     Ok(Reply::created(resource(&record, Some(&credential))))
 }
@@ -322,6 +348,7 @@ async fn update(
         key.allowed_origins = origins;
     }
     if let Some(scopes) = scopes {
+        grantable(&caller, &scopes)?;
         key.scopes = scopes;
     }
     state.auth.store.update_api_key(&key).await?;
@@ -367,6 +394,7 @@ async fn rotate(
         .collect();
     scopes.sort();
     scopes.dedup();
+    grantable(&caller, &scopes)?;
     let spec = KeySpec {
         name: old.name.clone(),
         key_type: old.key_type,

@@ -146,10 +146,13 @@ pub async fn authenticate(
                 .limiter
                 .check(&format!("ip:{}", client.ip), auth.anonymous_rate_limit)
                 .await;
-            if !d.allowed {
-                return rate_limited(&d, "ip").into_response();
-            }
-            return next.run(Request::from_parts(parts, body)).await;
+            let mut response = if d.allowed {
+                next.run(Request::from_parts(parts, body)).await
+            } else {
+                rate_limited(&d, "ip").into_response()
+            };
+            rate_headers(response.headers_mut(), &d);
+            return response;
         }
         Some(Err(())) => {
             return refuse_anonymous(
@@ -191,10 +194,13 @@ async fn refuse_anonymous(auth: &Authenticator, client: ClientInfo, e: ApiError)
         .limiter
         .check(&format!("ip:{}", client.ip), auth.anonymous_rate_limit)
         .await;
-    if !d.allowed {
-        return rate_limited(&d, "ip").into_response();
-    }
-    e.into_response()
+    let mut response = if d.allowed {
+        e.into_response()
+    } else {
+        rate_limited(&d, "ip").into_response()
+    };
+    rate_headers(response.headers_mut(), &d);
+    response
 }
 
 type Resolved = (Result<AuthContext, ApiError>, RateDecision);
@@ -351,7 +357,11 @@ impl<S: Send + Sync, P: RoutePolicy> FromRequestParts<S> for SecretKey<P> {
         if P::ORGANIZATION_ROUTE && key.scopes.contains(&Scope::OrganizationsManage) {
             return Err(ApiError::new(
                 ErrorCode::ScopeRemoved,
-                "this key carries the removed scope organizations:manage; rotate it to use organization routes",
+                format!(
+                    "this key ({}) carries the removed scope organizations:manage; rotate it \
+                     (POST /v1/organizations/{}/api-keys/{}/rotations) to use organization routes",
+                    key.id, key.organization_id, key.id
+                ),
             )
             .with_next_action("rotate"));
         }

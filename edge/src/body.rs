@@ -71,7 +71,9 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
 pub struct Fields {
     map: Map<String, Value>,
     issues: Vec<FieldIssue>,
-    allowed_values: Vec<String>,
+    /// The accepted values of each enum member that failed; `details.allowed_values` names
+    /// them only when a single enum member failed, so it is never ambiguous.
+    enum_failures: Vec<Vec<String>>,
 }
 
 impl Fields {
@@ -79,7 +81,7 @@ impl Fields {
         Fields {
             map: body.0,
             issues: Vec::new(),
-            allowed_values: Vec::new(),
+            enum_failures: Vec::new(),
         }
     }
 
@@ -90,6 +92,10 @@ impl Fields {
         expected: Option<&str>,
         received: Option<Value>,
     ) {
+        let received = match received {
+            Some(Value::String(s)) => Some(Value::String(echo_safely(&s))),
+            other => other,
+        };
         self.issues.push(FieldIssue {
             name: name.into(),
             issue: issue.into(),
@@ -160,13 +166,15 @@ impl Fields {
         match parse(&s) {
             Some(v) => Some(v),
             None => {
+                let one_of = format!("one of: {}", allowed.join(", "));
                 self.issue(
                     name,
-                    format!("must be one of: {}", allowed.join(", ")),
-                    Some("enum"),
+                    format!("must be {one_of}"),
+                    Some(&one_of),
                     Some(Value::String(s)),
                 );
-                self.allowed_values = allowed.iter().map(|a| a.to_string()).collect();
+                self.enum_failures
+                    .push(allowed.iter().map(|a| a.to_string()).collect());
                 None
             }
         }
@@ -232,7 +240,8 @@ impl Fields {
             parse(s).ok_or_else(|| format!("must be one of: {joined}"))
         });
         if result.is_none() && self.issues.iter().any(|i| i.name.starts_with(name)) {
-            self.allowed_values = allowed.iter().map(|a| a.to_string()).collect();
+            self.enum_failures
+                .push(allowed.iter().map(|a| a.to_string()).collect());
         }
         result
     }
@@ -246,44 +255,16 @@ impl Fields {
         if self.issues.is_empty() {
             Ok(())
         } else {
-            let allowed = std::mem::take(&mut self.allowed_values);
+            let allowed = match self.enum_failures.as_slice() {
+                [one] => one.clone(),
+                _ => Vec::new(),
+            };
             Err(ApiError::validation(self.issues).with_allowed_values(allowed))
         }
     }
 }
 
 /// A path parameter parsed with `FromStr`; a malformed one is a 422 naming the parameter.
-pub struct PathId<T>(pub T);
-
-impl<S, T> FromRequestParts<S> for PathId<T>
-where
-    S: Send + Sync,
-    T: std::str::FromStr + Send,
-    T::Err: std::fmt::Display,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::internal("path parameters", e))?;
-        // The last parameter of the route is the one this extractor names.
-        let (name, raw) = params
-            .iter()
-            .last()
-            .ok_or_else(|| ApiError::internal("path parameters", "none"))?;
-        raw.parse::<T>().map(PathId).map_err(|e| {
-            ApiError::invalid_field(
-                name,
-                format!("is not a valid id: {e}"),
-                Some(Value::String(raw.to_owned())),
-            )
-            .with_parameter_set("path")
-        })
-    }
-}
-
-/// Named path parameters, for routes with more than one id.
 pub fn path_param<T>(parts_params: &axum::extract::RawPathParams, name: &str) -> Result<T, ApiError>
 where
     T: std::str::FromStr,
@@ -298,7 +279,7 @@ where
         ApiError::invalid_field(
             name,
             format!("is not a valid id: {e}"),
-            Some(Value::String(raw.to_owned())),
+            Some(Value::String(echo_safely(raw))),
         )
         .with_parameter_set("path")
     })
@@ -421,5 +402,21 @@ impl IntoResponse for Reply {
             self.body,
         )
             .into_response()
+    }
+}
+
+/// What an error may echo of a received value: a credential someone put in the wrong place is
+/// cut to its preview, so the answer (and any log or proxy that keeps it) does not carry it.
+pub fn echo_safely(raw: &str) -> String {
+    let looks_like_credential = ["sk_", "pk_", "agt_", "gtpoll_", "ack_", "whsec_"]
+        .iter()
+        .any(|p| raw.starts_with(p));
+    if looks_like_credential && raw.len() > 12 {
+        format!(
+            "{}…",
+            &raw[..raw.char_indices().nth(12).map_or(raw.len(), |(i, _)| i)]
+        )
+    } else {
+        raw.to_owned()
     }
 }

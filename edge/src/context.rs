@@ -23,13 +23,20 @@ pub fn request_id() -> RequestId {
         .unwrap_or_else(|_| RequestId::generate())
 }
 
+/// Wraps `fut` so that it runs as part of the current request (for work spawned on its behalf).
+pub fn in_current_request<F: std::future::Future>(
+    fut: F,
+) -> impl std::future::Future<Output = F::Output> {
+    REQUEST_ID.scope(request_id(), fut)
+}
+
 /// Assigns the request id, runs the request inside it, echoes it as a header, and counts and
 /// times the request by its matched route. Outermost layer, so errors from every other layer
 /// carry the id and are counted too. One layer rather than two: each costs a boxed future.
 pub async fn observe(mut req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let route = crate::metrics::route_label(&req);
-    let method = req.method().clone();
+    let method = crate::metrics::method_label(req.method());
     let id = RequestId::generate();
     req.extensions_mut().insert(id);
     // No tracing span per request: formatting one costs more than the rest of this layer. Log
@@ -38,7 +45,24 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
     if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
-    crate::metrics::record(&route, method.as_str(), response.status().as_u16(), started);
+    let status = response.status().as_u16();
+    crate::metrics::record(&route, method, status, started);
+    // One line per answered request: refusals and failures at info and above, so their ids are
+    // in the log; successes at debug, off by default. 429s are counted, not logged: a flood
+    // would drown the log.
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    match status {
+        500.. => {
+            tracing::warn!(request_id = %id, method, route, status, elapsed_ms, "request failed")
+        }
+        429 => {}
+        400.. => {
+            tracing::info!(request_id = %id, method, route, status, elapsed_ms, "request refused")
+        }
+        _ => {
+            tracing::debug!(request_id = %id, method, route, status, elapsed_ms, "request answered")
+        }
+    }
     response
 }
 

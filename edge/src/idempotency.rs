@@ -81,52 +81,84 @@ pub async fn idempotent_posts(
         credential: ctx.credential_hash,
         key,
     };
-    let now = schemas::time::now();
-    let held = IdempotencyRecord {
-        request_fingerprint: fingerprint,
-        expires_at: now + Duration::seconds(IN_FLIGHT_SECONDS),
-        response: None,
-    };
     let seal_context = [&ctx.credential_hash.0[..], scope.key.as_bytes()].concat();
-    match auth.store.idempotency_begin(&scope, &held).await {
-        Err(e) => return ApiError::from(e).into_response(),
-        Ok(IdempotencyBegin::Existing(existing)) => {
-            if existing.request_fingerprint != fingerprint {
-                return conflict("this Idempotency-Key was used with a different request");
+    let request = Request::from_parts(parts, Body::from(bytes));
+    // From here the request runs to its end in a task of its own. If the client hangs up, hyper
+    // drops this future; were the work part of it, a key held or an action committed without
+    // its answer being stored would leave the retry stuck, or act twice (a second secret key
+    // nobody ever saw).
+    let work = crate::context::in_current_request(async move {
+        let held = IdempotencyRecord {
+            request_fingerprint: fingerprint,
+            expires_at: schemas::time::now() + Duration::seconds(IN_FLIGHT_SECONDS),
+            response: None,
+        };
+        match auth.store.idempotency_begin(&scope, &held).await {
+            Err(e) => ApiError::from(e).into_response(),
+            Ok(IdempotencyBegin::Existing(existing)) => {
+                replay(&auth, existing, fingerprint, &seal_context)
             }
-            let Some(stored) = existing.response else {
-                return conflict(
-                    "a request with this Idempotency-Key is still being answered; retry shortly",
-                );
-            };
-            let Some(body) = auth.secret.open(&stored.sealed_body, &seal_context) else {
-                return ApiError::internal("idempotency", "stored response failed to open")
-                    .into_response();
-            };
-            let body = with_current_request_id(body);
-            let mut response = (
-                StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
-                body,
-            )
-                .into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-                .headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            return response;
+            Ok(IdempotencyBegin::Started) => {
+                answer_and_keep(auth, next, request, scope, fingerprint, seal_context).await
+            }
         }
-        Ok(IdempotencyBegin::Started) => {}
+    });
+    match tokio::spawn(work).await {
+        Ok(response) => response,
+        Err(e) => ApiError::internal("idempotent request task", e).into_response(),
     }
+}
 
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
+/// The answer to a retry: the kept answer, or a 409 when the key was used for another request
+/// or its first request is still being answered.
+fn replay(
+    auth: &Authenticator,
+    existing: IdempotencyRecord,
+    fingerprint: [u8; 32],
+    seal_context: &[u8],
+) -> Response {
+    if existing.request_fingerprint != fingerprint {
+        return conflict("this Idempotency-Key was used with a different request");
+    }
+    let Some(stored) = existing.response else {
+        return conflict(
+            "a request with this Idempotency-Key is still being answered; retry shortly",
+        );
+    };
+    let Some(body) = auth.secret.open(&stored.sealed_body, seal_context) else {
+        return ApiError::internal("idempotency", "stored response failed to open").into_response();
+    };
+    let body = with_current_request_id(body);
+    let mut response = (
+        StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
+        body,
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    response
+}
+
+/// Runs the request and keeps its answer for replay, or releases the key when no action was
+/// taken (so the client may retry with the same key after fixing the request).
+async fn answer_and_keep(
+    auth: Arc<Authenticator>,
+    next: Next,
+    request: Request,
+    scope: IdempotencyScope,
+    fingerprint: [u8; 32],
+    seal_context: Vec<u8>,
+) -> Response {
+    let response = next.run(request).await;
     let status = response.status();
-    // Answers a retry could change (5xx, 429) are not kept: the key is released instead.
-    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+    // Kept: answers of requests that acted (2xx), and 409s, which say the state forbids the
+    // action and would say so again. Everything else (refusals before the handler ran,
+    // validation, 429, 5xx) took no action: the key is released.
+    if !(status.is_success() || status == StatusCode::CONFLICT) {
         if let Err(e) = auth.store.idempotency_abandon(&scope).await {
             tracing::warn!(request_id = %crate::context::request_id(), error = %e, "releasing an idempotency key");
         }

@@ -88,6 +88,22 @@ pub fn route_label(req: &Request) -> String {
         .unwrap_or_else(|| "unmatched".to_owned())
 }
 
+/// The method label: one of the standard methods or `OTHER`, so that a client inventing
+/// methods cannot mint new series.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
 /// Counts and times one answered request.
 pub fn record(route: &str, method: &str, status: u16, started: Instant) {
     let digits = itoa_status(status);

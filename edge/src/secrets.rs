@@ -131,18 +131,23 @@ impl ServerSecret {
 
 /// Writes a file only its owner can read, creating or replacing it.
 pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    // Written beside the target and renamed over it, so the file is never seen half-written,
+    // and created 0600, so an older file's wider mode is not inherited.
+    let temp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(path)?;
+        .open(&temp)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     f.write_all(contents)?;
-    f.sync_all()
+    f.sync_all()?;
+    std::fs::rename(&temp, path)
 }
 
 #[cfg(test)]

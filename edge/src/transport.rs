@@ -21,12 +21,15 @@ pub enum Listener {
 pub struct ClientInfo {
     pub ip: IpAddr,
     pub tls: bool,
+    /// A trusted proxy forwarded the request for a client (it sent forwarding headers).
+    pub forwarded: bool,
 }
 
 impl ClientInfo {
-    /// Whether the request reached us over plain HTTP from somewhere other than this host.
+    /// Whether the request reached us over plain HTTP from somewhere other than this host. A
+    /// proxy that forwarded plain HTTP was reached from elsewhere, whatever address it names.
     pub fn plain_from_afar(&self) -> bool {
-        !self.tls && !self.ip.is_loopback()
+        !self.tls && (self.forwarded || !self.ip.is_loopback())
     }
 }
 
@@ -42,6 +45,7 @@ pub fn client_info(parts: &Parts, trusted_proxies: &[IpNet]) -> ClientInfo {
         return ClientInfo {
             ip: peer,
             tls: listener_tls,
+            forwarded: false,
         };
     }
     // The client is the right-most forwarded address that is not itself a trusted proxy.
@@ -73,6 +77,7 @@ pub fn client_info(parts: &Parts, trusted_proxies: &[IpNet]) -> ClientInfo {
     ClientInfo {
         ip,
         tls: proto_tls.unwrap_or(listener_tls),
+        forwarded: !forwarded.is_empty() || proto_tls.is_some(),
     }
 }
 
@@ -107,7 +112,8 @@ mod tests {
             client_info(&spoofed, &trusted),
             ClientInfo {
                 ip: "203.0.113.5".parse().unwrap(),
-                tls: false
+                tls: false,
+                forwarded: false,
             }
         );
 
@@ -122,12 +128,23 @@ mod tests {
             client_info(&proxied, &trusted),
             ClientInfo {
                 ip: "198.51.100.7".parse().unwrap(),
-                tls: true
+                tls: true,
+                forwarded: true,
             }
         );
         assert!(!client_info(&proxied, &trusted).plain_from_afar());
 
         let local = parts("127.0.0.1:1000", &[]);
         assert!(!client_info(&local, &trusted).plain_from_afar());
+
+        // A local proxy that saw plain HTTP and named no client still forwarded from afar.
+        let local_trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        let plain_proxy = parts("127.0.0.1:1000", &[("x-forwarded-proto", "http")]);
+        assert!(client_info(&plain_proxy, &local_trusted).plain_from_afar());
+
+        // A local proxy that saw plain HTTP and named no client still forwarded from afar.
+        let local_trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        let plain_proxy = parts("127.0.0.1:1000", &[("x-forwarded-proto", "http")]);
+        assert!(client_info(&plain_proxy, &local_trusted).plain_from_afar());
     }
 }

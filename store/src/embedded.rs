@@ -260,6 +260,43 @@ impl Inner {
         decode_row(API_KEYS, self.api_keys.get(key::api_key(org, env, id)))
     }
 
+    /// Adds a new organization's row and its slug claim to `batch`, after checking (under the
+    /// writer mutex) that neither its slug nor its id is taken.
+    fn insert_new_organization(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        org: &OrganizationRecord,
+    ) -> Result<()> {
+        if self.contains(&self.organizations_by_slug, key::slug(&org.slug))? {
+            return Err(StoreError::Conflict(format!(
+                "organization slug `{}` is taken",
+                org.slug
+            )));
+        }
+        if self.contains(&self.organizations, &key::organization(org.id))? {
+            return Err(StoreError::Conflict(format!(
+                "organization {} exists",
+                org.id
+            )));
+        }
+        batch.insert(
+            &self.organizations,
+            key::organization(org.id),
+            encode(ORGANIZATIONS, org)?,
+        );
+        batch.insert(
+            &self.organizations_by_slug,
+            key::slug(&org.slug),
+            encode(
+                ORGANIZATIONS_BY_SLUG,
+                &SlugRow {
+                    organization_id: org.id,
+                },
+            )?,
+        );
+        Ok(())
+    }
+
     /// Adds a new key's row and both lookup rows to `batch`, after checking (under the writer
     /// mutex) that neither its id nor its hash is taken.
     fn insert_new_api_key(&self, batch: &mut OwnedWriteBatch, key: &ApiKeyRecord) -> Result<()> {
@@ -332,34 +369,8 @@ impl StoreBackend for EmbeddedStore {
     async fn create_organization(&self, org: &OrganizationRecord) -> Result<()> {
         let org = org.clone();
         self.write(move |db, _| {
-            if db.contains(&db.organizations_by_slug, key::slug(&org.slug))? {
-                return Err(StoreError::Conflict(format!(
-                    "organization slug `{}` is taken",
-                    org.slug
-                )));
-            }
-            if db.contains(&db.organizations, &key::organization(org.id))? {
-                return Err(StoreError::Conflict(format!(
-                    "organization {} exists",
-                    org.id
-                )));
-            }
             let mut batch = db.batch();
-            batch.insert(
-                &db.organizations,
-                key::organization(org.id),
-                encode(ORGANIZATIONS, &org)?,
-            );
-            batch.insert(
-                &db.organizations_by_slug,
-                key::slug(&org.slug),
-                encode(
-                    ORGANIZATIONS_BY_SLUG,
-                    &SlugRow {
-                        organization_id: org.id,
-                    },
-                )?,
-            );
+            db.insert_new_organization(&mut batch, &org)?;
             db.commit(
                 batch,
                 Changes {
@@ -413,7 +424,8 @@ impl StoreBackend for EmbeddedStore {
     }
 
     /// Replaces name, status and updated_at of an existing row. A missing row is left missing
-    /// (no upsert): creating happens only through `create_organization`, which claims the slug.
+    /// (no upsert): creating happens only through `create_organization` (or
+    /// `create_organization_with_keys`), which claims the slug.
     async fn update_organization(&self, org: &OrganizationRecord) -> Result<()> {
         let org = org.clone();
         self.write(move |db, _| {
@@ -433,6 +445,37 @@ impl StoreBackend for EmbeddedStore {
                 Changes {
                     organizations: &[stored.id],
                     ..Changes::default()
+                },
+            )
+        })
+        .await
+    }
+
+    /// One batch: the organization, its slug claim, and every key with its two lookup rows,
+    /// each checked free under the writer mutex (as `create_organization` and `create_api_key`
+    /// check them) before anything is added. The first conflict drops the unwritten batch, so a
+    /// failed call leaves no row and no claim.
+    async fn create_organization_with_keys(
+        &self,
+        org: &OrganizationRecord,
+        keys: &[ApiKeyRecord],
+    ) -> Result<()> {
+        // Before the lock: a stray key or a key given twice needs no read.
+        crate::check_organization_keys(org, keys)?;
+        let org = org.clone();
+        let keys = keys.to_vec();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            db.insert_new_organization(&mut batch, &org)?;
+            for key in &keys {
+                db.insert_new_api_key(&mut batch, key)?;
+            }
+            let hashes: Vec<CredentialHash> = keys.iter().map(|k| k.key_hash).collect();
+            db.commit(
+                batch,
+                Changes {
+                    organizations: &[org.id],
+                    api_keys: &hashes,
                 },
             )
         })

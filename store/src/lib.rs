@@ -26,6 +26,10 @@ pub enum StoreError {
     /// A row could not be decoded: a bug or a damaged store.
     #[error("corrupt row in {table}: {detail}")]
     Corrupt { table: &'static str, detail: String },
+    /// The caller's arguments break the method's contract (a bug in the caller, not a race with
+    /// another writer); nothing was written.
+    #[error("invalid store request: {0}")]
+    Invalid(String),
     /// The store URL names a backend this build does not have.
     #[error("store backend not enabled: {0}")]
     NotEnabled(String),
@@ -48,6 +52,21 @@ pub trait StoreBackend: Send + Sync + 'static {
     async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>>;
     /// Replaces the mutable columns (name, status, updated_at); the slug never changes.
     async fn update_organization(&self, org: &OrganizationRecord) -> Result<()>;
+    /// Creates an organization (claiming its slug) together with its first API keys (each with
+    /// its lookup rows) in one step, or nothing: `Conflict` if the slug, or any key's id or
+    /// hash, is taken.
+    ///
+    /// Every key must belong to `org`: if a key's `organization_id` is not `org.id`, the call
+    /// fails with `Invalid` (a caller bug, not a conflict), checked before anything is read.
+    /// Two keys of `keys` sharing an id or a hash are a `Conflict`, as if one had been created
+    /// first. So is an existing organization with `org.id`, as in `create_organization`. With no
+    /// keys this is `create_organization`. Nothing of a failed call is written, and nothing it
+    /// checked stays claimed: a retry with the conflict fixed can succeed.
+    async fn create_organization_with_keys(
+        &self,
+        org: &OrganizationRecord,
+        keys: &[ApiKeyRecord],
+    ) -> Result<()>;
 
     // api_keys, api_keys_by_hash, api_key_ids
 
@@ -127,6 +146,35 @@ pub trait StoreBackend: Send + Sync + 'static {
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>>;
     /// Sets `name` only if absent; returns whether this call set it.
     async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool>;
+}
+
+/// The checks of `create_organization_with_keys` that need no read, for every backend to run
+/// first: `Invalid` if a key belongs to another organization, then `Conflict` if two of the
+/// keys share an id or a hash (checks against stored rows cannot see the batch's own rows).
+fn check_organization_keys(org: &OrganizationRecord, keys: &[ApiKeyRecord]) -> Result<()> {
+    if let Some(stray) = keys.iter().find(|k| k.organization_id != org.id) {
+        return Err(StoreError::Invalid(format!(
+            "api key {} belongs to organization {}, not to the organization {} being created \
+             with it",
+            stray.id, stray.organization_id, org.id
+        )));
+    }
+    let mut ids = std::collections::HashSet::with_capacity(keys.len());
+    let mut hashes = std::collections::HashSet::with_capacity(keys.len());
+    for key in keys {
+        if !ids.insert(key.id) {
+            return Err(StoreError::Conflict(format!(
+                "api key id {} is given twice",
+                key.id
+            )));
+        }
+        if !hashes.insert(key.key_hash) {
+            return Err(StoreError::Conflict(
+                "two api keys share a credential hash".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The store every role shares.

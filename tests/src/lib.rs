@@ -268,6 +268,42 @@ impl TestServer {
         r.ok(201).clone()
     }
 
+    /// Changes a development-organization key's stored row directly, as an operator tool or an
+    /// older release would have written it (a legacy scope, a rate-limit override).
+    pub async fn edit_key(
+        &self,
+        environment: schemas::credential::Environment,
+        key_id: &str,
+        edit: impl FnOnce(&mut store::ApiKeyRecord),
+    ) {
+        let org: schemas::OrgId = self.creds.org_id().parse().expect("org id");
+        let id: schemas::KeyId = key_id.parse().expect("key id");
+        let mut record = self
+            .store()
+            .get_api_key(org, environment, id)
+            .await
+            .expect("store")
+            .expect("key exists");
+        edit(&mut record);
+        self.store().update_api_key(&record).await.expect("store");
+    }
+
+    /// The value of an unlabelled metric from `/metrics`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .get("/metrics")
+            .send()
+            .await
+            .body
+            .as_str()
+            .expect("metrics text")
+            .to_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    }
+
     /// A second organization with its own keys, created the way `vigil bootstrap` does.
     pub async fn second_organization(&self, slug: &str) -> DevCredentials {
         let running = self.running.as_ref().expect("running");
@@ -295,4 +331,30 @@ use edge::secrets as edge_secret;
 pub fn redis_url() -> String {
     std::env::var("VIGIL_TEST_REDIS_URL")
         .expect("VIGIL_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts redis-server")
+}
+
+/// The `vigil` executable, built by the test command before the tests run.
+pub fn vigil_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test> -> target/<profile>/vigil
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("vigil");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --bin vigil` first (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// An HTTP client for tests: no proxy, and the same TLS provider as the server.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
 }

@@ -146,7 +146,10 @@ async fn publishable_keys_take_origins_and_secret_keys_take_scopes() {
         .await;
     let e = r.err(422, "request.validation_failed");
     assert_eq!(r.field_names(), vec!["name", "type", "environment"]);
-    assert!(e["details"]["allowed_values"].is_array());
+    assert!(
+        e["details"].get("allowed_values").is_none(),
+        "two enums failed: ambiguous"
+    );
 
     let listed = s.get(&keys_path(&s)).key(sk).send().await;
     assert_eq!(
@@ -336,16 +339,11 @@ async fn a_key_with_the_removed_scope_must_rotate_before_organization_routes() {
     let key = s.create_key(sk, json!({"name": "legacy", "type": "secret", "environment": "live", "scopes": ["api_keys:manage", "organizations:read"]})).await;
     let legacy = key["revealed_key"].as_str().unwrap();
     // Keys minted before the scope was split carry it; write one as such a key was stored.
-    let org: schemas::OrgId = s.creds.org_id().parse().unwrap();
-    let id: schemas::KeyId = key["id"].as_str().unwrap().parse().unwrap();
-    let mut record = s
-        .store()
-        .get_api_key(org, schemas::credential::Environment::Live, id)
-        .await
-        .unwrap()
-        .unwrap();
-    record.scopes.push(schemas::Scope::OrganizationsManage);
-    s.store().update_api_key(&record).await.unwrap();
+    let id = key["id"].as_str().unwrap();
+    s.edit_key(schemas::credential::Environment::Live, id, |k| {
+        k.scopes.push(schemas::Scope::OrganizationsManage)
+    })
+    .await;
 
     let r = s.get(&s.org_path()).key(legacy).send().await;
     assert_eq!(
@@ -620,4 +618,68 @@ async fn the_operator_sets_a_keys_rate_limit() {
         .unwrap()
         .clone();
     assert_eq!(pk["rate_limit"], 9);
+}
+
+#[tokio::test]
+async fn a_key_grants_only_the_scopes_it_holds() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_live;
+    let manager = s
+        .create_key(sk, json!({"name": "manager", "type": "secret", "environment": "live", "scopes": ["api_keys:manage", "api_keys:read"]}))
+        .await;
+    let manager_key = manager["revealed_key"].as_str().unwrap();
+
+    // Omitting scopes asks for the full set, which this key does not hold.
+    let r = s
+        .post(&keys_path(&s))
+        .key(manager_key)
+        .json(json!({"name": "x", "type": "secret", "environment": "live"}))
+        .send()
+        .await;
+    let e = r.err(403, "auth.insufficient_scope");
+    assert_eq!(
+        e["details"]["allowed_values"].as_array().unwrap().len(),
+        12,
+        "the twelve scopes it lacks"
+    );
+    let r = s.post(&keys_path(&s)).key(manager_key).json(json!({"name": "x", "type": "secret", "environment": "live", "scopes": ["sessions:read"]})).send().await;
+    assert_eq!(
+        r.err(403, "auth.insufficient_scope")["details"]["allowed_values"],
+        json!(["sessions:read"])
+    );
+    let sub = s.post(&keys_path(&s)).key(manager_key).json(json!({"name": "sub", "type": "secret", "environment": "live", "scopes": ["api_keys:read"]})).send().await;
+    assert_eq!(sub.ok(201)["scopes"], json!(["api_keys:read"]));
+    // Publishable keys carry no scopes, so any manager may issue them.
+    s.post(&keys_path(&s))
+        .key(manager_key)
+        .json(json!({"name": "web", "type": "publishable", "environment": "live"}))
+        .send()
+        .await
+        .ok(201);
+
+    // It cannot widen itself, nor receive a wider key by rotating one.
+    let own = format!("{}/{}", keys_path(&s), manager["id"].as_str().unwrap());
+    s.patch(&own)
+        .key(manager_key)
+        .json(json!({"scopes": ["api_keys:manage", "organizations:update"]}))
+        .send()
+        .await
+        .err(403, "auth.insufficient_scope");
+    let listed = s.get(&keys_path(&s)).key(manager_key).send().await;
+    let dev_key = listed
+        .ok(200)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "live secret")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.post(&format!("{}/{dev_key}/rotations", keys_path(&s)))
+        .key(manager_key)
+        .send()
+        .await
+        .err(403, "auth.insufficient_scope");
+    s.get(&s.org_path()).key(sk).send().await.ok(200);
 }

@@ -13,9 +13,10 @@ async fn missing_malformed_and_unknown_credentials_are_refused() {
         r.err(401, "auth.missing_credentials")["details"]["header_name"],
         "Authorization"
     );
-    assert!(
-        r.header("x-ratelimit-limit").is_none(),
-        "no key, no key bucket"
+    assert_eq!(
+        r.header("x-ratelimit-limit").as_deref(),
+        Some("100000"),
+        "without a key, the client address's bucket"
     );
     s.get(&s.org_path())
         .header("authorization", "Basic Zm9vOmJhcg==")
@@ -143,9 +144,7 @@ async fn a_secret_key_seen_with_browser_headers_is_revoked_at_once() {
         .send()
         .await
         .ok(200);
-    let metrics = s.get("/metrics").send().await;
-    let text = metrics.body.as_str().unwrap().to_owned();
-    assert!(text.contains("vigil_secret_keys_exposed_total 3"), "{text}");
+    assert_eq!(s.metric("vigil_secret_keys_exposed_total").await, 3.0);
 }
 
 #[tokio::test]
@@ -225,4 +224,23 @@ async fn vigil_terminates_tls_itself() {
     assert_eq!(r.status(), 200);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["data"]["slug"], "development");
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_that_saw_plain_http_is_from_afar_even_without_a_client_address() {
+    let s =
+        TestServer::start_with(|a| a.trusted_proxy = vec!["127.0.0.1/32".parse().unwrap()]).await;
+    let r = s
+        .get(&s.org_path())
+        .key(&s.creds.keys.secret_live)
+        .header("x-forwarded-proto", "http")
+        .send()
+        .await;
+    r.err(403, "auth.tls_required");
+    s.get(&s.org_path())
+        .key(&s.creds.keys.secret_live)
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .ok(200);
 }

@@ -1,7 +1,7 @@
 //! Restart durability: what the API acknowledged is there after a stop and a start on the same
 //! data dir, and the development organization is created once, not on every start.
 
-use vigil_tests::{TestServer, json};
+use vigil_tests::{TestServer, json, vigil_binary};
 
 #[tokio::test]
 async fn acknowledged_writes_survive_a_restart() {
@@ -136,17 +136,4 @@ async fn bootstrap_prints_an_organization_and_four_keys_and_refuses_a_taken_slug
         printed["organization"]["id"].as_str().unwrap()
     );
     s.get(&path).key(acme_sk).send().await.ok(200);
-}
-
-/// The `vigil` executable, built by the test command before the tests run.
-fn vigil_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>/vigil
-    let path = exe.parent().unwrap().parent().unwrap().join("vigil");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --bin vigil` first (scripts/test.sh does)",
-        path.display()
-    );
-    path
 }

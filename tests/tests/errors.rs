@@ -157,3 +157,80 @@ async fn probes_and_metrics() {
             .contains("## auth.scope_removed")
     );
 }
+
+#[tokio::test]
+async fn wrong_methods_on_api_routes_are_counted_and_invented_methods_mint_no_series() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_live;
+    let r = s
+        .call(reqwest::Method::PUT, &s.org_path())
+        .key(sk)
+        .send()
+        .await;
+    r.err(405, "request.method_not_allowed");
+    assert_eq!(
+        r.header("x-ratelimit-remaining").as_deref(),
+        Some("599"),
+        "counted like any answer"
+    );
+    let invented = reqwest::Method::from_bytes(b"FOO1").unwrap();
+    s.call(invented, "/healthz").send().await;
+    let text = s
+        .get("/metrics")
+        .send()
+        .await
+        .body
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!text.contains("FOO1"), "{text}");
+    assert!(text.contains(r#"method="OTHER""#), "{text}");
+}
+
+#[tokio::test]
+async fn allowed_values_name_the_one_enum_that_failed() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_live;
+    let path = format!("{}/api-keys", s.org_path());
+    let one = s
+        .post(&path)
+        .key(sk)
+        .json(json!({"name": "k", "type": "root", "environment": "live"}))
+        .send()
+        .await;
+    let e = one.err(422, "request.validation_failed");
+    assert_eq!(
+        e["details"]["allowed_values"],
+        json!(["publishable", "secret"])
+    );
+    assert_eq!(
+        e["details"]["fields"][0]["expected"],
+        "one of: publishable, secret"
+    );
+    let two = s
+        .post(&path)
+        .key(sk)
+        .json(json!({"name": "k", "type": "root", "environment": "prod"}))
+        .send()
+        .await;
+    let e = two.err(422, "request.validation_failed");
+    assert!(
+        e["details"].get("allowed_values").is_none(),
+        "ambiguous with two enums: {e}"
+    );
+    assert_eq!(e["details"]["fields"][1]["expected"], "one of: live, test");
+    // A credential put where an id belongs is not echoed back in full.
+    let r = s.get(&format!("{path}/{sk}")).key(sk).send().await;
+    let received = r.err(422, "request.validation_failed")["details"]["fields"][0]["received"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!received.contains(&sk[12..]), "{received}");
+    // Names need only be one character long, as the interface says.
+    s.post("/v1/organizations")
+        .key(sk)
+        .json(json!({"name": " ", "slug": "blank-name"}))
+        .send()
+        .await
+        .ok(201);
+}

@@ -57,15 +57,18 @@ async fn a_retried_key_creation_returns_the_same_key() {
         .send()
         .await;
     other.err(409, "request.idempotency_conflict");
-    // Another credential has its own key space.
+    // Another credential has its own key space: the same Idempotency-Key acts afresh.
+    let test_body = json!({"name": "once", "type": "secret", "environment": "test"});
     let r = s
         .post(&path)
-        .key(&s.creds.keys.secret_live)
-        .header("idempotency-key", "create-once-2")
-        .json(body.clone())
+        .key(&s.creds.keys.secret_test)
+        .header("idempotency-key", "create-once-1")
+        .json(test_body)
         .send()
         .await;
-    assert_ne!(r.ok(201)["id"], a["id"]);
+    let other_credential = r.ok(201);
+    assert_ne!(other_credential["id"], a["id"]);
+    assert_eq!(other_credential["environment"], "test");
     // Without the header, every POST acts.
     let c = s.post(&path).key(sk).json(body.clone()).send().await;
     let d = s.post(&path).key(sk).json(body).send().await;
@@ -110,26 +113,32 @@ async fn a_retried_rotation_returns_the_same_replacement() {
 }
 
 #[tokio::test]
-async fn failed_requests_are_replayed_as_failed_and_bad_keys_are_refused() {
+async fn invalid_requests_release_the_key_and_conflicts_are_kept() {
     let s = TestServer::start().await;
     let sk = &s.creds.keys.secret_live;
-    let bad = json!({"name": "", "slug": "x"});
-    let first = s
-        .post("/v1/organizations")
-        .key(sk)
-        .header("idempotency-key", "k-1")
-        .json(bad.clone())
-        .send()
-        .await;
-    first.err(422, "request.validation_failed");
-    let again = s
-        .post("/v1/organizations")
-        .key(sk)
-        .header("idempotency-key", "k-1")
-        .json(bad)
-        .send()
-        .await;
-    again.err(422, "request.validation_failed");
+    let post = |key: &'static str, body: serde_json::Value| {
+        s.post("/v1/organizations")
+            .key(sk)
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+    };
+    // A 422 acted on nothing: the key is free for the corrected request.
+    post("k-1", json!({"name": "", "slug": "x"}))
+        .await
+        .err(422, "request.validation_failed");
+    let fixed = post("k-1", json!({"name": "X", "slug": "x"})).await;
+    assert_eq!(fixed.ok(201)["slug"], "x");
+    assert_eq!(
+        fixed.header("idempotent-replayed").as_deref(),
+        Some("false")
+    );
+    // A 409 says the state forbids the action, and says so again on replay.
+    post("k-2", json!({"name": "D", "slug": "development"}))
+        .await
+        .err(409, "resource.conflict");
+    let again = post("k-2", json!({"name": "D", "slug": "development"})).await;
+    again.err(409, "resource.conflict");
     assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
 
     let long = "k".repeat(256);
@@ -144,4 +153,104 @@ async fn failed_requests_are_replayed_as_failed_and_bad_keys_are_refused() {
         r.err(422, "request.validation_failed")["details"]["header_name"],
         "Idempotency-Key"
     );
+}
+
+#[tokio::test]
+async fn refusals_that_took_no_action_release_the_key() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_live;
+    let narrow = s
+        .create_key(sk, json!({"name": "narrow", "type": "secret", "environment": "live", "scopes": ["organizations:read"]}))
+        .await;
+    let narrow_key = narrow["revealed_key"].as_str().unwrap();
+    let body = json!({"name": "Later", "slug": "later"});
+    let refused = s
+        .post("/v1/organizations")
+        .key(narrow_key)
+        .header("idempotency-key", "retry-me")
+        .json(body.clone())
+        .send()
+        .await;
+    refused.err(403, "auth.insufficient_scope");
+    s.patch(&format!(
+        "{}/api-keys/{}",
+        s.org_path(),
+        narrow["id"].as_str().unwrap()
+    ))
+    .key(sk)
+    .json(json!({"scopes": ["organizations:read", "organizations:create"]}))
+    .send()
+    .await
+    .ok(200);
+    let retried = s
+        .post("/v1/organizations")
+        .key(narrow_key)
+        .header("idempotency-key", "retry-me")
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(
+        retried.ok(201)["slug"],
+        "later",
+        "the refusal was not kept for replay"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_mid_request_can_retry_without_a_second_key() {
+    use tokio::io::AsyncWriteExt;
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_live;
+    let path = format!("{}/api-keys", s.org_path());
+    let body = r#"{"name":"hung-up","type":"secret","environment":"live"}"#;
+    // Send the request and close the connection without reading the answer.
+    let addr = s.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {sk}\r\nIdempotency-Key: hang-up-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    drop(stream);
+
+    // The retry gets the key the first request created, or, while that one is still being
+    // answered, a 409 to retry shortly; never a second key.
+    let mut replayed = None;
+    for _ in 0..100 {
+        let r = s
+            .post(&path)
+            .key(sk)
+            .header("idempotency-key", "hang-up-1")
+            .raw_body("application/json", body)
+            .send()
+            .await;
+        if r.status == 201 {
+            replayed = Some(r);
+            break;
+        }
+        let e = r.err(409, "request.idempotency_conflict");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("still being answered"),
+            "{e}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let replayed = replayed.expect("the retry is answered");
+    assert_eq!(
+        replayed.header("idempotent-replayed").as_deref(),
+        Some("true"),
+        "the first request completed and was kept"
+    );
+    let listed = s.get(&path).key(sk).send().await;
+    let named = listed
+        .ok(200)
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["name"] == "hung-up")
+        .count();
+    assert_eq!(named, 1);
 }

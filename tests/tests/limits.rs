@@ -2,6 +2,7 @@
 //! the 429 path with Retry-After, the per-IP bucket for requests without a valid key, and the
 //! same behaviour on Redis, including the fall-back when Redis is unreachable.
 
+use schemas::credential::Environment::Live;
 use vigil_tests::{TestServer, json, redis_url};
 
 async fn limited_key(s: &TestServer, limit: u32) -> String {
@@ -11,16 +12,10 @@ async fn limited_key(s: &TestServer, limit: u32) -> String {
             json!({"name": "limited", "type": "secret", "environment": "live"}),
         )
         .await;
-    let org: schemas::OrgId = s.creds.org_id().parse().unwrap();
-    let id: schemas::KeyId = key["id"].as_str().unwrap().parse().unwrap();
-    let mut record = s
-        .store()
-        .get_api_key(org, schemas::credential::Environment::Live, id)
-        .await
-        .unwrap()
-        .unwrap();
-    record.rate_limit_override = Some(limit);
-    s.store().update_api_key(&record).await.unwrap();
+    s.edit_key(Live, key["id"].as_str().unwrap(), |k| {
+        k.rate_limit_override = Some(limit)
+    })
+    .await;
     key["revealed_key"].as_str().unwrap().to_owned()
 }
 
@@ -64,17 +59,10 @@ async fn the_redis_limiter_refuses_with_429_and_headers() {
     let s = TestServer::start_with(move |a| a.limiter = url.clone()).await;
     assert_eq!(s.get("/readyz").send().await.body["limiter"], "redis");
     exhaust_and_check_429(&s).await;
-    let text = s
-        .get("/metrics")
-        .send()
-        .await
-        .body
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        text.contains("vigil_rate_limiter_fallbacks_total 0"),
-        "redis answered every time: {text}"
+    assert_eq!(
+        s.metric("vigil_rate_limiter_fallbacks_total").await,
+        0.0,
+        "redis answered every time"
     );
 }
 
@@ -89,22 +77,10 @@ async fn two_replicas_on_one_redis_share_a_keys_bucket() {
     for _ in 0..2 {
         a.get(&a.org_path()).key(&key).send().await.ok(200);
     }
-    let text = a
-        .get("/metrics")
-        .send()
-        .await
-        .body
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(text.contains("vigil_rate_limiter_fallbacks_total 0"));
+    assert_eq!(a.metric("vigil_rate_limiter_fallbacks_total").await, 0.0);
     let limiter = edge::limiter::Limiter::from_url(&url).unwrap();
     let org: schemas::OrgId = a.creds.org_id().parse().unwrap();
-    let keys = a
-        .store()
-        .list_api_keys(org, schemas::credential::Environment::Live, None, 10)
-        .await
-        .unwrap();
+    let keys = a.store().list_api_keys(org, Live, None, 10).await.unwrap();
     let limited = keys
         .iter()
         .find(|k| k.rate_limit_override == Some(4))
@@ -129,20 +105,8 @@ async fn an_unreachable_redis_falls_back_to_the_in_process_limiter() {
     r.ok(200);
     assert_eq!(r.header("x-ratelimit-remaining").as_deref(), Some("599"));
     exhaust_and_check_429(&s).await;
-    let text = s
-        .get("/metrics")
-        .send()
-        .await
-        .body
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let fallbacks: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("vigil_rate_limiter_fallbacks_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap();
-    assert!(fallbacks >= 5, "counted {fallbacks}");
+    let fallbacks = s.metric("vigil_rate_limiter_fallbacks_total").await;
+    assert!(fallbacks >= 5.0, "counted {fallbacks}");
 }
 
 #[tokio::test]

@@ -129,7 +129,7 @@ async fn slugs_are_unique_and_validated() {
         .err(422, "request.validation_failed");
     s.patch(&s.org_path())
         .key(sk)
-        .json(json!({"name": "   "}))
+        .json(json!({"name": ""}))
         .send()
         .await
         .err(422, "request.validation_failed");

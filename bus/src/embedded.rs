@@ -1,0 +1,427 @@
+//! The embedded backend (`embedded:<dir>`): the log in a fjall database of its own directory,
+//! every acknowledged append and commit fsynced before it returns.
+//!
+//! Layout, three keyspaces with binary keys whose byte order is the log's order:
+//! - `log_topics`: topic name → partition count (u32 BE);
+//! - `log_records`: `[len][topic][partition u32 BE][offset u64 BE]` → `[key len u32 BE][key][payload]`,
+//!   so a partition is a contiguous key range read in offset order;
+//! - `log_committed`: `[len][group][len][topic][partition u32 BE]` → next offset to read (u64 BE).
+//!
+//! Names are at most 249 bytes (see `names`), so a one-byte length prefix keeps every key
+//! unambiguous.
+//!
+//! Writes go through one writer thread (`writer`) that group-commits: everything queued while
+//! the previous fsync ran is written as one batch and fsynced once. That thread is also the
+//! only place offsets are assigned, so offsets are dense and a partition's records become
+//! visible in offset order. fjall applies a batch to its memtables only after the fsync
+//! returned, so a reader never sees a record that a crash could still lose.
+
+mod writer;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use self::writer::{Op, Writer};
+use crate::{
+    BusError, Group, LogBackend, LogConsumer, Position, Record, Result, Topic,
+    check_partition_count, check_partitions, check_record_size, partition_for, resume_offsets,
+};
+
+const TOPICS: &str = "log_topics";
+const RECORDS: &str = "log_records";
+const COMMITTED: &str = "log_committed";
+
+/// The log in a local directory.
+pub struct EmbeddedLog {
+    shared: Arc<Shared>,
+    writer: Writer,
+}
+
+/// What the log, its writer thread and its consumers share.
+struct Shared {
+    db: Database,
+    topics: Keyspace,
+    records: Keyspace,
+    committed: Keyspace,
+    /// Every created topic; loaded at open, extended by the writer after a creation is durable.
+    catalog: RwLock<HashMap<Topic, Arc<TopicState>>>,
+}
+
+struct TopicState {
+    partitions: u32,
+    /// Bumped by the writer after each batch that appended to the topic is durable; consumers
+    /// wait on it instead of polling the disk.
+    appended: watch::Sender<u64>,
+}
+
+impl TopicState {
+    fn new(partitions: u32) -> Arc<Self> {
+        Arc::new(Self {
+            partitions,
+            appended: watch::Sender::new(0),
+        })
+    }
+}
+
+/// Key and value encodings (see the module doc).
+mod key {
+    use crate::{Group, Topic};
+
+    fn push_name(k: &mut Vec<u8>, name: &str) {
+        // Names are at most 249 bytes (checked when a `Topic` or `Group` is made).
+        k.push(name.len() as u8);
+        k.extend_from_slice(name.as_bytes());
+    }
+
+    pub fn topic(topic: &Topic) -> &[u8] {
+        topic.as_str().as_bytes()
+    }
+
+    /// The prefix every record of one partition shares.
+    pub fn partition(topic: &Topic, partition: u32) -> Vec<u8> {
+        let mut k = Vec::with_capacity(1 + topic.as_str().len() + 4 + 8);
+        push_name(&mut k, topic.as_str());
+        k.extend_from_slice(&partition.to_be_bytes());
+        k
+    }
+
+    pub fn record(topic: &Topic, partition: u32, offset: u64) -> Vec<u8> {
+        let mut k = self::partition(topic, partition);
+        k.extend_from_slice(&offset.to_be_bytes());
+        k
+    }
+
+    /// The offset at the end of a record key.
+    pub fn record_offset(k: &[u8]) -> Option<u64> {
+        let tail = k.len().checked_sub(8)?;
+        Some(u64::from_be_bytes(k[tail..].try_into().ok()?))
+    }
+
+    pub fn committed(group: &Group, topic: &Topic, partition: u32) -> Vec<u8> {
+        let mut k = Vec::with_capacity(2 + group.as_str().len() + topic.as_str().len() + 4);
+        push_name(&mut k, group.as_str());
+        push_name(&mut k, topic.as_str());
+        k.extend_from_slice(&partition.to_be_bytes());
+        k
+    }
+
+    pub fn record_value(key: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(4 + key.len() + payload.len());
+        // Keys are at most MAX_RECORD_BYTES, far below 4 GiB.
+        v.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        v.extend_from_slice(key);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// Splits a record value into key and payload.
+    pub fn split_record_value(v: &[u8]) -> Option<(&[u8], &[u8])> {
+        let len = u32::from_be_bytes(v.get(..4)?.try_into().ok()?) as usize;
+        let rest = &v[4..];
+        (len <= rest.len()).then(|| rest.split_at(len))
+    }
+
+    pub fn decode_u32(v: &[u8]) -> Option<u32> {
+        Some(u32::from_be_bytes(v.try_into().ok()?))
+    }
+
+    pub fn decode_u64(v: &[u8]) -> Option<u64> {
+        Some(u64::from_be_bytes(v.try_into().ok()?))
+    }
+}
+
+fn unavailable(e: fjall::Error) -> BusError {
+    BusError::Unavailable(format!("embedded log: {e}"))
+}
+
+fn corrupt(what: &str) -> BusError {
+    BusError::Corrupt(format!("embedded log: {what}"))
+}
+
+impl EmbeddedLog {
+    /// Opens (or creates) the log in `dir`. Blocking: the caller runs it off the runtime.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let db = Database::builder(dir).open().map_err(unavailable)?;
+        let keyspace = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(unavailable)
+        };
+        let topics = keyspace(TOPICS)?;
+        let records = keyspace(RECORDS)?;
+        let committed = keyspace(COMMITTED)?;
+
+        let mut catalog = HashMap::new();
+        for guard in topics.iter() {
+            let (name, count) = guard.into_inner().map_err(unavailable)?;
+            let name = std::str::from_utf8(&name)
+                .ok()
+                .and_then(|n| Topic::new(n).ok())
+                .ok_or_else(|| corrupt("a topic name is not a legal name"))?;
+            let count = key::decode_u32(&count)
+                .ok_or_else(|| corrupt("a topic's partition count is not a u32"))?;
+            catalog.insert(name, TopicState::new(count));
+        }
+
+        let shared = Arc::new(Shared {
+            db,
+            topics,
+            records,
+            committed,
+            catalog: RwLock::new(catalog),
+        });
+        let writer = Writer::start(Arc::clone(&shared))?;
+        Ok(Self { shared, writer })
+    }
+
+    /// Hands `op` to the writer thread and waits for its answer.
+    async fn submit<T>(&self, op: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Result<T> {
+        submit(&self.writer.sender(), op).await
+    }
+}
+
+/// Hands an op to the writer thread and waits for its answer (also used by consumers, which
+/// hold only a weak handle on the writer).
+async fn submit<T>(
+    ops: &mpsc::Sender<Op>,
+    op: impl FnOnce(oneshot::Sender<Result<T>>) -> Op,
+) -> Result<T> {
+    let (done, answer) = oneshot::channel();
+    ops.send(op(done))
+        .await
+        .map_err(|_| BusError::Unavailable("embedded log writer has stopped".into()))?;
+    answer
+        .await
+        .map_err(|_| BusError::Unavailable("embedded log writer has stopped".into()))?
+}
+
+impl Shared {
+    fn topic(&self, topic: &Topic) -> Result<Arc<TopicState>> {
+        self.catalog
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+            .cloned()
+            .ok_or_else(|| BusError::UnknownTopic(topic.to_string()))
+    }
+
+    /// Up to `max` records from `partitions` (each from its `next` offset), visiting the
+    /// partitions from index `start` on so that a busy partition cannot starve the others.
+    fn read(
+        &self,
+        topic: &Topic,
+        partitions: &[(u32, u64)],
+        start: usize,
+        max: usize,
+    ) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for i in 0..partitions.len() {
+            let (partition, next) = partitions[(start + i) % partitions.len()];
+            let from = key::record(topic, partition, next);
+            let to = key::record(topic, partition, u64::MAX);
+            for guard in self.records.range(from..=to).take(max - out.len()) {
+                let (k, v) = guard.into_inner().map_err(unavailable)?;
+                let offset = key::record_offset(&k).ok_or_else(|| corrupt("short record key"))?;
+                let (rkey, payload) =
+                    key::split_record_value(&v).ok_or_else(|| corrupt("short record value"))?;
+                out.push(Record {
+                    partition,
+                    offset,
+                    key: Bytes::copy_from_slice(rkey),
+                    payload: Bytes::copy_from_slice(payload),
+                });
+            }
+            if out.len() == max {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs blocking fjall work off the async runtime.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| BusError::Unavailable(format!("embedded log: {e}")))?
+}
+
+#[async_trait]
+impl LogBackend for EmbeddedLog {
+    async fn ping(&self) -> Result<()> {
+        // A database whose fsync once failed is poisoned and refuses writes; `persist` reports
+        // that, where a read would not.
+        let shared = Arc::clone(&self.shared);
+        blocking(move || shared.db.persist(PersistMode::Buffer).map_err(unavailable)).await?;
+        self.writer.check_alive()
+    }
+
+    async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32> {
+        check_partition_count(partitions)?;
+        if let Ok(existing) = self.shared.topic(topic) {
+            return Ok(existing.partitions);
+        }
+        let topic = topic.clone();
+        self.submit(|done| Op::CreateTopic {
+            topic,
+            partitions,
+            done,
+        })
+        .await
+    }
+
+    async fn partitions(&self, topic: &Topic) -> Result<u32> {
+        Ok(self.shared.topic(topic)?.partitions)
+    }
+
+    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
+        check_record_size(key, payload)?;
+        let state = self.shared.topic(topic)?;
+        let partition = partition_for(key, state.partitions);
+        let value = key::record_value(key, payload);
+        let offset = self
+            .submit(|done| Op::Append {
+                topic: topic.clone(),
+                state,
+                partition,
+                value,
+                done,
+            })
+            .await?;
+        Ok(Position { partition, offset })
+    }
+
+    async fn consumer(
+        &self,
+        group: &Group,
+        topic: &Topic,
+        partitions: &[u32],
+    ) -> Result<Box<dyn LogConsumer>> {
+        let state = self.shared.topic(topic)?;
+        let partitions = check_partitions(topic, state.partitions, partitions)?;
+        let shared = Arc::clone(&self.shared);
+        let (g, t, ps) = (group.clone(), topic.clone(), partitions.clone());
+        let next = blocking(move || {
+            ps.iter()
+                .map(|&p| match shared.committed.get(key::committed(&g, &t, p)) {
+                    Ok(Some(v)) => key::decode_u64(&v)
+                        .ok_or_else(|| corrupt("a committed offset is not a u64")),
+                    Ok(None) => Ok(0),
+                    Err(e) => Err(unavailable(e)),
+                })
+                .collect::<Result<Vec<u64>>>()
+        })
+        .await?;
+        Ok(Box::new(EmbeddedConsumer {
+            shared: Arc::clone(&self.shared),
+            writer: self.writer.weak_sender(),
+            group: group.clone(),
+            topic: topic.clone(),
+            appended: state.appended.subscribe(),
+            partitions,
+            next,
+            start: 0,
+        }))
+    }
+}
+
+/// A consumer of the embedded log.
+struct EmbeddedConsumer {
+    shared: Arc<Shared>,
+    /// Weak, so that live consumers do not keep the writer thread (and the directory) open
+    /// after the log itself was dropped; their commits then fail as unavailable.
+    writer: mpsc::WeakSender<Op>,
+    group: Group,
+    topic: Topic,
+    partitions: Vec<u32>,
+    /// The next offset to read, per entry of `partitions`.
+    next: Vec<u64>,
+    appended: watch::Receiver<u64>,
+    /// The entry of `partitions` the next read starts from; rotates every poll.
+    start: usize,
+}
+
+#[async_trait]
+impl LogConsumer for EmbeddedConsumer {
+    fn group(&self) -> &Group {
+        &self.group
+    }
+
+    fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    fn partitions(&self) -> &[u32] {
+        &self.partitions
+    }
+
+    async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>> {
+        if max == 0 {
+            return Err(BusError::Invalid("poll needs max > 0".into()));
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Marked seen before reading: a batch that lands after the read then wakes the
+            // wait below, and one that landed before it is in the read.
+            self.appended.borrow_and_update();
+            let shared = Arc::clone(&self.shared);
+            let topic = self.topic.clone();
+            let from: Vec<(u32, u64)> = self
+                .partitions
+                .iter()
+                .copied()
+                .zip(self.next.iter().copied())
+                .collect();
+            let start = self.start;
+            let records = blocking(move || shared.read(&topic, &from, start, max)).await?;
+            if !records.is_empty() {
+                // Only now, after the last await: a poll cancelled earlier has consumed nothing.
+                for record in &records {
+                    let i = self.index_of(record.partition)?;
+                    self.next[i] = record.offset + 1;
+                }
+                self.start = (self.start + 1) % self.partitions.len();
+                return Ok(records);
+            }
+            match tokio::time::timeout_at(deadline, self.appended.changed()).await {
+                Ok(Ok(())) => continue,
+                // The sender lives in the catalog, which this consumer keeps alive: unreachable,
+                // but an empty answer is the right one if it ever happens.
+                Ok(Err(_)) | Err(_) => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    async fn commit(&mut self, processed: &[Position]) -> Result<()> {
+        let entries: Vec<(Vec<u8>, u64)> =
+            resume_offsets(&self.topic, &self.partitions, processed)?
+                .into_iter()
+                .map(|(p, next)| (key::committed(&self.group, &self.topic, p), next))
+                .collect();
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let writer = self
+            .writer
+            .upgrade()
+            .ok_or_else(|| BusError::Unavailable("embedded log was closed".into()))?;
+        submit(&writer, |done| Op::Commit { entries, done }).await
+    }
+}
+
+impl EmbeddedConsumer {
+    fn index_of(&self, partition: u32) -> Result<usize> {
+        self.partitions
+            .binary_search(&partition)
+            .map_err(|_| BusError::UnknownPartition {
+                topic: self.topic.to_string(),
+                partition,
+            })
+    }
+}

@@ -1,0 +1,269 @@
+//! The embedded log's single writer thread, which group-commits.
+//!
+//! An fsync costs about as much for one record as for a thousand, and fjall takes one per
+//! synced batch (under its journal lock, so concurrent batches would queue for it anyway). So
+//! appends, commits and topic creations are queued to this thread, which writes everything that
+//! queued up while its previous fsync ran as one batch and fsyncs it once: under load a single
+//! fsync acknowledges many appends, and when idle an append waits for its own fsync only.
+//!
+//! Being the only writer also makes it the only place offsets are assigned: per partition it
+//! keeps the next offset (recovered from the last stored record on first use), advancing it
+//! only once a batch is durable, so offsets stay dense even when a batch fails.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
+use std::thread::JoinHandle;
+
+use fjall::PersistMode;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Shared, TopicState, corrupt, key, unavailable};
+use crate::{BusError, Result, Topic};
+
+/// How many ops may wait for the writer before appends wait to enqueue (backpressure).
+const QUEUE: usize = 8192;
+/// Bounds on one group commit, so one fsync's batch stays a few MiB of journal at most.
+const MAX_GROUP_OPS: usize = 4096;
+const MAX_GROUP_BYTES: usize = 8 << 20;
+
+pub(super) enum Op {
+    CreateTopic {
+        topic: Topic,
+        partitions: u32,
+        done: oneshot::Sender<Result<u32>>,
+    },
+    Append {
+        topic: Topic,
+        state: Arc<TopicState>,
+        partition: u32,
+        /// The encoded record value (key and payload).
+        value: Vec<u8>,
+        done: oneshot::Sender<Result<u64>>,
+    },
+    Commit {
+        /// `log_committed` keys and the next offset to store under each.
+        entries: Vec<(Vec<u8>, u64)>,
+        done: oneshot::Sender<Result<()>>,
+    },
+}
+
+impl Op {
+    fn size(&self) -> usize {
+        match self {
+            Op::Append { value, .. } => value.len(),
+            Op::CreateTopic { .. } | Op::Commit { .. } => 64,
+        }
+    }
+}
+
+/// The handle on the writer thread: dropping it lets the thread drain its queue and stop, and
+/// waits for that, so the directory is released once the log is dropped.
+pub(super) struct Writer {
+    ops: Option<mpsc::Sender<Op>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    pub(super) fn start(shared: Arc<Shared>) -> Result<Self> {
+        let (ops, queue) = mpsc::channel(QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("vigil-log-writer".into())
+            .spawn(move || run(&shared, queue))
+            .map_err(|e| BusError::Unavailable(format!("embedded log writer thread: {e}")))?;
+        Ok(Self {
+            ops: Some(ops),
+            thread: Some(thread),
+        })
+    }
+
+    pub(super) fn sender(&self) -> mpsc::Sender<Op> {
+        self.ops.clone().expect("the sender lives until drop")
+    }
+
+    pub(super) fn weak_sender(&self) -> mpsc::WeakSender<Op> {
+        self.ops
+            .as_ref()
+            .expect("the sender lives until drop")
+            .downgrade()
+    }
+
+    pub(super) fn check_alive(&self) -> Result<()> {
+        match &self.thread {
+            Some(thread) if !thread.is_finished() => Ok(()),
+            _ => Err(BusError::Unavailable(
+                "embedded log writer has stopped".into(),
+            )),
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread once it has written what is queued. Consumers only
+        // hold weak senders, so they cannot keep it open; a commit in flight holds a strong one
+        // for the moment it takes to enqueue.
+        self.ops.take();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("embedded log writer thread panicked");
+        }
+    }
+}
+
+fn run(shared: &Shared, mut queue: mpsc::Receiver<Op>) {
+    let mut next = NextOffsets::default();
+    let mut group = Vec::new();
+    while let Some(first) = queue.blocking_recv() {
+        let mut bytes = first.size();
+        group.push(first);
+        // Everything that queued during the previous fsync joins this batch.
+        while group.len() < MAX_GROUP_OPS && bytes < MAX_GROUP_BYTES {
+            match queue.try_recv() {
+                Ok(op) => {
+                    bytes += op.size();
+                    group.push(op);
+                }
+                Err(_) => break,
+            }
+        }
+        commit_group(shared, &mut next, group.drain(..));
+    }
+}
+
+/// The next offset of each partition written since open.
+type NextOffsets = HashMap<(Topic, u32), u64>;
+
+/// What to answer an op once its batch is durable (or failed).
+enum Reply {
+    Created(oneshot::Sender<Result<u32>>, u32),
+    Appended(oneshot::Sender<Result<u64>>, u64),
+    Committed(oneshot::Sender<Result<()>>),
+}
+
+impl Reply {
+    /// A caller that stopped waiting (a dropped future) is not an error here.
+    fn send(self, failed: Option<&str>) {
+        let err = || BusError::Unavailable(failed.unwrap_or_default().to_owned());
+        let _ = match (self, failed) {
+            (Reply::Created(done, n), None) => done.send(Ok(n)).map_err(drop),
+            (Reply::Created(done, _), Some(_)) => done.send(Err(err())).map_err(drop),
+            (Reply::Appended(done, offset), None) => done.send(Ok(offset)).map_err(drop),
+            (Reply::Appended(done, _), Some(_)) => done.send(Err(err())).map_err(drop),
+            (Reply::Committed(done), None) => done.send(Ok(())).map_err(drop),
+            (Reply::Committed(done), Some(_)) => done.send(Err(err())).map_err(drop),
+        };
+    }
+}
+
+fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<Item = Op>) {
+    let mut batch = shared.db.batch().durability(Some(PersistMode::SyncAll));
+    // Next offsets as they will be once this batch is durable; merged into `next` only then.
+    let mut staged = NextOffsets::new();
+    let mut created: Vec<(Topic, u32)> = Vec::new();
+    let mut touched: Vec<Arc<TopicState>> = Vec::new();
+    let mut replies = Vec::new();
+
+    for op in group {
+        match op {
+            Op::CreateTopic {
+                topic,
+                partitions,
+                done,
+            } => {
+                // Created before, or earlier in this batch: the first creation's count stands.
+                if let Ok(existing) = shared.topic(&topic) {
+                    let _ = done.send(Ok(existing.partitions));
+                    continue;
+                }
+                if let Some((_, n)) = created.iter().find(|(t, _)| *t == topic) {
+                    replies.push(Reply::Created(done, *n));
+                    continue;
+                }
+                batch.insert(&shared.topics, key::topic(&topic), partitions.to_be_bytes());
+                created.push((topic, partitions));
+                replies.push(Reply::Created(done, partitions));
+            }
+            Op::Append {
+                topic,
+                state,
+                partition,
+                value,
+                done,
+            } => {
+                let slot = (topic, partition);
+                let offset = match staged.get(&slot).or_else(|| next.get(&slot)) {
+                    Some(&n) => n,
+                    None => match recover_next(shared, &slot.0, partition) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            let _ = done.send(Err(e));
+                            continue;
+                        }
+                    },
+                };
+                batch.insert(
+                    &shared.records,
+                    key::record(&slot.0, partition, offset),
+                    value,
+                );
+                staged.insert(slot, offset + 1);
+                replies.push(Reply::Appended(done, offset));
+                if !touched.iter().any(|t| Arc::ptr_eq(t, &state)) {
+                    touched.push(state);
+                }
+            }
+            Op::Commit { entries, done } => {
+                for (k, offset) in entries {
+                    batch.insert(&shared.committed, k, offset.to_be_bytes());
+                }
+                replies.push(Reply::Committed(done));
+            }
+        }
+    }
+
+    if let Err(e) = batch.commit() {
+        // fjall poisons the database after a failed fsync; every later batch fails too, and
+        // `ping` reports it. Nothing of this batch was applied, so no offset advances.
+        let failed = format!("embedded log: {e}");
+        tracing::error!(error = %e, "embedded log batch failed");
+        for reply in replies {
+            reply.send(Some(&failed));
+        }
+        return;
+    }
+    next.extend(staged);
+    if !created.is_empty() {
+        let mut catalog = shared
+            .catalog
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (topic, partitions) in created {
+            catalog
+                .entry(topic)
+                .or_insert_with(|| TopicState::new(partitions));
+        }
+    }
+    for reply in replies {
+        reply.send(None);
+    }
+    for state in touched {
+        state.appended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// The offset after the last stored record of a partition (0 for an empty one).
+fn recover_next(shared: &Shared, topic: &Topic, partition: u32) -> Result<u64> {
+    match shared
+        .records
+        .prefix(key::partition(topic, partition))
+        .next_back()
+    {
+        None => Ok(0),
+        Some(guard) => {
+            let k = guard.key().map_err(unavailable)?;
+            let last = key::record_offset(&k).ok_or_else(|| corrupt("short record key"))?;
+            Ok(last + 1)
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The Kafka backend (`kafka://host:port[,host:port...][?property=value&...]`) over rdkafka and
+//! its bundled librdkafka.
+//!
+//! - Appends go through one idempotent `FutureProducer` with `acks=all`, so an acknowledged
+//!   record is on every in-sync replica, and librdkafka's retries neither duplicate nor reorder
+//!   records of a partition. The partition is computed here ([`partition_for`]) and passed
+//!   explicitly, so both backends place a key alike.
+//! - Consumers are plain clients `assign()`ed to explicit partitions at the group's committed
+//!   offsets (`Offset::Stored`), with auto-commit off: no group join (which costs seconds and
+//!   rebalances under the processor's feet), and commits are synchronous `OffsetCommit`s that
+//!   Kafka accepts from a group with no active members.
+//! - Topics are created with the admin API when missing, with the brokers' default replication
+//!   factor. No client may create topics implicitly (`allow.auto.create.topics=false`), so a
+//!   metadata lookup of a missing topic reports it missing instead of creating it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::FutureExt;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::{
+    BusError, Group, LogBackend, LogConsumer, Position, Record, Result, Topic,
+    check_partition_count, check_partitions, check_record_size, partition_for, resume_offsets,
+};
+
+/// How long a metadata lookup, a topic creation or a commit may take before the backend is
+/// reported unavailable.
+const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Client properties the log's guarantees rest on; a URL may not override them.
+const RESERVED: &[&str] = &[
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "acks",
+    "request.required.acks",
+    "enable.idempotence",
+    "allow.auto.create.topics",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "partitioner",
+];
+
+/// Where the brokers are and any extra librdkafka properties (TLS, SASL, tuning).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port...]`, as librdkafka's `bootstrap.servers`.
+    pub brokers: String,
+    /// Extra client properties, applied to producers, consumers and the admin client alike.
+    pub properties: Vec<(String, String)>,
+}
+
+impl KafkaConfig {
+    pub fn new(brokers: impl Into<String>) -> Self {
+        Self {
+            brokers: brokers.into(),
+            properties: Vec::new(),
+        }
+    }
+
+    /// Parses what follows `kafka://`: `host:port[,host:port...]` and an optional
+    /// `?name=value&...` of librdkafka properties (form-urlencoded).
+    pub fn parse(rest: &str) -> Result<Self> {
+        let (brokers, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let brokers = brokers.trim_end_matches('/');
+        let valid_broker = |b: &str| {
+            b.rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        };
+        if brokers.is_empty() || !brokers.split(',').all(valid_broker) {
+            return Err(BusError::Invalid(format!(
+                "kafka URL needs host:port[,host:port...], got `{brokers}`"
+            )));
+        }
+        let mut config = Self::new(brokers);
+        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            if RESERVED.contains(&name.as_ref()) {
+                return Err(BusError::Invalid(format!(
+                    "kafka property `{name}` is set by the log itself and cannot be overridden"
+                )));
+            }
+            config
+                .properties
+                .push((name.into_owned(), value.into_owned()));
+        }
+        Ok(config)
+    }
+}
+
+/// The log on a Kafka cluster.
+pub struct KafkaLog {
+    /// The brokers and the URL's properties: the base of every client this log makes.
+    base: ClientConfig,
+    producer: FutureProducer,
+    admin: AdminClient<DefaultClientContext>,
+    /// Partition counts seen so far. A topic's count is taken as fixed: adding partitions to a
+    /// live topic would move keys to other partitions and break per-key order anyway.
+    partition_counts: RwLock<HashMap<Topic, u32>>,
+}
+
+fn unavailable(context: &str, e: KafkaError) -> BusError {
+    BusError::Unavailable(format!("kafka: {context}: {e}"))
+}
+
+impl KafkaLog {
+    /// Makes the clients; librdkafka connects in the background, so this does not wait for
+    /// the brokers (`ping` does).
+    pub fn connect(config: &KafkaConfig) -> Result<Self> {
+        let mut base = ClientConfig::new();
+        base.set("bootstrap.servers", &config.brokers)
+            .set("allow.auto.create.topics", "false");
+        for (name, value) in &config.properties {
+            base.set(name, value);
+        }
+
+        let mut producer = base.clone();
+        producer
+            .set("acks", "all")
+            .set("enable.idempotence", "true");
+        // Defaults a URL may override. Send as soon as a record is queued: an append is awaited
+        // by a client request, and records that queue while a request is in flight still share
+        // the next one. And fail an append (ingest answers 503) rather than hang for
+        // librdkafka's default five minutes when the brokers are gone.
+        for (name, value) in [("linger.ms", "0"), ("message.timeout.ms", "30000")] {
+            if producer.get(name).is_none() {
+                producer.set(name, value);
+            }
+        }
+        let producer: FutureProducer = producer
+            .create()
+            .map_err(|e| unavailable("creating the producer", e))?;
+        let admin: AdminClient<DefaultClientContext> = base
+            .create()
+            .map_err(|e| unavailable("creating the admin client", e))?;
+        Ok(Self {
+            base,
+            producer,
+            admin,
+            partition_counts: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The partition count from the cluster's metadata; `None` if the topic does not exist.
+    async fn lookup(&self, topic: &Topic) -> Result<Option<u32>> {
+        if let Some(&n) = self
+            .partition_counts
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+        {
+            return Ok(Some(n));
+        }
+        let producer = self.producer.clone();
+        let name = topic.to_string();
+        let metadata = tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(Some(&name), BROKER_TIMEOUT)
+        })
+        .await
+        .map_err(|e| BusError::Unavailable(format!("kafka: metadata lookup: {e}")))?
+        .map_err(|e| unavailable("metadata lookup", e))?;
+        let Some(found) = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic.as_str())
+        else {
+            return Ok(None);
+        };
+        match found.error().map(RDKafkaErrorCode::from) {
+            None => {}
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+                return Ok(None);
+            }
+            Some(code) => {
+                return Err(BusError::Unavailable(format!(
+                    "kafka: metadata of topic `{topic}`: {code}"
+                )));
+            }
+        }
+        let count = found.partitions().len() as u32;
+        if count == 0 {
+            // A topic still being created: not usable yet.
+            return Ok(None);
+        }
+        self.partition_counts
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.clone(), count);
+        Ok(Some(count))
+    }
+}
+
+#[async_trait]
+impl LogBackend for KafkaLog {
+    async fn ping(&self) -> Result<()> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, BROKER_TIMEOUT))
+            .await
+            .map_err(|e| BusError::Unavailable(format!("kafka: ping: {e}")))?
+            .map(drop)
+            .map_err(|e| unavailable("ping", e))
+    }
+
+    async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32> {
+        check_partition_count(partitions)?;
+        if let Some(n) = self.lookup(topic).await? {
+            return Ok(n);
+        }
+        // -1: the brokers' `default.replication.factor` (Kafka 2.4 and later).
+        let new = NewTopic::new(
+            topic.as_str(),
+            partitions as i32,
+            TopicReplication::Fixed(-1),
+        );
+        let options = AdminOptions::new().operation_timeout(Some(BROKER_TIMEOUT));
+        let results = self
+            .admin
+            .create_topics([&new], &options)
+            .await
+            .map_err(|e| unavailable("creating a topic", e))?;
+        for result in results {
+            match result {
+                // Another process created it meanwhile: its partition count stands.
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => {
+                    return Err(BusError::Unavailable(format!(
+                        "kafka: creating topic `{name}`: {code}"
+                    )));
+                }
+            }
+        }
+        // The creation reaches every broker's metadata a moment later.
+        let deadline = tokio::time::Instant::now() + BROKER_TIMEOUT;
+        loop {
+            if let Some(n) = self.lookup(topic).await? {
+                return Ok(n);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(BusError::Unavailable(format!(
+                    "kafka: topic `{topic}` was created but its metadata did not show up"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn partitions(&self, topic: &Topic) -> Result<u32> {
+        self.lookup(topic)
+            .await?
+            .ok_or_else(|| BusError::UnknownTopic(topic.to_string()))
+    }
+
+    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
+        check_record_size(key, payload)?;
+        let partition = partition_for(key, self.partitions(topic).await?);
+        let record = FutureRecord::to(topic.as_str())
+            .partition(partition as i32)
+            .key(key)
+            .payload(payload);
+        match self
+            .producer
+            .send(record, Timeout::After(BROKER_TIMEOUT))
+            .await
+        {
+            Ok(delivery) => Ok(Position {
+                partition: delivery.partition as u32,
+                offset: delivery.offset as u64,
+            }),
+            Err((e, _)) => Err(match e.rdkafka_error_code() {
+                Some(
+                    RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
+                ) => BusError::UnknownTopic(topic.to_string()),
+                Some(RDKafkaErrorCode::MessageSizeTooLarge) => BusError::TooLarge {
+                    size: key.len() + payload.len(),
+                    limit: crate::MAX_RECORD_BYTES,
+                },
+                _ => unavailable("append", e),
+            }),
+        }
+    }
+
+    async fn consumer(
+        &self,
+        group: &Group,
+        topic: &Topic,
+        partitions: &[u32],
+    ) -> Result<Box<dyn LogConsumer>> {
+        let count = self.partitions(topic).await?;
+        let partitions = check_partitions(topic, count, partitions)?;
+        let mut config = self.base.clone();
+        config
+            .set("group.id", group.as_str())
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            // A group that never committed starts at the beginning, and so does one whose
+            // committed offset was deleted by retention: at least once, never skipped.
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false");
+        let consumer: StreamConsumer = config
+            .create()
+            .map_err(|e| unavailable("creating a consumer", e))?;
+        let mut assignment = TopicPartitionList::new();
+        for &p in &partitions {
+            assignment
+                .add_partition_offset(topic.as_str(), p as i32, Offset::Stored)
+                .map_err(|e| unavailable("assigning partitions", e))?;
+        }
+        consumer
+            .assign(&assignment)
+            .map_err(|e| unavailable("assigning partitions", e))?;
+        Ok(Box::new(KafkaConsumer {
+            consumer: Arc::new(consumer),
+            group: group.clone(),
+            topic: topic.clone(),
+            partitions,
+        }))
+    }
+}
+
+struct KafkaConsumer {
+    /// Shared with the blocking thread a synchronous commit runs on.
+    consumer: Arc<StreamConsumer>,
+    group: Group,
+    topic: Topic,
+    partitions: Vec<u32>,
+}
+
+fn record(message: &BorrowedMessage<'_>) -> Record {
+    // Kafka's partitions and offsets of consumed messages are never negative.
+    Record {
+        partition: message.partition() as u32,
+        offset: message.offset() as u64,
+        key: Bytes::copy_from_slice(message.key().unwrap_or_default()),
+        payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+    }
+}
+
+#[async_trait]
+impl LogConsumer for KafkaConsumer {
+    fn group(&self) -> &Group {
+        &self.group
+    }
+
+    fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    fn partitions(&self) -> &[u32] {
+        &self.partitions
+    }
+
+    async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>> {
+        if max == 0 {
+            return Err(BusError::Invalid("poll needs max > 0".into()));
+        }
+        // `recv` is cancel-safe, and nothing below awaits once a message was taken.
+        let first = match tokio::time::timeout(wait, self.consumer.recv()).await {
+            Err(_) => return Ok(Vec::new()),
+            Ok(Err(e)) => return Err(unavailable("consuming", e)),
+            Ok(Ok(message)) => record(&message),
+        };
+        let mut records = vec![first];
+        while records.len() < max {
+            match self.consumer.recv().now_or_never() {
+                Some(Ok(message)) => records.push(record(&message)),
+                // An error event carries no message, so nothing is lost by reporting it on the
+                // next poll instead (librdkafka retries the fetch itself meanwhile).
+                Some(Err(e)) => {
+                    tracing::warn!(topic = %self.topic, error = %e, "kafka consumer error");
+                    break;
+                }
+                None => break,
+            }
+        }
+        Ok(records)
+    }
+
+    async fn commit(&mut self, processed: &[Position]) -> Result<()> {
+        let resume = resume_offsets(&self.topic, &self.partitions, processed)?;
+        if resume.is_empty() {
+            return Ok(());
+        }
+        let mut offsets = TopicPartitionList::new();
+        for (p, next) in resume {
+            offsets
+                .add_partition_offset(self.topic.as_str(), p as i32, Offset::Offset(next as i64))
+                .map_err(|e| unavailable("commit", e))?;
+        }
+        let consumer = Arc::clone(&self.consumer);
+        // A synchronous commit blocks its thread until the coordinator answers.
+        tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+            .await
+            .map_err(|e| BusError::Unavailable(format!("kafka: commit: {e}")))?
+            .map_err(|e| unavailable("commit", e))
+    }
+}

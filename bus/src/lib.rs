@@ -1,0 +1,281 @@
+//! Vigil's log port: an append-only, partitioned, durable log with consumer groups, a backend
+//! chosen by URL (`embedded:<dir>` by default, `kafka://host:port[,host...]`), and one
+//! conformance suite that every backend must pass unchanged (`conformance`).
+//!
+//! The contract, shared by both backends:
+//! - [`LogBackend::append`] returns only once the record is durable (embedded: fsynced; Kafka:
+//!   acknowledged by all in-sync replicas), and answers the record's [`Position`].
+//! - A record goes to the partition [`partition_for`] picks from its key, the same on every
+//!   backend and in every process, so records of one key (one collect session) keep their order.
+//! - A [`LogConsumer`] reads its partitions in offset order, starting from its group's committed
+//!   position, and [`LogConsumer::commit`] moves that position after the records were
+//!   processed. Delivery is at least once: whatever was read but not committed is read again
+//!   by the group's next consumer, so processing must be idempotent.
+//!
+//! There is no group membership protocol: a consumer is given its partitions explicitly, and the
+//! caller makes sure that one consumer at a time reads a (group, partition). A single process
+//! simply takes every partition ([`LogBackend::consumer_of_all`]).
+
+pub mod conformance;
+pub mod embedded;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+mod names;
+mod partition;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use names::{Group, Topic};
+pub use partition::{murmur2, partition_for};
+
+/// The largest record (key plus payload) either backend accepts: below Kafka's default
+/// `message.max.bytes` (1,000,000 bytes including framing), so a record the embedded log takes
+/// is one Kafka takes too.
+pub const MAX_RECORD_BYTES: usize = 960 * 1024;
+
+/// The most partitions a topic may have (Kafka's practical ceiling per topic is far lower).
+pub const MAX_PARTITIONS: u32 = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// A topic or group name outside the allowed alphabet or length, or a bad argument.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The topic was never created.
+    #[error("unknown topic `{0}`")]
+    UnknownTopic(String),
+    /// The topic exists but has no such partition, or the consumer was not given it.
+    #[error("topic `{topic}` has no partition {partition} here")]
+    UnknownPartition { topic: String, partition: u32 },
+    /// The record is over [`MAX_RECORD_BYTES`]; a retry cannot help.
+    #[error("record of {size} bytes is over the log's limit of {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
+    /// The backend cannot be reached or refused the operation; a retry may help.
+    #[error("log unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data could not be decoded: a bug or a damaged log.
+    #[error("corrupt log data: {0}")]
+    Corrupt(String),
+    /// The log URL names a backend this build does not have, or no backend at all.
+    #[error("log backend not enabled: {0}")]
+    NotEnabled(String),
+}
+
+impl BusError {
+    /// Whether the same call may succeed later (back off and retry rather than drop).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BusError::Unavailable(_))
+    }
+}
+
+pub type Result<T, E = BusError> = std::result::Result<T, E>;
+
+/// Where a record sits in its topic: its partition and its offset there. Offsets start at 0 and
+/// grow by one per record in each partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Position {
+    pub partition: u32,
+    pub offset: u64,
+}
+
+/// A record read from a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub partition: u32,
+    pub offset: u64,
+    pub key: Bytes,
+    pub payload: Bytes,
+}
+
+impl Record {
+    pub fn position(&self) -> Position {
+        Position {
+            partition: self.partition,
+            offset: self.offset,
+        }
+    }
+}
+
+#[async_trait]
+pub trait LogBackend: Send + Sync + 'static {
+    /// Answers when the backend is reachable (`/readyz`).
+    async fn ping(&self) -> Result<()>;
+
+    /// Creates `topic` with `partitions` partitions unless it exists, and answers the topic's
+    /// partition count: an existing topic keeps its count, whatever `partitions` says.
+    async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32>;
+
+    /// The partition count of an existing topic; `UnknownTopic` otherwise.
+    async fn partitions(&self, topic: &Topic) -> Result<u32>;
+
+    /// Appends a record to the partition of its key and returns once it is durable.
+    ///
+    /// `UnknownTopic` if the topic was not created (topics are never created implicitly, so a
+    /// typo cannot start a new stream), `TooLarge` over [`MAX_RECORD_BYTES`]. If the returned
+    /// future is dropped before it completes, the record may or may not have been appended:
+    /// the caller did not get an acknowledgement, so it must treat the append as failed (and a
+    /// retry may then duplicate the record, which consumers tolerate: delivery is at least once).
+    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position>;
+
+    /// A consumer of `partitions` of `topic` for `group`, starting in each partition at the
+    /// group's committed position (the beginning if it never committed there).
+    ///
+    /// `UnknownTopic` / `UnknownPartition` if the topic or a partition does not exist, `Invalid`
+    /// if `partitions` is empty or repeats one.
+    async fn consumer(
+        &self,
+        group: &Group,
+        topic: &Topic,
+        partitions: &[u32],
+    ) -> Result<Box<dyn LogConsumer>>;
+
+    /// A consumer of every partition of `topic`: the single-process case.
+    async fn consumer_of_all(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
+        let count = self.partitions(topic).await?;
+        let all: Vec<u32> = (0..count).collect();
+        self.consumer(group, topic, &all).await
+    }
+}
+
+/// One group's reader of some partitions of one topic.
+///
+/// Within a partition, `poll` returns records in offset order, each once per consumer; records
+/// of different partitions may interleave. Dropping a consumer loses nothing but its
+/// uncommitted progress.
+#[async_trait]
+pub trait LogConsumer: Send {
+    fn group(&self) -> &Group;
+    fn topic(&self) -> &Topic;
+    /// The partitions this consumer reads, ascending.
+    fn partitions(&self) -> &[u32];
+
+    /// The next records: waits until at least one is available, then returns up to `max` of
+    /// those available at once; answers an empty batch if none arrived within `wait`.
+    ///
+    /// Cancel-safe: if the future is dropped (as in a `select!` with a shutdown signal), no
+    /// record is skipped; the next call returns whatever this one had not returned.
+    async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>>;
+
+    /// Records that every record up to and including each given position (per partition, the
+    /// highest offset given counts) is processed: the group's next consumer starts after them.
+    ///
+    /// Call it only after the effects of those records are durable. Returns once the commit is
+    /// itself durable. `UnknownPartition` for a partition this consumer does not read.
+    async fn commit(&mut self, processed: &[Position]) -> Result<()>;
+}
+
+/// The log every role shares.
+pub type Log = Arc<dyn LogBackend>;
+
+/// Opens the backend a log URL names: `embedded:<dir>` (the default, a durable log in `dir`)
+/// or `kafka://host:port[,host:port...]`, optionally followed by `?name=value&...` librdkafka
+/// client properties (for example `?linger.ms=5&security.protocol=ssl`).
+pub async fn open(url: &str) -> Result<Log> {
+    if let Some(dir) = url.strip_prefix("embedded:") {
+        if dir.is_empty() {
+            return Err(BusError::Invalid(
+                "embedded log URL needs a directory: embedded:<dir>".into(),
+            ));
+        }
+        let dir = std::path::PathBuf::from(dir);
+        let log = tokio::task::spawn_blocking(move || embedded::EmbeddedLog::open(&dir))
+            .await
+            .map_err(|e| BusError::Unavailable(e.to_string()))??;
+        Ok(Arc::new(log))
+    } else if let Some(rest) = url.strip_prefix("kafka://") {
+        open_kafka(rest)
+    } else {
+        Err(BusError::NotEnabled(format!(
+            "unknown log URL `{url}`: expected embedded:<dir> or kafka://host:9092[,host...]"
+        )))
+    }
+}
+
+#[cfg(feature = "kafka")]
+fn open_kafka(rest: &str) -> Result<Log> {
+    Ok(Arc::new(kafka::KafkaLog::connect(
+        &kafka::KafkaConfig::parse(rest)?,
+    )?))
+}
+
+#[cfg(not(feature = "kafka"))]
+fn open_kafka(_rest: &str) -> Result<Log> {
+    Err(BusError::NotEnabled(
+        "this build has no Kafka backend (the `kafka` feature of vigil-bus is off)".into(),
+    ))
+}
+
+/// The shared checks of a consumer's `commit`: for each partition named in `processed` (which
+/// must be one of the consumer's, `assigned`, sorted), the offset the group resumes from.
+pub(crate) fn resume_offsets(
+    topic: &Topic,
+    assigned: &[u32],
+    processed: &[Position],
+) -> Result<Vec<(u32, u64)>> {
+    let mut through: Vec<(u32, u64)> = Vec::new();
+    for position in processed {
+        if assigned.binary_search(&position.partition).is_err() {
+            return Err(BusError::UnknownPartition {
+                topic: topic.to_string(),
+                partition: position.partition,
+            });
+        }
+        match through.iter_mut().find(|(p, _)| *p == position.partition) {
+            Some((_, last)) => *last = (*last).max(position.offset),
+            None => through.push((position.partition, position.offset)),
+        }
+    }
+    Ok(through
+        .into_iter()
+        .map(|(p, last)| (p, last.saturating_add(1)))
+        .collect())
+}
+
+/// The shared checks of a consumer's partitions; answers them sorted.
+pub(crate) fn check_partitions(topic: &Topic, count: u32, partitions: &[u32]) -> Result<Vec<u32>> {
+    if partitions.is_empty() {
+        return Err(BusError::Invalid(
+            "a consumer needs at least one partition".into(),
+        ));
+    }
+    let mut sorted = partitions.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(BusError::Invalid(format!(
+            "partitions {partitions:?} name one twice"
+        )));
+    }
+    if let Some(&p) = sorted.iter().find(|&&p| p >= count) {
+        return Err(BusError::UnknownPartition {
+            topic: topic.to_string(),
+            partition: p,
+        });
+    }
+    Ok(sorted)
+}
+
+/// The shared argument checks of `create_topic`; both backends apply them.
+pub(crate) fn check_partition_count(partitions: u32) -> Result<()> {
+    if partitions == 0 || partitions > MAX_PARTITIONS {
+        return Err(BusError::Invalid(format!(
+            "a topic has 1 to {MAX_PARTITIONS} partitions, not {partitions}"
+        )));
+    }
+    Ok(())
+}
+
+/// The shared size check of `append`; both backends apply it.
+pub(crate) fn check_record_size(key: &[u8], payload: &[u8]) -> Result<()> {
+    let size = key.len() + payload.len();
+    if size > MAX_RECORD_BYTES {
+        return Err(BusError::TooLarge {
+            size,
+            limit: MAX_RECORD_BYTES,
+        });
+    }
+    Ok(())
+}

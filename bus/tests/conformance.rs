@@ -1,0 +1,317 @@
+//! The log conformance suite against both backends: the embedded log in a fresh directory, and
+//! the Kafka backend against librdkafka's mock cluster (the real Kafka protocol over loopback
+//! TCP, served in-process by the bundled librdkafka), plus checks particular to each.
+
+mod embedded {
+    use std::path::Path;
+
+    use bus::{Group, Log, Position, Topic};
+
+    /// Each case gets its own directory, removed after the log is closed.
+    async fn embedded_log() -> (Log, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = open(dir.path()).await;
+        (log, dir)
+    }
+
+    async fn open(dir: &Path) -> Log {
+        // Through the URL, as the binary opens it.
+        bus::open(&format!("embedded:{}", dir.display()))
+            .await
+            .expect("open embedded log")
+    }
+
+    bus::log_conformance_suite!(embedded_log());
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_topics_and_commits_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let topic = Topic::new("collect.batches").unwrap();
+        let group = Group::new("processor").unwrap();
+        let wait = std::time::Duration::from_secs(5);
+
+        let log = open(dir.path()).await;
+        log.create_topic(&topic, 3).await.unwrap();
+        let mut appended = Vec::new();
+        for i in 0..50 {
+            let key = format!("sid_{}", i % 7);
+            appended.push(
+                log.append(&topic, key.as_bytes(), format!("{i}").as_bytes())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let mut consumer = log.consumer_of_all(&group, &topic).await.unwrap();
+        let mut read = Vec::new();
+        while read.len() < 50 {
+            read.extend(consumer.poll(50, wait).await.unwrap());
+        }
+        let processed: Vec<Position> = read[..20].iter().map(|r| r.position()).collect();
+        consumer.commit(&processed).await.unwrap();
+        drop(consumer);
+        drop(log);
+
+        let log = open(dir.path()).await;
+        // The topic is known without being created again.
+        assert_eq!(log.partitions(&topic).await.unwrap(), 3);
+        // Offsets continue where they stopped, per partition.
+        let next = log.append(&topic, b"sid_0", b"after").await.unwrap();
+        let last_before = appended
+            .iter()
+            .filter(|a| a.partition == next.partition)
+            .map(|a| a.offset)
+            .max()
+            .unwrap();
+        assert_eq!(next.offset, last_before + 1);
+
+        // The group resumes after its commit: the 30 it had not committed, then the new one.
+        let mut resumed = log.consumer_of_all(&group, &topic).await.unwrap();
+        let mut again = Vec::new();
+        while again.len() < 31 {
+            let batch = resumed.poll(100, wait).await.unwrap();
+            assert!(
+                !batch.is_empty(),
+                "only {} of 31 records came back",
+                again.len()
+            );
+            again.extend(batch);
+        }
+        let expected: std::collections::HashSet<Position> = read[20..]
+            .iter()
+            .map(|r| r.position())
+            .chain([next])
+            .collect();
+        let got: std::collections::HashSet<Position> = again.iter().map(|r| r.position()).collect();
+        assert_eq!(got, expected);
+        for record in &again {
+            if let Some(before) = read.iter().find(|r| r.position() == record.position()) {
+                assert_eq!(record, before, "a record changed across reopening");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bare_embedded_url_is_refused() {
+        assert!(matches!(
+            bus::open("embedded:").await.err(),
+            Some(bus::BusError::Invalid(_))
+        ));
+        assert!(matches!(
+            bus::open("nats://localhost").await.err(),
+            Some(bus::BusError::NotEnabled(_))
+        ));
+    }
+}
+
+mod kafka {
+    use std::sync::mpsc;
+    use std::thread::JoinHandle;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use bus::kafka::{KafkaConfig, KafkaLog};
+    use bus::{BusError, Group, Log, LogBackend, LogConsumer, Position, Result, Topic};
+    use rdkafka::ClientConfig;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    /// Brokers in the mock cluster: more than one, so leaders, replicas and `acks=all` are
+    /// exercised rather than trivially true.
+    const BROKERS: i32 = 3;
+
+    enum Request {
+        CreateTopic {
+            topic: String,
+            partitions: i32,
+            done: mpsc::Sender<()>,
+        },
+        Stop,
+    }
+
+    /// librdkafka's mock cluster on a thread of its own: its handle is a raw pointer (neither
+    /// `Send` nor `Sync`), and the log under test must be both, so topic creations reach it
+    /// through a channel.
+    struct MockBroker {
+        bootstrap: String,
+        requests: mpsc::Sender<Request>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl MockBroker {
+        fn start() -> Self {
+            let (requests, queue) = mpsc::channel();
+            let (ready, bootstrap) = mpsc::channel();
+            let thread = std::thread::spawn(move || {
+                let cluster = MockCluster::new(BROKERS).expect("start the mock cluster");
+                ready.send(cluster.bootstrap_servers()).unwrap();
+                for request in queue {
+                    match request {
+                        Request::CreateTopic {
+                            topic,
+                            partitions,
+                            done,
+                        } => {
+                            // An existing topic is an error here; the log then finds the
+                            // existing one, which is what the racing-creation case checks.
+                            if let Err(e) = cluster.create_topic(&topic, partitions, BROKERS) {
+                                eprintln!("mock cluster: creating {topic}: {e}");
+                            }
+                            let _ = done.send(());
+                        }
+                        Request::Stop => break,
+                    }
+                }
+            });
+            Self {
+                bootstrap: bootstrap.recv().expect("the mock cluster started"),
+                requests,
+                thread: Some(thread),
+            }
+        }
+
+        fn create_topic(requests: &mpsc::Sender<Request>, topic: &Topic, partitions: u32) {
+            let (done, created) = mpsc::channel();
+            let request = Request::CreateTopic {
+                topic: topic.to_string(),
+                partitions: partitions as i32,
+                done,
+            };
+            if requests.send(request).is_ok() {
+                let _ = created.recv();
+            }
+        }
+    }
+
+    impl Drop for MockBroker {
+        fn drop(&mut self) {
+            let _ = self.requests.send(Request::Stop);
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    /// The Kafka log with one difference: the mock cluster has no CreateTopics API (librdkafka
+    /// documents it), so a topic is first made on the mock directly, then the backend's own
+    /// `create_topic` runs and finds it through its metadata lookup. Everything else goes to the
+    /// backend untouched.
+    struct OnMockCluster {
+        log: Log,
+        requests: mpsc::Sender<Request>,
+    }
+
+    #[async_trait]
+    impl LogBackend for OnMockCluster {
+        async fn ping(&self) -> Result<()> {
+            self.log.ping().await
+        }
+
+        async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32> {
+            let legal = (1..=bus::MAX_PARTITIONS).contains(&partitions);
+            if legal
+                && matches!(
+                    self.log.partitions(topic).await,
+                    Err(BusError::UnknownTopic(_))
+                )
+            {
+                let (requests, topic) = (self.requests.clone(), topic.clone());
+                tokio::task::spawn_blocking(move || {
+                    MockBroker::create_topic(&requests, &topic, partitions)
+                })
+                .await
+                .unwrap();
+            }
+            self.log.create_topic(topic, partitions).await
+        }
+
+        async fn partitions(&self, topic: &Topic) -> Result<u32> {
+            self.log.partitions(topic).await
+        }
+
+        async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
+            self.log.append(topic, key, payload).await
+        }
+
+        async fn consumer(
+            &self,
+            group: &Group,
+            topic: &Topic,
+            partitions: &[u32],
+        ) -> Result<Box<dyn LogConsumer>> {
+            self.log.consumer(group, topic, partitions).await
+        }
+    }
+
+    async fn kafka_log() -> (Log, MockBroker) {
+        let broker = MockBroker::start();
+        // Through the URL, as the binary opens it.
+        let log = bus::open(&format!("kafka://{}", broker.bootstrap))
+            .await
+            .expect("open the kafka log");
+        let log: Log = std::sync::Arc::new(OnMockCluster {
+            log,
+            requests: broker.requests.clone(),
+        });
+        (log, broker)
+    }
+
+    bus::log_conformance_suite!(kafka_log());
+
+    /// Our partitioner is Kafka's: librdkafka's own `murmur2` partitioner, choosing for records
+    /// sent without a partition, puts every key where `partition_for` says.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn partition_for_agrees_with_librdkafkas_murmur2_partitioner() {
+        let broker = MockBroker::start();
+        let topic = Topic::new("murmur2-check").unwrap();
+        MockBroker::create_topic(&broker.requests, &topic, 7);
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &broker.bootstrap)
+            .set("partitioner", "murmur2")
+            .create()
+            .unwrap();
+        for i in 0..100 {
+            let key = format!("sid_{i:04}");
+            let delivery = producer
+                .send(
+                    FutureRecord::to(topic.as_str()).key(&key).payload("x"),
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                delivery.partition as u32,
+                bus::partition_for(key.as_bytes(), 7),
+                "key {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        let config =
+            KafkaConfig::parse("k1:9092,k2:9093?linger.ms=5&client.id=vigil%20one").unwrap();
+        assert_eq!(config.brokers, "k1:9092,k2:9093");
+        assert_eq!(
+            config.properties,
+            [
+                ("linger.ms".to_owned(), "5".to_owned()),
+                ("client.id".to_owned(), "vigil one".to_owned())
+            ]
+        );
+        for bad in [
+            "",
+            "k1",
+            "k1:notaport",
+            "k1:9092,",
+            ":9092",
+            "k1:9092?acks=1",
+            "k1:9092?group.id=x",
+        ] {
+            assert!(
+                matches!(KafkaConfig::parse(bad), Err(BusError::Invalid(_))),
+                "`{bad}` was accepted"
+            );
+        }
+        assert!(KafkaLog::connect(&KafkaConfig::new("localhost:9092")).is_ok());
+    }
+}

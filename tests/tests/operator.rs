@@ -1,0 +1,317 @@
+//! The operator contract on the real `vigil` executable: the log names request ids and never
+//! secrets, an unreachable Redis is logged and served around, SIGTERM stops the server cleanly,
+//! every flag has its environment variable, and `vigil keys create` issues a first key for an
+//! organization made over the API.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use vigil_tests::{DevCredentials, http_client, vigil_binary};
+
+/// A `vigil serve` process on a free port, its log lines streamed back.
+struct Served {
+    child: Child,
+    base: String,
+    log: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    creds: Option<DevCredentials>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Served {
+    /// `vigil serve` on a fresh data dir.
+    fn start(extra: &[&str]) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let mut served = Self::spawn(dir.path(), extra);
+        served.dir = Some(dir);
+        served
+    }
+
+    /// `vigil serve` again on an existing data dir.
+    fn start_in(dir: &Path) -> Served {
+        Self::spawn(dir, &[])
+    }
+
+    fn spawn(dir: &Path, extra: &[&str]) -> Served {
+        let mut child = Command::new(vigil_binary())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                dir.to_str().unwrap(),
+            ])
+            .args(extra)
+            .env("VIGIL_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("vigil starts");
+        let (tx, log) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut served = Served {
+            child,
+            base: String::new(),
+            log,
+            seen: Vec::new(),
+            creds: None,
+            dir: None,
+        };
+        let line = served.wait_for("vigil is serving");
+        let addr = line
+            .split("addr=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address in the log");
+        served.base = format!("http://{addr}");
+        let creds = std::fs::read(dir.join("credentials.json")).expect("credentials.json");
+        served.creds = Some(serde_json::from_slice(&creds).expect("credentials parse"));
+        served
+    }
+
+    fn creds(&self) -> &DevCredentials {
+        self.creds.as_ref().expect("started")
+    }
+
+    /// Waits (up to 10 s) for a log line containing `needle` and returns it.
+    fn wait_for(&mut self, needle: &str) -> String {
+        if let Some(l) = self.seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        loop {
+            let line = self
+                .log
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "no log line with {needle:?}; saw:\n{}",
+                        self.seen.join("\n")
+                    )
+                });
+            self.seen.push(line.clone());
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        for _ in 0..100 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("vigil did not stop within 5 s of SIGTERM");
+    }
+
+    fn all_logs(&mut self) -> String {
+        while let Ok(l) = self.log.recv_timeout(Duration::from_millis(200)) {
+            self.seen.push(l);
+        }
+        self.seen.join("\n")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_log_names_request_ids_and_never_secrets_and_sigterm_stops_cleanly() {
+    let mut s = Served::start(&[]);
+    let client = http_client();
+    let org = s.creds().organization["id"].as_str().unwrap().to_owned();
+    let r = client
+        .get(format!(
+            "{}/v1/organizations/{org}/api-keys/key_bad",
+            s.base
+        ))
+        .bearer_auth(&s.creds().keys.secret_live)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let request_id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let line = s.wait_for(&request_id);
+    assert!(line.contains("422"), "{line}");
+
+    let status = s.terminate();
+    assert!(status.success(), "SIGTERM is a clean stop: {status}");
+
+    let logs = s.all_logs();
+    assert!(logs.contains("credentials.json"));
+    let keys = &s.creds().keys;
+    for secret in [
+        &keys.secret_live,
+        &keys.secret_test,
+        &keys.publishable_live,
+        &keys.publishable_test,
+    ] {
+        assert!(!logs.contains(secret.as_str()), "a key reached the log");
+    }
+    assert!(logs.contains("shutting down"), "{logs}");
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_is_logged_and_served_around() {
+    let mut s = Served::start(&["--limiter", "redis://:hunter2-password@127.0.0.1:1"]);
+    let client = http_client();
+    let org = s.creds().organization["id"].as_str().unwrap().to_owned();
+    let r = client
+        .get(format!("{}/v1/organizations/{org}", s.base))
+        .bearer_auth(&s.creds().keys.secret_live)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ratelimit-remaining"], "599");
+    let line = s.wait_for("limiting in-process");
+    assert!(
+        line.contains("req_"),
+        "the fall-back names the request: {line}"
+    );
+    let logs = s.all_logs();
+    assert!(
+        !logs.contains("hunter2-password"),
+        "the Redis password reached the log"
+    );
+    s.terminate();
+}
+
+#[test]
+fn every_serve_flag_has_an_environment_variable() {
+    let help = Command::new(vigil_binary())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for (flag, env) in [
+        ("--listen", "VIGIL_LISTEN"),
+        ("--data-dir", "VIGIL_DATA_DIR"),
+        ("--store", "VIGIL_STORE"),
+        ("--server-secret", "VIGIL_SERVER_SECRET"),
+        ("--roles", "VIGIL_ROLES"),
+        ("--limiter", "VIGIL_LIMITER"),
+        ("--tls-cert", "VIGIL_TLS_CERT"),
+        ("--tls-key", "VIGIL_TLS_KEY"),
+        ("--trusted-proxy", "VIGIL_TRUSTED_PROXY"),
+        ("--rotation-grace", "VIGIL_ROTATION_GRACE"),
+        ("--anonymous-rate-limit", "VIGIL_ANONYMOUS_RATE_LIMIT"),
+        ("--public-url", "VIGIL_PUBLIC_URL"),
+        ("--log-format", "VIGIL_LOG_FORMAT"),
+    ] {
+        // clap prints a flag on one line and its help, ending in `[env: NAME=…]`, on the next.
+        let lines: Vec<&str> = help.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("{flag} missing from --help:\n{help}"));
+        let entry = lines[at..]
+            .iter()
+            .take(3)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(entry.contains(&format!("[env: {env}")), "{flag}: {entry}");
+    }
+    let flags = help
+        .lines()
+        .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
+        .count();
+    assert_eq!(
+        flags, 13,
+        "a new flag needs its env var and a row here:\n{help}"
+    );
+
+    // An env var is honoured: a bad value in it is refused the same way a flag's would be.
+    let out = Command::new(vigil_binary())
+        .args(["serve"])
+        .env("VIGIL_LIMITER", "memcached://x")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--limiter"));
+}
+
+#[tokio::test]
+async fn keys_create_issues_the_first_key_of_an_organization_made_over_the_api() {
+    let mut s = Served::start(&[]);
+    let client = http_client();
+    let created: serde_json::Value = client
+        .post(format!("{}/v1/organizations", s.base))
+        .bearer_auth(&s.creds().keys.secret_test)
+        .json(&serde_json::json!({"name": "New", "slug": "new-org"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let org = created["data"]["id"].as_str().unwrap().to_owned();
+    assert!(s.terminate().success());
+    let dir = s.dir.as_ref().unwrap().path().to_str().unwrap().to_owned();
+    let out = Command::new(vigil_binary())
+        .args([
+            "keys",
+            "create",
+            "--data-dir",
+            &dir,
+            "--organization",
+            &org,
+            "--type",
+            "secret",
+            "--environment",
+            "test",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let secret = key["revealed_key"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("sk_test_"));
+    let missing = Command::new(vigil_binary())
+        .args([
+            "keys",
+            "create",
+            "--data-dir",
+            &dir,
+            "--organization",
+            "org_00000000000000000000000000",
+        ])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+
+    let s2 = Served::start_in(Path::new(&dir));
+    let r = client
+        .get(format!("{}/v1/organizations/{org}", s2.base))
+        .bearer_auth(&secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
