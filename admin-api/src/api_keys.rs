@@ -52,10 +52,20 @@ pub async fn issue_key(
     organization: OrgId,
     spec: KeySpec,
 ) -> Result<(ApiKeyRecord, Credential), ApiError> {
-    let credential = Credential::generate(spec.key_type, spec.environment);
-    let record = new_record(secret, organization, &credential, spec, None);
+    let (record, credential) = mint(secret, organization, spec);
     store.create_api_key(&record).await?;
     Ok((record, credential))
+}
+
+/// A fresh credential and the row that stores it, not yet written.
+pub fn mint(
+    secret: &ServerSecret,
+    organization: OrgId,
+    spec: KeySpec,
+) -> (ApiKeyRecord, Credential) {
+    let credential = Credential::generate(spec.key_type, spec.environment);
+    let record = new_record(secret, organization, &credential, spec, None);
+    (record, credential)
 }
 
 fn new_record(

@@ -9,8 +9,8 @@ use schemas::credential::{Environment, KeyType};
 use serde::Serialize;
 use store::Store;
 
-use crate::api_keys::{KeySpec, issue_key};
-use crate::organizations::{create_organization, resource};
+use crate::api_keys::{KeySpec, mint};
+use crate::organizations::{new_organization, resource, slug_conflict};
 
 #[derive(Debug, Serialize)]
 pub struct BootstrapKeys {
@@ -26,14 +26,15 @@ pub struct Bootstrap {
     pub keys: BootstrapKeys,
 }
 
+/// Creates the organization and its four keys in one store write: all of them, or none.
 pub async fn bootstrap(
     store: &Store,
     secret: &ServerSecret,
     name: &str,
     slug: &str,
 ) -> Result<Bootstrap, ApiError> {
-    let org = create_organization(store, name.to_owned(), slug.to_owned()).await?;
-    let issue = |key_type: KeyType, environment: Environment| {
+    let org = new_organization(name.to_owned(), slug.to_owned());
+    let mint_one = |key_type: KeyType, environment: Environment| {
         let spec = KeySpec {
             name: format!("{} {}", environment.as_str(), key_type.as_str()),
             key_type,
@@ -45,19 +46,32 @@ pub async fn bootstrap(
                 Vec::new()
             },
         };
-        issue_key(store, secret, org.id, spec)
+        mint(secret, org.id, spec)
     };
-    let secret_live = issue(KeyType::Secret, Environment::Live).await?.1;
-    let secret_test = issue(KeyType::Secret, Environment::Test).await?.1;
-    let publishable_live = issue(KeyType::Publishable, Environment::Live).await?.1;
-    let publishable_test = issue(KeyType::Publishable, Environment::Test).await?.1;
+    let (secret_live, secret_test, publishable_live, publishable_test) = (
+        mint_one(KeyType::Secret, Environment::Live),
+        mint_one(KeyType::Secret, Environment::Test),
+        mint_one(KeyType::Publishable, Environment::Live),
+        mint_one(KeyType::Publishable, Environment::Test),
+    );
+    let records = [
+        &secret_live,
+        &secret_test,
+        &publishable_live,
+        &publishable_test,
+    ]
+    .map(|(record, _)| record.clone());
+    store
+        .create_organization_with_keys(&org, &records)
+        .await
+        .map_err(|e| slug_conflict(e, &org.slug))?;
     Ok(Bootstrap {
         organization: resource(&org),
         keys: BootstrapKeys {
-            secret_live: secret_live.expose().to_owned(),
-            secret_test: secret_test.expose().to_owned(),
-            publishable_live: publishable_live.expose().to_owned(),
-            publishable_test: publishable_test.expose().to_owned(),
+            secret_live: secret_live.1.expose().to_owned(),
+            secret_test: secret_test.1.expose().to_owned(),
+            publishable_live: publishable_live.1.expose().to_owned(),
+            publishable_test: publishable_test.1.expose().to_owned(),
         },
     })
 }

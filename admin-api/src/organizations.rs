@@ -40,22 +40,35 @@ pub async fn create_organization(
     name: String,
     slug: String,
 ) -> Result<OrganizationRecord, ApiError> {
+    let org = new_organization(name, slug);
+    store
+        .create_organization(&org)
+        .await
+        .map_err(|e| slug_conflict(e, &org.slug))?;
+    Ok(org)
+}
+
+/// An active organization, not yet written.
+pub fn new_organization(name: String, slug: String) -> OrganizationRecord {
     let now = schemas::time::now();
-    let org = OrganizationRecord {
+    OrganizationRecord {
         id: OrgId::generate(),
         name,
         slug,
         status: OrgStatus::Active,
         created_at: now,
         updated_at: now,
-    };
-    match store.create_organization(&org).await {
-        Ok(()) => Ok(org),
-        Err(StoreError::Conflict(_)) => Err(ApiError::new(
+    }
+}
+
+/// A store conflict on creating an organization is its slug being taken.
+pub fn slug_conflict(e: StoreError, slug: &str) -> ApiError {
+    match e {
+        StoreError::Conflict(_) => ApiError::new(
             schemas::ErrorCode::Conflict,
-            format!("the slug `{}` is already taken", org.slug),
-        )),
-        Err(e) => Err(e.into()),
+            format!("the slug `{slug}` is already taken"),
+        ),
+        other => other.into(),
     }
 }
 
