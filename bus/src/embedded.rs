@@ -39,6 +39,10 @@ const RECORDS: &str = "log_records";
 const COMMITTED: &str = "log_committed";
 
 /// The log in a local directory.
+///
+/// Dropping it stops the writer thread once the queued writes are done. Consumers share the
+/// database but not the writer: one that outlives its log can still read, but not commit, and
+/// keeps the directory locked until it is dropped too.
 pub struct EmbeddedLog {
     shared: Arc<Shared>,
     writer: Writer,
@@ -182,7 +186,7 @@ impl EmbeddedLog {
 
     /// Hands `op` to the writer thread and waits for its answer.
     async fn submit<T>(&self, op: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Result<T> {
-        submit(&self.writer.sender(), op).await
+        submit(self.writer.sender(), op).await
     }
 }
 

@@ -13,6 +13,8 @@
 //!   factor. No client may create topics implicitly (`allow.auto.create.topics=false`), so a
 //!   metadata lookup of a missing topic reports it missing instead of creating it.
 
+pub mod mock;
+
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;

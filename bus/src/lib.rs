@@ -32,9 +32,9 @@ use bytes::Bytes;
 pub use names::{Group, Topic};
 pub use partition::{murmur2, partition_for};
 
-/// The largest record (key plus payload) either backend accepts: below Kafka's default
-/// `message.max.bytes` (1,000,000 bytes including framing), so a record the embedded log takes
-/// is one Kafka takes too.
+/// The largest record (key plus payload) either backend accepts: below librdkafka's default
+/// `message.max.bytes` (1,000,000 bytes with the batch framing) and the brokers' (1,048,588),
+/// so a record the embedded log takes is one Kafka takes too.
 pub const MAX_RECORD_BYTES: usize = 960 * 1024;
 
 /// The most partitions a topic may have (Kafka's practical ceiling per topic is far lower).
@@ -174,6 +174,9 @@ pub type Log = Arc<dyn LogBackend>;
 /// Opens the backend a log URL names: `embedded:<dir>` (the default, a durable log in `dir`)
 /// or `kafka://host:port[,host:port...]`, optionally followed by `?name=value&...` librdkafka
 /// client properties (for example `?linger.ms=5&security.protocol=ssl`).
+///
+/// The embedded log's `dir` is its own (say `<data-dir>/log`), not the embedded store's: each
+/// is a fjall database, and fjall locks its directory to one open handle per process.
 pub async fn open(url: &str) -> Result<Log> {
     if let Some(dir) = url.strip_prefix("embedded:") {
         if dir.is_empty() {

@@ -103,101 +103,28 @@ mod embedded {
     }
 }
 
+#[cfg(feature = "kafka")]
 mod kafka {
-    use std::sync::mpsc;
-    use std::thread::JoinHandle;
+    use std::sync::Arc;
     use std::time::Duration;
 
     use async_trait::async_trait;
+    use bus::kafka::mock::MockKafka;
     use bus::kafka::{KafkaConfig, KafkaLog};
     use bus::{BusError, Group, Log, LogBackend, LogConsumer, Position, Result, Topic};
     use rdkafka::ClientConfig;
-    use rdkafka::mocking::MockCluster;
     use rdkafka::producer::{FutureProducer, FutureRecord};
 
     /// Brokers in the mock cluster: more than one, so leaders, replicas and `acks=all` are
     /// exercised rather than trivially true.
     const BROKERS: i32 = 3;
 
-    enum Request {
-        CreateTopic {
-            topic: String,
-            partitions: i32,
-            done: mpsc::Sender<()>,
-        },
-        Stop,
-    }
-
-    /// librdkafka's mock cluster on a thread of its own: its handle is a raw pointer (neither
-    /// `Send` nor `Sync`), and the log under test must be both, so topic creations reach it
-    /// through a channel.
-    struct MockBroker {
-        bootstrap: String,
-        requests: mpsc::Sender<Request>,
-        thread: Option<JoinHandle<()>>,
-    }
-
-    impl MockBroker {
-        fn start() -> Self {
-            let (requests, queue) = mpsc::channel();
-            let (ready, bootstrap) = mpsc::channel();
-            let thread = std::thread::spawn(move || {
-                let cluster = MockCluster::new(BROKERS).expect("start the mock cluster");
-                ready.send(cluster.bootstrap_servers()).unwrap();
-                for request in queue {
-                    match request {
-                        Request::CreateTopic {
-                            topic,
-                            partitions,
-                            done,
-                        } => {
-                            // An existing topic is an error here; the log then finds the
-                            // existing one, which is what the racing-creation case checks.
-                            if let Err(e) = cluster.create_topic(&topic, partitions, BROKERS) {
-                                eprintln!("mock cluster: creating {topic}: {e}");
-                            }
-                            let _ = done.send(());
-                        }
-                        Request::Stop => break,
-                    }
-                }
-            });
-            Self {
-                bootstrap: bootstrap.recv().expect("the mock cluster started"),
-                requests,
-                thread: Some(thread),
-            }
-        }
-
-        fn create_topic(requests: &mpsc::Sender<Request>, topic: &Topic, partitions: u32) {
-            let (done, created) = mpsc::channel();
-            let request = Request::CreateTopic {
-                topic: topic.to_string(),
-                partitions: partitions as i32,
-                done,
-            };
-            if requests.send(request).is_ok() {
-                let _ = created.recv();
-            }
-        }
-    }
-
-    impl Drop for MockBroker {
-        fn drop(&mut self) {
-            let _ = self.requests.send(Request::Stop);
-            if let Some(thread) = self.thread.take() {
-                let _ = thread.join();
-            }
-        }
-    }
-
-    /// The Kafka log with one difference: the mock cluster has no CreateTopics API (librdkafka
-    /// documents it), so a topic is first made on the mock directly, then the backend's own
-    /// `create_topic` runs and finds it through its metadata lookup. Everything else goes to the
-    /// backend untouched.
+    /// The Kafka log with one difference: the mock cluster has no CreateTopics API, so a topic
+    /// is first made on the mock directly, then the backend's own `create_topic` runs and finds
+    /// it through its metadata lookup. Everything else goes to the backend untouched.
     struct OnMockCluster {
         log: Log,
-        requests: mpsc::Sender<Request>,
+        cluster: Arc<MockKafka>,
     }
 
     #[async_trait]
@@ -214,12 +141,7 @@ mod kafka {
                     Err(BusError::UnknownTopic(_))
                 )
             {
-                let (requests, topic) = (self.requests.clone(), topic.clone());
-                tokio::task::spawn_blocking(move || {
-                    MockBroker::create_topic(&requests, &topic, partitions)
-                })
-                .await
-                .unwrap();
+                self.cluster.create_topic(topic, partitions)?;
             }
             self.log.create_topic(topic, partitions).await
         }
@@ -242,17 +164,16 @@ mod kafka {
         }
     }
 
-    async fn kafka_log() -> (Log, MockBroker) {
-        let broker = MockBroker::start();
+    /// The guard is the cluster, dropped after the log so the clients close before the brokers.
+    async fn kafka_log() -> (Log, Arc<MockKafka>) {
+        let cluster = Arc::new(MockKafka::start(BROKERS).expect("start the mock cluster"));
         // Through the URL, as the binary opens it.
-        let log = bus::open(&format!("kafka://{}", broker.bootstrap))
-            .await
-            .expect("open the kafka log");
-        let log: Log = std::sync::Arc::new(OnMockCluster {
+        let log = bus::open(&cluster.url()).await.expect("open the kafka log");
+        let log: Log = Arc::new(OnMockCluster {
             log,
-            requests: broker.requests.clone(),
+            cluster: Arc::clone(&cluster),
         });
-        (log, broker)
+        (log, cluster)
     }
 
     bus::log_conformance_suite!(kafka_log());
@@ -261,11 +182,11 @@ mod kafka {
     /// sent without a partition, puts every key where `partition_for` says.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn partition_for_agrees_with_librdkafkas_murmur2_partitioner() {
-        let broker = MockBroker::start();
+        let cluster = MockKafka::start(BROKERS).unwrap();
         let topic = Topic::new("murmur2-check").unwrap();
-        MockBroker::create_topic(&broker.requests, &topic, 7);
+        cluster.create_topic(&topic, 7).unwrap();
         let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &broker.bootstrap)
+            .set("bootstrap.servers", cluster.bootstrap_servers())
             .set("partitioner", "murmur2")
             .create()
             .unwrap();

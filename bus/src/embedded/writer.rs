@@ -76,8 +76,8 @@ impl Writer {
         })
     }
 
-    pub(super) fn sender(&self) -> mpsc::Sender<Op> {
-        self.ops.clone().expect("the sender lives until drop")
+    pub(super) fn sender(&self) -> &mpsc::Sender<Op> {
+        self.ops.as_ref().expect("the sender lives until drop")
     }
 
     pub(super) fn weak_sender(&self) -> mpsc::WeakSender<Op> {
