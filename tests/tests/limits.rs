@@ -130,3 +130,22 @@ async fn requests_without_a_valid_key_are_limited_per_ip() {
         .await
         .ok(200);
 }
+
+#[tokio::test]
+async fn preflight_requests_are_never_counted() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_live;
+    for _ in 0..3 {
+        s.call(reqwest::Method::OPTIONS, &s.org_path())
+            .key(sk)
+            .send()
+            .await;
+    }
+    let r = s.get(&s.org_path()).key(sk).send().await;
+    r.ok(200);
+    assert_eq!(
+        r.header("x-ratelimit-remaining").as_deref(),
+        Some("599"),
+        "only the GET counted"
+    );
+}
