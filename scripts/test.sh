@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
-# (redis-server from Debian's packages, cargo-nextest from crates.io), starts Redis on a free
+# (redis-server and nodejs from Debian's packages, cargo-nextest from crates.io), starts Redis on a free
 # port, runs every test of the workspace, and stops Redis whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,10 @@ command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 
 start_redis
 export VIGIL_TEST_REDIS_URL="$REDIS_URL"
+
+# The browser SDK's own tests (crypto vectors, the protocol against a mock server) run in Node.
+need_deb node nodejs
+node --test ingest/sdk/test/
 
 # The CLI tests run the real `vigil` executable.
 cargo build --bin vigil

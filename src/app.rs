@@ -15,10 +15,14 @@ use schemas::ErrorCode;
 
 /// Request bodies of the management API are small JSON objects.
 const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+/// A collect batch: 64 KiB of plaintext, base64url-encoded, in a small JSON envelope.
+const COLLECT_BODY_LIMIT: usize = 96 * 1024;
 
 pub struct AppParts {
     pub auth: Arc<Authenticator>,
     pub rotation_grace: chrono::Duration,
+    pub log: bus::Log,
+    pub batches: bus::Topic,
 }
 
 pub fn router(parts: AppParts) -> Router {
@@ -38,15 +42,30 @@ pub fn router(parts: AppParts) -> Router {
         edge::auth::authenticate,
     ))
     .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    let collect = ingest::router(ingest::IngestState {
+        auth: parts.auth.clone(),
+        log: parts.log.clone(),
+        batches: parts.batches.clone(),
+    })
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(from_fn_with_state(
+        parts.auth.clone(),
+        edge::auth::authenticate,
+    ))
+    .layer(DefaultBodyLimit::max(COLLECT_BODY_LIMIT))
+    // Outside the credential layer: preflights carry no key and are never counted (D19).
+    .layer(from_fn(ingest::cors::cors));
     let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(parts.auth.clone())
         .route("/metrics", get(edge::metrics::render))
-        .route("/docs/errors", get(error_docs));
+        .route("/docs/errors", get(error_docs))
+        .route("/sdk/v1/vigil.js", get(ingest::sdk::script));
     Router::new()
         .merge(probes)
         .merge(admin)
+        .merge(collect)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn(edge::context::observe))

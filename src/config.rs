@@ -72,6 +72,15 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub roles: Vec<String>,
+    /// Log URL: `embedded` (default: a durable log in `<data-dir>/log`), `embedded:<dir>`, or
+    /// `kafka://host:9092[,host...]`.
+    #[arg(
+        long,
+        env = "VIGIL_BUS",
+        default_value = "embedded",
+        hide_env_values = true
+    )]
+    pub bus: String,
     /// Rate limiter: `local` (in-process) or `redis://host:6379`.
     #[arg(
         long,
@@ -130,6 +139,15 @@ impl ServeArgs {
             return Err("--anonymous-rate-limit must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// The log's URL, with the bare `embedded` default placed in the data dir.
+    pub fn bus_url(&self) -> String {
+        if self.bus == "embedded" {
+            format!("embedded:{}", self.store.data_dir.join("log").display())
+        } else {
+            self.bus.clone()
+        }
     }
 
     pub fn public_url(&self) -> String {

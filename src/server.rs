@@ -20,6 +20,7 @@ use crate::config::{ServeArgs, StoreArgs, redact_url};
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub store: Store,
+    pub log: bus::Log,
     pub secret: ServerSecret,
     /// Where the development organization's keys were written, if this start created them.
     pub credentials_path: PathBuf,
@@ -75,7 +76,15 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     });
     let rotation_grace =
         chrono::Duration::from_std(args.rotation_grace).context("--rotation-grace is too large")?;
+    let log = bus::open(&args.bus_url())
+        .await
+        .context("opening the log")?;
+    let batches = ingest::prepare_log(&log)
+        .await
+        .context("preparing the log's topics")?;
     let app = crate::app::router(crate::app::AppParts {
+        log: log.clone(),
+        batches,
         auth,
         rotation_grace,
     });
@@ -119,10 +128,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
             })
         }
     };
-    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), "vigil is serving");
+    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), "vigil is serving");
     Ok(RunningServer {
         addr,
         store,
+        log,
         secret,
         credentials_path,
         shutdown,

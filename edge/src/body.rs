@@ -108,6 +108,11 @@ impl Fields {
         self.map.contains_key(name)
     }
 
+    /// Takes a member as it came, for types the other readers do not cover.
+    pub fn take(&mut self, name: &str) -> Option<Value> {
+        self.map.remove(name)
+    }
+
     /// Removes a member the client may send but that is never written (such as `rate_limit`).
     pub fn ignore(&mut self, name: &str) {
         self.map.remove(name);

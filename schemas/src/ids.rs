@@ -134,6 +134,22 @@ ulid_id!(
     /// One HTTP request, echoed in `meta.request_id`, `error.request_id` and `X-Request-Id`.
     RequestId, "req_"
 );
+ulid_id!(
+    /// A collect session: one page view scored by the browser SDK.
+    SessionId, "sid_"
+);
+ulid_id!(
+    /// One round-trip timing ping of a collect session.
+    PingId, "png_"
+);
+ulid_id!(
+    /// A persistent visitor fingerprint linking sessions.
+    VisitorId, "vid_"
+);
+ulid_id!(
+    /// One decision of a session (its history is kept; the latest is pointed to).
+    DecisionId, "evt_"
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! Vigil's wire contract: the ids, credential formats, resources, envelopes and error codes that
 //! every crate and every client agrees on. Nothing here does I/O.
 
+pub mod collect;
 pub mod credential;
 pub mod error;
 pub mod ids;
@@ -10,5 +11,5 @@ pub mod time;
 pub mod validate;
 
 pub use error::ErrorCode;
-pub use ids::{KeyId, OrgId, RequestId};
+pub use ids::{DecisionId, KeyId, OrgId, PingId, RequestId, SessionId, VisitorId};
 pub use scope::Scope;

@@ -29,15 +29,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable};
 use schemas::credential::Environment;
-use schemas::ids::{KeyId, OrgId};
+use schemas::ids::{KeyId, OrgId, PingId, SessionId};
 use schemas::time::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use self::row_cache::{Changes, Lookup, RowCache};
 use crate::{
-    ApiKeyRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
-    OrganizationRecord, Result, StoreBackend, StoreError,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord,
+    IdempotencyScope, OrganizationRecord, Result, StoreBackend, StoreError,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -47,9 +47,17 @@ const API_KEYS_BY_HASH: &str = "api_keys_by_hash";
 const API_KEY_IDS: &str = "api_key_ids";
 const IDEMPOTENCY_RECORDS: &str = "idempotency_records";
 const SETTINGS: &str = "settings";
+const COLLECT_SESSIONS: &str = "collect_sessions";
+const COLLECT_PINGS: &str = "collect_pings";
 
 /// How often `idempotency_begin` sweeps expired records (ScyllaDB drops them by TTL instead).
 const IDEMPOTENCY_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
+/// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
+/// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
+/// after 30 minutes; the log, not the store, keeps what they collected.
+const COLLECT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// How often `create_collect_session` sweeps sessions past `COLLECT_RETENTION`.
+const COLLECT_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// The store in a local directory (`embedded:<dir>`).
 pub struct EmbeddedStore {
@@ -66,6 +74,8 @@ struct Inner {
     api_key_ids: Keyspace,
     idempotency_records: Keyspace,
     settings: Keyspace,
+    collect_sessions: Keyspace,
+    collect_pings: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -76,6 +86,8 @@ struct Inner {
 struct WriterState {
     /// `None` until the first sweep, so the first `idempotency_begin` after opening sweeps.
     last_idempotency_purge: Option<Instant>,
+    /// The same for `create_collect_session`'s sweep.
+    last_collect_purge: Option<Instant>,
 }
 
 /// `organizations_by_slug`: the claim of one slug.
@@ -99,11 +111,17 @@ struct KeyIdRow {
     environment: Environment,
 }
 
+/// `collect_pings`: the session a ping belongs to.
+#[derive(Serialize, Deserialize)]
+struct PingRow {
+    session_id: SessionId,
+}
+
 /// Key encodings: partition key bytes, then clustering key bytes, each fixed-width except a
 /// final variable-length text part, so no separator is needed and prefixes never collide.
 mod key {
     use schemas::credential::Environment;
-    use schemas::ids::{KeyId, OrgId};
+    use schemas::ids::{KeyId, OrgId, PingId, SessionId};
 
     use crate::{CredentialHash, IdempotencyScope};
 
@@ -158,6 +176,23 @@ mod key {
     pub fn setting(name: &str) -> &[u8] {
         name.as_bytes()
     }
+
+    /// The session id's ULID, whose first 48 bits are the millisecond it was minted: the
+    /// table is in minting order, which the retention sweep relies on.
+    pub fn collect_session(id: SessionId) -> [u8; 16] {
+        id.ulid().to_bytes()
+    }
+
+    /// The first `collect_sessions` key of a session minted at `ms` (ms since the epoch) or
+    /// later; every key below it belongs to a session minted earlier.
+    pub fn collect_sessions_minted_from(ms: u64) -> [u8; 16] {
+        // A ULID's timestamp is its top 48 bits; the 80 random bits below are zero here.
+        (u128::from(ms) << 80).to_be_bytes()
+    }
+
+    pub fn collect_ping(id: PingId) -> [u8; 16] {
+        id.ulid().to_bytes()
+    }
 }
 
 fn unavailable(e: fjall::Error) -> StoreError {
@@ -205,8 +240,11 @@ impl EmbeddedStore {
             api_key_ids: keyspace(API_KEY_IDS)?,
             idempotency_records: keyspace(IDEMPOTENCY_RECORDS)?,
             settings: keyspace(SETTINGS)?,
+            collect_sessions: keyspace(COLLECT_SESSIONS)?,
+            collect_pings: keyspace(COLLECT_PINGS)?,
             writer: Mutex::new(WriterState {
                 last_idempotency_purge: None,
+                last_collect_purge: None,
             }),
             cache: RowCache::default(),
             db,
@@ -351,6 +389,83 @@ impl Inner {
         }
         batch.commit().map_err(unavailable)
     }
+
+    fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
+        decode_row(
+            COLLECT_SESSIONS,
+            self.collect_sessions.get(key::collect_session(id)),
+        )
+    }
+
+    /// The conditional update of one session: reads the row, lets `change` modify it (returning
+    /// whether it did), and writes it back in one synced batch only if it changed. Callers hold
+    /// the writer mutex, so the check and the write are one step. `None` if the session does
+    /// not exist (nothing is written: no upsert); otherwise whether this call wrote, and the
+    /// row as now stored.
+    fn change_collect_session(
+        &self,
+        id: SessionId,
+        change: impl FnOnce(&mut CollectSessionRecord) -> bool,
+    ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        let Some(mut session) = self.get_collect_session(id)? else {
+            return Ok(None);
+        };
+        if !change(&mut session) {
+            return Ok(Some((false, session)));
+        }
+        let mut batch = self.batch();
+        batch.insert(
+            &self.collect_sessions,
+            key::collect_session(id),
+            encode(COLLECT_SESSIONS, &session)?,
+        );
+        batch.commit().map_err(unavailable)?;
+        Ok(Some((true, session)))
+    }
+
+    /// Deletes the sessions minted more than `COLLECT_RETENTION` before `now`, with their
+    /// pings' lookup rows: what ScyllaDB's TTL does, judged by the id's time (the moment of the
+    /// insert, give or take the request). Session ids are ULIDs, so those rows are a key prefix
+    /// and nothing younger is read. Like the idempotency sweep, the deletes ride on the next
+    /// synced batch.
+    fn purge_expired_collect_sessions(&self, now: Timestamp) -> Result<()> {
+        let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap_or_default();
+        let Ok(cutoff) = u64::try_from((now - retention).timestamp_millis()) else {
+            return Ok(());
+        };
+        let end = key::collect_sessions_minted_from(cutoff);
+        let mut batch = self.db.batch();
+        for guard in self.collect_sessions.range(..end) {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            match decode::<CollectSessionRecord>(COLLECT_SESSIONS, &v) {
+                Ok(session) => {
+                    for ping in &session.pings {
+                        batch.remove(&self.collect_pings, key::collect_ping(ping.id));
+                    }
+                }
+                // Past retention either way: a damaged row must not block the sweep (and with
+                // it every session open); its ping rows, if any, cannot be found from it.
+                Err(e) => tracing::warn!(error = %e, "dropping an undecodable collect session"),
+            }
+            batch.remove(&self.collect_sessions, k);
+        }
+        batch.commit().map_err(unavailable)
+    }
+}
+
+/// `Conflict` if two of a new session's pings share an id (as if one had been created first);
+/// checked before anything is read, since the stored-row checks cannot see the batch's rows.
+fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
+    let mut ids = std::collections::HashSet::with_capacity(session.pings.len());
+    for ping in &session.pings {
+        if !ids.insert(ping.id) {
+            return Err(StoreError::Conflict(format!(
+                "ping {} is given twice in collect session {}",
+                ping.id, session.id
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -756,6 +871,132 @@ impl StoreBackend for EmbeddedStore {
         .await
     }
 
+    /// One batch: the session row and a `collect_pings` row per ping, each id checked free under
+    /// the writer mutex first; the first conflict drops the unwritten batch, so a failed call
+    /// writes and claims nothing.
+    async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
+        check_collect_pings(session)?;
+        let session = session.clone();
+        self.write(move |db, state| {
+            if state
+                .last_collect_purge
+                .is_none_or(|at| at.elapsed() >= COLLECT_PURGE_INTERVAL)
+            {
+                db.purge_expired_collect_sessions(chrono::Utc::now())?;
+                state.last_collect_purge = Some(Instant::now());
+            }
+            let k = key::collect_session(session.id);
+            if db.contains(&db.collect_sessions, &k)? {
+                return Err(StoreError::Conflict(format!(
+                    "collect session {} exists",
+                    session.id
+                )));
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.collect_sessions, k, encode(COLLECT_SESSIONS, &session)?);
+            let row = encode(
+                COLLECT_PINGS,
+                &PingRow {
+                    session_id: session.id,
+                },
+            )?;
+            for ping in &session.pings {
+                let k = key::collect_ping(ping.id);
+                if db.contains(&db.collect_pings, &k)? {
+                    return Err(StoreError::Conflict(format!("ping {} exists", ping.id)));
+                }
+                batch.insert(&db.collect_pings, k, row.clone());
+            }
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
+        self.inner.get_collect_session(id)
+    }
+
+    async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
+        let row: Option<PingRow> = decode_row(
+            COLLECT_PINGS,
+            self.inner.collect_pings.get(key::collect_ping(ping)),
+        )?;
+        Ok(row.map(|r| r.session_id))
+    }
+
+    async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, |s| {
+                let above = seq > s.last_seq;
+                if above {
+                    s.last_seq = seq;
+                }
+                above
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
+    async fn record_collect_ping(
+        &self,
+        id: SessionId,
+        ping: PingId,
+        at: Timestamp,
+    ) -> Result<bool> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, |s| {
+                match s.pings.iter_mut().find(|p| p.id == ping) {
+                    Some(p) if p.arrived_at.is_none() => {
+                        p.arrived_at = Some(at);
+                        true
+                    }
+                    // Already arrived, or not one of this session's pings.
+                    _ => false,
+                }
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
+    async fn record_collect_ws_identity(
+        &self,
+        id: SessionId,
+        identity: &serde_json::Value,
+    ) -> Result<bool> {
+        let identity = identity.clone();
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, |s| {
+                if s.ws_identity.is_some() {
+                    return false;
+                }
+                s.ws_identity = Some(identity);
+                true
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
+    async fn mark_collect_results(
+        &self,
+        id: SessionId,
+        at: Timestamp,
+    ) -> Result<Option<CollectSessionRecord>> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, |s| {
+                if s.results_at.is_some() {
+                    return false;
+                }
+                s.results_at = Some(at);
+                true
+            })?;
+            Ok(changed.map(|(_, session)| session))
+        })
+        .await
+    }
+
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let value = self
             .inner
@@ -801,6 +1042,76 @@ mod tests {
         let partition = key::api_key_partition(org, Environment::Live);
         assert!(a.starts_with(&partition) && b.starts_with(&partition));
         assert!(!key::api_key(org, Environment::Test, newer).starts_with(&partition));
+    }
+
+    /// The sweep drops sessions (and their pings' lookup rows) a day after their id was
+    /// minted, and nothing younger.
+    #[tokio::test]
+    async fn collect_sessions_are_swept_after_their_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let session = |org| {
+            let now = schemas::time::now();
+            CollectSessionRecord {
+                id: SessionId::generate(),
+                organization_id: org,
+                environment: Environment::Live,
+                key_id: KeyId::generate(),
+                sealed_batch_key: vec![1; 60],
+                page_url: "https://shop.example/".into(),
+                sdk_version: "1.0.0".into(),
+                opened_at: now,
+                expires_at: now + chrono::TimeDelta::minutes(30),
+                last_seq: 0,
+                pings: (0..3)
+                    .map(|_| crate::PingRecord {
+                        id: PingId::generate(),
+                        arrived_at: None,
+                    })
+                    .collect(),
+                network_check_token_hash: [2; 32],
+                ws_identity: None,
+                results_at: None,
+            }
+        };
+        let old = session(OrgId::generate());
+        store.create_collect_session(&old).await.unwrap();
+        let young = session(OrgId::generate());
+        store.create_collect_session(&young).await.unwrap();
+        let minted = |s: &CollectSessionRecord| {
+            chrono::DateTime::from_timestamp_millis(s.id.ulid().timestamp_ms() as i64).unwrap()
+        };
+        let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap();
+
+        // Just inside the old session's retention: both stay.
+        let now = minted(&old) + retention;
+        store.inner.purge_expired_collect_sessions(now).unwrap();
+        assert_eq!(
+            store.get_collect_session(old.id).await.unwrap(),
+            Some(old.clone())
+        );
+
+        // Just past it (and before the young one's, if minted a millisecond later): the old one
+        // goes with its pings.
+        let now = minted(&old) + retention + chrono::TimeDelta::milliseconds(1);
+        store.inner.purge_expired_collect_sessions(now).unwrap();
+        assert_eq!(store.get_collect_session(old.id).await.unwrap(), None);
+        for ping in &old.pings {
+            assert_eq!(store.find_collect_ping(ping.id).await.unwrap(), None);
+        }
+        if minted(&young) > minted(&old) {
+            assert_eq!(
+                store.get_collect_session(young.id).await.unwrap(),
+                Some(young.clone())
+            );
+        }
+
+        // A day after the young one: the table is empty.
+        let now = minted(&young) + retention + chrono::TimeDelta::milliseconds(1);
+        store.inner.purge_expired_collect_sessions(now).unwrap();
+        assert_eq!(store.get_collect_session(young.id).await.unwrap(), None);
+        assert_eq!(store.inner.collect_sessions.iter().count(), 0);
+        assert_eq!(store.inner.collect_pings.iter().count(), 0);
     }
 
     /// The race the cache's generation check exists for, step by step through the real write

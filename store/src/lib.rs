@@ -141,6 +141,42 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// Releases a held record whose request failed in a way a retry may fix.
     async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()>;
 
+    // collect_sessions, collect_pings
+
+    /// Inserts a collect session and its pings' lookup rows in one step; `Conflict` if the id
+    /// or a ping id exists.
+    async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()>;
+    async fn get_collect_session(
+        &self,
+        id: schemas::SessionId,
+    ) -> Result<Option<CollectSessionRecord>>;
+    /// The session a ping belongs to (`collect_pings`, partition key `ping_id`).
+    async fn find_collect_ping(&self, ping: schemas::PingId) -> Result<Option<schemas::SessionId>>;
+    /// Raises `last_seq` to `seq` if `seq` is above it; `false` (and no write) when it is not,
+    /// which is a replayed batch. Missing session: `false`.
+    async fn advance_collect_seq(&self, id: schemas::SessionId, seq: u64) -> Result<bool>;
+    /// Records a ping's arrival once; `false` if the ping is unknown to the session or already
+    /// arrived (the first arrival is the one that counts).
+    async fn record_collect_ping(
+        &self,
+        id: schemas::SessionId,
+        ping: schemas::PingId,
+        at: Timestamp,
+    ) -> Result<bool>;
+    /// Records what the network-check WebSocket showed, once; `false` if already recorded.
+    async fn record_collect_ws_identity(
+        &self,
+        id: schemas::SessionId,
+        identity: &serde_json::Value,
+    ) -> Result<bool>;
+    /// Sets `results_at` if unset (the first call wins); returns the stored session, or `None`
+    /// when it does not exist.
+    async fn mark_collect_results(
+        &self,
+        id: schemas::SessionId,
+        at: Timestamp,
+    ) -> Result<Option<CollectSessionRecord>>;
+
     // settings
 
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>>;

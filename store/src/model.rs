@@ -85,3 +85,38 @@ pub enum IdempotencyBegin {
     /// A live record exists (in flight or answered).
     Existing(IdempotencyRecord),
 }
+
+/// `collect_sessions`, partition key `id`: a browser's encrypted collect session (D9), stored so
+/// that any ingest replica can serve any session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectSessionRecord {
+    pub id: schemas::SessionId,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    /// The publishable key that opened it.
+    pub key_id: KeyId,
+    /// The AES-256-GCM batch key, sealed under the server secret (never stored in the clear).
+    pub sealed_batch_key: Vec<u8>,
+    pub page_url: String,
+    pub sdk_version: String,
+    pub opened_at: Timestamp,
+    pub expires_at: Timestamp,
+    /// The highest batch number accepted; 0 before the first batch.
+    pub last_seq: u64,
+    /// The session's pings, in the order the SDK is to send them.
+    pub pings: Vec<PingRecord>,
+    /// SHA-256 of the one-time token that lets the SDK open the network-check WebSocket.
+    pub network_check_token_hash: [u8; 32],
+    /// What the WebSocket connection showed of the client (address, forwarding chain, header
+    /// names), once it connected.
+    pub ws_identity: Option<serde_json::Value>,
+    /// When the SDK asked for the handoff (which also makes the decision final).
+    pub results_at: Option<Timestamp>,
+}
+
+/// One ping of a collect session and when it reached the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PingRecord {
+    pub id: schemas::PingId,
+    pub arrived_at: Option<Timestamp>,
+}

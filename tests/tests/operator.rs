@@ -212,6 +212,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--server-secret", "VIGIL_SERVER_SECRET"),
         ("--roles", "VIGIL_ROLES"),
         ("--limiter", "VIGIL_LIMITER"),
+        ("--bus", "VIGIL_BUS"),
         ("--tls-cert", "VIGIL_TLS_CERT"),
         ("--tls-key", "VIGIL_TLS_KEY"),
         ("--trusted-proxy", "VIGIL_TRUSTED_PROXY"),
@@ -239,7 +240,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 13,
+        flags, 14,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

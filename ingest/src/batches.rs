@@ -1,0 +1,154 @@
+//! `POST /v1/collect/sessions/{sessionId}/batches`: opens an encrypted batch, refuses replays
+//! and batches of other sessions, appends it to the log, and acknowledges only once the log has
+//! it. A batch refused for any reason writes nothing.
+
+use axum::extract::{RawPathParams, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use edge::body::{Fields, JsonObject, Reply, path_param};
+use edge::{ApiError, PublishableKey};
+use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::{ErrorCode, SessionId};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::IngestState;
+use crate::sessions::{MAX_BATCH_BYTES, own_session};
+use crate::transport::{self, BatchKey};
+
+#[derive(Serialize)]
+struct Accepted {
+    object: &'static str,
+    session_id: SessionId,
+    seq: u64,
+    accepted: bool,
+}
+
+fn invalid_batch() -> ApiError {
+    ApiError::new(
+        ErrorCode::BatchInvalid,
+        "the batch does not open under this session's key with its number; it was altered or belongs elsewhere",
+    )
+}
+
+pub async fn accept(
+    State(state): State<IngestState>,
+    caller: PublishableKey,
+    params: RawPathParams,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let id: SessionId = path_param(&params, "sessionId")?;
+    let mut f = Fields::new(body);
+    let seq = match f.take("seq") {
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => n.as_u64(),
+        Some(other) => {
+            f.issue(
+                "seq",
+                "must be an integer from 1",
+                Some("integer"),
+                Some(other),
+            );
+            None
+        }
+        None => {
+            f.issue("seq", "is required", Some("integer"), None);
+            None
+        }
+    };
+    let ciphertext = f.checked_string("ciphertext", true, |s| {
+        URL_SAFE_NO_PAD
+            .decode(s)
+            .map(|_| ())
+            .map_err(|_| "must be base64url without padding".into())
+    });
+    f.finish()?;
+    let (Some(seq), Some(ciphertext)) = (seq, ciphertext) else {
+        return Err(ApiError::internal("batch", "validated fields missing"));
+    };
+    let ciphertext = URL_SAFE_NO_PAD
+        .decode(&ciphertext)
+        .map_err(|e| ApiError::internal("batch", e))?;
+    // AES-GCM adds a 16-byte tag to the plaintext.
+    if ciphertext.len() > MAX_BATCH_BYTES + 16 {
+        return Err(ApiError::new(
+            ErrorCode::TooLarge,
+            format!("a batch holds at most {MAX_BATCH_BYTES} bytes"),
+        ));
+    }
+
+    let ctx = &caller.ctx;
+    let session = own_session(&state, ctx, id).await?;
+    if seq <= session.last_seq {
+        return Err(replayed());
+    }
+    let key = state
+        .auth
+        .secret
+        .open(&session.sealed_batch_key, id.to_string().as_bytes())
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        .map(BatchKey)
+        .ok_or_else(|| ApiError::internal("batch", "the session's key does not open"))?;
+    let plaintext = transport::open_batch(&key, &id.to_string(), seq, &ciphertext)
+        .map_err(|_| invalid_batch())?;
+    let observations: Value = serde_json::from_slice(&plaintext).map_err(|_| invalid_batch())?;
+    let kind = observations.get("kind").and_then(Value::as_str);
+    if !matches!(kind, Some("probes" | "interactions")) {
+        return Err(invalid_batch());
+    }
+
+    let record = BatchRecord {
+        schema: BATCH_RECORD_SCHEMA,
+        organization_id: ctx.organization.id,
+        environment: ctx.environment(),
+        session_id: id,
+        seq,
+        received_at: schemas::time::now(),
+        request: BatchRequest {
+            ip: ctx.client.ip.to_string(),
+            user_agent: headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned(),
+            header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
+            url: uri.to_string(),
+        },
+        observations,
+    };
+    let payload = serde_json::to_vec(&record).map_err(|e| ApiError::internal("batch record", e))?;
+    // The log first: a batch the log does not have is never acknowledged. A crash between the
+    // two steps lets the SDK's retry append it again, which the processor ignores by (session,
+    // number).
+    state.log.append(&state.batches, id.to_string().as_bytes(), &payload).await.map_err(|e| {
+        if e.is_transient() {
+            let mut err = ApiError::new(ErrorCode::ServiceUnavailable, "the log is unavailable; retry shortly");
+            err.retry_after = Some(1);
+            tracing::error!(request_id = %edge::context::request_id(), error = %e, "appending a batch");
+            err
+        } else {
+            ApiError::internal("appending a batch", e)
+        }
+    })?;
+    if !state.auth.store.advance_collect_seq(id, seq).await? {
+        return Err(replayed());
+    }
+    Ok(Reply::single(
+        StatusCode::ACCEPTED,
+        Accepted {
+            object: "collect_batch",
+            session_id: id,
+            seq,
+            accepted: true,
+        },
+    ))
+}
+
+fn replayed() -> ApiError {
+    ApiError::new(
+        ErrorCode::BatchReplayed,
+        "a batch with this number was already accepted for this session",
+    )
+}

@@ -1,0 +1,45 @@
+//! Vigil's ingest edge (DESIGN.md D9, D19; wire contract in `schemas/collect.md`): the Collect
+//! API that the browser SDK talks to with a publishable key, its encrypted transport, CORS for
+//! pages on other origins, and the SDK script itself. Accepted batches are appended to the log
+//! (`collect.batches.v1`, keyed by session) and acknowledged only once the log has them.
+
+pub mod batches;
+pub mod cors;
+pub mod sdk;
+pub mod sessions;
+pub mod transport;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use edge::Authenticator;
+
+/// What the ingest handlers share.
+#[derive(Clone)]
+pub struct IngestState {
+    pub auth: Arc<Authenticator>,
+    pub log: bus::Log,
+    pub batches: bus::Topic,
+}
+
+/// The Collect API routes; the caller adds the credential layer (and `cors::layer` outside it).
+pub fn router(state: IngestState) -> Router {
+    Router::new()
+        .route("/v1/collect/sessions", post(sessions::open))
+        .route("/v1/collect/pings/{pingId}", get(sessions::ping))
+        .route(
+            "/v1/collect/sessions/{sessionId}/batches",
+            post(batches::accept),
+        )
+        .with_state(state)
+}
+
+/// Makes sure the log has the topics ingest writes (the embedded log and Kafka both refuse
+/// unknown topics, so a typo cannot start a new stream).
+pub async fn prepare_log(log: &bus::Log) -> Result<bus::Topic, bus::BusError> {
+    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    log.create_topic(&topic, schemas::collect::BATCHES_PARTITIONS)
+        .await?;
+    Ok(topic)
+}

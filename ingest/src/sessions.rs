@@ -1,0 +1,181 @@
+//! `POST /v1/collect/sessions` (open an encrypted collect session) and
+//! `GET /v1/collect/pings/{pingId}` (round-trip timing), with their validation.
+
+use axum::extract::{RawPathParams, State};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::Duration;
+use edge::body::{Fields, JsonObject, Reply, path_param};
+use edge::{ApiError, AuthContext, PublishableKey};
+use rand::TryRngCore;
+use rand::rngs::OsRng;
+use schemas::time::{self, Timestamp};
+use schemas::{ErrorCode, PingId, SessionId};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use store::{CollectSessionRecord, PingRecord};
+
+use crate::IngestState;
+use crate::transport::{self, TransportError};
+
+/// How long a collect session accepts requests (schemas/collect.md, section 1).
+pub const SESSION_LIFETIME_MINUTES: i64 = 30;
+/// The largest plaintext batch (`max_batch_bytes`).
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+const PINGS_PER_SESSION: usize = 3;
+
+#[derive(Serialize)]
+struct OpenedSession {
+    object: &'static str,
+    id: SessionId,
+    server_public_key: String,
+    #[serde(serialize_with = "time::ser")]
+    expires_at: Timestamp,
+    pings: Vec<PingId>,
+    max_batch_bytes: usize,
+    network_check_token: String,
+}
+
+pub async fn open(
+    State(state): State<IngestState>,
+    caller: PublishableKey,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut f = Fields::new(body);
+    let public_key = f.checked_string("client_public_key", true, |s| {
+        URL_SAFE_NO_PAD
+            .decode(s)
+            .map(|_| ())
+            .map_err(|_| "must be base64url without padding".into())
+    });
+    let sdk_version = f.checked_string("sdk_version", true, |s| {
+        if s.is_empty() || s.len() > 32 {
+            Err("must be 1 to 32 characters".into())
+        } else {
+            Ok(())
+        }
+    });
+    let page_url = f.checked_string("page_url", true, |s| {
+        let ok = s.len() <= 2048 && (s.starts_with("https://") || s.starts_with("http://"));
+        if ok {
+            Ok(())
+        } else {
+            Err("must be an http(s) URL of at most 2048 characters".into())
+        }
+    });
+    f.finish()?;
+    let (Some(public_key), Some(sdk_version), Some(page_url)) = (public_key, sdk_version, page_url)
+    else {
+        return Err(ApiError::internal(
+            "collect session",
+            "validated fields missing",
+        ));
+    };
+    let public_key = URL_SAFE_NO_PAD
+        .decode(&public_key)
+        .map_err(|e| ApiError::internal("collect session", e))?;
+
+    let id = SessionId::generate();
+    let (server_public, batch_key) =
+        transport::agree(&public_key, &id.to_string()).map_err(|e: TransportError| {
+            ApiError::invalid_field("client_public_key", e.to_string(), None)
+        })?;
+    let mut token = [0u8; 32];
+    OsRng
+        .try_fill_bytes(&mut token)
+        .map_err(|e| ApiError::internal("random source", e))?;
+    let network_check_token = URL_SAFE_NO_PAD.encode(token);
+    let now = time::now();
+    let ctx = &caller.ctx;
+    let record = CollectSessionRecord {
+        id,
+        organization_id: ctx.organization.id,
+        environment: ctx.environment(),
+        key_id: ctx.key.id,
+        sealed_batch_key: state
+            .auth
+            .secret
+            .seal(&batch_key.0, id.to_string().as_bytes()),
+        page_url,
+        sdk_version,
+        opened_at: now,
+        expires_at: now + Duration::minutes(SESSION_LIFETIME_MINUTES),
+        last_seq: 0,
+        pings: (0..PINGS_PER_SESSION)
+            .map(|_| PingRecord {
+                id: PingId::generate(),
+                arrived_at: None,
+            })
+            .collect(),
+        network_check_token_hash: Sha256::digest(network_check_token.as_bytes()).into(),
+        ws_identity: None,
+        results_at: None,
+    };
+    state.auth.store.create_collect_session(&record).await?;
+    Ok(Reply::created(OpenedSession {
+        object: "collect_session",
+        id,
+        server_public_key: URL_SAFE_NO_PAD.encode(server_public),
+        expires_at: record.expires_at,
+        pings: record.pings.iter().map(|p| p.id).collect(),
+        max_batch_bytes: MAX_BATCH_BYTES,
+        network_check_token,
+    }))
+}
+
+/// The caller's own, unexpired session: another organization's or environment's is a 404.
+pub async fn own_session(
+    state: &IngestState,
+    ctx: &AuthContext,
+    id: SessionId,
+) -> Result<CollectSessionRecord, ApiError> {
+    let session = state
+        .auth
+        .store
+        .get_collect_session(id)
+        .await?
+        .filter(|s| s.organization_id == ctx.organization.id && s.environment == ctx.environment())
+        .ok_or_else(|| ApiError::not_found("collect session"))?;
+    if session.expires_at <= time::now() {
+        return Err(ApiError::new(
+            ErrorCode::SessionExpired,
+            "this collect session has expired; open a new one",
+        ));
+    }
+    Ok(session)
+}
+
+#[derive(Serialize)]
+struct Pong {
+    object: &'static str,
+    id: PingId,
+    #[serde(serialize_with = "time::ser")]
+    server_time: Timestamp,
+}
+
+pub async fn ping(
+    State(state): State<IngestState>,
+    caller: PublishableKey,
+    params: RawPathParams,
+) -> Result<Reply, ApiError> {
+    let arrived = time::now();
+    let ping: PingId = path_param(&params, "pingId")?;
+    let session = state
+        .auth
+        .store
+        .find_collect_ping(ping)
+        .await?
+        .ok_or_else(|| ApiError::not_found("ping"))?;
+    own_session(&state, &caller.ctx, session).await?;
+    // Only the first arrival is timing evidence; a repeat is answered but not recorded.
+    state
+        .auth
+        .store
+        .record_collect_ping(session, ping, arrived)
+        .await?;
+    Ok(Reply::ok(Pong {
+        object: "collect_ping",
+        id: ping,
+        server_time: arrived,
+    }))
+}

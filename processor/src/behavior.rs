@@ -1,0 +1,344 @@
+//! Statistics of the input stream that tell a hand from a script: how straight and how evenly
+//! paced pointer strokes are, how regular keystrokes are, and whether events were trusted.
+//!
+//! People move a pointer along curved paths that speed up and slow down, and type with uneven
+//! gaps; automation tools interpolate straight lines in equal steps and type at a fixed delay.
+//! The thresholds below are deliberately conservative: a signal fires only when a whole stream
+//! looks machine-made, because one straight human flick must not condemn a visitor.
+
+use crate::observations::{EventKind, InputEvent};
+use serde::Serialize;
+
+/// A pause longer than this ends a pointer stroke.
+const STROKE_GAP_MS: f64 = 300.0;
+/// A stroke shorter than this (points or pixels) says nothing about the hand that made it.
+const MIN_STROKE_POINTS: usize = 6;
+const MIN_STROKE_PX: f64 = 40.0;
+/// Chord over path length at or above which a stroke counts as a straight line.
+const STRAIGHT_LINEARITY: f64 = 0.995;
+/// Coefficient of variation at or below which step sizes or speeds count as constant.
+const CONSTANT_CV: f64 = 0.1;
+/// A stroke this curved or this unevenly paced is what a hand does.
+const HUMAN_LINEARITY: f64 = 0.98;
+const HUMAN_SPEED_CV: f64 = 0.3;
+/// Keydown gaps longer than this are pauses between bursts, not typing rhythm.
+const TYPING_GAP_MS: f64 = 1_500.0;
+const MIN_KEY_INTERVALS: usize = 6;
+/// Faster than this on average is no human typist (about 60 keys a second).
+const SUPERHUMAN_INTERVAL_MS: f64 = 15.0;
+const ROBOTIC_KEY_CV: f64 = 0.08;
+const HUMAN_KEY_CV: f64 = 0.2;
+/// A page's own code may call `element.click()`, which dispatches an untrusted click; up to
+/// this many are the site's doing, not the visitor's.
+pub const UNTRUSTED_CLICKS_TOLERATED: usize = 3;
+
+/// Counts and shape statistics of a session's input events.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct InputSummary {
+    pub events: usize,
+    /// Device input (pointer, key, touch, click) events.
+    pub device_events: usize,
+    pub untrusted_device_events: usize,
+    pub untrusted_clicks: usize,
+    pub pointer_moves: usize,
+    pub clicks: usize,
+    pub keydowns: usize,
+    pub touch_starts: usize,
+    pub scrolls: usize,
+    pub strokes: StrokeStats,
+    pub typing: Option<TypingStats>,
+}
+
+/// Shape of the pointer strokes long enough to judge.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StrokeStats {
+    pub judged: usize,
+    /// Straight, evenly stepped or evenly paced: what an interpolating script draws.
+    pub robotic: usize,
+    /// Curved or unevenly paced: what a hand draws.
+    pub human: usize,
+}
+
+/// Rhythm of the keydown events within typing bursts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TypingStats {
+    pub intervals: usize,
+    pub mean_interval_ms: f64,
+    pub interval_cv: f64,
+}
+
+impl InputSummary {
+    /// Summarises events in arrival order.
+    pub fn of(events: &[InputEvent]) -> Self {
+        let mut summary = Self {
+            events: events.len(),
+            ..Self::default()
+        };
+        for event in events {
+            let Some(kind) = event.kind else { continue };
+            let untrusted = event.trusted == Some(false);
+            if kind.is_device_input() {
+                summary.device_events += 1;
+                if untrusted {
+                    if kind == EventKind::Click {
+                        summary.untrusted_clicks += 1;
+                    } else {
+                        summary.untrusted_device_events += 1;
+                    }
+                }
+            }
+            match kind {
+                EventKind::Pointermove => summary.pointer_moves += 1,
+                EventKind::Click => summary.clicks += 1,
+                EventKind::Keydown => summary.keydowns += 1,
+                EventKind::Touchstart => summary.touch_starts += 1,
+                EventKind::Scroll => summary.scrolls += 1,
+                _ => {}
+            }
+        }
+        summary.strokes = stroke_stats(events);
+        summary.typing = typing_stats(events);
+        summary
+    }
+
+    /// Most judged strokes are machine-drawn.
+    pub fn robotic_pointer(&self) -> bool {
+        self.strokes.judged >= 2 && self.strokes.robotic * 10 >= self.strokes.judged * 7
+    }
+
+    /// Keystrokes at a near-constant or impossible rhythm.
+    pub fn robotic_typing(&self) -> bool {
+        self.typing.as_ref().is_some_and(|typing| {
+            typing.interval_cv <= ROBOTIC_KEY_CV || typing.mean_interval_ms < SUPERHUMAN_INTERVAL_MS
+        })
+    }
+
+    /// Trusted input with the variety a person produces, and no sign of a script.
+    pub fn human_like(&self) -> bool {
+        let varied_pointer = self.strokes.human > 0;
+        let varied_typing = self
+            .typing
+            .as_ref()
+            .is_some_and(|typing| typing.interval_cv >= HUMAN_KEY_CV && !self.robotic_typing());
+        let touch_gestures = self.touch_starts >= 2;
+        self.untrusted_device_events == 0
+            && self.untrusted_clicks < UNTRUSTED_CLICKS_TOLERATED
+            && self.device_events >= 10
+            && !self.robotic_pointer()
+            && !self.robotic_typing()
+            && (varied_pointer || varied_typing || touch_gestures)
+    }
+}
+
+fn stroke_stats(events: &[InputEvent]) -> StrokeStats {
+    let mut stats = StrokeStats::default();
+    let mut stroke: Vec<(f64, f64, f64)> = Vec::new();
+    let moves = events.iter().filter_map(|event| match event {
+        InputEvent {
+            kind: Some(EventKind::Pointermove),
+            t: Some(t),
+            x: Some(x),
+            y: Some(y),
+            ..
+        } => Some((*t, *x, *y)),
+        _ => None,
+    });
+    for point in moves {
+        if stroke
+            .last()
+            .is_some_and(|last| point.0 - last.0 > STROKE_GAP_MS || point.0 < last.0)
+        {
+            judge_stroke(&stroke, &mut stats);
+            stroke.clear();
+        }
+        stroke.push(point);
+    }
+    judge_stroke(&stroke, &mut stats);
+    stats
+}
+
+fn judge_stroke(stroke: &[(f64, f64, f64)], stats: &mut StrokeStats) {
+    if stroke.len() < MIN_STROKE_POINTS {
+        return;
+    }
+    let steps: Vec<f64> = stroke
+        .windows(2)
+        .map(|pair| (pair[1].1 - pair[0].1).hypot(pair[1].2 - pair[0].2))
+        .collect();
+    let path: f64 = steps.iter().sum();
+    if !(path.is_finite() && path >= MIN_STROKE_PX) {
+        return;
+    }
+    let (first, last) = (stroke[0], stroke[stroke.len() - 1]);
+    let linearity = (last.1 - first.1).hypot(last.2 - first.2) / path;
+    // Speeds need time between points; a script that dispatches every step in the same
+    // millisecond has none, and then even step sizes alone give it away.
+    let speeds: Vec<f64> = stroke
+        .windows(2)
+        .zip(&steps)
+        .filter(|(pair, _)| pair[1].0 - pair[0].0 > 0.5)
+        .map(|(pair, step)| step / (pair[1].0 - pair[0].0))
+        .collect();
+    let step_cv = coefficient_of_variation(&steps);
+    let speed_cv =
+        (speeds.len() >= MIN_STROKE_POINTS - 1).then(|| coefficient_of_variation(&speeds));
+    stats.judged += 1;
+    let even = step_cv <= CONSTANT_CV || speed_cv.is_some_and(|cv| cv <= CONSTANT_CV);
+    if linearity >= STRAIGHT_LINEARITY && even {
+        stats.robotic += 1;
+    } else if linearity < HUMAN_LINEARITY || speed_cv.is_some_and(|cv| cv >= HUMAN_SPEED_CV) {
+        stats.human += 1;
+    }
+}
+
+fn typing_stats(events: &[InputEvent]) -> Option<TypingStats> {
+    let times: Vec<f64> = events
+        .iter()
+        .filter(|event| event.kind == Some(EventKind::Keydown))
+        .filter_map(|event| event.t)
+        .collect();
+    let intervals: Vec<f64> = times
+        .windows(2)
+        .map(|pair| pair[1] - pair[0])
+        .filter(|gap| (0.0..=TYPING_GAP_MS).contains(gap))
+        .collect();
+    if intervals.len() < MIN_KEY_INTERVALS {
+        return None;
+    }
+    Some(TypingStats {
+        intervals: intervals.len(),
+        mean_interval_ms: mean(&intervals),
+        interval_cv: coefficient_of_variation(&intervals),
+    })
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// Standard deviation over mean; 0 for a constant series (including an all-zero one, which is
+/// as constant as a series gets).
+fn coefficient_of_variation(values: &[f64]) -> f64 {
+    let mean = mean(values);
+    if values.len() < 2 || mean.abs() < f64::EPSILON {
+        return 0.0;
+    }
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len() as f64;
+    let cv = variance.sqrt() / mean.abs();
+    if cv.is_finite() { cv } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pointer(t: f64, x: f64, y: f64) -> InputEvent {
+        InputEvent {
+            t: Some(t),
+            kind: Some(EventKind::Pointermove),
+            x: Some(x),
+            y: Some(y),
+            trusted: Some(true),
+        }
+    }
+
+    fn key(t: f64) -> InputEvent {
+        InputEvent {
+            t: Some(t),
+            kind: Some(EventKind::Keydown),
+            trusted: Some(true),
+            ..InputEvent::default()
+        }
+    }
+
+    #[test]
+    fn interpolated_lines_are_robotic_and_curves_are_human() {
+        let line = |start: f64| {
+            (0..10).map(move |i| {
+                pointer(
+                    start + i as f64 * 16.0,
+                    100.0 + i as f64 * 20.0,
+                    200.0 + i as f64 * 10.0,
+                )
+            })
+        };
+        let lines: Vec<_> = line(0.0).chain(line(1_000.0)).collect();
+        let summary = InputSummary::of(&lines);
+        assert_eq!(summary.strokes.judged, 2);
+        assert!(summary.robotic_pointer());
+        assert!(!summary.human_like());
+
+        // An arc with an accelerating then slowing hand.
+        let arc: Vec<_> = (0..12)
+            .map(|i| {
+                let s = (i as f64 / 11.0 * std::f64::consts::PI).sin();
+                let angle = i as f64 * 0.15;
+                pointer(
+                    i as f64 * 16.0,
+                    300.0 * angle.cos() * (0.5 + s),
+                    300.0 * angle.sin(),
+                )
+            })
+            .collect();
+        let summary = InputSummary::of(&arc);
+        assert_eq!(summary.strokes.human, 1);
+        assert!(!summary.robotic_pointer());
+        assert!(summary.human_like());
+    }
+
+    #[test]
+    fn steps_dispatched_in_the_same_millisecond_are_robotic() {
+        let burst: Vec<_> = (0..20)
+            .map(|i| {
+                pointer(
+                    if i < 10 { 5.0 } else { 900.0 },
+                    (i % 10) as f64 * 15.0,
+                    0.0,
+                )
+            })
+            .collect();
+        assert!(InputSummary::of(&burst).robotic_pointer());
+    }
+
+    #[test]
+    fn a_fixed_typing_delay_is_robotic() {
+        let fixed: Vec<_> = (0..12).map(|i| key(i as f64 * 100.0)).collect();
+        assert!(InputSummary::of(&fixed).robotic_typing());
+        let instant: Vec<_> = (0..12)
+            .map(|i| key(i as f64 * 2.0 + (i % 3) as f64))
+            .collect();
+        assert!(InputSummary::of(&instant).robotic_typing());
+        let gaps = [
+            140.0, 95.0, 210.0, 120.0, 330.0, 80.0, 160.0, 240.0, 110.0, 190.0,
+        ];
+        let human: Vec<_> = gaps
+            .iter()
+            .scan(0.0, |t, gap| {
+                *t += gap;
+                Some(key(*t))
+            })
+            .collect();
+        let summary = InputSummary::of(&human);
+        assert!(!summary.robotic_typing());
+        assert!(summary.typing.unwrap().interval_cv > HUMAN_KEY_CV);
+    }
+
+    #[test]
+    fn untrusted_events_are_counted_apart_from_clicks() {
+        let mut events = vec![pointer(0.0, 0.0, 0.0)];
+        events[0].trusted = Some(false);
+        events.push(InputEvent {
+            kind: Some(EventKind::Click),
+            trusted: Some(false),
+            ..InputEvent::default()
+        });
+        let summary = InputSummary::of(&events);
+        assert_eq!(
+            (summary.untrusted_device_events, summary.untrusted_clicks),
+            (1, 1)
+        );
+    }
+}

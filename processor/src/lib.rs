@@ -1,0 +1,45 @@
+//! The decision logic of Vigil's pipeline, with no I/O: what the browser SDK observed and what
+//! the server saw become signals ([`signals`]), signals become a decision through one table
+//! ([`rules`]), and probes become the anchors and component vector that link visitors
+//! ([`fingerprint`]). The consumer loop that reads the log, keeps per-session state and writes
+//! decisions lives elsewhere and calls [`evaluate`].
+//!
+//! ```
+//! use processor::{Batch, ServerContext, SessionObservations, Verdict};
+//!
+//! let mut session = SessionObservations::default();
+//! let batch = Batch::from_slice(br#"{"kind": "probes", "automation": {"webdriver": true}}"#).unwrap();
+//! session.record(batch);
+//! let decision = processor::evaluate(&session, &ServerContext::default());
+//! assert_eq!(decision.verdict, Verdict::Bot);
+//! assert_eq!(decision.highlights[0].evidence.signal, "webdriver");
+//! ```
+
+mod behavior;
+pub mod fingerprint;
+pub mod observations;
+pub mod rules;
+pub mod signals;
+mod timezones;
+pub mod user_agent;
+
+pub use observations::{
+    Batch, InputEvent, InteractionBatch, Probes, RequestContext, ServerContext,
+    SessionObservations, WebBotAuth,
+};
+pub use rules::{
+    AutomationStatus, Decision, DecisionStatus, Highlight, HighlightKind, Manipulation, Phase,
+    Verdict,
+};
+pub use signals::{Category, Signal};
+
+/// The preliminary decision for a session from everything seen so far: snapshot until an
+/// interaction batch arrives, behavioral after. Call [`Decision::finalize`] to make it final.
+pub fn evaluate(session: &SessionObservations, context: &ServerContext) -> Decision {
+    let phase = if session.interactions_seen() {
+        Phase::Behavioral
+    } else {
+        Phase::Snapshot
+    };
+    rules::decide(signals::detect(session, context), phase)
+}

@@ -1,0 +1,123 @@
+//! Each recorded observation fixture (`tests/fixtures/*.json`) through the whole processor:
+//! the decision, the lead highlight and the key signals it names under `expect`.
+
+mod common;
+
+use processor::HighlightKind;
+use serde_json::Value;
+
+fn check(name: &str) {
+    let doc = common::load(name);
+    let expect = &doc["expect"];
+    let decision = common::evaluate(&doc);
+    let json = serde_json::to_value(&decision).unwrap();
+    let fired = common::fired(&decision);
+    let context = format!("{name}: fired {fired:?}, rule {}", decision.rule);
+
+    for member in ["automation_status", "verdict", "manipulation", "phase"] {
+        assert_eq!(json[member], expect[member], "{member} of {context}");
+    }
+    let first = &decision
+        .highlights
+        .first()
+        .expect("a highlight")
+        .evidence
+        .signal;
+    assert_eq!(
+        Value::from(*first),
+        expect["first_highlight"],
+        "first highlight of {context}"
+    );
+    for slug in expect["fired"].as_array().unwrap() {
+        assert!(
+            fired.contains(&slug.as_str().unwrap()),
+            "{slug} should fire in {context}"
+        );
+    }
+    for slug in expect["not_fired"].as_array().unwrap() {
+        assert!(
+            !fired.contains(&slug.as_str().unwrap()),
+            "{slug} should not fire in {context}"
+        );
+    }
+    if expect["no_concerning_signals"] == Value::Bool(true) {
+        let concerning: Vec<_> = decision
+            .signals_fired
+            .iter()
+            .filter(|s| s.is_concerning())
+            .map(|s| s.slug)
+            .collect();
+        assert!(
+            concerning.is_empty(),
+            "{name} fired concerning {concerning:?}"
+        );
+        assert!(
+            decision
+                .highlights
+                .iter()
+                .all(|h| h.kind == HighlightKind::Reassuring)
+        );
+    }
+    // The verdict's band holds whatever the fixture.
+    let risk = decision.risk_score;
+    match expect["verdict"].as_str().unwrap() {
+        "bot" => assert!(risk >= 70, "{context}: risk {risk}"),
+        "human" | "verified_bot" => assert!(risk < 30, "{context}: risk {risk}"),
+        _ => {}
+    }
+}
+
+#[test]
+fn headless_chromium_under_webdriver_is_automated_with_webdriver_first() {
+    check("headless_chromium_webdriver");
+}
+
+#[test]
+fn headless_chromium_with_a_masked_user_agent_is_still_automated() {
+    check("headless_chromium_webdriver_masked_ua");
+}
+
+#[test]
+fn puppeteer_stealth_is_caught_by_its_worker_natives_and_input() {
+    check("puppeteer_stealth");
+}
+
+#[test]
+fn a_person_on_desktop_chrome_is_human() {
+    check("desktop_chrome_human");
+}
+
+#[test]
+fn a_person_on_mobile_safari_is_human() {
+    check("mobile_safari_human");
+}
+
+#[test]
+fn an_electron_app_is_automated() {
+    check("electron_app");
+}
+
+#[test]
+fn a_signed_agent_is_a_verified_bot() {
+    check("web_bot_auth_agent");
+}
+
+#[test]
+fn every_fixture_has_a_test_above() {
+    let source = include_str!("fixtures.rs");
+    for name in common::names() {
+        assert!(
+            source.contains(&format!("check(\"{name}\")")),
+            "fixture {name} is not checked"
+        );
+    }
+}
+
+#[test]
+fn the_human_snapshot_before_any_input_is_already_human() {
+    let mut doc = common::load("desktop_chrome_human");
+    doc["batches"].as_array_mut().unwrap().truncate(1);
+    let decision = common::evaluate(&doc);
+    assert_eq!(decision.phase, processor::Phase::Snapshot);
+    assert_eq!(decision.verdict, processor::Verdict::Human);
+}

@@ -1,0 +1,230 @@
+//! Golden test of the rules table: a fixed set of inputs and the decisions they produce,
+//! snapshotted in `tests/golden/decisions.json`. Any change to a weight, a threshold or a row
+//! shows here as the list of decisions that moved.
+//!
+//! The inputs are every fixture in `tests/fixtures/` (evaluated whole) and the signal sets in
+//! [`RULE_CASES`], chosen to reach every row of `RULES` and `MANIPULATION_RULES`.
+//!
+//! After an intended change, regenerate the snapshot and review its diff:
+//!
+//! ```sh
+//! VIGIL_UPDATE_GOLDEN=1 cargo test -p vigil-processor --test golden
+//! ```
+
+mod common;
+
+use processor::rules::{self, MANIPULATION_RULES, Phase, RULES};
+use processor::signals::Signal;
+use serde_json::{Map, Value};
+use std::path::Path;
+
+use Phase::{Behavioral as B, Snapshot as S};
+
+/// `(name, phase, fired signals)`.
+const RULE_CASES: &[(&str, Phase, &[&str])] = &[
+    ("nothing_fired_snapshot", S, &[]),
+    ("nothing_fired_behavioral", B, &[]),
+    (
+        "signed_agent_even_if_headless",
+        S,
+        &["web_bot_auth_verified", "webdriver", "headless_user_agent"],
+    ),
+    ("forged_signature", S, &["web_bot_auth_invalid"]),
+    (
+        "unverified_signature_alone",
+        S,
+        &["web_bot_auth_unverified"],
+    ),
+    ("webdriver_alone", S, &["webdriver"]),
+    ("electron_alone", S, &["electron"]),
+    ("software_renderer_alone", S, &["software_renderer"]),
+    (
+        "two_weak_headless_traits",
+        S,
+        &["zero_connection_rtt", "plugins_empty"],
+    ),
+    ("untrusted_input", B, &["untrusted_input"]),
+    ("robotic_typing_alone", B, &["robotic_keystroke_timing"]),
+    ("robotic_pointer_alone", B, &["robotic_pointer_path"]),
+    (
+        "stealth_natives_and_swiftshader",
+        S,
+        &["tampered_natives", "software_renderer"],
+    ),
+    ("tampered_natives_alone", S, &["tampered_natives"]),
+    (
+        "privacy_extension_person",
+        B,
+        &["tampered_natives", "human_like_input"],
+    ),
+    (
+        "firefox_with_a_chrome_ua_switcher",
+        S,
+        &[
+            "product_sub_mismatch",
+            "eval_length_mismatch",
+            "engine_mismatch",
+            "vendor_mismatch",
+            "chrome_object_missing",
+            "client_hints_missing",
+        ],
+    ),
+    (
+        "anti_detect_profile",
+        S,
+        &[
+            "worker_mismatch",
+            "renderer_os_mismatch",
+            "timezone_offset_mismatch",
+        ],
+    ),
+    (
+        "anti_detect_profile_driven",
+        B,
+        &[
+            "worker_mismatch",
+            "renderer_os_mismatch",
+            "robotic_pointer_path",
+        ],
+    ),
+    (
+        "emulated_iphone",
+        S,
+        &["emulated_mobile", "platform_mismatch"],
+    ),
+    (
+        "network_identity_only",
+        S,
+        &["network_check_mismatch", "ping_rtt_mismatch"],
+    ),
+    (
+        "many_weak_findings",
+        B,
+        &[
+            "zero_connection_rtt",
+            "click_without_movement",
+            "missing_browser_headers",
+        ],
+    ),
+    (
+        "person_with_noise",
+        B,
+        &[
+            "zero_connection_rtt",
+            "human_like_input",
+            "consistent_client_hints",
+        ],
+    ),
+    (
+        "no_input_yet",
+        B,
+        &["no_input_events", "consistent_client_hints"],
+    ),
+    (
+        "clicks_without_movement_only",
+        B,
+        &["click_without_movement"],
+    ),
+    (
+        "six_concerning_highlights_capped",
+        B,
+        &[
+            "webdriver",
+            "selenium",
+            "languages_empty",
+            "software_renderer",
+            "zero_outer_window",
+            "plugins_empty",
+            "human_like_input",
+        ],
+    ),
+];
+
+fn decisions() -> Map<String, Value> {
+    let mut out = Map::new();
+    for name in common::names() {
+        let decision = common::evaluate(&common::load(&name));
+        out.insert(
+            format!("fixture/{name}"),
+            serde_json::to_value(decision).unwrap(),
+        );
+    }
+    for (name, phase, slugs) in RULE_CASES {
+        let signals = slugs
+            .iter()
+            .map(|slug| {
+                Signal::new(slug, Value::Null).unwrap_or_else(|| panic!("unknown slug {slug}"))
+            })
+            .collect();
+        let decision = rules::decide(signals, *phase);
+        out.insert(
+            format!("rules/{name}"),
+            serde_json::to_value(decision).unwrap(),
+        );
+    }
+    out
+}
+
+#[test]
+fn decisions_match_the_golden_snapshot() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/decisions.json");
+    let actual = decisions();
+    if std::env::var_os("VIGIL_UPDATE_GOLDEN").is_some() {
+        let text = serde_json::to_string_pretty(&actual).unwrap() + "\n";
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with VIGIL_UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
+    let expected: Map<String, Value> = serde_json::from_str(&text).unwrap();
+    let mut moved = Vec::new();
+    for (name, decision) in &actual {
+        match expected.get(name) {
+            None => moved.push(format!("{name}: new case")),
+            Some(old) if old != decision => moved.push(format!(
+                "{name}: was {} / {} / risk {}, now {} / {} / risk {}",
+                old["verdict"],
+                old["rule"],
+                old["risk_score"],
+                decision["verdict"],
+                decision["rule"],
+                decision["risk_score"]
+            )),
+            Some(_) => {}
+        }
+    }
+    moved.extend(
+        expected
+            .keys()
+            .filter(|name| !actual.contains_key(*name))
+            .map(|name| format!("{name}: case removed")),
+    );
+    assert!(
+        moved.is_empty(),
+        "decisions moved (review, then VIGIL_UPDATE_GOLDEN=1 to accept):\n{}",
+        moved.join("\n")
+    );
+}
+
+#[test]
+fn the_cases_reach_every_row_of_both_tables() {
+    let decisions = decisions();
+    for rule in RULES {
+        assert!(
+            decisions.values().any(|d| d["rule"] == rule.name),
+            "no golden case reaches rule {}",
+            rule.name
+        );
+    }
+    for row in MANIPULATION_RULES {
+        let value = serde_json::to_value(row.manipulation).unwrap();
+        assert!(
+            decisions.values().any(|d| d["manipulation"] == value),
+            "no golden case reaches manipulation {value}"
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! One test per signal: start from a recorded fixture in which the signal does not fire, change
+//! the one observation the signal is about, and see it fire. A test below fails when a
+//! catalogued signal has no such case.
+
+mod common;
+
+use common::{load, remove, set, with_events};
+use processor::signals::CATALOG;
+use serde_json::{Value, json};
+
+const HUMAN: &str = "desktop_chrome_human";
+const SAFARI: &str = "mobile_safari_human";
+const HEADLESS: &str = "headless_chromium_webdriver";
+
+const UA_ANDROID: &str = "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Mobile Safari/537.36";
+const UA_IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1";
+
+/// Cases that set one member: `(signal, fixture, JSON pointer, new value as JSON)`.
+/// `/p/...` is short for the probes batch, `/batches/0/...`.
+#[rustfmt::skip]
+const SET_ONE: &[(&str, &str, &str, &str)] = &[
+    ("webdriver",                        HUMAN,    "/p/automation/webdriver",                  "true"),
+    ("headless_user_agent",              HUMAN,    "/p/automation/headless_ua",                "true"),
+    ("phantomjs",                        HUMAN,    "/p/automation/globals",                    r#"["callPhantom", "_phantom"]"#),
+    ("selenium",                         HUMAN,    "/p/automation/selenium",                   "true"),
+    ("nightmare",                        HUMAN,    "/p/automation/globals",                    r#"["__nightmare"]"#),
+    ("puppeteer_playwright",             HUMAN,    "/p/automation/globals",                    r#"["__playwright__binding__"]"#),
+    ("electron",                         HUMAN,    "/p/automation/electron",                   "true"),
+    ("automation_globals",               HUMAN,    "/p/automation/globals",                    r#"["domAutomationController"]"#),
+    ("languages_empty",                  HUMAN,    "/p/automation/languages",                  "[]"),
+    ("notification_permission_mismatch", HUMAN,    "/p/automation/notification_permission",    r#""denied""#),
+    ("software_renderer",                HUMAN,    "/p/rendering/webgl_renderer",              r#""ANGLE (Mesa, llvmpipe (LLVM 15.0.6, 256 bits), OpenGL 4.5)""#),
+    ("zero_outer_window",                HUMAN,    "/p/automation/window_outer",               "[0, 0]"),
+    ("zero_connection_rtt",              HUMAN,    "/p/automation/connection_rtt",             "0"),
+    ("web_bot_auth_unverified",          HUMAN,    "/context/web_bot_auth",                    r#""unverified""#),
+    ("plugins_inconsistent",             HUMAN,    "/p/automation/plugins_consistent",         "false"),
+    ("tampered_natives",                 HUMAN,    "/p/integrity/tampered_natives",            r#"["navigator.webdriver getter"]"#),
+    ("descriptor_anomalies",             HUMAN,    "/p/integrity/descriptor_anomalies",        r#"["navigator.languages"]"#),
+    ("ping_rtt_mismatch",                HUMAN,    "/p/network/ping_rtts_ms",                  "[480.0, 470.5, 460.0]"),
+    ("network_check_mismatch",           HUMAN,    "/context/network_check_consistent",        "false"),
+    ("web_bot_auth_invalid",             HUMAN,    "/context/web_bot_auth",                    r#""invalid""#),
+    ("web_bot_auth_verified",            HEADLESS, "/context/web_bot_auth",                    r#""verified""#),
+    ("ua_client_hints_mismatch",         HUMAN,    "/p/browser/user_agent_data/brands/0/version", r#""120""#),
+    ("platform_mismatch",                HUMAN,    "/p/browser/platform",                      r#""MacIntel""#),
+    ("worker_mismatch",                  HUMAN,    "/p/browser/worker_platform",               r#""Linux x86_64""#),
+    ("http_user_agent_mismatch",         HUMAN,    "/context/request/user_agent",              r#""python-requests/2.31.0""#),
+    ("product_sub_mismatch",             HUMAN,    "/p/automation/product_sub",                r#""20100101""#),
+    ("eval_length_mismatch",             HUMAN,    "/p/automation/eval_length",                "37"),
+    ("engine_mismatch",                  HUMAN,    "/p/automation/error_stack_engine",         r#""spidermonkey""#),
+    ("vendor_mismatch",                  HUMAN,    "/p/browser/vendor",                        r#""""#),
+    ("chrome_object_missing",            HUMAN,    "/p/automation/has_chrome_object",          "false"),
+    ("renderer_os_mismatch",             HUMAN,    "/p/rendering/webgl_renderer",              r#""ANGLE (Apple, ANGLE Metal Renderer: Apple M2, Unspecified Version)""#),
+    ("emulated_mobile",                  SAFARI,   "/p/browser/max_touch_points",              "0"),
+    ("screen_inconsistent",              HUMAN,    "/p/screen/avail_width",                    "2560"),
+    ("timezone_offset_mismatch",         HUMAN,    "/p/locale/timezone_offset_min",            "300"),
+    ("locale_mismatch",                  HUMAN,    "/p/locale/intl_locale",                    r#""de-DE""#),
+];
+
+/// A change to a fixture document.
+type Change = fn(&mut Value);
+
+/// Cases whose change is more than one member: `(signal, fixture, change)`.
+const RESHAPE: &[(&str, &str, Change)] = &[
+    ("automation_user_agent", HUMAN, |d| {
+        let ua = d["batches"][0]["automation"]["user_agent"]
+            .as_str()
+            .unwrap();
+        let ua = format!("{ua} SlimerJS/1.0");
+        set(d, "/batches/0/automation/user_agent", json!(ua));
+    }),
+    ("plugins_empty", HUMAN, |d| {
+        set(d, "/batches/0/automation/plugins", json!([]));
+        set(d, "/batches/0/automation/mime_types", json!([]));
+    }),
+    ("probes_missing", HUMAN, |d| remove(d, "/batches/0")),
+    ("probes_repeated", HUMAN, |d| {
+        let probes = d["batches"][0].clone();
+        d["batches"].as_array_mut().unwrap().push(probes);
+    }),
+    ("missing_browser_headers", HUMAN, |d| {
+        let headers = d["context"]["request"]["header_names"]
+            .as_array_mut()
+            .unwrap();
+        headers.retain(|h| h != "accept-language");
+    }),
+    ("client_hints_missing", HUMAN, |d| {
+        remove(d, "/batches/0/browser/user_agent_data");
+    }),
+    ("untrusted_input", HUMAN, |d| {
+        for batch in d["batches"].as_array_mut().unwrap().iter_mut().skip(1) {
+            for event in batch["events"].as_array_mut().unwrap() {
+                event["trusted"] = json!(false);
+            }
+        }
+    }),
+    ("robotic_pointer_path", HUMAN, |d| {
+        with_events(d, straight_strokes())
+    }),
+    ("robotic_keystroke_timing", HUMAN, |d| {
+        let keys =
+            (0..12).map(|i| json!({ "t": 500 + i * 120, "type": "keydown", "trusted": true }));
+        with_events(d, keys.collect());
+    }),
+    ("click_without_movement", HUMAN, |d| {
+        let clicks = (0..3).map(
+            |i| json!({ "t": 900 + i * 700, "type": "click", "x": 400, "y": 300, "trusted": true }),
+        );
+        with_events(d, clicks.collect());
+    }),
+    ("no_input_events", HUMAN, |d| with_events(d, Vec::new())),
+    ("human_like_input", HEADLESS, |d| {
+        let human = load(HUMAN);
+        let batches = human["batches"].as_array().unwrap();
+        let events = batches
+            .iter()
+            .skip(1)
+            .flat_map(|b| b["events"].as_array().unwrap().clone());
+        with_events(d, events.collect());
+    }),
+    // Safari has no client hints; made into a consistent Chrome for Android, it has them.
+    ("consistent_client_hints", SAFARI, |d| {
+        set(d, "/batches/0/automation/user_agent", json!(UA_ANDROID));
+        set(d, "/batches/0/browser/worker_user_agent", json!(UA_ANDROID));
+        set(d, "/context/request/user_agent", json!(UA_ANDROID));
+        set(d, "/batches/0/browser/platform", json!("Linux armv8l"));
+        set(
+            d,
+            "/batches/0/browser/worker_platform",
+            json!("Linux armv8l"),
+        );
+        let hints = json!({
+            "brands": [{ "brand": "Chromium", "version": "124" }, { "brand": "Not-A.Brand", "version": "99" }],
+            "mobile": true,
+            "platform": "Android",
+        });
+        set(d, "/batches/0/browser/user_agent_data", hints);
+    }),
+];
+
+/// Three straight strokes in equal steps, as `page.mouse.move(x, y, { steps })` draws them.
+fn straight_strokes() -> Vec<Value> {
+    (0..3)
+        .flat_map(|stroke| {
+            (0..15).map(move |i| {
+                json!({ "t": stroke as f64 * 1_000.0 + i as f64 * 16.0, "type": "pointermove",
+                        "x": 100 + i * 20, "y": 300 + stroke * 50, "trusted": true })
+            })
+        })
+        .collect()
+}
+
+/// Every case as `(signal, fixture, the fixture after the change)`.
+fn cases() -> Vec<(&'static str, &'static str, Value)> {
+    let sets = SET_ONE.iter().map(|&(slug, base, pointer, value)| {
+        let mut doc = load(base);
+        let pointer = pointer.replacen("/p/", "/batches/0/", 1);
+        set(&mut doc, &pointer, serde_json::from_str(value).expect(slug));
+        (slug, base, doc)
+    });
+    let reshapes = RESHAPE.iter().map(|&(slug, base, change)| {
+        let mut doc = load(base);
+        change(&mut doc);
+        (slug, base, doc)
+    });
+    sets.chain(reshapes).collect()
+}
+
+#[test]
+fn every_signal_fires_when_its_observation_changes() {
+    let mut failures = Vec::new();
+    for (slug, base, changed) in cases() {
+        let before = common::fired(&common::evaluate(&load(base)));
+        let after = common::fired(&common::evaluate(&changed));
+        if before.contains(&slug) {
+            failures.push(format!("{slug} already fires in {base}"));
+        }
+        if !after.contains(&slug) {
+            failures.push(format!(
+                "{slug} does not fire after its change to {base} (fired {after:?})"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_catalogued_signal_has_a_case() {
+    let slugs: Vec<&str> = SET_ONE
+        .iter()
+        .map(|c| c.0)
+        .chain(RESHAPE.iter().map(|c| c.0))
+        .collect();
+    for spec in CATALOG {
+        assert!(slugs.contains(&spec.slug), "no case for {}", spec.slug);
+    }
+}
+
+#[test]
+fn an_iphone_user_agent_on_a_desktop_is_an_emulated_device() {
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/batches/0/automation/user_agent",
+        json!(UA_IPHONE),
+    );
+    let decision = common::evaluate(&doc);
+    assert_eq!(
+        decision.manipulation,
+        Some(processor::Manipulation::EmulatedDevice)
+    );
+    assert!(common::fired(&decision).contains(&"platform_mismatch"));
+}
+
+#[test]
+fn a_few_untrusted_clicks_from_the_page_itself_are_tolerated() {
+    let mut doc = load(HUMAN);
+    let batch = doc["batches"].as_array_mut().unwrap().last_mut().unwrap();
+    let clicks = (0..2).map(|i| json!({ "t": 19_000 + i, "type": "click", "trusted": false }));
+    batch["events"].as_array_mut().unwrap().extend(clicks);
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"untrusted_input"), "{fired:?}");
+    assert!(fired.contains(&"human_like_input"), "{fired:?}");
+}

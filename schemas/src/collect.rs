@@ -1,0 +1,40 @@
+//! The collect pipeline's log contract (`schemas/collect.md`, section 6): topic names and the
+//! versioned record ingest appends for every accepted batch.
+
+use serde::{Deserialize, Serialize};
+
+use crate::credential::Environment;
+use crate::ids::{OrgId, SessionId};
+use crate::time::Timestamp;
+
+/// Accepted batches, keyed by session id so a session's batches stay in order.
+pub const BATCHES_TOPIC: &str = "collect.batches.v1";
+/// Partitions of the batches topic when Vigil creates it.
+pub const BATCHES_PARTITIONS: u32 = 8;
+
+/// The request a batch arrived with, as far as the processor needs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchRequest {
+    pub ip: String,
+    pub user_agent: String,
+    /// Header names in the order they arrived: part of the connection fingerprint (D9).
+    pub header_names: Vec<String>,
+    pub url: String,
+}
+
+/// One accepted batch on `collect.batches.v1`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    /// Always 1 for this version of the record.
+    pub schema: u32,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub session_id: SessionId,
+    pub seq: u64,
+    pub received_at: Timestamp,
+    pub request: BatchRequest,
+    /// The decrypted batch, as the SDK sent it.
+    pub observations: serde_json::Value,
+}
+
+pub const BATCH_RECORD_SCHEMA: u32 = 1;

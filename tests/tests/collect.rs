@@ -1,0 +1,421 @@
+//! The Collect API over HTTP (schemas/collect.md, D9, D19): opening an encrypted session with a
+//! real ECDH exchange, pings, batches that reach the log only when accepted, and every refusal
+//! with its documented error: wrong origin, the other environment's key, replayed, tampered and
+//! misdirected batches, oversize and malformed bodies, expired sessions.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use p256::ecdh::EphemeralSecret;
+use p256::elliptic_curve::Generate;
+use p256::elliptic_curve::sec1::ToSec1Point;
+use serde_json::Value;
+use vigil_tests::{TestServer, json};
+
+/// A browser's side of a collect session.
+struct Browser {
+    session: String,
+    key: ingest::transport::BatchKey,
+    pings: Vec<String>,
+}
+
+async fn open(s: &TestServer, pk: &str) -> Browser {
+    let secret = EphemeralSecret::generate();
+    let public = secret.public_key().to_sec1_point(false);
+    let r = s
+        .post("/v1/collect/sessions")
+        .key(pk)
+        .json(json!({"client_public_key": B64.encode(public.as_bytes()), "sdk_version": "1.0.0", "page_url": "https://shop.example/checkout"}))
+        .send()
+        .await;
+    let data = r.ok(201).clone();
+    assert_eq!(data["object"], "collect_session");
+    let session = data["id"].as_str().unwrap().to_owned();
+    assert!(session.starts_with("sid_"));
+    assert_eq!(data["max_batch_bytes"], 65536);
+    let server = p256::PublicKey::from_sec1_bytes(
+        &B64.decode(data["server_public_key"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let key =
+        ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &session);
+    let pings = data["pings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_owned())
+        .collect();
+    Browser {
+        session,
+        key,
+        pings,
+    }
+}
+
+fn batch(b: &Browser, seq: u64, plaintext: &Value) -> Value {
+    let sealed = ingest::transport::seal_batch(
+        &b.key,
+        &b.session,
+        seq,
+        &serde_json::to_vec(plaintext).unwrap(),
+    );
+    json!({"seq": seq, "ciphertext": B64.encode(sealed)})
+}
+
+fn probes() -> Value {
+    json!({"kind": "probes", "collected_in_ms": 12.0, "automation": {"webdriver": true}, "network": {"ping_rtts_ms": [1.0, 1.1, 0.9]}})
+}
+
+/// Every record on the batches topic, read by a fresh consumer group.
+async fn logged(s: &TestServer) -> Vec<Value> {
+    let log = &s.running.as_ref().unwrap().log;
+    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).unwrap();
+    let mut consumer = log.consumer_of_all(&group, &topic).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let records = consumer
+            .poll(1000, Duration::from_millis(200))
+            .await
+            .unwrap();
+        if records.is_empty() {
+            break;
+        }
+        out.extend(
+            records
+                .iter()
+                .map(|r| serde_json::from_slice::<Value>(&r.payload).unwrap()),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_session_streams_batches_into_the_log() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let b = open(&s, pk).await;
+    for ping in &b.pings {
+        let r = s
+            .get(&format!("/v1/collect/pings/{ping}"))
+            .key(pk)
+            .send()
+            .await;
+        assert_eq!(r.ok(200)["id"], ping.as_str());
+    }
+    let path = format!("/v1/collect/sessions/{}/batches", b.session);
+    let r = s
+        .post(&path)
+        .key(pk)
+        .header("user-agent", "TestBrowser/1.0")
+        .json(batch(&b, 1, &probes()))
+        .send()
+        .await;
+    let accepted = r.ok(202);
+    assert_eq!(accepted["seq"], 1);
+    assert_eq!(accepted["accepted"], true);
+    let interactions = json!({"kind": "interactions", "events": [{"t": 1.0, "type": "pointermove", "x": 1, "y": 2, "trusted": true}]});
+    s.post(&path)
+        .key(pk)
+        .json(batch(&b, 2, &interactions))
+        .send()
+        .await
+        .ok(202);
+    // Numbers may skip (a lost batch must not block the rest) but never go back.
+    s.post(&path)
+        .key(pk)
+        .json(batch(&b, 5, &interactions))
+        .send()
+        .await
+        .ok(202);
+
+    let records = logged(&s).await;
+    assert_eq!(records.len(), 3);
+    let first = &records[0];
+    assert_eq!(first["schema"], 1);
+    assert_eq!(first["session_id"], b.session.as_str());
+    assert_eq!(first["environment"], "test");
+    assert_eq!(first["organization_id"], s.creds.org_id());
+    assert_eq!(first["seq"], 1);
+    assert_eq!(first["observations"]["automation"]["webdriver"], true);
+    assert_eq!(first["request"]["user_agent"], "TestBrowser/1.0");
+    assert!(
+        first["request"]["header_names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h == "authorization")
+    );
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, vec![1, 2, 5], "one session's batches in order");
+}
+
+#[tokio::test]
+async fn refused_batches_get_their_error_and_write_nothing() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let a = open(&s, pk).await;
+    let other = open(&s, pk).await;
+    let path = format!("/v1/collect/sessions/{}/batches", a.session);
+    s.post(&path)
+        .key(pk)
+        .json(batch(&a, 1, &probes()))
+        .send()
+        .await
+        .ok(202);
+
+    // Replayed: the same number again, even with a valid ciphertext.
+    s.post(&path)
+        .key(pk)
+        .json(batch(&a, 1, &probes()))
+        .send()
+        .await
+        .err(409, "collect.batch_replayed");
+    // A valid batch 2 presented as batch 3.
+    let mut renumbered = batch(&a, 2, &probes());
+    renumbered["seq"] = json!(3);
+    s.post(&path)
+        .key(pk)
+        .json(renumbered)
+        .send()
+        .await
+        .err(422, "collect.batch_invalid");
+    // Tampered ciphertext.
+    let mut tampered = batch(&a, 2, &probes());
+    let mut bytes = B64
+        .decode(tampered["ciphertext"].as_str().unwrap())
+        .unwrap();
+    bytes[3] ^= 0x40;
+    tampered["ciphertext"] = json!(B64.encode(bytes));
+    s.post(&path)
+        .key(pk)
+        .json(tampered)
+        .send()
+        .await
+        .err(422, "collect.batch_invalid");
+    // Another session's batch.
+    s.post(&path)
+        .key(pk)
+        .json(batch(&other, 2, &probes()))
+        .send()
+        .await
+        .err(422, "collect.batch_invalid");
+    // Not a batch the protocol knows.
+    s.post(&path)
+        .key(pk)
+        .json(batch(&a, 2, &json!({"kind": "keylogger"})))
+        .send()
+        .await
+        .err(422, "collect.batch_invalid");
+    // Oversize: 64 KiB of plaintext plus one byte.
+    let huge = json!({"kind": "interactions", "pad": "x".repeat(65536)});
+    let r = s.post(&path).key(pk).json(batch(&a, 2, &huge)).send().await;
+    r.err(413, "request.too_large");
+    // Malformed bodies.
+    let r = s
+        .post(&path)
+        .key(pk)
+        .json(json!({"seq": 0, "ciphertext": "!!"}))
+        .send()
+        .await;
+    r.err(422, "request.validation_failed");
+    let mut names = r.field_names();
+    names.sort();
+    assert_eq!(names, vec!["ciphertext", "seq"]);
+    s.post(&path)
+        .key(pk)
+        .raw_body("application/json", "{")
+        .send()
+        .await
+        .err(400, "request.malformed");
+    s.post(&path)
+        .key(pk)
+        .raw_body("text/plain", "{}")
+        .send()
+        .await
+        .err(415, "request.unsupported_media_type");
+    s.post("/v1/collect/sessions/sid_bad/batches")
+        .key(pk)
+        .json(batch(&a, 2, &probes()))
+        .send()
+        .await
+        .err(422, "request.validation_failed");
+    s.post("/v1/collect/sessions/sid_00000000000000000000000000/batches")
+        .key(pk)
+        .json(batch(&a, 2, &probes()))
+        .send()
+        .await
+        .err(404, "resource.not_found");
+
+    let records = logged(&s).await;
+    assert_eq!(records.len(), 1, "only the accepted batch reached the log");
+    // The next real batch is still accepted.
+    s.post(&path)
+        .key(pk)
+        .json(batch(&a, 2, &probes()))
+        .send()
+        .await
+        .ok(202);
+}
+
+#[tokio::test]
+async fn keys_are_checked_for_type_origin_and_environment() {
+    let s = TestServer::start().await;
+    let pk_test = &s.creds.keys.publishable_test;
+    let b = open(&s, pk_test).await;
+    let path = format!("/v1/collect/sessions/{}/batches", b.session);
+    // The live key of the same organization cannot see a test session.
+    s.post(&path)
+        .key(&s.creds.keys.publishable_live)
+        .json(batch(&b, 1, &probes()))
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    s.get(&format!("/v1/collect/pings/{}", b.pings[0]))
+        .key(&s.creds.keys.publishable_live)
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    // A secret key is refused here (from a server: no browser headers).
+    let r = s
+        .post("/v1/collect/sessions")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({}))
+        .send()
+        .await;
+    assert_eq!(
+        r.err(403, "auth.credential_type_not_allowed")["details"]["allowed_values"],
+        json!(["pk_live_", "pk_test_"])
+    );
+    // An origin the key does not allow.
+    let shop = s
+        .create_key(&s.creds.keys.secret_test, json!({"name": "shop", "type": "publishable", "environment": "test", "allowed_origins": ["https://shop.example"]}))
+        .await;
+    let shop_pk = shop["revealed_key"].as_str().unwrap();
+    let secret = EphemeralSecret::generate();
+    let body = json!({"client_public_key": B64.encode(secret.public_key().to_sec1_point(false).as_bytes()), "sdk_version": "1", "page_url": "https://evil.example/"});
+    let r = s
+        .post("/v1/collect/sessions")
+        .key(shop_pk)
+        .header("origin", "https://evil.example")
+        .json(body.clone())
+        .send()
+        .await;
+    r.err(403, "auth.origin_not_allowed");
+    assert!(
+        r.header("access-control-allow-origin").is_none(),
+        "a refused origin is not told it may read"
+    );
+    let r = s
+        .post("/v1/collect/sessions")
+        .key(shop_pk)
+        .header("origin", "https://shop.example")
+        .json(body)
+        .send()
+        .await;
+    r.ok(201);
+    assert_eq!(
+        r.header("access-control-allow-origin").as_deref(),
+        Some("https://shop.example")
+    );
+    assert!(
+        r.header("access-control-expose-headers")
+            .unwrap()
+            .contains("x-ratelimit-remaining")
+    );
+    // A bad public key is a validation error naming the field.
+    let r = s.post("/v1/collect/sessions").key(pk_test).json(json!({"client_public_key": B64.encode([4u8; 65]), "sdk_version": "1", "page_url": "https://a.example/"})).send().await;
+    assert_eq!(r.field_names(), vec!["client_public_key"]);
+}
+
+#[tokio::test]
+async fn preflights_are_answered_without_a_key_and_never_counted() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    for _ in 0..3 {
+        let r = s
+            .call(reqwest::Method::OPTIONS, "/v1/collect/sessions")
+            .header("origin", "https://shop.example")
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type",
+            )
+            .send()
+            .await;
+        assert_eq!(r.status, 204);
+        assert_eq!(
+            r.header("access-control-allow-origin").as_deref(),
+            Some("https://shop.example")
+        );
+        assert!(
+            r.header("access-control-allow-headers")
+                .unwrap()
+                .contains("authorization")
+        );
+    }
+    let b = open(&s, pk).await;
+    let r = s
+        .get(&format!("/v1/collect/pings/{}", b.pings[0]))
+        .key(pk)
+        .send()
+        .await;
+    assert_eq!(
+        r.header("x-ratelimit-remaining").as_deref(),
+        Some("118"),
+        "the open and this ping; no preflight"
+    );
+    let sdk = s.get("/sdk/v1/vigil.js").send().await;
+    assert_eq!(sdk.status, 200);
+    assert!(
+        sdk.header("content-type")
+            .unwrap()
+            .starts_with("application/javascript")
+    );
+    assert!(sdk.body.as_str().unwrap().contains("Vigil"));
+}
+
+#[tokio::test]
+async fn an_expired_session_is_gone() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let b = open(&s, pk).await;
+    // Age the session as 31 minutes would.
+    let id: schemas::SessionId = b.session.parse().unwrap();
+    let store = s.store();
+    let mut record = store.get_collect_session(id).await.unwrap().unwrap();
+    record.id = schemas::SessionId::generate();
+    record.expires_at = schemas::time::now() - chrono::Duration::seconds(1);
+    record.pings = vec![store::PingRecord {
+        id: schemas::PingId::generate(),
+        arrived_at: None,
+    }];
+    let sealed_key = s
+        .running
+        .as_ref()
+        .unwrap()
+        .secret
+        .seal(&b.key.0, record.id.to_string().as_bytes());
+    record.sealed_batch_key = sealed_key;
+    store.create_collect_session(&record).await.unwrap();
+    let expired = Browser {
+        session: record.id.to_string(),
+        key: b.key.clone(),
+        pings: vec![record.pings[0].id.to_string()],
+    };
+    let path = format!("/v1/collect/sessions/{}/batches", expired.session);
+    s.post(&path)
+        .key(pk)
+        .json(batch(&expired, 1, &probes()))
+        .send()
+        .await
+        .err(410, "collect.session_expired");
+    s.get(&format!("/v1/collect/pings/{}", expired.pings[0]))
+        .key(pk)
+        .send()
+        .await
+        .err(410, "collect.session_expired");
+    assert!(logged(&s).await.is_empty());
+}
