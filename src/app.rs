@@ -42,19 +42,31 @@ pub fn router(parts: AppParts) -> Router {
         edge::auth::authenticate,
     ))
     .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
-    let collect = ingest::router(ingest::IngestState {
+    let ingest_state = ingest::IngestState {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
         batches: parts.batches.clone(),
-    })
-    .method_not_allowed_fallback(method_not_allowed)
-    .layer(from_fn_with_state(
-        parts.auth.clone(),
-        edge::auth::authenticate,
-    ))
-    .layer(DefaultBodyLimit::max(COLLECT_BODY_LIMIT))
-    // Outside the credential layer: preflights carry no key and are never counted (D19).
-    .layer(from_fn(ingest::cors::cors));
+    };
+    let backend = ingest::backend_router(ingest_state.clone())
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(
+            parts.auth.clone(),
+            edge::idempotency::idempotent_posts,
+        ))
+        .layer(from_fn_with_state(
+            parts.auth.clone(),
+            edge::auth::authenticate,
+        ))
+        .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    let collect = ingest::router(ingest_state)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(
+            parts.auth.clone(),
+            edge::auth::authenticate,
+        ))
+        .layer(DefaultBodyLimit::max(COLLECT_BODY_LIMIT))
+        // Outside the credential layer: preflights carry no key and are never counted (D19).
+        .layer(from_fn(ingest::cors::cors));
     let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -66,6 +78,7 @@ pub fn router(parts: AppParts) -> Router {
         .merge(probes)
         .merge(admin)
         .merge(collect)
+        .merge(backend)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn(edge::context::observe))

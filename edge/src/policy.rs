@@ -39,6 +39,8 @@ policies! {
     ReadApiKeys => ApiKeysRead, organization_route: true, while_suspended: false;
     /// Create, update and revoke API keys.
     ManageApiKeys => ApiKeysManage, organization_route: true, while_suspended: false;
+    /// `POST /v1/handoffs/open` (D3: opening a handoff needs `sessions:read`).
+    OpenHandoff => SessionsRead, organization_route: false, while_suspended: false;
     /// `POST .../api-keys/{keyId}/rotations`: the way out for a key that still carries the
     /// removed scope, so it is not refused for carrying it.
     RotateApiKey => ApiKeysManage, organization_route: false, while_suspended: false;

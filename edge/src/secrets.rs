@@ -24,6 +24,10 @@ pub struct ServerSecret {
     pepper: HmacSha256,
     sealing: [u8; 32],
     cursor: [u8; 32],
+    /// Handoff sealing keys by key id, newest first (D9): a handoff names its key id, and
+    /// opening tries the key it names, so keys can be rotated without breaking handoffs in
+    /// flight.
+    handoff: Vec<(&'static str, [u8; 32])>,
 }
 
 impl std::fmt::Debug for ServerSecret {
@@ -50,6 +54,7 @@ impl ServerSecret {
             .expect("HMAC takes any key length"),
             sealing: hmac(&master, &[b"vigil/response-sealing/v1"]),
             cursor: hmac(&master, &[b"vigil/cursor-signing/v1"]),
+            handoff: vec![("k1", hmac(&master, &[b"vigil/handoff-sealing/k1"]))],
         }
     }
 
@@ -121,6 +126,20 @@ impl ServerSecret {
                 },
             )
             .ok()
+    }
+
+    /// The key new handoffs are sealed with, and its id.
+    pub fn current_handoff_key(&self) -> (&'static str, &[u8; 32]) {
+        let (id, key) = &self.handoff[0];
+        (id, key)
+    }
+
+    /// The handoff key with this id, if it is one this server still opens.
+    pub fn handoff_key(&self, id: &str) -> Option<&[u8; 32]> {
+        self.handoff
+            .iter()
+            .find(|(kid, _)| *kid == id)
+            .map(|(_, key)| key)
     }
 
     /// A MAC for tamper-evident tokens such as pagination cursors.

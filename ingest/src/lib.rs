@@ -5,6 +5,8 @@
 
 pub mod batches;
 pub mod cors;
+pub mod handoff;
+pub mod network;
 pub mod sdk;
 pub mod sessions;
 pub mod transport;
@@ -23,7 +25,8 @@ pub struct IngestState {
     pub batches: bus::Topic,
 }
 
-/// The Collect API routes; the caller adds the credential layer (and `cors::layer` outside it).
+/// The Collect API routes (publishable key); the caller adds the credential layer, and CORS
+/// outside it.
 pub fn router(state: IngestState) -> Router {
     Router::new()
         .route("/v1/collect/sessions", post(sessions::open))
@@ -32,6 +35,19 @@ pub fn router(state: IngestState) -> Router {
             "/v1/collect/sessions/{sessionId}/batches",
             post(batches::accept),
         )
+        .route(
+            "/v1/collect/sessions/{sessionId}/results",
+            post(handoff::mint),
+        )
+        .route("/v1/collect/network-checks", post(network::check))
+        .route("/v1/collect/ws", get(network::websocket))
+        .with_state(state)
+}
+
+/// The customer backend's routes of this crate (secret key, and no CORS: D19).
+pub fn backend_router(state: IngestState) -> Router {
+    Router::new()
+        .route("/v1/handoffs/open", post(handoff::open_for_backend))
         .with_state(state)
 }
 

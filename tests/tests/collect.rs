@@ -419,3 +419,153 @@ async fn an_expired_session_is_gone() {
         .err(410, "collect.session_expired");
     assert!(logged(&s).await.is_empty());
 }
+
+#[tokio::test]
+async fn the_handoff_opens_for_the_sites_backend_only() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let b = open(&s, pk).await;
+    let r = s
+        .post(&format!("/v1/collect/sessions/{}/results", b.session))
+        .key(pk)
+        .send()
+        .await;
+    let minted = r.ok(200).clone();
+    let handoff = minted["handoff"].as_str().unwrap().to_owned();
+    assert!(handoff.starts_with("vh1.k1."));
+    assert!(
+        !handoff.contains(&b.session),
+        "the browser cannot read what it carries"
+    );
+
+    let opened = s
+        .post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({"handoff": handoff}))
+        .send()
+        .await;
+    assert_eq!(opened.ok(200)["session_id"], b.session.as_str());
+    assert!(
+        opened.header("access-control-allow-origin").is_none(),
+        "secret-key routes answer no CORS"
+    );
+    // Another environment's or organization's backend cannot open it.
+    s.post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_live)
+        .json(json!({"handoff": handoff}))
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    let other = s.second_organization("second").await;
+    s.post("/v1/handoffs/open")
+        .key(&other.keys.secret_test)
+        .json(json!({"handoff": handoff}))
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    // Not with a publishable key, and not altered.
+    s.post("/v1/handoffs/open")
+        .key(pk)
+        .json(json!({"handoff": handoff}))
+        .send()
+        .await
+        .err(403, "auth.credential_type_not_allowed");
+    let mut altered = handoff.clone();
+    let at = altered.len() - 5;
+    altered.replace_range(
+        at..at + 1,
+        if &handoff[at..at + 1] == "A" {
+            "B"
+        } else {
+            "A"
+        },
+    );
+    let r = s
+        .post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({"handoff": altered}))
+        .send()
+        .await;
+    assert_eq!(
+        r.err(422, "request.validation_failed")["details"]["fields"][0]["name"],
+        "handoff"
+    );
+    s.post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({}))
+        .send()
+        .await
+        .err(422, "request.validation_failed");
+}
+
+#[tokio::test]
+async fn the_network_check_compares_the_websocket_with_http() {
+    use futures::StreamExt;
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let r = s
+        .post("/v1/collect/sessions")
+        .key(pk)
+        .json(json!({"client_public_key": B64.encode(EphemeralSecret::generate().public_key().to_sec1_point(false).as_bytes()), "sdk_version": "1", "page_url": "https://a.example/"}))
+        .send()
+        .await;
+    let data = r.ok(201).clone();
+    let session = data["id"].as_str().unwrap().to_owned();
+    let token = data["network_check_token"].as_str().unwrap().to_owned();
+
+    // A wrong token is refused before any upgrade.
+    let bad = tokio_tungstenite::connect_async(format!(
+        "ws://{addr}/v1/collect/ws?session={session}&token=wrong"
+    ))
+    .await;
+    assert!(bad.is_err());
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{addr}/v1/collect/ws?session={session}&token={token}"
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("user-agent", "SameBrowser/1".parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the websocket opens");
+    let hello = socket.next().await.unwrap().unwrap();
+    assert!(hello.to_text().unwrap().contains(&session));
+
+    let same = s
+        .post("/v1/collect/network-checks")
+        .key(pk)
+        .header("user-agent", "SameBrowser/1")
+        .json(json!({"session_id": session}))
+        .send()
+        .await;
+    assert_eq!(same.ok(200)["consistent"], true);
+    let different = s
+        .post("/v1/collect/network-checks")
+        .key(pk)
+        .header("user-agent", "OtherBrowser/2")
+        .json(json!({"session_id": session}))
+        .send()
+        .await;
+    assert_eq!(different.ok(200)["consistent"], false);
+    s.post("/v1/collect/network-checks")
+        .key(pk)
+        .json(json!({"session_id": "sid_nope"}))
+        .send()
+        .await
+        .err(422, "request.validation_failed");
+
+    let records = logged(&s).await;
+    let checks: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["observations"]["kind"] == "network_check")
+        .collect();
+    assert_eq!(checks.len(), 2);
+    assert_eq!(checks[0]["seq"], 0, "server-made records are number 0");
+    assert_eq!(
+        checks[0]["observations"]["websocket"]["user_agent"],
+        "SameBrowser/1"
+    );
+}

@@ -1,0 +1,150 @@
+//! The network check (D9, `schemas/collect.md` section 4): the SDK opens a WebSocket with its
+//! session's one-time token, and the server records what that connection shows of the client;
+//! then `POST /v1/collect/network-checks` compares it with the HTTP request's identity and
+//! appends the comparison to the session's stream in the log for the processor. A proxy or a
+//! bot farm that relays HTTP but not WebSockets (or the other way) shows two identities.
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, header};
+use axum::response::Response;
+use edge::body::{Fields, JsonObject, QueryParams, Reply};
+use edge::transport::ClientInfo;
+use edge::{ApiError, PublishableKey};
+use schemas::SessionId;
+use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::IngestState;
+use crate::sessions::own_session;
+
+/// What one connection shows of its client.
+fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> Value {
+    let text = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    json!({
+        "ip": client.map(|c| c.ip.to_string()).unwrap_or_default(),
+        "forwarded_for": headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()).unwrap_or(""),
+        "user_agent": text(header::USER_AGENT),
+        "accept_language": text(header::ACCEPT_LANGUAGE),
+        "header_names": headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
+    })
+}
+
+/// `GET /v1/collect/ws?session=…&token=…`. Browsers cannot put a key on a WebSocket, so the
+/// session's one-time token authenticates it.
+pub async fn websocket(
+    State(state): State<IngestState>,
+    query: QueryParams,
+    ws: WebSocketUpgrade,
+    req: Request,
+) -> Result<Response, ApiError> {
+    query.only(&["session", "token"])?;
+    let id: SessionId = query
+        .get("session")
+        .ok_or_else(|| {
+            ApiError::invalid_field("session", "is required", None).with_parameter_set("query")
+        })?
+        .parse()
+        .map_err(|e| {
+            ApiError::invalid_field("session", format!("is not a valid id: {e}"), None)
+                .with_parameter_set("query")
+        })?;
+    let token = query.get("token").unwrap_or("");
+    let session = state
+        .auth
+        .store
+        .get_collect_session(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("collect session"))?;
+    let token_hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    // Compared as hashes of a random token: equal-length, and nothing secret varies the timing.
+    if token_hash != session.network_check_token_hash || session.expires_at <= schemas::time::now()
+    {
+        return Err(ApiError::not_found("collect session"));
+    }
+    let seen = identity(req.extensions().get::<ClientInfo>(), req.headers());
+    state
+        .auth
+        .store
+        .record_collect_ws_identity(id, &seen)
+        .await?;
+    Ok(ws.on_upgrade(move |socket| greet(socket, id)))
+}
+
+async fn greet(mut socket: WebSocket, id: SessionId) {
+    let hello = json!({"type": "hello", "session_id": id}).to_string();
+    let _ = socket.send(Message::Text(hello.into())).await;
+    let _ = socket.send(Message::Close(None)).await;
+}
+
+#[derive(Serialize)]
+struct Checked {
+    object: &'static str,
+    session_id: SessionId,
+    consistent: bool,
+}
+
+/// `POST /v1/collect/network-checks`.
+pub async fn check(
+    State(state): State<IngestState>,
+    caller: PublishableKey,
+    headers: HeaderMap,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut f = Fields::new(body);
+    let id = f.checked_string("session_id", true, |s| {
+        s.parse::<SessionId>()
+            .map(|_| ())
+            .map_err(|e| format!("is not a valid id: {e}"))
+    });
+    f.finish()?;
+    let Some(id) = id.and_then(|s| s.parse::<SessionId>().ok()) else {
+        return Err(ApiError::internal(
+            "network check",
+            "validated field missing",
+        ));
+    };
+    let ctx = &caller.ctx;
+    let session = own_session(&state, ctx, id).await?;
+    let http = identity(Some(&ctx.client), &headers);
+    let consistent = session
+        .ws_identity
+        .as_ref()
+        .is_some_and(|ws| ws["ip"] == http["ip"] && ws["user_agent"] == http["user_agent"]);
+    // Server-made records use number 0: the SDK's batches start at 1.
+    let record = BatchRecord {
+        schema: BATCH_RECORD_SCHEMA,
+        organization_id: ctx.organization.id,
+        environment: ctx.environment(),
+        session_id: id,
+        seq: 0,
+        received_at: schemas::time::now(),
+        request: BatchRequest {
+            ip: ctx.client.ip.to_string(),
+            user_agent: http["user_agent"].as_str().unwrap_or("").to_owned(),
+            header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
+            url: "/v1/collect/network-checks".into(),
+        },
+        observations: json!({"kind": "network_check", "http": http, "websocket": session.ws_identity, "consistent": consistent}),
+    };
+    let payload =
+        serde_json::to_vec(&record).map_err(|e| ApiError::internal("network check record", e))?;
+    state
+        .log
+        .append(&state.batches, id.to_string().as_bytes(), &payload)
+        .await
+        .map_err(|e| ApiError::internal("appending a network check", e))?;
+    Ok(Reply::ok(Checked {
+        object: "network_check",
+        session_id: id,
+        consistent,
+    }))
+}
