@@ -82,13 +82,20 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let batches = ingest::prepare_log(&log)
         .await
         .context("preparing the log's topics")?;
+    let shutdown = CancellationToken::new();
+    // The processor role: consumes the batches ingest appends and stores decisions.
+    let processor = tokio::spawn(processor::pipeline::run(
+        store.clone(),
+        log.clone(),
+        batches.clone(),
+        shutdown.clone(),
+    ));
     let app = crate::app::router(crate::app::AppParts {
         log: log.clone(),
         batches,
         auth,
         rotation_grace,
     });
-    let shutdown = CancellationToken::new();
 
     let std_listener = std::net::TcpListener::bind(args.listen)
         .with_context(|| format!("binding {}", args.listen))?;
@@ -128,6 +135,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
             })
         }
     };
+    // The server's task ends when both the listener and the processor have stopped, so that a
+    // stopped server holds no store or log handle.
+    let task = tokio::spawn(async move {
+        let served = task.await.context("server task")?;
+        let _ = processor.await;
+        served
+    });
     tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), "vigil is serving");
     Ok(RunningServer {
         addr,

@@ -20,7 +20,7 @@ use schemas::credential::Environment;
 use schemas::time::{self, Timestamp};
 use schemas::{OrgId, SessionId};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::IngestState;
 use crate::sessions::own_session;
@@ -125,8 +125,11 @@ pub async fn mint(
     let id: SessionId = path_param(&params, "sessionId")?;
     let session = own_session(&state, &caller.ctx, id).await?;
     let now = time::now();
-    // The first call makes the decision final (D10); later calls mint fresh handoffs.
+    // The first call makes the decision final (D10): recorded on the session, and told to the
+    // processor through the session's stream in the log; later calls mint fresh handoffs.
     state.auth.store.mark_collect_results(id, now).await?;
+    crate::network::append_server_record(&state, &caller.ctx, id, json!({"kind": "results"}))
+        .await?;
     let claims = HandoffClaims {
         organization_id: session.organization_id,
         environment: session.environment,
@@ -170,11 +173,23 @@ pub async fn open_for_backend(
     {
         return Err(ApiError::not_found("handoff"));
     }
+    let scored = state
+        .auth
+        .store
+        .get_session(
+            claims.organization_id,
+            claims.environment,
+            claims.session_id,
+        )
+        .await?;
     Ok(Reply::ok(Opened {
         object: "handoff",
         session_id: claims.session_id,
-        visitor_id: None,
-        decision: None,
+        visitor_id: scored
+            .as_ref()
+            .and_then(|s| s.visitor_id)
+            .map(|v| v.to_string()),
+        decision: scored.and_then(|s| s.latest_decision),
     }))
 }
 
@@ -208,7 +223,11 @@ mod tests {
         altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
         assert!(open(&secret, std::str::from_utf8(&altered).unwrap(), now).is_err());
         assert_eq!(
-            open(&secret, "vh1.k9.AAAA", now),
+            open(
+                &secret,
+                &format!("vh1.k9.{}", URL_SAFE_NO_PAD.encode([0u8; 40])),
+                now
+            ),
             Err(HandoffError::Unopenable)
         );
         assert_eq!(open(&secret, "nonsense", now), Err(HandoffError::Malformed));

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use edge::body::{Fields, JsonObject, QueryParams, Reply};
 use edge::transport::ClientInfo;
-use edge::{ApiError, PublishableKey};
+use edge::{ApiError, AuthContext, PublishableKey};
 use schemas::SessionId;
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
 use serde::Serialize;
@@ -119,7 +119,28 @@ pub async fn check(
         .ws_identity
         .as_ref()
         .is_some_and(|ws| ws["ip"] == http["ip"] && ws["user_agent"] == http["user_agent"]);
-    // Server-made records use number 0: the SDK's batches start at 1.
+    append_server_record(
+        &state,
+        ctx,
+        id,
+        json!({"kind": "network_check", "http": http, "websocket": session.ws_identity, "consistent": consistent}),
+    )
+    .await?;
+    Ok(Reply::ok(Checked {
+        object: "network_check",
+        session_id: id,
+        consistent,
+    }))
+}
+
+/// Appends a server-made record to a session's stream in the log. They carry number 0 (the
+/// SDK's batches start at 1) and effects the processor may apply more than once.
+pub async fn append_server_record(
+    state: &IngestState,
+    ctx: &AuthContext,
+    id: SessionId,
+    observations: Value,
+) -> Result<(), ApiError> {
     let record = BatchRecord {
         schema: BATCH_RECORD_SCHEMA,
         organization_id: ctx.organization.id,
@@ -129,22 +150,18 @@ pub async fn check(
         received_at: schemas::time::now(),
         request: BatchRequest {
             ip: ctx.client.ip.to_string(),
-            user_agent: http["user_agent"].as_str().unwrap_or("").to_owned(),
-            header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
-            url: "/v1/collect/network-checks".into(),
+            user_agent: String::new(),
+            header_names: Vec::new(),
+            url: String::new(),
         },
-        observations: json!({"kind": "network_check", "http": http, "websocket": session.ws_identity, "consistent": consistent}),
+        observations,
     };
     let payload =
-        serde_json::to_vec(&record).map_err(|e| ApiError::internal("network check record", e))?;
+        serde_json::to_vec(&record).map_err(|e| ApiError::internal("server record", e))?;
     state
         .log
         .append(&state.batches, id.to_string().as_bytes(), &payload)
         .await
-        .map_err(|e| ApiError::internal("appending a network check", e))?;
-    Ok(Reply::ok(Checked {
-        object: "network_check",
-        session_id: id,
-        consistent,
-    }))
+        .map_err(|e| ApiError::internal("appending a server record", e))?;
+    Ok(())
 }

@@ -1,8 +1,8 @@
-//! The decision logic of Vigil's pipeline, with no I/O: what the browser SDK observed and what
-//! the server saw become signals ([`signals`]), signals become a decision through one table
-//! ([`rules`]), and probes become the anchors and component vector that link visitors
-//! ([`fingerprint`]). The consumer loop that reads the log, keeps per-session state and writes
-//! decisions lives elsewhere and calls [`evaluate`].
+//! The processor: what the browser SDK observed and what the server saw become signals
+//! ([`signals`]), signals become a decision through one table ([`rules`]), and probes become the
+//! anchors and component vector that link visitors ([`fingerprint`]); all of that is pure logic
+//! with no I/O. The consumer loop that reads the log, keeps per-session state and stores
+//! decisions ([`pipeline`]) is the one module that does I/O, and calls [`evaluate`].
 //!
 //! ```
 //! use processor::{Batch, ServerContext, SessionObservations, Verdict};
@@ -18,6 +18,7 @@
 mod behavior;
 pub mod fingerprint;
 pub mod observations;
+pub mod pipeline;
 pub mod rules;
 pub mod signals;
 mod timezones;

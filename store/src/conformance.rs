@@ -18,13 +18,14 @@ use schemas::ids::{KeyId, OrgId};
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
 use schemas::time::{self, Timestamp};
-use schemas::{PingId, SessionId};
+use schemas::{DecisionId, PingId, SessionId, VisitorId};
 use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord,
-    IdempotencyScope, OrganizationRecord, PingRecord, Result, Store, StoreError, StoredResponse,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, IdempotencyBegin,
+    IdempotencyRecord, IdempotencyScope, OrganizationRecord, PingRecord, Result, SessionRecord,
+    Store, StoreError, StoredResponse,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -91,6 +92,12 @@ macro_rules! store_conformance_suite {
             collect_results_first_call_wins,
             concurrent_collect_results_have_one_winner,
             concurrent_collect_updates_keep_each_other,
+            session_round_trip,
+            session_save_replaces_the_row,
+            session_list_is_newest_first_and_paginates,
+            session_list_is_isolated_per_organization_and_environment,
+            session_decisions_are_kept_newest_first_and_only_when_given,
+            concurrent_reads_see_a_session_and_its_decision_together,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -241,6 +248,50 @@ fn ws_identity(address: &str) -> serde_json::Value {
         "tls": null,
         "nested": { "ok": true, "list": [1, -2, 3.25] },
     })
+}
+
+/// A scored session with every column set (nested JSON, non-ASCII text, several seqs).
+fn session_record(org: OrgId, env: Environment, id: SessionId) -> SessionRecord {
+    let now = time::now();
+    SessionRecord {
+        id,
+        organization_id: org,
+        environment: env,
+        visitor_id: Some(VisitorId::generate()),
+        opened_at: now - TimeDelta::seconds(40),
+        updated_at: now,
+        page_url: "https://shop.example/checkout?step=2&q=ünïcode#✓".into(),
+        ip: "2001:db8::17".into(),
+        user_agent: "Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/128.0".into(),
+        processed_seqs: vec![1, 2, 5, u64::MAX],
+        state: json!({ "observations": [ws_identity("198.51.100.9")], "score": 0.25, "n": null }),
+        latest_decision: None,
+    }
+}
+
+/// A decision of `session` numbered `n` (its JSON names its id, as the processor's does).
+fn decision_record(session: SessionId, id: DecisionId, n: u64) -> DecisionRecord {
+    DecisionRecord {
+        session_id: session,
+        id,
+        evaluated_at: time::now(),
+        decision: json!({ "event_id": id.to_string(), "n": n, "verdict": "allow", "reasons": ["ünï"] }),
+    }
+}
+
+/// `n` fresh ids, oldest first (ids minted within one millisecond are in random order).
+fn sorted_ids<T: Ord>(n: usize, generate: fn() -> T) -> Vec<T> {
+    let mut ids: Vec<T> = (0..n).map(|_| generate()).collect();
+    ids.sort();
+    ids
+}
+
+fn session_ids(sessions: &[SessionRecord]) -> Vec<SessionId> {
+    sessions.iter().map(|s| s.id).collect()
+}
+
+fn decision_ids(decisions: &[DecisionRecord]) -> Vec<DecisionId> {
+    decisions.iter().map(|d| d.id).collect()
 }
 
 #[track_caller]
@@ -2790,5 +2841,340 @@ pub async fn concurrent_collect_updates_keep_each_other(store: Store) {
     assert_eq!(
         store.get_collect_session(expected.id).await.unwrap(),
         Some(expected)
+    );
+}
+
+/// A session is stored whole and read back by its full primary key only; a missing session
+/// answers `None` and has no decisions.
+pub async fn session_round_trip(store: Store) {
+    let org = OrgId::generate();
+    let session = session_record(org, Environment::Live, SessionId::generate());
+    store.save_session(&session, None).await.unwrap();
+    assert_eq!(
+        store
+            .get_session(org, Environment::Live, session.id)
+            .await
+            .unwrap(),
+        Some(session.clone())
+    );
+    assert_eq!(
+        store
+            .get_session(org, Environment::Test, session.id)
+            .await
+            .unwrap(),
+        None,
+        "another environment"
+    );
+    assert_eq!(
+        store
+            .get_session(OrgId::generate(), Environment::Live, session.id)
+            .await
+            .unwrap(),
+        None,
+        "another organization"
+    );
+    let missing = SessionId::generate();
+    assert_eq!(
+        store
+            .get_session(org, Environment::Live, missing)
+            .await
+            .unwrap(),
+        None,
+        "a missing session"
+    );
+    assert!(store.list_decisions(missing, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_sessions(OrgId::generate(), Environment::Live, None, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "an organization without sessions"
+    );
+
+    // The minimal session (no visitor, empty lists, JSON null) round-trips too.
+    let bare = SessionRecord {
+        id: SessionId::generate(),
+        visitor_id: None,
+        page_url: String::new(),
+        processed_seqs: Vec::new(),
+        state: serde_json::Value::Null,
+        ..session.clone()
+    };
+    store.save_session(&bare, None).await.unwrap();
+    assert_eq!(
+        store
+            .get_session(org, Environment::Live, bare.id)
+            .await
+            .unwrap(),
+        Some(bare)
+    );
+}
+
+/// Saving a session again replaces its row: one row, the latest columns.
+pub async fn session_save_replaces_the_row(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let first = session_record(org, env, SessionId::generate());
+    store.save_session(&first, None).await.unwrap();
+    let d = decision_record(first.id, DecisionId::generate(), 1);
+    let second = SessionRecord {
+        updated_at: first.updated_at + TimeDelta::seconds(3),
+        processed_seqs: vec![1, 2, 5, 6],
+        state: json!({ "score": 0.9 }),
+        latest_decision: Some(d.decision.clone()),
+        visitor_id: None,
+        ..first.clone()
+    };
+    store.save_session(&second, Some(&d)).await.unwrap();
+    assert_eq!(
+        store.get_session(org, env, first.id).await.unwrap(),
+        Some(second.clone())
+    );
+    assert_eq!(
+        store.list_sessions(org, env, None, 10).await.unwrap(),
+        vec![second],
+        "a replaced session is still one row"
+    );
+}
+
+pub async fn session_list_is_newest_first_and_paginates(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    // s[2] is never stored (a cursor may name a gap), s[6] is newer than every stored session.
+    let s = sorted_ids(7, SessionId::generate);
+    // Saved out of order: the order must come from the ids, not from the writes.
+    for i in [4, 0, 5, 1, 3] {
+        store
+            .save_session(&session_record(org, env, s[i]), None)
+            .await
+            .unwrap();
+    }
+    let list = |after, limit| {
+        let store = store.clone();
+        async move { session_ids(&store.list_sessions(org, env, after, limit).await.unwrap()) }
+    };
+    let all = store.list_sessions(org, env, None, 100).await.unwrap();
+    assert_eq!(
+        session_ids(&all),
+        vec![s[5], s[4], s[3], s[1], s[0]],
+        "newest first"
+    );
+    assert_eq!(
+        Some(all[0].clone()),
+        store.get_session(org, env, s[5]).await.unwrap(),
+        "list returns whole rows"
+    );
+    assert_eq!(list(None, 2).await, vec![s[5], s[4]], "limit");
+    assert_eq!(
+        list(Some(s[4]), 2).await,
+        vec![s[3], s[1]],
+        "after is exclusive"
+    );
+    assert_eq!(list(Some(s[1]), 2).await, vec![s[0]]);
+    assert_eq!(
+        list(Some(s[2]), 10).await,
+        vec![s[1], s[0]],
+        "a cursor between rows"
+    );
+    assert_eq!(
+        list(Some(s[6]), 10).await,
+        session_ids(&all),
+        "a cursor above all"
+    );
+    assert!(
+        list(Some(s[0]), 10).await.is_empty(),
+        "nothing is older than the oldest"
+    );
+    assert!(list(None, 0).await.is_empty(), "limit 0");
+}
+
+pub async fn session_list_is_isolated_per_organization_and_environment(store: Store) {
+    // Generated back to back, so their ids (and any encoding of them) are neighbours.
+    let a = OrgId::generate();
+    let empty = OrgId::generate();
+    let b = OrgId::generate();
+    let mut expected = Vec::new();
+    for (org, env, n) in [
+        (a, Environment::Live, 2),
+        (a, Environment::Test, 2),
+        (b, Environment::Live, 2),
+        (b, Environment::Test, 1),
+    ] {
+        let mut made = sorted_ids(n, SessionId::generate);
+        for id in &made {
+            store
+                .save_session(&session_record(org, env, *id), None)
+                .await
+                .unwrap();
+        }
+        made.reverse();
+        expected.push((org, env, made));
+    }
+    for (org, env, made) in expected {
+        let listed = store.list_sessions(org, env, None, 100).await.unwrap();
+        assert_eq!(session_ids(&listed), made, "sessions of {org} {env}");
+        assert!(
+            listed
+                .iter()
+                .all(|s| s.organization_id == org && s.environment == env)
+        );
+        for id in &made {
+            let other = match env {
+                Environment::Live => Environment::Test,
+                Environment::Test => Environment::Live,
+            };
+            assert_eq!(store.get_session(org, other, *id).await.unwrap(), None);
+        }
+    }
+    for env in [Environment::Live, Environment::Test] {
+        assert!(
+            store
+                .list_sessions(empty, env, None, 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "a neighbour's sessions leaked"
+        );
+    }
+}
+
+/// Every save with a decision appends it to the session's history (read newest first, by
+/// decision id); a save without one leaves the history as it was; histories are per session.
+pub async fn session_decisions_are_kept_newest_first_and_only_when_given(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    // Neighbouring sessions, so a history leaking into the next partition would show.
+    let sids = sorted_ids(3, SessionId::generate);
+    let (sid, neighbour, last) = (sids[0], sids[1], sids[2]);
+    let d = sorted_ids(4, DecisionId::generate);
+    let mut session = session_record(org, env, sid);
+
+    store.save_session(&session, None).await.unwrap();
+    assert!(
+        store.list_decisions(sid, 10).await.unwrap().is_empty(),
+        "a save without a decision records none"
+    );
+    // Written out of order (d[3] before d[1]): the history's order comes from the ids.
+    let mut written = Vec::new();
+    for (i, with) in [
+        (0, true),
+        (0, false),
+        (2, true),
+        (3, true),
+        (3, false),
+        (1, true),
+    ] {
+        session.processed_seqs.push(i);
+        let decision = with.then(|| decision_record(sid, d[i as usize], i));
+        session.latest_decision = decision.as_ref().map(|x| x.decision.clone());
+        store
+            .save_session(&session, decision.as_ref())
+            .await
+            .unwrap();
+        written.extend(decision);
+    }
+    let other = decision_record(neighbour, DecisionId::generate(), 9);
+    store
+        .save_session(&session_record(org, env, neighbour), Some(&other))
+        .await
+        .unwrap();
+    store
+        .save_session(&session_record(org, env, last), None)
+        .await
+        .unwrap();
+
+    let history = store.list_decisions(sid, 10).await.unwrap();
+    assert_eq!(
+        decision_ids(&history),
+        vec![d[3], d[2], d[1], d[0]],
+        "every decision given, newest first, and no other"
+    );
+    let mut expected = written.clone();
+    expected.sort_by_key(|x| std::cmp::Reverse(x.id));
+    assert_eq!(history, expected, "decisions are stored whole");
+    assert_eq!(
+        decision_ids(&store.list_decisions(sid, 2).await.unwrap()),
+        vec![d[3], d[2]],
+        "limit"
+    );
+    assert!(
+        store.list_decisions(sid, 0).await.unwrap().is_empty(),
+        "limit 0"
+    );
+    assert_eq!(
+        store.list_decisions(neighbour, 10).await.unwrap(),
+        vec![other],
+        "histories are per session"
+    );
+    assert!(store.list_decisions(last, 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.get_session(org, env, sid).await.unwrap(),
+        Some(session),
+        "the session row is the last one saved"
+    );
+}
+
+/// A session and the decision saved with it are one write: readers racing a series of saves
+/// never see a decision without its session row, nor a session row without its decision.
+pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Store) {
+    const SAVES: u64 = 40;
+    const READERS: usize = 4;
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let sid = SessionId::generate();
+    let d = sorted_ids(SAVES as usize + 1, DecisionId::generate);
+    let save = |n: u64| {
+        let decision = decision_record(sid, d[n as usize], n);
+        let session = SessionRecord {
+            processed_seqs: vec![n],
+            latest_decision: Some(decision.decision.clone()),
+            ..session_record(org, env, sid)
+        };
+        (session, decision)
+    };
+    let (s0, d0) = save(0);
+    store.save_session(&s0, Some(&d0)).await.unwrap();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let mut readers = JoinSet::new();
+    for _ in 0..READERS {
+        let (store, done) = (store.clone(), Arc::clone(&done));
+        readers.spawn(async move {
+            let seq = |s: Option<SessionRecord>| s.expect("the session exists").processed_seqs[0];
+            let mut reads = 0u64;
+            loop {
+                let finished = done.load(Ordering::SeqCst);
+                // Session, history, session: a history newer than the first session read means
+                // a decision landed before its session row; older than the second read means a
+                // session row landed before its decision.
+                let before = seq(store.get_session(org, env, sid).await.unwrap());
+                let newest = store.list_decisions(sid, 1).await.unwrap();
+                let after = seq(store.get_session(org, env, sid).await.unwrap());
+                let newest = newest[0].decision["n"].as_u64().unwrap();
+                assert!(
+                    before <= newest,
+                    "session row at save {before} without its decision (newest {newest})"
+                );
+                assert!(
+                    newest <= after,
+                    "decision {newest} visible before its session row (then at {after})"
+                );
+                reads += 1;
+                if finished {
+                    return reads;
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    for n in 1..=SAVES {
+        let (session, decision) = save(n);
+        store.save_session(&session, Some(&decision)).await.unwrap();
+        tokio::task::yield_now().await;
+    }
+    done.store(true, Ordering::SeqCst);
+    let reads: u64 = readers.join_all().await.into_iter().sum();
+    assert!(reads >= READERS as u64);
+    assert_eq!(
+        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        d.iter().rev().copied().collect::<Vec<_>>(),
+        "every save's decision is kept"
     );
 }

@@ -36,8 +36,9 @@ use serde::{Deserialize, Serialize};
 
 use self::row_cache::{Changes, Lookup, RowCache};
 use crate::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord,
-    IdempotencyScope, OrganizationRecord, Result, StoreBackend, StoreError,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, IdempotencyBegin,
+    IdempotencyRecord, IdempotencyScope, OrganizationRecord, Result, SessionRecord, StoreBackend,
+    StoreError,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -49,6 +50,8 @@ const IDEMPOTENCY_RECORDS: &str = "idempotency_records";
 const SETTINGS: &str = "settings";
 const COLLECT_SESSIONS: &str = "collect_sessions";
 const COLLECT_PINGS: &str = "collect_pings";
+const SESSIONS: &str = "sessions";
+const SESSION_DECISIONS: &str = "session_decisions";
 
 /// How often `idempotency_begin` sweeps expired records (ScyllaDB drops them by TTL instead).
 const IDEMPOTENCY_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
@@ -76,6 +79,8 @@ struct Inner {
     settings: Keyspace,
     collect_sessions: Keyspace,
     collect_pings: Keyspace,
+    sessions: Keyspace,
+    session_decisions: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -121,7 +126,7 @@ struct PingRow {
 /// final variable-length text part, so no separator is needed and prefixes never collide.
 mod key {
     use schemas::credential::Environment;
-    use schemas::ids::{KeyId, OrgId, PingId, SessionId};
+    use schemas::ids::{DecisionId, KeyId, OrgId, PingId, SessionId};
 
     use crate::{CredentialHash, IdempotencyScope};
 
@@ -193,6 +198,62 @@ mod key {
     pub fn collect_ping(id: PingId) -> [u8; 16] {
         id.ulid().to_bytes()
     }
+
+    /// The `sessions` partition `(organization_id, environment)`: 16 + 1 bytes, as `api_keys`.
+    pub fn session_partition(org: OrgId, env: Environment) -> [u8; 17] {
+        api_key_partition(org, env)
+    }
+
+    /// Partition, then the id's ULID inverted: clustering `id DESC`, newest session first.
+    pub fn session(org: OrgId, env: Environment, id: SessionId) -> [u8; 33] {
+        let mut k = [0; 33];
+        k[..17].copy_from_slice(&session_partition(org, env));
+        k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+
+    /// The `session_decisions` partition `session_id`: the session's ULID (16).
+    pub fn decision_partition(session: SessionId) -> [u8; 16] {
+        session.ulid().to_bytes()
+    }
+
+    /// Partition, then the decision id's ULID inverted: clustering `id DESC`, newest first.
+    pub fn decision(session: SessionId, id: DecisionId) -> [u8; 32] {
+        let mut k = [0; 32];
+        k[..16].copy_from_slice(&decision_partition(session));
+        k[16..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+}
+
+/// The keys of `keyspace` in `[start, end)`, at most `limit` rows, decoded.
+fn scan<T: DeserializeOwned>(
+    table: &'static str,
+    keyspace: &Keyspace,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    limit: usize,
+) -> Result<Vec<T>> {
+    let mut rows = Vec::with_capacity(limit.min(1024));
+    for guard in keyspace.range((start, end)).take(limit) {
+        let value = guard.value().map_err(unavailable)?;
+        rows.push(decode(table, &value)?);
+    }
+    Ok(rows)
+}
+
+/// The exclusive upper bound of every key beginning with `prefix`: the shortest key above them
+/// all (the prefix with trailing `0xff` bytes dropped and its last byte incremented), or none
+/// when the prefix is all `0xff`.
+fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Bound::Excluded(end);
+        }
+    }
+    Bound::Unbounded
 }
 
 fn unavailable(e: fjall::Error) -> StoreError {
@@ -242,6 +303,8 @@ impl EmbeddedStore {
             settings: keyspace(SETTINGS)?,
             collect_sessions: keyspace(COLLECT_SESSIONS)?,
             collect_pings: keyspace(COLLECT_PINGS)?,
+            sessions: keyspace(SESSIONS)?,
+            session_decisions: keyspace(SESSION_DECISIONS)?,
             writer: Mutex::new(WriterState {
                 last_idempotency_purge: None,
                 last_collect_purge: None,
@@ -997,6 +1060,95 @@ impl StoreBackend for EmbeddedStore {
         .await
     }
 
+    /// One batch under the writer mutex: the session row (replacing any stored one) and, when
+    /// given, the decision's row, so a reader sees both or neither.
+    async fn save_session(
+        &self,
+        session: &SessionRecord,
+        decision: Option<&DecisionRecord>,
+    ) -> Result<()> {
+        if let Some(d) = decision.filter(|d| d.session_id != session.id) {
+            return Err(StoreError::Invalid(format!(
+                "decision {} belongs to session {}, not to the session {} being saved",
+                d.id, d.session_id, session.id
+            )));
+        }
+        let session = session.clone();
+        let decision = decision.cloned();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            batch.insert(
+                &db.sessions,
+                key::session(session.organization_id, session.environment, session.id),
+                encode(SESSIONS, &session)?,
+            );
+            if let Some(d) = &decision {
+                batch.insert(
+                    &db.session_decisions,
+                    key::decision(d.session_id, d.id),
+                    encode(SESSION_DECISIONS, d)?,
+                );
+            }
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_session(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: SessionId,
+    ) -> Result<Option<SessionRecord>> {
+        decode_row(
+            SESSIONS,
+            self.inner.sessions.get(key::session(org, env, id)),
+        )
+    }
+
+    async fn list_sessions(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let partition = key::session_partition(org, env);
+        let start = match after {
+            // Keys sort newest first, so "older than `after`" is "after its key".
+            Some(after) => Bound::Excluded(key::session(org, env, after).to_vec()),
+            None => Bound::Included(partition.to_vec()),
+        };
+        scan(
+            SESSIONS,
+            &self.inner.sessions,
+            start,
+            prefix_end(&partition),
+            limit,
+        )
+    }
+
+    async fn list_decisions(
+        &self,
+        session: SessionId,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let partition = key::decision_partition(session);
+        scan(
+            SESSION_DECISIONS,
+            &self.inner.session_decisions,
+            Bound::Included(partition.to_vec()),
+            prefix_end(&partition),
+            limit,
+        )
+    }
+
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let value = self
             .inner
@@ -1024,6 +1176,8 @@ impl StoreBackend for EmbeddedStore {
 
 #[cfg(test)]
 mod tests {
+    use schemas::ids::DecisionId;
+
     use super::*;
 
     #[test]
@@ -1042,6 +1196,34 @@ mod tests {
         let partition = key::api_key_partition(org, Environment::Live);
         assert!(a.starts_with(&partition) && b.starts_with(&partition));
         assert!(!key::api_key(org, Environment::Test, newer).starts_with(&partition));
+    }
+
+    #[test]
+    fn newer_sessions_and_decisions_sort_first_within_a_partition() {
+        let org = OrgId::generate();
+        let (older, newer) = {
+            let (x, y) = (SessionId::generate(), SessionId::generate());
+            (x.min(y), x.max(y))
+        };
+        let (a, b) = (
+            key::session(org, Environment::Test, newer),
+            key::session(org, Environment::Test, older),
+        );
+        assert!(a < b, "the newer session must come first in byte order");
+        let partition = key::session_partition(org, Environment::Test);
+        assert!(a.starts_with(&partition) && b.starts_with(&partition));
+        let Bound::Excluded(end) = prefix_end(&partition) else {
+            panic!("the partition has an end");
+        };
+        assert!(b.as_slice() < end.as_slice());
+
+        let (d_old, d_new) = {
+            let (x, y) = (DecisionId::generate(), DecisionId::generate());
+            (x.min(y), x.max(y))
+        };
+        assert!(key::decision(newer, d_new) < key::decision(newer, d_old));
+        assert_eq!(prefix_end(&[1, 0xff, 0xff]), Bound::Excluded(vec![2]));
+        assert_eq!(prefix_end(&[0xff]), Bound::Unbounded);
     }
 
     /// The sweep drops sessions (and their pings' lookup rows) a day after their id was

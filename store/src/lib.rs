@@ -177,6 +177,36 @@ pub trait StoreBackend: Send + Sync + 'static {
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>>;
 
+    // sessions, session_decisions
+
+    /// Writes the session (insert or replace) and, when given, appends a decision to its
+    /// history, in one step.
+    async fn save_session(
+        &self,
+        session: &SessionRecord,
+        decision: Option<&DecisionRecord>,
+    ) -> Result<()>;
+    async fn get_session(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::SessionId,
+    ) -> Result<Option<SessionRecord>>;
+    /// Sessions of one organization and environment, newest first, strictly after `after`.
+    async fn list_sessions(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>>;
+    /// A session's decisions, newest first.
+    async fn list_decisions(
+        &self,
+        session: schemas::SessionId,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>>;
+
     // settings
 
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>>;

@@ -120,3 +120,36 @@ pub struct PingRecord {
     pub id: schemas::PingId,
     pub arrived_at: Option<Timestamp>,
 }
+
+/// `sessions`, partition key `(organization_id, environment)`, clustering key `id DESC`
+/// (ULIDs, so newest first): a scored session as the processor keeps it and the reads show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub id: schemas::SessionId,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub visitor_id: Option<schemas::VisitorId>,
+    pub opened_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub page_url: String,
+    pub ip: String,
+    pub user_agent: String,
+    /// Batch numbers already folded in: the log delivers at least once, so a redelivered batch
+    /// is recognised and skipped.
+    pub processed_seqs: Vec<u64>,
+    /// The processor's folded state of the session's observations and server context (its
+    /// own JSON; opaque to the store).
+    pub state: serde_json::Value,
+    /// The latest decision (the processor's JSON, with its `event_id`).
+    pub latest_decision: Option<serde_json::Value>,
+}
+
+/// `session_decisions`, partition key `session_id`, clustering key `id DESC`: every decision a
+/// session had, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    pub session_id: schemas::SessionId,
+    pub id: schemas::DecisionId,
+    pub evaluated_at: Timestamp,
+    pub decision: serde_json::Value,
+}

@@ -14,6 +14,7 @@ use vigil::server::RunningServer;
 
 pub use serde_json::json;
 
+
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DevKeys {
@@ -183,6 +184,13 @@ impl TestServer {
     }
 
     async fn start_in(dir: &Path, configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>) -> Self {
+        // `VIGIL_TEST_LOG=debug` shows the server's log while a test runs.
+        if let Ok(filter) = std::env::var("VIGIL_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
         // One TLS provider for the process: the server's and the client's rustls agree on ring.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut args = ServeArgs::for_tests(dir.to_path_buf());

@@ -1,0 +1,107 @@
+//! The scoring pipeline end to end over HTTP, without a browser: batches go in through the
+//! Collect API, the processor consumes them from the log and stores decisions, and the site's
+//! backend reads the decision by opening the handoff. (tests/tests/browser.rs does the same
+//! from a real headless Chromium.)
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use p256::ecdh::EphemeralSecret;
+use p256::elliptic_curve::Generate;
+use p256::elliptic_curve::sec1::ToSec1Point;
+use serde_json::Value;
+use vigil_tests::{TestServer, json};
+
+async fn scored_session(s: &TestServer, probes: Value) -> (String, Value) {
+    let pk = &s.creds.keys.publishable_test;
+    let secret = EphemeralSecret::generate();
+    let opened = s
+        .post("/v1/collect/sessions")
+        .key(pk)
+        .json(json!({"client_public_key": B64.encode(secret.public_key().to_sec1_point(false).as_bytes()), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}))
+        .send()
+        .await;
+    let data = opened.ok(201).clone();
+    let sid = data["id"].as_str().unwrap().to_owned();
+    let server = p256::PublicKey::from_sec1_bytes(
+        &B64.decode(data["server_public_key"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let key = ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &sid);
+    let sealed =
+        ingest::transport::seal_batch(&key, &sid, 1, &serde_json::to_vec(&probes).unwrap());
+    s.post(&format!("/v1/collect/sessions/{sid}/batches"))
+        .key(pk)
+        .json(json!({"seq": 1, "ciphertext": B64.encode(sealed)}))
+        .send()
+        .await
+        .ok(202);
+    let handoff = s
+        .post(&format!("/v1/collect/sessions/{sid}/results"))
+        .key(pk)
+        .send()
+        .await
+        .ok(200)["handoff"]
+        .clone();
+    // The processor works from the log, so the final decision arrives shortly after.
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        let opened = s
+            .post("/v1/handoffs/open")
+            .key(&s.creds.keys.secret_test)
+            .json(json!({"handoff": handoff}))
+            .send()
+            .await;
+        last = opened.ok(200).clone();
+        if last["decision"]["decision_status"] == "final" {
+            return (sid, last["decision"].clone());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no final decision for {sid} within 5 s; last answer: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webdriver_session_is_decided_automated_with_its_evidence() {
+    let s = TestServer::start().await;
+    let probes = json!({
+        "kind": "probes",
+        "automation": {"webdriver": true, "user_agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/156.0.0.0 Safari/537.36", "languages": [], "plugins": [], "mime_types": [], "window_outer": [0, 0]},
+        "rendering": {"webgl_vendor": "Google Inc. (Google)", "webgl_renderer": "ANGLE (Google, Vulkan 1.3.0 (SwiftShader Device (Subzero)), SwiftShader driver)"}
+    });
+    let (_, decision) = scored_session(&s, probes).await;
+    assert_eq!(decision["automation_status"], "automated", "{decision}");
+    assert_eq!(decision["verdict"], "bot");
+    assert!(decision["risk_score"].as_u64().unwrap() >= 80);
+    let highlights = decision["highlights"].as_array().unwrap();
+    assert!(!highlights.is_empty() && highlights.len() <= 5);
+    assert!(
+        highlights
+            .iter()
+            .any(|h| h["evidence"]["signal"] == "webdriver"),
+        "{decision}"
+    );
+    assert!(decision["event_id"].as_str().unwrap().starts_with("evt_"));
+    assert_eq!(decision["is_provisional"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_desktop_browser_is_not_called_a_bot() {
+    let s = TestServer::start().await;
+    let ua = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0.0.0 Safari/537.36";
+    let probes = json!({
+        "kind": "probes",
+        "automation": {"webdriver": false, "user_agent": ua, "languages": ["en-GB", "en"], "language": "en-GB", "has_chrome_object": true, "product_sub": "20030107", "eval_length": 33, "error_stack_engine": "v8",
+            "plugins": [{"name": "PDF Viewer", "filename": "internal-pdf-viewer"}], "mime_types": ["application/pdf"], "plugins_consistent": true, "window_outer": [1280, 800], "window_inner": [1280, 697], "connection_rtt": 50,
+            "notification_permission": "default", "permissions_notifications": "prompt"},
+        "browser": {"user_agent_data": {"brands": [{"brand": "Chromium", "version": "156"}, {"brand": "Google Chrome", "version": "156"}], "mobile": false, "platform": "Windows"}, "platform": "Win32", "worker_user_agent": ua, "worker_platform": "Win32", "vendor": "Google Inc.", "hardware_concurrency": 8},
+        "rendering": {"webgl_vendor": "Google Inc. (NVIDIA)", "webgl_renderer": "ANGLE (NVIDIA, NVIDIA GeForce RTX 3060 Direct3D11 vs_5_0 ps_5_0, D3D11)"},
+        "screen": {"width": 1920, "height": 1080, "avail_width": 1920, "avail_height": 1040, "color_depth": 24, "pixel_ratio": 1, "touch": false},
+        "locale": {"timezone": "Europe/London", "timezone_offset_min": 0, "intl_locale": "en-GB"}
+    });
+    let (_, decision) = scored_session(&s, probes).await;
+    assert_ne!(decision["verdict"], "bot", "{decision}");
+    assert_ne!(decision["automation_status"], "automated", "{decision}");
+}
