@@ -58,6 +58,14 @@ pub fn router(parts: AppParts) -> Router {
             edge::auth::authenticate,
         ))
         .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    let reads = query_api::router(query_api::QueryState {
+        auth: parts.auth.clone(),
+    })
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(from_fn_with_state(
+        parts.auth.clone(),
+        edge::auth::authenticate,
+    ));
     let collect = ingest::router(ingest_state)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(
@@ -79,6 +87,7 @@ pub fn router(parts: AppParts) -> Router {
         .merge(admin)
         .merge(collect)
         .merge(backend)
+        .merge(reads)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn(edge::context::observe))

@@ -39,6 +39,10 @@ policies! {
     ReadApiKeys => ApiKeysRead, organization_route: true, while_suspended: false;
     /// Create, update and revoke API keys.
     ManageApiKeys => ApiKeysManage, organization_route: true, while_suspended: false;
+    /// `GET /v1/sessions` (D3).
+    ListSessions => SessionsList, organization_route: false, while_suspended: false;
+    /// `GET /v1/sessions/{sessionId}` (D3).
+    ReadSession => SessionsRead, organization_route: false, while_suspended: false;
     /// `POST /v1/handoffs/open` (D3: opening a handoff needs `sessions:read`).
     OpenHandoff => SessionsRead, organization_route: false, while_suspended: false;
     /// `POST .../api-keys/{keyId}/rotations`: the way out for a key that still carries the

@@ -52,6 +52,8 @@ pub struct Resp {
     pub status: u16,
     pub headers: HeaderMap,
     pub body: Value,
+    /// The body as sent, for what parsing loses (the order of members).
+    pub text: String,
 }
 
 impl Resp {
@@ -154,16 +156,17 @@ impl Call<'_> {
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let bytes = r.bytes().await.expect("body");
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         let body = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+            serde_json::from_slice(&bytes).unwrap_or(Value::String(text.clone()))
         };
         Resp {
             status,
             headers,
             body,
+            text,
         }
     }
 }
@@ -365,4 +368,28 @@ pub fn http_client() -> reqwest::Client {
         .no_proxy()
         .build()
         .expect("client")
+}
+
+/// The member names of `data` in the order the server wrote them.
+pub fn data_member_order(text: &str) -> Vec<String> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+            let mut keys = Vec::new();
+            while let Some((k, _)) = map.next_entry::<String, IgnoredAny>()? {
+                keys.push(k);
+            }
+            Ok(keys)
+        }
+    }
+    // Parsing into a `Value` would sort the members; read them from the text instead. `data`
+    // is the envelope's first member.
+    let start = text.find("\"data\":").expect("data member") + 7;
+    let mut de = serde_json::Deserializer::from_str(&text[start..]);
+    de.deserialize_map(Keys).expect("data is an object")
 }

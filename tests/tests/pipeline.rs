@@ -105,3 +105,179 @@ async fn a_plain_desktop_browser_is_not_called_a_bot() {
     assert_ne!(decision["verdict"], "bot", "{decision}");
     assert_ne!(decision["automation_status"], "automated", "{decision}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_customer_backend_lists_and_reads_sessions() {
+    let s = TestServer::start().await;
+    let bot = json!({"kind": "probes", "automation": {"webdriver": true, "languages": []}});
+    let (bot_sid, _) = scored_session(&s, bot.clone()).await;
+    let (second_sid, _) = scored_session(&s, bot).await;
+    let sk = &s.creds.keys.secret_test;
+
+    let list = s.get("/v1/sessions").key(sk).send().await;
+    let rows = list.ok(200).as_array().unwrap().clone();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["id"], second_sid.as_str(), "newest first");
+    assert_eq!(rows[0]["object"], "session");
+    assert_eq!(rows[0]["latest_decision"]["verdict"], "bot");
+    assert!(
+        rows[0]["latest_decision"]["event_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("evt_")
+    );
+    assert_eq!(list.body["pagination"]["has_more"], false);
+
+    let page = s.get("/v1/sessions?limit=1").key(sk).send().await;
+    assert_eq!(page.ok(200).as_array().unwrap().len(), 1);
+    assert_eq!(page.body["pagination"]["has_more"], true);
+    let cursor = page.body["pagination"]["next_cursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let next = s
+        .get(&format!("/v1/sessions?limit=1&cursor={cursor}"))
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(next.ok(200)[0]["id"], bot_sid.as_str());
+
+    assert_eq!(
+        s.get("/v1/sessions?verdict=human")
+            .key(sk)
+            .send()
+            .await
+            .ok(200)
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        s.get(&format!("/v1/sessions?search={bot_sid}"))
+            .key(sk)
+            .send()
+            .await
+            .ok(200)
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        s.get("/v1/sessions?search=shop.example")
+            .key(sk)
+            .send()
+            .await
+            .ok(200)
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    for bad in [
+        "verdict=robot",
+        "limit=0",
+        "limit=500",
+        "cursor=nope",
+        "sort=x",
+    ] {
+        s.get(&format!("/v1/sessions?{bad}"))
+            .key(sk)
+            .send()
+            .await
+            .err(422, "request.validation_failed");
+    }
+    let r = s.get("/v1/sessions?verdict=robot").key(sk).send().await;
+    assert_eq!(
+        r.body["error"]["details"]["allowed_values"],
+        json!(["human", "bot", "verified_bot", "suspicious"])
+    );
+
+    let detail = s
+        .get(&format!("/v1/sessions/{bot_sid}"))
+        .key(sk)
+        .send()
+        .await;
+    let d = detail.ok(200).clone();
+    let members = vigil_tests::data_member_order(&detail.text);
+    let order = [
+        "decision",
+        "highlights",
+        "automation",
+        "web_bot_auth",
+        "network",
+        "runtime_integrity",
+        "visitor_fingerprint",
+        "connection_fingerprint",
+        "signals_fired",
+        "client_telemetry",
+    ];
+    let positions: Vec<usize> = order
+        .iter()
+        .map(|m| {
+            members
+                .iter()
+                .position(|k| k.as_str() == *m)
+                .unwrap_or_else(|| panic!("{m} missing"))
+        })
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "members in the interface's order: {members:?}"
+    );
+    assert_eq!(d["decision"]["automation_status"], "automated");
+    assert_eq!(d["decision"]["decision_status"], "final");
+    assert!(d["highlights"].as_array().unwrap().len() <= 5);
+    assert!(
+        d["signals_fired"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["signal"].is_string())
+    );
+    assert_eq!(d["automation"]["webdriver"], true);
+
+    // Isolation: the live key and another organization see nothing.
+    assert_eq!(
+        s.get("/v1/sessions")
+            .key(&s.creds.keys.secret_live)
+            .send()
+            .await
+            .ok(200)
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    s.get(&format!("/v1/sessions/{bot_sid}"))
+        .key(&s.creds.keys.secret_live)
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    let other = s.second_organization("second").await;
+    s.get(&format!("/v1/sessions/{bot_sid}"))
+        .key(&other.keys.secret_test)
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    // Scopes and key types (D3).
+    let lister = s.create_key(sk, json!({"name": "lister", "type": "secret", "environment": "test", "scopes": ["sessions:list"]})).await;
+    let lister = lister["revealed_key"].as_str().unwrap();
+    s.get("/v1/sessions").key(lister).send().await.ok(200);
+    s.get(&format!("/v1/sessions/{bot_sid}"))
+        .key(lister)
+        .send()
+        .await
+        .err(403, "auth.insufficient_scope");
+    s.get("/v1/sessions")
+        .key(&s.creds.keys.publishable_test)
+        .send()
+        .await
+        .err(403, "auth.credential_type_not_allowed");
+    s.get("/v1/sessions/sid_bad")
+        .key(sk)
+        .send()
+        .await
+        .err(422, "request.validation_failed");
+}

@@ -1,0 +1,18 @@
+//! Vigil's reads for the customer backend (secret key): sessions with their latest decision,
+//! and one session's detail in the interface's order of importance. One module per resource.
+
+pub mod sessions;
+
+use std::sync::Arc;
+
+use axum::Router;
+use edge::Authenticator;
+
+#[derive(Clone)]
+pub struct QueryState {
+    pub auth: Arc<Authenticator>,
+}
+
+pub fn router(state: QueryState) -> Router {
+    Router::new().merge(sessions::router()).with_state(state)
+}

@@ -1,0 +1,301 @@
+//! `GET /v1/sessions` and `GET /v1/sessions/{sessionId}` (interface "Sessions", D3, D4, D7):
+//! handlers, query validation and the shapes they answer. A session of another organization or
+//! environment is a 404.
+
+use axum::Router;
+use axum::extract::{RawPathParams, State};
+use axum::routing::get;
+use edge::body::{QueryParams, Reply, path_param};
+use edge::pagination::{decode_cursor, encode_cursor};
+use edge::policy::{ListSessions, ReadSession};
+use edge::{ApiError, SecretKey};
+use schemas::SessionId;
+use schemas::resources::Pagination;
+use schemas::time::{self, Timestamp};
+use serde::Serialize;
+use serde_json::{Value, json};
+use store::SessionRecord;
+
+use crate::QueryState;
+
+/// The verdict enumeration (D10), the values of `verdict=`.
+pub const VERDICTS: [&str; 4] = ["human", "bot", "verified_bot", "suspicious"];
+/// How many stored sessions one list request reads at most while filtering, so a filter that
+/// matches little cannot make a request scan a whole partition; the cursor resumes after them.
+const SCAN_BUDGET: usize = 2_000;
+
+pub fn router() -> Router<QueryState> {
+    Router::new()
+        .route("/v1/sessions", get(list))
+        .route("/v1/sessions/{sessionId}", get(read))
+}
+
+#[derive(Serialize)]
+struct SessionRow {
+    id: SessionId,
+    object: &'static str,
+    visitor_id: Option<String>,
+    page_url: String,
+    ip_address: String,
+    user_agent: String,
+    #[serde(serialize_with = "time::ser")]
+    created_at: Timestamp,
+    #[serde(serialize_with = "time::ser")]
+    updated_at: Timestamp,
+    latest_decision: Value,
+}
+
+/// The summary of a decision that list rows carry.
+fn summary(decision: &Value) -> Value {
+    let keep = [
+        "event_id",
+        "verdict",
+        "risk_score",
+        "automation_status",
+        "decision_status",
+        "phase",
+        "manipulation",
+        "evaluated_at",
+    ];
+    let mut out = serde_json::Map::new();
+    for k in keep {
+        out.insert(k.into(), decision.get(k).cloned().unwrap_or(Value::Null));
+    }
+    Value::Object(out)
+}
+
+fn row(s: &SessionRecord) -> SessionRow {
+    SessionRow {
+        id: s.id,
+        object: "session",
+        visitor_id: s.visitor_id.map(|v| v.to_string()),
+        page_url: s.page_url.clone(),
+        ip_address: s.ip.clone(),
+        user_agent: s.user_agent.clone(),
+        created_at: s.opened_at,
+        updated_at: s.updated_at,
+        latest_decision: s
+            .latest_decision
+            .as_ref()
+            .map(summary)
+            .unwrap_or(Value::Null),
+    }
+}
+
+/// `search` (D4): a session id, a visitor id, an IP address or a URL substring.
+fn matches(s: &SessionRecord, verdict: Option<&str>, search: Option<&str>) -> bool {
+    if let Some(v) = verdict
+        && s.latest_decision
+            .as_ref()
+            .and_then(|d| d.get("verdict"))
+            .and_then(Value::as_str)
+            != Some(v)
+    {
+        return false;
+    }
+    match search {
+        None => true,
+        Some(q) => {
+            s.id.to_string() == q
+                || s.visitor_id.is_some_and(|v| v.to_string() == q)
+                || s.ip == q
+                || s.page_url.contains(q)
+        }
+    }
+}
+
+async fn list(
+    State(state): State<QueryState>,
+    caller: SecretKey<ListSessions>,
+    query: QueryParams,
+) -> Result<Reply, ApiError> {
+    query.only(&["limit", "cursor", "verdict", "search"])?;
+    let limit = query.limit(50, 200)? as usize;
+    let verdict = match query.get("verdict") {
+        None => None,
+        Some(v) if VERDICTS.contains(&v) => Some(v),
+        Some(v) => {
+            return Err(ApiError::invalid_field(
+                "verdict",
+                format!("must be one of: {}", VERDICTS.join(", ")),
+                Some(json!(v)),
+            )
+            .with_parameter_set("query")
+            .with_allowed_values(VERDICTS));
+        }
+    };
+    let search = query.get("search").filter(|s| !s.is_empty());
+    let (org, env) = (caller.organization.id, caller.environment());
+    let binding = format!("sessions:{org}:{env}");
+    let mut after = match query.get("cursor") {
+        None => None,
+        Some(c) => Some(
+            decode_cursor(&state.auth.secret, &binding, c)?
+                .parse::<SessionId>()
+                .map_err(|e| ApiError::internal("cursor position", e))?,
+        ),
+    };
+    let mut found = Vec::with_capacity(limit);
+    let mut scanned = 0;
+    let mut exhausted = false;
+    // Read pages until the page is full, the partition ends, or the scan budget is spent.
+    while found.len() < limit && scanned < SCAN_BUDGET {
+        let page = state.auth.store.list_sessions(org, env, after, 200).await?;
+        if page.is_empty() {
+            exhausted = true;
+            break;
+        }
+        for s in page {
+            scanned += 1;
+            after = Some(s.id);
+            if matches(&s, verdict, search) {
+                found.push(s);
+                if found.len() == limit {
+                    break;
+                }
+            }
+        }
+    }
+    // More may follow unless the partition ended; the cursor resumes after the last read row.
+    let has_more = !exhausted && (found.len() == limit || scanned >= SCAN_BUDGET) && {
+        let probe = state.auth.store.list_sessions(org, env, after, 1).await?;
+        !probe.is_empty()
+    };
+    let next_cursor = if has_more {
+        after.map(|a| encode_cursor(&state.auth.secret, &binding, &a.to_string()))
+    } else {
+        None
+    };
+    let rows: Vec<SessionRow> = found.iter().map(row).collect();
+    Ok(Reply::list(
+        rows,
+        Pagination {
+            limit: limit as u32,
+            has_more,
+            next_cursor,
+        },
+    ))
+}
+
+/// The session detail: members in the interface's order of importance (most actionable first,
+/// then continuity, then evidence and telemetry).
+#[derive(Serialize)]
+struct SessionDetail {
+    id: SessionId,
+    object: &'static str,
+    decision: Value,
+    highlights: Value,
+    automation: Value,
+    web_bot_auth: Value,
+    network: Value,
+    runtime_integrity: Value,
+    visitor_fingerprint: Value,
+    connection_fingerprint: Value,
+    signals_fired: Value,
+    client_telemetry: Value,
+    #[serde(serialize_with = "time::ser")]
+    created_at: Timestamp,
+    #[serde(serialize_with = "time::ser")]
+    updated_at: Timestamp,
+}
+
+fn signals_of(decision: &Value, category: &str) -> Value {
+    let fired = decision
+        .get("signals_fired")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    Value::Array(
+        fired
+            .into_iter()
+            .filter(|s| s.get("category").and_then(Value::as_str) == Some(category))
+            .collect(),
+    )
+}
+
+fn detail(s: &SessionRecord) -> SessionDetail {
+    let d = s.latest_decision.clone().unwrap_or(Value::Null);
+    let probes = s
+        .state
+        .pointer("/observations/probes")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let context = s.state.get("context").cloned().unwrap_or(Value::Null);
+    let mut decision = serde_json::Map::new();
+    for k in [
+        "event_id",
+        "automation_status",
+        "decision_status",
+        "verdict",
+        "risk_score",
+        "phase",
+        "manipulation",
+        "score_breakdown",
+        "is_provisional",
+        "evaluation_duration_ms",
+        "evaluated_at",
+        "rule",
+    ] {
+        decision.insert(k.into(), d.get(k).cloned().unwrap_or(Value::Null));
+    }
+    SessionDetail {
+        id: s.id,
+        object: "session",
+        decision: Value::Object(decision),
+        highlights: d.get("highlights").cloned().unwrap_or(json!([])),
+        automation: json!({
+            "status": d.get("automation_status"),
+            "webdriver": probes.pointer("/automation/webdriver"),
+            "signals": signals_of(&d, "automation"),
+        }),
+        web_bot_auth: json!({
+            "status": context.get("web_bot_auth"),
+            "signature_agent": context.get("signature_agent"),
+        }),
+        network: json!({
+            "ip_address": s.ip,
+            "ping_rtts_ms": probes.pointer("/network/ping_rtts_ms"),
+            "server_ping_arrivals": context.get("ping_arrivals"),
+            "network_check_consistent": context.get("network_check_consistent"),
+            "signals": signals_of(&d, "network"),
+        }),
+        runtime_integrity: json!({
+            "tampered_natives": probes.pointer("/integrity/tampered_natives"),
+            "descriptor_anomalies": probes.pointer("/integrity/descriptor_anomalies"),
+            "signals": signals_of(&d, "integrity"),
+        }),
+        visitor_fingerprint: json!({ "id": s.visitor_id.map(|v| v.to_string()) }),
+        connection_fingerprint: json!({
+            "user_agent": s.user_agent,
+            "header_names": context.pointer("/request/header_names"),
+        }),
+        signals_fired: d.get("signals_fired").cloned().unwrap_or(json!([])),
+        client_telemetry: json!({
+            "user_agent": probes.pointer("/automation/user_agent"),
+            "platform": probes.pointer("/browser/platform"),
+            "languages": probes.pointer("/automation/languages"),
+            "timezone": probes.pointer("/locale/timezone"),
+            "screen": probes.get("screen"),
+            "webgl_renderer": probes.pointer("/rendering/webgl_renderer"),
+            "collected_in_ms": probes.get("collected_in_ms"),
+            "timed_out": probes.get("timed_out"),
+        }),
+        created_at: s.opened_at,
+        updated_at: s.updated_at,
+    }
+}
+
+async fn read(
+    State(state): State<QueryState>,
+    caller: SecretKey<ReadSession>,
+    params: RawPathParams,
+) -> Result<Reply, ApiError> {
+    let id: SessionId = path_param(&params, "sessionId")?;
+    let session = state
+        .auth
+        .store
+        .get_session(caller.organization.id, caller.environment(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    Ok(Reply::ok(detail(&session)))
+}
