@@ -23,6 +23,8 @@ pub struct AppParts {
     pub rotation_grace: chrono::Duration,
     pub log: bus::Log,
     pub batches: bus::Topic,
+    /// Where the development organization's keys are, for the demo page.
+    pub credentials: std::path::PathBuf,
 }
 
 pub fn router(parts: AppParts) -> Router {
@@ -82,8 +84,10 @@ pub fn router(parts: AppParts) -> Router {
         .route("/metrics", get(edge::metrics::render))
         .route("/docs/errors", get(error_docs))
         .route("/sdk/v1/vigil.js", get(ingest::sdk::script));
+    let demo = crate::demo::router(parts.auth.clone(), &parts.credentials).unwrap_or_default();
     Router::new()
         .merge(probes)
+        .merge(demo)
         .merge(admin)
         .merge(collect)
         .merge(backend)

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod commands;
 pub mod config;
+pub mod demo;
 pub mod server;
 
 use config::{Cli, Command};

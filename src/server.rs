@@ -91,6 +91,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         shutdown.clone(),
     ));
     let app = crate::app::router(crate::app::AppParts {
+        credentials: credentials_path.clone(),
         log: log.clone(),
         batches,
         auth,

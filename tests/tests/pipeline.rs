@@ -281,3 +281,45 @@ async fn the_customer_backend_lists_and_reads_sessions() {
         .await
         .err(422, "request.validation_failed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_page_shows_a_decision_opened_server_side() {
+    let s = TestServer::start().await;
+    let page = s.get("/demo").send().await;
+    assert_eq!(page.status, 200);
+    assert!(page.text.contains(&s.creds.keys.publishable_test));
+    assert!(page.text.contains("/sdk/v1/vigil.js"));
+    for secret in [&s.creds.keys.secret_test, &s.creds.keys.secret_live] {
+        assert!(
+            !page.text.contains(secret.as_str()),
+            "no secret key reaches the browser"
+        );
+    }
+
+    let (sid, _) = scored_session(
+        &s,
+        json!({"kind": "probes", "automation": {"webdriver": true}}),
+    )
+    .await;
+    let pk = &s.creds.keys.publishable_test;
+    let handoff = s
+        .post(&format!("/v1/collect/sessions/{sid}/results"))
+        .key(pk)
+        .send()
+        .await
+        .ok(200)["handoff"]
+        .clone();
+    let shown = s
+        .post("/demo/decision")
+        .json(json!({"handoff": handoff}))
+        .send()
+        .await;
+    let shown = shown.ok(200);
+    assert_eq!(shown["session_id"], sid.as_str());
+    assert_eq!(shown["decision"]["verdict"], "bot");
+    s.post("/demo/decision")
+        .json(json!({"handoff": "vh1.k1.bad"}))
+        .send()
+        .await
+        .err(422, "request.validation_failed");
+}
