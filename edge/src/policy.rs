@@ -43,6 +43,10 @@ policies! {
     ListSessions => SessionsList, organization_route: false, while_suspended: false;
     /// `GET /v1/sessions/{sessionId}` (D3).
     ReadSession => SessionsRead, organization_route: false, while_suspended: false;
+    /// `GET /v1/fingerprints` (D3).
+    ListFingerprints => FingerprintsList, organization_route: false, while_suspended: false;
+    /// `GET /v1/fingerprints/{visitorId}` (D3).
+    ReadFingerprint => FingerprintsRead, organization_route: false, while_suspended: false;
     /// `POST /v1/handoffs/open` (D3: opening a handoff needs `sessions:read`).
     OpenHandoff => SessionsRead, organization_route: false, while_suspended: false;
     /// `POST .../api-keys/{keyId}/rotations`: the way out for a key that still carries the
