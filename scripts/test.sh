@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
-# (redis-server and nodejs from Debian's packages, cargo-nextest from crates.io), starts Redis on a free
+# (redis-server, nodejs, chromium and chromium-driver from Debian's packages, cargo-nextest from crates.io), starts Redis on a free
 # port, runs every test of the workspace, and stops Redis whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
 
 need_deb redis-server redis-server
+# The end-to-end browser tests drive headless Chromium through WebDriver (tests/tests/browser.rs).
+need_deb chromedriver chromium chromium-driver
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 
 start_redis

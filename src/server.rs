@@ -88,6 +88,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         store.clone(),
         log.clone(),
         batches.clone(),
+        secret.clone(),
         shutdown.clone(),
     ));
     let app = crate::app::router(crate::app::AppParts {

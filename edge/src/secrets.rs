@@ -5,16 +5,23 @@
 use std::io::Write;
 use std::path::Path;
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
-use schemas::credential::Credential;
+use schemas::credential::{Credential, Environment};
+use schemas::{OrgId, VisitorId};
 use sha2::Sha256;
 use store::CredentialHash;
 
 type HmacSha256 = Hmac<Sha256>;
+
+const VISITOR_TOKEN_VERSION: &str = "vt1";
+/// Bytes of the MAC a visitor token carries (128 bits).
+const VISITOR_TOKEN_MAC_LEN: usize = 16;
 
 /// Subkeys derived from the 32-byte server secret, one per purpose, so no key serves two.
 #[derive(Clone)]
@@ -24,6 +31,7 @@ pub struct ServerSecret {
     pepper: HmacSha256,
     sealing: [u8; 32],
     cursor: [u8; 32],
+    visitor_token: [u8; 32],
     /// Handoff sealing keys by key id, newest first (D9): a handoff names its key id, and
     /// opening tries the key it names, so keys can be rotated without breaking handoffs in
     /// flight.
@@ -54,6 +62,7 @@ impl ServerSecret {
             .expect("HMAC takes any key length"),
             sealing: hmac(&master, &[b"vigil/response-sealing/v1"]),
             cursor: hmac(&master, &[b"vigil/cursor-signing/v1"]),
+            visitor_token: hmac(&master, &[b"vigil/visitor-token/v1"]),
             handoff: vec![("k1", hmac(&master, &[b"vigil/handoff-sealing/k1"]))],
         }
     }
@@ -146,6 +155,60 @@ impl ServerSecret {
     pub fn cursor_mac(&self, parts: &[&[u8]]) -> [u8; 32] {
         hmac(&self.cursor, parts)
     }
+
+    /// A MAC for the visitor tokens the SDK keeps in first-party storage (D11), under a key of
+    /// its own.
+    pub fn visitor_token_mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        hmac(&self.visitor_token, parts)
+    }
+
+    /// The signed visitor token of a visitor: `vt1.<visitor id>.<b64url MAC>`, the MAC binding
+    /// the organization, the environment and the visitor id, so a token copied to another site
+    /// or environment links nothing there.
+    pub fn visitor_token(&self, org: OrgId, env: Environment, visitor: VisitorId) -> String {
+        let mac = self.visitor_token_binding(org, env, &visitor.to_string());
+        format!(
+            "{VISITOR_TOKEN_VERSION}.{visitor}.{}",
+            URL_SAFE_NO_PAD.encode(&mac[..VISITOR_TOKEN_MAC_LEN])
+        )
+    }
+
+    /// The visitor a token names, if this server signed it for this organization and
+    /// environment; `None` for anything else (malformed, altered, another tenancy).
+    pub fn verify_visitor_token(
+        &self,
+        org: OrgId,
+        env: Environment,
+        token: &str,
+    ) -> Option<VisitorId> {
+        let mut parts = token.split('.');
+        let (Some(VISITOR_TOKEN_VERSION), Some(id), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let visitor: VisitorId = id.parse().ok()?;
+        let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
+        let expected = self.visitor_token_binding(org, env, id);
+        // Constant-time comparison, as for cursors.
+        let same = mac.len() == VISITOR_TOKEN_MAC_LEN
+            && mac
+                .iter()
+                .zip(&expected[..VISITOR_TOKEN_MAC_LEN])
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        same.then_some(visitor)
+    }
+
+    fn visitor_token_binding(&self, org: OrgId, env: Environment, visitor: &str) -> [u8; 32] {
+        self.visitor_token_mac(&[
+            org.to_string().as_bytes(),
+            b"\0",
+            env.to_string().as_bytes(),
+            b"\0",
+            visitor.as_bytes(),
+        ])
+    }
 }
 
 /// Writes a file only its owner can read, creating or replacing it.
@@ -186,5 +249,36 @@ mod tests {
         assert_eq!(a.open(&sealed, b"ctx").unwrap(), b"sk_live_...");
         assert!(a.open(&sealed, b"other").is_none());
         assert!(b.open(&sealed, b"ctx").is_none());
+    }
+
+    #[test]
+    fn visitor_tokens_verify_only_in_their_tenancy_and_unaltered() {
+        let a = ServerSecret::from_bytes([1; 32]);
+        let (org, vid) = (OrgId::generate(), VisitorId::generate());
+        let token = a.visitor_token(org, Environment::Test, vid);
+        assert!(token.starts_with(&format!("vt1.{vid}.")));
+        assert_eq!(
+            a.verify_visitor_token(org, Environment::Test, &token),
+            Some(vid)
+        );
+        assert_eq!(a.verify_visitor_token(org, Environment::Live, &token), None);
+        assert_eq!(
+            a.verify_visitor_token(OrgId::generate(), Environment::Test, &token),
+            None
+        );
+        let b = ServerSecret::from_bytes([2; 32]);
+        assert_eq!(b.verify_visitor_token(org, Environment::Test, &token), None);
+        let other = VisitorId::generate();
+        let moved = token.replace(&vid.to_string(), &other.to_string());
+        assert_eq!(a.verify_visitor_token(org, Environment::Test, &moved), None);
+        for bad in [
+            "",
+            "vt1",
+            "vt1.vid_x.AAAA",
+            &format!("{token}.x"),
+            "nonsense",
+        ] {
+            assert_eq!(a.verify_visitor_token(org, Environment::Test, bad), None);
+        }
     }
 }

@@ -1264,6 +1264,8 @@
       this._stopStreaming();
       const data = await request(this._conn, 'POST', '/v1/collect/sessions/' + encodeURIComponent(this.sessionId) + '/results', {});
       if (typeof data.handoff !== 'string') throw new VigilError('sdk.invalid_response', 'results returned no handoff');
+      // The server's signed visitor token (D11), kept for the next visit; storing never costs the handoff.
+      if (typeof data.visitor_token === 'string' && data.visitor_token) await this.storeVisitorToken(data.visitor_token).catch((e) => this._report(e));
       return { handoff: data.handoff, expiresAt: data.expires_at || null, sessionId: this.sessionId };
     }
 

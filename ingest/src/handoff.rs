@@ -114,6 +114,9 @@ struct Minted {
     handoff: String,
     #[serde(serialize_with = "time::ser")]
     expires_at: Timestamp,
+    /// The signed visitor token (D11) once the processor has linked the session to a visitor,
+    /// for the SDK to keep in first-party storage; `null` before.
+    visitor_token: Option<String>,
 }
 
 /// `POST /v1/collect/sessions/{sessionId}/results`.
@@ -136,11 +139,24 @@ pub async fn mint(
         session_id: id,
         expires_at: now + Duration::minutes(HANDOFF_LIFETIME_MINUTES),
     };
+    let visitor_token = state
+        .auth
+        .store
+        .get_session(session.organization_id, session.environment, id)
+        .await?
+        .and_then(|s| s.visitor_id)
+        .map(|v| {
+            state
+                .auth
+                .secret
+                .visitor_token(session.organization_id, session.environment, v)
+        });
     Ok(Reply::ok(Minted {
         object: "handoff",
         session_id: id,
         handoff: seal(&state.auth.secret, &claims),
         expires_at: claims.expires_at,
+        visitor_token,
     }))
 }
 

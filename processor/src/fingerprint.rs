@@ -1,7 +1,7 @@
 //! Visitor-linkage helpers of D11, pure: the anchors (exact hashes that link a fresh profile on
 //! the same machine), the browser traits anchors must agree on, and the component vector with
 //! the similarity used when nothing else links. The linker that stores and searches visitors
-//! lives with the store; this module only says what to compare and how.
+//! lives in `pipeline`; this module only says what to compare and how.
 //!
 //! The vector holds traits that survive cookie clearing and window resizes (screen, hardware,
 //! timezone offset, language count, rendering hashes) and leaves out what changes visit to
@@ -217,11 +217,59 @@ impl BrowserTraits {
 
     /// Same engine and OS, and versions (when both known) within a few majors.
     pub fn compatible(&self, other: &Self) -> bool {
-        let versions_close = match (self.major, other.major) {
-            (Some(a), Some(b)) => a.abs_diff(b) <= MAX_MAJOR_DRIFT,
-            _ => true,
+        self.engine == other.engine
+            && self.os == other.os
+            && versions_close(self.major, other.major)
+    }
+
+    /// The traits as a visitor row keeps them (engine and OS by their snake_case names).
+    pub fn stored(&self) -> store::VisitorTraits {
+        let name = |v: serde_json::Result<serde_json::Value>| {
+            v.ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
         };
-        self.engine == other.engine && self.os == other.os && versions_close
+        store::VisitorTraits {
+            engine: name(serde_json::to_value(self.engine)),
+            os: name(serde_json::to_value(self.os)),
+            major: self.major,
+        }
+    }
+
+    /// [`BrowserTraits::compatible`] with the traits a stored visitor kept.
+    pub fn compatible_with_stored(&self, stored: &store::VisitorTraits) -> bool {
+        let mine = self.stored();
+        mine.engine == stored.engine
+            && mine.os == stored.os
+            && versions_close(mine.major, stored.major)
+    }
+}
+
+/// Major versions (when both known) within a few majors of each other.
+fn versions_close(a: Option<u32>, b: Option<u32>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.abs_diff(b) <= MAX_MAJOR_DRIFT,
+        _ => true,
+    }
+}
+
+impl From<&Anchors> for store::VisitorAnchors {
+    fn from(a: &Anchors) -> Self {
+        store::VisitorAnchors {
+            webgl_hash: a.webgl_hash.clone(),
+            parameters_hash: a.parameters_hash.clone(),
+            audio_hash: a.audio_hash.clone(),
+        }
+    }
+}
+
+impl From<&store::VisitorAnchors> for Anchors {
+    fn from(a: &store::VisitorAnchors) -> Self {
+        Anchors {
+            webgl_hash: a.webgl_hash.clone(),
+            parameters_hash: a.parameters_hash.clone(),
+            audio_hash: a.audio_hash.clone(),
+        }
     }
 }
 
@@ -298,5 +346,9 @@ mod tests {
             ..chrome(120)
         };
         assert!(!chrome(120).compatible(&firefox));
+        assert!(chrome(120).compatible_with_stored(&chrome(123).stored()));
+        assert!(!chrome(110).compatible_with_stored(&chrome(124).stored()));
+        assert!(!chrome(120).compatible_with_stored(&firefox.stored()));
+        assert_eq!(chrome(120).stored().engine, "blink");
     }
 }

@@ -5,21 +5,40 @@
 //! committing costs a repeat, never a lost or doubled effect. A record that cannot be read is
 //! logged, counted and skipped; a store or log failure is retried with backoff and never
 //! skipped.
+//!
+//! The first probes batch of a session links it to a visitor (D11): a valid signed visitor token
+//! from the SDK's storage, else an exact anchor match with compatible browser traits, else the
+//! nearest component vector above [`LINK_THRESHOLD`] among the partition's newest visitors,
+//! else a new `vid_`. The visitor is saved before the session that names it; a visitor already
+//! holding the session among its recent sessions is not counted again, so a redelivery after a
+//! crash between the two saves links the same visitor without a second `seen_count`.
 
 use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
-use schemas::DecisionId;
+use edge::secrets::ServerSecret;
 use schemas::collect::BatchRecord;
+use schemas::{DecisionId, VisitorId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use store::{DecisionRecord, SessionRecord, Store, StoreError};
+use store::{
+    DecisionRecord, SessionRecord, Store, StoreError, VisitorRecord, VisitorRequest, VisitorStorage,
+};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Batch, ServerContext, SessionObservations};
+use crate::fingerprint::{Anchors, BrowserTraits, LINK_THRESHOLD, component_vector, similarity};
+use crate::{Batch, Probes, ServerContext, SessionObservations};
 
 /// The consumer group of the processor role.
 pub const GROUP: &str = "processor";
+
+/// How long a visitor is kept after it was last seen (D11): `expires_at` = last seen plus this.
+pub const VISITOR_RETENTION_DAYS: i64 = 365;
+/// How many visitors sharing an anchor pair are checked for an exact anchor match.
+const ANCHOR_CANDIDATES: usize = 50;
+/// How many of a partition's newest visitors the nearest-vector search compares, so linking
+/// stays bounded however many visitors an organization has.
+const VECTOR_SCAN: usize = 2_000;
 
 /// What the processor keeps of a session between batches (`SessionRecord::state`).
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -51,7 +70,14 @@ impl From<StoreError> for Failure {
 }
 
 /// Runs until `shutdown` is cancelled, consuming every partition of `topic`.
-pub async fn run(store: Store, log: Log, topic: Topic, shutdown: CancellationToken) {
+/// `secret` verifies the visitor tokens the SDK presents (D11).
+pub async fn run(
+    store: Store,
+    log: Log,
+    topic: Topic,
+    secret: ServerSecret,
+    shutdown: CancellationToken,
+) {
     let group = Group::from_static(GROUP);
     let mut consumer = loop {
         match log.consumer_of_all(&group, &topic).await {
@@ -83,7 +109,7 @@ pub async fn run(store: Store, log: Log, topic: Topic, shutdown: CancellationTok
         }
         tracing::debug!(records = records.len(), "processor: polled");
         for record in &records {
-            process_with_retry(&store, record, &shutdown).await;
+            process_with_retry(&store, &secret, record, &shutdown).await;
             if shutdown.is_cancelled() {
                 return;
             }
@@ -92,10 +118,15 @@ pub async fn run(store: Store, log: Log, topic: Topic, shutdown: CancellationTok
     }
 }
 
-async fn process_with_retry(store: &Store, record: &Record, shutdown: &CancellationToken) {
+async fn process_with_retry(
+    store: &Store,
+    secret: &ServerSecret,
+    record: &Record,
+    shutdown: &CancellationToken,
+) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match process(store, &record.payload).await {
+        match process(store, secret, &record.payload).await {
             Ok(()) => return,
             Err(Failure::Unreadable(why)) => {
                 tracing::error!(partition = record.partition, offset = record.offset, %why, "processor: skipping an unreadable record");
@@ -125,7 +156,7 @@ async fn commit(consumer: &mut dyn LogConsumer, records: &[Record], shutdown: &C
 }
 
 /// Folds one log record into its session and stores the new decision.
-async fn process(store: &Store, payload: &[u8]) -> Result<(), Failure> {
+async fn process(store: &Store, secret: &ServerSecret, payload: &[u8]) -> Result<(), Failure> {
     let started = Instant::now();
     let batch: BatchRecord =
         serde_json::from_slice(payload).map_err(|e| Failure::Unreadable(e.to_string()))?;
@@ -143,6 +174,7 @@ async fn process(store: &Store, payload: &[u8]) -> Result<(), Failure> {
         return Ok(());
     }
     let mut state: SessionState = serde_json::from_value(session.state.clone()).unwrap_or_default();
+    let mut probes_batch = false;
     match batch.observations.get("kind").and_then(Value::as_str) {
         Some("network_check") => {
             state.context.network_check_consistent = batch
@@ -152,7 +184,10 @@ async fn process(store: &Store, payload: &[u8]) -> Result<(), Failure> {
         }
         Some("results") => state.final_requested = true,
         _ => match Batch::from_value(batch.observations.clone()) {
-            Ok(observed) => state.observations.record(observed),
+            Ok(observed) => {
+                probes_batch = matches!(observed, Batch::Probes(_));
+                state.observations.record(observed);
+            }
             Err(e) => {
                 return Err(Failure::Unreadable(format!(
                     "batch {} of {}: {e}",
@@ -172,6 +207,14 @@ async fn process(store: &Store, payload: &[u8]) -> Result<(), Failure> {
     if let Some(collect) = store.get_collect_session(batch.session_id).await? {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
         state.final_requested |= collect.results_at.is_some();
+    }
+
+    if probes_batch
+        && session.visitor_id.is_none()
+        && let Some(probes) = &state.observations.probes
+    {
+        let visitor = link_visitor(store, secret, &batch, &session, probes).await?;
+        session.visitor_id = Some(visitor.id);
     }
 
     let mut decision = crate::evaluate(&state.observations, &state.context);
@@ -226,4 +269,119 @@ async fn new_session(store: &Store, batch: &BatchRecord) -> Result<SessionRecord
         state: Value::Null,
         latest_decision: None,
     })
+}
+
+/// Links the session to a visitor in D11's order, updates and saves the visitor, and returns it.
+async fn link_visitor(
+    store: &Store,
+    secret: &ServerSecret,
+    batch: &BatchRecord,
+    session: &SessionRecord,
+    probes: &Probes,
+) -> Result<VisitorRecord, Failure> {
+    let (org, env) = (batch.organization_id, batch.environment);
+    let seen_at = batch.received_at;
+    let live = |v: &VisitorRecord| v.expires_at > seen_at;
+    let anchors = Anchors::of(probes);
+    let traits = BrowserTraits::of(probes);
+    let vector = component_vector(probes);
+    let storage = probes.storage.as_ref();
+
+    // 1. A token this server signed for this organization and environment.
+    let mut found = None;
+    let mut by_token = false;
+    if let Some(token) = storage.and_then(|s| s.visitor_token.as_deref())
+        && let Some(id) = secret.verify_visitor_token(org, env, token)
+        && let Some(visitor) = store.get_visitor(org, env, id).await?
+        && live(&visitor)
+    {
+        found = Some(visitor);
+        by_token = true;
+    }
+    // 2. The same anchors, from a compatible browser.
+    if found.is_none() {
+        let candidates = store
+            .find_visitor_by_anchors(org, env, &(&anchors).into(), ANCHOR_CANDIDATES)
+            .await?;
+        found = candidates.into_iter().find(|v| {
+            live(v)
+                && anchors.matches(&Anchors::from(&v.anchors))
+                && traits.compatible_with_stored(&v.traits)
+        });
+    }
+    // 3. The nearest component vector above the threshold, among the newest visitors.
+    if found.is_none() {
+        let mut best: Option<(f64, VisitorRecord)> = None;
+        let mut after = None;
+        let mut scanned = 0;
+        while scanned < VECTOR_SCAN {
+            let page = store.list_visitors(org, env, after, 200).await?;
+            if page.is_empty() {
+                break;
+            }
+            for v in page {
+                scanned += 1;
+                after = Some(v.id);
+                let s = similarity(&vector, &v.components);
+                if live(&v) && s >= LINK_THRESHOLD && best.as_ref().is_none_or(|(b, _)| s > *b) {
+                    best = Some((s, v));
+                }
+            }
+        }
+        found = best.map(|(_, v)| v);
+    }
+    // 4. Someone new.
+    let mut visitor = found.unwrap_or_else(|| VisitorRecord {
+        id: VisitorId::generate(),
+        organization_id: org,
+        environment: env,
+        first_seen_at: seen_at,
+        last_seen_at: seen_at,
+        seen_count: 0,
+        expires_at: seen_at,
+        latest_request: VisitorRequest::default(),
+        storage: VisitorStorage::default(),
+        anchors: (&anchors).into(),
+        components: vector.clone(),
+        traits: traits.stored(),
+        recent_sessions: Vec::new(),
+    });
+
+    if !visitor.recent_sessions.contains(&session.id) {
+        visitor.seen_count = visitor.seen_count.saturating_add(1);
+    }
+    visitor.remember_session(session.id);
+    visitor.last_seen_at = visitor.last_seen_at.max(seen_at);
+    visitor.expires_at = visitor.last_seen_at + chrono::TimeDelta::days(VISITOR_RETENTION_DAYS);
+    visitor.latest_request = VisitorRequest {
+        user_agent: batch.request.user_agent.clone(),
+        ip_address: batch.request.ip.clone(),
+    };
+    // Where this visit's browser still held the token; nothing when it had none (or a forged
+    // one), so the flags show what the latest visit kept.
+    let found_in = storage
+        .filter(|_| by_token)
+        .and_then(|s| s.token_found_in.as_deref())
+        .unwrap_or_default();
+    let held = |place: &str| found_in.iter().any(|p| p == place);
+    visitor.storage = VisitorStorage {
+        cookies: held("cookies"),
+        local_storage: held("local_storage"),
+        indexed_db: held("indexed_db"),
+        service_worker: held("service_worker"),
+        window_name: held("window_name"),
+    };
+    // The latest probes describe the browser as it is now (a driver or browser update moves
+    // the hashes); a visit that reported none keeps what was known.
+    let now_anchors: store::VisitorAnchors = (&anchors).into();
+    if !now_anchors.digests().is_empty() {
+        visitor.anchors = now_anchors;
+    }
+    if vector.iter().any(|&v| v != crate::fingerprint::MISSING) {
+        visitor.components = vector;
+        visitor.traits = traits.stored();
+    }
+    store.save_visitor(&visitor).await?;
+    tracing::debug!(session = %session.id, visitor = %visitor.id, by_token, seen_count = visitor.seen_count, "processor: linked a visitor");
+    Ok(visitor)
 }

@@ -1,6 +1,8 @@
 //! Vigil's reads for the customer backend (secret key): sessions with their latest decision,
-//! and one session's detail in the interface's order of importance. One module per resource.
+//! one session's detail in the interface's order of importance, and visitor fingerprints with
+//! their recent linked sessions. One module per resource.
 
+pub mod fingerprints;
 pub mod sessions;
 
 use std::sync::Arc;
@@ -14,5 +16,8 @@ pub struct QueryState {
 }
 
 pub fn router(state: QueryState) -> Router {
-    Router::new().merge(sessions::router()).with_state(state)
+    Router::new()
+        .merge(sessions::router())
+        .merge(fingerprints::router())
+        .with_state(state)
 }

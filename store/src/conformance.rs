@@ -25,7 +25,8 @@ use tokio::task::JoinSet;
 use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, IdempotencyBegin,
     IdempotencyRecord, IdempotencyScope, OrganizationRecord, PingRecord, Result, SessionRecord,
-    Store, StoreError, StoredResponse,
+    Store, StoreError, StoredResponse, VisitorAnchors, VisitorRecord, VisitorRequest,
+    VisitorStorage, VisitorTraits,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -98,6 +99,10 @@ macro_rules! store_conformance_suite {
             session_list_is_isolated_per_organization_and_environment,
             session_decisions_are_kept_newest_first_and_only_when_given,
             concurrent_reads_see_a_session_and_its_decision_together,
+            visitor_round_trip,
+            visitor_save_replaces_the_row_and_its_anchor_rows,
+            visitor_list_is_newest_first_paginates_and_is_isolated,
+            visitor_anchor_lookup_finds_visitors_sharing_two_anchors,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -3177,4 +3182,294 @@ pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Sto
         d.iter().rev().copied().collect::<Vec<_>>(),
         "every save's decision is kept"
     );
+}
+
+// ---- visitors ----
+
+/// A visitor with every column set; `anchors` are three values unique to this call.
+fn visitor_record(org: OrgId, env: Environment, id: VisitorId) -> VisitorRecord {
+    let now = time::now();
+    VisitorRecord {
+        id,
+        organization_id: org,
+        environment: env,
+        first_seen_at: now - TimeDelta::days(3),
+        last_seen_at: now,
+        seen_count: 7,
+        expires_at: now + TimeDelta::days(365),
+        latest_request: VisitorRequest {
+            user_agent: "Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/128.0 ✓".into(),
+            ip_address: "2001:db8::17".into(),
+        },
+        storage: VisitorStorage {
+            cookies: true,
+            local_storage: true,
+            indexed_db: false,
+            service_worker: false,
+            window_name: true,
+        },
+        anchors: VisitorAnchors {
+            webgl_hash: Some(unique("webgl")),
+            parameters_hash: Some(unique("params")),
+            audio_hash: Some(unique("audio")),
+        },
+        components: vec![1920.0, 1080.0, -1.0, 1.25, 0.0, 65_535.0],
+        traits: VisitorTraits {
+            engine: "gecko".into(),
+            os: "linux".into(),
+            major: Some(128),
+        },
+        recent_sessions: sorted_ids(3, SessionId::generate)
+            .into_iter()
+            .rev()
+            .collect(),
+    }
+}
+
+fn visitor_ids(visitors: &[VisitorRecord]) -> Vec<VisitorId> {
+    visitors.iter().map(|v| v.id).collect()
+}
+
+/// A visitor is stored whole and read back by its full primary key only.
+pub async fn visitor_round_trip(store: Store) {
+    let org = OrgId::generate();
+    let visitor = visitor_record(org, Environment::Test, VisitorId::generate());
+    store.save_visitor(&visitor).await.unwrap();
+    assert_eq!(
+        store
+            .get_visitor(org, Environment::Test, visitor.id)
+            .await
+            .unwrap(),
+        Some(visitor.clone())
+    );
+    assert_eq!(
+        store
+            .get_visitor(org, Environment::Live, visitor.id)
+            .await
+            .unwrap(),
+        None,
+        "another environment"
+    );
+    assert_eq!(
+        store
+            .get_visitor(OrgId::generate(), Environment::Test, visitor.id)
+            .await
+            .unwrap(),
+        None,
+        "another organization"
+    );
+    assert_eq!(
+        store
+            .get_visitor(org, Environment::Test, VisitorId::generate())
+            .await
+            .unwrap(),
+        None,
+        "a missing visitor"
+    );
+    // The minimal visitor (no anchors, empty lists) round-trips too, and indexes nothing.
+    let bare = VisitorRecord {
+        id: VisitorId::generate(),
+        anchors: VisitorAnchors::default(),
+        components: Vec::new(),
+        recent_sessions: Vec::new(),
+        traits: VisitorTraits::default(),
+        ..visitor.clone()
+    };
+    store.save_visitor(&bare).await.unwrap();
+    assert_eq!(
+        store
+            .get_visitor(org, Environment::Test, bare.id)
+            .await
+            .unwrap(),
+        Some(bare.clone())
+    );
+    assert!(
+        store
+            .find_visitor_by_anchors(org, Environment::Test, &bare.anchors, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "no anchors find nothing"
+    );
+}
+
+/// Saving a visitor again replaces its row, and its index follows its anchors: a lost anchor
+/// pair no longer finds it, a new one does.
+pub async fn visitor_save_replaces_the_row_and_its_anchor_rows(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let first = visitor_record(org, env, VisitorId::generate());
+    store.save_visitor(&first).await.unwrap();
+    let mut second = first.clone();
+    second.seen_count += 1;
+    second.last_seen_at = first.last_seen_at + TimeDelta::seconds(5);
+    second.remember_session(SessionId::generate());
+    second.anchors = VisitorAnchors {
+        audio_hash: Some(unique("audio-2")),
+        ..first.anchors.clone()
+    };
+    store.save_visitor(&second).await.unwrap();
+    assert_eq!(
+        store.get_visitor(org, env, first.id).await.unwrap(),
+        Some(second.clone())
+    );
+    assert_eq!(
+        store.list_visitors(org, env, None, 10).await.unwrap(),
+        vec![second.clone()],
+        "a replaced visitor is still one row"
+    );
+    // The old audio hash with the old WebGL hash: only the (webgl, parameters) pair is shared.
+    let old_pair = VisitorAnchors {
+        parameters_hash: None,
+        ..first.anchors.clone()
+    };
+    assert!(
+        store
+            .find_visitor_by_anchors(org, env, &old_pair, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a lost anchor pair must not find the visitor"
+    );
+    assert_eq!(
+        visitor_ids(
+            &store
+                .find_visitor_by_anchors(org, env, &second.anchors, 10)
+                .await
+                .unwrap()
+        ),
+        vec![first.id]
+    );
+    let mut capped = second.clone();
+    for _ in 0..(VisitorRecord::RECENT_SESSIONS + 5) {
+        capped.remember_session(SessionId::generate());
+    }
+    let newest = capped.recent_sessions[0];
+    capped.remember_session(newest);
+    assert_eq!(capped.recent_sessions.len(), VisitorRecord::RECENT_SESSIONS);
+    assert_eq!(capped.recent_sessions[0], newest, "remembered once, first");
+}
+
+pub async fn visitor_list_is_newest_first_paginates_and_is_isolated(store: Store) {
+    let a = OrgId::generate();
+    let b = OrgId::generate();
+    let env = Environment::Test;
+    // v[2] is never stored (a cursor may name a gap).
+    let v = sorted_ids(6, VisitorId::generate);
+    for i in [4, 0, 5, 1, 3] {
+        store
+            .save_visitor(&visitor_record(a, env, v[i]))
+            .await
+            .unwrap();
+    }
+    store
+        .save_visitor(&visitor_record(b, env, VisitorId::generate()))
+        .await
+        .unwrap();
+    store
+        .save_visitor(&visitor_record(a, Environment::Live, VisitorId::generate()))
+        .await
+        .unwrap();
+    let list = |after, limit| {
+        let store = store.clone();
+        async move { visitor_ids(&store.list_visitors(a, env, after, limit).await.unwrap()) }
+    };
+    assert_eq!(
+        list(None, 100).await,
+        vec![v[5], v[4], v[3], v[1], v[0]],
+        "newest first, this partition only"
+    );
+    assert_eq!(list(None, 2).await, vec![v[5], v[4]], "limit");
+    assert_eq!(
+        list(Some(v[4]), 2).await,
+        vec![v[3], v[1]],
+        "after is exclusive"
+    );
+    assert_eq!(
+        list(Some(v[2]), 10).await,
+        vec![v[1], v[0]],
+        "a cursor between rows"
+    );
+    assert!(list(Some(v[0]), 10).await.is_empty());
+    assert!(list(None, 0).await.is_empty(), "limit 0");
+    assert_eq!(
+        store
+            .list_visitors(OrgId::generate(), env, None, 10)
+            .await
+            .unwrap(),
+        Vec::new()
+    );
+}
+
+/// The index finds every visitor sharing at least two anchor values, newest first, each once,
+/// within its organization and environment only.
+pub async fn visitor_anchor_lookup_finds_visitors_sharing_two_anchors(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let ids = sorted_ids(2, VisitorId::generate);
+    let older = visitor_record(org, env, ids[0]);
+    // The newer one shares the WebGL and parameters hashes but not audio.
+    let newer = VisitorRecord {
+        anchors: VisitorAnchors {
+            audio_hash: Some(unique("audio-other")),
+            ..older.anchors.clone()
+        },
+        ..visitor_record(org, env, ids[1])
+    };
+    store.save_visitor(&older).await.unwrap();
+    store.save_visitor(&newer).await.unwrap();
+    // Elsewhere, the same anchors.
+    store
+        .save_visitor(&VisitorRecord {
+            anchors: older.anchors.clone(),
+            ..visitor_record(org, Environment::Test, VisitorId::generate())
+        })
+        .await
+        .unwrap();
+    store
+        .save_visitor(&VisitorRecord {
+            anchors: older.anchors.clone(),
+            ..visitor_record(OrgId::generate(), env, VisitorId::generate())
+        })
+        .await
+        .unwrap();
+
+    let find = |anchors: VisitorAnchors, limit| {
+        let store = store.clone();
+        async move {
+            visitor_ids(
+                &store
+                    .find_visitor_by_anchors(org, env, &anchors, limit)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(
+        find(older.anchors.clone(), 10).await,
+        vec![newer.id, older.id],
+        "both share a pair; newest first; each once"
+    );
+    assert_eq!(
+        find(older.anchors.clone(), 1).await,
+        vec![newer.id],
+        "limit"
+    );
+    // Audio timed out: the two remaining anchors still find both.
+    let no_audio = VisitorAnchors {
+        audio_hash: None,
+        ..older.anchors.clone()
+    };
+    assert_eq!(find(no_audio, 10).await, vec![newer.id, older.id]);
+    // WebGL and audio: only the older one has that audio hash.
+    let webgl_audio = VisitorAnchors {
+        parameters_hash: None,
+        ..older.anchors.clone()
+    };
+    assert_eq!(find(webgl_audio, 10).await, vec![older.id]);
+    // One anchor alone links nothing.
+    let only_webgl = VisitorAnchors {
+        webgl_hash: older.anchors.webgl_hash.clone(),
+        ..VisitorAnchors::default()
+    };
+    assert!(find(only_webgl, 10).await.is_empty());
+    assert!(find(older.anchors.clone(), 0).await.is_empty(), "limit 0");
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable};
 use schemas::credential::Environment;
-use schemas::ids::{KeyId, OrgId, PingId, SessionId};
+use schemas::ids::{KeyId, OrgId, PingId, SessionId, VisitorId};
 use schemas::time::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -38,7 +38,7 @@ use self::row_cache::{Changes, Lookup, RowCache};
 use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, IdempotencyBegin,
     IdempotencyRecord, IdempotencyScope, OrganizationRecord, Result, SessionRecord, StoreBackend,
-    StoreError,
+    StoreError, VisitorAnchors, VisitorRecord,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -52,6 +52,8 @@ const COLLECT_SESSIONS: &str = "collect_sessions";
 const COLLECT_PINGS: &str = "collect_pings";
 const SESSIONS: &str = "sessions";
 const SESSION_DECISIONS: &str = "session_decisions";
+const VISITORS: &str = "visitors";
+const VISITORS_BY_ANCHOR: &str = "visitors_by_anchor";
 
 /// How often `idempotency_begin` sweeps expired records (ScyllaDB drops them by TTL instead).
 const IDEMPOTENCY_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
@@ -81,6 +83,8 @@ struct Inner {
     collect_pings: Keyspace,
     sessions: Keyspace,
     session_decisions: Keyspace,
+    visitors: Keyspace,
+    visitors_by_anchor: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -122,13 +126,19 @@ struct PingRow {
     session_id: SessionId,
 }
 
+/// `visitors_by_anchor`: the visitor indexed under one anchor digest.
+#[derive(Serialize, Deserialize)]
+struct AnchorRow {
+    visitor_id: VisitorId,
+}
+
 /// Key encodings: partition key bytes, then clustering key bytes, each fixed-width except a
 /// final variable-length text part, so no separator is needed and prefixes never collide.
 mod key {
     use schemas::credential::Environment;
-    use schemas::ids::{DecisionId, KeyId, OrgId, PingId, SessionId};
+    use schemas::ids::{DecisionId, KeyId, OrgId, PingId, SessionId, VisitorId};
 
-    use crate::{CredentialHash, IdempotencyScope};
+    use crate::{AnchorDigest, CredentialHash, IdempotencyScope};
 
     pub fn organization(id: OrgId) -> [u8; 16] {
         id.ulid().to_bytes()
@@ -209,6 +219,36 @@ mod key {
         let mut k = [0; 33];
         k[..17].copy_from_slice(&session_partition(org, env));
         k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+
+    /// The `visitors` partition `(organization_id, environment)`: 16 + 1 bytes, as `sessions`.
+    pub fn visitor_partition(org: OrgId, env: Environment) -> [u8; 17] {
+        api_key_partition(org, env)
+    }
+
+    /// Partition, then the id's ULID inverted: clustering `id DESC`, newest visitor first.
+    pub fn visitor(org: OrgId, env: Environment, id: VisitorId) -> [u8; 33] {
+        let mut k = [0; 33];
+        k[..17].copy_from_slice(&visitor_partition(org, env));
+        k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+
+    /// The `visitors_by_anchor` partition `(organization_id, environment, anchor_digest)`:
+    /// 16 + 1 + 32 bytes.
+    pub fn anchor_partition(org: OrgId, env: Environment, digest: &AnchorDigest) -> [u8; 49] {
+        let mut k = [0; 49];
+        k[..17].copy_from_slice(&api_key_partition(org, env));
+        k[17..].copy_from_slice(&digest.0);
+        k
+    }
+
+    /// Partition, then the visitor id's ULID inverted: newest visitor first.
+    pub fn anchor(org: OrgId, env: Environment, digest: &AnchorDigest, id: VisitorId) -> [u8; 65] {
+        let mut k = [0; 65];
+        k[..49].copy_from_slice(&anchor_partition(org, env, digest));
+        k[49..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
         k
     }
 
@@ -305,6 +345,8 @@ impl EmbeddedStore {
             collect_pings: keyspace(COLLECT_PINGS)?,
             sessions: keyspace(SESSIONS)?,
             session_decisions: keyspace(SESSION_DECISIONS)?,
+            visitors: keyspace(VISITORS)?,
+            visitors_by_anchor: keyspace(VISITORS_BY_ANCHOR)?,
             writer: Mutex::new(WriterState {
                 last_idempotency_purge: None,
                 last_collect_purge: None,
@@ -1144,6 +1186,110 @@ impl StoreBackend for EmbeddedStore {
             SESSION_DECISIONS,
             &self.inner.session_decisions,
             Bound::Included(partition.to_vec()),
+            prefix_end(&partition),
+            limit,
+        )
+    }
+
+    /// One batch under the writer mutex: the visitor row, an index row per digest of its
+    /// anchors, and the removal of the index rows of digests the stored row had and this one
+    /// has not (read under the same lock, so no concurrent save can slip in between).
+    async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()> {
+        let visitor = visitor.clone();
+        self.write(move |db, _| {
+            let (org, env, id) = (visitor.organization_id, visitor.environment, visitor.id);
+            let k = key::visitor(org, env, id);
+            let stored: Option<VisitorRecord> = decode_row(VISITORS, db.visitors.get(k))?;
+            let digests = visitor.anchors.digests();
+            let mut batch = db.batch();
+            if let Some(stored) = stored {
+                for old in stored.anchors.digests() {
+                    if !digests.contains(&old) {
+                        batch.remove(&db.visitors_by_anchor, key::anchor(org, env, &old, id));
+                    }
+                }
+            }
+            let row = encode(VISITORS_BY_ANCHOR, &AnchorRow { visitor_id: id })?;
+            for digest in &digests {
+                batch.insert(
+                    &db.visitors_by_anchor,
+                    key::anchor(org, env, digest, id),
+                    row.clone(),
+                );
+            }
+            batch.insert(&db.visitors, k, encode(VISITORS, &visitor)?);
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_visitor(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: VisitorId,
+    ) -> Result<Option<VisitorRecord>> {
+        decode_row(
+            VISITORS,
+            self.inner.visitors.get(key::visitor(org, env, id)),
+        )
+    }
+
+    async fn find_visitor_by_anchors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        anchors: &VisitorAnchors,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut ids: Vec<VisitorId> = Vec::new();
+        for digest in anchors.digests() {
+            let partition = key::anchor_partition(org, env, &digest);
+            let rows: Vec<AnchorRow> = scan(
+                VISITORS_BY_ANCHOR,
+                &self.inner.visitors_by_anchor,
+                Bound::Included(partition.to_vec()),
+                prefix_end(&partition),
+                limit,
+            )?;
+            ids.extend(rows.into_iter().map(|r| r.visitor_id));
+        }
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        ids.dedup();
+        let mut found = Vec::with_capacity(ids.len().min(limit));
+        for id in ids.into_iter().take(limit) {
+            if let Some(v) = decode_row(
+                VISITORS,
+                self.inner.visitors.get(key::visitor(org, env, id)),
+            )? {
+                found.push(v);
+            }
+        }
+        Ok(found)
+    }
+
+    async fn list_visitors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<VisitorId>,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let partition = key::visitor_partition(org, env);
+        let start = match after {
+            Some(after) => Bound::Excluded(key::visitor(org, env, after).to_vec()),
+            None => Bound::Included(partition.to_vec()),
+        };
+        scan(
+            VISITORS,
+            &self.inner.visitors,
+            start,
             prefix_end(&partition),
             limit,
         )

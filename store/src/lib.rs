@@ -207,6 +207,40 @@ pub trait StoreBackend: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<DecisionRecord>>;
 
+    // visitors, visitors_by_anchor
+
+    /// Writes the visitor (insert or replace) and its anchor index rows in one step: a
+    /// `visitors_by_anchor` row for each of its anchors' digests, and the removal of the rows
+    /// of digests its stored version had and it no longer has, so the index never names a
+    /// visitor for anchors it lost.
+    async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()>;
+    async fn get_visitor(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::VisitorId,
+    ) -> Result<Option<VisitorRecord>>;
+    /// The visitors of one organization and environment indexed under any digest of `anchors`
+    /// (they share at least two anchor values with it), newest first, at most `limit`, each
+    /// once. Candidates only: whether they match (no conflicting anchor, compatible traits) is
+    /// the caller's decision.
+    async fn find_visitor_by_anchors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        anchors: &VisitorAnchors,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>>;
+    /// Visitors of one organization and environment, newest first (by id), strictly after
+    /// `after`.
+    async fn list_visitors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::VisitorId>,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>>;
+
     // settings
 
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>>;

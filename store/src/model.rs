@@ -153,3 +153,109 @@ pub struct DecisionRecord {
     pub evaluated_at: Timestamp,
     pub decision: serde_json::Value,
 }
+
+/// `visitors`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs,
+/// so newest first): a visitor fingerprint (D11) as the processor links it and the reads show it.
+/// Its anchors are indexed in `visitors_by_anchor`, written with the row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VisitorRecord {
+    pub id: schemas::VisitorId,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub first_seen_at: Timestamp,
+    pub last_seen_at: Timestamp,
+    pub seen_count: u64,
+    /// `last_seen_at` plus the retention (D11: 365 days by default).
+    pub expires_at: Timestamp,
+    pub latest_request: VisitorRequest,
+    pub storage: VisitorStorage,
+    pub anchors: VisitorAnchors,
+    /// The component vector (`components.vector`).
+    pub components: Vec<f64>,
+    /// What an anchor match must agree on.
+    pub traits: VisitorTraits,
+    /// The ids of the most recent linked sessions, newest first, at most
+    /// [`VisitorRecord::RECENT_SESSIONS`].
+    pub recent_sessions: Vec<schemas::SessionId>,
+}
+
+impl VisitorRecord {
+    /// How many linked session ids a visitor keeps.
+    pub const RECENT_SESSIONS: usize = 20;
+
+    /// Puts `session` first among the recent sessions (once), dropping the oldest past the cap.
+    pub fn remember_session(&mut self, session: schemas::SessionId) {
+        self.recent_sessions.retain(|s| *s != session);
+        self.recent_sessions.insert(0, session);
+        self.recent_sessions.truncate(Self::RECENT_SESSIONS);
+    }
+}
+
+/// The request that last linked to a visitor (`latest_request`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VisitorRequest {
+    pub user_agent: String,
+    pub ip_address: String,
+}
+
+/// Where the SDK found the visitor token (`storage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VisitorStorage {
+    pub cookies: bool,
+    pub local_storage: bool,
+    pub indexed_db: bool,
+    pub service_worker: bool,
+    pub window_name: bool,
+}
+
+/// The rendering hashes that link a fresh profile on the same machine (`anchors`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct VisitorAnchors {
+    pub webgl_hash: Option<String>,
+    pub parameters_hash: Option<String>,
+    pub audio_hash: Option<String>,
+}
+
+/// The browser traits an anchor match must share (engine, OS and major version, as the
+/// processor's user-agent parser names them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VisitorTraits {
+    pub engine: String,
+    pub os: String,
+    pub major: Option<u32>,
+}
+
+/// The key of one `visitors_by_anchor` partition: SHA-256 of a pair of anchor values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AnchorDigest(pub [u8; 32]);
+
+impl VisitorAnchors {
+    /// The index digests of these anchors: one per pair of anchors present (at most three). An
+    /// anchor match (at least two anchors present on both sides, and equal) always shares at
+    /// least one of them, so looking up every digest finds every candidate.
+    pub fn digests(&self) -> Vec<AnchorDigest> {
+        use sha2::{Digest, Sha256};
+        let named = [
+            ("webgl", &self.webgl_hash),
+            ("parameters", &self.parameters_hash),
+            ("audio", &self.audio_hash),
+        ];
+        let present: Vec<(&str, &str)> = named
+            .iter()
+            .filter_map(|(n, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| (*n, v)))
+            .collect();
+        let mut out = Vec::new();
+        for (i, (name_a, a)) in present.iter().enumerate() {
+            for (name_b, b) in &present[i + 1..] {
+                let mut h = Sha256::new();
+                h.update(b"vigil/visitor-anchor/v1");
+                for part in [*name_a, *a, *name_b, *b] {
+                    h.update((part.len() as u64).to_be_bytes());
+                    h.update(part.as_bytes());
+                }
+                out.push(AnchorDigest(h.finalize().into()));
+            }
+        }
+        out
+    }
+}

@@ -14,6 +14,7 @@ use vigil::server::RunningServer;
 
 pub use serde_json::json;
 
+pub mod browser;
 
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]

@@ -1,0 +1,286 @@
+//! `GET /v1/fingerprints` and `GET /v1/fingerprints/{visitorId}` (interface "Fingerprints",
+//! `visitor_fingerprint`; D3, D4, D7, D11): handlers, query validation and the shapes they
+//! answer. A visitor of another organization or environment is a 404.
+//!
+//! Lists default to `last_seen` descending; `sort=seen_count` and `sort=first_seen` are
+//! descending too, the visitor id breaking ties. Those orders are not the store's clustering
+//! order (newest id first), so a list reads a bounded scan of the partition's newest visitors
+//! and sorts it in memory; the cursor carries the sort value and id of the last row returned.
+
+use axum::Router;
+use axum::extract::{RawPathParams, State};
+use axum::routing::get;
+use edge::body::{QueryParams, Reply, path_param};
+use edge::pagination::{decode_cursor, encode_cursor};
+use edge::policy::{ListFingerprints, ReadFingerprint};
+use edge::{ApiError, SecretKey};
+use schemas::resources::Pagination;
+use schemas::time::{self, Timestamp};
+use schemas::{SessionId, VisitorId};
+use serde::Serialize;
+use serde_json::{Value, json};
+use store::{SessionRecord, VisitorAnchors, VisitorRecord, VisitorRequest, VisitorStorage};
+
+use crate::QueryState;
+
+/// The values of `sort=`; without it, `last_seen`.
+pub const SORTS: [&str; 2] = ["seen_count", "first_seen"];
+/// How many of a partition's newest visitors one list request reads and sorts at most.
+const SCAN_BUDGET: usize = 5_000;
+
+pub fn router() -> Router<QueryState> {
+    Router::new()
+        .route("/v1/fingerprints", get(list))
+        .route("/v1/fingerprints/{visitorId}", get(read))
+}
+
+#[derive(Serialize)]
+struct Lifecycle {
+    #[serde(serialize_with = "time::ser")]
+    first_seen_at: Timestamp,
+    #[serde(serialize_with = "time::ser")]
+    last_seen_at: Timestamp,
+    seen_count: u64,
+    #[serde(serialize_with = "time::ser")]
+    expires_at: Timestamp,
+}
+
+/// The members list items and the detail share.
+#[derive(Serialize)]
+struct Fingerprint<'a> {
+    id: VisitorId,
+    object: &'static str,
+    lifecycle: Lifecycle,
+    latest_request: &'a VisitorRequest,
+    storage: &'a VisitorStorage,
+    anchors: &'a VisitorAnchors,
+}
+
+fn fingerprint(v: &VisitorRecord) -> Fingerprint<'_> {
+    Fingerprint {
+        id: v.id,
+        object: "visitor_fingerprint",
+        lifecycle: Lifecycle {
+            first_seen_at: v.first_seen_at,
+            last_seen_at: v.last_seen_at,
+            seen_count: v.seen_count,
+            expires_at: v.expires_at,
+        },
+        latest_request: &v.latest_request,
+        storage: &v.storage,
+        anchors: &v.anchors,
+    }
+}
+
+#[derive(Serialize)]
+struct Detail<'a> {
+    #[serde(flatten)]
+    fingerprint: Fingerprint<'a>,
+    components: Value,
+    activity: Value,
+}
+
+/// The order a list is in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sort {
+    LastSeen,
+    SeenCount,
+    FirstSeen,
+}
+
+impl Sort {
+    fn name(self) -> &'static str {
+        match self {
+            Sort::LastSeen => "last_seen",
+            Sort::SeenCount => "seen_count",
+            Sort::FirstSeen => "first_seen",
+        }
+    }
+
+    /// The sort value of a visitor (descending, ties broken by id descending).
+    fn key(self, v: &VisitorRecord) -> i64 {
+        match self {
+            Sort::LastSeen => v.last_seen_at.timestamp_millis(),
+            Sort::SeenCount => i64::try_from(v.seen_count).unwrap_or(i64::MAX),
+            Sort::FirstSeen => v.first_seen_at.timestamp_millis(),
+        }
+    }
+}
+
+/// `search` (D4): a visitor id, an IP address or a user-agent substring.
+fn matches(v: &VisitorRecord, search: Option<&str>) -> bool {
+    match search {
+        None => true,
+        Some(q) => {
+            v.id.to_string() == q
+                || v.latest_request.ip_address == q
+                || v.latest_request.user_agent.contains(q)
+        }
+    }
+}
+
+async fn list(
+    State(state): State<QueryState>,
+    caller: SecretKey<ListFingerprints>,
+    query: QueryParams,
+) -> Result<Reply, ApiError> {
+    query.only(&["limit", "cursor", "search", "sort"])?;
+    let limit = query.limit(50, 200)? as usize;
+    let sort = match query.get("sort") {
+        None => Sort::LastSeen,
+        Some("seen_count") => Sort::SeenCount,
+        Some("first_seen") => Sort::FirstSeen,
+        Some(v) => {
+            return Err(ApiError::invalid_field(
+                "sort",
+                format!("must be one of: {}", SORTS.join(", ")),
+                Some(json!(v)),
+            )
+            .with_parameter_set("query")
+            .with_allowed_values(SORTS));
+        }
+    };
+    let search = query.get("search").filter(|s| !s.is_empty());
+    let (org, env) = (caller.organization.id, caller.environment());
+    // The position only means something in one order, so the cursor is bound to it.
+    let binding = format!("fingerprints:{org}:{env}:{}", sort.name());
+    let after = match query.get("cursor") {
+        None => None,
+        Some(c) => {
+            let position = decode_cursor(&state.auth.secret, &binding, c)?;
+            let parsed = position
+                .split_once('.')
+                .and_then(|(k, id)| Some((k.parse::<i64>().ok()?, id.parse::<VisitorId>().ok()?)));
+            Some(parsed.ok_or_else(|| ApiError::internal("cursor position", &position))?)
+        }
+    };
+
+    let mut found = Vec::new();
+    let mut scan_after = None;
+    let mut scanned = 0;
+    while scanned < SCAN_BUDGET {
+        let page = state
+            .auth
+            .store
+            .list_visitors(org, env, scan_after, 200.min(SCAN_BUDGET - scanned))
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        scanned += page.len();
+        scan_after = page.last().map(|v| v.id);
+        found.extend(page.into_iter().filter(|v| matches(v, search)));
+    }
+    found.sort_by_key(|v| std::cmp::Reverse((sort.key(v), v.id)));
+    let rest: Vec<VisitorRecord> = match after {
+        // Strictly after the cursor's row in this order.
+        Some(position) => found
+            .into_iter()
+            .filter(|v| (sort.key(v), v.id) < position)
+            .collect(),
+        None => found,
+    };
+    let has_more = rest.len() > limit;
+    let page = &rest[..rest.len().min(limit)];
+    let next_cursor = if has_more {
+        page.last().map(|v| {
+            encode_cursor(
+                &state.auth.secret,
+                &binding,
+                &format!("{}.{}", sort.key(v), v.id),
+            )
+        })
+    } else {
+        None
+    };
+    let rows: Vec<Fingerprint<'_>> = page.iter().map(fingerprint).collect();
+    Ok(Reply::list(
+        rows,
+        Pagination {
+            limit: limit as u32,
+            has_more,
+            next_cursor,
+        },
+    ))
+}
+
+/// One recent linked session, in the interface's shape.
+fn linked_session(s: &SessionRecord) -> Value {
+    let d = s.latest_decision.clone().unwrap_or(Value::Null);
+    let field = |k: &str| d.get(k).cloned().unwrap_or(Value::Null);
+    let screen = s
+        .state
+        .pointer("/observations/probes/screen")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let dimension = |k: &str| {
+        screen
+            .get(k)
+            .and_then(Value::as_f64)
+            .map(|n| n.round() as i64)
+    };
+    let screen_size = match (dimension("width"), dimension("height")) {
+        (Some(w), Some(h)) => Value::String(format!("{w}x{h}")),
+        _ => Value::Null,
+    };
+    let touch_points = s
+        .state
+        .pointer("/observations/probes/browser/max_touch_points")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let is_touch_capable = screen
+        .get("touch")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        || touch_points > 0.0;
+    json!({
+        "session_id": s.id,
+        "decision": {
+            "event_id": field("event_id"),
+            "verdict": field("verdict"),
+            "risk_score": field("risk_score"),
+            "phase": field("phase"),
+            "is_provisional": field("is_provisional"),
+            "manipulation": field("manipulation"),
+            "evaluation_duration_ms": field("evaluation_duration_ms"),
+            "evaluated_at": field("evaluated_at"),
+        },
+        "request": {
+            "url": s.page_url,
+            "user_agent": s.user_agent,
+            "ip_address": s.ip,
+            "screen_size": screen_size,
+            "is_touch_capable": is_touch_capable,
+        },
+        "score_breakdown": {
+            "categories": d.pointer("/score_breakdown/categories").cloned().unwrap_or(json!({})),
+        },
+    })
+}
+
+async fn read(
+    State(state): State<QueryState>,
+    caller: SecretKey<ReadFingerprint>,
+    params: RawPathParams,
+) -> Result<Reply, ApiError> {
+    let id: VisitorId = path_param(&params, "visitorId")?;
+    let (org, env) = (caller.organization.id, caller.environment());
+    let visitor = state
+        .auth
+        .store
+        .get_visitor(org, env, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("visitor_fingerprint"))?;
+    let mut sessions = Vec::with_capacity(visitor.recent_sessions.len());
+    for sid in &visitor.recent_sessions {
+        let sid: SessionId = *sid;
+        if let Some(s) = state.auth.store.get_session(org, env, sid).await? {
+            sessions.push(linked_session(&s));
+        }
+    }
+    Ok(Reply::ok(Detail {
+        fingerprint: fingerprint(&visitor),
+        components: json!({ "vector": visitor.components }),
+        activity: json!({ "sessions": sessions }),
+    }))
+}

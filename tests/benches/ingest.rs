@@ -1,0 +1,263 @@
+//! Benchmark: the scoring pipeline's ingest. Many collect sessions stream encrypted batches
+//! through the whole stack over loopback HTTP (credential, limiter, decryption, the log), and
+//! the processor turns them into stored decisions. Prints accepted batches/s and the latency
+//! from sending a batch to its decision being stored (p50, p99), on the embedded log and on
+//! Kafka (librdkafka's mock cluster: the Kafka protocol over loopback TCP), with a bare axum
+//! handler taking the same requests from the same client in the same run as the ceiling.
+//!
+//! `VIGIL_BENCH_SECONDS` (default 10) and `VIGIL_BENCH_SESSIONS` (default 64) tune it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::post;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use p256::ecdh::EphemeralSecret;
+use p256::elliptic_curve::Generate;
+use p256::elliptic_curve::sec1::ToSec1Point;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use vigil_tests::TestServer;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+struct Session {
+    id: String,
+    key: ingest::transport::BatchKey,
+}
+
+/// A realistic interactions batch: 40 pointer events.
+fn interactions() -> Vec<u8> {
+    let events: Vec<Value> = (0..40)
+        .map(|i| json!({"t": i as f64 * 16.6, "type": "pointermove", "x": 100 + i * 3, "y": 200 + (i % 7), "trusted": true}))
+        .collect();
+    serde_json::to_vec(&json!({"kind": "interactions", "window_ms": [0, 2000], "events": events}))
+        .unwrap()
+}
+
+async fn open_sessions(s: &TestServer, n: usize) -> Vec<Session> {
+    let pk = &s.creds.keys.publishable_test;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let secret = EphemeralSecret::generate();
+        let r = s
+            .post("/v1/collect/sessions")
+            .key(pk)
+            .json(json!({"client_public_key": B64.encode(secret.public_key().to_sec1_point(false).as_bytes()), "sdk_version": "bench", "page_url": "https://bench.example/"}))
+            .send()
+            .await;
+        let data = r.ok(201).clone();
+        let id = data["id"].as_str().unwrap().to_owned();
+        let server = p256::PublicKey::from_sec1_bytes(
+            &B64.decode(data["server_public_key"].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        let key = ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &id);
+        out.push(Session { id, key });
+    }
+    out
+}
+
+struct Figures {
+    per_sec: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * p).round() as usize])
+}
+
+/// Streams batches from every session for `seconds`; every 50th batch is timed to its stored
+/// decision when `s` is given.
+async fn stream(
+    base: String,
+    pk: String,
+    sessions: Vec<Session>,
+    seconds: u64,
+    server: Option<Arc<TestServer>>,
+) -> Figures {
+    let client = vigil_tests::http_client();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let plaintext = Arc::new(interactions());
+    let mut tasks = Vec::new();
+    for (n, session) in sessions.into_iter().enumerate() {
+        let (client, base, pk, accepted, latencies, plaintext, server) = (
+            client.clone(),
+            base.clone(),
+            pk.clone(),
+            accepted.clone(),
+            latencies.clone(),
+            plaintext.clone(),
+            server.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut seq = 0u64;
+            while Instant::now() < deadline {
+                seq += 1;
+                let sealed =
+                    ingest::transport::seal_batch(&session.key, &session.id, seq, &plaintext);
+                let body = json!({"seq": seq, "ciphertext": B64.encode(sealed)});
+                let sent = Instant::now();
+                let r = client
+                    .post(format!("{base}/v1/collect/sessions/{}/batches", session.id))
+                    .bearer_auth(&pk)
+                    .json(&body)
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) if r.status() == StatusCode::ACCEPTED => {
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(r) => panic!(
+                        "batch refused: {} {}",
+                        r.status(),
+                        r.text().await.unwrap_or_default()
+                    ),
+                    Err(e) => panic!("batch failed: {e}"),
+                }
+                if let Some(server) = &server
+                    && (seq as usize + n) % 50 == 0
+                {
+                    let (server, latencies, id) =
+                        (server.clone(), latencies.clone(), session.id.clone());
+                    tokio::spawn(async move {
+                        let sid: schemas::SessionId = id.parse().unwrap();
+                        let org: schemas::OrgId = server.creds.org_id().parse().unwrap();
+                        let env = schemas::credential::Environment::Test;
+                        let give_up = Instant::now() + Duration::from_secs(30);
+                        while Instant::now() < give_up {
+                            if let Ok(Some(s)) = server.store().get_session(org, env, sid).await
+                                && s.processed_seqs.contains(&seq)
+                            {
+                                latencies
+                                    .lock()
+                                    .await
+                                    .push(sent.elapsed().as_secs_f64() * 1000.0);
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    });
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let per_sec = accepted.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    // Let the processor catch up with the timed batches.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut l = latencies.lock().await.clone();
+    l.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    Figures {
+        per_sec,
+        p50_ms: percentile(&l, 0.5),
+        p99_ms: percentile(&l, 0.99),
+    }
+}
+
+async fn bare_ceiling() -> String {
+    let app = Router::new().route(
+        "/v1/collect/sessions/{sessionId}/batches",
+        post(|axum::Json(_): axum::Json<Value>| async {
+            (
+                StatusCode::ACCEPTED,
+                axum::Json(json!({"data": {"accepted": true}})),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+async fn vigil(bus: Option<String>) -> Arc<TestServer> {
+    let s = TestServer::start_with(move |a| {
+        if let Some(url) = &bus {
+            a.bus = url.clone();
+        }
+    })
+    .await;
+    // The limiter still runs on every request; the bucket is just large enough never to refuse.
+    let credential =
+        schemas::credential::Credential::parse(&s.creds.keys.publishable_test).unwrap();
+    let hash = s
+        .running
+        .as_ref()
+        .unwrap()
+        .secret
+        .hash_credential(&credential);
+    let mut key = s
+        .store()
+        .find_api_key_by_hash(&hash)
+        .await
+        .unwrap()
+        .unwrap();
+    key.rate_limit_override = Some(u32::MAX);
+    s.store().update_api_key(&key).await.unwrap();
+    Arc::new(s)
+}
+
+fn print(name: &str, f: &Figures, ceiling: f64) {
+    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    println!(
+        "{name:<44} {:>10.0} {:>7.0}% {:>9} {:>9}",
+        f.per_sec,
+        100.0 * f.per_sec / ceiling,
+        ms(f.p50_ms),
+        ms(f.p99_ms)
+    );
+}
+
+fn main() {
+    let seconds: u64 = std::env::var("VIGIL_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let n: usize = std::env::var("VIGIL_BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    // The mock cluster lives on its own thread and must be started outside the runtime.
+    let kafka = bus::kafka::mock::MockKafka::start(1).expect("mock Kafka cluster");
+    kafka
+        .create_topic(
+            &bus::Topic::from_static(schemas::collect::BATCHES_TOPIC),
+            schemas::collect::BATCHES_PARTITIONS,
+        )
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        println!("collect batches of {} B plaintext, {n} sessions streaming, {seconds} s, loopback, 2 cores shared by client and server", interactions().len());
+        println!("{:<44} {:>10} {:>8} {:>9} {:>9}", "target", "batches/s", "ratio", "p50 ms", "p99 ms");
+        let bare = bare_ceiling().await;
+        let s = vigil(None).await;
+        let sessions = open_sessions(&s, n).await;
+        let pk = s.creds.keys.publishable_test.clone();
+        let ceiling = stream(bare, pk.clone(), open_sessions(&s, n).await, seconds, None).await;
+        print("bare axum handler, same requests (ceiling)", &ceiling, ceiling.per_sec);
+        let embedded = stream(s.base.clone(), pk, sessions, seconds, Some(s.clone())).await;
+        print("vigil, embedded log", &embedded, ceiling.per_sec);
+        let k = vigil(Some(kafka.url())).await;
+        let kpk = k.creds.keys.publishable_test.clone();
+        let ksessions = open_sessions(&k, n).await;
+        let on_kafka = stream(k.base.clone(), kpk, ksessions, seconds, Some(k.clone())).await;
+        print("vigil, Kafka (mock cluster)", &on_kafka, ceiling.per_sec);
+    });
+}

@@ -1,0 +1,81 @@
+//! Benchmark: the browser SDK's cost in the page, in headless Chromium driven through WebDriver
+//! (issue 3). Per visit, a fresh browser and profile opens a shop page on its own origin that
+//! loads `/sdk/v1/vigil.js` from the in-process service and calls `Vigil.load`; the page measures
+//!
+//! - `load`: from the call to `Vigil.load` until it resolves, i.e. the probes batch (seq 1)
+//!   acknowledged by the server (which acknowledges once the log has it);
+//! - `blocking`: main-thread long-task time over 50 ms during that span (PerformanceObserver
+//!   'longtask', each task counting `duration - 50`), and `long tasks`, their whole duration.
+//!
+//! Prints each visit, then the median and max. Goal (issue 3): load under 300 ms, blocking under
+//! 50 ms. Needs Debian's `chromium` and `chromium-driver` (scripts/test.sh installs them).
+//! Run with `cargo bench -p vigil-tests --bench sdk_cost`; `VIGIL_BENCH_VISITS` (default 5).
+
+use serde_json::Value;
+use vigil_tests::TestServer;
+use vigil_tests::browser::{ChromeDriver, PageServer, Profile, sdk_page};
+
+/// The same allocator as the `vigil` binary, so the in-process server is measured as it ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn median_max(values: &[f64]) -> (f64, f64) {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[v.len() - 1])
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let visits: usize = std::env::var("VIGIL_BENCH_VISITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let s = TestServer::start().await;
+    let page = PageServer::start(sdk_page(&s.base, &s.creds.keys.publishable_test)).await;
+    let driver = ChromeDriver::start().await;
+
+    let (mut load, mut blocking, mut long_tasks) = (Vec::new(), Vec::new(), Vec::new());
+    let mut version = String::new();
+    for visit in 1..=visits {
+        let profile = Profile::new();
+        let browser = driver.session(&profile).await;
+        version.clone_from(&browser.browser_version);
+        browser.goto(&format!("{}/checkout", page.base)).await;
+        let r: Value = browser.eval_async("window.__vigilLoad()").await;
+        assert_eq!(r["ok"], true, "Vigil.load failed: {r}");
+        if let Some(e) = r["long_task_error"].as_str() {
+            panic!("no long-task observer in this Chromium: {e}");
+        }
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        load.push(f("load_ms"));
+        blocking.push(f("blocking_ms"));
+        long_tasks.push(f("long_task_ms"));
+        println!(
+            "visit {visit}: load {:.1} ms, blocking {:.1} ms, long tasks {:.1} ms {}\n  phases {}\n  requests [path, start, duration] {}",
+            f("load_ms"),
+            f("blocking_ms"),
+            f("long_task_ms"),
+            r["long_tasks"],
+            r["timings"]["phases"],
+            r["requests"],
+        );
+        browser.quit().await;
+    }
+
+    let (load_med, load_max) = median_max(&load);
+    let (block_med, block_max) = median_max(&blocking);
+    let (long_med, long_max) = median_max(&long_tasks);
+    println!(
+        "\nSDK cost in headless Chromium {version}, {visits} visits (fresh browser and profile each):"
+    );
+    println!(
+        "  Vigil.load -> probes batch acknowledged: median {load_med:.1} ms, max {load_max:.1} ms (goal < 300 ms)"
+    );
+    println!(
+        "  main-thread blocking (long-task time over 50 ms): median {block_med:.1} ms, max {block_max:.1} ms (goal < 50 ms)"
+    );
+    println!(
+        "  long tasks during load (whole duration): median {long_med:.1} ms, max {long_max:.1} ms"
+    );
+}

@@ -1,0 +1,332 @@
+//! End to end in a real browser (issue 3): headless Chromium, driven through WebDriver, opens a
+//! shop page on its own origin that loads the SDK from the service (`/sdk/v1/vigil.js`) and
+//! calls `Vigil.load`; the SDK's requests cross origins, so CORS is exercised, and its probes
+//! batch must reach the log (`collect.batches.v1`) with what a headless, automated Chromium
+//! really reports. Then `agent.result()` mints the handoff the site's backend opens with its
+//! secret key, and a second visit with the same browser profile brings back the visitor token
+//! the first stored and links to the same `vid_`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (scripts/test.sh installs them); without
+//! them these tests fail, they never skip.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use vigil_tests::TestServer;
+use vigil_tests::browser::{ChromeDriver, PageServer, Profile, Session, sdk_page};
+
+/// Every record on the batches topic, read by a fresh consumer group.
+async fn logged(s: &TestServer) -> Vec<Value> {
+    let log = &s.running.as_ref().unwrap().log;
+    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).unwrap();
+    let mut consumer = log.consumer_of_all(&group, &topic).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let records = consumer
+            .poll(1000, Duration::from_millis(200))
+            .await
+            .unwrap();
+        if records.is_empty() {
+            break;
+        }
+        out.extend(
+            records
+                .iter()
+                .map(|r| serde_json::from_slice::<Value>(&r.payload).unwrap()),
+        );
+    }
+    out
+}
+
+/// The probes batch (seq 1) the log holds for this session; exactly one.
+async fn probes_record(s: &TestServer, session_id: &str) -> Value {
+    let records = logged(s).await;
+    let probes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["session_id"] == session_id && r["observations"]["kind"] == "probes")
+        .collect();
+    assert_eq!(
+        probes.len(),
+        1,
+        "one probes batch for {session_id} in the log; sessions logged: {:?}",
+        records
+            .iter()
+            .map(|r| (r["session_id"].clone(), r["seq"].clone()))
+            .collect::<Vec<_>>()
+    );
+    probes[0].clone()
+}
+
+/// Opens the shop page in this browser and runs `Vigil.load`; returns what the page reported.
+async fn visit(browser: &Session, page: &PageServer) -> Value {
+    browser.goto(&format!("{}/checkout", page.base)).await;
+    let loaded = browser.eval_async("window.__vigilLoad()").await;
+    assert_eq!(
+        loaded["ok"], true,
+        "Vigil.load failed in headless Chromium: {loaded}"
+    );
+    loaded
+}
+
+/// One Chromium at a time in this binary: the probes are time-boxed, and browsers competing for
+/// two cores make them time out.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Visits until none of `needed` probes timed out (at most 3 visits: a loaded machine can make a
+/// time-boxed probe run out of time, which the SDK reports in `timed_out`); returns what the page
+/// reported and the visit's probes batch from the log.
+async fn visit_with(
+    s: &TestServer,
+    browser: &Session,
+    page: &PageServer,
+    needed: &[&str],
+) -> (Value, Value) {
+    for attempt in 1..=3 {
+        let loaded = visit(browser, page).await;
+        let sid = loaded["session_id"].as_str().expect("agent.sessionId");
+        assert!(sid.starts_with("sid_"), "session id: {sid}");
+        let record = probes_record(s, sid).await;
+        let timed_out = &record["observations"]["timed_out"];
+        let missed: Vec<&&str> = needed
+            .iter()
+            .filter(|p| {
+                timed_out
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|x| x == **p))
+            })
+            .collect();
+        if missed.is_empty() {
+            return (loaded, record);
+        }
+        assert!(
+            attempt < 3,
+            "probes {missed:?} timed out on 3 visits in a row"
+        );
+        println!("visit {attempt}: probes {missed:?} timed out (timed_out: {timed_out}); again");
+    }
+    unreachable!()
+}
+
+fn port_of(url: &str) -> &str {
+    url.rsplit(':').next().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn headless_chromium_loads_the_sdk_and_its_probes_reach_the_log() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let page = PageServer::start(sdk_page(&s.base, pk)).await;
+    assert_ne!(
+        port_of(&page.base),
+        port_of(&s.base),
+        "the page is on another origin than the API"
+    );
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+    let browser = driver.session(&profile).await;
+
+    let (loaded, record) = visit_with(&s, &browser, &page, &["webgl"]).await;
+    let sid = loaded["session_id"].as_str().unwrap();
+    assert_eq!(record["schema"], 1);
+    assert_eq!(record["seq"], 1);
+    assert_eq!(record["environment"], "test");
+    assert_eq!(record["organization_id"], s.creds.org_id());
+    let header_names = record["request"]["header_names"].as_array().unwrap();
+    assert!(
+        header_names.iter().any(|h| h == "origin"),
+        "a cross-origin request carries Origin: {header_names:?}"
+    );
+    let obs = &record["observations"];
+    // WebDriver sets navigator.webdriver; the SDK reports it unchanged.
+    assert_eq!(obs["automation"]["webdriver"], true, "observations: {obs}");
+    let renderer = obs["rendering"]["webgl_renderer"]
+        .as_str()
+        .unwrap_or_else(|| {
+            panic!(
+                "no rendering.webgl_renderer; timed_out: {}",
+                obs["timed_out"]
+            )
+        });
+    assert!(
+        renderer.contains("SwiftShader"),
+        "headless Chromium with --disable-gpu renders WebGL with SwiftShader: {renderer}"
+    );
+    let rtts = obs["network"]["ping_rtts_ms"].as_array().unwrap();
+    assert_eq!(rtts.len(), 3, "three ping round trips: {rtts:?}");
+    assert!(
+        rtts.iter().all(|r| r.as_f64().is_some_and(|ms| ms >= 0.0)),
+        "ping round trips are non-negative milliseconds: {rtts:?}"
+    );
+    println!(
+        "chromium {}: {sid} webgl_renderer={renderer:?} ping_rtts_ms={rtts:?} timed_out={} load_ms={:.1}",
+        browser.browser_version,
+        obs["timed_out"],
+        loaded["load_ms"].as_f64().unwrap_or(-1.0)
+    );
+
+    // What the SDK did in the background after load (the network check), for the record.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let background = browser.eval_async("window.__vigilErrors").await;
+    println!("background errors reported to onError: {background}");
+
+    browser.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_handoff_from_agent_result_opens_to_the_same_session_with_the_secret_key() {
+    let s = TestServer::start().await;
+    let page = PageServer::start(sdk_page(&s.base, &s.creds.keys.publishable_test)).await;
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+    let browser = driver.session(&profile).await;
+
+    let loaded = visit(&browser, &page).await;
+    let sid = loaded["session_id"].as_str().expect("agent.sessionId");
+    // result() waits for the WebSocket network check, then calls `results` (cross-origin POST).
+    let result = browser.eval_async("window.__vigilResult()").await;
+    assert_eq!(result["ok"], true, "agent.result() failed: {result}");
+    assert_eq!(result["sessionId"], sid);
+    let handoff = result["handoff"].as_str().expect("handoff");
+    assert!(handoff.starts_with("vh1."), "handoff: {handoff}");
+    assert!(
+        result["expiresAt"].is_string(),
+        "expiresAt from results: {result}"
+    );
+    let background = browser.eval_async("window.__vigilErrors").await;
+    assert_eq!(
+        background,
+        serde_json::json!([]),
+        "the SDK's background work (network check) reported errors"
+    );
+
+    // The site's backend opens it with the secret key of the same environment.
+    let opened = s
+        .post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_test)
+        .json(serde_json::json!({ "handoff": handoff }))
+        .send()
+        .await;
+    let data = opened.ok(200);
+    assert_eq!(
+        data["session_id"], sid,
+        "the handoff names the browser's session"
+    );
+
+    // The WebSocket network check ran from the browser and its identities agree.
+    let records = logged(&s).await;
+    let mine: Vec<&Value> = records.iter().filter(|r| r["session_id"] == sid).collect();
+    let check = mine
+        .iter()
+        .find(|r| r["observations"]["kind"] == "network_check")
+        .unwrap_or_else(|| panic!("no network_check record for {sid}: {mine:?}"));
+    assert_eq!(
+        check["observations"]["consistent"], true,
+        "HTTP and WebSocket identities of one browser agree: {}",
+        check["observations"]
+    );
+    assert!(
+        mine.iter().any(|r| r["observations"]["kind"] == "results"),
+        "calling results is told to the processor through the log"
+    );
+    println!("opened handoff: {data}");
+
+    browser.quit().await;
+}
+
+/// Polls `GET /v1/sessions/{id}` (secret key) until the processor has linked the session to a
+/// visitor; returns the `vid_`.
+async fn linked_visitor(s: &TestServer, session_id: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = s
+            .get(&format!("/v1/sessions/{session_id}"))
+            .key(&s.creds.keys.secret_test)
+            .send()
+            .await;
+        if r.status == 200
+            && let Some(vid) = r.body["data"]["visitor_fingerprint"]["id"].as_str()
+        {
+            assert!(vid.starts_with("vid_"), "visitor id: {vid}");
+            return vid.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{session_id} not linked to a visitor within 15 s: {} {}",
+            r.status,
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_visit_with_the_same_profile_brings_the_stored_visitor_token() {
+    let s = TestServer::start().await;
+    let page = PageServer::start(sdk_page(&s.base, &s.creds.keys.publishable_test)).await;
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+
+    // First visit: no token yet; once the processor has linked the session, `results` hands the
+    // SDK the signed visitor token and the SDK keeps it in first-party storage.
+    let browser = driver.session(&profile).await;
+    let first = visit(&browser, &page).await;
+    assert_eq!(
+        first["visitor_token"],
+        Value::Null,
+        "a fresh profile has no token"
+    );
+    let first_sid = first["session_id"].as_str().unwrap().to_owned();
+    let vid = linked_visitor(&s, &first_sid).await;
+    let result = browser.eval_async("window.__vigilResult()").await;
+    assert_eq!(result["ok"], true, "agent.result() failed: {result}");
+    let token = browser.eval_async("window.__vigil.visitorToken").await;
+    let token = token
+        .as_str()
+        .unwrap_or_else(|| panic!("the SDK kept no visitor token from results: {token}"))
+        .to_owned();
+    browser.quit().await;
+
+    // Second visit, same profile, browser restarted: the SDK finds the token and reports it.
+    let browser = driver.session(&profile).await;
+    let (second, record) = visit_with(&s, &browser, &page, &["visitor_token"]).await;
+    let second_sid = second["session_id"].as_str().unwrap().to_owned();
+    assert_ne!(second_sid, first_sid);
+    assert_eq!(
+        second["visitor_token"],
+        token.as_str(),
+        "agent.visitorToken"
+    );
+    let storage = &record["observations"]["storage"];
+    assert_eq!(
+        storage["visitor_token"],
+        token.as_str(),
+        "storage: {storage}"
+    );
+    let found_in: Vec<&str> = storage["token_found_in"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    // IndexedDB holds it too (a plain read after load finds it), but the SDK's read is capped at
+    // 60 ms and, during `Vigil.load` in a just-started browser, the probes keep the main thread
+    // busy for longer, so `indexed_db` is usually missing here: not asserted until the SDK
+    // reads it within its budget.
+    for place in ["cookies", "local_storage"] {
+        assert!(
+            found_in.contains(&place),
+            "the token survives a browser restart in {place}: {found_in:?}"
+        );
+    }
+    assert_eq!(
+        linked_visitor(&s, &second_sid).await,
+        vid,
+        "the second visit links to the first visit's visitor"
+    );
+    println!("{vid}: token found in {found_in:?} on the second visit");
+    browser.quit().await;
+}
