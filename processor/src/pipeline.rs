@@ -108,8 +108,10 @@ pub async fn run(
             continue;
         }
         tracing::debug!(records = records.len(), "processor: polled");
-        for record in &records {
-            process_with_retry(&store, &secret, record, &shutdown).await;
+        // One store write per session per poll, not per record: the session's state is read,
+        // every new batch of it folded in, and the decision stored once.
+        for group in by_session(&records) {
+            process_with_retry(&store, &secret, &group, &shutdown).await;
             if shutdown.is_cancelled() {
                 return;
             }
@@ -118,22 +120,46 @@ pub async fn run(
     }
 }
 
+/// The readable records of a poll, grouped by session in log order (a session's records share
+/// a partition, so their order within the poll is the log's). Unreadable ones are logged and
+/// left out: they can never be processed.
+fn by_session(records: &[Record]) -> Vec<Vec<BatchRecord>> {
+    let mut groups: Vec<Vec<BatchRecord>> = Vec::new();
+    let mut index: std::collections::HashMap<schemas::SessionId, usize> =
+        std::collections::HashMap::new();
+    for record in records {
+        match serde_json::from_slice::<BatchRecord>(&record.payload) {
+            Ok(batch) => {
+                let at = *index.entry(batch.session_id).or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                });
+                groups[at].push(batch);
+            }
+            Err(e) => {
+                tracing::error!(partition = record.partition, offset = record.offset, error = %e, "processor: skipping an unreadable record");
+            }
+        }
+    }
+    groups
+}
+
 async fn process_with_retry(
     store: &Store,
     secret: &ServerSecret,
-    record: &Record,
+    batches: &[BatchRecord],
     shutdown: &CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match process(store, secret, &record.payload).await {
+        match process(store, secret, batches).await {
             Ok(()) => return,
             Err(Failure::Unreadable(why)) => {
-                tracing::error!(partition = record.partition, offset = record.offset, %why, "processor: skipping an unreadable record");
+                tracing::error!(%why, "processor: skipping an unreadable session update");
                 return;
             }
             Err(Failure::Transient(why)) => {
-                tracing::warn!(%why, "processor: store unavailable; retrying the record");
+                tracing::warn!(%why, "processor: store unavailable; retrying the session");
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -155,66 +181,78 @@ async fn commit(consumer: &mut dyn LogConsumer, records: &[Record], shutdown: &C
     }
 }
 
-/// Folds one log record into its session and stores the new decision.
-async fn process(store: &Store, secret: &ServerSecret, payload: &[u8]) -> Result<(), Failure> {
+/// Folds a session's new records (in log order) into it and stores one new decision.
+async fn process(
+    store: &Store,
+    secret: &ServerSecret,
+    batches: &[BatchRecord],
+) -> Result<(), Failure> {
     let started = Instant::now();
-    let batch: BatchRecord =
-        serde_json::from_slice(payload).map_err(|e| Failure::Unreadable(e.to_string()))?;
+    let Some(first) = batches.first() else {
+        return Ok(());
+    };
     let now = schemas::time::now();
     let mut session = match store
-        .get_session(batch.organization_id, batch.environment, batch.session_id)
+        .get_session(first.organization_id, first.environment, first.session_id)
         .await?
     {
         Some(s) => s,
-        None => new_session(store, &batch).await?,
+        None => new_session(store, first).await?,
     };
-    // Numbers from 1 are the SDK's batches, delivered at least once; 0 marks server-made
-    // records, whose effects are idempotent.
-    if batch.seq > 0 && session.processed_seqs.contains(&batch.seq) {
+    let mut state: SessionState = serde_json::from_value(session.state.clone()).unwrap_or_default();
+    let mut changed = false;
+    for batch in batches {
+        // Numbers from 1 are the SDK's batches, delivered at least once; 0 marks server-made
+        // records, whose effects are idempotent.
+        if batch.seq > 0 && session.processed_seqs.contains(&batch.seq) {
+            continue;
+        }
+        let mut probes_batch = false;
+        match batch.observations.get("kind").and_then(Value::as_str) {
+            Some("network_check") => {
+                state.context.network_check_consistent = batch
+                    .observations
+                    .get("consistent")
+                    .and_then(Value::as_bool);
+            }
+            Some("results") => state.final_requested = true,
+            _ => match Batch::from_value(batch.observations.clone()) {
+                Ok(observed) => {
+                    probes_batch = matches!(observed, Batch::Probes(_));
+                    state.observations.record(observed);
+                }
+                Err(e) => {
+                    tracing::error!(session = %batch.session_id, seq = batch.seq, error = %e, "processor: skipping an unreadable batch");
+                    continue;
+                }
+            },
+        }
+        if state.context.request.ip.is_none() {
+            state.context.request = crate::RequestContext {
+                ip: Some(batch.request.ip.clone()),
+                user_agent: Some(batch.request.user_agent.clone()),
+                header_names: batch.request.header_names.clone(),
+                url: Some(batch.request.url.clone()),
+            };
+        }
+        if probes_batch
+            && session.visitor_id.is_none()
+            && let Some(probes) = &state.observations.probes
+        {
+            let visitor = link_visitor(store, secret, batch, &session, probes).await?;
+            session.visitor_id = Some(visitor.id);
+        }
+        if batch.seq > 0 {
+            session.processed_seqs.push(batch.seq);
+        }
+        changed = true;
+    }
+    if !changed {
         return Ok(());
     }
-    let mut state: SessionState = serde_json::from_value(session.state.clone()).unwrap_or_default();
-    let mut probes_batch = false;
-    match batch.observations.get("kind").and_then(Value::as_str) {
-        Some("network_check") => {
-            state.context.network_check_consistent = batch
-                .observations
-                .get("consistent")
-                .and_then(Value::as_bool);
-        }
-        Some("results") => state.final_requested = true,
-        _ => match Batch::from_value(batch.observations.clone()) {
-            Ok(observed) => {
-                probes_batch = matches!(observed, Batch::Probes(_));
-                state.observations.record(observed);
-            }
-            Err(e) => {
-                return Err(Failure::Unreadable(format!(
-                    "batch {} of {}: {e}",
-                    batch.seq, batch.session_id
-                )));
-            }
-        },
-    }
-    if state.context.request.ip.is_none() {
-        state.context.request = crate::RequestContext {
-            ip: Some(batch.request.ip.clone()),
-            user_agent: Some(batch.request.user_agent.clone()),
-            header_names: batch.request.header_names.clone(),
-            url: Some(batch.request.url.clone()),
-        };
-    }
-    if let Some(collect) = store.get_collect_session(batch.session_id).await? {
+    if let Some(collect) = store.get_collect_session(first.session_id).await? {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
         state.final_requested |= collect.results_at.is_some();
-    }
-
-    if probes_batch
-        && session.visitor_id.is_none()
-        && let Some(probes) = &state.observations.probes
-    {
-        let visitor = link_visitor(store, secret, &batch, &session, probes).await?;
-        session.visitor_id = Some(visitor.id);
     }
 
     let mut decision = crate::evaluate(&state.observations, &state.context);
@@ -233,20 +271,17 @@ async fn process(store: &Store, secret: &ServerSecret, payload: &[u8]) -> Result
         );
         map.insert("is_provisional".into(), json!(!state.final_requested));
     }
-    if batch.seq > 0 {
-        session.processed_seqs.push(batch.seq);
-    }
     session.updated_at = now;
     session.state = serde_json::to_value(&state).map_err(|e| Failure::Unreadable(e.to_string()))?;
     session.latest_decision = Some(decision_json.clone());
     let record = DecisionRecord {
-        session_id: batch.session_id,
+        session_id: first.session_id,
         id,
         evaluated_at: now,
         decision: decision_json,
     };
     store.save_session(&session, Some(&record)).await?;
-    tracing::debug!(session = %batch.session_id, seq = batch.seq, verdict = ?decision.verdict, status = ?decision.decision_status, "processor: decided");
+    tracing::debug!(session = %first.session_id, records = batches.len(), verdict = ?decision.verdict, status = ?decision.decision_status, "processor: decided");
     Ok(())
 }
 
