@@ -348,7 +348,10 @@ pub struct SessionObservations {
 impl SessionObservations {
     /// Events kept per session: enough for the behavioural statistics, bounded so a page left
     /// open for hours (or a hostile client) cannot grow the state without limit.
-    pub const MAX_EVENTS: usize = 5_000;
+    /// The state is stored after every poll, so its size is paid again and again: 5,000 events
+    /// made the processor the pipeline's bottleneck, and the first 400 are plenty for the
+    /// path and timing statistics.
+    pub const MAX_EVENTS: usize = 400;
 
     /// Folds one batch into the session.
     pub fn record(&mut self, batch: Batch) {

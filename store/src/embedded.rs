@@ -377,6 +377,13 @@ impl EmbeddedStore {
     }
 }
 
+/// Whether a write is fsynced before it returns.
+#[derive(Clone, Copy)]
+enum Durability {
+    Synced,
+    Buffered,
+}
+
 impl Inner {
     /// A batch that is fsynced (journal data and metadata) before `commit` returns, and applied
     /// to the memtables only after that: a reader never sees a write that a crash could lose.
@@ -510,6 +517,7 @@ impl Inner {
     fn change_collect_session(
         &self,
         id: SessionId,
+        durability: Durability,
         change: impl FnOnce(&mut CollectSessionRecord) -> bool,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
         let Some(mut session) = self.get_collect_session(id)? else {
@@ -518,7 +526,12 @@ impl Inner {
         if !change(&mut session) {
             return Ok(Some((false, session)));
         }
-        let mut batch = self.batch();
+        let mut batch = match durability {
+            Durability::Synced => self.batch(),
+            // Written to the OS and fsynced with the next synced batch (or fjall's journal
+            // flush): see `advance_collect_seq` for why that is enough there.
+            Durability::Buffered => self.db.batch(),
+        };
         batch.insert(
             &self.collect_sessions,
             key::collect_session(id),
@@ -1029,9 +1042,13 @@ impl StoreBackend for EmbeddedStore {
         Ok(row.map(|r| r.session_id))
     }
 
+    /// The only buffered write of this store: ingest calls it for every batch, and an fsync each
+    /// capped ingest at about a thousand batches a second. Losing an advance in a crash only
+    /// lets a replayed batch through once more, and the processor drops batches it has seen by
+    /// number, so durability here would buy nothing.
     async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
+            let changed = db.change_collect_session(id, Durability::Buffered, |s| {
                 let above = seq > s.last_seq;
                 if above {
                     s.last_seq = seq;
@@ -1050,7 +1067,7 @@ impl StoreBackend for EmbeddedStore {
         at: Timestamp,
     ) -> Result<bool> {
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
+            let changed = db.change_collect_session(id, Durability::Synced, |s| {
                 match s.pings.iter_mut().find(|p| p.id == ping) {
                     Some(p) if p.arrived_at.is_none() => {
                         p.arrived_at = Some(at);
@@ -1072,7 +1089,7 @@ impl StoreBackend for EmbeddedStore {
     ) -> Result<bool> {
         let identity = identity.clone();
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
+            let changed = db.change_collect_session(id, Durability::Synced, |s| {
                 if s.ws_identity.is_some() {
                     return false;
                 }
@@ -1090,7 +1107,7 @@ impl StoreBackend for EmbeddedStore {
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>> {
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
+            let changed = db.change_collect_session(id, Durability::Synced, |s| {
                 if s.results_at.is_some() {
                     return false;
                 }

@@ -153,7 +153,9 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// The session a ping belongs to (`collect_pings`, partition key `ping_id`).
     async fn find_collect_ping(&self, ping: schemas::PingId) -> Result<Option<schemas::SessionId>>;
     /// Raises `last_seq` to `seq` if `seq` is above it; `false` (and no write) when it is not,
-    /// which is a replayed batch. Missing session: `false`.
+    /// which is a replayed batch. Missing session: `false`. Need not be durable when it
+    /// returns: a lost advance lets one replay through after a crash, which the processor drops
+    /// by number.
     async fn advance_collect_seq(&self, id: schemas::SessionId, seq: u64) -> Result<bool>;
     /// Records a ping's arrival once; `false` if the ping is unknown to the session or already
     /// arrived (the first arrival is the one that counts).
