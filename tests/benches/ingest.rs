@@ -16,20 +16,13 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use p256::ecdh::EphemeralSecret;
-use p256::elliptic_curve::Generate;
-use p256::elliptic_curve::sec1::ToSec1Point;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use vigil_tests::TestServer;
+use vigil_tests::collect::{CollectSession, open_session};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-struct Session {
-    id: String,
-    key: ingest::transport::BatchKey,
-}
 
 /// A realistic interactions batch: 40 pointer events.
 fn interactions() -> Vec<u8> {
@@ -40,26 +33,10 @@ fn interactions() -> Vec<u8> {
         .unwrap()
 }
 
-async fn open_sessions(s: &TestServer, n: usize) -> Vec<Session> {
-    let pk = &s.creds.keys.publishable_test;
+async fn open_sessions(s: &TestServer, n: usize) -> Vec<CollectSession> {
     let mut out = Vec::new();
     for _ in 0..n {
-        let secret = EphemeralSecret::generate();
-        let r = s
-            .post("/v1/collect/sessions")
-            .key(pk)
-            .json(json!({"client_public_key": B64.encode(secret.public_key().to_sec1_point(false).as_bytes()), "sdk_version": "bench", "page_url": "https://bench.example/"}))
-            .send()
-            .await;
-        let data = r.ok(201).clone();
-        let id = data["id"].as_str().unwrap().to_owned();
-        let server = p256::PublicKey::from_sec1_bytes(
-            &B64.decode(data["server_public_key"].as_str().unwrap())
-                .unwrap(),
-        )
-        .unwrap();
-        let key = ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &id);
-        out.push(Session { id, key });
+        out.push(open_session(s, &s.creds.keys.publishable_test).await);
     }
     out
 }
@@ -79,7 +56,7 @@ fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 async fn stream(
     base: String,
     pk: String,
-    sessions: Vec<Session>,
+    sessions: Vec<CollectSession>,
     seconds: u64,
     server: Option<Arc<TestServer>>,
 ) -> Figures {

@@ -15,6 +15,7 @@ use vigil::server::RunningServer;
 pub use serde_json::json;
 
 pub mod browser;
+pub mod collect;
 
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]

@@ -14,34 +14,11 @@ use std::time::Duration;
 use serde_json::Value;
 use vigil_tests::TestServer;
 use vigil_tests::browser::{ChromeDriver, PageServer, Profile, Session, sdk_page};
-
-/// Every record on the batches topic, read by a fresh consumer group.
-async fn logged(s: &TestServer) -> Vec<Value> {
-    let log = &s.running.as_ref().unwrap().log;
-    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
-    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).unwrap();
-    let mut consumer = log.consumer_of_all(&group, &topic).await.unwrap();
-    let mut out = Vec::new();
-    loop {
-        let records = consumer
-            .poll(1000, Duration::from_millis(200))
-            .await
-            .unwrap();
-        if records.is_empty() {
-            break;
-        }
-        out.extend(
-            records
-                .iter()
-                .map(|r| serde_json::from_slice::<Value>(&r.payload).unwrap()),
-        );
-    }
-    out
-}
+use vigil_tests::collect::logged_batches;
 
 /// The probes batch (seq 1) the log holds for this session; exactly one.
 async fn probes_record(s: &TestServer, session_id: &str) -> Value {
-    let records = logged(s).await;
+    let records = logged_batches(s).await;
     let probes: Vec<&Value> = records
         .iter()
         .filter(|r| r["session_id"] == session_id && r["observations"]["kind"] == "probes")
@@ -216,7 +193,7 @@ async fn the_handoff_from_agent_result_opens_to_the_same_session_with_the_secret
     );
 
     // The WebSocket network check ran from the browser and its identities agree.
-    let records = logged(&s).await;
+    let records = logged_batches(&s).await;
     let mine: Vec<&Value> = records.iter().filter(|r| r["session_id"] == sid).collect();
     let check = mine
         .iter()

@@ -3,100 +3,24 @@
 //! with its documented error: wrong origin, the other environment's key, replayed, tampered and
 //! misdirected batches, oversize and malformed bodies, expired sessions.
 
-use std::time::Duration;
-
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use p256::ecdh::EphemeralSecret;
 use p256::elliptic_curve::Generate;
 use p256::elliptic_curve::sec1::ToSec1Point;
 use serde_json::Value;
+use vigil_tests::collect::{CollectSession, logged_batches, open_session};
 use vigil_tests::{TestServer, json};
-
-/// A browser's side of a collect session.
-struct Browser {
-    session: String,
-    key: ingest::transport::BatchKey,
-    pings: Vec<String>,
-}
-
-async fn open(s: &TestServer, pk: &str) -> Browser {
-    let secret = EphemeralSecret::generate();
-    let public = secret.public_key().to_sec1_point(false);
-    let r = s
-        .post("/v1/collect/sessions")
-        .key(pk)
-        .json(json!({"client_public_key": B64.encode(public.as_bytes()), "sdk_version": "1.0.0", "page_url": "https://shop.example/checkout"}))
-        .send()
-        .await;
-    let data = r.ok(201).clone();
-    assert_eq!(data["object"], "collect_session");
-    let session = data["id"].as_str().unwrap().to_owned();
-    assert!(session.starts_with("sid_"));
-    assert_eq!(data["max_batch_bytes"], 65536);
-    let server = p256::PublicKey::from_sec1_bytes(
-        &B64.decode(data["server_public_key"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
-    let key =
-        ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &session);
-    let pings = data["pings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_str().unwrap().to_owned())
-        .collect();
-    Browser {
-        session,
-        key,
-        pings,
-    }
-}
-
-fn batch(b: &Browser, seq: u64, plaintext: &Value) -> Value {
-    let sealed = ingest::transport::seal_batch(
-        &b.key,
-        &b.session,
-        seq,
-        &serde_json::to_vec(plaintext).unwrap(),
-    );
-    json!({"seq": seq, "ciphertext": B64.encode(sealed)})
-}
 
 fn probes() -> Value {
     json!({"kind": "probes", "collected_in_ms": 12.0, "automation": {"webdriver": true}, "network": {"ping_rtts_ms": [1.0, 1.1, 0.9]}})
-}
-
-/// Every record on the batches topic, read by a fresh consumer group.
-async fn logged(s: &TestServer) -> Vec<Value> {
-    let log = &s.running.as_ref().unwrap().log;
-    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
-    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).unwrap();
-    let mut consumer = log.consumer_of_all(&group, &topic).await.unwrap();
-    let mut out = Vec::new();
-    loop {
-        let records = consumer
-            .poll(1000, Duration::from_millis(200))
-            .await
-            .unwrap();
-        if records.is_empty() {
-            break;
-        }
-        out.extend(
-            records
-                .iter()
-                .map(|r| serde_json::from_slice::<Value>(&r.payload).unwrap()),
-        );
-    }
-    out
 }
 
 #[tokio::test]
 async fn a_session_streams_batches_into_the_log() {
     let s = TestServer::start().await;
     let pk = &s.creds.keys.publishable_test;
-    let b = open(&s, pk).await;
+    let b = open_session(&s, pk).await;
     for ping in &b.pings {
         let r = s
             .get(&format!("/v1/collect/pings/{ping}"))
@@ -105,12 +29,12 @@ async fn a_session_streams_batches_into_the_log() {
             .await;
         assert_eq!(r.ok(200)["id"], ping.as_str());
     }
-    let path = format!("/v1/collect/sessions/{}/batches", b.session);
+    let path = format!("/v1/collect/sessions/{}/batches", b.id);
     let r = s
         .post(&path)
         .key(pk)
         .header("user-agent", "TestBrowser/1.0")
-        .json(batch(&b, 1, &probes()))
+        .json(b.batch(1, &probes()))
         .send()
         .await;
     let accepted = r.ok(202);
@@ -119,23 +43,23 @@ async fn a_session_streams_batches_into_the_log() {
     let interactions = json!({"kind": "interactions", "events": [{"t": 1.0, "type": "pointermove", "x": 1, "y": 2, "trusted": true}]});
     s.post(&path)
         .key(pk)
-        .json(batch(&b, 2, &interactions))
+        .json(b.batch(2, &interactions))
         .send()
         .await
         .ok(202);
     // Numbers may skip (a lost batch must not block the rest) but never go back.
     s.post(&path)
         .key(pk)
-        .json(batch(&b, 5, &interactions))
+        .json(b.batch(5, &interactions))
         .send()
         .await
         .ok(202);
 
-    let records = logged(&s).await;
+    let records = logged_batches(&s).await;
     assert_eq!(records.len(), 3);
     let first = &records[0];
     assert_eq!(first["schema"], 1);
-    assert_eq!(first["session_id"], b.session.as_str());
+    assert_eq!(first["session_id"], b.id.as_str());
     assert_eq!(first["environment"], "test");
     assert_eq!(first["organization_id"], s.creds.org_id());
     assert_eq!(first["seq"], 1);
@@ -156,12 +80,12 @@ async fn a_session_streams_batches_into_the_log() {
 async fn refused_batches_get_their_error_and_write_nothing() {
     let s = TestServer::start().await;
     let pk = &s.creds.keys.publishable_test;
-    let a = open(&s, pk).await;
-    let other = open(&s, pk).await;
-    let path = format!("/v1/collect/sessions/{}/batches", a.session);
+    let a = open_session(&s, pk).await;
+    let other = open_session(&s, pk).await;
+    let path = format!("/v1/collect/sessions/{}/batches", a.id);
     s.post(&path)
         .key(pk)
-        .json(batch(&a, 1, &probes()))
+        .json(a.batch(1, &probes()))
         .send()
         .await
         .ok(202);
@@ -169,12 +93,12 @@ async fn refused_batches_get_their_error_and_write_nothing() {
     // Replayed: the same number again, even with a valid ciphertext.
     s.post(&path)
         .key(pk)
-        .json(batch(&a, 1, &probes()))
+        .json(a.batch(1, &probes()))
         .send()
         .await
         .err(409, "collect.batch_replayed");
     // A valid batch 2 presented as batch 3.
-    let mut renumbered = batch(&a, 2, &probes());
+    let mut renumbered = a.batch(2, &probes());
     renumbered["seq"] = json!(3);
     s.post(&path)
         .key(pk)
@@ -183,7 +107,7 @@ async fn refused_batches_get_their_error_and_write_nothing() {
         .await
         .err(422, "collect.batch_invalid");
     // Tampered ciphertext.
-    let mut tampered = batch(&a, 2, &probes());
+    let mut tampered = a.batch(2, &probes());
     let mut bytes = B64
         .decode(tampered["ciphertext"].as_str().unwrap())
         .unwrap();
@@ -198,20 +122,20 @@ async fn refused_batches_get_their_error_and_write_nothing() {
     // Another session's batch.
     s.post(&path)
         .key(pk)
-        .json(batch(&other, 2, &probes()))
+        .json(other.batch(2, &probes()))
         .send()
         .await
         .err(422, "collect.batch_invalid");
     // Not a batch the protocol knows.
     s.post(&path)
         .key(pk)
-        .json(batch(&a, 2, &json!({"kind": "keylogger"})))
+        .json(a.batch(2, &json!({"kind": "keylogger"})))
         .send()
         .await
         .err(422, "collect.batch_invalid");
     // Oversize: 64 KiB of plaintext plus one byte.
     let huge = json!({"kind": "interactions", "pad": "x".repeat(65536)});
-    let r = s.post(&path).key(pk).json(batch(&a, 2, &huge)).send().await;
+    let r = s.post(&path).key(pk).json(a.batch(2, &huge)).send().await;
     r.err(413, "request.too_large");
     // Malformed bodies.
     let r = s
@@ -238,23 +162,23 @@ async fn refused_batches_get_their_error_and_write_nothing() {
         .err(415, "request.unsupported_media_type");
     s.post("/v1/collect/sessions/sid_bad/batches")
         .key(pk)
-        .json(batch(&a, 2, &probes()))
+        .json(a.batch(2, &probes()))
         .send()
         .await
         .err(422, "request.validation_failed");
     s.post("/v1/collect/sessions/sid_00000000000000000000000000/batches")
         .key(pk)
-        .json(batch(&a, 2, &probes()))
+        .json(a.batch(2, &probes()))
         .send()
         .await
         .err(404, "resource.not_found");
 
-    let records = logged(&s).await;
+    let records = logged_batches(&s).await;
     assert_eq!(records.len(), 1, "only the accepted batch reached the log");
     // The next real batch is still accepted.
     s.post(&path)
         .key(pk)
-        .json(batch(&a, 2, &probes()))
+        .json(a.batch(2, &probes()))
         .send()
         .await
         .ok(202);
@@ -264,12 +188,12 @@ async fn refused_batches_get_their_error_and_write_nothing() {
 async fn keys_are_checked_for_type_origin_and_environment() {
     let s = TestServer::start().await;
     let pk_test = &s.creds.keys.publishable_test;
-    let b = open(&s, pk_test).await;
-    let path = format!("/v1/collect/sessions/{}/batches", b.session);
+    let b = open_session(&s, pk_test).await;
+    let path = format!("/v1/collect/sessions/{}/batches", b.id);
     // The live key of the same organization cannot see a test session.
     s.post(&path)
         .key(&s.creds.keys.publishable_live)
-        .json(batch(&b, 1, &probes()))
+        .json(b.batch(1, &probes()))
         .send()
         .await
         .err(404, "resource.not_found");
@@ -356,7 +280,7 @@ async fn preflights_are_answered_without_a_key_and_never_counted() {
                 .contains("authorization")
         );
     }
-    let b = open(&s, pk).await;
+    let b = open_session(&s, pk).await;
     let r = s
         .get(&format!("/v1/collect/pings/{}", b.pings[0]))
         .key(pk)
@@ -381,9 +305,9 @@ async fn preflights_are_answered_without_a_key_and_never_counted() {
 async fn an_expired_session_is_gone() {
     let s = TestServer::start().await;
     let pk = &s.creds.keys.publishable_test;
-    let b = open(&s, pk).await;
+    let b = open_session(&s, pk).await;
     // Age the session as 31 minutes would.
-    let id: schemas::SessionId = b.session.parse().unwrap();
+    let id: schemas::SessionId = b.id.parse().unwrap();
     let store = s.store();
     let mut record = store.get_collect_session(id).await.unwrap().unwrap();
     record.id = schemas::SessionId::generate();
@@ -400,15 +324,16 @@ async fn an_expired_session_is_gone() {
         .seal(&b.key.0, record.id.to_string().as_bytes());
     record.sealed_batch_key = sealed_key;
     store.create_collect_session(&record).await.unwrap();
-    let expired = Browser {
-        session: record.id.to_string(),
+    let expired = CollectSession {
+        id: record.id.to_string(),
         key: b.key.clone(),
         pings: vec![record.pings[0].id.to_string()],
+        opened: Value::Null,
     };
-    let path = format!("/v1/collect/sessions/{}/batches", expired.session);
+    let path = format!("/v1/collect/sessions/{}/batches", expired.id);
     s.post(&path)
         .key(pk)
-        .json(batch(&expired, 1, &probes()))
+        .json(expired.batch(1, &probes()))
         .send()
         .await
         .err(410, "collect.session_expired");
@@ -417,16 +342,16 @@ async fn an_expired_session_is_gone() {
         .send()
         .await
         .err(410, "collect.session_expired");
-    assert!(logged(&s).await.is_empty());
+    assert!(logged_batches(&s).await.is_empty());
 }
 
 #[tokio::test]
 async fn the_handoff_opens_for_the_sites_backend_only() {
     let s = TestServer::start().await;
     let pk = &s.creds.keys.publishable_test;
-    let b = open(&s, pk).await;
+    let b = open_session(&s, pk).await;
     let r = s
-        .post(&format!("/v1/collect/sessions/{}/results", b.session))
+        .post(&format!("/v1/collect/sessions/{}/results", b.id))
         .key(pk)
         .send()
         .await;
@@ -434,7 +359,7 @@ async fn the_handoff_opens_for_the_sites_backend_only() {
     let handoff = minted["handoff"].as_str().unwrap().to_owned();
     assert!(handoff.starts_with("vh1.k1."));
     assert!(
-        !handoff.contains(&b.session),
+        !handoff.contains(&b.id),
         "the browser cannot read what it carries"
     );
 
@@ -444,7 +369,7 @@ async fn the_handoff_opens_for_the_sites_backend_only() {
         .json(json!({"handoff": handoff}))
         .send()
         .await;
-    assert_eq!(opened.ok(200)["session_id"], b.session.as_str());
+    assert_eq!(opened.ok(200)["session_id"], b.id.as_str());
     assert!(
         opened.header("access-control-allow-origin").is_none(),
         "secret-key routes answer no CORS"
@@ -557,7 +482,7 @@ async fn the_network_check_compares_the_websocket_with_http() {
         .await
         .err(422, "request.validation_failed");
 
-    let records = logged(&s).await;
+    let records = logged_batches(&s).await;
     let checks: Vec<&Value> = records
         .iter()
         .filter(|r| r["observations"]["kind"] == "network_check")

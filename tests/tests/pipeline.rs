@@ -5,36 +5,17 @@
 
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use p256::ecdh::EphemeralSecret;
-use p256::elliptic_curve::Generate;
-use p256::elliptic_curve::sec1::ToSec1Point;
 use serde_json::Value;
+use vigil_tests::collect::open_session;
 use vigil_tests::{TestServer, json};
 
 async fn scored_session(s: &TestServer, probes: Value) -> (String, Value) {
     let pk = &s.creds.keys.publishable_test;
-    let secret = EphemeralSecret::generate();
-    let opened = s
-        .post("/v1/collect/sessions")
-        .key(pk)
-        .json(json!({"client_public_key": B64.encode(secret.public_key().to_sec1_point(false).as_bytes()), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}))
-        .send()
-        .await;
-    let data = opened.ok(201).clone();
-    let sid = data["id"].as_str().unwrap().to_owned();
-    let server = p256::PublicKey::from_sec1_bytes(
-        &B64.decode(data["server_public_key"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
-    let key = ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &sid);
-    let sealed =
-        ingest::transport::seal_batch(&key, &sid, 1, &serde_json::to_vec(&probes).unwrap());
+    let session = open_session(s, pk).await;
+    let sid = session.id.clone();
     s.post(&format!("/v1/collect/sessions/{sid}/batches"))
         .key(pk)
-        .json(json!({"seq": 1, "ciphertext": B64.encode(sealed)}))
+        .json(session.batch(1, &probes))
         .send()
         .await
         .ok(202);

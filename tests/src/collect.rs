@@ -1,0 +1,94 @@
+//! The browser's side of the collect protocol, for tests and benchmarks: opening a session with
+//! a real ECDH exchange, sealing batches as the SDK does, and reading what reached the log.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use p256::ecdh::EphemeralSecret;
+use p256::elliptic_curve::Generate;
+use p256::elliptic_curve::sec1::ToSec1Point;
+use serde_json::{Value, json};
+
+use crate::TestServer;
+
+/// An open collect session and its batch key.
+pub struct CollectSession {
+    pub id: String,
+    pub key: ingest::transport::BatchKey,
+    pub pings: Vec<String>,
+    /// The whole `data` of the open answer.
+    pub opened: Value,
+}
+
+impl CollectSession {
+    /// A batch request body: `plaintext` sealed as batch `seq`.
+    pub fn batch(&self, seq: u64, plaintext: &Value) -> Value {
+        let sealed = ingest::transport::seal_batch(
+            &self.key,
+            &self.id,
+            seq,
+            &serde_json::to_vec(plaintext).expect("json"),
+        );
+        json!({"seq": seq, "ciphertext": B64.encode(sealed)})
+    }
+}
+
+/// A fresh client key pair's public half, as the SDK sends it.
+pub fn client_public_key(secret: &EphemeralSecret) -> String {
+    B64.encode(secret.public_key().to_sec1_point(false).as_bytes())
+}
+
+/// Opens a collect session with `pk` and derives its batch key as the SDK does.
+pub async fn open_session(s: &TestServer, pk: &str) -> CollectSession {
+    let secret = EphemeralSecret::generate();
+    let r = s
+        .post("/v1/collect/sessions")
+        .key(pk)
+        .json(json!({"client_public_key": client_public_key(&secret), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}))
+        .send()
+        .await;
+    let opened = r.ok(201).clone();
+    let id = opened["id"].as_str().expect("session id").to_owned();
+    let server_key = B64
+        .decode(opened["server_public_key"].as_str().expect("server key"))
+        .expect("base64url");
+    let server = p256::PublicKey::from_sec1_bytes(&server_key).expect("a P-256 point");
+    let key = ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &id);
+    let pings = opened["pings"]
+        .as_array()
+        .expect("pings")
+        .iter()
+        .map(|p| p.as_str().unwrap_or_default().to_owned())
+        .collect();
+    CollectSession {
+        id,
+        key,
+        pings,
+        opened,
+    }
+}
+
+/// Every record on the batches topic, read by a fresh consumer group.
+pub async fn logged_batches(s: &TestServer) -> Vec<Value> {
+    let log = &s.running.as_ref().expect("running").log;
+    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).expect("group name");
+    let mut consumer = log.consumer_of_all(&group, &topic).await.expect("consumer");
+    let mut out = Vec::new();
+    loop {
+        let records = consumer
+            .poll(1000, Duration::from_millis(200))
+            .await
+            .expect("poll");
+        if records.is_empty() {
+            break;
+        }
+        out.extend(
+            records
+                .iter()
+                .map(|r| serde_json::from_slice::<Value>(&r.payload).expect("a JSON record")),
+        );
+    }
+    out
+}
