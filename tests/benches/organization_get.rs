@@ -90,21 +90,7 @@ async fn full_stack(limiter: Option<String>) -> TestServer {
         }
     })
     .await;
-    let credential = schemas::credential::Credential::parse(&s.creds.keys.secret_live).unwrap();
-    let hash = s
-        .running
-        .as_ref()
-        .unwrap()
-        .secret
-        .hash_credential(&credential);
-    let mut key = s
-        .store()
-        .find_api_key_by_hash(&hash)
-        .await
-        .unwrap()
-        .unwrap();
-    key.rate_limit_override = Some(u32::MAX);
-    s.store().update_api_key(&key).await.unwrap();
+    s.unlimit(&s.creds.keys.secret_live).await;
     s
 }
 

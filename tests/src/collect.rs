@@ -92,3 +92,48 @@ pub async fn logged_batches(s: &TestServer) -> Vec<Value> {
     }
     out
 }
+
+/// Drives one session through the whole pipeline: opens it, sends `probes` as batch 1 (with
+/// `user_agent` as the HTTP user agent, when given), asks for the handoff, and polls
+/// `POST /v1/handoffs/open` until `done` holds of its answer (5 s at most). Returns the session
+/// id and that answer.
+pub async fn score_session(
+    s: &TestServer,
+    probes: &Value,
+    user_agent: Option<&str>,
+    done: impl Fn(&Value) -> bool,
+) -> (String, Value) {
+    let pk = &s.creds.keys.publishable_test;
+    let session = open_session(s, pk).await;
+    let sid = session.id.clone();
+    let mut batch = s
+        .post(&format!("/v1/collect/sessions/{sid}/batches"))
+        .key(pk);
+    if let Some(ua) = user_agent {
+        batch = batch.header("user-agent", ua);
+    }
+    batch.json(session.batch(1, probes)).send().await.ok(202);
+    let handoff = s
+        .post(&format!("/v1/collect/sessions/{sid}/results"))
+        .key(pk)
+        .send()
+        .await
+        .ok(200)["handoff"]
+        .clone();
+    // The processor works from the log, so the decision arrives shortly after.
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        let opened = s
+            .post("/v1/handoffs/open")
+            .key(&s.creds.keys.secret_test)
+            .json(json!({"handoff": handoff}))
+            .send()
+            .await;
+        last = opened.ok(200).clone();
+        if done(&last) {
+            return (sid, last);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the handoff of {sid} did not reach the awaited state within 5 s; last answer: {last}");
+}

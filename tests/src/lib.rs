@@ -301,6 +301,26 @@ impl TestServer {
         self.store().update_api_key(&record).await.expect("store");
     }
 
+    /// Gives a credential of this server a bucket so large it never refuses, for benchmarks:
+    /// the limiter still runs on every request, which is what they measure.
+    pub async fn unlimit(&self, credential: &str) {
+        let credential = schemas::credential::Credential::parse(credential).expect("a credential");
+        let hash = self
+            .running
+            .as_ref()
+            .expect("running")
+            .secret
+            .hash_credential(&credential);
+        let mut key = self
+            .store()
+            .find_api_key_by_hash(&hash)
+            .await
+            .expect("store")
+            .expect("the key exists");
+        key.rate_limit_override = Some(u32::MAX);
+        self.store().update_api_key(&key).await.expect("store");
+    }
+
     /// The value of an unlabelled metric from `/metrics`.
     pub async fn metric(&self, name: &str) -> f64 {
         let text = self

@@ -4,10 +4,9 @@
 //! `GET /v1/fingerprints` and `GET /v1/fingerprints/{visitorId}`.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use serde_json::Value;
-use vigil_tests::collect::open_session;
+use vigil_tests::collect::score_session;
 use vigil_tests::{TestServer, json};
 
 /// A scored session: its id, its visitor id, and the visitor token a second `results` call
@@ -21,53 +20,25 @@ struct Scored {
 /// Drives one session through the pipeline (as tests/tests/pipeline.rs does), sending the
 /// batches with `user_agent` as the HTTP user agent.
 async fn scored_session(s: &TestServer, probes: Value, user_agent: &str) -> Scored {
-    let pk = &s.creds.keys.publishable_test;
-    let session = open_session(s, pk).await;
-    let sid = session.id.clone();
-    s.post(&format!("/v1/collect/sessions/{sid}/batches"))
-        .key(pk)
-        .header("user-agent", user_agent)
-        .json(session.batch(1, &probes))
-        .send()
-        .await
-        .ok(202);
-    let handoff = s
+    let linked =
+        |a: &Value| a["decision"]["decision_status"] == "final" && a["visitor_id"].is_string();
+    let (sid, answer) = score_session(s, &probes, Some(user_agent), linked).await;
+    let visitor_id = answer["visitor_id"].as_str().unwrap_or_default().to_owned();
+    // Linked now, so `results` carries the token for the SDK to keep.
+    let again = s
         .post(&format!("/v1/collect/sessions/{sid}/results"))
-        .key(pk)
+        .key(&s.creds.keys.publishable_test)
         .send()
-        .await
-        .ok(200)["handoff"]
-        .clone();
-    let mut last = Value::Null;
-    for _ in 0..200 {
-        let opened = s
-            .post("/v1/handoffs/open")
-            .key(&s.creds.keys.secret_test)
-            .json(json!({"handoff": handoff}))
-            .send()
-            .await;
-        last = opened.ok(200).clone();
-        if last["decision"]["decision_status"] == "final" && last["visitor_id"].is_string() {
-            let visitor_id = last["visitor_id"].as_str().unwrap().to_owned();
-            // Linked now, so `results` carries the token for the SDK to keep.
-            let again = s
-                .post(&format!("/v1/collect/sessions/{sid}/results"))
-                .key(pk)
-                .send()
-                .await;
-            let visitor_token = again.ok(200)["visitor_token"]
-                .as_str()
-                .expect("a linked session's results carry a visitor token")
-                .to_owned();
-            return Scored {
-                sid,
-                visitor_id,
-                visitor_token,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        .await;
+    let visitor_token = again.ok(200)["visitor_token"]
+        .as_str()
+        .expect("a linked session's results carry a visitor token")
+        .to_owned();
+    Scored {
+        sid,
+        visitor_id,
+        visitor_token,
     }
-    panic!("no final decision with a visitor for {sid} within 5 s; last answer: {last}");
 }
 
 const CHROME_120: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";

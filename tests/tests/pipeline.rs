@@ -3,45 +3,16 @@
 //! backend reads the decision by opening the handoff. (tests/tests/browser.rs does the same
 //! from a real headless Chromium.)
 
-use std::time::Duration;
-
 use serde_json::Value;
-use vigil_tests::collect::open_session;
+use vigil_tests::collect::score_session;
 use vigil_tests::{TestServer, json};
 
 async fn scored_session(s: &TestServer, probes: Value) -> (String, Value) {
-    let pk = &s.creds.keys.publishable_test;
-    let session = open_session(s, pk).await;
-    let sid = session.id.clone();
-    s.post(&format!("/v1/collect/sessions/{sid}/batches"))
-        .key(pk)
-        .json(session.batch(1, &probes))
-        .send()
-        .await
-        .ok(202);
-    let handoff = s
-        .post(&format!("/v1/collect/sessions/{sid}/results"))
-        .key(pk)
-        .send()
-        .await
-        .ok(200)["handoff"]
-        .clone();
-    // The processor works from the log, so the final decision arrives shortly after.
-    let mut last = Value::Null;
-    for _ in 0..200 {
-        let opened = s
-            .post("/v1/handoffs/open")
-            .key(&s.creds.keys.secret_test)
-            .json(json!({"handoff": handoff}))
-            .send()
-            .await;
-        last = opened.ok(200).clone();
-        if last["decision"]["decision_status"] == "final" {
-            return (sid, last["decision"].clone());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no final decision for {sid} within 5 s; last answer: {last}");
+    let (sid, answer) = score_session(s, &probes, None, |a| {
+        a["decision"]["decision_status"] == "final"
+    })
+    .await;
+    (sid, answer["decision"].clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
