@@ -11,7 +11,11 @@
 //! the conditional ones: `touch_api_key` and `update_api_key` are read-modify-writes, and
 //! without it a write racing them could be undone (a touch rolled back, a revocation or a
 //! rotation lost). fjall serialises commits on its journal anyway, so the mutex costs no write
-//! parallelism. Reads never take it: fjall reads see whole batches or nothing.
+//! parallelism. Reads never take it. A plain keyspace read sees the newest version of a key,
+//! which includes a batch's rows while that batch is still being applied; so every read of a
+//! table written together with another goes through a database snapshot, which sees only
+//! whole, published batches (a session row never without its decision, an anchor index row
+//! never without its visitor).
 //!
 //! The authentication hot path's reads (`find_api_key_by_hash`, `get_organization`) are served
 //! from an exact cache of decoded rows (`row_cache`), which every write of those tables
@@ -27,7 +31,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable};
+use fjall::{
+    Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable, Snapshot,
+};
 use schemas::credential::Environment;
 use schemas::ids::{KeyId, OrgId, PingId, SessionId, VisitorId};
 use schemas::time::Timestamp;
@@ -269,13 +275,14 @@ mod key {
 /// The keys of `keyspace` in `[start, end)`, at most `limit` rows, decoded.
 fn scan<T: DeserializeOwned>(
     table: &'static str,
+    snapshot: &Snapshot,
     keyspace: &Keyspace,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
     limit: usize,
 ) -> Result<Vec<T>> {
     let mut rows = Vec::with_capacity(limit.min(1024));
-    for guard in keyspace.range((start, end)).take(limit) {
+    for guard in snapshot.range(keyspace, (start, end)).take(limit) {
         let value = guard.value().map_err(unavailable)?;
         rows.push(decode(table, &value)?);
     }
@@ -1037,7 +1044,10 @@ impl StoreBackend for EmbeddedStore {
     async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
         let row: Option<PingRow> = decode_row(
             COLLECT_PINGS,
-            self.inner.collect_pings.get(key::collect_ping(ping)),
+            self.inner
+                .db
+                .snapshot()
+                .get(&self.inner.collect_pings, key::collect_ping(ping)),
         )?;
         Ok(row.map(|r| r.session_id))
     }
@@ -1161,7 +1171,10 @@ impl StoreBackend for EmbeddedStore {
     ) -> Result<Option<SessionRecord>> {
         decode_row(
             SESSIONS,
-            self.inner.sessions.get(key::session(org, env, id)),
+            self.inner
+                .db
+                .snapshot()
+                .get(&self.inner.sessions, key::session(org, env, id)),
         )
     }
 
@@ -1183,6 +1196,7 @@ impl StoreBackend for EmbeddedStore {
         };
         scan(
             SESSIONS,
+            &self.inner.db.snapshot(),
             &self.inner.sessions,
             start,
             prefix_end(&partition),
@@ -1201,6 +1215,7 @@ impl StoreBackend for EmbeddedStore {
         let partition = key::decision_partition(session);
         scan(
             SESSION_DECISIONS,
+            &self.inner.db.snapshot(),
             &self.inner.session_decisions,
             Bound::Included(partition.to_vec()),
             prefix_end(&partition),
@@ -1248,7 +1263,10 @@ impl StoreBackend for EmbeddedStore {
     ) -> Result<Option<VisitorRecord>> {
         decode_row(
             VISITORS,
-            self.inner.visitors.get(key::visitor(org, env, id)),
+            self.inner
+                .db
+                .snapshot()
+                .get(&self.inner.visitors, key::visitor(org, env, id)),
         )
     }
 
@@ -1262,11 +1280,15 @@ impl StoreBackend for EmbeddedStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        // The index rows and the visitor rows they name from one snapshot: a visitor saved
+        // between the two reads cannot leave an index row pointing at a missing or older row.
+        let snapshot = self.inner.db.snapshot();
         let mut ids: Vec<VisitorId> = Vec::new();
         for digest in anchors.digests() {
             let partition = key::anchor_partition(org, env, &digest);
             let rows: Vec<AnchorRow> = scan(
                 VISITORS_BY_ANCHOR,
+                &snapshot,
                 &self.inner.visitors_by_anchor,
                 Bound::Included(partition.to_vec()),
                 prefix_end(&partition),
@@ -1280,7 +1302,7 @@ impl StoreBackend for EmbeddedStore {
         for id in ids.into_iter().take(limit) {
             if let Some(v) = decode_row(
                 VISITORS,
-                self.inner.visitors.get(key::visitor(org, env, id)),
+                snapshot.get(&self.inner.visitors, key::visitor(org, env, id)),
             )? {
                 found.push(v);
             }
@@ -1305,6 +1327,7 @@ impl StoreBackend for EmbeddedStore {
         };
         scan(
             VISITORS,
+            &self.inner.db.snapshot(),
             &self.inner.visitors,
             start,
             prefix_end(&partition),
