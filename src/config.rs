@@ -102,6 +102,9 @@ pub struct ServeArgs {
     /// How long a rotated key keeps working.
     #[arg(long, env = "VIGIL_ROTATION_GRACE", default_value = "24h", value_parser = humantime::parse_duration)]
     pub rotation_grace: std::time::Duration,
+    /// How long a session goes without a batch before its decision is made final.
+    #[arg(long, env = "VIGIL_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
+    pub session_idle: std::time::Duration,
     /// Requests per minute from one client IP that presents no valid credential.
     #[arg(long, env = "VIGIL_ANONYMOUS_RATE_LIMIT", default_value_t = 120)]
     pub anonymous_rate_limit: u32,

@@ -82,13 +82,20 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let batches = ingest::prepare_log(&log)
         .await
         .context("preparing the log's topics")?;
+    let events = processor::pipeline::prepare_log(&log)
+        .await
+        .context("preparing the log's topics")?;
     let shutdown = CancellationToken::new();
-    // The processor role: consumes the batches ingest appends and stores decisions.
+    // The processor role: consumes the batches ingest appends, stores decisions and events.
     let processor = tokio::spawn(processor::pipeline::run(
-        store.clone(),
-        log.clone(),
-        batches.clone(),
-        secret.clone(),
+        processor::pipeline::Pipeline {
+            store: store.clone(),
+            log: log.clone(),
+            batches: batches.clone(),
+            events,
+            secret: secret.clone(),
+            idle_after: args.session_idle,
+        },
         shutdown.clone(),
     ));
     let app = crate::app::router(crate::app::AppParts {

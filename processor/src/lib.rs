@@ -16,6 +16,7 @@
 //! ```
 
 mod behavior;
+pub mod events;
 pub mod fingerprint;
 pub mod observations;
 pub mod pipeline;

@@ -12,6 +12,10 @@
 //! else a new `vid_`. The visitor is saved before the session that names it; a visitor already
 //! holding the session among its recent sessions is not counted again, so a redelivery after a
 //! crash between the two saves links the same visitor without a second `seen_count`.
+//!
+//! Events (D12): linking records `session.fingerprint.calculated`, and the first final decision
+//! `session.result.persisted` (see [`crate::events`]). A decision becomes final when `results`
+//! is called or the session goes idle ([`idle`]).
 
 use std::time::{Duration, Instant};
 
@@ -22,10 +26,14 @@ use schemas::{DecisionId, VisitorId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use store::{
-    DecisionRecord, SessionRecord, Store, StoreError, VisitorRecord, VisitorRequest, VisitorStorage,
+    DecisionRecord, EventRecord, SessionRecord, Store, StoreError, VisitorRecord, VisitorRequest,
+    VisitorStorage,
 };
 use tokio_util::sync::CancellationToken;
 
+mod idle;
+
+use crate::events::{self, LinkedBy};
 use crate::fingerprint::{Anchors, BrowserTraits, LINK_THRESHOLD, component_vector, similarity};
 use crate::{Batch, Probes, ServerContext, SessionObservations};
 
@@ -69,18 +77,46 @@ impl From<StoreError> for Failure {
     }
 }
 
-/// Runs until `shutdown` is cancelled, consuming every partition of `topic`.
-/// `secret` verifies the visitor tokens the SDK presents (D11).
-pub async fn run(
-    store: Store,
-    log: Log,
-    topic: Topic,
-    secret: ServerSecret,
-    shutdown: CancellationToken,
-) {
+/// What the processor role runs with.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub store: Store,
+    pub log: Log,
+    /// `collect.batches.v1`: consumed, and where idle sessions are sent their finalisation.
+    pub batches: Topic,
+    /// `events.v1`: where recorded events are published.
+    pub events: Topic,
+    /// Verifies the visitor tokens the SDK presents (D11).
+    pub secret: ServerSecret,
+    /// How long a session goes without a batch before its decision is made final (D10).
+    pub idle_after: Duration,
+}
+
+/// Creates the topics the processor publishes to (the batches topic is ingest's).
+pub async fn prepare_log(log: &Log) -> Result<Topic, bus::BusError> {
+    let topic = Topic::from_static(schemas::events::EVENTS_TOPIC);
+    log.create_topic(&topic, schemas::events::EVENTS_PARTITIONS)
+        .await?;
+    Ok(topic)
+}
+
+/// Runs until `shutdown` is cancelled, consuming every partition of the batches topic, with
+/// the idle sweep beside it.
+pub async fn run(pipeline: Pipeline, shutdown: CancellationToken) {
+    let sweep = tokio::spawn(idle::sweep(pipeline.clone(), shutdown.clone()));
+    consume(&pipeline, &shutdown).await;
+    shutdown.cancel();
+    let _ = sweep.await;
+}
+
+async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
     let group = Group::from_static(GROUP);
     let mut consumer = loop {
-        match log.consumer_of_all(&group, &topic).await {
+        match pipeline
+            .log
+            .consumer_of_all(&group, &pipeline.batches)
+            .await
+        {
             Ok(c) => break c,
             Err(e) => {
                 tracing::error!(error = %e, "processor: opening the consumer; retrying");
@@ -111,12 +147,12 @@ pub async fn run(
         // One store write per session per poll, not per record: the session's state is read,
         // every new batch of it folded in, and the decision stored once.
         for group in by_session(&records) {
-            process_with_retry(&store, &secret, &group, &shutdown).await;
+            process_with_retry(pipeline, &group, shutdown).await;
             if shutdown.is_cancelled() {
                 return;
             }
         }
-        commit(&mut *consumer, &records, &shutdown).await;
+        commit(&mut *consumer, &records, shutdown).await;
     }
 }
 
@@ -145,14 +181,13 @@ fn by_session(records: &[Record]) -> Vec<Vec<BatchRecord>> {
 }
 
 async fn process_with_retry(
-    store: &Store,
-    secret: &ServerSecret,
+    pipeline: &Pipeline,
     batches: &[BatchRecord],
     shutdown: &CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match process(store, secret, batches).await {
+        match process(pipeline, batches).await {
             Ok(()) => return,
             Err(Failure::Unreadable(why)) => {
                 tracing::error!(%why, "processor: skipping an unreadable session update");
@@ -181,12 +216,11 @@ async fn commit(consumer: &mut dyn LogConsumer, records: &[Record], shutdown: &C
     }
 }
 
-/// Folds a session's new records (in log order) into it and stores one new decision.
-async fn process(
-    store: &Store,
-    secret: &ServerSecret,
-    batches: &[BatchRecord],
-) -> Result<(), Failure> {
+/// Folds a session's new records (in log order) into it and stores one new decision, with the
+/// events it caused: published to the events log first, then stored with the session in one
+/// write (a crash between the two republishes the same event ids on redelivery).
+async fn process(pipeline: &Pipeline, batches: &[BatchRecord]) -> Result<(), Failure> {
+    let (store, secret) = (&pipeline.store, &pipeline.secret);
     let started = Instant::now();
     let Some(first) = batches.first() else {
         return Ok(());
@@ -200,6 +234,8 @@ async fn process(
         None => new_session(store, first).await?,
     };
     let mut state: SessionState = serde_json::from_value(session.state.clone()).unwrap_or_default();
+    let was_final = session.finalized || events::is_final(session.latest_decision.as_ref());
+    let mut linked = None;
     let mut changed = false;
     for batch in batches {
         // Numbers from 1 are the SDK's batches, delivered at least once; 0 marks server-made
@@ -216,6 +252,15 @@ async fn process(
                     .and_then(Value::as_bool);
             }
             Some("results") => state.final_requested = true,
+            Some(idle::IDLE_KIND) => {
+                // Sent by the idle sweep for the session as it stood then; a batch that arrived
+                // since keeps the session open.
+                if idle::still_idle(&batch.observations, session.updated_at) {
+                    state.final_requested = true;
+                } else {
+                    continue;
+                }
+            }
             _ => match Batch::from_value(batch.observations.clone()) {
                 Ok(observed) => {
                     probes_batch = matches!(observed, Batch::Probes(_));
@@ -239,8 +284,9 @@ async fn process(
             && session.visitor_id.is_none()
             && let Some(probes) = &state.observations.probes
         {
-            let visitor = link_visitor(store, secret, batch, &session, probes).await?;
+            let (visitor, linked_by) = link_visitor(store, secret, batch, &session, probes).await?;
             session.visitor_id = Some(visitor.id);
+            linked = Some((visitor, linked_by, batch.received_at));
         }
         if batch.seq > 0 {
             session.processed_seqs.push(batch.seq);
@@ -272,16 +318,47 @@ async fn process(
         map.insert("is_provisional".into(), json!(!state.final_requested));
     }
     session.updated_at = now;
+    session.finalized = state.final_requested;
     session.state = serde_json::to_value(&state).map_err(|e| Failure::Unreadable(e.to_string()))?;
     session.latest_decision = Some(decision_json.clone());
+    let mut recorded = Vec::new();
+    if let Some((visitor, linked_by, at)) = &linked {
+        recorded.push(events::fingerprint_calculated(
+            &session, visitor, *linked_by, *at,
+        ));
+    }
+    if session.finalized && !was_final {
+        recorded.push(events::result_persisted(&session, &decision_json, now));
+    }
+    publish(pipeline, &recorded).await?;
     let record = DecisionRecord {
         session_id: first.session_id,
         id,
         evaluated_at: now,
         decision: decision_json,
     };
-    store.save_session(&session, Some(&record)).await?;
-    tracing::debug!(session = %first.session_id, records = batches.len(), verdict = ?decision.verdict, status = ?decision.decision_status, "processor: decided");
+    store
+        .save_session(&session, Some(&record), &recorded)
+        .await?;
+    tracing::debug!(session = %first.session_id, records = batches.len(), verdict = ?decision.verdict, status = ?decision.decision_status, events = recorded.len(), "processor: decided");
+    Ok(())
+}
+
+/// Appends each event to `events.v1`, keyed by its organization.
+async fn publish(pipeline: &Pipeline, recorded: &[EventRecord]) -> Result<(), Failure> {
+    for event in recorded {
+        let payload = serde_json::to_vec(&events::LoggedEvent::of(event))
+            .map_err(|e| Failure::Unreadable(e.to_string()))?;
+        pipeline
+            .log
+            .append(
+                &pipeline.events,
+                event.organization_id.to_string().as_bytes(),
+                &payload,
+            )
+            .await
+            .map_err(|e| Failure::Transient(format!("publishing an event: {e}")))?;
+    }
     Ok(())
 }
 
@@ -303,17 +380,19 @@ async fn new_session(store: &Store, batch: &BatchRecord) -> Result<SessionRecord
         processed_seqs: Vec::new(),
         state: Value::Null,
         latest_decision: None,
+        finalized: false,
     })
 }
 
-/// Links the session to a visitor in D11's order, updates and saves the visitor, and returns it.
+/// Links the session to a visitor in D11's order, updates and saves the visitor, and returns it
+/// with how it was found.
 async fn link_visitor(
     store: &Store,
     secret: &ServerSecret,
     batch: &BatchRecord,
     session: &SessionRecord,
     probes: &Probes,
-) -> Result<VisitorRecord, Failure> {
+) -> Result<(VisitorRecord, LinkedBy), Failure> {
     let (org, env) = (batch.organization_id, batch.environment);
     let seen_at = batch.received_at;
     let live = |v: &VisitorRecord| v.expires_at > seen_at;
@@ -325,6 +404,7 @@ async fn link_visitor(
     // 1. A token this server signed for this organization and environment.
     let mut found = None;
     let mut by_token = false;
+    let mut linked_by = LinkedBy::NewVisitor;
     if let Some(token) = storage.and_then(|s| s.visitor_token.as_deref())
         && let Some(id) = secret.verify_visitor_token(org, env, token)
         && let Some(visitor) = store.get_visitor(org, env, id).await?
@@ -332,6 +412,7 @@ async fn link_visitor(
     {
         found = Some(visitor);
         by_token = true;
+        linked_by = LinkedBy::VisitorToken;
     }
     // 2. The same anchors, from a compatible browser.
     if found.is_none() {
@@ -343,6 +424,9 @@ async fn link_visitor(
                 && anchors.matches(&Anchors::from(&v.anchors))
                 && traits.compatible_with_stored(&v.traits)
         });
+        if found.is_some() {
+            linked_by = LinkedBy::Anchors;
+        }
     }
     // 3. The nearest component vector above the threshold, among the newest visitors.
     if found.is_none() {
@@ -364,6 +448,9 @@ async fn link_visitor(
             }
         }
         found = best.map(|(_, v)| v);
+        if found.is_some() {
+            linked_by = LinkedBy::NearestVector;
+        }
     }
     // 4. Someone new.
     let mut visitor = found.unwrap_or_else(|| VisitorRecord {
@@ -417,6 +504,6 @@ async fn link_visitor(
         visitor.traits = traits.stored();
     }
     store.save_visitor(&visitor).await?;
-    tracing::debug!(session = %session.id, visitor = %visitor.id, by_token, seen_count = visitor.seen_count, "processor: linked a visitor");
-    Ok(visitor)
+    tracing::debug!(session = %session.id, visitor = %visitor.id, ?linked_by, seen_count = visitor.seen_count, "processor: linked a visitor");
+    Ok((visitor, linked_by))
 }

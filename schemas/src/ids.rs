@@ -1,5 +1,7 @@
 //! Prefixed resource ids (D1): a prefix, then a ULID in lowercase Crockford base32, so ids sort
-//! by creation time and a stray `key_` can never be mistaken for an `org_`.
+//! by creation time and a stray `key_` can never be mistaken for an `org_`. The webhook family
+//! (`wevt_`, `we_`, `wdlv_`) is spelled with 32 lowercase hex digits, as the interface fixes;
+//! those are ULIDs too, written in hex, so they sort by creation time as well.
 
 use std::fmt;
 use std::str::FromStr;
@@ -64,8 +66,8 @@ pub fn parse_ulid_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
     Ulid::from_string(rest).map_err(|_| IdError::BadCharacter)
 }
 
-macro_rules! ulid_id {
-    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal, $spell:ident, $parse:ident) => {
         $(#[$doc])*
         #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(Ulid);
@@ -82,6 +84,13 @@ macro_rules! ulid_id {
                 Self(ulid)
             }
 
+            /// The id made at `timestamp_ms` with the 80 random bits taken from `random`: a
+            /// caller that must mint the same id again for the same thing (a redelivered
+            /// record) derives `random` from that thing.
+            pub fn from_parts(timestamp_ms: u64, random: u128) -> Self {
+                Self(Ulid::from_parts(timestamp_ms, random))
+            }
+
             pub fn ulid(&self) -> Ulid {
                 self.0
             }
@@ -90,7 +99,7 @@ macro_rules! ulid_id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str($prefix)?;
-                f.write_str(&self.0.to_string().to_ascii_lowercase())
+                $spell(self.0, f)
             }
         }
 
@@ -103,7 +112,7 @@ macro_rules! ulid_id {
         impl FromStr for $name {
             type Err = IdError;
             fn from_str(s: &str) -> Result<Self, IdError> {
-                parse_ulid_id($prefix, s).map(Self)
+                $parse($prefix, s).map(Self)
             }
         }
 
@@ -122,33 +131,64 @@ macro_rules! ulid_id {
     };
 }
 
-ulid_id!(
+id_type!(
     /// An organization: the tenant every key, session and service belongs to.
-    OrgId, "org_"
+    OrgId, "org_", spell_base32, parse_ulid_id
 );
-ulid_id!(
+id_type!(
     /// An API key resource id; never the credential itself.
-    KeyId, "key_"
+    KeyId, "key_", spell_base32, parse_ulid_id
 );
-ulid_id!(
+id_type!(
     /// One HTTP request, echoed in `meta.request_id`, `error.request_id` and `X-Request-Id`.
-    RequestId, "req_"
+    RequestId, "req_", spell_base32, parse_ulid_id
 );
-ulid_id!(
+id_type!(
     /// A collect session: one page view scored by the browser SDK.
-    SessionId, "sid_"
+    SessionId, "sid_", spell_base32, parse_ulid_id
 );
-ulid_id!(
+id_type!(
     /// One round-trip timing ping of a collect session.
-    PingId, "png_"
+    PingId, "png_", spell_base32, parse_ulid_id
 );
-ulid_id!(
+id_type!(
     /// A persistent visitor fingerprint linking sessions.
-    VisitorId, "vid_"
+    VisitorId, "vid_", spell_base32, parse_ulid_id
 );
-ulid_id!(
+id_type!(
     /// One decision of a session (its history is kept; the latest is pointed to).
-    DecisionId, "evt_"
+    DecisionId, "evt_", spell_base32, parse_ulid_id
+);
+
+/// The interface's base32 spelling of a ULID: Crockford, lowercase.
+fn spell_base32(ulid: Ulid, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.write_str(&ulid.to_string().to_ascii_lowercase())
+}
+
+/// The webhook family's spelling of a ULID: 32 lowercase hex digits.
+fn spell_hex(ulid: Ulid, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "{:032x}", ulid.0)
+}
+
+/// Checks `s` is `prefix` followed by 32 lowercase hex digits, and returns the ULID they spell.
+pub fn parse_hex_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
+    let rest = s
+        .strip_prefix(prefix)
+        .ok_or(IdError::WrongPrefix { expected: prefix })?;
+    if rest.len() != 32 {
+        return Err(IdError::WrongLength);
+    }
+    if !rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(IdError::BadCharacter);
+    }
+    u128::from_str_radix(rest, 16)
+        .map(Ulid)
+        .map_err(|_| IdError::BadCharacter)
+}
+
+id_type!(
+    /// One event recorded for an organization (D12), delivered to its webhooks.
+    EventId, "wevt_", spell_hex, parse_hex_id
 );
 
 #[cfg(test)]
@@ -196,7 +236,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn hex_ids_are_32_lowercase_hex_digits_in_creation_order() {
+        let ids: Vec<EventId> = (0..100).map(|_| EventId::generate()).collect();
+        let strings: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        for s in &strings {
+            assert_eq!(s.len(), "wevt_".len() + 32, "{s}");
+            assert_eq!(s.parse::<EventId>().unwrap().to_string(), *s);
+        }
+        let mut sorted = strings.clone();
+        sorted.sort();
+        assert_eq!(strings, sorted, "text order is creation order");
+        assert_eq!(
+            "wevt_0123456789ABCDEF0123456789abcdef".parse::<EventId>(),
+            Err(IdError::BadCharacter),
+            "upper case is not the interface's spelling"
+        );
+        assert_eq!("wevt_00ff".parse::<EventId>(), Err(IdError::WrongLength));
+        assert_eq!(
+            "wevt_+123456789abcdef0123456789abcdef".parse::<EventId>(),
+            Err(IdError::BadCharacter)
+        );
+    }
+
     proptest! {
+        #[test]
+        fn hex_ids_round_trip(n in any::<u128>()) {
+            let id = EventId::from_ulid(Ulid(n));
+            prop_assert_eq!(id.to_string().parse::<EventId>().unwrap(), id);
+        }
+
         #[test]
         fn generated_ids_always_parse(n in any::<u128>()) {
             let id = KeyId::from_ulid(Ulid(n));

@@ -4,6 +4,7 @@
 pub mod collect;
 pub mod credential;
 pub mod error;
+pub mod events;
 pub mod ids;
 pub mod resources;
 pub mod scope;
@@ -11,5 +12,5 @@ pub mod time;
 pub mod validate;
 
 pub use error::ErrorCode;
-pub use ids::{DecisionId, KeyId, OrgId, PingId, RequestId, SessionId, VisitorId};
+pub use ids::{DecisionId, EventId, KeyId, OrgId, PingId, RequestId, SessionId, VisitorId};
 pub use scope::Scope;

@@ -14,19 +14,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use chrono::TimeDelta;
 use schemas::credential::{Environment, KeyType};
+use schemas::events::{EventSubject, EventType};
 use schemas::ids::{KeyId, OrgId};
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
 use schemas::time::{self, Timestamp};
-use schemas::{DecisionId, PingId, SessionId, VisitorId};
+use schemas::{DecisionId, EventId, PingId, SessionId, VisitorId};
 use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, IdempotencyBegin,
-    IdempotencyRecord, IdempotencyScope, OrganizationRecord, PingRecord, Result, SessionRecord,
-    Store, StoreError, StoredResponse, VisitorAnchors, VisitorRecord, VisitorRequest,
-    VisitorStorage, VisitorTraits,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
+    IdempotencyBegin, IdempotencyRecord, IdempotencyScope, OrganizationRecord, PingRecord, Result,
+    SessionRecord, Store, StoreError, StoredResponse, VisitorAnchors, VisitorRecord,
+    VisitorRequest, VisitorStorage, VisitorTraits,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -99,6 +100,10 @@ macro_rules! store_conformance_suite {
             session_list_is_isolated_per_organization_and_environment,
             session_decisions_are_kept_newest_first_and_only_when_given,
             concurrent_reads_see_a_session_and_its_decision_together,
+            events_are_saved_with_their_session_and_listed_newest_first,
+            events_saved_again_replace_their_row,
+            events_are_isolated_per_organization_and_environment,
+            events_of_another_organization_are_refused_with_nothing_written,
             visitor_round_trip,
             visitor_save_replaces_the_row_and_its_anchor_rows,
             visitor_list_is_newest_first_paginates_and_is_isolated,
@@ -271,6 +276,7 @@ fn session_record(org: OrgId, env: Environment, id: SessionId) -> SessionRecord 
         processed_seqs: vec![1, 2, 5, u64::MAX],
         state: json!({ "observations": [ws_identity("198.51.100.9")], "score": 0.25, "n": null }),
         latest_decision: None,
+        finalized: false,
     }
 }
 
@@ -2854,7 +2860,7 @@ pub async fn concurrent_collect_updates_keep_each_other(store: Store) {
 pub async fn session_round_trip(store: Store) {
     let org = OrgId::generate();
     let session = session_record(org, Environment::Live, SessionId::generate());
-    store.save_session(&session, None).await.unwrap();
+    store.save_session(&session, None, &[]).await.unwrap();
     assert_eq!(
         store
             .get_session(org, Environment::Live, session.id)
@@ -2906,7 +2912,7 @@ pub async fn session_round_trip(store: Store) {
         state: serde_json::Value::Null,
         ..session.clone()
     };
-    store.save_session(&bare, None).await.unwrap();
+    store.save_session(&bare, None, &[]).await.unwrap();
     assert_eq!(
         store
             .get_session(org, Environment::Live, bare.id)
@@ -2920,7 +2926,7 @@ pub async fn session_round_trip(store: Store) {
 pub async fn session_save_replaces_the_row(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Test);
     let first = session_record(org, env, SessionId::generate());
-    store.save_session(&first, None).await.unwrap();
+    store.save_session(&first, None, &[]).await.unwrap();
     let d = decision_record(first.id, DecisionId::generate(), 1);
     let second = SessionRecord {
         updated_at: first.updated_at + TimeDelta::seconds(3),
@@ -2930,7 +2936,7 @@ pub async fn session_save_replaces_the_row(store: Store) {
         visitor_id: None,
         ..first.clone()
     };
-    store.save_session(&second, Some(&d)).await.unwrap();
+    store.save_session(&second, Some(&d), &[]).await.unwrap();
     assert_eq!(
         store.get_session(org, env, first.id).await.unwrap(),
         Some(second.clone())
@@ -2949,7 +2955,7 @@ pub async fn session_list_is_newest_first_and_paginates(store: Store) {
     // Saved out of order: the order must come from the ids, not from the writes.
     for i in [4, 0, 5, 1, 3] {
         store
-            .save_session(&session_record(org, env, s[i]), None)
+            .save_session(&session_record(org, env, s[i]), None, &[])
             .await
             .unwrap();
     }
@@ -3007,7 +3013,7 @@ pub async fn session_list_is_isolated_per_organization_and_environment(store: St
         let mut made = sorted_ids(n, SessionId::generate);
         for id in &made {
             store
-                .save_session(&session_record(org, env, *id), None)
+                .save_session(&session_record(org, env, *id), None, &[])
                 .await
                 .unwrap();
         }
@@ -3052,7 +3058,7 @@ pub async fn session_decisions_are_kept_newest_first_and_only_when_given(store: 
     let d = sorted_ids(4, DecisionId::generate);
     let mut session = session_record(org, env, sid);
 
-    store.save_session(&session, None).await.unwrap();
+    store.save_session(&session, None, &[]).await.unwrap();
     assert!(
         store.list_decisions(sid, 10).await.unwrap().is_empty(),
         "a save without a decision records none"
@@ -3071,18 +3077,18 @@ pub async fn session_decisions_are_kept_newest_first_and_only_when_given(store: 
         let decision = with.then(|| decision_record(sid, d[i as usize], i));
         session.latest_decision = decision.as_ref().map(|x| x.decision.clone());
         store
-            .save_session(&session, decision.as_ref())
+            .save_session(&session, decision.as_ref(), &[])
             .await
             .unwrap();
         written.extend(decision);
     }
     let other = decision_record(neighbour, DecisionId::generate(), 9);
     store
-        .save_session(&session_record(org, env, neighbour), Some(&other))
+        .save_session(&session_record(org, env, neighbour), Some(&other), &[])
         .await
         .unwrap();
     store
-        .save_session(&session_record(org, env, last), None)
+        .save_session(&session_record(org, env, last), None, &[])
         .await
         .unwrap();
 
@@ -3135,7 +3141,7 @@ pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Sto
         (session, decision)
     };
     let (s0, d0) = save(0);
-    store.save_session(&s0, Some(&d0)).await.unwrap();
+    store.save_session(&s0, Some(&d0), &[]).await.unwrap();
 
     let done = Arc::new(AtomicBool::new(false));
     let mut readers = JoinSet::new();
@@ -3171,7 +3177,10 @@ pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Sto
     }
     for n in 1..=SAVES {
         let (session, decision) = save(n);
-        store.save_session(&session, Some(&decision)).await.unwrap();
+        store
+            .save_session(&session, Some(&decision), &[])
+            .await
+            .unwrap();
         tokio::task::yield_now().await;
     }
     done.store(true, Ordering::SeqCst);
@@ -3181,6 +3190,219 @@ pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Sto
         decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
         d.iter().rev().copied().collect::<Vec<_>>(),
         "every save's decision is kept"
+    );
+}
+
+// ---- events ----
+
+/// An event of `session` with every column set.
+fn event_record(session: &SessionRecord, id: EventId, event_type: EventType) -> EventRecord {
+    EventRecord {
+        id,
+        organization_id: session.organization_id,
+        environment: session.environment,
+        event_type,
+        subject: EventSubject {
+            kind: "session".into(),
+            id: session.id.to_string(),
+        },
+        data: json!({ "session_id": session.id.to_string(), "note": "ünï", "n": [1, null] }),
+        created_at: time::now(),
+    }
+}
+
+fn event_ids(events: &[EventRecord]) -> Vec<EventId> {
+    events.iter().map(|e| e.id).collect()
+}
+
+pub async fn events_are_saved_with_their_session_and_listed_newest_first(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let e = sorted_ids(5, EventId::generate);
+    let mut written = Vec::new();
+    for (i, id) in e.iter().enumerate() {
+        let session = session_record(org, env, SessionId::generate());
+        let kind = if i % 2 == 0 {
+            EventType::SessionFingerprintCalculated
+        } else {
+            EventType::SessionResultPersisted
+        };
+        let event = event_record(&session, *id, kind);
+        let d = decision_record(session.id, DecisionId::generate(), i as u64);
+        store
+            .save_session(&session, Some(&d), std::slice::from_ref(&event))
+            .await
+            .unwrap();
+        written.push(event);
+    }
+    for event in &written {
+        assert_eq!(
+            store.get_event(org, env, event.id).await.unwrap().as_ref(),
+            Some(event),
+            "an event reads back whole"
+        );
+    }
+    let all = store.list_events(org, env, None, 10).await.unwrap();
+    assert_eq!(
+        event_ids(&all),
+        e.iter().rev().copied().collect::<Vec<_>>(),
+        "newest first"
+    );
+    let page = store.list_events(org, env, None, 2).await.unwrap();
+    assert_eq!(event_ids(&page), vec![e[4], e[3]], "limit");
+    let next = store.list_events(org, env, Some(e[3]), 2).await.unwrap();
+    assert_eq!(event_ids(&next), vec![e[2], e[1]], "`after` is exclusive");
+    assert!(
+        store
+            .list_events(org, env, Some(e[0]), 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_events(org, env, None, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .get_event(org, env, EventId::generate())
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Two events in one save, with no decision.
+    let session = session_record(org, env, SessionId::generate());
+    let pair = sorted_ids(2, EventId::generate);
+    let both = [
+        event_record(&session, pair[0], EventType::SessionFingerprintCalculated),
+        event_record(&session, pair[1], EventType::SessionResultPersisted),
+    ];
+    store.save_session(&session, None, &both).await.unwrap();
+    assert_eq!(
+        event_ids(&store.list_events(org, env, None, 2).await.unwrap()),
+        vec![pair[1], pair[0]]
+    );
+}
+
+/// A redelivered batch saves the same events again: one row each, the later one kept.
+pub async fn events_saved_again_replace_their_row(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let session = session_record(org, env, SessionId::generate());
+    let id = EventId::generate();
+    let first = event_record(&session, id, EventType::SessionResultPersisted);
+    store
+        .save_session(&session, None, std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    let again = EventRecord {
+        data: json!({ "redelivered": true }),
+        ..first.clone()
+    };
+    store
+        .save_session(&session, None, std::slice::from_ref(&again))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.list_events(org, env, None, 10).await.unwrap(),
+        vec![again],
+        "one row per event id"
+    );
+}
+
+pub async fn events_are_isolated_per_organization_and_environment(store: Store) {
+    let org = OrgId::generate();
+    let other_org = OrgId::generate();
+    let mut ids = Vec::new();
+    for (o, env) in [
+        (org, Environment::Live),
+        (org, Environment::Test),
+        (other_org, Environment::Live),
+    ] {
+        let session = session_record(o, env, SessionId::generate());
+        let event = event_record(&session, EventId::generate(), EventType::WebhookTest);
+        store
+            .save_session(&session, None, std::slice::from_ref(&event))
+            .await
+            .unwrap();
+        ids.push(event.id);
+    }
+    assert_eq!(
+        event_ids(
+            &store
+                .list_events(org, Environment::Live, None, 10)
+                .await
+                .unwrap()
+        ),
+        vec![ids[0]]
+    );
+    assert_eq!(
+        event_ids(
+            &store
+                .list_events(org, Environment::Test, None, 10)
+                .await
+                .unwrap()
+        ),
+        vec![ids[1]]
+    );
+    assert_eq!(
+        store
+            .get_event(org, Environment::Test, ids[0])
+            .await
+            .unwrap(),
+        None,
+        "a live event is not found under test"
+    );
+    assert_eq!(
+        store
+            .get_event(org, Environment::Live, ids[2])
+            .await
+            .unwrap(),
+        None,
+        "another organization's event is not found"
+    );
+}
+
+pub async fn events_of_another_organization_are_refused_with_nothing_written(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let session = session_record(org, env, SessionId::generate());
+    let stranger = session_record(OrgId::generate(), env, SessionId::generate());
+    let other_env = session_record(org, Environment::Test, SessionId::generate());
+    let ours = event_record(
+        &session,
+        EventId::generate(),
+        EventType::SessionResultPersisted,
+    );
+    for foreign in [&stranger, &other_env] {
+        let theirs = event_record(
+            foreign,
+            EventId::generate(),
+            EventType::SessionResultPersisted,
+        );
+        let refused = store
+            .save_session(&session, None, &[ours.clone(), theirs])
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid(_))),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(store.get_session(org, env, session.id).await.unwrap(), None);
+    assert!(
+        store
+            .list_events(org, env, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_events(stranger.organization_id, env, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
 

@@ -35,16 +35,16 @@ use fjall::{
     Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable, Snapshot,
 };
 use schemas::credential::Environment;
-use schemas::ids::{KeyId, OrgId, PingId, SessionId, VisitorId};
+use schemas::ids::{EventId, KeyId, OrgId, PingId, SessionId, VisitorId};
 use schemas::time::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use self::row_cache::{Changes, Lookup, RowCache};
 use crate::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, IdempotencyBegin,
-    IdempotencyRecord, IdempotencyScope, OrganizationRecord, Result, SessionRecord, StoreBackend,
-    StoreError, VisitorAnchors, VisitorRecord,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
+    IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord, Result,
+    SessionRecord, StoreBackend, StoreError, VisitorAnchors, VisitorRecord,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -58,6 +58,8 @@ const COLLECT_SESSIONS: &str = "collect_sessions";
 const COLLECT_PINGS: &str = "collect_pings";
 const SESSIONS: &str = "sessions";
 const SESSION_DECISIONS: &str = "session_decisions";
+const SESSIONS_IDLE: &str = "sessions_idle";
+const EVENTS: &str = "events";
 const VISITORS: &str = "visitors";
 const VISITORS_BY_ANCHOR: &str = "visitors_by_anchor";
 
@@ -89,6 +91,8 @@ struct Inner {
     collect_pings: Keyspace,
     sessions: Keyspace,
     session_decisions: Keyspace,
+    sessions_idle: Keyspace,
+    events: Keyspace,
     visitors: Keyspace,
     visitors_by_anchor: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
@@ -103,6 +107,13 @@ struct WriterState {
     last_idempotency_purge: Option<Instant>,
     /// The same for `create_collect_session`'s sweep.
     last_collect_purge: Option<Instant>,
+}
+
+/// `sessions_idle`: where an unfinalised session is (its id and time are in the key).
+#[derive(Serialize, Deserialize)]
+struct IdleRow {
+    organization_id: OrgId,
+    environment: Environment,
 }
 
 /// `organizations_by_slug`: the claim of one slug.
@@ -142,7 +153,8 @@ struct AnchorRow {
 /// final variable-length text part, so no separator is needed and prefixes never collide.
 mod key {
     use schemas::credential::Environment;
-    use schemas::ids::{DecisionId, KeyId, OrgId, PingId, SessionId, VisitorId};
+    use schemas::ids::{DecisionId, EventId, KeyId, OrgId, PingId, SessionId, VisitorId};
+    use schemas::time::Timestamp;
 
     use crate::{AnchorDigest, CredentialHash, IdempotencyScope};
 
@@ -224,6 +236,62 @@ mod key {
     pub fn session(org: OrgId, env: Environment, id: SessionId) -> [u8; 33] {
         let mut k = [0; 33];
         k[..17].copy_from_slice(&session_partition(org, env));
+        k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+
+    /// How many partitions `sessions_idle` spreads over.
+    pub const IDLE_BUCKETS: u8 = 16;
+
+    /// The `sessions_idle` partition of a session: the low bits of its id's random part.
+    pub fn idle_bucket_of(session: SessionId) -> u8 {
+        (session.ulid().0 % u128::from(IDLE_BUCKETS)) as u8
+    }
+
+    pub fn idle_bucket(bucket: u8) -> [u8; 1] {
+        [bucket]
+    }
+
+    /// Partition, then `idle_since` in milliseconds (big-endian, so oldest first), then the
+    /// session's ULID.
+    pub fn idle(session: SessionId, idle_since: Timestamp) -> [u8; 25] {
+        let mut k = [0; 25];
+        k[0] = idle_bucket_of(session);
+        k[1..9].copy_from_slice(&millis(idle_since).to_be_bytes());
+        k[9..].copy_from_slice(&session.ulid().to_bytes());
+        k
+    }
+
+    /// The first key of `bucket` at or after `before`: the end of a scan for older rows.
+    pub fn idle_before(bucket: u8, before: Timestamp) -> [u8; 9] {
+        let mut k = [0; 9];
+        k[0] = bucket;
+        k[1..9].copy_from_slice(&millis(before).to_be_bytes());
+        k
+    }
+
+    pub fn parse_idle(k: &[u8]) -> Option<(SessionId, Timestamp)> {
+        let k: &[u8; 25] = k.try_into().ok()?;
+        let ms = u64::from_be_bytes(k[1..9].try_into().ok()?);
+        let at = Timestamp::from_timestamp_millis(i64::try_from(ms).ok()?)?;
+        let id = u128::from_be_bytes(k[9..].try_into().ok()?);
+        Some((SessionId::from_ulid(id.into()), at))
+    }
+
+    /// Milliseconds since the epoch; times before it (never written) clamp to 0.
+    fn millis(t: Timestamp) -> u64 {
+        u64::try_from(t.timestamp_millis()).unwrap_or(0)
+    }
+
+    /// The `events` partition `(organization_id, environment)`: 16 + 1 bytes, as `sessions`.
+    pub fn event_partition(org: OrgId, env: Environment) -> [u8; 17] {
+        api_key_partition(org, env)
+    }
+
+    /// Partition, then the id's ULID inverted: clustering `id DESC`, newest event first.
+    pub fn event(org: OrgId, env: Environment, id: EventId) -> [u8; 33] {
+        let mut k = [0; 33];
+        k[..17].copy_from_slice(&event_partition(org, env));
         k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
         k
     }
@@ -352,6 +420,8 @@ impl EmbeddedStore {
             collect_pings: keyspace(COLLECT_PINGS)?,
             sessions: keyspace(SESSIONS)?,
             session_decisions: keyspace(SESSION_DECISIONS)?,
+            sessions_idle: keyspace(SESSIONS_IDLE)?,
+            events: keyspace(EVENTS)?,
             visitors: keyspace(VISITORS)?,
             visitors_by_anchor: keyspace(VISITORS_BY_ANCHOR)?,
             writer: Mutex::new(WriterState {
@@ -1135,27 +1205,45 @@ impl StoreBackend for EmbeddedStore {
         &self,
         session: &SessionRecord,
         decision: Option<&DecisionRecord>,
+        events: &[EventRecord],
     ) -> Result<()> {
-        if let Some(d) = decision.filter(|d| d.session_id != session.id) {
-            return Err(StoreError::Invalid(format!(
-                "decision {} belongs to session {}, not to the session {} being saved",
-                d.id, d.session_id, session.id
-            )));
-        }
+        crate::check_session_save(session, decision, events)?;
         let session = session.clone();
         let decision = decision.cloned();
+        let events = events.to_vec();
         self.write(move |db, _| {
+            let (org, env, id) = (session.organization_id, session.environment, session.id);
+            let k = key::session(org, env, id);
+            // The stored row says where its idle-index row is (read under the writer lock).
+            let stored: Option<SessionRecord> = decode_row(SESSIONS, db.sessions.get(k))?;
             let mut batch = db.batch();
-            batch.insert(
-                &db.sessions,
-                key::session(session.organization_id, session.environment, session.id),
-                encode(SESSIONS, &session)?,
-            );
+            if let Some(stored) = stored.filter(|s| !s.finalized) {
+                batch.remove(&db.sessions_idle, key::idle(id, stored.updated_at));
+            }
+            if !session.finalized {
+                let row = IdleRow {
+                    organization_id: org,
+                    environment: env,
+                };
+                batch.insert(
+                    &db.sessions_idle,
+                    key::idle(id, session.updated_at),
+                    encode(SESSIONS_IDLE, &row)?,
+                );
+            }
+            batch.insert(&db.sessions, k, encode(SESSIONS, &session)?);
             if let Some(d) = &decision {
                 batch.insert(
                     &db.session_decisions,
                     key::decision(d.session_id, d.id),
                     encode(SESSION_DECISIONS, d)?,
+                );
+            }
+            for e in &events {
+                batch.insert(
+                    &db.events,
+                    key::event(e.organization_id, e.environment, e.id),
+                    encode(EVENTS, e)?,
                 );
             }
             batch.commit().map_err(unavailable)
@@ -1218,6 +1306,81 @@ impl StoreBackend for EmbeddedStore {
             &self.inner.db.snapshot(),
             &self.inner.session_decisions,
             Bound::Included(partition.to_vec()),
+            prefix_end(&partition),
+            limit,
+        )
+    }
+
+    async fn list_idle_sessions(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<IdleSession>> {
+        let snapshot = self.inner.db.snapshot();
+        let mut idle = Vec::new();
+        for bucket in 0..key::IDLE_BUCKETS {
+            if idle.len() >= limit {
+                break;
+            }
+            let start = key::idle_bucket(bucket).to_vec();
+            let end = key::idle_before(bucket, before).to_vec();
+            for guard in snapshot
+                .range(&self.inner.sessions_idle, start..end)
+                .take(limit - idle.len())
+            {
+                let (k, v) = guard.into_inner().map_err(unavailable)?;
+                let row: IdleRow = decode(SESSIONS_IDLE, &v)?;
+                let (session_id, idle_since) =
+                    key::parse_idle(&k).ok_or_else(|| StoreError::Corrupt {
+                        table: SESSIONS_IDLE,
+                        detail: "a key of the wrong length".into(),
+                    })?;
+                idle.push(IdleSession {
+                    organization_id: row.organization_id,
+                    environment: row.environment,
+                    session_id,
+                    idle_since,
+                });
+            }
+        }
+        Ok(idle)
+    }
+
+    async fn get_event(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: EventId,
+    ) -> Result<Option<EventRecord>> {
+        decode_row(
+            EVENTS,
+            self.inner
+                .db
+                .snapshot()
+                .get(&self.inner.events, key::event(org, env, id)),
+        )
+    }
+
+    async fn list_events(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let partition = key::event_partition(org, env);
+        let start = match after {
+            Some(after) => Bound::Excluded(key::event(org, env, after).to_vec()),
+            None => Bound::Included(partition.to_vec()),
+        };
+        scan(
+            EVENTS,
+            &self.inner.db.snapshot(),
+            &self.inner.events,
+            start,
             prefix_end(&partition),
             limit,
         )

@@ -179,14 +179,18 @@ pub trait StoreBackend: Send + Sync + 'static {
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>>;
 
-    // sessions, session_decisions
+    // sessions, session_decisions, events
 
-    /// Writes the session (insert or replace) and, when given, appends a decision to its
-    /// history, in one step.
+    /// Writes the session (insert or replace), appends the decision to its history when one is
+    /// given, records the events (insert or replace by id, so saving them again after a
+    /// redelivery keeps one of each), and moves the session's `sessions_idle` row to its new
+    /// `updated_at` (or removes it once `finalized`), in one step. `Invalid`, with nothing written, if the
+    /// decision is another session's or an event another organization's or environment's.
     async fn save_session(
         &self,
         session: &SessionRecord,
         decision: Option<&DecisionRecord>,
+        events: &[EventRecord],
     ) -> Result<()>;
     async fn get_session(
         &self,
@@ -208,6 +212,25 @@ pub trait StoreBackend: Send + Sync + 'static {
         session: schemas::SessionId,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>>;
+
+    /// Sessions not yet finalised whose `updated_at` is before `before`, oldest first within
+    /// each bucket, at most `limit`.
+    async fn list_idle_sessions(&self, before: Timestamp, limit: usize)
+    -> Result<Vec<IdleSession>>;
+    async fn get_event(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::EventId,
+    ) -> Result<Option<EventRecord>>;
+    /// Events of one organization and environment, newest first, strictly after `after`.
+    async fn list_events(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::EventId>,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>>;
 
     // visitors, visitors_by_anchor
 
@@ -248,6 +271,29 @@ pub trait StoreBackend: Send + Sync + 'static {
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>>;
     /// Sets `name` only if absent; returns whether this call set it.
     async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool>;
+}
+
+/// The checks of `save_session` that need no read, for every backend to run first.
+pub fn check_session_save(
+    session: &SessionRecord,
+    decision: Option<&DecisionRecord>,
+    events: &[EventRecord],
+) -> Result<()> {
+    if let Some(d) = decision.filter(|d| d.session_id != session.id) {
+        return Err(StoreError::Invalid(format!(
+            "decision {} belongs to session {}, not to the session {} being saved",
+            d.id, d.session_id, session.id
+        )));
+    }
+    if let Some(e) = events.iter().find(|e| {
+        e.organization_id != session.organization_id || e.environment != session.environment
+    }) {
+        return Err(StoreError::Invalid(format!(
+            "event {} belongs to another organization or environment than session {}",
+            e.id, session.id
+        )));
+    }
+    Ok(())
 }
 
 /// The checks of `create_organization_with_keys` that need no read, for every backend to run

@@ -142,6 +142,22 @@ pub struct SessionRecord {
     pub state: serde_json::Value,
     /// The latest decision (the processor's JSON, with its `event_id`).
     pub latest_decision: Option<serde_json::Value>,
+    /// The decision is final (D10). Until it is, the session is listed in `sessions_idle` under
+    /// its `updated_at`, so an idle session can be found and finalised.
+    #[serde(default)]
+    pub finalized: bool,
+}
+
+/// `sessions_idle`, partition key `bucket` (a few bits of the session id, so the index spreads
+/// over a fixed set of partitions), clustering key `(idle_since, session_id)`: every session
+/// whose decision is not final yet, by when it last changed. `save_session` keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleSession {
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub session_id: schemas::SessionId,
+    /// The session's `updated_at` when it was indexed.
+    pub idle_since: Timestamp,
 }
 
 /// `session_decisions`, partition key `session_id`, clustering key `id DESC`: every decision a
@@ -152,6 +168,35 @@ pub struct DecisionRecord {
     pub id: schemas::DecisionId,
     pub evaluated_at: Timestamp,
     pub decision: serde_json::Value,
+}
+
+/// `events`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs in
+/// hex, so newest first): an event as recorded for the events API (D12). Its webhook deliveries
+/// are kept beside it by the dispatcher, not in this row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub id: schemas::EventId,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub event_type: schemas::events::EventType,
+    pub subject: schemas::events::EventSubject,
+    pub data: serde_json::Value,
+    pub created_at: Timestamp,
+}
+
+impl EventRecord {
+    /// The event in the interface's shape, with the deliveries made so far.
+    pub fn to_event(&self, webhook_deliveries: Vec<serde_json::Value>) -> schemas::events::Event {
+        schemas::events::Event {
+            id: self.id,
+            object: "event".to_owned(),
+            event_type: self.event_type,
+            subject: self.subject.clone(),
+            data: self.data.clone(),
+            webhook_deliveries,
+            created_at: self.created_at,
+        }
+    }
 }
 
 /// `visitors`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs,

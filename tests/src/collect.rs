@@ -71,8 +71,18 @@ pub async fn open_session(s: &TestServer, pk: &str) -> CollectSession {
 
 /// Every record on the batches topic, read by a fresh consumer group.
 pub async fn logged_batches(s: &TestServer) -> Vec<Value> {
+    logged(s, schemas::collect::BATCHES_TOPIC).await
+}
+
+/// Every record on the events topic, read by a fresh consumer group.
+pub async fn logged_events(s: &TestServer) -> Vec<Value> {
+    logged(s, schemas::events::EVENTS_TOPIC).await
+}
+
+/// Every record on `topic`, read by a fresh consumer group, as JSON.
+pub async fn logged(s: &TestServer, topic: &'static str) -> Vec<Value> {
     let log = &s.running.as_ref().expect("running").log;
-    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    let topic = bus::Topic::from_static(topic);
     let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).expect("group name");
     let mut consumer = log.consumer_of_all(&group, &topic).await.expect("consumer");
     let mut out = Vec::new();

@@ -217,6 +217,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--tls-key", "VIGIL_TLS_KEY"),
         ("--trusted-proxy", "VIGIL_TRUSTED_PROXY"),
         ("--rotation-grace", "VIGIL_ROTATION_GRACE"),
+        ("--session-idle", "VIGIL_SESSION_IDLE"),
         ("--anonymous-rate-limit", "VIGIL_ANONYMOUS_RATE_LIMIT"),
         ("--public-url", "VIGIL_PUBLIC_URL"),
         ("--log-format", "VIGIL_LOG_FORMAT"),
@@ -240,7 +241,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 14,
+        flags, 15,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

@@ -1,0 +1,163 @@
+//! The events the processor records (D12; `schemas/events.md`): `session.fingerprint.calculated`
+//! once a session is linked to a visitor, `session.result.persisted` once its final decision is
+//! stored. Pure: building an event does no I/O; the pipeline stores and publishes them.
+//!
+//! An event's id is derived from its session and type (the time part from the batch that caused
+//! it), so the processor, redelivered that batch after a crash, mints the same id again: the
+//! store keeps one row, and the log's consumers see the same `webhook-id` twice at worst.
+
+use schemas::events::{EventSubject, EventType};
+use schemas::time::Timestamp;
+use schemas::{EventId, SessionId};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use store::{EventRecord, SessionRecord, VisitorRecord};
+
+/// The version of [`LoggedEvent`] this build writes.
+pub const LOGGED_EVENT_SCHEMA: u32 = 1;
+
+/// A record of `events.v1`: the event in the interface's shape, with the tenancy the
+/// dispatcher needs to find the organization's endpoints (the event shape itself has none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggedEvent {
+    pub schema: u32,
+    pub organization_id: schemas::OrgId,
+    pub environment: schemas::credential::Environment,
+    pub event: schemas::events::Event,
+}
+
+impl LoggedEvent {
+    pub fn of(record: &EventRecord) -> Self {
+        LoggedEvent {
+            schema: LOGGED_EVENT_SCHEMA,
+            organization_id: record.organization_id,
+            environment: record.environment,
+            event: record.to_event(Vec::new()),
+        }
+    }
+}
+
+/// How a session found its visitor (D11's order), reported in the fingerprint event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkedBy {
+    VisitorToken,
+    Anchors,
+    NearestVector,
+    NewVisitor,
+}
+
+/// The id of `session`'s one event of `event_type`, made at `at`.
+pub fn event_id(session: SessionId, event_type: EventType, at: Timestamp) -> EventId {
+    let digest = Sha256::new()
+        .chain_update(session.ulid().to_bytes())
+        .chain_update(event_type.as_str())
+        .finalize();
+    let mut random = [0u8; 16];
+    random.copy_from_slice(&digest[..16]);
+    let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    EventId::from_parts(ms, u128::from_be_bytes(random))
+}
+
+fn session_event(
+    session: &SessionRecord,
+    event_type: EventType,
+    at: Timestamp,
+    data: Value,
+) -> EventRecord {
+    EventRecord {
+        id: event_id(session.id, event_type, at),
+        organization_id: session.organization_id,
+        environment: session.environment,
+        event_type,
+        subject: EventSubject {
+            kind: "session".to_owned(),
+            id: session.id.to_string(),
+        },
+        data,
+        created_at: at,
+    }
+}
+
+/// `session.fingerprint.calculated`: which visitor the session was linked to, and how.
+pub fn fingerprint_calculated(
+    session: &SessionRecord,
+    visitor: &VisitorRecord,
+    linked_by: LinkedBy,
+    at: Timestamp,
+) -> EventRecord {
+    let data = json!({
+        "session_id": session.id,
+        "visitor_id": visitor.id,
+        "linked_by": linked_by,
+        "seen_count": visitor.seen_count,
+        "first_seen_at": schemas::time::format(&visitor.first_seen_at),
+        "last_seen_at": schemas::time::format(&visitor.last_seen_at),
+    });
+    session_event(session, EventType::SessionFingerprintCalculated, at, data)
+}
+
+/// `session.result.persisted`: the session's final decision, summarised (the whole decision is
+/// one `GET /v1/sessions/{id}` away).
+pub fn result_persisted(session: &SessionRecord, decision: &Value, at: Timestamp) -> EventRecord {
+    let pick = |name: &str| decision.get(name).cloned().unwrap_or(Value::Null);
+    let data = json!({
+        "session_id": session.id,
+        "visitor_id": session.visitor_id,
+        "decision": {
+            "event_id": pick("event_id"),
+            "automation_status": pick("automation_status"),
+            "verdict": pick("verdict"),
+            "risk_score": pick("risk_score"),
+            "phase": pick("phase"),
+            "decision_status": pick("decision_status"),
+            "manipulation": pick("manipulation"),
+        },
+    });
+    session_event(session, EventType::SessionResultPersisted, at, data)
+}
+
+/// Whether a stored decision (the processor's JSON) is final.
+pub fn is_final(decision: Option<&Value>) -> bool {
+    decision
+        .and_then(|d| d.get("decision_status"))
+        .and_then(Value::as_str)
+        == Some("final")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeDelta;
+
+    #[test]
+    fn a_sessions_event_of_one_type_always_gets_one_id() {
+        let sid = SessionId::generate();
+        let at = schemas::time::now();
+        let fp = EventType::SessionFingerprintCalculated;
+        assert_eq!(event_id(sid, fp, at), event_id(sid, fp, at));
+        assert_ne!(
+            event_id(sid, fp, at),
+            event_id(sid, EventType::SessionResultPersisted, at)
+        );
+        assert_ne!(
+            event_id(sid, fp, at),
+            event_id(SessionId::generate(), fp, at)
+        );
+        // Later events sort later: the id's time part is the event's.
+        let later = at + TimeDelta::milliseconds(5);
+        assert!(event_id(sid, fp, later) > event_id(SessionId::generate(), fp, at));
+        assert!(event_id(sid, fp, at).to_string().starts_with("wevt_"));
+    }
+
+    #[test]
+    fn only_a_final_decision_is_final() {
+        assert!(is_final(Some(&json!({ "decision_status": "final" }))));
+        assert!(!is_final(Some(
+            &json!({ "decision_status": "preliminary" })
+        )));
+        assert!(!is_final(Some(&json!({}))));
+        assert!(!is_final(None));
+    }
+}

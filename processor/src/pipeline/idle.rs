@@ -1,0 +1,140 @@
+//! Idle finalisation (D10): a session that goes `idle_after` without a batch has its decision
+//! made final. The sweep finds such sessions in the store's idle index and sends each one an
+//! `idle` record through the batches log, keyed by its session, so the finalisation is processed
+//! in order with the session's batches by whichever processor owns that partition (never beside
+//! it): a batch that arrives before the `idle` record keeps the session open.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use schemas::SessionId;
+use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::time::Timestamp;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::Pipeline;
+
+/// The `kind` of the record the sweep sends.
+pub const IDLE_KIND: &str = "idle";
+/// How many idle sessions one sweep sends at most; the next sweep takes the rest.
+const SWEEP_LIMIT: usize = 1_000;
+
+/// Whether the session, last changed at `updated_at`, is still as idle as when the sweep sent
+/// `observations` (nothing processed for it since).
+pub fn still_idle(observations: &Value, updated_at: Timestamp) -> bool {
+    observations
+        .get("idle_since")
+        .and_then(Value::as_str)
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .is_some_and(|since| updated_at <= since)
+}
+
+/// How often the sweep looks: a tenth of the idle time, between 50 ms and a minute.
+fn interval(idle_after: Duration) -> Duration {
+    (idle_after / 10).clamp(Duration::from_millis(50), Duration::from_secs(60))
+}
+
+/// Runs until `shutdown` is cancelled.
+pub async fn sweep(pipeline: Pipeline, shutdown: CancellationToken) {
+    let Ok(idle_after) = chrono::TimeDelta::from_std(pipeline.idle_after) else {
+        tracing::error!("processor: the idle time is too large; sessions are never idle");
+        return;
+    };
+    // Sessions already sent their record, by the `idle_since` sent: not sent again while the
+    // processor catches up.
+    let mut sent: HashMap<SessionId, Timestamp> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval(pipeline.idle_after)) => {}
+        }
+        let now = schemas::time::now();
+        let idle = match pipeline
+            .store
+            .list_idle_sessions(now - idle_after, SWEEP_LIMIT)
+            .await
+        {
+            Ok(idle) => idle,
+            Err(e) => {
+                tracing::warn!(error = %e, "processor: listing idle sessions; retrying");
+                continue;
+            }
+        };
+        sent.retain(|id, _| idle.iter().any(|s| s.session_id == *id));
+        for session in idle {
+            if sent.get(&session.session_id) == Some(&session.idle_since) {
+                continue;
+            }
+            let record = BatchRecord {
+                schema: BATCH_RECORD_SCHEMA,
+                organization_id: session.organization_id,
+                environment: session.environment,
+                session_id: session.session_id,
+                seq: 0,
+                received_at: now,
+                request: BatchRequest {
+                    ip: String::new(),
+                    user_agent: String::new(),
+                    header_names: Vec::new(),
+                    url: String::new(),
+                },
+                observations: json!({
+                    "kind": IDLE_KIND,
+                    "idle_since": schemas::time::format(&session.idle_since),
+                }),
+            };
+            let Ok(payload) = serde_json::to_vec(&record) else {
+                continue;
+            };
+            match pipeline
+                .log
+                .append(
+                    &pipeline.batches,
+                    session.session_id.to_string().as_bytes(),
+                    &payload,
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::debug!(session = %session.session_id, "processor: finalising an idle session");
+                    sent.insert(session.session_id, session.idle_since);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "processor: sending an idle record; retrying later");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeDelta;
+
+    #[test]
+    fn a_session_changed_after_the_sweep_looked_is_not_idle() {
+        let since = schemas::time::now();
+        let sent = json!({ "kind": IDLE_KIND, "idle_since": schemas::time::format(&since) });
+        assert!(still_idle(&sent, since));
+        assert!(still_idle(&sent, since - TimeDelta::seconds(1)));
+        assert!(!still_idle(&sent, since + TimeDelta::milliseconds(1)));
+        assert!(
+            !still_idle(&json!({ "kind": IDLE_KIND }), since),
+            "no time, no finalising"
+        );
+        assert!(!still_idle(&json!({ "idle_since": "yesterday" }), since));
+    }
+
+    #[test]
+    fn the_sweep_looks_ten_times_per_idle_period_within_bounds() {
+        assert_eq!(interval(Duration::from_secs(1800)), Duration::from_secs(60));
+        assert_eq!(interval(Duration::from_secs(2)), Duration::from_millis(200));
+        assert_eq!(
+            interval(Duration::from_millis(10)),
+            Duration::from_millis(50)
+        );
+    }
+}
