@@ -26,8 +26,8 @@ use schemas::{DecisionId, VisitorId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use store::{
-    DecisionRecord, EventRecord, SessionRecord, Store, StoreError, VisitorRecord, VisitorRequest,
-    VisitorStorage,
+    DecisionRecord, EventRecord, RawJson, SessionRecord, SessionSave, Store, StoreError,
+    VisitorRecord, VisitorRequest, VisitorStorage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -144,13 +144,20 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
             continue;
         }
         tracing::debug!(records = records.len(), "processor: polled");
-        // One store write per session per poll, not per record: the session's state is read,
-        // every new batch of it folded in, and the decision stored once.
+        // One store write per poll, not per record nor per session: each session's state is
+        // read and every new batch of it folded in, then all the poll's sessions are stored
+        // with their new decisions in one acknowledged write (one fsync on the embedded store).
+        let mut saves = Vec::new();
         for group in by_session(&records) {
-            process_with_retry(pipeline, &group, shutdown).await;
+            if let Some(save) = fold_with_retry(pipeline, &group, shutdown).await {
+                saves.push(save);
+            }
             if shutdown.is_cancelled() {
                 return;
             }
+        }
+        if !store_with_retry(pipeline, &saves, shutdown).await {
+            return;
         }
         commit(&mut *consumer, &records, shutdown).await;
     }
@@ -180,23 +187,58 @@ fn by_session(records: &[Record]) -> Vec<Vec<BatchRecord>> {
     groups
 }
 
-async fn process_with_retry(
+/// Folds one session's records, retrying while the store is unavailable; `None` when there is
+/// nothing to store (already processed, unreadable, or shutting down).
+async fn fold_with_retry(
     pipeline: &Pipeline,
     batches: &[BatchRecord],
     shutdown: &CancellationToken,
-) {
+) -> Option<SessionSave> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match process(pipeline, batches).await {
-            Ok(()) => return,
+        match fold(pipeline, batches).await {
+            Ok(save) => return save,
             Err(Failure::Unreadable(why)) => {
                 tracing::error!(%why, "processor: skipping an unreadable session update");
-                return;
+                return None;
             }
             Err(Failure::Transient(why)) => {
                 tracing::warn!(%why, "processor: store unavailable; retrying the session");
                 tokio::select! {
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Publishes the saves' events to the events log, then stores the saves in one write, retrying
+/// until both succeed; false if shutdown came first (nothing may be committed then).
+async fn store_with_retry(
+    pipeline: &Pipeline,
+    saves: &[SessionSave],
+    shutdown: &CancellationToken,
+) -> bool {
+    if saves.is_empty() {
+        return true;
+    }
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let stored = async {
+            for save in saves {
+                publish(pipeline, &save.events).await?;
+            }
+            pipeline.store.save_sessions(saves).await?;
+            Ok::<_, Failure>(())
+        };
+        match stored.await {
+            Ok(()) => return true,
+            Err(why) => {
+                tracing::warn!(%why, sessions = saves.len(), "processor: storing decisions; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return false,
                     _ = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -216,14 +258,18 @@ async fn commit(consumer: &mut dyn LogConsumer, records: &[Record], shutdown: &C
     }
 }
 
-/// Folds a session's new records (in log order) into it and stores one new decision, with the
-/// events it caused: published to the events log first, then stored with the session in one
-/// write (a crash between the two republishes the same event ids on redelivery).
-async fn process(pipeline: &Pipeline, batches: &[BatchRecord]) -> Result<(), Failure> {
+/// Folds a session's new records (in log order) into it and makes one new decision, with the
+/// events it caused; `None` if every record was already folded in. The caller publishes the
+/// events first and then stores the save (a crash between the two republishes the same event
+/// ids on redelivery).
+async fn fold(
+    pipeline: &Pipeline,
+    batches: &[BatchRecord],
+) -> Result<Option<SessionSave>, Failure> {
     let (store, secret) = (&pipeline.store, &pipeline.secret);
     let started = Instant::now();
     let Some(first) = batches.first() else {
-        return Ok(());
+        return Ok(None);
     };
     let now = schemas::time::now();
     let mut session = match store
@@ -233,7 +279,7 @@ async fn process(pipeline: &Pipeline, batches: &[BatchRecord]) -> Result<(), Fai
         Some(s) => s,
         None => new_session(store, first).await?,
     };
-    let mut state: SessionState = serde_json::from_value(session.state.clone()).unwrap_or_default();
+    let mut state: SessionState = session.state.decode().unwrap_or_default();
     let was_final = session.finalized || events::is_final(session.latest_decision.as_ref());
     let mut linked = None;
     let mut changed = false;
@@ -294,7 +340,7 @@ async fn process(pipeline: &Pipeline, batches: &[BatchRecord]) -> Result<(), Fai
         changed = true;
     }
     if !changed {
-        return Ok(());
+        return Ok(None);
     }
     if let Some(collect) = store.get_collect_session(first.session_id).await? {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
@@ -319,7 +365,7 @@ async fn process(pipeline: &Pipeline, batches: &[BatchRecord]) -> Result<(), Fai
     }
     session.updated_at = now;
     session.finalized = state.final_requested;
-    session.state = serde_json::to_value(&state).map_err(|e| Failure::Unreadable(e.to_string()))?;
+    session.state = RawJson::encode(&state).map_err(|e| Failure::Unreadable(e.to_string()))?;
     session.latest_decision = Some(decision_json.clone());
     let mut recorded = Vec::new();
     if let Some((visitor, linked_by, at)) = &linked {
@@ -330,18 +376,18 @@ async fn process(pipeline: &Pipeline, batches: &[BatchRecord]) -> Result<(), Fai
     if session.finalized && !was_final {
         recorded.push(events::result_persisted(&session, &decision_json, now));
     }
-    publish(pipeline, &recorded).await?;
     let record = DecisionRecord {
         session_id: first.session_id,
         id,
         evaluated_at: now,
         decision: decision_json,
     };
-    store
-        .save_session(&session, Some(&record), &recorded)
-        .await?;
     tracing::debug!(session = %first.session_id, records = batches.len(), verdict = ?decision.verdict, status = ?decision.decision_status, events = recorded.len(), "processor: decided");
-    Ok(())
+    Ok(Some(SessionSave {
+        session,
+        decision: Some(record),
+        events: recorded,
+    }))
 }
 
 /// Appends each event to `events.v1`, keyed by its organization.
@@ -378,7 +424,7 @@ async fn new_session(store: &Store, batch: &BatchRecord) -> Result<SessionRecord
         ip: batch.request.ip.clone(),
         user_agent: batch.request.user_agent.clone(),
         processed_seqs: Vec::new(),
-        state: Value::Null,
+        state: RawJson::null(),
         latest_decision: None,
         finalized: false,
     })

@@ -208,8 +208,8 @@ async fn list(
 fn linked_session(s: &SessionRecord) -> Value {
     let d = s.latest_decision.clone().unwrap_or(Value::Null);
     let field = |k: &str| d.get(k).cloned().unwrap_or(Value::Null);
-    let screen = s
-        .state
+    let state = s.state.to_value();
+    let screen = state
         .pointer("/observations/probes/screen")
         .cloned()
         .unwrap_or(Value::Null);
@@ -223,8 +223,7 @@ fn linked_session(s: &SessionRecord) -> Value {
         (Some(w), Some(h)) => Value::String(format!("{w}x{h}")),
         _ => Value::Null,
     };
-    let touch_points = s
-        .state
+    let touch_points = state
         .pointer("/observations/probes/browser/max_touch_points")
         .and_then(Value::as_f64)
         .unwrap_or(0.0);

@@ -215,12 +215,12 @@ fn signals_of(decision: &Value, category: &str) -> Value {
 
 fn detail(s: &SessionRecord) -> SessionDetail {
     let d = s.latest_decision.clone().unwrap_or(Value::Null);
-    let probes = s
-        .state
+    let state = s.state.to_value();
+    let probes = state
         .pointer("/observations/probes")
         .cloned()
         .unwrap_or(Value::Null);
-    let context = s.state.get("context").cloned().unwrap_or(Value::Null);
+    let context = state.get("context").cloned().unwrap_or(Value::Null);
     let mut decision = serde_json::Map::new();
     for k in [
         "event_id",

@@ -25,9 +25,9 @@ use tokio::task::JoinSet;
 
 use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
-    IdempotencyBegin, IdempotencyRecord, IdempotencyScope, OrganizationRecord, PingRecord, Result,
-    SessionRecord, Store, StoreError, StoredResponse, VisitorAnchors, VisitorRecord,
-    VisitorRequest, VisitorStorage, VisitorTraits,
+    IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord,
+    PingRecord, RawJson, Result, SessionRecord, SessionSave, Store, StoreError, StoredResponse,
+    VisitorAnchors, VisitorRecord, VisitorRequest, VisitorStorage, VisitorTraits,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -104,6 +104,9 @@ macro_rules! store_conformance_suite {
             events_saved_again_replace_their_row,
             events_are_isolated_per_organization_and_environment,
             events_of_another_organization_are_refused_with_nothing_written,
+            sessions_saved_together_land_together,
+            a_refused_save_in_a_list_writes_nothing,
+            the_idle_index_follows_each_save_until_final,
             visitor_round_trip,
             visitor_save_replaces_the_row_and_its_anchor_rows,
             visitor_list_is_newest_first_paginates_and_is_isolated,
@@ -274,7 +277,10 @@ fn session_record(org: OrgId, env: Environment, id: SessionId) -> SessionRecord 
         ip: "2001:db8::17".into(),
         user_agent: "Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/128.0".into(),
         processed_seqs: vec![1, 2, 5, u64::MAX],
-        state: json!({ "observations": [ws_identity("198.51.100.9")], "score": 0.25, "n": null }),
+        state: RawJson::encode(
+            &json!({ "observations": [ws_identity("198.51.100.9")], "score": 0.25, "n": null }),
+        )
+        .unwrap(),
         latest_decision: None,
         finalized: false,
     }
@@ -2909,7 +2915,7 @@ pub async fn session_round_trip(store: Store) {
         visitor_id: None,
         page_url: String::new(),
         processed_seqs: Vec::new(),
-        state: serde_json::Value::Null,
+        state: RawJson::null(),
         ..session.clone()
     };
     store.save_session(&bare, None, &[]).await.unwrap();
@@ -2931,7 +2937,7 @@ pub async fn session_save_replaces_the_row(store: Store) {
     let second = SessionRecord {
         updated_at: first.updated_at + TimeDelta::seconds(3),
         processed_seqs: vec![1, 2, 5, 6],
-        state: json!({ "score": 0.9 }),
+        state: RawJson::encode(&json!({ "score": 0.9 })).unwrap(),
         latest_decision: Some(d.decision.clone()),
         visitor_id: None,
         ..first.clone()
@@ -3403,6 +3409,170 @@ pub async fn events_of_another_organization_are_refused_with_nothing_written(sto
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+// ---- several sessions in one save, and the idle index ----
+
+fn save_of(session: SessionRecord, n: u64) -> SessionSave {
+    let decision = decision_record(session.id, DecisionId::generate(), n);
+    let event = event_record(
+        &session,
+        EventId::generate(),
+        EventType::SessionResultPersisted,
+    );
+    SessionSave {
+        session,
+        decision: Some(decision),
+        events: vec![event],
+    }
+}
+
+pub async fn sessions_saved_together_land_together(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let saves: Vec<SessionSave> = (0..5)
+        .map(|n| save_of(session_record(org, env, SessionId::generate()), n))
+        .collect();
+    store.save_sessions(&saves).await.unwrap();
+    for save in &saves {
+        let id = save.session.id;
+        assert_eq!(
+            store.get_session(org, env, id).await.unwrap().as_ref(),
+            Some(&save.session)
+        );
+        assert_eq!(
+            store.list_decisions(id, 10).await.unwrap(),
+            vec![save.decision.clone().unwrap()]
+        );
+        assert_eq!(
+            store
+                .get_event(org, env, save.events[0].id)
+                .await
+                .unwrap()
+                .as_ref(),
+            Some(&save.events[0])
+        );
+    }
+    assert!(
+        store.save_sessions(&[]).await.is_ok(),
+        "an empty list is a no-op"
+    );
+}
+
+pub async fn a_refused_save_in_a_list_writes_nothing(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let good = save_of(session_record(org, env, SessionId::generate()), 1);
+    let mut foreign_decision = save_of(session_record(org, env, SessionId::generate()), 2);
+    foreign_decision.decision = Some(decision_record(
+        SessionId::generate(),
+        DecisionId::generate(),
+        2,
+    ));
+    let twice = save_of(good.session.clone(), 3);
+    for list in [
+        vec![good.clone(), foreign_decision],
+        vec![good.clone(), twice],
+    ] {
+        let refused = store.save_sessions(&list).await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid(_))),
+            "{refused:?}"
+        );
+        for save in &list {
+            assert_eq!(
+                store.get_session(org, env, save.session.id).await.unwrap(),
+                None,
+                "nothing of a refused list is written"
+            );
+        }
+    }
+    assert!(
+        store
+            .list_events(org, env, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Ids of the idle index's sessions of `org` (other tests' sessions share the index).
+async fn idle_of(store: &Store, org: OrgId, before: Timestamp) -> Vec<IdleSession> {
+    store
+        .list_idle_sessions(before, 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.organization_id == org)
+        .collect()
+}
+
+pub async fn the_idle_index_follows_each_save_until_final(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let t0 = time::now() - TimeDelta::hours(2);
+    let at = |minutes: i64| t0 + TimeDelta::minutes(minutes);
+    let a = SessionRecord {
+        updated_at: at(0),
+        ..session_record(org, env, SessionId::generate())
+    };
+    let b = SessionRecord {
+        updated_at: at(10),
+        ..session_record(org, env, SessionId::generate())
+    };
+    store.save_session(&a, None, &[]).await.unwrap();
+    store.save_session(&b, None, &[]).await.unwrap();
+    let entry = |s: &SessionRecord| IdleSession {
+        organization_id: org,
+        environment: env,
+        session_id: s.id,
+        idle_since: s.updated_at,
+    };
+    assert_eq!(
+        idle_of(&store, org, at(5)).await,
+        vec![entry(&a)],
+        "`before` is a bound"
+    );
+    let mut both = idle_of(&store, org, at(11)).await;
+    both.sort_by_key(|s| s.idle_since);
+    assert_eq!(both, vec![entry(&a), entry(&b)]);
+    assert_eq!(
+        idle_of(&store, org, at(10)).await,
+        vec![entry(&a)],
+        "`before` is exclusive"
+    );
+
+    // A later save moves the session: it is no longer idle since its old time.
+    let a2 = SessionRecord {
+        updated_at: at(20),
+        ..a.clone()
+    };
+    store.save_session(&a2, None, &[]).await.unwrap();
+    assert_eq!(idle_of(&store, org, at(11)).await, vec![entry(&b)]);
+    let mut moved = idle_of(&store, org, at(30)).await;
+    moved.sort_by_key(|s| s.idle_since);
+    assert_eq!(moved, vec![entry(&b), entry(&a2)], "one row per session");
+
+    // Final: out of the index for good, whatever its time.
+    let b2 = SessionRecord {
+        finalized: true,
+        updated_at: at(30),
+        ..b.clone()
+    };
+    store.save_session(&b2, None, &[]).await.unwrap();
+    assert_eq!(idle_of(&store, org, at(60)).await, vec![entry(&a2)]);
+    let b3 = SessionRecord {
+        updated_at: at(40),
+        ..b2.clone()
+    };
+    store.save_session(&b3, None, &[]).await.unwrap();
+    assert_eq!(
+        idle_of(&store, org, at(60)).await,
+        vec![entry(&a2)],
+        "a final session stays out"
+    );
+    assert_eq!(
+        store.list_idle_sessions(at(60), 0).await.unwrap(),
+        vec![],
+        "limit 0"
     );
 }
 

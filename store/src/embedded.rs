@@ -44,7 +44,7 @@ use self::row_cache::{Changes, Lookup, RowCache};
 use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
     IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord, Result,
-    SessionRecord, StoreBackend, StoreError, VisitorAnchors, VisitorRecord,
+    SessionRecord, SessionSave, StoreBackend, StoreError, VisitorAnchors, VisitorRecord,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -107,6 +107,15 @@ struct WriterState {
     last_idempotency_purge: Option<Instant>,
     /// The same for `create_collect_session`'s sweep.
     last_collect_purge: Option<Instant>,
+}
+
+/// The two columns of a stored `sessions` row that say where it sits in `sessions_idle`
+/// (decoding only these skips the rest of the row without building it).
+#[derive(Deserialize)]
+struct IdlePlace {
+    updated_at: Timestamp,
+    #[serde(default)]
+    finalized: bool,
 }
 
 /// `sessions_idle`: where an unfinalised session is (its id and time are in the key).
@@ -577,6 +586,45 @@ impl Inner {
             }
         }
         batch.commit().map_err(unavailable)
+    }
+
+    /// Adds one session's save to `batch` (see `save_sessions`). Callers hold the writer mutex,
+    /// so the stored row read here (which says where its idle-index row is) is current.
+    fn add_session_save(&self, batch: &mut OwnedWriteBatch, save: &SessionSave) -> Result<()> {
+        let session = &save.session;
+        let (org, env, id) = (session.organization_id, session.environment, session.id);
+        let k = key::session(org, env, id);
+        let stored: Option<IdlePlace> = decode_row(SESSIONS, self.sessions.get(k))?;
+        if let Some(stored) = stored.filter(|s| !s.finalized) {
+            batch.remove(&self.sessions_idle, key::idle(id, stored.updated_at));
+        }
+        if !session.finalized {
+            let row = IdleRow {
+                organization_id: org,
+                environment: env,
+            };
+            batch.insert(
+                &self.sessions_idle,
+                key::idle(id, session.updated_at),
+                encode(SESSIONS_IDLE, &row)?,
+            );
+        }
+        batch.insert(&self.sessions, k, encode(SESSIONS, session)?);
+        if let Some(d) = &save.decision {
+            batch.insert(
+                &self.session_decisions,
+                key::decision(d.session_id, d.id),
+                encode(SESSION_DECISIONS, d)?,
+            );
+        }
+        for e in &save.events {
+            batch.insert(
+                &self.events,
+                key::event(e.organization_id, e.environment, e.id),
+                encode(EVENTS, e)?,
+            );
+        }
+        Ok(())
     }
 
     fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
@@ -1199,52 +1247,16 @@ impl StoreBackend for EmbeddedStore {
         .await
     }
 
-    /// One batch under the writer mutex: the session row (replacing any stored one) and, when
-    /// given, the decision's row, so a reader sees both or neither.
-    async fn save_session(
-        &self,
-        session: &SessionRecord,
-        decision: Option<&DecisionRecord>,
-        events: &[EventRecord],
-    ) -> Result<()> {
-        crate::check_session_save(session, decision, events)?;
-        let session = session.clone();
-        let decision = decision.cloned();
-        let events = events.to_vec();
+    /// One batch under the writer mutex for the whole list (one fsync however many sessions):
+    /// per session its row (replacing any stored one), the decision's row when given, the
+    /// events' rows and its move in the idle index, so a reader sees all of it or none.
+    async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
+        crate::check_session_saves(saves)?;
+        let saves = saves.to_vec();
         self.write(move |db, _| {
-            let (org, env, id) = (session.organization_id, session.environment, session.id);
-            let k = key::session(org, env, id);
-            // The stored row says where its idle-index row is (read under the writer lock).
-            let stored: Option<SessionRecord> = decode_row(SESSIONS, db.sessions.get(k))?;
             let mut batch = db.batch();
-            if let Some(stored) = stored.filter(|s| !s.finalized) {
-                batch.remove(&db.sessions_idle, key::idle(id, stored.updated_at));
-            }
-            if !session.finalized {
-                let row = IdleRow {
-                    organization_id: org,
-                    environment: env,
-                };
-                batch.insert(
-                    &db.sessions_idle,
-                    key::idle(id, session.updated_at),
-                    encode(SESSIONS_IDLE, &row)?,
-                );
-            }
-            batch.insert(&db.sessions, k, encode(SESSIONS, &session)?);
-            if let Some(d) = &decision {
-                batch.insert(
-                    &db.session_decisions,
-                    key::decision(d.session_id, d.id),
-                    encode(SESSION_DECISIONS, d)?,
-                );
-            }
-            for e in &events {
-                batch.insert(
-                    &db.events,
-                    key::event(e.organization_id, e.environment, e.id),
-                    encode(EVENTS, e)?,
-                );
+            for save in &saves {
+                db.add_session_save(&mut batch, save)?;
             }
             batch.commit().map_err(unavailable)
         })

@@ -184,14 +184,28 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// Writes the session (insert or replace), appends the decision to its history when one is
     /// given, records the events (insert or replace by id, so saving them again after a
     /// redelivery keeps one of each), and moves the session's `sessions_idle` row to its new
-    /// `updated_at` (or removes it once `finalized`), in one step. `Invalid`, with nothing written, if the
-    /// decision is another session's or an event another organization's or environment's.
+    /// `updated_at` (or removes it once `finalized`), in one step. `Invalid`, with nothing
+    /// written, if the decision is another session's or an event another organization's or
+    /// environment's.
     async fn save_session(
         &self,
         session: &SessionRecord,
         decision: Option<&DecisionRecord>,
         events: &[EventRecord],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.save_sessions(&[SessionSave {
+            session: session.clone(),
+            decision: decision.cloned(),
+            events: events.to_vec(),
+        }])
+        .await
+    }
+    /// Several `save_session`s for one acknowledgement (the processor saves a poll's sessions
+    /// together). Each session's save is one step as above; the embedded backend makes the
+    /// whole list one step. `Invalid`, with nothing written, if any save is, or if a session
+    /// appears twice. After any other failure some saves may have landed: the caller retries
+    /// the same list, which is idempotent.
+    async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()>;
     async fn get_session(
         &self,
         org: OrgId,
@@ -273,8 +287,30 @@ pub trait StoreBackend: Send + Sync + 'static {
     async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool>;
 }
 
-/// The checks of `save_session` that need no read, for every backend to run first.
-pub fn check_session_save(
+/// One session's save in [`StoreBackend::save_sessions`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSave {
+    pub session: SessionRecord,
+    pub decision: Option<DecisionRecord>,
+    pub events: Vec<EventRecord>,
+}
+
+/// The checks of `save_sessions` that need no read, for every backend to run first.
+pub fn check_session_saves(saves: &[SessionSave]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(saves.len());
+    for save in saves {
+        if !seen.insert(save.session.id) {
+            return Err(StoreError::Invalid(format!(
+                "session {} is saved twice in one call",
+                save.session.id
+            )));
+        }
+        check_session_save(&save.session, save.decision.as_ref(), &save.events)?;
+    }
+    Ok(())
+}
+
+fn check_session_save(
     session: &SessionRecord,
     decision: Option<&DecisionRecord>,
     events: &[EventRecord],

@@ -121,6 +121,45 @@ pub struct PingRecord {
     pub arrived_at: Option<Timestamp>,
 }
 
+/// A JSON document kept as its text: stored and read back without being parsed into a tree,
+/// for columns only their writer interprets (a session's processor state is rewritten on every
+/// batch, and parsing it into a `Value` on each read cost more than the rest of the read).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(Box<serde_json::value::RawValue>);
+
+impl RawJson {
+    /// `null`.
+    pub fn null() -> Self {
+        RawJson(serde_json::value::RawValue::NULL.to_owned())
+    }
+
+    /// `value` encoded.
+    pub fn encode<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Self> {
+        serde_json::value::to_raw_value(value).map(RawJson)
+    }
+
+    /// The document decoded as `T`.
+    pub fn decode<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The document as a tree (reads that pick members out of it).
+    pub fn to_value(&self) -> serde_json::Value {
+        self.decode().unwrap_or(serde_json::Value::Null)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
 /// `sessions`, partition key `(organization_id, environment)`, clustering key `id DESC`
 /// (ULIDs, so newest first): a scored session as the processor keeps it and the reads show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,7 +178,7 @@ pub struct SessionRecord {
     pub processed_seqs: Vec<u64>,
     /// The processor's folded state of the session's observations and server context (its
     /// own JSON; opaque to the store).
-    pub state: serde_json::Value,
+    pub state: RawJson,
     /// The latest decision (the processor's JSON, with its `event_id`).
     pub latest_decision: Option<serde_json::Value>,
     /// The decision is final (D10). Until it is, the session is listed in `sessions_idle` under

@@ -5,7 +5,8 @@
 //! Kafka (librdkafka's mock cluster: the Kafka protocol over loopback TCP), with a bare axum
 //! handler taking the same requests from the same client in the same run as the ceiling.
 //!
-//! `VIGIL_BENCH_SECONDS` (default 10) and `VIGIL_BENCH_SESSIONS` (default 64) tune it.
+//! `VIGIL_BENCH_SECONDS` (default 10) and `VIGIL_BENCH_SESSIONS` (default 64) tune it;
+//! `VIGIL_BENCH_SKIP_KAFKA` (any value) stops after the embedded log, for profiling.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -193,12 +194,20 @@ fn main() {
         .unwrap_or(64);
     // The mock cluster lives on its own thread and must be started outside the runtime.
     let kafka = bus::kafka::mock::MockKafka::start(1).expect("mock Kafka cluster");
-    kafka
-        .create_topic(
-            &bus::Topic::from_static(schemas::collect::BATCHES_TOPIC),
+    for (topic, partitions) in [
+        (
+            schemas::collect::BATCHES_TOPIC,
             schemas::collect::BATCHES_PARTITIONS,
-        )
-        .unwrap();
+        ),
+        (
+            schemas::events::EVENTS_TOPIC,
+            schemas::events::EVENTS_PARTITIONS,
+        ),
+    ] {
+        kafka
+            .create_topic(&bus::Topic::from_static(topic), partitions)
+            .unwrap();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -215,6 +224,9 @@ fn main() {
         print("bare axum handler, same requests (ceiling)", &ceiling, ceiling.per_sec);
         let embedded = stream(s.base.clone(), pk, sessions, seconds, Some(s.clone())).await;
         print("vigil, embedded log", &embedded, ceiling.per_sec);
+        if std::env::var("VIGIL_BENCH_SKIP_KAFKA").is_ok() {
+            return;
+        }
         let k = vigil(Some(kafka.url())).await;
         let kpk = k.creds.keys.publishable_test.clone();
         let ksessions = open_sessions(&k, n).await;
