@@ -9,6 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use edge::body::{Fields, JsonObject, Reply, path_param};
 use edge::{ApiError, PublishableKey};
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::raw::RawJson;
 use schemas::{ErrorCode, SessionId};
 use serde::Serialize;
 use serde_json::Value;
@@ -23,6 +24,13 @@ struct Accepted {
     session_id: SessionId,
     seq: u64,
     accepted: bool,
+}
+
+/// The one member of a batch ingest reads.
+#[derive(serde::Deserialize)]
+struct BatchKind<'a> {
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
 }
 
 fn invalid_batch() -> ApiError {
@@ -93,9 +101,11 @@ pub async fn accept(
         .ok_or_else(|| ApiError::internal("batch", "the session's key does not open"))?;
     let plaintext = transport::open_batch(&key, &id.to_string(), seq, &ciphertext)
         .map_err(|_| invalid_batch())?;
-    let observations: Value = serde_json::from_slice(&plaintext).map_err(|_| invalid_batch())?;
-    let kind = observations.get("kind").and_then(Value::as_str);
-    if !matches!(kind, Some("probes" | "interactions")) {
+    // Checked to be one JSON object of a known kind, then passed on as text: the processor
+    // parses it straight into its typed batch.
+    let observations = RawJson::parse(&plaintext).map_err(|_| invalid_batch())?;
+    let kind: Option<BatchKind> = observations.decode().ok();
+    if !kind.is_some_and(|k| matches!(k.kind.as_ref(), "probes" | "interactions")) {
         return Err(invalid_batch());
     }
 

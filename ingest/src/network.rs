@@ -13,6 +13,7 @@ use edge::transport::ClientInfo;
 use edge::{ApiError, AuthContext, PublishableKey};
 use schemas::SessionId;
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::raw::RawJson;
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -154,7 +155,8 @@ pub async fn append_server_record(
             header_names: Vec::new(),
             url: String::new(),
         },
-        observations,
+        observations: RawJson::encode(&observations)
+            .map_err(|e| ApiError::internal("server record", e))?,
     };
     let payload =
         serde_json::to_vec(&record).map_err(|e| ApiError::internal("server record", e))?;

@@ -22,23 +22,6 @@ where
     Ok(serde_json::from_value(value).ok())
 }
 
-/// Reads a list keeping the items that have the right shape: one odd event does not discard a
-/// whole interaction batch.
-fn lenient_items<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned,
-{
-    let value = serde_json::Value::deserialize(deserializer)?;
-    Ok(match value {
-        serde_json::Value::Array(items) => items
-            .into_iter()
-            .filter_map(|item| serde_json::from_value(item).ok())
-            .collect(),
-        _ => Vec::new(),
-    })
-}
-
 /// Declares a browser-reported struct whose members are all optional and lenient.
 macro_rules! observed {
     (
@@ -73,12 +56,26 @@ impl Batch {
     /// Parses a decrypted batch. Fails only when the payload is not a JSON object with a known
     /// `kind`; everything inside is lenient.
     pub fn from_slice(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        // The kind first, then the batch's own struct from the same text: serde's internally
+        // tagged form would buffer the whole batch into a tree before reading it.
+        #[derive(Deserialize)]
+        struct Kind<'a> {
+            #[serde(borrow)]
+            kind: Option<std::borrow::Cow<'a, str>>,
+        }
+        let Kind { kind } = serde_json::from_slice(bytes)?;
+        match kind.as_deref() {
+            Some("probes") => Ok(Batch::Probes(Box::new(serde_json::from_slice(bytes)?))),
+            Some("interactions") => Ok(Batch::Interactions(serde_json::from_slice(bytes)?)),
+            _ => Err(serde::de::Error::custom(
+                "a batch needs `kind`: `probes` or `interactions`",
+            )),
+        }
     }
 
-    /// Parses a batch already read as JSON (the log record's `observations` member).
+    /// Parses a batch already read as JSON.
     pub fn from_value(value: serde_json::Value) -> Result<Self, serde_json::Error> {
-        serde_json::from_value(value)
+        Self::from_slice(&serde_json::to_vec(&value)?)
     }
 }
 
@@ -271,21 +268,201 @@ pub struct InteractionBatch {
         skip_serializing_if = "Option::is_none"
     )]
     pub window_ms: Option<[f64; 2]>,
-    #[serde(default, deserialize_with = "lenient_items")]
+    #[serde(default, deserialize_with = "input::events")]
     pub events: Vec<InputEvent>,
 }
 
-observed! {
-    /// One input event. No key values are ever sent.
-    pub struct InputEvent {
-        /// Milliseconds since the SDK loaded.
-        t: f64,
-        #[serde(rename = "type")]
-        kind: EventKind,
-        x: f64,
-        y: f64,
-        /// `Event.isTrusted`: false when a script dispatched the event.
-        trusted: bool,
+/// One input event. No key values are ever sent. Read leniently like every browser member, but
+/// by hand ([`input`]): interaction batches are most of the traffic, and the generic lenient
+/// path builds a tree per member.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct InputEvent {
+    /// Milliseconds since the SDK loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t: Option<f64>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<EventKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub y: Option<f64>,
+    /// `Event.isTrusted`: false when a script dispatched the event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trusted: Option<bool>,
+}
+
+/// The lenient reading of input events without intermediate trees: a member of the wrong type
+/// reads as absent, an item that is not an object is dropped, a list that is not a list reads
+/// as empty, and nothing but malformed JSON fails.
+mod input {
+    use std::borrow::Cow;
+    use std::fmt;
+
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserialize, de};
+
+    use super::{EventKind, InputEvent};
+
+    /// A member's value as far as an input event cares.
+    enum Seen {
+        Number(f64),
+        Bool(bool),
+        Kind(EventKind),
+        Other,
+    }
+
+    impl<'de> Deserialize<'de> for Seen {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Seen;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Seen, E> {
+                    Ok(Seen::Number(v))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Seen, E> {
+                    Ok(Seen::Number(v as f64))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Seen, E> {
+                    Ok(Seen::Number(v as f64))
+                }
+                fn visit_bool<E: de::Error>(self, v: bool) -> Result<Seen, E> {
+                    Ok(Seen::Bool(v))
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Seen, E> {
+                    let kind = EventKind::deserialize(de::value::StrDeserializer::<E>::new(v))
+                        .unwrap_or(EventKind::Other);
+                    Ok(Seen::Kind(kind))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Seen, E> {
+                    Ok(Seen::Other)
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(Seen::Other)
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Seen::Other)
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    impl Seen {
+        fn number(self) -> Option<f64> {
+            match self {
+                Seen::Number(n) => Some(n),
+                _ => None,
+            }
+        }
+    }
+
+    /// One item of `events`: an event if it is an object, else nothing.
+    struct Item(Option<InputEvent>);
+
+    impl<'de> Deserialize<'de> for Item {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Item;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an input event")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
+                    let mut e = InputEvent::default();
+                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                        let seen = map.next_value::<Seen>()?;
+                        match key.as_ref() {
+                            "t" => e.t = seen.number(),
+                            "x" => e.x = seen.number(),
+                            "y" => e.y = seen.number(),
+                            "type" => {
+                                e.kind = match seen {
+                                    Seen::Kind(k) => Some(k),
+                                    _ => None,
+                                }
+                            }
+                            "trusted" => {
+                                e.trusted = match seen {
+                                    Seen::Bool(b) => Some(b),
+                                    _ => None,
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    Ok(Item(Some(e)))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item, A::Error> {
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(Item(None))
+                }
+                fn visit_f64<E: de::Error>(self, _: f64) -> Result<Item, E> {
+                    Ok(Item(None))
+                }
+                fn visit_i64<E: de::Error>(self, _: i64) -> Result<Item, E> {
+                    Ok(Item(None))
+                }
+                fn visit_u64<E: de::Error>(self, _: u64) -> Result<Item, E> {
+                    Ok(Item(None))
+                }
+                fn visit_bool<E: de::Error>(self, _: bool) -> Result<Item, E> {
+                    Ok(Item(None))
+                }
+                fn visit_str<E: de::Error>(self, _: &str) -> Result<Item, E> {
+                    Ok(Item(None))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Item, E> {
+                    Ok(Item(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// `InteractionBatch::events`.
+    pub fn events<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<InputEvent>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<InputEvent>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of input events")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                while let Some(Item(item)) = seq.next_element::<Item>()? {
+                    events.extend(item);
+                }
+                Ok(events)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Vec::new())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -339,7 +516,9 @@ pub struct SessionObservations {
     pub probes_batches: u32,
     /// How many interaction batches arrived.
     pub interaction_batches: u32,
-    /// Input events in arrival order, at most [`SessionObservations::MAX_EVENTS`].
+    /// Input events in arrival order, at most [`SessionObservations::MAX_EVENTS`]. Kept as
+    /// compact rows (see [`compact_events`]): the state is read and written on every batch.
+    #[serde(with = "compact_events")]
     pub events: Vec<InputEvent>,
     /// Events beyond the cap, counted but not kept.
     pub dropped_events: u64,
@@ -378,6 +557,41 @@ impl SessionObservations {
     /// True once any interaction batch arrived: the decision is then behavioural.
     pub fn interactions_seen(&self) -> bool {
         self.interaction_batches > 0
+    }
+}
+
+/// The kept input events as rows `[t, type, x, y, trusted]` (absent members as `null`), read
+/// strictly: the SDK's lenient object form costs a tree per member, and this is the
+/// processor's own output, not the browser's.
+mod compact_events {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::{EventKind, InputEvent};
+
+    type Row = (
+        Option<f64>,
+        Option<EventKind>,
+        Option<f64>,
+        Option<f64>,
+        Option<bool>,
+    );
+
+    pub fn serialize<S: Serializer>(events: &[InputEvent], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(events.iter().map(|e| (e.t, e.kind, e.x, e.y, e.trusted)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<InputEvent>, D::Error> {
+        let rows = Vec::<Row>::deserialize(d)?;
+        Ok(rows
+            .into_iter()
+            .map(|(t, kind, x, y, trusted)| InputEvent {
+                t,
+                kind,
+                x,
+                y,
+                trusted,
+            })
+            .collect())
     }
 }
 
@@ -493,5 +707,62 @@ mod tests {
         assert_eq!(session.events.len(), SessionObservations::MAX_EVENTS);
         assert_eq!(session.dropped_events, 10);
         assert!(session.interaction_batches == 1);
+    }
+
+    #[test]
+    fn kept_state_round_trips_with_events_as_rows() {
+        let mut session = SessionObservations::default();
+        session.record(
+            Batch::from_slice(
+                br#"{"kind": "interactions", "events": [
+                    {"t": 1.5, "type": "pointermove", "x": 3, "y": 4, "trusted": true},
+                    {"t": 2, "type": "wheel", "trusted": false},
+                    {"type": "click", "x": "odd"}
+                ]}"#,
+            )
+            .unwrap(),
+        );
+        let text = serde_json::to_string(&session).unwrap();
+        assert!(
+            text.contains(r#"[1.5,"pointermove",3.0,4.0,true]"#),
+            "{text}"
+        );
+        let back: SessionObservations = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, session);
+        assert_eq!(back.events[1].kind, Some(EventKind::Other));
+        assert_eq!(back.events[2].x, None);
+    }
+
+    #[test]
+    fn odd_input_events_never_fail_their_batch() {
+        let batch = Batch::from_slice(
+            br#"{"kind": "interactions", "events": [
+                {"t": 1, "t": 2, "type": "click", "type": 7, "x": [1, {"a": 2}], "y": {"z": []}, "trusted": "yes"},
+                5, "text", null, [1, 2], {},
+                {"t": 3.5, "type": "keydown", "trusted": true, "extra": {"deep": [1]}}
+            ]}"#,
+        )
+        .unwrap();
+        let Batch::Interactions(b) = batch else {
+            panic!("not interactions")
+        };
+        assert_eq!(b.events.len(), 3, "objects are kept, other items dropped");
+        assert_eq!(b.events[0].t, Some(2.0), "the last duplicate wins");
+        assert_eq!(b.events[0].kind, None, "a type of the wrong type is absent");
+        assert_eq!(
+            (b.events[0].x, b.events[0].y, b.events[0].trusted),
+            (None, None, None)
+        );
+        assert_eq!(b.events[1], InputEvent::default());
+        assert_eq!(b.events[2].kind, Some(EventKind::Keydown));
+        for not_a_list in [r#"{"a": 1}"#, "7", r#""x""#, "null", "true"] {
+            let text = format!(r#"{{"kind": "interactions", "events": {not_a_list}}}"#);
+            let Batch::Interactions(b) = Batch::from_slice(text.as_bytes()).unwrap() else {
+                panic!("not interactions")
+            };
+            assert!(b.events.is_empty(), "{not_a_list}");
+        }
+        assert!(Batch::from_slice(br#"{"kind": 3}"#).is_err());
+        assert!(Batch::from_slice(br#"[1]"#).is_err());
     }
 }

@@ -58,6 +58,18 @@ struct SessionState {
     final_requested: bool,
 }
 
+/// The members of the server-made records (`schemas/collect.md` §6) the processor reads; an
+/// SDK batch reads as its `kind` alone.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ServerMade {
+    kind: Option<String>,
+    /// `network_check`: whether the WebSocket's identity matched the HTTP requests'.
+    consistent: Option<bool>,
+    /// `idle`: the session's `updated_at` when the sweep found it idle.
+    idle_since: Option<String>,
+}
+
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     /// Worth retrying: the store or the log did not answer.
@@ -290,24 +302,22 @@ async fn fold(
             continue;
         }
         let mut probes_batch = false;
-        match batch.observations.get("kind").and_then(Value::as_str) {
+        let server: ServerMade = batch.observations.decode().unwrap_or_default();
+        match server.kind.as_deref() {
             Some("network_check") => {
-                state.context.network_check_consistent = batch
-                    .observations
-                    .get("consistent")
-                    .and_then(Value::as_bool);
+                state.context.network_check_consistent = server.consistent;
             }
             Some("results") => state.final_requested = true,
             Some(idle::IDLE_KIND) => {
                 // Sent by the idle sweep for the session as it stood then; a batch that arrived
                 // since keeps the session open.
-                if idle::still_idle(&batch.observations, session.updated_at) {
+                if idle::still_idle(server.idle_since.as_deref(), session.updated_at) {
                     state.final_requested = true;
                 } else {
                     continue;
                 }
             }
-            _ => match Batch::from_value(batch.observations.clone()) {
+            _ => match Batch::from_slice(batch.observations.as_str().as_bytes()) {
                 Ok(observed) => {
                     probes_batch = matches!(observed, Batch::Probes(_));
                     state.observations.record(observed);

@@ -33,8 +33,8 @@ pub struct BatchRecord {
     pub seq: u64,
     pub received_at: Timestamp,
     pub request: BatchRequest,
-    /// The decrypted batch, as the SDK sent it.
-    pub observations: serde_json::Value,
+    /// The decrypted batch, as the SDK sent it (its text, passed through unparsed).
+    pub observations: crate::raw::RawJson,
 }
 
 pub const BATCH_RECORD_SCHEMA: u32 = 1;

@@ -6,6 +6,7 @@ pub mod credential;
 pub mod error;
 pub mod events;
 pub mod ids;
+pub mod raw;
 pub mod resources;
 pub mod scope;
 pub mod time;

@@ -3,6 +3,7 @@
 
 use schemas::credential::{Environment, KeyType};
 use schemas::ids::{KeyId, OrgId};
+pub use schemas::raw::RawJson;
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
 use schemas::time::Timestamp;
@@ -119,45 +120,6 @@ pub struct CollectSessionRecord {
 pub struct PingRecord {
     pub id: schemas::PingId,
     pub arrived_at: Option<Timestamp>,
-}
-
-/// A JSON document kept as its text: stored and read back without being parsed into a tree,
-/// for columns only their writer interprets (a session's processor state is rewritten on every
-/// batch, and parsing it into a `Value` on each read cost more than the rest of the read).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RawJson(Box<serde_json::value::RawValue>);
-
-impl RawJson {
-    /// `null`.
-    pub fn null() -> Self {
-        RawJson(serde_json::value::RawValue::NULL.to_owned())
-    }
-
-    /// `value` encoded.
-    pub fn encode<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Self> {
-        serde_json::value::to_raw_value(value).map(RawJson)
-    }
-
-    /// The document decoded as `T`.
-    pub fn decode<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
-        serde_json::from_str(self.0.get())
-    }
-
-    /// The document as a tree (reads that pick members out of it).
-    pub fn to_value(&self) -> serde_json::Value {
-        self.decode().unwrap_or(serde_json::Value::Null)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.get()
-    }
-}
-
-impl PartialEq for RawJson {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.get() == other.0.get()
-    }
 }
 
 /// `sessions`, partition key `(organization_id, environment)`, clustering key `id DESC`

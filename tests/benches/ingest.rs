@@ -122,7 +122,7 @@ async fn stream(
                                     .push(sent.elapsed().as_secs_f64() * 1000.0);
                                 return;
                             }
-                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            tokio::time::sleep(Duration::from_millis(2)).await;
                         }
                     });
                 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use schemas::SessionId;
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::raw::RawJson;
 use schemas::time::Timestamp;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::Pipeline;
@@ -21,11 +22,9 @@ pub const IDLE_KIND: &str = "idle";
 const SWEEP_LIMIT: usize = 1_000;
 
 /// Whether the session, last changed at `updated_at`, is still as idle as when the sweep sent
-/// `observations` (nothing processed for it since).
-pub fn still_idle(observations: &Value, updated_at: Timestamp) -> bool {
-    observations
-        .get("idle_since")
-        .and_then(Value::as_str)
+/// its record with `idle_since` (nothing processed for it since).
+pub fn still_idle(idle_since: Option<&str>, updated_at: Timestamp) -> bool {
+    idle_since
         .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
         .is_some_and(|since| updated_at <= since)
 }
@@ -79,10 +78,11 @@ pub async fn sweep(pipeline: Pipeline, shutdown: CancellationToken) {
                     header_names: Vec::new(),
                     url: String::new(),
                 },
-                observations: json!({
+                observations: RawJson::encode(&json!({
                     "kind": IDLE_KIND,
                     "idle_since": schemas::time::format(&session.idle_since),
-                }),
+                }))
+                .unwrap_or_else(|_| RawJson::null()),
             };
             let Ok(payload) = serde_json::to_vec(&record) else {
                 continue;
@@ -117,15 +117,12 @@ mod tests {
     #[test]
     fn a_session_changed_after_the_sweep_looked_is_not_idle() {
         let since = schemas::time::now();
-        let sent = json!({ "kind": IDLE_KIND, "idle_since": schemas::time::format(&since) });
-        assert!(still_idle(&sent, since));
-        assert!(still_idle(&sent, since - TimeDelta::seconds(1)));
-        assert!(!still_idle(&sent, since + TimeDelta::milliseconds(1)));
-        assert!(
-            !still_idle(&json!({ "kind": IDLE_KIND }), since),
-            "no time, no finalising"
-        );
-        assert!(!still_idle(&json!({ "idle_since": "yesterday" }), since));
+        let sent = schemas::time::format(&since);
+        assert!(still_idle(Some(&sent), since));
+        assert!(still_idle(Some(&sent), since - TimeDelta::seconds(1)));
+        assert!(!still_idle(Some(&sent), since + TimeDelta::milliseconds(1)));
+        assert!(!still_idle(None, since), "no time, no finalising");
+        assert!(!still_idle(Some("yesterday"), since));
     }
 
     #[test]
