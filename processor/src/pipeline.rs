@@ -40,6 +40,11 @@ use crate::{Batch, Probes, ServerContext, SessionObservations};
 /// The consumer group of the processor role.
 pub const GROUP: &str = "processor";
 
+/// The most records one poll takes: one store write covers them all.
+const POLL_RECORDS: usize = 1024;
+/// How often the consumer's position is committed to the log.
+const COMMIT_INTERVAL: Duration = Duration::from_millis(250);
+
 /// How long a visitor is kept after it was last seen (D11): `expires_at` = last seen plus this.
 pub const VISITOR_RETENTION_DAYS: i64 = 365;
 /// How many visitors sharing an anchor pair are checked for an exact anchor match.
@@ -47,6 +52,44 @@ const ANCHOR_CANDIDATES: usize = 50;
 /// How many of a partition's newest visitors the nearest-vector search compares, so linking
 /// stays bounded however many visitors an organization has.
 const VECTOR_SCAN: usize = 2_000;
+
+/// The states this processor last stored, so a session's next batches are folded without
+/// decoding its state again (the decode was a third of a fold). An entry is used only while the
+/// stored session still has the `updated_at` it was saved with: if another processor took the
+/// partition over and stored the session since, the entry is stale and the state is decoded.
+#[derive(Default)]
+struct StateCache {
+    entries:
+        std::collections::HashMap<schemas::SessionId, (schemas::time::Timestamp, SessionState)>,
+}
+
+impl StateCache {
+    /// Sessions kept; past it the cache starts over (a session decodes its state once more).
+    const SESSIONS: usize = 10_000;
+
+    fn take(
+        &mut self,
+        id: schemas::SessionId,
+        updated_at: schemas::time::Timestamp,
+    ) -> Option<SessionState> {
+        match self.entries.remove(&id) {
+            Some((at, state)) if at == updated_at => Some(state),
+            _ => None,
+        }
+    }
+
+    fn put(
+        &mut self,
+        id: schemas::SessionId,
+        updated_at: schemas::time::Timestamp,
+        state: SessionState,
+    ) {
+        if self.entries.len() >= Self::SESSIONS {
+            self.entries.clear();
+        }
+        self.entries.insert(id, (updated_at, state));
+    }
+}
 
 /// What the processor keeps of a session between batches (`SessionRecord::state`).
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -139,10 +182,13 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
             }
         }
     };
+    let mut cache = StateCache::default();
+    let mut uncommitted = Vec::new();
+    let mut last_commit = Instant::now();
     while !shutdown.is_cancelled() {
         let records = tokio::select! {
             _ = shutdown.cancelled() => return,
-            polled = consumer.poll(256, Duration::from_millis(500)) => polled,
+            polled = consumer.poll(POLL_RECORDS, Duration::from_millis(500)) => polled,
         };
         let records = match records {
             Ok(r) => r,
@@ -160,9 +206,13 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         // read and every new batch of it folded in, then all the poll's sessions are stored
         // with their new decisions in one acknowledged write (one fsync on the embedded store).
         let mut saves = Vec::new();
+        let mut states = Vec::new();
         for group in by_session(&records) {
-            if let Some(save) = fold_with_retry(pipeline, &group, shutdown).await {
+            if let Some((save, state)) =
+                fold_with_retry(pipeline, &group, &mut cache, shutdown).await
+            {
                 saves.push(save);
+                states.push(state);
             }
             if shutdown.is_cancelled() {
                 return;
@@ -171,7 +221,18 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         if !store_with_retry(pipeline, &saves, shutdown).await {
             return;
         }
-        commit(&mut *consumer, &records, shutdown).await;
+        for (save, state) in saves.iter().zip(states) {
+            cache.put(save.session.id, save.session.updated_at, state);
+        }
+        // Positions are committed at most every COMMIT_INTERVAL, not after every poll: the
+        // consumer reads on from its own position, and a crash before a commit only redelivers
+        // batches the store already has, which are skipped by number.
+        uncommitted.extend(records.iter().map(Record::position));
+        if last_commit.elapsed() >= COMMIT_INTERVAL {
+            commit(&mut *consumer, &uncommitted, shutdown).await;
+            uncommitted.clear();
+            last_commit = Instant::now();
+        }
     }
 }
 
@@ -204,11 +265,12 @@ fn by_session(records: &[Record]) -> Vec<Vec<BatchRecord>> {
 async fn fold_with_retry(
     pipeline: &Pipeline,
     batches: &[BatchRecord],
+    cache: &mut StateCache,
     shutdown: &CancellationToken,
-) -> Option<SessionSave> {
+) -> Option<(SessionSave, SessionState)> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match fold(pipeline, batches).await {
+        match fold(pipeline, batches, cache).await {
             Ok(save) => return save,
             Err(Failure::Unreadable(why)) => {
                 tracing::error!(%why, "processor: skipping an unreadable session update");
@@ -259,9 +321,12 @@ async fn store_with_retry(
     }
 }
 
-async fn commit(consumer: &mut dyn LogConsumer, records: &[Record], shutdown: &CancellationToken) {
-    let positions: Vec<_> = records.iter().map(Record::position).collect();
-    while let Err(e) = consumer.commit(&positions).await {
+async fn commit(
+    consumer: &mut dyn LogConsumer,
+    positions: &[bus::Position],
+    shutdown: &CancellationToken,
+) {
+    while let Err(e) = consumer.commit(positions).await {
         tracing::warn!(error = %e, "processor: committing; retrying");
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -277,7 +342,8 @@ async fn commit(consumer: &mut dyn LogConsumer, records: &[Record], shutdown: &C
 async fn fold(
     pipeline: &Pipeline,
     batches: &[BatchRecord],
-) -> Result<Option<SessionSave>, Failure> {
+    cache: &mut StateCache,
+) -> Result<Option<(SessionSave, SessionState)>, Failure> {
     let (store, secret) = (&pipeline.store, &pipeline.secret);
     let started = Instant::now();
     let Some(first) = batches.first() else {
@@ -291,7 +357,10 @@ async fn fold(
         Some(s) => s,
         None => new_session(store, first).await?,
     };
-    let mut state: SessionState = session.state.decode().unwrap_or_default();
+    let mut state: SessionState = match cache.take(session.id, session.updated_at) {
+        Some(state) => state,
+        None => session.state.decode().unwrap_or_default(),
+    };
     let was_final = session.finalized || events::is_final(session.latest_decision.as_ref());
     let mut linked = None;
     let mut changed = false;
@@ -393,11 +462,14 @@ async fn fold(
         decision: decision_json,
     };
     tracing::debug!(session = %first.session_id, records = batches.len(), verdict = ?decision.verdict, status = ?decision.decision_status, events = recorded.len(), "processor: decided");
-    Ok(Some(SessionSave {
-        session,
-        decision: Some(record),
-        events: recorded,
-    }))
+    Ok(Some((
+        SessionSave {
+            session,
+            decision: Some(record),
+            events: recorded,
+        },
+        state,
+    )))
 }
 
 /// Appends each event to `events.v1`, keyed by its organization.
