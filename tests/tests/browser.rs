@@ -4,7 +4,8 @@
 //! batch must reach the log (`collect.batches.v1`) with what a headless, automated Chromium
 //! really reports. Then `agent.result()` mints the handoff the site's backend opens with its
 //! secret key, and a second visit with the same browser profile brings back the visitor token
-//! the first stored and links to the same `vid_`.
+//! the first stored and links to the same `vid_`; a fresh profile on the same machine, with no
+//! token, links to it by its anchors.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (scripts/test.sh installs them); without
 //! them these tests fail, they never skip.
@@ -305,5 +306,68 @@ async fn a_second_visit_with_the_same_profile_brings_the_stored_visitor_token() 
         "the second visit links to the first visit's visitor"
     );
     println!("{vid}: token found in {found_in:?} on the second visit");
+    browser.quit().await;
+}
+
+/// How the processor linked `session_id` (the `linked_by` of its fingerprint event), once it has.
+async fn linked_by(s: &TestServer, session_id: &str) -> String {
+    let org = s.creds.org_id().parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let events = s
+            .store()
+            .list_events(org, schemas::credential::Environment::Test, None, 50)
+            .await
+            .unwrap();
+        if let Some(e) = events.iter().find(|e| {
+            e.event_type.as_str() == "session.fingerprint.calculated" && e.subject.id == session_id
+        }) {
+            return e.data["linked_by"].as_str().unwrap_or_default().to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no fingerprint event for {session_id} within 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_profile_on_the_same_machine_is_linked_by_anchors() {
+    let s = TestServer::start().await;
+    let page = PageServer::start(sdk_page(&s.base, &s.creds.keys.publishable_test)).await;
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    // The anchors are the WebGL, WebGL-parameters and audio hashes: both visits need them.
+    let anchors = ["webgl", "webgl_render", "audio"];
+
+    let first_profile = Profile::new();
+    let browser = driver.session(&first_profile).await;
+    let (first, _) = visit_with(&s, &browser, &page, &anchors).await;
+    let first_sid = first["session_id"].as_str().unwrap().to_owned();
+    let vid = linked_visitor(&s, &first_sid).await;
+    browser.quit().await;
+
+    // Another profile: no cookie, storage or token of the first, the same browser and GPU.
+    let second_profile = Profile::new();
+    let browser = driver.session(&second_profile).await;
+    let (second, record) = visit_with(&s, &browser, &page, &anchors).await;
+    let second_sid = second["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        record["observations"]["storage"]["visitor_token"],
+        Value::Null,
+        "a fresh profile carries no visitor token"
+    );
+    assert_eq!(
+        linked_visitor(&s, &second_sid).await,
+        vid,
+        "the fresh profile links to the first profile's visitor"
+    );
+    assert_eq!(
+        linked_by(&s, &second_sid).await,
+        "anchors",
+        "linked by the anchors, not by token or vector"
+    );
+    assert_eq!(linked_by(&s, &first_sid).await, "new_visitor");
     browser.quit().await;
 }
