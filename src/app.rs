@@ -23,6 +23,8 @@ pub struct AppParts {
     pub rotation_grace: chrono::Duration,
     pub log: bus::Log,
     pub batches: bus::Topic,
+    /// The agents whose Web Bot Auth signatures ingest can verify.
+    pub agents: Arc<ingest::web_bot_auth::TrustedAgents>,
     /// Where the development organization's keys are, for the demo page.
     pub credentials: std::path::PathBuf,
 }
@@ -48,6 +50,7 @@ pub fn router(parts: AppParts) -> Router {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
         batches: parts.batches.clone(),
+        agents: parts.agents.clone(),
     };
     let backend = ingest::backend_router(ingest_state.clone())
         .method_not_allowed_fallback(method_not_allowed)

@@ -105,6 +105,10 @@ pub struct ServeArgs {
     /// How long a session goes without a batch before its decision is made final.
     #[arg(long, env = "VIGIL_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
     pub session_idle: std::time::Duration,
+    /// JSON file of the agents trusted for Web Bot Auth: each agent's origin mapped to its key
+    /// directory (JWKS). Without it, signed requests are reported unverified.
+    #[arg(long, env = "VIGIL_WEB_BOT_AUTH_KEYS")]
+    pub web_bot_auth_keys: Option<PathBuf>,
     /// Requests per minute from one client IP that presents no valid credential.
     #[arg(long, env = "VIGIL_ANONYMOUS_RATE_LIMIT", default_value_t = 120)]
     pub anonymous_rate_limit: u32,

@@ -76,6 +76,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     });
     let rotation_grace =
         chrono::Duration::from_std(args.rotation_grace).context("--rotation-grace is too large")?;
+    let agents = match &args.web_bot_auth_keys {
+        Some(path) => ingest::web_bot_auth::TrustedAgents::from_file(path)
+            .map_err(|e| anyhow::anyhow!("--web-bot-auth-keys: {e}"))?,
+        None => ingest::web_bot_auth::TrustedAgents::default(),
+    };
     let log = bus::open(&args.bus_url())
         .await
         .context("opening the log")?;
@@ -104,6 +109,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         batches,
         auth,
         rotation_grace,
+        agents: Arc::new(agents),
     });
 
     let std_listener = std::net::TcpListener::bind(args.listen)

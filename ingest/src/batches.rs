@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::IngestState;
 use crate::sessions::{MAX_BATCH_BYTES, own_session};
 use crate::transport::{self, BatchKey};
+use crate::web_bot_auth::Request as WebBotAuthRequest;
 
 #[derive(Serialize)]
 struct Accepted {
@@ -44,6 +45,7 @@ pub async fn accept(
     State(state): State<IngestState>,
     caller: PublishableKey,
     params: RawPathParams,
+    method: axum::http::Method,
     headers: HeaderMap,
     uri: axum::http::Uri,
     body: JsonObject,
@@ -125,6 +127,15 @@ pub async fn accept(
                 .to_owned(),
             header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
             url: uri.to_string(),
+            web_bot_auth: state.agents.check(
+                &WebBotAuthRequest::new(
+                    method.as_str(),
+                    if ctx.client.tls { "https" } else { "http" },
+                    &uri,
+                    &headers,
+                ),
+                chrono::Utc::now().timestamp(),
+            ),
         },
         observations,
     };

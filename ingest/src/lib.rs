@@ -10,6 +10,7 @@ pub mod network;
 pub mod sdk;
 pub mod sessions;
 pub mod transport;
+pub mod web_bot_auth;
 
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ pub struct IngestState {
     pub auth: Arc<Authenticator>,
     pub log: bus::Log,
     pub batches: bus::Topic,
+    /// The agents whose Web Bot Auth signatures can be verified (D9).
+    pub agents: Arc<web_bot_auth::TrustedAgents>,
 }
 
 /// The Collect API routes (publishable key); the caller adds the credential layer, and CORS

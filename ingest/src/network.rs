@@ -154,6 +154,7 @@ pub async fn append_server_record(
             user_agent: String::new(),
             header_names: Vec::new(),
             url: String::new(),
+            web_bot_auth: None,
         },
         observations: RawJson::encode(&observations)
             .map_err(|e| ApiError::internal("server record", e))?,

@@ -610,6 +610,38 @@ pub enum WebBotAuth {
     Absent,
 }
 
+impl WebBotAuth {
+    /// Which outcome a session keeps when its requests disagree: a failed signature outweighs
+    /// a valid one (an agent replaying a captured header is still caught), and a valid one
+    /// outweighs an unresolvable one.
+    fn weight(self) -> u8 {
+        match self {
+            WebBotAuth::Absent => 0,
+            WebBotAuth::Unverified => 1,
+            WebBotAuth::Verified => 2,
+            WebBotAuth::Invalid => 3,
+        }
+    }
+}
+
+impl ServerContext {
+    /// Folds in one request's Web Bot Auth check (ingest's, on the log record).
+    pub fn record_web_bot_auth(&mut self, check: &schemas::collect::WebBotAuthCheck) {
+        use schemas::collect::WebBotAuthStatus as S;
+        let outcome = match check.status {
+            S::Verified => WebBotAuth::Verified,
+            S::Invalid => WebBotAuth::Invalid,
+            S::Unverified => WebBotAuth::Unverified,
+        };
+        if outcome.weight() >= self.web_bot_auth.weight() {
+            self.web_bot_auth = outcome;
+            if check.signature_agent.is_some() {
+                self.signature_agent = check.signature_agent.clone();
+            }
+        }
+    }
+}
+
 /// The HTTP request that carried the batch: the log record's `request` member (§6), so the
 /// consumer can read it straight into this type.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -397,6 +397,9 @@ async fn fold(
                 }
             },
         }
+        if let Some(check) = &batch.request.web_bot_auth {
+            state.context.record_web_bot_auth(check);
+        }
         if state.context.request.ip.is_none() {
             state.context.request = crate::RequestContext {
                 ip: Some(batch.request.ip.clone()),

@@ -20,6 +20,30 @@ pub struct BatchRequest {
     /// Header names in the order they arrived: part of the connection fingerprint (D9).
     pub header_names: Vec<String>,
     pub url: String,
+    /// The request's Web Bot Auth signature checked (D9); absent when it carried none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_bot_auth: Option<WebBotAuthCheck>,
+}
+
+/// What checking a request's Web Bot Auth signature (RFC 9421 with `Signature-Agent`) found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebBotAuthCheck {
+    pub status: WebBotAuthStatus,
+    /// The agent: the trusted directory's origin when verified, else what `Signature-Agent`
+    /// claimed (if anything).
+    pub signature_agent: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebBotAuthStatus {
+    /// A valid, unexpired signature by a key of a trusted agent's directory.
+    Verified,
+    /// A signature that fails: altered, expired, malformed, or by a key its `Signature-Agent`
+    /// does not own.
+    Invalid,
+    /// A signature by a key no trusted directory holds: nothing proved either way.
+    Unverified,
 }
 
 /// One accepted batch on `collect.batches.v1`.

@@ -218,6 +218,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--trusted-proxy", "VIGIL_TRUSTED_PROXY"),
         ("--rotation-grace", "VIGIL_ROTATION_GRACE"),
         ("--session-idle", "VIGIL_SESSION_IDLE"),
+        ("--web-bot-auth-keys", "VIGIL_WEB_BOT_AUTH_KEYS"),
         ("--anonymous-rate-limit", "VIGIL_ANONYMOUS_RATE_LIMIT"),
         ("--public-url", "VIGIL_PUBLIC_URL"),
         ("--log-format", "VIGIL_LOG_FORMAT"),
@@ -241,7 +242,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 15,
+        flags, 16,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

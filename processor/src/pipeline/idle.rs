@@ -77,6 +77,7 @@ pub async fn sweep(pipeline: Pipeline, shutdown: CancellationToken) {
                     user_agent: String::new(),
                     header_names: Vec::new(),
                     url: String::new(),
+                    web_bot_auth: None,
                 },
                 observations: RawJson::encode(&json!({
                     "kind": IDLE_KIND,

@@ -1,0 +1,295 @@
+//! Web Bot Auth (D9): checks the HTTP Message Signature (RFC 9421) an agent puts on its
+//! requests, with the `Signature-Agent` header naming the agent whose key directory holds the
+//! signing key. The cryptography and the parsing of `Signature-Input` are Cloudflare's
+//! `web-bot-auth` crate; this module supplies what the crate leaves to its caller: the request's
+//! components, the trusted agents' keys, the time window (the crate never checks `expires`),
+//! and the rule that a key only speaks for the agent whose directory it came from.
+//!
+//! Trusted agents come from the operator (`--web-bot-auth-keys`, a JSON file mapping each
+//! agent's origin to its key directory, the JWKS it serves at
+//! `/.well-known/http-message-signatures-directory`). Directories are never fetched from the
+//! network at request time: a request must not make the service call out to a URL it names.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use axum::http::HeaderMap;
+use schemas::collect::{WebBotAuthCheck, WebBotAuthStatus};
+use sfv::SerializeValue as _;
+use web_bot_auth::components::{
+    CoveredComponent, DerivedComponent, HTTPField, HTTPFieldParameters,
+};
+use web_bot_auth::keyring::{Algorithm, JSONWebKeySet, KeyRing};
+use web_bot_auth::message_signatures::SignedMessage;
+use web_bot_auth::{ImplementationError, SignatureAgentLink, WebBotAuthVerifier};
+
+/// How far a signature's `created` and `expires` may be from our clock.
+const CLOCK_SKEW_SECS: i64 = 60;
+/// The longest `Signature-Agent` kept when reporting an unverified claim.
+const MAX_AGENT_LEN: usize = 256;
+
+/// The keys of the agents the operator trusts, by key id (the JWK thumbprint that `keyid`
+/// carries), with the agent each belongs to.
+#[derive(Default)]
+pub struct TrustedAgents {
+    ring: KeyRing,
+    owner: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for TrustedAgents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrustedAgents")
+            .field("keys", &self.owner.len())
+            .finish()
+    }
+}
+
+impl TrustedAgents {
+    /// Reads `{ "<agent origin>": <its key directory (JWKS)>, ... }`. Keys other than Ed25519
+    /// are skipped (the only algorithm Web Bot Auth uses); a directory with none is an error,
+    /// so a typo does not silently trust nobody.
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let directories: HashMap<String, serde_json::Value> = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a JSON object of agents: {e}", path.display()))?;
+        let mut agents = TrustedAgents::default();
+        for (agent, directory) in directories {
+            let added = agents.add_directory(&agent, directory)?;
+            if added == 0 {
+                return Err(format!(
+                    "{}: the directory of {agent} has no Ed25519 key",
+                    path.display()
+                ));
+            }
+        }
+        Ok(agents)
+    }
+
+    /// Trusts `agent` (an origin, such as `https://crawler.example`) for the Ed25519 keys of
+    /// `directory`; returns how many it added.
+    pub fn add_directory(
+        &mut self,
+        agent: &str,
+        directory: serde_json::Value,
+    ) -> Result<usize, String> {
+        let set: JSONWebKeySet = serde_json::from_value(directory)
+            .map_err(|e| format!("the key directory of {agent}: {e}"))?;
+        let agent = agent.trim_end_matches('/').to_ascii_lowercase();
+        let mut added = 0;
+        for jwk in &set.keys {
+            if self.ring.try_import_jwk(jwk).is_ok() {
+                self.owner.insert(jwk.b64_thumbprint(), agent.clone());
+                added += 1;
+            }
+        }
+        Ok(added)
+    }
+
+    /// Checks the request's signature; `None` when it carries no `Signature` and
+    /// `Signature-Input` (most requests: browsers do not sign).
+    pub fn check(&self, request: &Request<'_>, now_unix: i64) -> Option<WebBotAuthCheck> {
+        let has = |name: &str| request.headers.contains_key(name);
+        if !has("signature") || !has("signature-input") {
+            return None;
+        }
+        let claimed = request
+            .header("signature-agent")
+            .map(|v| v.chars().take(MAX_AGENT_LEN).collect::<String>());
+        let (status, agent) = self.verify(request, now_unix);
+        Some(WebBotAuthCheck {
+            status,
+            signature_agent: agent.or(claimed),
+        })
+    }
+
+    fn verify(&self, request: &Request<'_>, now: i64) -> (WebBotAuthStatus, Option<String>) {
+        use WebBotAuthStatus::{Invalid, Unverified, Verified};
+        // A label without the web-bot-auth tag, key id, times or the covered authority (and
+        // `signature-agent` when that header is sent) does not parse.
+        let Ok(verifier) = WebBotAuthVerifier::parse(request) else {
+            return (Invalid, None);
+        };
+        let details = &verifier.get_parsed_label().base.parameters.details;
+        let (Some(created), Some(expires)) = (details.created, details.expires) else {
+            return (Invalid, None);
+        };
+        if expires + CLOCK_SKEW_SECS <= now || created - CLOCK_SKEW_SECS > now || created > expires
+        {
+            return (Invalid, None);
+        }
+        if details
+            .algorithm
+            .as_ref()
+            .is_some_and(|a| *a != Algorithm::Ed25519)
+        {
+            return (Invalid, None);
+        }
+        let keyid = details.keyid.clone().unwrap_or_default();
+        let Some(owner) = self.owner.get(&keyid) else {
+            return (Unverified, None);
+        };
+        // The key speaks only for its own agent: a `Signature-Agent` naming another directory
+        // (or carrying its own inline keys) is a forgery, whatever the signature.
+        let agents = verifier.get_signature_agents();
+        let owned = agents.is_empty()
+            || agents.iter().any(|link| match link {
+                SignatureAgentLink::External(url) => {
+                    let url = url.trim_end_matches('/');
+                    let origin = url
+                        .strip_suffix("/.well-known/http-message-signatures-directory")
+                        .unwrap_or(url);
+                    origin.eq_ignore_ascii_case(owner)
+                }
+                SignatureAgentLink::Inline(_) => false,
+            });
+        if !owned {
+            return (Invalid, None);
+        }
+        match verifier.verify(&self.ring, None) {
+            Ok(_) => (Verified, Some(owner.clone())),
+            Err(ImplementationError::NoSuchKey) => (Unverified, None),
+            Err(_) => (Invalid, None),
+        }
+    }
+}
+
+/// A request as the signature covers it.
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// `https` when the request reached us over TLS (directly or through a trusted proxy).
+    pub scheme: &'a str,
+    /// The `Host` the client sent, lower case.
+    pub authority: String,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+}
+
+impl<'a> Request<'a> {
+    pub fn new(
+        method: &'a str,
+        scheme: &'a str,
+        uri: &'a axum::http::Uri,
+        headers: &'a HeaderMap,
+    ) -> Self {
+        let authority = headers
+            .get(axum::http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| uri.authority().map(|a| a.as_str()))
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        Request {
+            method,
+            scheme,
+            authority,
+            path: uri.path(),
+            query: uri.query(),
+            headers,
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        let values: Vec<&str> = self
+            .headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::trim)
+            .collect();
+        (!values.is_empty()).then(|| values.join(", "))
+    }
+}
+
+impl SignedMessage for Request<'_> {
+    fn lookup_component(&self, component: &CoveredComponent) -> Vec<String> {
+        match component {
+            CoveredComponent::HTTP(HTTPField { name, parameters }) => {
+                let Some(value) = self.header(name) else {
+                    return Vec::new();
+                };
+                match parameters.0.as_slice() {
+                    [] => vec![value],
+                    // RFC 9421 §2.1.2: `;key="k"` covers the serialized member `k` of the
+                    // header read as a structured dictionary.
+                    [HTTPFieldParameters::Key(k)] => {
+                        let Ok(dictionary) = sfv::Parser::new(&value).parse_dictionary() else {
+                            return Vec::new();
+                        };
+                        match dictionary.into_iter().find(|(key, _)| key.as_str() == k) {
+                            Some((_, sfv::ListEntry::Item(item))) => vec![item.serialize_value()],
+                            Some((_, inner)) => vec![inner].serialize_value().into_iter().collect(),
+                            None => Vec::new(),
+                        }
+                    }
+                    // Other parameters (`sf`, `bs`, `tr`, `req`) are not used by Web Bot Auth;
+                    // an unanswered component fails the signature.
+                    _ => Vec::new(),
+                }
+            }
+            CoveredComponent::Derived(derived) => {
+                let path = if self.path.is_empty() { "/" } else { self.path };
+                let target = match self.query {
+                    Some(q) => format!("{path}?{q}"),
+                    None => path.to_owned(),
+                };
+                let value = match derived {
+                    DerivedComponent::Method { .. } => self.method.to_owned(),
+                    DerivedComponent::Authority { .. } => self.authority.clone(),
+                    DerivedComponent::Scheme { .. } => self.scheme.to_owned(),
+                    DerivedComponent::Path { .. } => path.to_owned(),
+                    DerivedComponent::Query { .. } => format!("?{}", self.query.unwrap_or("")),
+                    DerivedComponent::RequestTarget { .. } => target,
+                    DerivedComponent::TargetUri { .. } => {
+                        format!("{}://{}{target}", self.scheme, self.authority)
+                    }
+                    _ => return Vec::new(),
+                };
+                vec![value]
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agents.json");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_keys_file_must_name_agents_with_ed25519_keys() {
+        let ed25519 = r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}]}"#;
+        let (_d, good) = file(&format!(r#"{{"https://agent.test/": {ed25519}}}"#));
+        let agents = TrustedAgents::from_file(&good).unwrap();
+        assert_eq!(
+            agents.owner.values().collect::<Vec<_>>(),
+            ["https://agent.test"],
+            "the origin, without its trailing slash"
+        );
+        for bad in [
+            "not json",
+            "[]",
+            r#"{"https://agent.test": {"keys": []}}"#,
+            r#"{"https://agent.test": {"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}}"#,
+            r#"{"https://agent.test": "no directory"}"#,
+        ] {
+            let (_d, path) = file(bad);
+            assert!(TrustedAgents::from_file(&path).is_err(), "{bad}");
+        }
+        assert!(TrustedAgents::from_file(Path::new("/nonexistent/agents.json")).is_err());
+    }
+
+    #[test]
+    fn an_unsigned_request_has_no_outcome() {
+        let headers = HeaderMap::new();
+        let uri: axum::http::Uri = "/v1/collect/sessions".parse().unwrap();
+        let request = Request::new("POST", "https", &uri, &headers);
+        assert_eq!(TrustedAgents::default().check(&request, 0), None);
+    }
+}
