@@ -471,10 +471,12 @@ enum Durability {
 }
 
 impl Inner {
-    /// A batch that is fsynced (journal data and metadata) before `commit` returns, and applied
-    /// to the memtables only after that: a reader never sees a write that a crash could lose.
+    /// A batch that is synced to disk before `commit` returns, and applied to the memtables
+    /// only after that: a reader never sees a write that a crash could lose. `fdatasync` (not
+    /// `fsync`): the journal's data and its length are flushed, only its timestamps are not,
+    /// and nothing reads those.
     fn batch(&self) -> OwnedWriteBatch {
-        self.db.batch().durability(Some(PersistMode::SyncAll))
+        self.db.batch().durability(Some(PersistMode::SyncData))
     }
 
     /// Commits `batch`, naming in `changes` every cached row (`organizations`, `api_keys`) it

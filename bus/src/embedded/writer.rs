@@ -157,7 +157,8 @@ impl Reply {
 }
 
 fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<Item = Op>) {
-    let mut batch = shared.db.batch().durability(Some(PersistMode::SyncAll));
+    // fdatasync: the journal's data and length reach the disk; its timestamps need not.
+    let mut batch = shared.db.batch().durability(Some(PersistMode::SyncData));
     // Next offsets as they will be once this batch is durable; merged into `next` only then.
     let mut staged = NextOffsets::new();
     let mut created: Vec<(Topic, u32)> = Vec::new();
