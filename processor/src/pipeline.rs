@@ -53,46 +53,68 @@ const ANCHOR_CANDIDATES: usize = 50;
 /// stays bounded however many visitors an organization has.
 const VECTOR_SCAN: usize = 2_000;
 
-/// The states this processor last stored, so a session's next batches are folded without
-/// decoding its state again (the decode was a third of a fold). An entry is used only while the
-/// stored session still has the `updated_at` it was saved with: if another processor took the
-/// partition over and stored the session since, the entry is stale and the state is decoded.
-#[derive(Default)]
-struct StateCache {
-    entries:
-        std::collections::HashMap<schemas::SessionId, (schemas::time::Timestamp, SessionState)>,
+/// A save of one poll's sessions running while the next poll is folded.
+struct InFlight {
+    task: tokio::task::JoinHandle<bool>,
+    /// The log positions it covers, committed once it is stored.
+    positions: Vec<bus::Position>,
+    /// The sessions it writes, with the `updated_at` each is written with.
+    saved: Vec<(schemas::SessionId, schemas::time::Timestamp)>,
 }
 
-impl StateCache {
-    /// Sessions kept; past it the cache starts over (a session decodes its state once more).
-    const SESSIONS: usize = 10_000;
+/// What the processor holds of the sessions it writes. `pending`: sessions of the save in
+/// flight, as that save writes them; a fold reads them from here, since the store may not have
+/// them yet. `states`: the states of confirmed saves, so a session's next batches are folded
+/// without decoding its state again (the decode was a third of a fold); an entry is used only
+/// while the stored session still has the `updated_at` it was saved with (if another processor
+/// took the partition over and stored the session since, it is stale and the state decoded).
+#[derive(Default)]
+struct Memory {
+    pending: std::collections::HashMap<schemas::SessionId, (SessionRecord, SessionState)>,
+    states: std::collections::HashMap<schemas::SessionId, (schemas::time::Timestamp, SessionState)>,
+}
 
-    fn take(
+impl Memory {
+    /// States kept; past it the map starts over (a session decodes its state once more).
+    const STATES: usize = 10_000;
+
+    /// The session and state a save in flight writes, if one does.
+    fn pending(&self, id: schemas::SessionId) -> Option<(SessionRecord, SessionState)> {
+        self.pending.get(&id).cloned()
+    }
+
+    fn take_state(
         &mut self,
         id: schemas::SessionId,
         updated_at: schemas::time::Timestamp,
     ) -> Option<SessionState> {
-        match self.entries.remove(&id) {
+        match self.states.remove(&id) {
             Some((at, state)) if at == updated_at => Some(state),
             _ => None,
         }
     }
 
-    fn put(
-        &mut self,
-        id: schemas::SessionId,
-        updated_at: schemas::time::Timestamp,
-        state: SessionState,
-    ) {
-        if self.entries.len() >= Self::SESSIONS {
-            self.entries.clear();
+    /// A save landed: its sessions still pending (no later fold superseded them) are now what
+    /// the store holds, and their states are kept for the next fold.
+    fn confirm(&mut self, saved: &[(schemas::SessionId, schemas::time::Timestamp)]) {
+        for (id, updated_at) in saved {
+            if self
+                .pending
+                .get(id)
+                .is_some_and(|(s, _)| s.updated_at == *updated_at)
+                && let Some((_, state)) = self.pending.remove(id)
+            {
+                if self.states.len() >= Self::STATES {
+                    self.states.clear();
+                }
+                self.states.insert(*id, (*updated_at, state));
+            }
         }
-        self.entries.insert(id, (updated_at, state));
     }
 }
 
 /// What the processor keeps of a session between batches (`SessionRecord::state`).
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct SessionState {
     observations: SessionObservations,
@@ -182,13 +204,21 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
             }
         }
     };
-    let mut cache = StateCache::default();
+    let mut memory = Memory::default();
+    let mut in_flight: Option<InFlight> = None;
     let mut uncommitted = Vec::new();
     let mut last_commit = Instant::now();
     while !shutdown.is_cancelled() {
+        // While a save is in flight, only a short wait: the save's confirmation (and its
+        // commit) must not hang on the next batch arriving.
+        let wait = if in_flight.is_some() {
+            Duration::from_millis(2)
+        } else {
+            Duration::from_millis(500)
+        };
         let records = tokio::select! {
             _ = shutdown.cancelled() => return,
-            polled = consumer.poll(POLL_RECORDS, Duration::from_millis(500)) => polled,
+            polled = consumer.poll(POLL_RECORDS, wait) => polled,
         };
         let records = match records {
             Ok(r) => r,
@@ -198,37 +228,59 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                 continue;
             }
         };
-        if records.is_empty() {
+        if records.is_empty() && in_flight.is_none() {
             continue;
         }
-        tracing::debug!(records = records.len(), "processor: polled");
         // One store write per poll, not per record nor per session: each session's state is
         // read and every new batch of it folded in, then all the poll's sessions are stored
         // with their new decisions in one acknowledged write (one fsync on the embedded store).
+        // That write runs while the next poll is folded; sessions it holds are read from it.
         let mut saves = Vec::new();
-        let mut states = Vec::new();
+        let mut pending = Vec::new();
         for group in by_session(&records) {
             if let Some((save, state)) =
-                fold_with_retry(pipeline, &group, &mut cache, shutdown).await
+                fold_with_retry(pipeline, &group, &mut memory, shutdown).await
             {
+                pending.push((save.session.clone(), state));
                 saves.push(save);
-                states.push(state);
             }
             if shutdown.is_cancelled() {
                 return;
             }
         }
-        if !store_with_retry(pipeline, &saves, shutdown).await {
-            return;
+        // The previous save first: saves land in log order, and positions are committed only
+        // once what they cover is stored.
+        if let Some(previous) = in_flight.take() {
+            if !previous.task.await.unwrap_or(false) {
+                return;
+            }
+            memory.confirm(&previous.saved);
+            uncommitted.extend(previous.positions);
         }
-        for (save, state) in saves.iter().zip(states) {
-            cache.put(save.session.id, save.session.updated_at, state);
+        let positions = records.iter().map(Record::position);
+        if saves.is_empty() {
+            uncommitted.extend(positions);
+        } else {
+            let saved = saves
+                .iter()
+                .map(|s| (s.session.id, s.session.updated_at))
+                .collect();
+            for (session, state) in pending {
+                memory.pending.insert(session.id, (session, state));
+            }
+            let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
+            in_flight = Some(InFlight {
+                task: tokio::spawn(
+                    async move { store_with_retry(&pipeline, &saves, &shutdown).await },
+                ),
+                positions: positions.collect(),
+                saved,
+            });
         }
         // Positions are committed at most every COMMIT_INTERVAL, not after every poll: the
         // consumer reads on from its own position, and a crash before a commit only redelivers
         // batches the store already has, which are skipped by number.
-        uncommitted.extend(records.iter().map(Record::position));
-        if last_commit.elapsed() >= COMMIT_INTERVAL {
+        if !uncommitted.is_empty() && last_commit.elapsed() >= COMMIT_INTERVAL {
             commit(&mut *consumer, &uncommitted, shutdown).await;
             uncommitted.clear();
             last_commit = Instant::now();
@@ -265,12 +317,12 @@ fn by_session(records: &[Record]) -> Vec<Vec<BatchRecord>> {
 async fn fold_with_retry(
     pipeline: &Pipeline,
     batches: &[BatchRecord],
-    cache: &mut StateCache,
+    memory: &mut Memory,
     shutdown: &CancellationToken,
 ) -> Option<(SessionSave, SessionState)> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match fold(pipeline, batches, cache).await {
+        match fold(pipeline, batches, memory).await {
             Ok(save) => return save,
             Err(Failure::Unreadable(why)) => {
                 tracing::error!(%why, "processor: skipping an unreadable session update");
@@ -342,7 +394,7 @@ async fn commit(
 async fn fold(
     pipeline: &Pipeline,
     batches: &[BatchRecord],
-    cache: &mut StateCache,
+    memory: &mut Memory,
 ) -> Result<Option<(SessionSave, SessionState)>, Failure> {
     let (store, secret) = (&pipeline.store, &pipeline.secret);
     let started = Instant::now();
@@ -350,16 +402,22 @@ async fn fold(
         return Ok(None);
     };
     let now = schemas::time::now();
-    let mut session = match store
-        .get_session(first.organization_id, first.environment, first.session_id)
-        .await?
-    {
-        Some(s) => s,
-        None => new_session(store, first).await?,
-    };
-    let mut state: SessionState = match cache.take(session.id, session.updated_at) {
-        Some(state) => state,
-        None => session.state.decode().unwrap_or_default(),
+    let (mut session, mut state) = match memory.pending(first.session_id) {
+        Some(pending) => pending,
+        None => {
+            let session = match store
+                .get_session(first.organization_id, first.environment, first.session_id)
+                .await?
+            {
+                Some(s) => s,
+                None => new_session(store, first).await?,
+            };
+            let state = match memory.take_state(session.id, session.updated_at) {
+                Some(state) => state,
+                None => session.state.decode().unwrap_or_default(),
+            };
+            (session, state)
+        }
     };
     let was_final = session.finalized || events::is_final(session.latest_decision.as_ref());
     let mut linked = None;

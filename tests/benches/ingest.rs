@@ -7,6 +7,10 @@
 //!
 //! `VIGIL_BENCH_SECONDS` (default 10) and `VIGIL_BENCH_SESSIONS` (default 64) tune it;
 //! `VIGIL_BENCH_SKIP_KAFKA` (any value) stops after the embedded log, for profiling.
+//!
+//! The embedded log runs twice: saturated (each session sends its next batch as soon as the
+//! last is acknowledged: the throughput), then paced at 5,000 batches/s offered (the decision
+//! latency at the goal's rate, without the queueing of a saturated machine).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,15 +98,19 @@ impl Connection {
     }
 }
 
-/// Streams batches from every session for `seconds`; every 50th batch is timed to its stored
-/// decision when `s` is given.
+/// Streams batches from every session for `seconds`: as fast as each session's last batch is
+/// acknowledged, or, given `rate`, at that many batches/s in all (each session on its own
+/// steady clock, as pages send). Every 50th batch is timed to its stored decision when
+/// `server` is given.
 async fn stream(
     base: String,
     pk: String,
     sessions: Vec<CollectSession>,
     seconds: u64,
     server: Option<Arc<TestServer>>,
+    rate: Option<f64>,
 ) -> Figures {
+    let period = rate.map(|r| Duration::from_secs_f64(sessions.len() as f64 / r));
     let accepted = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Vec::new()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -121,7 +129,18 @@ async fn stream(
             let mut connection = Connection::open(&base, &pk).await;
             let path = format!("/v1/collect/sessions/{}/batches", session.id);
             let mut seq = 0u64;
+            let mut clock = period.map(|p| {
+                let mut clock = tokio::time::interval_at(
+                    tokio::time::Instant::now() + p.mul_f64(n as f64 / 64.0),
+                    p,
+                );
+                clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                clock
+            });
             while Instant::now() < deadline {
+                if let Some(clock) = &mut clock {
+                    clock.tick().await;
+                }
                 seq += 1;
                 let sealed =
                     ingest::transport::seal_batch(&session.key, &session.id, seq, &plaintext);
@@ -218,6 +237,10 @@ fn print(name: &str, f: &Figures, ceiling: f64) {
     );
 }
 
+/// The goal rate, offered in the paced run to read the decision latency at it (the
+/// saturated run's latency is mostly queueing behind a full machine).
+const TARGET_RATE: f64 = 5_000.0;
+
 fn main() {
     let seconds: u64 = std::env::var("VIGIL_BENCH_SECONDS")
         .ok()
@@ -255,17 +278,51 @@ fn main() {
         let s = vigil(None).await;
         let sessions = open_sessions(&s, n).await;
         let pk = s.creds.keys.publishable_test.clone();
-        let ceiling = stream(bare, pk.clone(), open_sessions(&s, n).await, seconds, None).await;
+        let ceiling = stream(
+            bare,
+            pk.clone(),
+            open_sessions(&s, n).await,
+            seconds,
+            None,
+            None,
+        )
+        .await;
         print("bare axum handler, same requests (ceiling)", &ceiling, ceiling.per_sec);
-        let embedded = stream(s.base.clone(), pk, sessions, seconds, Some(s.clone())).await;
-        print("vigil, embedded log", &embedded, ceiling.per_sec);
+        let embedded = stream(
+            s.base.clone(),
+            pk.clone(),
+            sessions,
+            seconds,
+            Some(s.clone()),
+            None,
+        )
+        .await;
+        print("vigil, embedded log, saturated", &embedded, ceiling.per_sec);
+        let paced = stream(
+            s.base.clone(),
+            pk,
+            open_sessions(&s, n).await,
+            seconds,
+            Some(s.clone()),
+            Some(TARGET_RATE),
+        )
+        .await;
+        print("vigil, embedded log, offered 5,000/s", &paced, ceiling.per_sec);
         if std::env::var("VIGIL_BENCH_SKIP_KAFKA").is_ok() {
             return;
         }
         let k = vigil(Some(kafka.url())).await;
         let kpk = k.creds.keys.publishable_test.clone();
         let ksessions = open_sessions(&k, n).await;
-        let on_kafka = stream(k.base.clone(), kpk, ksessions, seconds, Some(k.clone())).await;
-        print("vigil, Kafka (mock cluster)", &on_kafka, ceiling.per_sec);
+        let on_kafka = stream(
+            k.base.clone(),
+            kpk,
+            ksessions,
+            seconds,
+            Some(k.clone()),
+            None,
+        )
+        .await;
+        print("vigil, Kafka (mock cluster), saturated", &on_kafka, ceiling.per_sec);
     });
 }
