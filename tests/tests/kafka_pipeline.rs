@@ -1,0 +1,88 @@
+//! The whole scoring pipeline on the Kafka log backend (`--bus kafka://…`), against librdkafka's
+//! mock cluster (the Kafka protocol over loopback TCP; see DEPENDENCIES.md): batches go in over
+//! HTTP, ingest produces them to `collect.batches.v1`, the processor's consumer group reads
+//! them, stores the decision and publishes the session's events to `events.v1`.
+
+use std::time::Duration;
+
+use bus::Topic;
+use bus::kafka::mock::MockKafka;
+use schemas::credential::Environment;
+use vigil_tests::collect::{logged_events, score_session};
+use vigil_tests::{TestServer, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_scored_and_its_events_published_through_kafka() {
+    let cluster = MockKafka::start(1).expect("the mock cluster starts");
+    // The mock cluster does not answer topic creation over the admin API; its own call does.
+    for (topic, partitions) in [
+        (
+            schemas::collect::BATCHES_TOPIC,
+            schemas::collect::BATCHES_PARTITIONS,
+        ),
+        (
+            schemas::events::EVENTS_TOPIC,
+            schemas::events::EVENTS_PARTITIONS,
+        ),
+    ] {
+        cluster
+            .create_topic(&Topic::from_static(topic), partitions)
+            .unwrap();
+    }
+    let url = cluster.url();
+    let mut s = TestServer::start_with(move |a| a.bus = url.clone()).await;
+
+    let probes = json!({
+        "kind": "probes",
+        "automation": {"webdriver": true, "languages": []},
+        "rendering": {"webgl_vendor": "Google Inc. (Google)", "webgl_renderer": "ANGLE (Google, SwiftShader driver)"}
+    });
+    let (sid, answer) = score_session(&s, &probes, None, |a| {
+        a["decision"]["decision_status"] == "final" && a["visitor_id"].is_string()
+    })
+    .await;
+    assert_eq!(answer["decision"]["verdict"], "bot", "{answer}");
+    assert!(
+        answer["decision"]["highlights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["evidence"]["signal"] == "webdriver"),
+        "{answer}"
+    );
+
+    let org = s.creds.org_id().parse().unwrap();
+    let mut recorded = Vec::new();
+    for _ in 0..100 {
+        recorded = s
+            .store()
+            .list_events(org, Environment::Test, None, 10)
+            .await
+            .unwrap();
+        if recorded.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    let logged = logged_events(&s).await;
+    let mut logged_ids: Vec<&str> = logged
+        .iter()
+        .map(|r| r["event"]["id"].as_str().unwrap())
+        .collect();
+    logged_ids.sort_unstable();
+    logged_ids.dedup();
+    let mut recorded_ids: Vec<String> = recorded.iter().map(|e| e.id.to_string()).collect();
+    recorded_ids.sort_unstable();
+    assert_eq!(
+        logged_ids, recorded_ids,
+        "the recorded events are on events.v1"
+    );
+    assert!(
+        logged
+            .iter()
+            .all(|r| r["event"]["subject"]["id"] == sid.as_str())
+    );
+    s.stop().await;
+    drop(cluster);
+}
