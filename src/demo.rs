@@ -70,7 +70,7 @@ async fn decision(State(demo): State<Demo>, body: JsonObject) -> Result<Reply, A
         .await?;
     Ok(Reply::ok(json!({
         "session_id": claims.session_id,
-        "decision": session.and_then(|s| s.latest_decision),
+        "decision": session.and_then(|s| s.latest_decision).map(|d| d.to_value()),
     })))
 }
 

@@ -20,7 +20,7 @@ use schemas::credential::Environment;
 use schemas::time::{self, Timestamp};
 use schemas::{OrgId, SessionId};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::IngestState;
 use crate::sessions::own_session;
@@ -166,7 +166,7 @@ struct Opened {
     session_id: SessionId,
     /// The visitor and the latest decision, once the processor has scored the session.
     visitor_id: Option<String>,
-    decision: Option<Value>,
+    decision: Option<schemas::raw::RawJson>,
 }
 
 /// `POST /v1/handoffs/open`: a handoff of another organization or environment is a 404, as its

@@ -119,10 +119,15 @@ pub fn result_persisted(session: &SessionRecord, decision: &Value, at: Timestamp
 }
 
 /// Whether a stored decision (the processor's JSON) is final.
-pub fn is_final(decision: Option<&Value>) -> bool {
+pub fn is_final(decision: Option<&store::RawJson>) -> bool {
+    #[derive(Deserialize)]
+    struct Status {
+        decision_status: Option<String>,
+    }
     decision
-        .and_then(|d| d.get("decision_status"))
-        .and_then(Value::as_str)
+        .and_then(|d| d.decode::<Status>().ok())
+        .and_then(|s| s.decision_status)
+        .as_deref()
         == Some("final")
 }
 
@@ -153,11 +158,12 @@ mod tests {
 
     #[test]
     fn only_a_final_decision_is_final() {
-        assert!(is_final(Some(&json!({ "decision_status": "final" }))));
-        assert!(!is_final(Some(
-            &json!({ "decision_status": "preliminary" })
-        )));
-        assert!(!is_final(Some(&json!({}))));
+        let raw = |v: Value| store::RawJson::encode(&v).unwrap();
+        assert!(is_final(Some(&raw(json!({ "decision_status": "final" })))));
+        assert!(!is_final(Some(&raw(
+            json!({ "decision_status": "preliminary" })
+        ))));
+        assert!(!is_final(Some(&raw(json!({})))));
         assert!(!is_final(None));
     }
 }

@@ -506,7 +506,9 @@ async fn fold(
     session.updated_at = now;
     session.finalized = state.final_requested;
     session.state = RawJson::encode(&state).map_err(|e| Failure::Unreadable(e.to_string()))?;
-    session.latest_decision = Some(decision_json.clone());
+    let decision_raw =
+        RawJson::encode(&decision_json).map_err(|e| Failure::Unreadable(e.to_string()))?;
+    session.latest_decision = Some(decision_raw.clone());
     let mut recorded = Vec::new();
     if let Some((visitor, linked_by, at)) = &linked {
         recorded.push(events::fingerprint_calculated(
@@ -520,7 +522,7 @@ async fn fold(
         session_id: first.session_id,
         id,
         evaluated_at: now,
-        decision: decision_json,
+        decision: decision_raw,
     };
     tracing::debug!(session = %first.session_id, records = batches.len(), verdict = ?decision.verdict, status = ?decision.decision_status, events = recorded.len(), "processor: decided");
     Ok(Some((

@@ -19,6 +19,7 @@ use schemas::time::{self, Timestamp};
 use schemas::{SessionId, VisitorId};
 use serde::Serialize;
 use serde_json::{Value, json};
+use store::RawJson;
 use store::{SessionRecord, VisitorAnchors, VisitorRecord, VisitorRequest, VisitorStorage};
 
 use crate::QueryState;
@@ -206,7 +207,11 @@ async fn list(
 
 /// One recent linked session, in the interface's shape.
 fn linked_session(s: &SessionRecord) -> Value {
-    let d = s.latest_decision.clone().unwrap_or(Value::Null);
+    let d = s
+        .latest_decision
+        .as_ref()
+        .map(RawJson::to_value)
+        .unwrap_or(Value::Null);
     let field = |k: &str| d.get(k).cloned().unwrap_or(Value::Null);
     let state = s.state.to_value();
     let screen = state

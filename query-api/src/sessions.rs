@@ -14,6 +14,7 @@ use schemas::resources::Pagination;
 use schemas::time::{self, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
+use store::RawJson;
 use store::SessionRecord;
 
 use crate::QueryState;
@@ -77,21 +78,26 @@ fn row(s: &SessionRecord) -> SessionRow {
         latest_decision: s
             .latest_decision
             .as_ref()
-            .map(summary)
+            .map(|d| summary(&d.to_value()))
             .unwrap_or(Value::Null),
     }
 }
 
 /// `search` (D4): a session id, a visitor id, an IP address or a URL substring.
 fn matches(s: &SessionRecord, verdict: Option<&str>, search: Option<&str>) -> bool {
-    if let Some(v) = verdict
-        && s.latest_decision
+    if let Some(v) = verdict {
+        #[derive(serde::Deserialize)]
+        struct Verdict {
+            verdict: Option<String>,
+        }
+        let stored = s
+            .latest_decision
             .as_ref()
-            .and_then(|d| d.get("verdict"))
-            .and_then(Value::as_str)
-            != Some(v)
-    {
-        return false;
+            .and_then(|d| d.decode::<Verdict>().ok())
+            .and_then(|d| d.verdict);
+        if stored.as_deref() != Some(v) {
+            return false;
+        }
     }
     match search {
         None => true,
@@ -214,7 +220,11 @@ fn signals_of(decision: &Value, category: &str) -> Value {
 }
 
 fn detail(s: &SessionRecord) -> SessionDetail {
-    let d = s.latest_decision.clone().unwrap_or(Value::Null);
+    let d = s
+        .latest_decision
+        .as_ref()
+        .map(RawJson::to_value)
+        .unwrap_or(Value::Null);
     let state = s.state.to_value();
     let probes = state
         .pointer("/observations/probes")

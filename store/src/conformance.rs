@@ -292,7 +292,10 @@ fn decision_record(session: SessionId, id: DecisionId, n: u64) -> DecisionRecord
         session_id: session,
         id,
         evaluated_at: time::now(),
-        decision: json!({ "event_id": id.to_string(), "n": n, "verdict": "allow", "reasons": ["ünï"] }),
+        decision: RawJson::encode(
+            &json!({ "event_id": id.to_string(), "n": n, "verdict": "allow", "reasons": ["ünï"] }),
+        )
+        .unwrap(),
     }
 }
 
@@ -3164,7 +3167,7 @@ pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Sto
                 let before = seq(store.get_session(org, env, sid).await.unwrap());
                 let newest = store.list_decisions(sid, 1).await.unwrap();
                 let after = seq(store.get_session(org, env, sid).await.unwrap());
-                let newest = newest[0].decision["n"].as_u64().unwrap();
+                let newest = newest[0].decision.to_value()["n"].as_u64().unwrap();
                 assert!(
                     before <= newest,
                     "session row at save {before} without its decision (newest {newest})"

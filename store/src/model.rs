@@ -142,7 +142,7 @@ pub struct SessionRecord {
     /// own JSON; opaque to the store).
     pub state: RawJson,
     /// The latest decision (the processor's JSON, with its `event_id`).
-    pub latest_decision: Option<serde_json::Value>,
+    pub latest_decision: Option<RawJson>,
     /// The decision is final (D10). Until it is, the session is listed in `sessions_idle` under
     /// its `updated_at`, so an idle session can be found and finalised.
     #[serde(default)]
@@ -168,7 +168,7 @@ pub struct DecisionRecord {
     pub session_id: schemas::SessionId,
     pub id: schemas::DecisionId,
     pub evaluated_at: Timestamp,
-    pub decision: serde_json::Value,
+    pub decision: RawJson,
 }
 
 /// `events`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs in

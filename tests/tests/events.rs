@@ -130,9 +130,9 @@ async fn linking_and_the_final_result_are_recorded_once_and_published() {
         .unwrap();
     let named = history
         .iter()
-        .find(|d| d.decision["event_id"] == result.data["decision"]["event_id"])
+        .find(|d| d.decision.to_value()["event_id"] == result.data["decision"]["event_id"])
         .unwrap_or_else(|| panic!("the event names no decision of {sid}: {result:?}"));
-    assert_eq!(named.decision["decision_status"], "final");
+    assert_eq!(named.decision.to_value()["decision_status"], "final");
 
     // The same two on the events log, in the interface's event shape.
     let logged = logged_events(&s).await;
