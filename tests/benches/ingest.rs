@@ -134,7 +134,7 @@ async fn stream(
                     tokio::time::Instant::now() + p.mul_f64(n as f64 / 64.0),
                     p,
                 );
-                clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                 clock
             });
             while Instant::now() < deadline {
