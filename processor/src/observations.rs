@@ -546,7 +546,7 @@ impl SessionObservations {
                 let room = Self::MAX_EVENTS.saturating_sub(self.events.len());
                 let total = interactions.events.len();
                 self.events
-                    .extend(interactions.events.into_iter().take(room));
+                    .extend(interactions.events.into_iter().take(room).map(quantize));
                 self.dropped_events = self
                     .dropped_events
                     .saturating_add(total.saturating_sub(room) as u64);
@@ -560,6 +560,17 @@ impl SessionObservations {
     }
 }
 
+/// An event as the session keeps it: time and coordinates to a tenth (of a millisecond, of a
+/// pixel), within ±10¹² so they fit the kept rows exactly. Finer than any statistic needs, and
+/// the same whether the state was just folded or read back from the store.
+fn quantize(mut e: InputEvent) -> InputEvent {
+    let q = |v: Option<f64>| v.map(|v| (v.clamp(-1e12, 1e12) * 10.0).round() / 10.0);
+    e.t = q(e.t);
+    e.x = q(e.x);
+    e.y = q(e.y);
+    e
+}
+
 /// The kept input events as rows `[t, type, x, y, trusted]` (absent members as `null`), read
 /// strictly: the SDK's lenient object form costs a tree per member, and this is the
 /// processor's own output, not the browser's.
@@ -568,16 +579,47 @@ mod compact_events {
 
     use super::{EventKind, InputEvent};
 
+    /// Time and coordinates in tenths (events are kept at that precision, see
+    /// [`super::quantize`]), the type by its number in [`KINDS`].
     type Row = (
-        Option<f64>,
-        Option<EventKind>,
-        Option<f64>,
-        Option<f64>,
+        Option<i64>,
+        Option<u8>,
+        Option<i64>,
+        Option<i64>,
         Option<bool>,
     );
 
+    const KINDS: [EventKind; 13] = [
+        EventKind::Other,
+        EventKind::Pointermove,
+        EventKind::Pointerdown,
+        EventKind::Pointerup,
+        EventKind::Click,
+        EventKind::Keydown,
+        EventKind::Keyup,
+        EventKind::Scroll,
+        EventKind::Touchstart,
+        EventKind::Touchmove,
+        EventKind::Touchend,
+        EventKind::Focus,
+        EventKind::Blur,
+    ];
+
+    fn tenths(v: Option<f64>) -> Option<i64> {
+        v.map(|v| (v * 10.0).round() as i64)
+    }
+
+    fn from_tenths(v: Option<i64>) -> Option<f64> {
+        v.map(|v| v as f64 / 10.0)
+    }
+
     pub fn serialize<S: Serializer>(events: &[InputEvent], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(events.iter().map(|e| (e.t, e.kind, e.x, e.y, e.trusted)))
+        s.collect_seq(events.iter().map(|e| {
+            let kind = e
+                .kind
+                .map(|k| KINDS.iter().position(|x| *x == k).unwrap_or(0) as u8);
+            (tenths(e.t), kind, tenths(e.x), tenths(e.y), e.trusted)
+        }))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<InputEvent>, D::Error> {
@@ -585,10 +627,15 @@ mod compact_events {
         Ok(rows
             .into_iter()
             .map(|(t, kind, x, y, trusted)| InputEvent {
-                t,
-                kind,
-                x,
-                y,
+                t: from_tenths(t),
+                kind: kind.map(|k| {
+                    KINDS
+                        .get(usize::from(k))
+                        .copied()
+                        .unwrap_or(EventKind::Other)
+                }),
+                x: from_tenths(x),
+                y: from_tenths(y),
                 trusted,
             })
             .collect())
@@ -748,6 +795,7 @@ mod tests {
             Batch::from_slice(
                 br#"{"kind": "interactions", "events": [
                     {"t": 1.5, "type": "pointermove", "x": 3, "y": 4, "trusted": true},
+                    {"t": 7.26, "type": "click", "x": 0.04, "y": 1e300},
                     {"t": 2, "type": "wheel", "trusted": false},
                     {"type": "click", "x": "odd"}
                 ]}"#,
@@ -756,13 +804,15 @@ mod tests {
         );
         let text = serde_json::to_string(&session).unwrap();
         assert!(
-            text.contains(r#"[1.5,"pointermove",3.0,4.0,true]"#),
-            "{text}"
+            text.contains("[15,1,30,40,true]"),
+            "tenths, the type by number: {text}"
         );
         let back: SessionObservations = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, session);
-        assert_eq!(back.events[1].kind, Some(EventKind::Other));
-        assert_eq!(back.events[2].x, None);
+        assert_eq!(back, session, "what is read back is what was kept");
+        assert_eq!(back.events[1].t, Some(7.3), "kept to a tenth");
+        assert_eq!(back.events[1].y, Some(1e12), "clamped");
+        assert_eq!(back.events[2].kind, Some(EventKind::Other));
+        assert_eq!(back.events[3].x, None);
     }
 
     #[test]
