@@ -8,7 +8,8 @@ use std::time::Duration;
 use bus::Topic;
 use bus::kafka::mock::MockKafka;
 use schemas::credential::Environment;
-use vigil_tests::collect::{logged_events, score_session};
+use serde_json::Value;
+use vigil_tests::collect::score_session;
 use vigil_tests::{TestServer, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,19 +66,39 @@ async fn a_session_is_scored_and_its_events_published_through_kafka() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(recorded.len(), 2, "{recorded:?}");
-    let logged = logged_events(&s).await;
-    let mut logged_ids: Vec<&str> = logged
-        .iter()
-        .map(|r| r["event"]["id"].as_str().unwrap())
-        .collect();
-    logged_ids.sort_unstable();
-    logged_ids.dedup();
+    // A new consumer group on Kafka takes a moment to join and fetch: read until both arrive.
+    let log = &s.running.as_ref().unwrap().log;
+    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).unwrap();
+    let mut consumer = log
+        .consumer_of_all(&group, &Topic::from_static(schemas::events::EVENTS_TOPIC))
+        .await
+        .unwrap();
     let mut recorded_ids: Vec<String> = recorded.iter().map(|e| e.id.to_string()).collect();
     recorded_ids.sort_unstable();
-    assert_eq!(
-        logged_ids, recorded_ids,
-        "the recorded events are on events.v1"
-    );
+    let mut logged: Vec<Value> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut logged_ids: Vec<&str> = logged
+            .iter()
+            .map(|r| r["event"]["id"].as_str().unwrap())
+            .collect();
+        logged_ids.sort_unstable();
+        logged_ids.dedup();
+        if logged_ids == recorded_ids {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "events.v1 holds {logged_ids:?}, the store {recorded_ids:?}"
+        );
+        for record in consumer
+            .poll(100, Duration::from_millis(200))
+            .await
+            .unwrap()
+        {
+            logged.push(serde_json::from_slice(&record.payload).unwrap());
+        }
+    }
     assert!(
         logged
             .iter()
