@@ -425,7 +425,7 @@ async fn fold(
     for batch in batches {
         // Numbers from 1 are the SDK's batches, delivered at least once; 0 marks server-made
         // records, whose effects are idempotent.
-        if batch.seq > 0 && session.processed_seqs.contains(&batch.seq) {
+        if batch.seq > 0 && session.has_processed(batch.seq) {
             continue;
         }
         let mut probes_batch = false;
@@ -475,7 +475,7 @@ async fn fold(
             linked = Some((visitor, linked_by, batch.received_at));
         }
         if batch.seq > 0 {
-            session.processed_seqs.push(batch.seq);
+            session.mark_processed(batch.seq);
         }
         changed = true;
     }
@@ -568,6 +568,7 @@ async fn new_session(store: &Store, batch: &BatchRecord) -> Result<SessionRecord
         page_url: collect.map(|c| c.page_url).unwrap_or_default(),
         ip: batch.request.ip.clone(),
         user_agent: batch.request.user_agent.clone(),
+        processed_through: 0,
         processed_seqs: Vec::new(),
         state: RawJson::null(),
         latest_decision: None,

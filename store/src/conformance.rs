@@ -276,7 +276,8 @@ fn session_record(org: OrgId, env: Environment, id: SessionId) -> SessionRecord 
         page_url: "https://shop.example/checkout?step=2&q=ünïcode#✓".into(),
         ip: "2001:db8::17".into(),
         user_agent: "Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/128.0".into(),
-        processed_seqs: vec![1, 2, 5, u64::MAX],
+        processed_through: 12,
+        processed_seqs: vec![14, 15, u64::MAX],
         state: RawJson::encode(
             &json!({ "observations": [ws_identity("198.51.100.9")], "score": 0.25, "n": null }),
         )
@@ -2917,6 +2918,7 @@ pub async fn session_round_trip(store: Store) {
         id: SessionId::generate(),
         visitor_id: None,
         page_url: String::new(),
+        processed_through: 0,
         processed_seqs: Vec::new(),
         state: RawJson::null(),
         ..session.clone()
@@ -2939,7 +2941,8 @@ pub async fn session_save_replaces_the_row(store: Store) {
     let d = decision_record(first.id, DecisionId::generate(), 1);
     let second = SessionRecord {
         updated_at: first.updated_at + TimeDelta::seconds(3),
-        processed_seqs: vec![1, 2, 5, 6],
+        processed_through: 2,
+        processed_seqs: vec![5, 6],
         state: RawJson::encode(&json!({ "score": 0.9 })).unwrap(),
         latest_decision: Some(d.decision.clone()),
         visitor_id: None,

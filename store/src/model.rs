@@ -135,8 +135,13 @@ pub struct SessionRecord {
     pub page_url: String,
     pub ip: String,
     pub user_agent: String,
-    /// Batch numbers already folded in: the log delivers at least once, so a redelivered batch
-    /// is recognised and skipped.
+    /// Every batch number up to this one is folded in (0: none yet). With `processed_seqs`, how
+    /// a redelivered batch is recognised and skipped (the log delivers at least once).
+    #[serde(default)]
+    pub processed_through: u64,
+    /// Batch numbers above `processed_through` already folded in (the SDK numbers batches in
+    /// order, so this stays short: a number joins `processed_through` once the gap before it
+    /// closes).
     pub processed_seqs: Vec<u64>,
     /// The processor's folded state of the session's observations and server context (its
     /// own JSON; opaque to the store).
@@ -159,6 +164,26 @@ pub struct IdleSession {
     pub session_id: schemas::SessionId,
     /// The session's `updated_at` when it was indexed.
     pub idle_since: Timestamp,
+}
+
+impl SessionRecord {
+    /// Whether batch `seq` is already folded in.
+    pub fn has_processed(&self, seq: u64) -> bool {
+        seq <= self.processed_through || self.processed_seqs.contains(&seq)
+    }
+
+    /// Records batch `seq` as folded in, keeping the record compact.
+    pub fn mark_processed(&mut self, seq: u64) {
+        if self.has_processed(seq) {
+            return;
+        }
+        self.processed_seqs.push(seq);
+        self.processed_seqs.sort_unstable();
+        while self.processed_seqs.first() == Some(&(self.processed_through + 1)) {
+            self.processed_through += 1;
+            self.processed_seqs.remove(0);
+        }
+    }
 }
 
 /// `session_decisions`, partition key `session_id`, clustering key `id DESC`: every decision a
@@ -303,5 +328,40 @@ impl VisitorAnchors {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processed_batch_numbers_stay_compact() {
+        let mut s: SessionRecord = serde_json::from_value(serde_json::json!({
+            "id": schemas::SessionId::generate(), "organization_id": OrgId::generate(),
+            "environment": "test", "visitor_id": null, "opened_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z", "page_url": "", "ip": "", "user_agent": "",
+            "processed_seqs": [], "state": null, "latest_decision": null
+        }))
+        .expect("a row written before processed_through existed reads with 0");
+        assert_eq!(s.processed_through, 0);
+        for seq in [1, 2, 4, 2, 6] {
+            s.mark_processed(seq);
+        }
+        assert_eq!(
+            (s.processed_through, s.processed_seqs.clone()),
+            (2, vec![4, 6])
+        );
+        s.mark_processed(3);
+        assert_eq!(
+            (s.processed_through, s.processed_seqs.clone()),
+            (4, vec![6])
+        );
+        s.mark_processed(5);
+        assert_eq!((s.processed_through, s.processed_seqs.clone()), (6, vec![]));
+        for seq in 1..=6 {
+            assert!(s.has_processed(seq));
+        }
+        assert!(!s.has_processed(7));
     }
 }

@@ -168,7 +168,7 @@ async fn stream(
                         let give_up = Instant::now() + Duration::from_secs(30);
                         while Instant::now() < give_up {
                             if let Ok(Some(s)) = server.store().get_session(org, env, sid).await
-                                && s.processed_seqs.contains(&seq)
+                                && s.has_processed(seq)
                             {
                                 latencies
                                     .lock()
