@@ -178,7 +178,8 @@ pub async fn prepare_log(log: &Log) -> Result<Topic, bus::BusError> {
 }
 
 /// Runs until `shutdown` is cancelled, consuming every partition of the batches topic, with
-/// the idle sweep beside it.
+/// the idle sweep beside it. If the consumer stops on its own (a store write that panicked),
+/// it cancels `shutdown`: the server stops rather than accept batches nobody scores.
 pub async fn run(pipeline: Pipeline, shutdown: CancellationToken) {
     let sweep = tokio::spawn(idle::sweep(pipeline.clone(), shutdown.clone()));
     consume(&pipeline, &shutdown).await;
@@ -251,8 +252,14 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         // The previous save first: saves land in log order, and positions are committed only
         // once what they cover is stored.
         if let Some(previous) = in_flight.take() {
-            if !previous.task.await.unwrap_or(false) {
-                return;
+            match previous.task.await {
+                Ok(true) => {}
+                // Shutting down: nothing more is stored or committed.
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "processor: a store write failed outright; the processor stops");
+                    return;
+                }
             }
             memory.confirm(&previous.saved);
             uncommitted.extend(previous.positions);
