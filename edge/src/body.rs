@@ -149,9 +149,20 @@ impl Fields {
         required: bool,
         rule: impl Fn(&str) -> Result<(), String>,
     ) -> Option<String> {
+        self.parsed_string(name, required, |s| rule(s).map(|()| s.to_owned()))
+    }
+
+    /// A string member turned into a `T` by `parse`, which returns the issue text on failure:
+    /// for members whose check is the conversion itself (decoding base64, say), done once.
+    pub fn parsed_string<T>(
+        &mut self,
+        name: &str,
+        required: bool,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
         let s = self.string(name, required)?;
-        match rule(&s) {
-            Ok(()) => Some(s),
+        match parse(&s) {
+            Ok(parsed) => Some(parsed),
             Err(issue) => {
                 self.issue(name, issue, None, Some(Value::String(s)));
                 None
@@ -335,6 +346,22 @@ impl QueryParams {
             Err(ApiError::validation(unknown)
                 .with_parameter_set("query")
                 .with_allowed_values(known.iter().copied()))
+        }
+    }
+
+    /// An enumerated parameter: `None` when absent, else its value if it is one of `allowed`,
+    /// else a 422 naming it with the allowed values.
+    pub fn one_of(&self, name: &str, allowed: &[&str]) -> Result<Option<&str>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) if allowed.contains(&v) => Ok(Some(v)),
+            Some(v) => Err(ApiError::invalid_field(
+                name,
+                format!("must be one of: {}", allowed.join(", ")),
+                Some(Value::String(v.into())),
+            )
+            .with_parameter_set("query")
+            .with_allowed_values(allowed.iter().copied())),
         }
     }
 

@@ -68,19 +68,15 @@ pub async fn accept(
             None
         }
     };
-    let ciphertext = f.checked_string("ciphertext", true, |s| {
+    let ciphertext = f.parsed_string("ciphertext", true, |s| {
         URL_SAFE_NO_PAD
             .decode(s)
-            .map(|_| ())
             .map_err(|_| "must be base64url without padding".into())
     });
     f.finish()?;
     let (Some(seq), Some(ciphertext)) = (seq, ciphertext) else {
         return Err(ApiError::internal("batch", "validated fields missing"));
     };
-    let ciphertext = URL_SAFE_NO_PAD
-        .decode(&ciphertext)
-        .map_err(|e| ApiError::internal("batch", e))?;
     // AES-GCM adds a 16-byte tag to the plaintext.
     if ciphertext.len() > MAX_BATCH_BYTES + 16 {
         return Err(ApiError::new(

@@ -42,8 +42,8 @@ macro_rules! observed {
     };
 }
 
-/// One decrypted batch, told apart by its `kind` member.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One decrypted batch, told apart by its `kind` member (read by [`Batch::from_slice`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Batch {
     /// The static probes, sent once as `seq` 1.

@@ -127,19 +127,10 @@ async fn list(
 ) -> Result<Reply, ApiError> {
     query.only(&["limit", "cursor", "search", "sort"])?;
     let limit = query.limit(50, 200)? as usize;
-    let sort = match query.get("sort") {
-        None => Sort::LastSeen,
+    let sort = match query.one_of("sort", &SORTS)? {
         Some("seen_count") => Sort::SeenCount,
         Some("first_seen") => Sort::FirstSeen,
-        Some(v) => {
-            return Err(ApiError::invalid_field(
-                "sort",
-                format!("must be one of: {}", SORTS.join(", ")),
-                Some(json!(v)),
-            )
-            .with_parameter_set("query")
-            .with_allowed_values(SORTS));
-        }
+        _ => Sort::LastSeen,
     };
     let search = query.get("search").filter(|s| !s.is_empty());
     let (org, env) = (caller.organization.id, caller.environment());

@@ -117,19 +117,7 @@ async fn list(
 ) -> Result<Reply, ApiError> {
     query.only(&["limit", "cursor", "verdict", "search"])?;
     let limit = query.limit(50, 200)? as usize;
-    let verdict = match query.get("verdict") {
-        None => None,
-        Some(v) if VERDICTS.contains(&v) => Some(v),
-        Some(v) => {
-            return Err(ApiError::invalid_field(
-                "verdict",
-                format!("must be one of: {}", VERDICTS.join(", ")),
-                Some(json!(v)),
-            )
-            .with_parameter_set("query")
-            .with_allowed_values(VERDICTS));
-        }
-    };
+    let verdict = query.one_of("verdict", &VERDICTS)?;
     let search = query.get("search").filter(|s| !s.is_empty());
     let (org, env) = (caller.organization.id, caller.environment());
     let binding = format!("sessions:{org}:{env}");
