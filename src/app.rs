@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
@@ -77,9 +77,12 @@ pub fn router(parts: AppParts) -> Router {
             parts.auth.clone(),
             edge::auth::authenticate,
         ))
+        // Only browsers call these routes: a secret key arriving here is revoked (D17).
+        .layer(axum::Extension(edge::auth::BrowserRoute))
         .layer(DefaultBodyLimit::max(COLLECT_BODY_LIMIT))
-        // Outside the credential layer: preflights carry no key and are never counted (D19).
-        .layer(from_fn(ingest::cors::cors));
+        // Outside the credential layer: preflights carry no key and never count against one
+        // (D19); the CORS layer charges them to the client address instead (D20).
+        .layer(from_fn_with_state(parts.auth.clone(), ingest::cors::cors));
     let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -95,7 +98,7 @@ pub fn router(parts: AppParts) -> Router {
         .merge(collect)
         .merge(backend)
         .merge(reads)
-        .fallback(route_not_found)
+        .fallback(move |req: Request| route_not_found(parts.auth.clone(), req))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn(edge::context::observe))
 }
@@ -136,8 +139,15 @@ async fn error_docs() -> Response {
         .into_response()
 }
 
-async fn route_not_found() -> ApiError {
-    ApiError::new(ErrorCode::RouteNotFound, "no route matches this path")
+/// An unknown route costs the client address a step of its anonymous bucket (D20), so
+/// scanning for routes is as slow as guessing keys.
+async fn route_not_found(auth: Arc<Authenticator>, req: Request) -> Response {
+    let (parts, _) = req.into_parts();
+    let client = edge::transport::client_info(&parts, &auth.trusted_proxies);
+    edge::auth::charge_anonymous(&auth, client, || async {
+        ApiError::new(ErrorCode::RouteNotFound, "no route matches this path").into_response()
+    })
+    .await
 }
 
 async fn method_not_allowed() -> ApiError {

@@ -1,8 +1,10 @@
 //! API keys under `/v1/organizations/{organizationId}/api-keys` (interface rules 2–5, D1, D6):
 //! create, list, read, update, revoke and rotate; plus issuing keys, shared with the CLI.
 //!
-//! Key management is scoped to the caller's environment: a test key sees and manages test keys
-//! only, so a test secret key (often kept with less care) can never mint or revoke live keys.
+//! The environment model (D7): organization state, its keys included, is shared by both
+//! environments, and live is the stronger one. A live secret key manages the keys of both
+//! environments, so the owner can revoke a leaked `sk_test_` with it; a test secret key (often
+//! kept with less care) sees and manages test keys only, and can never mint or revoke live ones.
 
 use axum::Router;
 use axum::extract::{RawPathParams, State};
@@ -10,7 +12,7 @@ use axum::routing::{get, post};
 use edge::auth::effective_rate_limit;
 use edge::body::{Fields, JsonObject, QueryParams, Reply, path_param};
 use edge::pagination::{decode_cursor, encode_cursor};
-use edge::policy::{ManageApiKeys, ReadApiKeys, RotateApiKey};
+use edge::policy::{ManageApiKeys, ReadApiKeys, RevokeApiKey, RotateApiKey};
 use edge::secrets::ServerSecret;
 use edge::{ApiError, SecretKey};
 use schemas::credential::{Credential, Environment, KeyType};
@@ -170,15 +172,23 @@ fn scopes_only_for_secret(f: &mut Fields, key_type: KeyType) -> Option<Vec<Scope
     Some(scopes)
 }
 
-/// A key can grant only what it holds: the scopes of a key it creates, changes or rotates (and
-/// so receives in full) must be among its own. The removed scope counts as its successors.
-fn grantable(caller: &edge::AuthContext, wanted: &[Scope]) -> Result<(), ApiError> {
-    let held: Vec<Scope> = caller
+/// The scopes `caller` holds, the removed scope counted as its successors.
+fn grants_of(caller: &edge::AuthContext) -> Vec<Scope> {
+    let mut scopes: Vec<Scope> = caller
         .key
         .scopes
         .iter()
         .flat_map(|s| s.successors().iter().copied())
         .collect();
+    scopes.sort();
+    scopes.dedup();
+    scopes
+}
+
+/// A key can grant only what it holds: the scopes of a key it creates, changes or rotates (and
+/// so receives in full) must be among its own. The removed scope counts as its successors.
+fn grantable(caller: &edge::AuthContext, wanted: &[Scope]) -> Result<(), ApiError> {
+    let held = grants_of(caller);
     let missing: Vec<&str> = wanted
         .iter()
         .filter(|s| !held.contains(s))
@@ -195,7 +205,32 @@ fn grantable(caller: &edge::AuthContext, wanted: &[Scope]) -> Result<(), ApiErro
     }
 }
 
-/// The key in the path, which must belong to the caller's organization and environment.
+/// The environments whose keys `caller` manages: both for a live key, its own for a test key.
+fn manageable(caller: &edge::AuthContext) -> &'static [Environment] {
+    match caller.environment() {
+        Environment::Live => &[Environment::Live, Environment::Test],
+        Environment::Test => &[Environment::Test],
+    }
+}
+
+/// Refuses a test key's reach into the live environment: 403 `auth.environment_not_allowed`.
+fn check_manageable(caller: &edge::AuthContext, env: Environment) -> Result<(), ApiError> {
+    if manageable(caller).contains(&env) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::EnvironmentNotAllowed,
+        format!(
+            "a {} key manages {} keys only",
+            caller.environment(),
+            caller.environment()
+        ),
+    )
+    .with_allowed_values(manageable(caller).iter().map(|e| e.as_str())))
+}
+
+/// The key in the path, which must belong to the caller's organization and to an environment
+/// the caller manages; any other is a 404, as if it did not exist.
 async fn own_key(
     state: &AdminState,
     ctx: &edge::AuthContext,
@@ -203,12 +238,12 @@ async fn own_key(
 ) -> Result<ApiKeyRecord, ApiError> {
     let org = own_organization(ctx, params)?;
     let id: KeyId = path_param(params, "keyId")?;
-    state
-        .auth
-        .store
-        .get_api_key(org, ctx.environment(), id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("API key"))
+    for env in manageable(ctx) {
+        if let Some(key) = state.auth.store.get_api_key(org, *env, id).await? {
+            return Ok(key);
+        }
+    }
+    Err(ApiError::not_found("API key"))
 }
 
 async fn create(
@@ -221,8 +256,15 @@ async fn create(
     let mut f = Fields::new(body);
     f.ignore("rate_limit");
     let name = f.checked_string("name", true, validate::name);
-    let key_type = f.enumerated("type", true, &KeyType::ALL, KeyType::parse);
-    let environment = f.enumerated("environment", true, &Environment::ALL, Environment::parse);
+    // Omitted, `type` is secret and `environment` the caller's own (D7).
+    let key_type = match f.has("type") {
+        true => f.enumerated("type", true, &KeyType::ALL, KeyType::parse),
+        false => Some(KeyType::Secret),
+    };
+    let environment = match f.has("environment") {
+        true => f.enumerated("environment", true, &Environment::ALL, Environment::parse),
+        false => Some(caller.environment()),
+    };
     let (origins, scopes) = match key_type {
         Some(t) => (
             origins_only_for_publishable(&mut f, t),
@@ -239,24 +281,15 @@ async fn create(
     let (Some(name), Some(key_type), Some(environment)) = (name, key_type, environment) else {
         return Err(ApiError::internal("key create", "validated fields missing"));
     };
-    if environment != caller.environment() {
-        return Err(ApiError::new(
-            ErrorCode::EnvironmentNotAllowed,
-            format!(
-                "a {} key manages {} keys only",
-                caller.environment(),
-                caller.environment()
-            ),
-        )
-        .with_allowed_values([caller.environment().as_str()]));
-    }
+    check_manageable(&caller, environment)?;
     let spec = KeySpec {
         name,
         key_type,
         environment,
         allowed_origins: origins.unwrap_or_default(),
+        // Omitted scopes grant what the caller holds: the full set for a full key, never more.
         scopes: match key_type {
-            KeyType::Secret => scopes.unwrap_or_else(|| Scope::ALL.to_vec()),
+            KeyType::Secret => scopes.unwrap_or_else(|| grants_of(&caller)),
             KeyType::Publishable => Vec::new(),
         },
     };
@@ -272,9 +305,21 @@ async fn list(
     query: QueryParams,
 ) -> Result<Reply, ApiError> {
     let org = own_organization(&caller, &params)?;
-    query.only(&["limit", "cursor"])?;
+    query.only(&["limit", "cursor", "environment"])?;
     let limit = query.limit(50, 200)?;
-    let binding = format!("api_keys:{org}:{}", caller.environment());
+    let environments: Vec<Environment> =
+        match query
+            .one_of("environment", &Environment::ALL)?
+            .and_then(Environment::parse)
+        {
+            Some(env) => {
+                check_manageable(&caller, env)?;
+                vec![env]
+            }
+            None => manageable(&caller).to_vec(),
+        };
+    let filter: Vec<&str> = environments.iter().map(|e| e.as_str()).collect();
+    let binding = format!("api_keys:{org}:{}", filter.join(","));
     let after = match query.get("cursor") {
         None => None,
         Some(c) => {
@@ -286,11 +331,18 @@ async fn list(
             )
         }
     };
-    let mut rows = state
-        .auth
-        .store
-        .list_api_keys(org, caller.environment(), after, limit as usize + 1)
-        .await?;
+    // Each environment's keys are newest first by id; the page is the newest of their union.
+    let mut rows = Vec::new();
+    for env in environments {
+        rows.extend(
+            state
+                .auth
+                .store
+                .list_api_keys(org, env, after, limit as usize + 1)
+                .await?,
+        );
+    }
+    rows.sort_by(|a, b| b.id.cmp(&a.id));
     let has_more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let next_cursor = if has_more {
@@ -367,7 +419,7 @@ async fn update(
 
 async fn revoke(
     State(state): State<AdminState>,
-    caller: SecretKey<ManageApiKeys>,
+    caller: SecretKey<RevokeApiKey>,
     params: RawPathParams,
 ) -> Result<Reply, ApiError> {
     let mut key = own_key(&state, &caller, &params).await?;

@@ -21,11 +21,12 @@ use schemas::{ErrorCode, Scope};
 use store::{ApiKeyRecord, CredentialHash, OrganizationRecord, Store};
 
 use crate::error::ApiError;
+use crate::idempotency::RequiredScope;
 use crate::limiter::{Limiter, RateDecision};
 use crate::metrics;
-use crate::policy::RoutePolicy;
+use crate::policy::{RoutePolicy, WhileSuspended};
 use crate::secrets::ServerSecret;
-use crate::transport::{ClientInfo, client_info};
+use crate::transport::{ClientInfo, address_bucket, client_info};
 
 /// Default bucket sizes per window (interface "Limits").
 pub const PUBLISHABLE_RATE_LIMIT: u32 = 120;
@@ -54,6 +55,20 @@ impl AuthContext {
     pub fn environment(&self) -> Environment {
         self.key.environment
     }
+
+    /// Whether the key carries `scope` (routes check it through their policy).
+    pub fn holds(&self, scope: Scope) -> bool {
+        self.key.scopes.contains(&scope)
+    }
+}
+
+/// 403 `auth.insufficient_scope`, naming the scope needed.
+pub fn insufficient_scope(scope: Scope) -> ApiError {
+    ApiError::new(
+        ErrorCode::InsufficientScope,
+        format!("this route needs the scope {scope}"),
+    )
+    .with_allowed_values([scope.as_str()])
 }
 
 /// The limit a key's bucket holds: the operator's override, else the default for its type.
@@ -78,6 +93,22 @@ pub fn key_is_usable(
     Ok(())
 }
 
+/// The bucket a keyed request is counted in (D5). A publishable key is in every page of its
+/// site, so anyone can spend it: its limit applies per client address, and a scraper at one
+/// address cannot use up the budget of the site's visitors at others. A secret key is one
+/// backend's, so it has one bucket.
+fn key_bucket(key: &ApiKeyRecord, client: ClientInfo) -> String {
+    match key.key_type {
+        KeyType::Publishable => format!("key:{}:{}", key.id, address_bucket(client.ip)),
+        KeyType::Secret => format!("key:{}", key.id),
+    }
+}
+
+/// The bucket of a request without a valid credential: its client address.
+pub fn anonymous_bucket(client: ClientInfo) -> String {
+    format!("ip:{}", address_bucket(client.ip))
+}
+
 fn rate_headers(headers: &mut HeaderMap, d: &RateDecision) {
     headers.insert("x-ratelimit-limit", HeaderValue::from(d.limit));
     headers.insert("x-ratelimit-remaining", HeaderValue::from(d.remaining));
@@ -94,14 +125,11 @@ fn rate_limited(d: &RateDecision, kind: &'static str) -> ApiError {
     e
 }
 
-/// A browser sends these; a server-side client does not (D17).
-fn has_browser_headers(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::ORIGIN)
-        || headers
-            .get("sec-fetch-mode")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|m| m.eq_ignore_ascii_case("cors") || m.eq_ignore_ascii_case("navigate"))
-}
+/// Marks the routes only a browser calls (the Collect API, the SDK's endpoints): a secret key
+/// that arrives on one has been put in a page (D17). Set as a request extension by the router
+/// of those routes, outside the credential layer.
+#[derive(Debug, Clone, Copy)]
+pub struct BrowserRoute;
 
 fn bearer(headers: &HeaderMap) -> Option<Result<&str, ()>> {
     let value = headers.get(header::AUTHORIZATION)?;
@@ -130,30 +158,15 @@ pub async fn authenticate(
     req: Request,
     next: Next,
 ) -> Response {
-    // Preflights carry no credential and are never counted (D19).
-    if req.method() == Method::OPTIONS {
-        return next.run(req).await;
-    }
     let (mut parts, body) = req.into_parts();
     let client = client_info(&parts, &auth.trusted_proxies);
     parts.extensions.insert(client);
 
+    // Preflights carry no credential and never count against a key (D19); like every request
+    // without one, they are charged to the client address (D20).
     let token = match bearer(&parts.headers) {
-        None => {
-            // No credential: the route decides whether that is allowed, but the client IP's
-            // bucket is charged so that probing the API anonymously is slow.
-            let d = auth
-                .limiter
-                .check(&format!("ip:{}", client.ip), auth.anonymous_rate_limit)
-                .await;
-            let mut response = if d.allowed {
-                next.run(Request::from_parts(parts, body)).await
-            } else {
-                rate_limited(&d, "ip").into_response()
-            };
-            rate_headers(response.headers_mut(), &d);
-            return response;
-        }
+        _ if parts.method == Method::OPTIONS => None,
+        None => None,
         Some(Err(())) => {
             return refuse_anonymous(
                 &auth,
@@ -162,8 +175,15 @@ pub async fn authenticate(
             )
             .await;
         }
-        Some(Ok(token)) => token.to_owned(),
+        Some(Ok(token)) => Some(token.to_owned()),
     };
+    let Some(token) = token else {
+        // No credential: the route decides whether that is allowed, but the client address's
+        // bucket is charged so that probing the API anonymously is slow.
+        return charge_anonymous(&auth, client, || next.run(Request::from_parts(parts, body)))
+            .await;
+    };
+
 
     let resolved = match resolve(&auth, &token, &parts, client).await {
         Ok(r) => r,
@@ -190,12 +210,24 @@ enum Refusal {
 }
 
 async fn refuse_anonymous(auth: &Authenticator, client: ClientInfo, e: ApiError) -> Response {
+    charge_anonymous(auth, client, || async { e.into_response() }).await
+}
+
+/// Charges a request without a usable credential to its client address's bucket (D5, D20) and
+/// answers it with `answer` while the bucket allows, else with a 429; either way with the
+/// bucket's headers. Preflights, unknown routes and bad credentials all come through here, so a
+/// flood of them costs one limiter step each and nothing more.
+pub async fn charge_anonymous<F, Fut>(auth: &Authenticator, client: ClientInfo, answer: F) -> Response
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
     let d = auth
         .limiter
-        .check(&format!("ip:{}", client.ip), auth.anonymous_rate_limit)
+        .check(&anonymous_bucket(client), auth.anonymous_rate_limit)
         .await;
     let mut response = if d.allowed {
-        e.into_response()
+        answer().await
     } else {
         rate_limited(&d, "ip").into_response()
     };
@@ -223,17 +255,19 @@ async fn resolve(
     let now = schemas::time::now();
     key_is_usable(&key, now).map_err(|why| Refusal::Anonymous(invalid(why)))?;
 
-    if key.key_type == KeyType::Secret && has_browser_headers(&parts.headers) {
-        revoke_exposed(auth, &key).await.map_err(Refusal::Keyed)?;
+    // Request headers are never evidence on their own (Node's fetch sends `sec-fetch-mode:
+    // cors`, proxies forward `Origin`); a secret key on a route only browsers call is.
+    if key.key_type == KeyType::Secret && parts.extensions.get::<BrowserRoute>().is_some() {
+        revoke_exposed(auth, &key, parts).await.map_err(Refusal::Keyed)?;
         return Err(Refusal::Keyed(ApiError::new(
             ErrorCode::KeyExposed,
-            "a secret key was sent from a browser; it has been revoked. Keep secret keys server-side and issue a new one",
+            "a secret key was sent to a browser route, so it is in a page; it has been revoked. Keep secret keys server-side, use a publishable key in pages, and issue a new secret key",
         )));
     }
 
     let decision = auth
         .limiter
-        .check(&format!("key:{}", key.id), effective_rate_limit(&key))
+        .check(&key_bucket(&key, client), effective_rate_limit(&key))
         .await;
     if !decision.allowed {
         return Ok((Err(rate_limited(&decision, "key")), decision));
@@ -306,11 +340,15 @@ async fn admit(
     })
 }
 
-async fn revoke_exposed(auth: &Authenticator, key: &ApiKeyRecord) -> Result<(), ApiError> {
+async fn revoke_exposed(
+    auth: &Authenticator,
+    key: &ApiKeyRecord,
+    parts: &Parts,
+) -> Result<(), ApiError> {
     let mut revoked = key.clone();
     revoked.revoked_at = Some(schemas::time::now());
     auth.store.update_api_key(&revoked).await?;
-    metrics::secret_key_exposed(&key.id.to_string(), &key.organization_id.to_string());
+    metrics::secret_key_exposed(key, parts.uri.path());
     Ok(())
 }
 
@@ -365,18 +403,30 @@ impl<S: Send + Sync, P: RoutePolicy> FromRequestParts<S> for SecretKey<P> {
             )
             .with_next_action("rotate"));
         }
-        if !key.scopes.contains(&P::SCOPE) {
-            return Err(ApiError::new(
-                ErrorCode::InsufficientScope,
-                format!("this route needs the scope {}", P::SCOPE),
-            )
-            .with_allowed_values([P::SCOPE.as_str()]));
+        if let Some(slot) = parts.extensions.get::<RequiredScope>() {
+            slot.record(P::SCOPE);
         }
-        if ctx.organization.status == OrgStatus::Suspended && !P::WHILE_SUSPENDED {
+        if !key.scopes.contains(&P::SCOPE) {
+            return Err(insufficient_scope(P::SCOPE));
+        }
+        if P::LIVE_ONLY && key.environment != Environment::Live {
             return Err(ApiError::new(
-                ErrorCode::OrganizationSuspended,
-                "the organization is suspended; its secret keys can only read it and set it active again",
-            ));
+                ErrorCode::EnvironmentNotAllowed,
+                "organization state is shared by both environments; only a live secret key may change it",
+            )
+            .with_allowed_values(["sk_live_"]));
+        }
+        if ctx.organization.status == OrgStatus::Suspended {
+            match P::WHILE_SUSPENDED {
+                WhileSuspended::Answered => {}
+                WhileSuspended::LiveKeysOnly if key.environment == Environment::Live => {}
+                WhileSuspended::LiveKeysOnly | WhileSuspended::Refused => {
+                    return Err(ApiError::new(
+                        ErrorCode::OrganizationSuspended,
+                        "the organization is suspended; its secret keys can read it and set it active again, and its live secret keys can list, revoke and rotate keys",
+                    ));
+                }
+            }
         }
         Ok(SecretKey {
             ctx,

@@ -3,6 +3,10 @@
 //! `Idempotent-Replayed: true`) instead of acting twice, so a client whose connection dropped
 //! while creating or rotating a key can retry without minting a second secret. The stored
 //! answer is sealed under the server key, because it may hold a secret key in full.
+//!
+//! A replay re-checks the caller: the credential layer has just refused a revoked or expired
+//! key, and the scope the route demanded the first time must still be held, so a stored secret
+//! is never handed to a key that could no longer make the request.
 
 use std::sync::Arc;
 
@@ -12,7 +16,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::Duration;
-use schemas::ErrorCode;
+use schemas::{ErrorCode, Scope};
 use sha2::{Digest, Sha256};
 use store::{IdempotencyBegin, IdempotencyRecord, IdempotencyScope, StoredResponse};
 
@@ -26,6 +30,29 @@ const RETENTION_HOURS: i64 = 24;
 const IN_FLIGHT_SECONDS: i64 = 60;
 /// The largest body this layer buffers; routes have their own, smaller limits.
 const MAX_BODY: usize = 1024 * 1024;
+
+/// What the first request of an idempotency key needs kept beside its answer.
+struct FirstRequest {
+    scope: IdempotencyScope,
+    fingerprint: [u8; 32],
+    seal_context: Vec<u8>,
+    demanded: RequiredScope,
+}
+
+/// A slot the route's credential extractor fills with the scope its policy demands, so the
+/// answer can be kept with it and a replay held to it.
+#[derive(Clone, Default)]
+pub struct RequiredScope(Arc<std::sync::OnceLock<Scope>>);
+
+impl RequiredScope {
+    pub fn record(&self, scope: Scope) {
+        let _ = self.0.set(scope);
+    }
+
+    fn get(&self) -> Option<Scope> {
+        self.0.get().copied()
+    }
+}
 
 fn conflict(message: &str) -> Response {
     ApiError::new(ErrorCode::IdempotencyConflict, message)
@@ -82,7 +109,9 @@ pub async fn idempotent_posts(
         key,
     };
     let seal_context = [&ctx.credential_hash.0[..], scope.key.as_bytes()].concat();
-    let request = Request::from_parts(parts, Body::from(bytes));
+    let mut request = Request::from_parts(parts, Body::from(bytes));
+    let demanded = RequiredScope::default();
+    request.extensions_mut().insert(demanded.clone());
     // From here the request runs to its end in a task of its own. If the client hangs up, hyper
     // drops this future; were the work part of it, a key held or an action committed without
     // its answer being stored would leave the retry stuck, or act twice (a second secret key
@@ -96,10 +125,16 @@ pub async fn idempotent_posts(
         match auth.store.idempotency_begin(&scope, &held).await {
             Err(e) => ApiError::from(e).into_response(),
             Ok(IdempotencyBegin::Existing(existing)) => {
-                replay(&auth, existing, fingerprint, &seal_context)
+                replay(&auth, &ctx, existing, fingerprint, &seal_context)
             }
             Ok(IdempotencyBegin::Started) => {
-                answer_and_keep(auth, next, request, scope, fingerprint, seal_context).await
+                let first = FirstRequest {
+                    scope,
+                    fingerprint,
+                    seal_context,
+                    demanded,
+                };
+                answer_and_keep(auth, next, request, first).await
             }
         }
     });
@@ -113,6 +148,7 @@ pub async fn idempotent_posts(
 /// or its first request is still being answered.
 fn replay(
     auth: &Authenticator,
+    caller: &AuthContext,
     existing: IdempotencyRecord,
     fingerprint: [u8; 32],
     seal_context: &[u8],
@@ -125,6 +161,11 @@ fn replay(
             "a request with this Idempotency-Key is still being answered; retry shortly",
         );
     };
+    if let Some(needed) = stored.required_scope.as_deref().and_then(Scope::parse)
+        && !caller.holds(needed)
+    {
+        return crate::auth::insufficient_scope(needed).into_response();
+    }
     let Some(body) = auth.secret.open(&stored.sealed_body, seal_context) else {
         return ApiError::internal("idempotency", "stored response failed to open").into_response();
     };
@@ -149,10 +190,14 @@ async fn answer_and_keep(
     auth: Arc<Authenticator>,
     next: Next,
     request: Request,
-    scope: IdempotencyScope,
-    fingerprint: [u8; 32],
-    seal_context: Vec<u8>,
+    first: FirstRequest,
 ) -> Response {
+    let FirstRequest {
+        scope,
+        fingerprint,
+        seal_context,
+        demanded,
+    } = first;
     let response = next.run(request).await;
     let status = response.status();
     // Kept: answers of requests that acted (2xx), and 409s, which say the state forbids the
@@ -175,6 +220,7 @@ async fn answer_and_keep(
         response: Some(StoredResponse {
             status: status.as_u16(),
             sealed_body: auth.secret.seal(&body, &seal_context),
+            required_scope: demanded.get().map(|s| s.as_str().to_owned()),
         }),
     };
     if let Err(e) = auth.store.idempotency_complete(&scope, &record).await {

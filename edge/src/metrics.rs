@@ -163,12 +163,15 @@ pub fn rate_limited(bucket_kind: &'static str) {
     METRICS.rate_limited.with_label_values(&[bucket_kind]).inc();
 }
 
-/// A secret key arrived with browser-only headers and was revoked.
-pub fn secret_key_exposed(key_id: &str, organization_id: &str) {
+/// A secret key arrived on a browser route and was revoked (D17). Logged by its preview only.
+pub fn secret_key_exposed(key: &store::ApiKeyRecord, path: &str) {
     METRICS.keys_exposed.inc();
     tracing::warn!(
-        key_id,
-        organization_id,
-        "secret key presented with browser-only headers: revoked"
+        request_id = %crate::context::request_id(),
+        key_id = %key.id,
+        organization_id = %key.organization_id,
+        key = %key.key_preview,
+        path,
+        "secret key sent to a browser route: revoked"
     );
 }

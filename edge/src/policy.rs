@@ -3,26 +3,41 @@
 
 use schemas::Scope;
 
+/// Which keys of a suspended organization a route still answers (D8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhileSuspended {
+    /// None: the route acts on the organization's data, which suspension stops.
+    Refused,
+    /// Every secret key: reading the organization and setting it active again.
+    Answered,
+    /// Live secret keys only: handling an incident (listing, revoking and rotating keys) must
+    /// not wait for the organization to be reactivated, and live is the stronger environment.
+    LiveKeysOnly,
+}
+
 pub trait RoutePolicy: Send + Sync + 'static {
     /// The scope the key must carry (D3).
     const SCOPE: Scope;
     /// An organization-management route: refused to keys still carrying the removed
     /// `organizations:manage` scope until they are rotated (interface rule 4).
     const ORGANIZATION_ROUTE: bool;
-    /// Reachable by the secret keys of a suspended organization (D8: they can still read the
-    /// organization and PATCH it back to active).
-    const WHILE_SUSPENDED: bool;
+    /// Changes organization state shared by both environments, so only a live key may (D7):
+    /// a leaked test key must not be able to suspend the organization and stop live scoring.
+    const LIVE_ONLY: bool;
+    /// Whether the secret keys of a suspended organization reach the route (D8).
+    const WHILE_SUSPENDED: WhileSuspended;
 }
 
 macro_rules! policies {
-    ($($(#[$doc:meta])* $name:ident => $scope:ident, organization_route: $org:literal, while_suspended: $susp:literal;)*) => {
+    ($($(#[$doc:meta])* $name:ident => $scope:ident, organization_route: $org:literal, live_only: $live:literal, while_suspended: $susp:ident;)*) => {
         $(
             $(#[$doc])*
             pub struct $name;
             impl RoutePolicy for $name {
                 const SCOPE: Scope = Scope::$scope;
                 const ORGANIZATION_ROUTE: bool = $org;
-                const WHILE_SUSPENDED: bool = $susp;
+                const LIVE_ONLY: bool = $live;
+                const WHILE_SUSPENDED: WhileSuspended = WhileSuspended::$susp;
             }
         )*
     };
@@ -30,26 +45,28 @@ macro_rules! policies {
 
 policies! {
     /// `POST /v1/organizations`.
-    CreateOrganization => OrganizationsCreate, organization_route: true, while_suspended: false;
+    CreateOrganization => OrganizationsCreate, organization_route: true, live_only: true, while_suspended: Refused;
     /// `GET /v1/organizations/{organizationId}`.
-    ReadOrganization => OrganizationsRead, organization_route: true, while_suspended: true;
+    ReadOrganization => OrganizationsRead, organization_route: true, live_only: false, while_suspended: Answered;
     /// `PATCH /v1/organizations/{organizationId}`.
-    UpdateOrganization => OrganizationsUpdate, organization_route: true, while_suspended: true;
+    UpdateOrganization => OrganizationsUpdate, organization_route: true, live_only: true, while_suspended: Answered;
     /// `GET .../api-keys` and `GET .../api-keys/{keyId}`.
-    ReadApiKeys => ApiKeysRead, organization_route: true, while_suspended: false;
-    /// Create, update and revoke API keys.
-    ManageApiKeys => ApiKeysManage, organization_route: true, while_suspended: false;
+    ReadApiKeys => ApiKeysRead, organization_route: true, live_only: false, while_suspended: LiveKeysOnly;
+    /// Create and update API keys.
+    ManageApiKeys => ApiKeysManage, organization_route: true, live_only: false, while_suspended: Refused;
+    /// `DELETE .../api-keys/{keyId}`: revoking a leaked key is what an incident needs first.
+    RevokeApiKey => ApiKeysManage, organization_route: true, live_only: false, while_suspended: LiveKeysOnly;
     /// `GET /v1/sessions` (D3).
-    ListSessions => SessionsList, organization_route: false, while_suspended: false;
+    ListSessions => SessionsList, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions/{sessionId}` (D3).
-    ReadSession => SessionsRead, organization_route: false, while_suspended: false;
+    ReadSession => SessionsRead, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/fingerprints` (D3).
-    ListFingerprints => FingerprintsList, organization_route: false, while_suspended: false;
+    ListFingerprints => FingerprintsList, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/fingerprints/{visitorId}` (D3).
-    ReadFingerprint => FingerprintsRead, organization_route: false, while_suspended: false;
+    ReadFingerprint => FingerprintsRead, organization_route: false, live_only: false, while_suspended: Refused;
     /// `POST /v1/handoffs/open` (D3: opening a handoff needs `sessions:read`).
-    OpenHandoff => SessionsRead, organization_route: false, while_suspended: false;
+    OpenHandoff => SessionsRead, organization_route: false, live_only: false, while_suspended: Refused;
     /// `POST .../api-keys/{keyId}/rotations`: the way out for a key that still carries the
     /// removed scope, so it is not refused for carrying it.
-    RotateApiKey => ApiKeysManage, organization_route: false, while_suspended: false;
+    RotateApiKey => ApiKeysManage, organization_route: false, live_only: false, while_suspended: LiveKeysOnly;
 }

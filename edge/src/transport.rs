@@ -48,36 +48,74 @@ pub fn client_info(parts: &Parts, trusted_proxies: &[IpNet]) -> ClientInfo {
             forwarded: false,
         };
     }
-    // The client is the right-most forwarded address that is not itself a trusted proxy.
-    let forwarded: Vec<IpAddr> = parts
-        .headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
-    let ip = forwarded
-        .iter()
-        .rev()
-        .find(|ip| !trusted(ip))
-        .copied()
-        .unwrap_or(peer);
-    let proto_tls = parts
-        .headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(',')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("https")
-        });
+    // Each proxy appends the address it was reached from, so the list is walked from the right,
+    // skipping trusted proxies. The first entry that is not trusted is the client; so is the
+    // first that does not parse as an address: everything to its left was written by the
+    // client itself, or by a hop that wrote garbage, and is never believed.
+    let forwarded = header_list(parts, "x-forwarded-for");
+    let mut ip = peer;
+    let mut hops = 0;
+    for entry in forwarded.iter().rev() {
+        hops += 1;
+        match entry.parse::<IpAddr>() {
+            Ok(addr) if trusted(&addr) => ip = addr,
+            Ok(addr) => {
+                ip = addr;
+                break;
+            }
+            Err(_) => {
+                // `ip:port` and `[v6]:port` name an address after all; anything else leaves
+                // the client at the last trusted hop, which is all that can be vouched for.
+                if let Ok(addr) = entry.parse::<SocketAddr>() {
+                    ip = addr.ip();
+                }
+                break;
+            }
+        }
+    }
+    // The protocol is the one written by the same hop that wrote the client's address (the
+    // proxy the client connected to). Proxies that overwrite rather than append leave one
+    // value, written by the last trusted hop; values further left came from the client.
+    let protos = header_list(parts, "x-forwarded-proto");
+    let proto = match protos.len() {
+        0 => None,
+        n if hops >= 1 && hops <= n => Some(&protos[n - hops]),
+        n => Some(&protos[n - 1]),
+    };
+    let proto_tls = proto.map(|p| p.eq_ignore_ascii_case("https"));
     ClientInfo {
         ip,
         tls: proto_tls.unwrap_or(listener_tls),
         forwarded: !forwarded.is_empty() || proto_tls.is_some(),
+    }
+}
+
+/// A comma-separated header's entries, in order across repeated headers, trimmed.
+fn header_list(parts: &Parts, name: &str) -> Vec<String> {
+    parts
+        .headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The rate-limit identity of a client address (D5): an IPv4 address as it is, an IPv6 one by
+/// its /64, since one subscriber commonly holds a whole /64 and could otherwise rotate through
+/// it to get a fresh bucket for every request. IPv4-mapped IPv6 addresses count as IPv4.
+pub fn address_bucket(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
     }
 }
 
@@ -141,10 +179,69 @@ mod tests {
         let local_trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
         let plain_proxy = parts("127.0.0.1:1000", &[("x-forwarded-proto", "http")]);
         assert!(client_info(&plain_proxy, &local_trusted).plain_from_afar());
+    }
 
-        // A local proxy that saw plain HTTP and named no client still forwarded from afar.
-        let local_trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
-        let plain_proxy = parts("127.0.0.1:1000", &[("x-forwarded-proto", "http")]);
-        assert!(client_info(&plain_proxy, &local_trusted).plain_from_afar());
+    fn ip_of(peer: &str, headers: &[(&str, &str)]) -> (String, bool) {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let info = client_info(&parts(peer, headers), &trusted);
+        (info.ip.to_string(), info.tls)
+    }
+
+    #[test]
+    fn forwarded_for_is_walked_from_the_right() {
+        // A client cannot put itself anywhere but on the left: the right-most untrusted entry
+        // is the one the trusted proxy wrote.
+        let xff = [("x-forwarded-for", "6.6.6.6, 198.51.100.7, 10.0.0.9")];
+        assert_eq!(ip_of("10.0.0.2:1", &xff).0, "198.51.100.7");
+        // An unparsable entry stops the walk: what is left of it is never believed.
+        let junk = [("x-forwarded-for", "6.6.6.6, bogus, 10.0.0.9")];
+        assert_eq!(ip_of("10.0.0.2:1", &junk).0, "10.0.0.9");
+        let with_port = [("x-forwarded-for", "6.6.6.6, 198.51.100.7:4431, 10.0.0.9")];
+        assert_eq!(ip_of("10.0.0.2:1", &with_port).0, "198.51.100.7");
+        let v6_port = [("x-forwarded-for", "[2001:db8::1]:443")];
+        assert_eq!(ip_of("10.0.0.2:1", &v6_port).0, "2001:db8::1");
+        // Repeated headers are one list, in order.
+        let split = parts(
+            "10.0.0.2:1",
+            &[
+                ("x-forwarded-for", "6.6.6.6"),
+                ("x-forwarded-for", "198.51.100.8"),
+            ],
+        );
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        assert_eq!(client_info(&split, &trusted).ip.to_string(), "198.51.100.8");
+    }
+
+    #[test]
+    fn the_protocol_is_the_one_the_trusted_hop_wrote() {
+        // The client sent `https` first; the proxy it reached appended `http`.
+        let spoofed = [
+            ("x-forwarded-for", "198.51.100.7"),
+            ("x-forwarded-proto", "https, http"),
+        ];
+        assert_eq!(ip_of("10.0.0.2:1", &spoofed), ("198.51.100.7".into(), false));
+        // Two trusted hops: the outer one saw TLS, the inner hop plain HTTP from it.
+        let chain = [
+            ("x-forwarded-for", "198.51.100.7, 10.0.0.9"),
+            ("x-forwarded-proto", "https, http"),
+        ];
+        assert_eq!(ip_of("10.0.0.2:1", &chain), ("198.51.100.7".into(), true));
+        // A proxy that overwrites leaves one value: its own.
+        let single = [
+            ("x-forwarded-for", "198.51.100.7, 10.0.0.9"),
+            ("x-forwarded-proto", "https"),
+        ];
+        assert_eq!(ip_of("10.0.0.2:1", &single), ("198.51.100.7".into(), true));
+    }
+
+    #[test]
+    fn ipv6_clients_share_a_bucket_per_64() {
+        let a = address_bucket("2001:db8:1:2:aaaa::1".parse().unwrap());
+        let b = address_bucket("2001:db8:1:2:ffff:1:2:3".parse().unwrap());
+        let c = address_bucket("2001:db8:1:3::1".parse().unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(address_bucket("::ffff:192.0.2.1".parse().unwrap()), "192.0.2.1");
+        assert_eq!(address_bucket("192.0.2.1".parse().unwrap()), "192.0.2.1");
     }
 }

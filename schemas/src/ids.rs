@@ -1,26 +1,30 @@
 //! Prefixed resource ids (D1): a prefix, then a ULID in lowercase Crockford base32, so ids sort
-//! by creation time and a stray `key_` can never be mistaken for an `org_`. The webhook family
+//! by the millisecond they were made and a stray `key_` can never be mistaken for an `org_`. The webhook family
 //! (`wevt_`, `we_`, `wdlv_`) is spelled with 32 lowercase hex digits, as the interface fixes;
-//! those are ULIDs too, written in hex, so they sort by creation time as well.
+//! those are ULIDs too, written in hex, so they sort the same way.
 
 use std::fmt;
 use std::str::FromStr;
 
-use std::sync::{LazyLock, Mutex};
-
+use rand::TryRngCore;
+use rand::rngs::OsRng;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use ulid::{Generator, Ulid};
+use ulid::Ulid;
 
-/// One monotonic generator for the process: ids made within the same millisecond still sort in
-/// the order they were made, so "newest first" lists are exact.
-static GENERATOR: LazyLock<Mutex<Generator>> = LazyLock::new(|| Mutex::new(Generator::new()));
-
-/// A fresh ULID, after every ULID this process generated before it.
+/// A fresh ULID: the current millisecond, then 80 bits straight from the OS random source.
+/// There is deliberately no monotonic increment within a millisecond (D1): ids made together
+/// would differ by one, so any response's id (a request id included) would predict its
+/// neighbours. Ids still sort by their millisecond; within one, lists break ties by id, which
+/// is as good an order as any for things made at the same instant.
 pub fn next_ulid() -> Ulid {
-    let mut generator = GENERATOR.lock().unwrap_or_else(|p| p.into_inner());
-    // The random part overflows only after 2^80 ids in one millisecond; fall back to a fresh,
-    // unordered ULID rather than fail.
-    generator.generate().unwrap_or_else(|_| Ulid::generate())
+    let mut random = [0u8; 16];
+    OsRng
+        .try_fill_bytes(&mut random[6..])
+        .expect("the OS random source is readable");
+    Ulid::from_parts(
+        crate::time::now().timestamp_millis().max(0) as u64,
+        u128::from_be_bytes(random),
+    )
 }
 
 /// The alphabet of the interface's ids: Crockford base32, lowercase.
@@ -75,7 +79,7 @@ macro_rules! id_type {
         impl $name {
             pub const PREFIX: &'static str = $prefix;
 
-            /// A fresh id, ordered after every id generated before it in this process.
+            /// A fresh id: this millisecond, then 80 fresh random bits (see [`next_ulid`]).
             pub fn generate() -> Self {
                 Self(next_ulid())
             }
@@ -197,15 +201,24 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn ids_made_in_a_row_sort_in_order() {
-        let ids: Vec<KeyId> = (0..1000).map(|_| KeyId::generate()).collect();
-        let mut sorted = ids.clone();
-        sorted.sort();
-        assert_eq!(ids, sorted);
+    fn ids_made_in_a_row_share_no_random_part() {
+        // 2,000 ids, most made within the same millisecond: every random part is fresh, and
+        // no two are neighbours, which a monotonic increment would make them.
+        let ids: Vec<KeyId> = (0..2000).map(|_| KeyId::generate()).collect();
+        let random = |id: &KeyId| id.ulid().random();
+        let parts: std::collections::HashSet<u128> = ids.iter().map(random).collect();
+        assert_eq!(parts.len(), ids.len());
+        for pair in ids.windows(2) {
+            assert!(random(&pair[0]).abs_diff(random(&pair[1])) > 1, "{pair:?}");
+            assert!(pair[0].ulid().timestamp_ms() <= pair[1].ulid().timestamp_ms());
+        }
         let strings: Vec<String> = ids.iter().map(ToString::to_string).collect();
-        let mut sorted_strings = strings.clone();
-        sorted_strings.sort();
-        assert_eq!(strings, sorted_strings, "text order is id order");
+        let mut by_text = ids.clone();
+        by_text.sort_by_key(ToString::to_string);
+        let mut by_id = ids.clone();
+        by_id.sort();
+        assert_eq!(by_text, by_id, "text order is id order");
+        assert!(strings.iter().all(|s| s.len() == 30));
     }
 
     #[test]
@@ -237,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn hex_ids_are_32_lowercase_hex_digits_in_creation_order() {
+    fn hex_ids_are_32_lowercase_hex_digits() {
         let ids: Vec<EventId> = (0..100).map(|_| EventId::generate()).collect();
         let strings: Vec<String> = ids.iter().map(ToString::to_string).collect();
         for s in &strings {
@@ -246,7 +259,10 @@ mod tests {
         }
         let mut sorted = strings.clone();
         sorted.sort();
-        assert_eq!(strings, sorted, "text order is creation order");
+        let mut by_id = ids.clone();
+        by_id.sort();
+        let by_id: Vec<String> = by_id.iter().map(ToString::to_string).collect();
+        assert_eq!(by_id, sorted, "text order is id order");
         assert_eq!(
             "wevt_0123456789ABCDEF0123456789abcdef".parse::<EventId>(),
             Err(IdError::BadCharacter),

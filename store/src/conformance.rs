@@ -2067,6 +2067,7 @@ pub async fn idempotency_lifecycle(store: Store) {
         response: Some(StoredResponse {
             status: 201,
             sealed_body: vec![0, 1, 2, 255, 254],
+            required_scope: Some("api_keys:manage".into()),
         }),
         ..first.clone()
     };

@@ -69,6 +69,10 @@ pub struct IdempotencyRecord {
 pub struct StoredResponse {
     pub status: u16,
     pub sealed_body: Vec<u8>,
+    /// The scope the route demanded of the first request's key (its name), if any: a replay
+    /// is answered only while the key still holds it.
+    #[serde(default)]
+    pub required_scope: Option<String>,
 }
 
 /// Identifies one idempotency record.
