@@ -25,8 +25,8 @@ pub struct AppParts {
     pub batches: bus::Topic,
     /// The agents whose Web Bot Auth signatures ingest can verify.
     pub agents: Arc<ingest::web_bot_auth::TrustedAgents>,
-    /// Where the development organization's keys are, for the demo page.
-    pub credentials: std::path::PathBuf,
+    /// The demo page's routes, when it is served (D22).
+    pub demo: Option<Router>,
 }
 
 pub fn router(parts: AppParts) -> Router {
@@ -90,7 +90,7 @@ pub fn router(parts: AppParts) -> Router {
         .route("/metrics", get(edge::metrics::render))
         .route("/docs/errors", get(error_docs))
         .route("/sdk/v1/vigil.js", get(ingest::sdk::script));
-    let demo = crate::demo::router(parts.auth.clone(), &parts.credentials).unwrap_or_default();
+    let demo = parts.demo.unwrap_or_default();
     Router::new()
         .merge(probes)
         .merge(demo)

@@ -115,6 +115,10 @@ pub struct ServeArgs {
     /// The base URL clients reach this service at (for links in responses); default: from --listen.
     #[arg(long, env = "VIGIL_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// Serve the `/demo` page (only ever beside the embedded development organization, and
+    /// only for its test-environment handoffs).
+    #[arg(long, env = "VIGIL_DEMO", default_value_t = true, action = clap::ArgAction::Set)]
+    pub demo: bool,
     /// Log format: text or json.
     #[arg(long, env = "VIGIL_LOG_FORMAT", default_value = "text")]
     pub log_format: String,

@@ -1,18 +1,23 @@
 //! `GET /demo`: a page for a newcomer (DESIGN.md, "Browser SDK contract"). It loads the SDK with
 //! the development organization's test publishable key, asks for the handoff, and shows the
 //! decision the site's backend would read. The handoff is opened here on the server, as a
-//! backend would open it: no secret key ever reaches the browser. Served only when this server
-//! created a development organization (embedded store).
+//! backend would open it: no secret key ever reaches the browser.
+//!
+//! It must not become an oracle that opens anyone's handoffs (D22): it is served only when the
+//! embedded store holds the development organization that `credentials.json` names, and not at
+//! all with `--demo false`; it opens only that organization's test-environment handoffs; and
+//! each of its answers costs the client address a step of the anonymous bucket.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use edge::body::{Fields, JsonObject, Reply};
 use edge::{ApiError, Authenticator};
 use schemas::OrgId;
+use schemas::credential::Environment;
 use serde_json::json;
 
 #[derive(Clone)]
@@ -22,11 +27,14 @@ struct Demo {
     publishable_test: String,
 }
 
-/// The demo routes, when `credentials.json` names a development organization.
-pub fn router(auth: Arc<Authenticator>, credentials: &std::path::Path) -> Option<Router> {
+/// The demo routes, when `credentials.json` names a development organization that the store
+/// holds; `None` otherwise (the caller also leaves them out with `--demo false` and on a shared
+/// store).
+pub async fn router(auth: Arc<Authenticator>, credentials: &std::path::Path) -> Option<Router> {
     let text = std::fs::read_to_string(credentials).ok()?;
     let creds: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let organization = creds.pointer("/organization/id")?.as_str()?.parse().ok()?;
+    let organization: OrgId = creds.pointer("/organization/id")?.as_str()?.parse().ok()?;
+    auth.store.get_organization(organization).await.ok()??;
     let publishable_test = creds
         .pointer("/keys/publishable_test")?
         .as_str()?
@@ -49,14 +57,34 @@ async fn page(State(demo): State<Demo>) -> Response {
 }
 
 /// Opens the page's handoff server-side and answers the decision the backend would read.
-async fn decision(State(demo): State<Demo>, body: JsonObject) -> Result<Reply, ApiError> {
+async fn decision(
+    State(demo): State<Demo>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    request: Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    parts.extensions.insert(ConnectInfo(peer));
+    let client = edge::transport::client_info(&parts, &demo.auth.trusted_proxies);
+    let auth = demo.auth.clone();
+    edge::auth::charge_anonymous(&auth, client, || async move {
+        let request = Request::from_parts(parts, body);
+        let answer = match JsonObject::from_request(request, &()).await {
+            Ok(body) => open_test_handoff(&demo, body).await,
+            Err(e) => Err(e),
+        };
+        answer.into_response()
+    })
+    .await
+}
+
+async fn open_test_handoff(demo: &Demo, body: JsonObject) -> Result<Reply, ApiError> {
     let mut f = Fields::new(body);
     let handoff = f.string("handoff", true);
     f.finish()?;
     let handoff = handoff.ok_or_else(|| ApiError::internal("demo", "validated field missing"))?;
     let claims = ingest::handoff::open(&demo.auth.secret, &handoff, schemas::time::now())
         .map_err(|e| ApiError::invalid_field("handoff", e.to_string(), None))?;
-    if claims.organization_id != demo.organization {
+    if claims.organization_id != demo.organization || claims.environment != Environment::Test {
         return Err(ApiError::not_found("handoff"));
     }
     let session = demo

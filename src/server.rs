@@ -103,8 +103,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         },
         shutdown.clone(),
     ));
+    // The demo exists only beside the embedded development organization (D22).
+    let demo = match args.demo && args.store.is_embedded() {
+        true => crate::demo::router(auth.clone(), &credentials_path).await,
+        false => None,
+    };
     let app = crate::app::router(crate::app::AppParts {
-        credentials: credentials_path.clone(),
+        demo,
         log: log.clone(),
         batches,
         auth,

@@ -307,17 +307,16 @@ async fn list(
     let org = own_organization(&caller, &params)?;
     query.only(&["limit", "cursor", "environment"])?;
     let limit = query.limit(50, 200)?;
-    let environments: Vec<Environment> =
-        match query
-            .one_of("environment", &Environment::ALL)?
-            .and_then(Environment::parse)
-        {
-            Some(env) => {
-                check_manageable(&caller, env)?;
-                vec![env]
-            }
-            None => manageable(&caller).to_vec(),
-        };
+    let environments: Vec<Environment> = match query
+        .one_of("environment", &Environment::ALL)?
+        .and_then(Environment::parse)
+    {
+        Some(env) => {
+            check_manageable(&caller, env)?;
+            vec![env]
+        }
+        None => manageable(&caller).to_vec(),
+    };
     let filter: Vec<&str> = environments.iter().map(|e| e.as_str()).collect();
     let binding = format!("api_keys:{org}:{}", filter.join(","));
     let after = match query.get("cursor") {

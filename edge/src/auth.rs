@@ -184,7 +184,6 @@ pub async fn authenticate(
             .await;
     };
 
-
     let resolved = match resolve(&auth, &token, &parts, client).await {
         Ok(r) => r,
         Err(Refusal::Anonymous(e)) => return refuse_anonymous(&auth, client, e).await,
@@ -217,7 +216,11 @@ async fn refuse_anonymous(auth: &Authenticator, client: ClientInfo, e: ApiError)
 /// answers it with `answer` while the bucket allows, else with a 429; either way with the
 /// bucket's headers. Preflights, unknown routes and bad credentials all come through here, so a
 /// flood of them costs one limiter step each and nothing more.
-pub async fn charge_anonymous<F, Fut>(auth: &Authenticator, client: ClientInfo, answer: F) -> Response
+pub async fn charge_anonymous<F, Fut>(
+    auth: &Authenticator,
+    client: ClientInfo,
+    answer: F,
+) -> Response
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Response>,
@@ -258,7 +261,9 @@ async fn resolve(
     // Request headers are never evidence on their own (Node's fetch sends `sec-fetch-mode:
     // cors`, proxies forward `Origin`); a secret key on a route only browsers call is.
     if key.key_type == KeyType::Secret && parts.extensions.get::<BrowserRoute>().is_some() {
-        revoke_exposed(auth, &key, parts).await.map_err(Refusal::Keyed)?;
+        revoke_exposed(auth, &key, parts)
+            .await
+            .map_err(Refusal::Keyed)?;
         return Err(Refusal::Keyed(ApiError::new(
             ErrorCode::KeyExposed,
             "a secret key was sent to a browser route, so it is in a page; it has been revoked. Keep secret keys server-side, use a publishable key in pages, and issue a new secret key",

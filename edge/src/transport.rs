@@ -219,7 +219,10 @@ mod tests {
             ("x-forwarded-for", "198.51.100.7"),
             ("x-forwarded-proto", "https, http"),
         ];
-        assert_eq!(ip_of("10.0.0.2:1", &spoofed), ("198.51.100.7".into(), false));
+        assert_eq!(
+            ip_of("10.0.0.2:1", &spoofed),
+            ("198.51.100.7".into(), false)
+        );
         // Two trusted hops: the outer one saw TLS, the inner hop plain HTTP from it.
         let chain = [
             ("x-forwarded-for", "198.51.100.7, 10.0.0.9"),
@@ -241,7 +244,10 @@ mod tests {
         let c = address_bucket("2001:db8:1:3::1".parse().unwrap());
         assert_eq!(a, b);
         assert_ne!(a, c);
-        assert_eq!(address_bucket("::ffff:192.0.2.1".parse().unwrap()), "192.0.2.1");
+        assert_eq!(
+            address_bucket("::ffff:192.0.2.1".parse().unwrap()),
+            "192.0.2.1"
+        );
         assert_eq!(address_bucket("192.0.2.1".parse().unwrap()), "192.0.2.1");
     }
 }

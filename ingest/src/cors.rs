@@ -13,7 +13,11 @@ use axum::response::{IntoResponse, Response};
 
 const EXPOSED: &str = "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, retry-after";
 
-pub async fn cors(State(auth): State<Arc<edge::Authenticator>>, req: Request, next: Next) -> Response {
+pub async fn cors(
+    State(auth): State<Arc<edge::Authenticator>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
     let preflight = req.method() == Method::OPTIONS
         && req

@@ -2,7 +2,9 @@
 //! page, which passes it to the site's backend; `POST /v1/handoffs/open` (secret key) opens it.
 //! It is sealed with XChaCha20-Poly1305 under a server key named by its id, bound to the
 //! organization, environment and session, and expires after ten minutes, so the browser can
-//! neither read nor forge nor reuse it elsewhere.
+//! neither read nor forge nor reuse it elsewhere. It opens once: the first open returns the
+//! decision, a retry of that open with its `Idempotency-Key` replays the answer (D18), and any
+//! other later open is a 409, so one person's handoff cannot be shared across a bot farm.
 
 use axum::extract::{RawPathParams, State};
 use base64::Engine;
@@ -18,9 +20,10 @@ use rand::TryRngCore;
 use rand::rngs::OsRng;
 use schemas::credential::Environment;
 use schemas::time::{self, Timestamp};
-use schemas::{OrgId, SessionId};
+use schemas::{ErrorCode, OrgId, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use crate::IngestState;
 use crate::sessions::own_session;
@@ -160,6 +163,15 @@ pub async fn mint(
     }))
 }
 
+/// The key of a handoff's opening: its text, hashed. The AEAD tag makes the text unique to one
+/// minting and unforgeable, so nobody can make two texts of one handoff or block another's.
+fn handoff_id(handoff: &str) -> [u8; 16] {
+    let digest = Sha256::digest(handoff.as_bytes());
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
+}
+
 #[derive(Serialize)]
 struct Opened {
     object: &'static str,
@@ -182,12 +194,26 @@ pub async fn open_for_backend(
     let Some(handoff) = handoff else {
         return Err(ApiError::internal("handoff", "validated field missing"));
     };
-    let claims = open(&state.auth.secret, &handoff, time::now())
+    let now = time::now();
+    let claims = open(&state.auth.secret, &handoff, now)
         .map_err(|e| ApiError::invalid_field("handoff", e.to_string(), None))?;
     if claims.organization_id != caller.organization.id
         || claims.environment != caller.environment()
     {
         return Err(ApiError::not_found("handoff"));
+    }
+    if let Some(first) = state
+        .auth
+        .store
+        .open_handoff_once(&handoff_id(&handoff), now, claims.expires_at)
+        .await?
+    {
+        let mut e = ApiError::new(
+            ErrorCode::HandoffAlreadyOpened,
+            "this handoff was opened before; a handoff opens once (retry the first open with its Idempotency-Key to get its answer again)",
+        );
+        e.details.first_opened_at = Some(time::format(&first));
+        return Err(e);
     }
     let scored = state
         .auth

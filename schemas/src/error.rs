@@ -53,6 +53,7 @@ error_codes! {
     BatchReplayed => ("collect.batch_replayed", 409, false),
     BatchInvalid => ("collect.batch_invalid", 422, false),
     Conflict => ("resource.conflict", 409, false),
+    HandoffAlreadyOpened => ("handoff.already_opened", 409, false),
     RateLimited => ("rate.limited", 429, true),
     ServiceUnavailable => ("service.unavailable", 503, true),
     Internal => ("internal.error", 500, true),
@@ -90,6 +91,9 @@ pub struct ErrorDetails {
     pub parameter_set: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_action: Option<String>,
+    /// When a handoff that opens once was first opened (`handoff.already_opened`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_opened_at: Option<String>,
 }
 
 /// `error` in `{ "error": ... }`.

@@ -81,6 +81,8 @@ macro_rules! store_conformance_suite {
             idempotency_lifecycle,
             idempotency_expired_record_counts_as_absent,
             idempotency_scopes_are_independent,
+            handoff_opens_once,
+            concurrent_handoff_openings_have_one_first,
             concurrent_idempotency_begins_have_one_winner,
             settings_put_if_absent,
             concurrent_setting_puts_have_one_winner,
@@ -2115,6 +2117,69 @@ pub async fn idempotency_expired_record_counts_as_absent(store: Store) {
         store.idempotency_begin(&s, &expired).await.unwrap(),
         IdempotencyBegin::Existing(live)
     );
+}
+
+pub async fn handoff_opens_once(store: Store) {
+    let handoff: [u8; 16] = KeyId::generate().ulid().to_bytes();
+    let other: [u8; 16] = KeyId::generate().ulid().to_bytes();
+    let first = time::now();
+    let expires = tomorrow();
+    assert_eq!(
+        store
+            .open_handoff_once(&handoff, first, expires)
+            .await
+            .unwrap(),
+        None,
+        "the first opening is first"
+    );
+    let later = first + TimeDelta::seconds(5);
+    assert_eq!(
+        store
+            .open_handoff_once(&handoff, later, expires)
+            .await
+            .unwrap(),
+        Some(first),
+        "a later opening learns when the first was"
+    );
+    assert_eq!(
+        store
+            .open_handoff_once(&handoff, later, expires)
+            .await
+            .unwrap(),
+        Some(first),
+        "and a later one still, unchanged"
+    );
+    assert_eq!(
+        store
+            .open_handoff_once(&other, later, expires)
+            .await
+            .unwrap(),
+        None,
+        "another handoff is its own"
+    );
+}
+
+pub async fn concurrent_handoff_openings_have_one_first(store: Store) {
+    let handoff: [u8; 16] = KeyId::generate().ulid().to_bytes();
+    let at = time::now();
+    let mut tasks = JoinSet::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            store
+                .open_handoff_once(&handoff, at, tomorrow())
+                .await
+                .unwrap()
+        });
+    }
+    let mut firsts = 0;
+    while let Some(outcome) = tasks.join_next().await {
+        match outcome.unwrap() {
+            None => firsts += 1,
+            Some(first) => assert_eq!(first, at),
+        }
+    }
+    assert_eq!(firsts, 1, "exactly one opening is first");
 }
 
 pub async fn idempotency_scopes_are_independent(store: Store) {

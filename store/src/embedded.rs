@@ -53,6 +53,7 @@ const API_KEYS: &str = "api_keys";
 const API_KEYS_BY_HASH: &str = "api_keys_by_hash";
 const API_KEY_IDS: &str = "api_key_ids";
 const IDEMPOTENCY_RECORDS: &str = "idempotency_records";
+const HANDOFF_OPENINGS: &str = "handoff_openings";
 const SETTINGS: &str = "settings";
 const COLLECT_SESSIONS: &str = "collect_sessions";
 const COLLECT_PINGS: &str = "collect_pings";
@@ -86,6 +87,7 @@ struct Inner {
     api_keys_by_hash: Keyspace,
     api_key_ids: Keyspace,
     idempotency_records: Keyspace,
+    handoff_openings: Keyspace,
     settings: Keyspace,
     collect_sessions: Keyspace,
     collect_pings: Keyspace,
@@ -107,6 +109,8 @@ struct WriterState {
     last_idempotency_purge: Option<Instant>,
     /// The same for `create_collect_session`'s sweep.
     last_collect_purge: Option<Instant>,
+    /// The same for `open_handoff_once`'s sweep.
+    last_handoff_purge: Option<Instant>,
 }
 
 /// The two columns of a stored `sessions` row that say where it sits in `sessions_idle`
@@ -123,6 +127,13 @@ struct IdlePlace {
 struct IdleRow {
     organization_id: OrgId,
     environment: Environment,
+}
+
+/// `handoff_openings`: when a handoff was first opened, kept until it expires.
+#[derive(Serialize, Deserialize)]
+struct HandoffOpening {
+    first_opened_at: Timestamp,
+    expires_at: Timestamp,
 }
 
 /// `organizations_by_slug`: the claim of one slug.
@@ -424,6 +435,7 @@ impl EmbeddedStore {
             api_keys_by_hash: keyspace(API_KEYS_BY_HASH)?,
             api_key_ids: keyspace(API_KEY_IDS)?,
             idempotency_records: keyspace(IDEMPOTENCY_RECORDS)?,
+            handoff_openings: keyspace(HANDOFF_OPENINGS)?,
             settings: keyspace(SETTINGS)?,
             collect_sessions: keyspace(COLLECT_SESSIONS)?,
             collect_pings: keyspace(COLLECT_PINGS)?,
@@ -436,6 +448,7 @@ impl EmbeddedStore {
             writer: Mutex::new(WriterState {
                 last_idempotency_purge: None,
                 last_collect_purge: None,
+                last_handoff_purge: None,
             }),
             cache: RowCache::default(),
             db,
@@ -585,6 +598,19 @@ impl Inner {
             let record: IdempotencyRecord = decode(IDEMPOTENCY_RECORDS, &v)?;
             if record.expires_at <= now {
                 batch.remove(&self.idempotency_records, k);
+            }
+        }
+        batch.commit().map_err(unavailable)
+    }
+
+    /// Drops the openings of handoffs that have expired (ScyllaDB's TTL does it there).
+    fn purge_expired_handoff_openings(&self, now: Timestamp) -> Result<()> {
+        let mut batch = self.db.batch();
+        for guard in self.handoff_openings.iter() {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            let row: HandoffOpening = decode(HANDOFF_OPENINGS, &v)?;
+            if row.expires_at <= now {
+                batch.remove(&self.handoff_openings, k);
             }
         }
         batch.commit().map_err(unavailable)
@@ -1510,6 +1536,40 @@ impl StoreBackend for EmbeddedStore {
             prefix_end(&partition),
             limit,
         )
+    }
+
+    async fn open_handoff_once(
+        &self,
+        handoff: &[u8; 16],
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let k = *handoff;
+        self.write(move |db, state| {
+            // Openings are as many as handoffs opened within their ten minutes; an hourly
+            // sweep keeps the table to about that.
+            if state
+                .last_handoff_purge
+                .is_none_or(|t| t.elapsed() >= IDEMPOTENCY_PURGE_INTERVAL)
+            {
+                db.purge_expired_handoff_openings(at)?;
+                state.last_handoff_purge = Some(Instant::now());
+            }
+            let stored: Option<HandoffOpening> =
+                decode_row(HANDOFF_OPENINGS, db.handoff_openings.get(k))?;
+            if let Some(first) = stored {
+                return Ok(Some(first.first_opened_at));
+            }
+            let row = HandoffOpening {
+                first_opened_at: at,
+                expires_at,
+            };
+            let mut batch = db.batch();
+            batch.insert(&db.handoff_openings, k, encode(HANDOFF_OPENINGS, &row)?);
+            batch.commit().map_err(unavailable)?;
+            Ok(None)
+        })
+        .await
     }
 
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {

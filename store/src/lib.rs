@@ -141,6 +141,20 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// Releases a held record whose request failed in a way a retry may fix.
     async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()>;
 
+    // handoff_openings
+
+    /// Records the opening of the handoff `handoff` (D9: a handoff opens once) unless it was
+    /// opened before: `None` when this call is the first, else the time of the first opening.
+    /// The check and the write are one atomic step, so of concurrent openings exactly one is
+    /// first. The row is kept until `expires_at` (the handoff's own expiry, after which it
+    /// cannot be opened anyway) and may be dropped after.
+    async fn open_handoff_once(
+        &self,
+        handoff: &[u8; 16],
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<Timestamp>>;
+
     // collect_sessions, collect_pings
 
     /// Inserts a collect session and its pings' lookup rows in one step; `Conflict` if the id
