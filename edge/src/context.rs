@@ -2,6 +2,8 @@
 //! `meta.request_id`, `error.request_id`) and every log line of the request names it.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use axum::extract::Request;
 use axum::http::HeaderValue;
@@ -56,6 +58,13 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
             tracing::warn!(request_id = %id, method, route, status, elapsed_ms, "request failed")
         }
         429 => {}
+        // Unknown routes and preflights cost a client nothing to send: their refusals are
+        // logged at most once per interval, with how many went unlogged (D20).
+        400.. if route == "unmatched" || method == "OPTIONS" => {
+            if let Some(unlogged) = FLOOD_LOG.admit() {
+                tracing::info!(request_id = %id, method, route, status, elapsed_ms, unlogged, "request refused (unknown routes and preflights are logged at most once every 10 s)")
+            }
+        }
         400.. => {
             tracing::info!(request_id = %id, method, route, status, elapsed_ms, "request refused")
         }
@@ -64,6 +73,41 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         }
     }
     response
+}
+
+/// Lets one log line through per interval and counts the rest.
+struct LogThrottle {
+    /// Seconds since the process's first request when a line was last let through.
+    last: AtomicU64,
+    suppressed: AtomicU64,
+    interval_secs: u64,
+}
+
+static FLOOD_LOG: LogThrottle = LogThrottle {
+    last: AtomicU64::new(u64::MAX),
+    suppressed: AtomicU64::new(0),
+    interval_secs: 10,
+};
+
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+impl LogThrottle {
+    /// `Some(lines suppressed since the last one)` when this line may be logged.
+    fn admit(&self) -> Option<u64> {
+        let now = STARTED.get_or_init(Instant::now).elapsed().as_secs();
+        let last = self.last.load(Ordering::Relaxed);
+        let due = last == u64::MAX || now >= last.saturating_add(self.interval_secs);
+        if due
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
 }
 
 static PUBLIC_URL: OnceLock<String> = OnceLock::new();

@@ -130,20 +130,38 @@ pub async fn score_session(
         .await
         .ok(200)["handoff"]
         .clone();
-    // The processor works from the log, so the decision arrives shortly after.
+    // The processor works from the log, so the decision arrives shortly after. A handoff opens
+    // once, so the wait watches the stored session (in the shape the open answers with), and
+    // the handoff is opened when it is there.
+    let (org, env, id) = (
+        s.creds.org_id().parse().expect("org id"),
+        schemas::credential::Environment::Test,
+        sid.parse().expect("session id"),
+    );
     let mut last = Value::Null;
     for _ in 0..200 {
-        let opened = s
-            .post("/v1/handoffs/open")
-            .key(&s.creds.keys.secret_test)
-            .json(json!({"handoff": handoff}))
-            .send()
-            .await;
-        last = opened.ok(200).clone();
+        let stored = s.store().get_session(org, env, id).await.expect("store");
+        last = json!({
+            "object": "handoff",
+            "session_id": sid,
+            "visitor_id": stored.as_ref().and_then(|r| r.visitor_id).map(|v| v.to_string()),
+            "decision": stored.and_then(|r| r.latest_decision).map(|d| d.to_value()),
+        });
         if done(&last) {
-            return (sid, last);
+            let opened = s
+                .post("/v1/handoffs/open")
+                .key(&s.creds.keys.secret_test)
+                .json(json!({"handoff": handoff}))
+                .send()
+                .await;
+            let opened = opened.ok(200).clone();
+            assert!(
+                done(&opened),
+                "the handoff opens to what was stored: {opened}"
+            );
+            return (sid, opened);
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("the handoff of {sid} did not reach the awaited state within 5 s; last answer: {last}");
+    panic!("the session {sid} did not reach the awaited state within 5 s; last stored: {last}");
 }

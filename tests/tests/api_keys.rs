@@ -151,7 +151,11 @@ async fn publishable_keys_take_origins_and_secret_keys_take_scopes() {
         "two enums failed: ambiguous"
     );
 
-    let listed = s.get(&keys_path(&s)).key(sk).send().await;
+    let listed = s
+        .get(&format!("{}?environment=live", keys_path(&s)))
+        .key(sk)
+        .send()
+        .await;
     assert_eq!(
         listed.ok(200).as_array().unwrap().len(),
         3,
@@ -376,7 +380,7 @@ async fn a_key_with_the_removed_scope_must_rotate_before_organization_routes() {
 }
 
 #[tokio::test]
-async fn key_management_stays_within_the_callers_environment() {
+async fn a_test_key_manages_test_keys_only() {
     let s = TestServer::start().await;
     let live = &s.creds.keys.secret_live;
     let test = &s.creds.keys.secret_test;
@@ -424,6 +428,7 @@ async fn key_management_stays_within_the_callers_environment() {
     .send()
     .await
     .err(404, "resource.not_found");
+    // Live is the stronger environment: a live key reads (and manages) test keys too.
     s.get(&format!(
         "{}/{}",
         keys_path(&s),
@@ -432,7 +437,7 @@ async fn key_management_stays_within_the_callers_environment() {
     .key(live)
     .send()
     .await
-    .err(404, "resource.not_found");
+    .ok(200);
 
     let envs = |r: &vigil_tests::Resp| -> Vec<String> {
         r.ok(200)
@@ -447,11 +452,8 @@ async fn key_management_stays_within_the_callers_environment() {
             .iter()
             .all(|e| e == "test")
     );
-    assert!(
-        envs(&s.get(&keys_path(&s)).key(live).send().await)
-            .iter()
-            .all(|e| e == "live")
-    );
+    let both = envs(&s.get(&keys_path(&s)).key(live).send().await);
+    assert!(both.iter().any(|e| e == "live") && both.iter().any(|e| e == "test"));
     // Organization state is shared by both environments.
     s.get(&s.org_path()).key(test).send().await.ok(200);
 }
@@ -478,8 +480,8 @@ async fn lists_paginate_newest_first_with_signed_cursors() {
     let mut cursor: Option<String> = None;
     loop {
         let path = match &cursor {
-            Some(c) => format!("{}?limit=3&cursor={c}", keys_path(&s)),
-            None => format!("{}?limit=3", keys_path(&s)),
+            Some(c) => format!("{}?environment=live&limit=3&cursor={c}", keys_path(&s)),
+            None => format!("{}?environment=live&limit=3", keys_path(&s)),
         };
         let page = s.get(&path).key(sk).send().await;
         let data = page.ok(200).as_array().unwrap().clone();
@@ -498,7 +500,10 @@ async fn lists_paginate_newest_first_with_signed_cursors() {
         }
     }
     assert_eq!(seen.len(), 7);
-    let newest_first: Vec<String> = made.iter().rev().cloned().collect();
+    // Newest first by id: ids are time-ordered to the millisecond (keys made within one are in
+    // the order of their random parts, D1).
+    let mut newest_first: Vec<String> = made.clone();
+    newest_first.sort_by(|a, b| b.cmp(a));
     assert_eq!(&seen[..5], &newest_first[..]);
 
     for bad in [
@@ -608,7 +613,11 @@ async fn the_operator_sets_a_keys_rate_limit() {
         .send()
         .await;
     assert_eq!(read.ok(200)["rate_limit"], 7);
-    let listed = s.get(&keys_path(&s)).key(&sk).send().await;
+    let listed = s
+        .get(&format!("{}?environment=live", keys_path(&s)))
+        .key(&sk)
+        .send()
+        .await;
     let pk = listed
         .ok(200)
         .as_array()
@@ -629,19 +638,14 @@ async fn a_key_grants_only_the_scopes_it_holds() {
         .await;
     let manager_key = manager["revealed_key"].as_str().unwrap();
 
-    // Omitting scopes asks for the full set, which this key does not hold.
+    // Omitting scopes grants what this key holds, never the full set it lacks.
     let r = s
         .post(&keys_path(&s))
         .key(manager_key)
         .json(json!({"name": "x", "type": "secret", "environment": "live"}))
         .send()
         .await;
-    let e = r.err(403, "auth.insufficient_scope");
-    assert_eq!(
-        e["details"]["allowed_values"].as_array().unwrap().len(),
-        12,
-        "the twelve scopes it lacks"
-    );
+    assert_eq!(r.ok(201)["scopes"], manager["scopes"]);
     let r = s.post(&keys_path(&s)).key(manager_key).json(json!({"name": "x", "type": "secret", "environment": "live", "scopes": ["sessions:read"]})).send().await;
     assert_eq!(
         r.err(403, "auth.insufficient_scope")["details"]["allowed_values"],

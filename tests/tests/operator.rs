@@ -222,6 +222,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--anonymous-rate-limit", "VIGIL_ANONYMOUS_RATE_LIMIT"),
         ("--public-url", "VIGIL_PUBLIC_URL"),
         ("--log-format", "VIGIL_LOG_FORMAT"),
+        ("--demo", "VIGIL_DEMO"),
     ] {
         // clap prints a flag on one line and its help, ending in `[env: NAME=…]`, on the next.
         let lines: Vec<&str> = help.lines().collect();
@@ -242,7 +243,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 16,
+        flags, 17,
         "a new flag needs its env var and a row here:\n{help}"
     );
 
@@ -262,7 +263,7 @@ async fn keys_create_issues_the_first_key_of_an_organization_made_over_the_api()
     let client = http_client();
     let created: serde_json::Value = client
         .post(format!("{}/v1/organizations", s.base))
-        .bearer_auth(&s.creds().keys.secret_test)
+        .bearer_auth(&s.creds().keys.secret_live)
         .json(&serde_json::json!({"name": "New", "slug": "new-org"}))
         .send()
         .await

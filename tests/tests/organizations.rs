@@ -141,7 +141,7 @@ async fn slugs_are_unique_and_validated() {
 }
 
 #[tokio::test]
-async fn a_suspended_organization_keeps_only_read_and_reactivate() {
+async fn a_suspended_organization_keeps_read_reactivate_and_key_incident_handling() {
     let s = TestServer::start().await;
     let sk = &s.creds.keys.secret_live;
     let pk = &s.creds.keys.publishable_live;
@@ -163,8 +163,16 @@ async fn a_suspended_organization_keeps_only_read_and_reactivate() {
     let refused = s.get(&s.org_path()).key(pk).send().await;
     refused.err(403, "organization.suspended");
     assert!(refused.header("x-ratelimit-remaining").is_some());
+    // Its live secret keys can still list, revoke and rotate keys (an incident is handled
+    // before reactivation; tests/tests/security.rs), but not create them.
     s.get(&format!("{}/api-keys", s.org_path()))
         .key(sk)
+        .send()
+        .await
+        .ok(200);
+    s.post(&format!("{}/api-keys", s.org_path()))
+        .key(sk)
+        .json(json!({"name": "new"}))
         .send()
         .await
         .err(403, "organization.suspended");
