@@ -1421,17 +1421,14 @@
     const opts = options && typeof options === 'object' ? options : {};
     const key = opts.key;
     if (typeof key !== 'string' || !key) throw new VigilError('sdk.invalid_options', 'Vigil.load needs { key: "pk_…" }');
-    if (/^sk_/.test(key)) {
-      // Sending it would get it revoked on the spot (D17): refuse before it leaves the page.
-      throw new VigilError('sdk.secret_key_in_browser', 'a secret key must never reach a browser; use a publishable pk_ key');
-    }
-    if (!/^pk_/.test(key)) throw new VigilError('sdk.invalid_options', 'key must be a publishable key (pk_live_… or pk_test_…)');
+    const secretKey = /^sk_/.test(key);
+    if (!secretKey && !/^pk_/.test(key)) throw new VigilError('sdk.invalid_options', 'key must be a publishable key (pk_live_… or pk_test_…)');
     const raw = opts.endpoint || SCRIPT_ORIGIN;
     const url = attempt(() => new URL(raw));
     if (!url || (url.protocol !== 'https:' && url.protocol !== 'http:')) {
       throw new VigilError('sdk.invalid_options', 'endpoint must be an http(s) URL');
     }
-    return { key, endpoint: (url.origin + url.pathname).replace(/\/+$/, ''), onError: opts.onError };
+    return { key, secretKey, endpoint: (url.origin + url.pathname).replace(/\/+$/, ''), onError: opts.onError };
   }
 
   /** The page's URL without query or fragment: those often carry tokens and personal data. */
@@ -1450,8 +1447,19 @@
     return rtts;
   }
 
+  /**
+   * A secret key in a page is already exposed: anyone who reads the page has it. Rather than
+   * leave it live for a scraper, the SDK presents it once on a browser route, where the server
+   * revokes it on the spot (D17), and rejects with the server's `auth.key_exposed`.
+   */
+  async function reportSecretKey(opts) {
+    await request({ key: opts.key, endpoint: opts.endpoint }, 'POST', '/v1/collect/sessions', {});
+    throw new VigilError('sdk.secret_key_in_browser', 'a secret key must never reach a browser; use a publishable pk_ key');
+  }
+
   async function load(options) {
     const opts = normalizeOptions(options);
+    if (opts.secretKey) return reportSecretKey(opts);
     if (!subtle()) {
       throw new VigilError('sdk.unsupported', 'WebCrypto is unavailable (the page must be a secure context: https or localhost)');
     }

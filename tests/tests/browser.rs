@@ -180,6 +180,26 @@ async fn the_handoff_from_agent_result_opens_to_the_same_session_with_the_secret
         "the SDK's background work (network check) reported errors"
     );
 
+    // One whole visit (load, pings, probes, network check, result) spends a small part of the
+    // publishable key's per-address budget (D5): the next request shows what is left.
+    let after = s
+        .get("/v1/collect/pings/png_00000000000000000000000000")
+        .key(&s.creds.keys.publishable_test)
+        .send()
+        .await;
+    let limit: u32 = after.header("x-ratelimit-limit").unwrap().parse().unwrap();
+    let remaining: u32 = after
+        .header("x-ratelimit-remaining")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let spent = limit - remaining - 1;
+    println!("one SDK visit spent {spent} of the publishable key's {limit} per address");
+    assert!(
+        spent >= 3 && spent * 4 <= limit,
+        "a visit spends at most a quarter of the default budget: {spent} of {limit}"
+    );
+
     // The site's backend opens it with the secret key of the same environment.
     let opened = s
         .post("/v1/handoffs/open")
@@ -370,4 +390,44 @@ async fn a_fresh_profile_on_the_same_machine_is_linked_by_anchors() {
     );
     assert_eq!(linked_by(&s, &first_sid).await, "new_visitor");
     browser.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_key_put_into_a_page_is_revoked_on_its_first_call() {
+    let s = TestServer::start().await;
+    let key = s
+        .create_key(
+            &s.creds.keys.secret_test,
+            serde_json::json!({"name": "pasted into the shop's page"}),
+        )
+        .await;
+    let sk = key["revealed_key"].as_str().unwrap();
+    let page = PageServer::start(sdk_page(&s.base, sk)).await;
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+    let browser = driver.session(&profile).await;
+    browser.goto(&format!("{}/checkout", page.base)).await;
+    let loaded = browser.eval_async("window.__vigilLoad()").await;
+    browser.quit().await;
+    assert_eq!(loaded["ok"], false, "{loaded}");
+    assert_eq!(loaded["code"], "auth.key_exposed", "{loaded}");
+    assert_eq!(loaded["status"], 401, "{loaded}");
+    // Revoked for every route from now on, and the owner sees it.
+    s.get(&s.org_path())
+        .key(sk)
+        .send()
+        .await
+        .err(401, "auth.invalid_credentials");
+    let read = s
+        .get(&format!(
+            "{}/api-keys/{}",
+            s.org_path(),
+            key["id"].as_str().unwrap()
+        ))
+        .key(&s.creds.keys.secret_test)
+        .send()
+        .await;
+    assert_eq!(read.ok(200)["status"], "revoked");
+    assert_eq!(s.metric("vigil_secret_keys_exposed_total").await, 1.0);
 }

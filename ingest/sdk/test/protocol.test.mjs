@@ -149,10 +149,22 @@ test('load never throws synchronously and refuses bad options before any request
   let promise;
   assert.doesNotThrow(() => { promise = Vigil.load(); });
   await assert.rejects(promise, { code: 'sdk.invalid_options' });
-  await assert.rejects(Vigil.load({ key: 'sk_test_abc', endpoint: ENDPOINT }), { code: 'sdk.secret_key_in_browser' });
   await assert.rejects(Vigil.load({ key: 'pk_test_abc', endpoint: 'ftp://x' }), { code: 'sdk.invalid_options' });
+  await assert.rejects(Vigil.load({ key: 'sk_test_abc', endpoint: 'ftp://x' }), { code: 'sdk.invalid_options' });
   await assert.rejects(Vigil.load({ key: 'pk_test_abc' }), { code: 'sdk.invalid_options' }, 'no endpoint, no script origin');
   assert.equal(calls.length, 0, 'nothing was sent');
+});
+
+test('a secret key is presented once on a browser route, so the server revokes it, and refused', async () => {
+  globalThis.fetch = async (url, init) => {
+    calls.push([url, init]);
+    return new Response(JSON.stringify({ error: { code: 'auth.key_exposed', message: 'revoked', status: 401, retryable: false, request_id: 'req_x' } }),
+      { status: 401, headers: { 'content-type': 'application/json' } });
+  };
+  await assert.rejects(Vigil.load({ key: 'sk_test_abc', endpoint: ENDPOINT }), { code: 'auth.key_exposed', status: 401 });
+  assert.equal(calls.length, 1, 'one request, then nothing more');
+  assert.equal(calls[0][0], ENDPOINT + '/v1/collect/sessions');
+  assert.equal(calls[0][1].headers.Authorization, 'Bearer sk_test_abc');
 });
 
 test('an unreachable endpoint rejects with sdk.network_error', async () => {
