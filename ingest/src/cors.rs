@@ -29,7 +29,8 @@ pub async fn cors(req: Request, next: Next) -> Response {
         );
         h.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("authorization, content-type"),
+            // The session proof travels in its own header (`crate::proof`).
+            HeaderValue::from_static("authorization, content-type, vigil-session-proof"),
         );
         h.insert(
             header::ACCESS_CONTROL_MAX_AGE,

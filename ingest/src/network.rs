@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::IngestState;
+use crate::proof;
 use crate::sessions::own_session;
 
 /// What one connection shows of its client.
@@ -93,7 +94,8 @@ struct Checked {
     consistent: bool,
 }
 
-/// `POST /v1/collect/network-checks`.
+/// `POST /v1/collect/network-checks`: proven (`crate::proof`), so nobody else can add a
+/// comparison to the session's stream.
 pub async fn check(
     State(state): State<IngestState>,
     caller: PublishableKey,
@@ -115,6 +117,7 @@ pub async fn check(
     };
     let ctx = &caller.ctx;
     let session = own_session(&state, ctx, id).await?;
+    proof::require(&state, &session, &headers, proof::Call::NetworkCheck).await?;
     let http = identity(Some(&ctx.client), &headers);
     let consistent = session
         .ws_identity

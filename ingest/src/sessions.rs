@@ -2,6 +2,7 @@
 //! `GET /v1/collect/pings/{pingId}` (round-trip timing), with their validation.
 
 use axum::extract::{RawPathParams, State};
+use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Duration;
@@ -16,6 +17,7 @@ use sha2::{Digest, Sha256};
 use store::{CollectSessionRecord, PingRecord};
 
 use crate::IngestState;
+use crate::proof;
 use crate::transport::{self, TransportError};
 
 /// How long a collect session accepts requests (schemas/collect.md, section 1).
@@ -76,7 +78,7 @@ pub async fn open(
         .map_err(|e| ApiError::internal("collect session", e))?;
 
     let id = SessionId::generate();
-    let (server_public, batch_key) =
+    let (server_public, batch_key, proof_key) =
         transport::agree(&public_key, &id.to_string()).map_err(|e: TransportError| {
             ApiError::invalid_field("client_public_key", e.to_string(), None)
         })?;
@@ -96,11 +98,16 @@ pub async fn open(
             .auth
             .secret
             .seal(&batch_key.0, id.to_string().as_bytes()),
+        sealed_proof_key: state
+            .auth
+            .secret
+            .seal(&proof_key.0, id.to_string().as_bytes()),
         page_url,
         sdk_version,
         opened_at: now,
         expires_at: now + Duration::minutes(SESSION_LIFETIME_MINUTES),
         last_seq: 0,
+        last_call: 0,
         pings: (0..PINGS_PER_SESSION)
             .map(|_| PingRecord {
                 id: PingId::generate(),
@@ -153,10 +160,13 @@ struct Pong {
     server_time: Timestamp,
 }
 
+/// A ping proves its session (`crate::proof`): the ping ids are the opener's, but a ping's
+/// arrival is timing evidence that nobody else may plant.
 pub async fn ping(
     State(state): State<IngestState>,
     caller: PublishableKey,
     params: RawPathParams,
+    headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
     let arrived = time::now();
     let ping: PingId = path_param(&params, "pingId")?;
@@ -166,12 +176,13 @@ pub async fn ping(
         .find_collect_ping(ping)
         .await?
         .ok_or_else(|| ApiError::not_found("ping"))?;
-    own_session(&state, &caller.ctx, session).await?;
+    let session = own_session(&state, &caller.ctx, session).await?;
+    proof::require(&state, &session, &headers, proof::Call::Ping(ping)).await?;
     // Only the first arrival is timing evidence; a repeat is answered but not recorded.
     state
         .auth
         .store
-        .record_collect_ping(session, ping, arrived)
+        .record_collect_ping(session.id, ping, arrived)
         .await?;
     Ok(Reply::ok(Pong {
         object: "collect_ping",

@@ -447,6 +447,29 @@ impl EmbeddedStore {
 
     /// Runs `op` on a blocking thread holding the writer mutex, so neither the lock wait nor the
     /// fsync inside it stalls the async runtime.
+    /// Raises one of a collect session's counters (`counter` picks it) to `to` if `to` is above
+    /// it; whether it did. A missing session: `false`, nothing written.
+    async fn raise_collect_counter(
+        &self,
+        id: SessionId,
+        durability: Durability,
+        to: u64,
+        counter: fn(&mut CollectSessionRecord) -> &mut u64,
+    ) -> Result<bool> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, durability, |s| {
+                let current = counter(s);
+                let above = to > *current;
+                if above {
+                    *current = to;
+                }
+                above
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
     async fn write<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Inner, &mut WriterState) -> Result<T> + Send + 'static,
@@ -1177,17 +1200,15 @@ impl StoreBackend for EmbeddedStore {
     /// lets a replayed batch through once more, and the processor drops batches it has seen by
     /// number, so durability here would buy nothing.
     async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        self.write(move |db, _| {
-            let changed = db.change_collect_session(id, Durability::Buffered, |s| {
-                let above = seq > s.last_seq;
-                if above {
-                    s.last_seq = seq;
-                }
-                above
-            })?;
-            Ok(changed.is_some_and(|(written, _)| written))
-        })
-        .await
+        self.raise_collect_counter(id, Durability::Buffered, seq, |s| &mut s.last_seq)
+            .await
+    }
+
+    /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
+    /// counter lost in a crash would let a seen proof through again.
+    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
+        self.raise_collect_counter(id, Durability::Synced, counter, |s| &mut s.last_call)
+            .await
     }
 
     async fn record_collect_ping(
@@ -1603,11 +1624,13 @@ mod tests {
                 environment: Environment::Live,
                 key_id: KeyId::generate(),
                 sealed_batch_key: vec![1; 60],
+                sealed_proof_key: vec![3; 60],
                 page_url: "https://shop.example/".into(),
                 sdk_version: "1.0.0".into(),
                 opened_at: now,
                 expires_at: now + chrono::TimeDelta::minutes(30),
                 last_seq: 0,
+                last_call: 0,
                 pings: (0..3)
                     .map(|_| crate::PingRecord {
                         id: PingId::generate(),
