@@ -80,7 +80,8 @@ pub fn message(method: &str, path: &str, session_id: &str, counter: u64) -> Vec<
 }
 
 fn mac(key: &ProofKey, method: &str, path: &str, session_id: &str, counter: u64) -> HmacSha256 {
-    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&key.0).expect("HMAC takes any key length");
+    let mut mac =
+        <HmacSha256 as KeyInit>::new_from_slice(&key.0).expect("HMAC takes any key length");
     mac.update(&message(method, path, session_id, counter));
     mac
 }
@@ -88,7 +89,9 @@ fn mac(key: &ProofKey, method: &str, path: &str, session_id: &str, counter: u64)
 /// The header value proving `method path` on `session_id` with `counter`, as the SDK makes it
 /// (tests and tools).
 pub fn sign(key: &ProofKey, method: &str, path: &str, session_id: &str, counter: u64) -> String {
-    let tag = mac(key, method, path, session_id, counter).finalize().into_bytes();
+    let tag = mac(key, method, path, session_id, counter)
+        .finalize()
+        .into_bytes();
     format!("{counter}.{}", URL_SAFE_NO_PAD.encode(tag))
 }
 
@@ -165,9 +168,16 @@ pub async fn require(
         .open(&session.sealed_proof_key, id.as_bytes())
         .and_then(|k| <[u8; 32]>::try_from(k).ok())
         .map(ProofKey)
-        .ok_or_else(|| ApiError::internal("session proof", "the session's proof key does not open"))?;
+        .ok_or_else(|| {
+            ApiError::internal("session proof", "the session's proof key does not open")
+        })?;
     let counter = verify(&key, value, call.method(), &call.path(), &id).map_err(refused)?;
-    if !state.auth.store.advance_collect_call(session.id, counter).await? {
+    if !state
+        .auth
+        .store
+        .advance_collect_call(session.id, counter)
+        .await?
+    {
         return Err(refused(ProofError::Replayed));
     }
     Ok(())
@@ -226,7 +236,17 @@ mod tests {
             Err(ProofError::Mismatch),
             "a truncated MAC"
         );
-        for bad in ["", "3", ".x", "03.", "-3.", "+3.", "x.", "3.!!", "99999999999999999999999.a"] {
+        for bad in [
+            "",
+            "3",
+            ".x",
+            "03.",
+            "-3.",
+            "+3.",
+            "x.",
+            "3.!!",
+            "99999999999999999999999.a",
+        ] {
             let bad = if bad.ends_with('.') {
                 format!("{bad}{tag}")
             } else {
@@ -246,7 +266,10 @@ mod tests {
         let session: SessionId = SID.parse().unwrap();
         assert_eq!(
             (Call::Ping(ping).method(), Call::Ping(ping).path()),
-            ("GET", "/v1/collect/pings/png_01j9z3k7w8x2v4q6r5t0m1n3p7".to_owned())
+            (
+                "GET",
+                "/v1/collect/pings/png_01j9z3k7w8x2v4q6r5t0m1n3p7".to_owned()
+            )
         );
         assert_eq!(Call::Results(session).path(), PATH);
         assert_eq!(Call::NetworkCheck.method(), "POST");

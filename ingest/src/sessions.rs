@@ -78,8 +78,8 @@ pub async fn open(
         .map_err(|e| ApiError::internal("collect session", e))?;
 
     let id = SessionId::generate();
-    let (server_public, batch_key, proof_key) =
-        transport::agree(&public_key, &id.to_string()).map_err(|e: TransportError| {
+    let (server_public, batch_key, proof_key) = transport::agree(&public_key, &id.to_string())
+        .map_err(|e: TransportError| {
             ApiError::invalid_field("client_public_key", e.to_string(), None)
         })?;
     let mut token = [0u8; 32];

@@ -2532,7 +2532,10 @@ async fn collect_counter_advances_only_upward(store: Store, counter: CollectCoun
     );
 }
 
-async fn concurrent_collect_counter_advances_have_one_winner(store: Store, counter: CollectCounter) {
+async fn concurrent_collect_counter_advances_have_one_winner(
+    store: Store,
+    counter: CollectCounter,
+) {
     let session = collect_session(3);
     store.create_collect_session(&session).await.unwrap();
 
