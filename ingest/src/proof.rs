@@ -260,6 +260,41 @@ mod tests {
         }
     }
 
+    /// The SDK's crypto is checked against vectors computed with pyca/cryptography
+    /// (`sdk/test/vectors.py`); checking the server against the same file ties all three.
+    #[test]
+    fn keys_and_proofs_match_the_sdks_independent_vectors() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../sdk/test/vectors.json")).unwrap();
+        assert_eq!(
+            vectors["proof_hkdf_info"].as_str().unwrap().as_bytes(),
+            HKDF_INFO
+        );
+        for session in vectors["sessions"].as_array().unwrap() {
+            let sid = session["session_id"].as_str().unwrap();
+            let shared = hex::decode(session["shared_secret_hex"].as_str().unwrap()).unwrap();
+            let key = derive_key(&shared, sid);
+            assert_eq!(hex::encode(key.0), session["proof_key_hex"]);
+            assert_eq!(
+                hex::encode(crate::transport::derive(&shared, sid).0),
+                session["aes_key_hex"]
+            );
+            for p in session["proofs"].as_array().unwrap() {
+                let (method, path) = (p["method"].as_str().unwrap(), p["path"].as_str().unwrap());
+                let counter = p["counter"].as_u64().unwrap();
+                assert_eq!(
+                    message(method, path, sid, counter),
+                    p["message"].as_str().unwrap().as_bytes()
+                );
+                assert_eq!(sign(&key, method, path, sid, counter), p["proof"]);
+                assert_eq!(
+                    verify(&key, p["proof"].as_str().unwrap(), method, path, sid),
+                    Ok(counter)
+                );
+            }
+        }
+    }
+
     #[test]
     fn calls_name_their_route() {
         let ping: PingId = "png_01j9z3k7w8x2v4q6r5t0m1n3p7".parse().unwrap();
