@@ -1,7 +1,8 @@
 //! The Collect API over HTTP (schemas/collect.md, D9, D19): opening an encrypted session with a
 //! real ECDH exchange, pings, batches that reach the log only when accepted, and every refusal
 //! with its documented error: wrong origin, the other environment's key, replayed, tampered and
-//! misdirected batches, oversize and malformed bodies, expired sessions.
+//! misdirected batches, oversize and malformed bodies, expired sessions. (Calls that must prove
+//! their session are tested in collect_binding.rs.)
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
