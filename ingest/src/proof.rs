@@ -9,13 +9,13 @@
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hkdf::Hkdf;
 use hmac::{Hmac, KeyInit, Mac};
 use schemas::{ErrorCode, PingId, SessionId};
 use sha2::Sha256;
 use store::CollectSessionRecord;
 
 use crate::IngestState;
+use crate::sessions::open_key;
 use edge::ApiError;
 
 /// The request header that carries a proof: `<counter>.<b64u of the 32-byte HMAC>`.
@@ -38,13 +38,9 @@ impl std::fmt::Debug for ProofKey {
     }
 }
 
-/// HKDF-SHA256 of the ECDH shared secret, salted with the session id, for proofs.
+/// The proof key: HKDF-SHA256 of the ECDH shared secret, salted with the session id.
 pub fn derive_key(shared_secret: &[u8], session_id: &str) -> ProofKey {
-    let hk = Hkdf::<Sha256>::new(Some(session_id.as_bytes()), shared_secret);
-    let mut key = [0u8; 32];
-    hk.expand(HKDF_INFO, &mut key)
-        .expect("32 bytes is a valid HKDF-SHA256 length");
-    ProofKey(key)
+    ProofKey(crate::transport::hkdf(shared_secret, session_id, HKDF_INFO))
 }
 
 /// A call that must be proven, which names its method and path (the route's path with its id,
@@ -162,15 +158,12 @@ pub async fn require(
     if session.sealed_proof_key.is_empty() {
         return Err(refused(ProofError::Mismatch));
     }
-    let key = state
-        .auth
-        .secret
-        .open(&session.sealed_proof_key, id.as_bytes())
-        .and_then(|k| <[u8; 32]>::try_from(k).ok())
-        .map(ProofKey)
-        .ok_or_else(|| {
-            ApiError::internal("session proof", "the session's proof key does not open")
-        })?;
+    let key = ProofKey(open_key(
+        state,
+        session.id,
+        &session.sealed_proof_key,
+        "proof",
+    )?);
     let counter = verify(&key, value, call.method(), &call.path(), &id).map_err(refused)?;
     if !state
         .auth

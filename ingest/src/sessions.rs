@@ -94,14 +94,8 @@ pub async fn open(
         organization_id: ctx.organization.id,
         environment: ctx.environment(),
         key_id: ctx.key.id,
-        sealed_batch_key: state
-            .auth
-            .secret
-            .seal(&batch_key.0, id.to_string().as_bytes()),
-        sealed_proof_key: state
-            .auth
-            .secret
-            .seal(&proof_key.0, id.to_string().as_bytes()),
+        sealed_batch_key: seal_key(&state, id, &batch_key.0),
+        sealed_proof_key: seal_key(&state, id, &proof_key.0),
         page_url,
         sdk_version,
         opened_at: now,
@@ -128,6 +122,34 @@ pub async fn open(
         max_batch_bytes: MAX_BATCH_BYTES,
         network_check_token,
     }))
+}
+
+/// Seals one of a session's keys under the server secret, bound to the session: the store
+/// never holds a session key in the clear, and a sealed key copied to another session does not
+/// open there.
+fn seal_key(state: &IngestState, id: SessionId, key: &[u8; 32]) -> Vec<u8> {
+    state.auth.secret.seal(key, id.to_string().as_bytes())
+}
+
+/// Opens a key `seal_key` sealed (`what` names it in the log). One that does not open is an
+/// internal error: the store or the server secret changed under the session.
+pub fn open_key(
+    state: &IngestState,
+    id: SessionId,
+    sealed: &[u8],
+    what: &str,
+) -> Result<[u8; 32], ApiError> {
+    state
+        .auth
+        .secret
+        .open(sealed, id.to_string().as_bytes())
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        .ok_or_else(|| {
+            ApiError::internal(
+                "collect session key",
+                format!("the session's {what} key does not open"),
+            )
+        })
 }
 
 /// The caller's own, unexpired session: another organization's or environment's is a 404.

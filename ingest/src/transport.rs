@@ -56,13 +56,19 @@ pub fn agree(
     ))
 }
 
-/// HKDF-SHA256 of the shared secret, salted with the session id.
+/// The batch key: HKDF-SHA256 of the shared secret, salted with the session id.
 pub fn derive(shared_secret: &[u8], session_id: &str) -> BatchKey {
+    BatchKey(hkdf(shared_secret, session_id, HKDF_INFO))
+}
+
+/// 32 bytes of HKDF-SHA256 of the shared secret, salted with the session id; `info` says what
+/// for, so each purpose gets its own key.
+pub(crate) fn hkdf(shared_secret: &[u8], session_id: &str, info: &[u8]) -> [u8; 32] {
     let hk = Hkdf::<Sha256>::new(Some(session_id.as_bytes()), shared_secret);
     let mut key = [0u8; 32];
-    hk.expand(HKDF_INFO, &mut key)
+    hk.expand(info, &mut key)
         .expect("32 bytes is a valid HKDF-SHA256 length");
-    BatchKey(key)
+    key
 }
 
 /// The nonce of batch `seq`: four zero bytes, then the number big-endian. Numbers never repeat

@@ -132,6 +132,15 @@ pub async fn open_session(s: &TestServer, pk: &str) -> CollectSession {
     CollectSession::new(id, key, proof_key, pings, opened)
 }
 
+/// `POST /v1/handoffs/open` with the test secret key, as the site's backend does.
+pub async fn open_handoff(s: &TestServer, handoff: &Value) -> Resp {
+    s.post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({ "handoff": handoff }))
+        .send()
+        .await
+}
+
 /// Every record on the batches topic, read by a fresh consumer group.
 pub async fn logged_batches(s: &TestServer) -> Vec<Value> {
     logged(s, schemas::collect::BATCHES_TOPIC).await
@@ -190,13 +199,7 @@ pub async fn score_session(
     // The processor works from the log, so the decision arrives shortly after.
     let mut last = Value::Null;
     for _ in 0..200 {
-        let opened = s
-            .post("/v1/handoffs/open")
-            .key(&s.creds.keys.secret_test)
-            .json(json!({"handoff": handoff}))
-            .send()
-            .await;
-        last = opened.ok(200).clone();
+        last = open_handoff(s, &handoff).await.ok(200).clone();
         if done(&last) {
             return (session, last);
         }

@@ -8,7 +8,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde_json::Value;
-use vigil_tests::collect::{CollectSession, logged_batches, open_session};
+use vigil_tests::collect::{CollectSession, logged_batches, open_handoff, open_session};
 use vigil_tests::{Resp, TestServer, json};
 
 const HEADER: &str = "vigil-session-proof";
@@ -117,13 +117,7 @@ async fn results_needs_the_sessions_own_proof_and_a_refusal_writes_nothing() {
     // The session's own proof works, even with a counter above ones never used.
     let proof = a.proof_with(5, "POST", &path);
     let minted = post().header(HEADER, &proof).send().await;
-    let handoff = minted.ok(200)["handoff"].as_str().unwrap().to_owned();
-    let opened = s
-        .post("/v1/handoffs/open")
-        .key(&s.creds.keys.secret_test)
-        .json(json!({"handoff": handoff}))
-        .send()
-        .await;
+    let opened = open_handoff(&s, &minted.ok(200)["handoff"]).await;
     assert_eq!(opened.ok(200)["session_id"], a.id.as_str());
     let after = stored(&s, &a).await;
     assert!(after.results_at.is_some());
