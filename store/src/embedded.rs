@@ -1610,6 +1610,31 @@ mod tests {
         assert_eq!(prefix_end(&[0xff]), Bound::Unbounded);
     }
 
+    /// A collect session written before call proofs existed still reads: without a proof key
+    /// (so it can prove no call) and with no counter spent.
+    #[test]
+    fn a_collect_session_row_from_before_call_proofs_decodes() {
+        let token_hash = [0u8; 32];
+        let row = serde_json::json!({
+            "id": SessionId::generate(), "organization_id": OrgId::generate(),
+            "environment": "live", "key_id": KeyId::generate(), "sealed_batch_key": [1, 2],
+            "page_url": "https://shop.example/", "sdk_version": "1.0.0",
+            "opened_at": "2025-01-01T00:00:00Z", "expires_at": "2025-01-01T00:30:00Z",
+            "last_seq": 4, "pings": [], "network_check_token_hash": token_hash,
+            "ws_identity": null, "results_at": null
+        });
+        let session: CollectSessionRecord =
+            decode(COLLECT_SESSIONS, &serde_json::to_vec(&row).unwrap()).unwrap();
+        assert_eq!(
+            (
+                session.sealed_proof_key.len(),
+                session.last_call,
+                session.last_seq
+            ),
+            (0, 0, 4)
+        );
+    }
+
     /// The sweep drops sessions (and their pings' lookup rows) a day after their id was
     /// minted, and nothing younger.
     #[tokio::test]
