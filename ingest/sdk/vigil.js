@@ -10,7 +10,8 @@
  *   2. at the same time runs the time-boxed probes (each in its own try/catch and budget, the
  *      whole set inside ~150 ms, yielding to the page between steps);
  *   3. runs the three pings one after another, once the main thread is quiet, so that their
- *      performance.now() round trips are not inflated by our own work;
+ *      performance.now() round trips are not inflated by our own work (pings, the network check
+ *      and results each carry a proof that we hold the session's key: collect.md §1.1);
  *   4. seals the probes batch (seq 1) with AES-256-GCM under the key both sides derive, sends it
  *      and resolves once the server has acknowledged it;
  *   5. in the background: the WebSocket network check, then every ~2 s an interactions batch
@@ -30,6 +31,8 @@
 
   const SDK_VERSION = '1.0.0';
   const HKDF_INFO = 'vigil/collect/v1';
+  const PROOF_HKDF_INFO = 'vigil/collect/v1/proof';
+  const PROOF_HEADER = 'Vigil-Session-Proof';
   const PROBES_TOTAL_BUDGET_MS = 150;
   const INTERACTION_FLUSH_MS = 2000;
   const NETWORK_CHECK_WAIT_MS = 3000; // how long the WebSocket may take to say its one message
@@ -129,10 +132,11 @@
   }
 
   /**
-   * ECDH shared secret (32-byte x coordinate) → HKDF-SHA256(salt = UTF-8 session id,
-   * info = "vigil/collect/v1") → AES-256-GCM key. Exactly collect.md §1.
+   * ECDH shared secret (32-byte x coordinate) → HKDF-SHA256(salt = UTF-8 session id) → the
+   * session's two keys, exactly collect.md §1 and §1.1: an AES-256-GCM batch key
+   * (info "vigil/collect/v1") and an HMAC-SHA256 proof key (info "vigil/collect/v1/proof").
    */
-  async function deriveSessionKey(privateKey, serverPublicRaw, sessionId, options) {
+  async function deriveSessionKeys(privateKey, serverPublicRaw, sessionId, options) {
     const raw = toBytes(serverPublicRaw);
     if (raw.length !== 65 || raw[0] !== 0x04) {
       throw new VigilError('sdk.invalid_response', 'server_public_key is not an uncompressed P-256 point');
@@ -140,13 +144,30 @@
     const serverKey = await subtle().importKey('raw', raw, { name: 'ECDH', namedCurve: 'P-256' }, false, []);
     const shared = await subtle().deriveBits({ name: 'ECDH', public: serverKey }, privateKey, 256);
     const ikm = await subtle().importKey('raw', shared, 'HKDF', false, ['deriveKey']);
-    return subtle().deriveKey(
-      { name: 'HKDF', hash: 'SHA-256', salt: utf8(sessionId), info: utf8(HKDF_INFO) },
-      ikm,
-      { name: 'AES-GCM', length: 256 },
-      Boolean(options && options.extractable), // true only in tests, to compare with vectors
-      ['encrypt', 'decrypt']
-    );
+    const extractable = Boolean(options && options.extractable); // true only in tests, to compare with vectors
+    const hkdf = (info) => ({ name: 'HKDF', hash: 'SHA-256', salt: utf8(sessionId), info: utf8(info) });
+    const [batchKey, proofKey] = await Promise.all([
+      subtle().deriveKey(hkdf(HKDF_INFO), ikm, { name: 'AES-GCM', length: 256 }, extractable, ['encrypt', 'decrypt']),
+      subtle().deriveKey(hkdf(PROOF_HKDF_INFO), ikm, { name: 'HMAC', hash: 'SHA-256', length: 256 }, extractable, ['sign']),
+    ]);
+    return { batchKey, proofKey };
+  }
+
+  /** The batch key alone (collect.md §1). */
+  async function deriveSessionKey(privateKey, serverPublicRaw, sessionId, options) {
+    return (await deriveSessionKeys(privateKey, serverPublicRaw, sessionId, options)).batchKey;
+  }
+
+  /** What a call proof MACs (collect.md §1.1): UTF-8 of "<METHOD> <path>\n<sessionId>\n<counter>". */
+  function proofMessage(method, path, sessionId, counter) {
+    checkSeq(counter);
+    return utf8(method + ' ' + path + '\n' + sessionId + '\n' + counter);
+  }
+
+  /** The Vigil-Session-Proof value: "<counter>.<b64u of HMAC-SHA256(proof key, message)>". */
+  async function proveCall(proofKey, method, path, sessionId, counter) {
+    const mac = await subtle().sign('HMAC', proofKey, proofMessage(method, path, sessionId, counter));
+    return counter + '.' + b64uEncode(mac);
   }
 
   function checkSeq(seq) {
@@ -210,11 +231,13 @@
   /**
    * One JSON request to the collect API. Resolves with the envelope's `data`; rejects with a
    * VigilError carrying the server's error.code (or an sdk.* code when there was no answer).
-   * `timing.headersAt` is set when the response head arrived, for the ping round trips.
+   * `timing.sentAt` and `timing.headersAt` are set when the request left and when the response
+   * head arrived, for the ping round trips. `options.proof` is sent as the Vigil-Session-Proof.
    */
   async function request(conn, method, path, body, options) {
     const opts = options || {};
     const headers = { Authorization: 'Bearer ' + conn.key };
+    if (opts.proof) headers[PROOF_HEADER] = opts.proof;
     let payload;
     if (body !== undefined) {
       headers['Content-Type'] = 'application/json';
@@ -223,6 +246,7 @@
     const controller = typeof AbortController === 'function' ? new AbortController() : null;
     const timer = controller ? setTimeout(() => controller.abort(), opts.timeoutMs || REQUEST_TIMEOUT_MS) : null;
     let response;
+    if (opts.timing) opts.timing.sentAt = now();
     try {
       response = await global.fetch(conn.endpoint + path, {
         method,
@@ -1226,6 +1250,33 @@
       .concat(splitToFit({ kind: batch.kind, window_ms: [cut, batch.window_ms[1]], events: batch.events.slice(mid) }, maxBytes));
   }
 
+  // ───────────────────────────── Proven calls (collect.md §1.1) ─────────────────────────────
+
+  /**
+   * The calls that act on the session without a batch (pings, the network check, results), each
+   * proven with the session's proof key and the next counter. They leave one at a time, in
+   * counter order: the server spends each counter once and refuses one not above the last, so
+   * two calls racing could otherwise arrive in the wrong order and one be refused.
+   */
+  class ProvenCalls {
+    constructor(conn, sessionId, proofKey) {
+      this._conn = conn;
+      this._sessionId = sessionId;
+      this._proofKey = proofKey;
+      this._nextCounter = 1;
+      this._chain = Promise.resolve();
+    }
+
+    request(method, path, body, options) {
+      const run = this._chain.then(async () => {
+        const proof = await proveCall(this._proofKey, method, path, this._sessionId, this._nextCounter++);
+        return request(this._conn, method, path, body, Object.assign({}, options, { proof }));
+      });
+      this._chain = run.catch(noop);
+      return run;
+    }
+  }
+
   // ───────────────────────────── The agent: one collect session ─────────────────────────────
 
   /** Retries of one sealed batch: the same ciphertext each time, so a lost ack costs nothing. */
@@ -1233,9 +1284,10 @@
   const FATAL_FOR_STREAM = (e) => !e.retryable && e.code !== 'collect.batch_replayed';
 
   class Agent {
-    constructor(conn, session, aesKey, recorder, options) {
+    constructor(conn, session, aesKey, calls, recorder, options) {
       this._conn = conn;
       this._key = aesKey;
+      this._calls = calls;
       this._recorder = recorder;
       this._onError = typeof options.onError === 'function' ? options.onError : null;
       this._maxBatchBytes = Number(session.max_batch_bytes) > 0 ? Number(session.max_batch_bytes) : DEFAULT_MAX_BATCH_BYTES;
@@ -1262,7 +1314,7 @@
         this._report(e); // a lost interactions batch must not cost the caller the handoff
       }
       this._stopStreaming();
-      const data = await request(this._conn, 'POST', '/v1/collect/sessions/' + encodeURIComponent(this.sessionId) + '/results', {});
+      const data = await this._calls.request('POST', '/v1/collect/sessions/' + encodeURIComponent(this.sessionId) + '/results', {});
       if (typeof data.handoff !== 'string') throw new VigilError('sdk.invalid_response', 'results returned no handoff');
       // The server's signed visitor token (D11), kept for the next visit; storing never costs the handoff.
       if (typeof data.visitor_token === 'string' && data.visitor_token) await this.storeVisitorToken(data.visitor_token).catch((e) => this._report(e));
@@ -1379,7 +1431,7 @@
     _runNetworkCheck(token) {
       const check = async () => {
         await openNetworkCheckSocket(this._conn.endpoint, this.sessionId, token);
-        return request(this._conn, 'POST', '/v1/collect/network-checks', { session_id: this.sessionId });
+        return this._calls.request('POST', '/v1/collect/network-checks', { session_id: this.sessionId });
       };
       this._networkCheck = check().catch((e) => {
         this._report(e);
@@ -1436,13 +1488,13 @@
     return attempt(() => global.location.protocol + '//' + global.location.host + global.location.pathname);
   }
 
-  async function runPings(conn, pingIds) {
+  async function runPings(calls, pingIds) {
     const rtts = [];
     for (const id of Array.isArray(pingIds) ? pingIds : []) {
       const timing = {};
-      const started = now();
-      await request(conn, 'GET', '/v1/collect/pings/' + encodeURIComponent(id), undefined, { timing });
-      rtts.push(round1(timing.headersAt - started));
+      // Timed from when the request leaves, so making its proof is not counted as network.
+      await calls.request('GET', '/v1/collect/pings/' + encodeURIComponent(id), undefined, { timing });
+      rtts.push(round1(timing.headersAt - timing.sentAt));
     }
     return rtts;
   }
@@ -1483,16 +1535,17 @@
       });
       mark('session_opened');
       if (!session || typeof session.id !== 'string') throw new VigilError('sdk.invalid_response', 'session has no id');
-      const aesKey = await deriveSessionKey(keyPair.privateKey, b64uDecode(session.server_public_key), session.id);
+      const { batchKey, proofKey } = await deriveSessionKeys(keyPair.privateKey, b64uDecode(session.server_public_key), session.id);
+      const calls = new ProvenCalls(conn, session.id, proofKey);
       // Pings once our synchronous probe work is over, so the round trips measure the network
       // and not our own main-thread time; they overlap the probes that wait on other threads.
       await probes.launched;
       mark('probes_launched');
-      const rtts = await runPings(conn, session.pings);
+      const rtts = await runPings(calls, session.pings);
       mark('pinged');
       const { observations, timedOut, collectedInMs, timings } = await probes.finished;
       mark('probes_finished');
-      const agent = new Agent(conn, session, aesKey, recorder, opts);
+      const agent = new Agent(conn, session, batchKey, calls, recorder, opts);
       agent.visitorToken = (observations.storage && observations.storage.visitor_token) || null;
       await agent._sendBatch(Object.assign(
         { kind: 'probes', collected_in_ms: collectedInMs, timed_out: timedOut },
@@ -1526,8 +1579,9 @@
     // Pure helpers, exported for the Node tests (test/crypto.test.mjs); not a stable API.
     _internal: Object.freeze({
       utf8, b64uEncode, b64uDecode, hex, sha256Hex, nonceFor, aadFor, generateKeyPair, exportPublicKey,
-      deriveSessionKey, sealBatch, openBatch, splitToFit, collectProbes, readVisitorToken, writeVisitorToken,
-      PROBES, HKDF_INFO, SDK_VERSION,
+      deriveSessionKey, deriveSessionKeys, proofMessage, proveCall, sealBatch, openBatch, splitToFit,
+      ProvenCalls, collectProbes, readVisitorToken, writeVisitorToken, PROBES, HKDF_INFO, PROOF_HKDF_INFO,
+      SDK_VERSION,
     }),
   });
 })(typeof window !== 'undefined' ? window : globalThis);

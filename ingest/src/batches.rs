@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::IngestState;
-use crate::sessions::{MAX_BATCH_BYTES, own_session};
+use crate::sessions::{MAX_BATCH_BYTES, open_key, own_session};
 use crate::transport::{self, BatchKey};
 use crate::web_bot_auth::Request as WebBotAuthRequest;
 
@@ -90,13 +90,7 @@ pub async fn accept(
     if seq <= session.last_seq {
         return Err(replayed());
     }
-    let key = state
-        .auth
-        .secret
-        .open(&session.sealed_batch_key, id.to_string().as_bytes())
-        .and_then(|k| <[u8; 32]>::try_from(k).ok())
-        .map(BatchKey)
-        .ok_or_else(|| ApiError::internal("batch", "the session's key does not open"))?;
+    let key = BatchKey(open_key(&state, id, &session.sealed_batch_key, "batch")?);
     let plaintext = transport::open_batch(&key, &id.to_string(), seq, &ciphertext)
         .map_err(|_| invalid_batch())?;
     // Checked to be one JSON object of a known kind, then passed on as text: the processor

@@ -59,7 +59,8 @@ fn preflight_answer(origin: Option<HeaderValue>) -> Response {
     );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type"),
+        // The session proof travels in its own header (`crate::proof`).
+        HeaderValue::from_static("authorization, content-type, vigil-session-proof"),
     );
     h.insert(
         header::ACCESS_CONTROL_MAX_AGE,

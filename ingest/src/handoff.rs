@@ -7,6 +7,7 @@
 //! other later open is a 409, so one person's handoff cannot be shared across a bot farm.
 
 use axum::extract::{RawPathParams, State};
+use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
@@ -26,6 +27,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::IngestState;
+use crate::proof;
 use crate::sessions::own_session;
 
 /// How long a handoff can be opened.
@@ -122,14 +124,17 @@ struct Minted {
     visitor_token: Option<String>,
 }
 
-/// `POST /v1/collect/sessions/{sessionId}/results`.
+/// `POST /v1/collect/sessions/{sessionId}/results`: proven (`crate::proof`), since the handoff
+/// and the visitor token it returns are the visitor's, and the first call finalises the session.
 pub async fn mint(
     State(state): State<IngestState>,
     caller: PublishableKey,
     params: RawPathParams,
+    headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
     let id: SessionId = path_param(&params, "sessionId")?;
     let session = own_session(&state, &caller.ctx, id).await?;
+    proof::require(&state, &session, &headers, proof::Call::Results(id)).await?;
     let now = time::now();
     // The first call makes the decision final (D10): recorded on the session, and told to the
     // processor through the session's stream in the log; later calls mint fresh handoffs.

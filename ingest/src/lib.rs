@@ -7,6 +7,7 @@ pub mod batches;
 pub mod cors;
 pub mod handoff;
 pub mod network;
+pub mod proof;
 pub mod sdk;
 pub mod sessions;
 pub mod transport;

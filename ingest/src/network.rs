@@ -17,8 +17,10 @@ use schemas::raw::RawJson;
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::IngestState;
+use crate::proof;
 use crate::sessions::own_session;
 
 /// What one connection shows of its client.
@@ -66,9 +68,11 @@ pub async fn websocket(
         .await?
         .ok_or_else(|| ApiError::not_found("collect session"))?;
     let token_hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-    // Compared as hashes of a random token: equal-length, and nothing secret varies the timing.
-    if token_hash != session.network_check_token_hash || session.expires_at <= schemas::time::now()
-    {
+    // The token is given only to the session's opener (a browser cannot put a header on a
+    // WebSocket, so it stands in for the proof of `crate::proof`); compared as hashes, in
+    // constant time like every secret.
+    let token_ok: bool = token_hash.ct_eq(&session.network_check_token_hash).into();
+    if !token_ok || session.expires_at <= schemas::time::now() {
         return Err(ApiError::not_found("collect session"));
     }
     let seen = identity(req.extensions().get::<ClientInfo>(), req.headers());
@@ -93,7 +97,8 @@ struct Checked {
     consistent: bool,
 }
 
-/// `POST /v1/collect/network-checks`.
+/// `POST /v1/collect/network-checks`: proven (`crate::proof`), so nobody else can add a
+/// comparison to the session's stream.
 pub async fn check(
     State(state): State<IngestState>,
     caller: PublishableKey,
@@ -115,6 +120,7 @@ pub async fn check(
     };
     let ctx = &caller.ctx;
     let session = own_session(&state, ctx, id).await?;
+    proof::require(&state, &session, &headers, proof::Call::NetworkCheck).await?;
     let http = identity(Some(&ctx.client), &headers);
     let consistent = session
         .ws_identity

@@ -2,6 +2,7 @@
 //! `GET /v1/collect/pings/{pingId}` (round-trip timing), with their validation.
 
 use axum::extract::{RawPathParams, State};
+use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Duration;
@@ -16,6 +17,7 @@ use sha2::{Digest, Sha256};
 use store::{CollectSessionRecord, PingRecord};
 
 use crate::IngestState;
+use crate::proof;
 use crate::transport::{self, TransportError};
 
 /// How long a collect session accepts requests (schemas/collect.md, section 1).
@@ -76,8 +78,8 @@ pub async fn open(
         .map_err(|e| ApiError::internal("collect session", e))?;
 
     let id = SessionId::generate();
-    let (server_public, batch_key) =
-        transport::agree(&public_key, &id.to_string()).map_err(|e: TransportError| {
+    let (server_public, batch_key, proof_key) = transport::agree(&public_key, &id.to_string())
+        .map_err(|e: TransportError| {
             ApiError::invalid_field("client_public_key", e.to_string(), None)
         })?;
     let mut token = [0u8; 32];
@@ -92,15 +94,14 @@ pub async fn open(
         organization_id: ctx.organization.id,
         environment: ctx.environment(),
         key_id: ctx.key.id,
-        sealed_batch_key: state
-            .auth
-            .secret
-            .seal(&batch_key.0, id.to_string().as_bytes()),
+        sealed_batch_key: seal_key(&state, id, &batch_key.0),
+        sealed_proof_key: seal_key(&state, id, &proof_key.0),
         page_url,
         sdk_version,
         opened_at: now,
         expires_at: now + Duration::minutes(SESSION_LIFETIME_MINUTES),
         last_seq: 0,
+        last_call: 0,
         pings: (0..PINGS_PER_SESSION)
             .map(|_| PingRecord {
                 id: PingId::generate(),
@@ -121,6 +122,38 @@ pub async fn open(
         max_batch_bytes: MAX_BATCH_BYTES,
         network_check_token,
     }))
+}
+
+/// Seals one of a session's keys under the server secret, bound to the session: the store
+/// never holds a session key in the clear, and a sealed key copied to another session does not
+/// open there.
+fn seal_key(state: &IngestState, id: SessionId, key: &[u8; 32]) -> Vec<u8> {
+    state.auth.secret.seal(key, id.to_string().as_bytes())
+}
+
+/// Opens a key `seal_key` sealed (`what` names it in the log). One that does not open is an
+/// internal error: the store or the server secret changed under the session.
+#[expect(
+    clippy::result_large_err,
+    reason = "ApiError is the one error every handler returns; boxing it here alone buys nothing"
+)]
+pub fn open_key(
+    state: &IngestState,
+    id: SessionId,
+    sealed: &[u8],
+    what: &str,
+) -> Result<[u8; 32], ApiError> {
+    state
+        .auth
+        .secret
+        .open(sealed, id.to_string().as_bytes())
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        .ok_or_else(|| {
+            ApiError::internal(
+                "collect session key",
+                format!("the session's {what} key does not open"),
+            )
+        })
 }
 
 /// The caller's own, unexpired session: another organization's or environment's is a 404.
@@ -153,10 +186,13 @@ struct Pong {
     server_time: Timestamp,
 }
 
+/// A ping proves its session (`crate::proof`): the ping ids are the opener's, but a ping's
+/// arrival is timing evidence that nobody else may plant.
 pub async fn ping(
     State(state): State<IngestState>,
     caller: PublishableKey,
     params: RawPathParams,
+    headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
     let arrived = time::now();
     let ping: PingId = path_param(&params, "pingId")?;
@@ -166,12 +202,13 @@ pub async fn ping(
         .find_collect_ping(ping)
         .await?
         .ok_or_else(|| ApiError::not_found("ping"))?;
-    own_session(&state, &caller.ctx, session).await?;
+    let session = own_session(&state, &caller.ctx, session).await?;
+    proof::require(&state, &session, &headers, proof::Call::Ping(ping)).await?;
     // Only the first arrival is timing evidence; a repeat is answered but not recorded.
     state
         .auth
         .store
-        .record_collect_ping(session, ping, arrived)
+        .record_collect_ping(session.id, ping, arrived)
         .await?;
     Ok(Reply::ok(Pong {
         object: "collect_ping",

@@ -13,6 +13,8 @@ use p256::elliptic_curve::Generate;
 use p256::elliptic_curve::sec1::ToSec1Point;
 use sha2::Sha256;
 
+use crate::proof::{self, ProofKey};
+
 /// HKDF's `info`: names the protocol and its version, so a key derived for anything else never
 /// equals a batch key.
 pub const HKDF_INFO: &[u8] = b"vigil/collect/v1";
@@ -35,27 +37,38 @@ pub enum TransportError {
     BatchRejected,
 }
 
-/// The server's half of the key agreement: its public key (SEC1 uncompressed, 65 bytes) and the
-/// derived batch key for session `session_id`.
+/// The server's half of the key agreement: its public key (SEC1 uncompressed, 65 bytes), and the
+/// batch key and the call-proof key (`crate::proof`) of session `session_id`.
 pub fn agree(
     client_public_key: &[u8],
     session_id: &str,
-) -> Result<(Vec<u8>, BatchKey), TransportError> {
+) -> Result<(Vec<u8>, BatchKey, ProofKey), TransportError> {
     let client =
         PublicKey::from_sec1_bytes(client_public_key).map_err(|_| TransportError::BadPublicKey)?;
     let secret = EphemeralSecret::generate();
     let server_public = secret.public_key().to_sec1_point(false).as_bytes().to_vec();
     let shared = secret.diffie_hellman(&client);
-    Ok((server_public, derive(shared.raw_secret_bytes(), session_id)))
+    let shared = shared.raw_secret_bytes();
+    Ok((
+        server_public,
+        derive(shared, session_id),
+        proof::derive_key(shared, session_id),
+    ))
 }
 
-/// HKDF-SHA256 of the shared secret, salted with the session id.
+/// The batch key: HKDF-SHA256 of the shared secret, salted with the session id.
 pub fn derive(shared_secret: &[u8], session_id: &str) -> BatchKey {
+    BatchKey(hkdf(shared_secret, session_id, HKDF_INFO))
+}
+
+/// 32 bytes of HKDF-SHA256 of the shared secret, salted with the session id; `info` says what
+/// for, so each purpose gets its own key.
+pub(crate) fn hkdf(shared_secret: &[u8], session_id: &str, info: &[u8]) -> [u8; 32] {
     let hk = Hkdf::<Sha256>::new(Some(session_id.as_bytes()), shared_secret);
     let mut key = [0u8; 32];
-    hk.expand(HKDF_INFO, &mut key)
+    hk.expand(info, &mut key)
         .expect("32 bytes is a valid HKDF-SHA256 length");
-    BatchKey(key)
+    key
 }
 
 /// The nonce of batch `seq`: four zero bytes, then the number big-endian. Numbers never repeat
@@ -113,13 +126,14 @@ mod tests {
     fn both_sides_derive_the_same_key_and_batches_are_bound_to_number_and_session() {
         let client = EphemeralSecret::generate();
         let client_public = client.public_key().to_sec1_point(false).as_bytes().to_vec();
-        let (server_public, server_key) = agree(&client_public, "sid_a").unwrap();
+        let (server_public, server_key, server_proof_key) = agree(&client_public, "sid_a").unwrap();
         let server_point = PublicKey::from_sec1_bytes(&server_public).unwrap();
-        let client_key = derive(
-            client.diffie_hellman(&server_point).raw_secret_bytes(),
-            "sid_a",
-        );
+        let shared = client.diffie_hellman(&server_point);
+        let client_key = derive(shared.raw_secret_bytes(), "sid_a");
         assert_eq!(client_key, server_key);
+        let client_proof_key = proof::derive_key(shared.raw_secret_bytes(), "sid_a");
+        assert_eq!(client_proof_key, server_proof_key);
+        assert_ne!(client_proof_key.0, client_key.0, "one key per purpose");
 
         let sealed = seal_batch(&client_key, "sid_a", 1, b"{\"kind\":\"probes\"}");
         assert_eq!(

@@ -52,6 +52,7 @@ error_codes! {
     SessionExpired => ("collect.session_expired", 410, false),
     BatchReplayed => ("collect.batch_replayed", 409, false),
     BatchInvalid => ("collect.batch_invalid", 422, false),
+    SessionProofInvalid => ("collect.session_proof_invalid", 401, false),
     Conflict => ("resource.conflict", 409, false),
     HandoffAlreadyOpened => ("handoff.already_opened", 409, false),
     RateLimited => ("rate.limited", 429, true),

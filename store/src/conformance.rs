@@ -90,6 +90,8 @@ macro_rules! store_conformance_suite {
             collect_session_conflicts_write_nothing,
             collect_seq_advances_only_upward,
             concurrent_collect_seq_advances_have_one_winner,
+            collect_call_counter_advances_only_upward,
+            concurrent_collect_call_advances_have_one_winner,
             collect_ping_first_arrival_wins,
             concurrent_collect_ping_arrivals_have_one_winner,
             collect_ws_identity_is_recorded_once,
@@ -233,11 +235,13 @@ fn collect_session(pings: usize) -> CollectSessionRecord {
         environment: Environment::Live,
         key_id: KeyId::generate(),
         sealed_batch_key: vec![0, 1, 0x7f, 0x80, 0xfe, 0xff, 0, 42],
+        sealed_proof_key: vec![0xff, 0, 7, 0x80, 1],
         page_url: "https://shop.example/checkout?step=2&q=ünïcode#✓".into(),
         sdk_version: "1.4.0-beta.2".into(),
         opened_at: now,
         expires_at: now + TimeDelta::minutes(30),
         last_seq: 0,
+        last_call: 0,
         pings: (0..pings).map(|_| fresh_ping()).collect(),
         network_check_token_hash: [0x3c; 32],
         ws_identity: None,
@@ -2331,6 +2335,7 @@ pub async fn collect_session_round_trip(store: Store) {
     let full = CollectSessionRecord {
         environment: Environment::Test,
         last_seq: 17,
+        last_call: 5,
         pings: vec![
             PingRecord {
                 arrived_at: Some(now - TimeDelta::milliseconds(1500)),
@@ -2374,6 +2379,7 @@ pub async fn collect_session_round_trip(store: Store) {
         Some(full.clone())
     );
     assert!(!store.advance_collect_seq(full.id, 17).await.unwrap());
+    assert!(!store.advance_collect_call(full.id, 5).await.unwrap());
     assert_eq!(
         store.get_collect_session(full.id).await.unwrap(),
         Some(full)
@@ -2507,12 +2513,52 @@ pub async fn collect_session_conflicts_write_nothing(store: Store) {
     );
 }
 
+/// One of a collect session's two counters: batch numbers and call-proof counters follow the
+/// same rule (only upward, one winner), so one set of cases checks both.
+#[derive(Clone, Copy, Debug)]
+enum CollectCounter {
+    Seq,
+    Call,
+}
+
+impl CollectCounter {
+    async fn advance(self, store: &Store, id: SessionId, to: u64) -> bool {
+        match self {
+            CollectCounter::Seq => store.advance_collect_seq(id, to).await.unwrap(),
+            CollectCounter::Call => store.advance_collect_call(id, to).await.unwrap(),
+        }
+    }
+
+    fn set(self, session: &mut CollectSessionRecord, to: u64) {
+        match self {
+            CollectCounter::Seq => session.last_seq = to,
+            CollectCounter::Call => session.last_call = to,
+        }
+    }
+}
+
 pub async fn collect_seq_advances_only_upward(store: Store) {
+    collect_counter_advances_only_upward(store, CollectCounter::Seq).await;
+}
+
+pub async fn collect_call_counter_advances_only_upward(store: Store) {
+    collect_counter_advances_only_upward(store, CollectCounter::Call).await;
+}
+
+pub async fn concurrent_collect_seq_advances_have_one_winner(store: Store) {
+    concurrent_collect_counter_advances_have_one_winner(store, CollectCounter::Seq).await;
+}
+
+pub async fn concurrent_collect_call_advances_have_one_winner(store: Store) {
+    concurrent_collect_counter_advances_have_one_winner(store, CollectCounter::Call).await;
+}
+
+async fn collect_counter_advances_only_upward(store: Store, counter: CollectCounter) {
     let session = collect_session(3);
     store.create_collect_session(&session).await.unwrap();
 
     let mut expected = session.clone();
-    // (seq, accepted): gaps are allowed, a seq not above the last accepted one is a replay.
+    // (to, accepted): gaps are allowed, a value not above the last accepted one is a replay.
     let steps = [
         (0, false),
         (1, true),
@@ -2527,24 +2573,24 @@ pub async fn collect_seq_advances_only_upward(store: Store) {
         (u64::MAX, false),
         (0, false),
     ];
-    for (seq, accepted) in steps {
+    for (to, accepted) in steps {
         assert_eq!(
-            store.advance_collect_seq(session.id, seq).await.unwrap(),
+            counter.advance(&store, session.id, to).await,
             accepted,
-            "advance to {seq}"
+            "{counter:?}: advance to {to}"
         );
         if accepted {
-            expected.last_seq = seq;
+            counter.set(&mut expected, to);
         }
         assert_eq!(
             store.get_collect_session(session.id).await.unwrap(),
             Some(expected.clone()),
-            "after advancing to {seq}"
+            "{counter:?}: after advancing to {to}"
         );
     }
 
     let ghost = SessionId::generate();
-    assert!(!store.advance_collect_seq(ghost, 1).await.unwrap());
+    assert!(!counter.advance(&store, ghost, 1).await);
     assert_eq!(
         store.get_collect_session(ghost).await.unwrap(),
         None,
@@ -2552,44 +2598,41 @@ pub async fn collect_seq_advances_only_upward(store: Store) {
     );
 }
 
-pub async fn concurrent_collect_seq_advances_have_one_winner(store: Store) {
+async fn concurrent_collect_counter_advances_have_one_winner(
+    store: Store,
+    counter: CollectCounter,
+) {
     let session = collect_session(3);
     store.create_collect_session(&session).await.unwrap();
 
-    // One batch delivered eight times at once: one is accepted, the others are replays.
+    // One value delivered eight times at once: one is accepted, the others are replays.
     let results = race(8, |_| {
         let store = store.clone();
-        async move { store.advance_collect_seq(session.id, 1).await.unwrap() }
+        async move { counter.advance(&store, session.id, 1).await }
     })
     .await;
     assert_eq!(
         results.iter().filter(|accepted| **accepted).count(),
         1,
-        "exactly one advance to a seq succeeds: {results:?}"
+        "{counter:?}: exactly one advance to a value succeeds: {results:?}"
     );
 
-    // Different seqs at once: whatever the order, the highest is accepted and stays.
+    // Different values at once: whatever the order, the highest is accepted and stays.
     let results = race(8, |i| {
         let store = store.clone();
-        let seq = 2 + i as u64;
-        async move {
-            (
-                seq,
-                store.advance_collect_seq(session.id, seq).await.unwrap(),
-            )
-        }
+        let to = 2 + i as u64;
+        async move { (to, counter.advance(&store, session.id, to).await) }
     })
     .await;
     assert!(
         results.contains(&(9, true)),
-        "the highest seq was refused: {results:?}"
+        "{counter:?}: the highest value was refused: {results:?}"
     );
+    let mut expected = session;
+    counter.set(&mut expected, 9);
     assert_eq!(
-        store.get_collect_session(session.id).await.unwrap(),
-        Some(CollectSessionRecord {
-            last_seq: 9,
-            ..session
-        })
+        store.get_collect_session(expected.id).await.unwrap(),
+        Some(expected)
     );
 }
 
@@ -2886,7 +2929,7 @@ pub async fn concurrent_collect_updates_keep_each_other(store: Store) {
     let identity = ws_identity("203.0.113.50");
     let pings: Vec<PingId> = session.pings.iter().map(|p| p.id).collect();
 
-    let results = race(6, |i| {
+    let results = race(7, |i| {
         let store = store.clone();
         let identity = identity.clone();
         let ping = pings[i % 3];
@@ -2899,6 +2942,7 @@ pub async fn concurrent_collect_updates_keep_each_other(store: Store) {
                         .record_collect_ws_identity(session.id, &identity)
                         .await
                 }
+                5 => store.advance_collect_call(session.id, 2).await,
                 _ => store
                     .mark_collect_results(session.id, at)
                     .await
@@ -2913,6 +2957,7 @@ pub async fn concurrent_collect_updates_keep_each_other(store: Store) {
 
     let expected = CollectSessionRecord {
         last_seq: 3,
+        last_call: 2,
         pings: session
             .pings
             .iter()

@@ -460,6 +460,29 @@ impl EmbeddedStore {
 
     /// Runs `op` on a blocking thread holding the writer mutex, so neither the lock wait nor the
     /// fsync inside it stalls the async runtime.
+    /// Raises one of a collect session's counters (`counter` picks it) to `to` if `to` is above
+    /// it; whether it did. A missing session: `false`, nothing written.
+    async fn raise_collect_counter(
+        &self,
+        id: SessionId,
+        durability: Durability,
+        to: u64,
+        counter: fn(&mut CollectSessionRecord) -> &mut u64,
+    ) -> Result<bool> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, durability, |s| {
+                let current = counter(s);
+                let above = to > *current;
+                if above {
+                    *current = to;
+                }
+                above
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
     async fn write<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Inner, &mut WriterState) -> Result<T> + Send + 'static,
@@ -1203,17 +1226,15 @@ impl StoreBackend for EmbeddedStore {
     /// lets a replayed batch through once more, and the processor drops batches it has seen by
     /// number, so durability here would buy nothing.
     async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        self.write(move |db, _| {
-            let changed = db.change_collect_session(id, Durability::Buffered, |s| {
-                let above = seq > s.last_seq;
-                if above {
-                    s.last_seq = seq;
-                }
-                above
-            })?;
-            Ok(changed.is_some_and(|(written, _)| written))
-        })
-        .await
+        self.raise_collect_counter(id, Durability::Buffered, seq, |s| &mut s.last_seq)
+            .await
+    }
+
+    /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
+    /// counter lost in a crash would let a seen proof through again.
+    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
+        self.raise_collect_counter(id, Durability::Synced, counter, |s| &mut s.last_call)
+            .await
     }
 
     async fn record_collect_ping(
@@ -1649,6 +1670,31 @@ mod tests {
         assert_eq!(prefix_end(&[0xff]), Bound::Unbounded);
     }
 
+    /// A collect session written before call proofs existed still reads: without a proof key
+    /// (so it can prove no call) and with no counter spent.
+    #[test]
+    fn a_collect_session_row_from_before_call_proofs_decodes() {
+        let token_hash = [0u8; 32];
+        let row = serde_json::json!({
+            "id": SessionId::generate(), "organization_id": OrgId::generate(),
+            "environment": "live", "key_id": KeyId::generate(), "sealed_batch_key": [1, 2],
+            "page_url": "https://shop.example/", "sdk_version": "1.0.0",
+            "opened_at": "2025-01-01T00:00:00Z", "expires_at": "2025-01-01T00:30:00Z",
+            "last_seq": 4, "pings": [], "network_check_token_hash": token_hash,
+            "ws_identity": null, "results_at": null
+        });
+        let session: CollectSessionRecord =
+            decode(COLLECT_SESSIONS, &serde_json::to_vec(&row).unwrap()).unwrap();
+        assert_eq!(
+            (
+                session.sealed_proof_key.len(),
+                session.last_call,
+                session.last_seq
+            ),
+            (0, 0, 4)
+        );
+    }
+
     /// The sweep drops sessions (and their pings' lookup rows) a day after their id was
     /// minted, and nothing younger.
     #[tokio::test]
@@ -1663,11 +1709,13 @@ mod tests {
                 environment: Environment::Live,
                 key_id: KeyId::generate(),
                 sealed_batch_key: vec![1; 60],
+                sealed_proof_key: vec![3; 60],
                 page_url: "https://shop.example/".into(),
                 sdk_version: "1.0.0".into(),
                 opened_at: now,
                 expires_at: now + chrono::TimeDelta::minutes(30),
                 last_seq: 0,
+                last_call: 0,
                 pings: (0..3)
                     .map(|_| crate::PingRecord {
                         id: PingId::generate(),

@@ -171,6 +171,10 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// returns: a lost advance lets one replay through after a crash, which the processor drops
     /// by number.
     async fn advance_collect_seq(&self, id: schemas::SessionId, seq: u64) -> Result<bool>;
+    /// Raises `last_call` to `counter` if `counter` is above it; `false` (and no write) when it
+    /// is not, which is a replayed call proof. Missing session: `false`. Durable when it
+    /// returns: a lost advance would let a seen proof mint a handoff again after a crash.
+    async fn advance_collect_call(&self, id: schemas::SessionId, counter: u64) -> Result<bool>;
     /// Records a ping's arrival once; `false` if the ping is unknown to the session or already
     /// arrived (the first arrival is the one that counts).
     async fn record_collect_ping(

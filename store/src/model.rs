@@ -102,12 +102,21 @@ pub struct CollectSessionRecord {
     pub key_id: KeyId,
     /// The AES-256-GCM batch key, sealed under the server secret (never stored in the clear).
     pub sealed_batch_key: Vec<u8>,
+    /// The HMAC-SHA256 key of the session's call proofs (pings, network checks, results), sealed
+    /// under the server secret. Empty in a session opened before calls were proven, which can
+    /// then prove none.
+    #[serde(default)]
+    pub sealed_proof_key: Vec<u8>,
     pub page_url: String,
     pub sdk_version: String,
     pub opened_at: Timestamp,
     pub expires_at: Timestamp,
     /// The highest batch number accepted; 0 before the first batch.
     pub last_seq: u64,
+    /// The highest counter a call proof has used; 0 before the first proven call. A counter is
+    /// spent once, so a proof cannot be replayed.
+    #[serde(default)]
+    pub last_call: u64,
     /// The session's pings, in the order the SDK is to send them.
     pub pings: Vec<PingRecord>,
     /// SHA-256 of the one-time token that lets the SDK open the network-check WebSocket.

@@ -21,6 +21,9 @@ pub const CHROMIUM_FLAGS: &[&str] = &[
     "--headless=new",
     "--no-sandbox",
     "--disable-gpu",
+    // Chromium 148 (Debian bookworm's at times) renders WebGL with SwiftShader only when told
+    // to; 156 does by itself. Either way WebGL must work, as it does for real visitors.
+    "--enable-unsafe-swiftshader",
     "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",

@@ -1,6 +1,8 @@
 //! The browser's side of the collect protocol, for tests and benchmarks: opening a session with
-//! a real ECDH exchange, sealing batches as the SDK does, and reading what reached the log.
+//! a real ECDH exchange, sealing batches and proving calls as the SDK does, and reading what
+//! reached the log.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use base64::Engine;
@@ -10,18 +12,82 @@ use p256::elliptic_curve::Generate;
 use p256::elliptic_curve::sec1::ToSec1Point;
 use serde_json::{Value, json};
 
-use crate::TestServer;
+use crate::{Call, Resp, TestServer};
 
-/// An open collect session and its batch key.
+/// An open collect session, its two keys, and the next call-proof counter.
 pub struct CollectSession {
     pub id: String,
     pub key: ingest::transport::BatchKey,
+    pub proof_key: ingest::proof::ProofKey,
     pub pings: Vec<String>,
     /// The whole `data` of the open answer.
     pub opened: Value,
+    /// The counter the next proof takes, as the SDK counts: from 1, one per proven call.
+    next_call: AtomicU64,
 }
 
 impl CollectSession {
+    pub fn new(
+        id: String,
+        key: ingest::transport::BatchKey,
+        proof_key: ingest::proof::ProofKey,
+        pings: Vec<String>,
+        opened: Value,
+    ) -> Self {
+        CollectSession {
+            id,
+            key,
+            proof_key,
+            pings,
+            opened,
+            next_call: AtomicU64::new(1),
+        }
+    }
+
+    /// The `Vigil-Session-Proof` value for `method path` with the next counter.
+    pub fn proof(&self, method: &str, path: &str) -> String {
+        self.proof_with(self.next_call.fetch_add(1, Ordering::SeqCst), method, path)
+    }
+
+    /// The `Vigil-Session-Proof` value for `method path` with a chosen counter (which the
+    /// session's own counting does not skip: for replays and other misuse).
+    pub fn proof_with(&self, counter: u64, method: &str, path: &str) -> String {
+        ingest::proof::sign(&self.proof_key, method, path, &self.id, counter)
+    }
+
+    pub fn results_path(&self) -> String {
+        format!("/v1/collect/sessions/{}/results", self.id)
+    }
+
+    /// `POST …/results` as the SDK sends it, proof included; not yet sent, so a test may add
+    /// headers.
+    pub fn results<'a>(&self, s: &'a TestServer, pk: &str) -> Call<'a> {
+        let path = self.results_path();
+        s.post(&path)
+            .key(pk)
+            .header(ingest::proof::HEADER, &self.proof("POST", &path))
+    }
+
+    /// `GET /v1/collect/pings/{ping}` as the SDK sends it, proof included.
+    pub async fn ping(&self, s: &TestServer, pk: &str, ping: &str) -> Resp {
+        let path = format!("/v1/collect/pings/{ping}");
+        s.get(&path)
+            .key(pk)
+            .header(ingest::proof::HEADER, &self.proof("GET", &path))
+            .send()
+            .await
+    }
+
+    /// `POST /v1/collect/network-checks` for this session as the SDK sends it, proof included;
+    /// not yet sent, so a test may add headers.
+    pub fn network_check<'a>(&self, s: &'a TestServer, pk: &str) -> Call<'a> {
+        let path = "/v1/collect/network-checks";
+        s.post(path)
+            .key(pk)
+            .header(ingest::proof::HEADER, &self.proof("POST", path))
+            .json(json!({"session_id": self.id}))
+    }
+
     /// A batch request body: `plaintext` sealed as batch `seq`.
     pub fn batch(&self, seq: u64, plaintext: &Value) -> Value {
         let sealed = ingest::transport::seal_batch(
@@ -54,19 +120,25 @@ pub async fn open_session(s: &TestServer, pk: &str) -> CollectSession {
         .decode(opened["server_public_key"].as_str().expect("server key"))
         .expect("base64url");
     let server = p256::PublicKey::from_sec1_bytes(&server_key).expect("a P-256 point");
-    let key = ingest::transport::derive(secret.diffie_hellman(&server).raw_secret_bytes(), &id);
+    let shared = secret.diffie_hellman(&server);
+    let key = ingest::transport::derive(shared.raw_secret_bytes(), &id);
+    let proof_key = ingest::proof::derive_key(shared.raw_secret_bytes(), &id);
     let pings = opened["pings"]
         .as_array()
         .expect("pings")
         .iter()
         .map(|p| p.as_str().unwrap_or_default().to_owned())
         .collect();
-    CollectSession {
-        id,
-        key,
-        pings,
-        opened,
-    }
+    CollectSession::new(id, key, proof_key, pings, opened)
+}
+
+/// `POST /v1/handoffs/open` with the test secret key, as the site's backend does.
+pub async fn open_handoff(s: &TestServer, handoff: &Value) -> Resp {
+    s.post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({ "handoff": handoff }))
+        .send()
+        .await
 }
 
 /// Every record on the batches topic, read by a fresh consumer group.
@@ -104,15 +176,16 @@ pub async fn logged(s: &TestServer, topic: &'static str) -> Vec<Value> {
 }
 
 /// Drives one session through the whole pipeline: opens it, sends `probes` as batch 1 (with
-/// `user_agent` as the HTTP user agent, when given), asks for the handoff, and polls
-/// `POST /v1/handoffs/open` until `done` holds of its answer (5 s at most). Returns the session
-/// id and that answer.
+/// `user_agent` as the HTTP user agent, when given), asks for the handoff, waits (5 s at most)
+/// until the stored session, in the shape `POST /v1/handoffs/open` answers with, satisfies
+/// `done`, then opens the handoff (once: D9). Returns the session (to make further calls on
+/// it) and the open's answer.
 pub async fn score_session(
     s: &TestServer,
     probes: &Value,
     user_agent: Option<&str>,
     done: impl Fn(&Value) -> bool,
-) -> (String, Value) {
+) -> (CollectSession, Value) {
     let pk = &s.creds.keys.publishable_test;
     let session = open_session(s, pk).await;
     let sid = session.id.clone();
@@ -123,13 +196,7 @@ pub async fn score_session(
         batch = batch.header("user-agent", ua);
     }
     batch.json(session.batch(1, probes)).send().await.ok(202);
-    let handoff = s
-        .post(&format!("/v1/collect/sessions/{sid}/results"))
-        .key(pk)
-        .send()
-        .await
-        .ok(200)["handoff"]
-        .clone();
+    let handoff = session.results(s, pk).send().await.ok(200)["handoff"].clone();
     // The processor works from the log, so the decision arrives shortly after. A handoff opens
     // once, so the wait watches the stored session (in the shape the open answers with), and
     // the handoff is opened when it is there.
@@ -148,18 +215,12 @@ pub async fn score_session(
             "decision": stored.and_then(|r| r.latest_decision).map(|d| d.to_value()),
         });
         if done(&last) {
-            let opened = s
-                .post("/v1/handoffs/open")
-                .key(&s.creds.keys.secret_test)
-                .json(json!({"handoff": handoff}))
-                .send()
-                .await;
-            let opened = opened.ok(200).clone();
+            let opened = open_handoff(s, &handoff).await.ok(200).clone();
             assert!(
                 done(&opened),
                 "the handoff opens to what was stored: {opened}"
             );
-            return (sid, opened);
+            return (session, opened);
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

@@ -1,7 +1,8 @@
 //! The Collect API over HTTP (schemas/collect.md, D9, D19): opening an encrypted session with a
 //! real ECDH exchange, pings, batches that reach the log only when accepted, and every refusal
 //! with its documented error: wrong origin, the other environment's key, replayed, tampered and
-//! misdirected batches, oversize and malformed bodies, expired sessions.
+//! misdirected batches, oversize and malformed bodies, expired sessions. (Calls that must prove
+//! their session are tested in collect_binding.rs.)
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -22,11 +23,7 @@ async fn a_session_streams_batches_into_the_log() {
     let pk = &s.creds.keys.publishable_test;
     let b = open_session(&s, pk).await;
     for ping in &b.pings {
-        let r = s
-            .get(&format!("/v1/collect/pings/{ping}"))
-            .key(pk)
-            .send()
-            .await;
+        let r = b.ping(&s, pk, ping).await;
         assert_eq!(r.ok(200)["id"], ping.as_str());
     }
     let path = format!("/v1/collect/sessions/{}/batches", b.id);
@@ -197,9 +194,7 @@ async fn keys_are_checked_for_type_origin_and_environment() {
         .send()
         .await
         .err(404, "resource.not_found");
-    s.get(&format!("/v1/collect/pings/{}", b.pings[0]))
-        .key(&s.creds.keys.publishable_live)
-        .send()
+    b.ping(&s, &s.creds.keys.publishable_live, &b.pings[0])
         .await
         .err(404, "resource.not_found");
     // A secret key here has been put in a page: it is revoked at once (D17).
@@ -273,18 +268,15 @@ async fn preflights_are_answered_without_a_key_and_never_counted() {
             r.header("access-control-allow-origin").as_deref(),
             Some("https://shop.example")
         );
+        let allowed = r.header("access-control-allow-headers").unwrap();
+        assert!(allowed.contains("authorization"), "{allowed}");
         assert!(
-            r.header("access-control-allow-headers")
-                .unwrap()
-                .contains("authorization")
+            allowed.contains("vigil-session-proof"),
+            "the SDK may send its session proof: {allowed}"
         );
     }
     let b = open_session(&s, pk).await;
-    let r = s
-        .get(&format!("/v1/collect/pings/{}", b.pings[0]))
-        .key(pk)
-        .send()
-        .await;
+    let r = b.ping(&s, pk, &b.pings[0]).await;
     assert_eq!(
         r.header("x-ratelimit-remaining").as_deref(),
         Some("118"),
@@ -322,13 +314,20 @@ async fn an_expired_session_is_gone() {
         .secret
         .seal(&b.key.0, record.id.to_string().as_bytes());
     record.sealed_batch_key = sealed_key;
+    record.sealed_proof_key = s
+        .running
+        .as_ref()
+        .unwrap()
+        .secret
+        .seal(&b.proof_key.0, record.id.to_string().as_bytes());
     store.create_collect_session(&record).await.unwrap();
-    let expired = CollectSession {
-        id: record.id.to_string(),
-        key: b.key.clone(),
-        pings: vec![record.pings[0].id.to_string()],
-        opened: Value::Null,
-    };
+    let expired = CollectSession::new(
+        record.id.to_string(),
+        b.key.clone(),
+        b.proof_key.clone(),
+        vec![record.pings[0].id.to_string()],
+        Value::Null,
+    );
     let path = format!("/v1/collect/sessions/{}/batches", expired.id);
     s.post(&path)
         .key(pk)
@@ -336,8 +335,12 @@ async fn an_expired_session_is_gone() {
         .send()
         .await
         .err(410, "collect.session_expired");
-    s.get(&format!("/v1/collect/pings/{}", expired.pings[0]))
-        .key(pk)
+    expired
+        .ping(&s, pk, &expired.pings[0])
+        .await
+        .err(410, "collect.session_expired");
+    expired
+        .results(&s, pk)
         .send()
         .await
         .err(410, "collect.session_expired");
@@ -349,12 +352,7 @@ async fn the_handoff_opens_for_the_sites_backend_only() {
     let s = TestServer::start().await;
     let pk = &s.creds.keys.publishable_test;
     let b = open_session(&s, pk).await;
-    let r = s
-        .post(&format!("/v1/collect/sessions/{}/results", b.id))
-        .key(pk)
-        .send()
-        .await;
-    let minted = r.ok(200).clone();
+    let minted = b.results(&s, pk).send().await.ok(200).clone();
     let handoff = minted["handoff"].as_str().unwrap().to_owned();
     assert!(handoff.starts_with("vh1.k1."));
     assert!(
@@ -428,15 +426,9 @@ async fn the_network_check_compares_the_websocket_with_http() {
     let s = TestServer::start().await;
     let pk = &s.creds.keys.publishable_test;
     let addr = s.base.trim_start_matches("http://").to_owned();
-    let r = s
-        .post("/v1/collect/sessions")
-        .key(pk)
-        .json(json!({"client_public_key": B64.encode(EphemeralSecret::generate().public_key().to_sec1_point(false).as_bytes()), "sdk_version": "1", "page_url": "https://a.example/"}))
-        .send()
-        .await;
-    let data = r.ok(201).clone();
-    let session = data["id"].as_str().unwrap().to_owned();
-    let token = data["network_check_token"].as_str().unwrap().to_owned();
+    let b = open_session(&s, pk).await;
+    let session = b.id.clone();
+    let token = b.opened["network_check_token"].as_str().unwrap().to_owned();
 
     // A wrong token is refused before any upgrade.
     let bad = tokio_tungstenite::connect_async(format!(
@@ -458,19 +450,15 @@ async fn the_network_check_compares_the_websocket_with_http() {
     let hello = socket.next().await.unwrap().unwrap();
     assert!(hello.to_text().unwrap().contains(&session));
 
-    let same = s
-        .post("/v1/collect/network-checks")
-        .key(pk)
+    let same = b
+        .network_check(&s, pk)
         .header("user-agent", "SameBrowser/1")
-        .json(json!({"session_id": session}))
         .send()
         .await;
     assert_eq!(same.ok(200)["consistent"], true);
-    let different = s
-        .post("/v1/collect/network-checks")
-        .key(pk)
+    let different = b
+        .network_check(&s, pk)
         .header("user-agent", "OtherBrowser/2")
-        .json(json!({"session_id": session}))
         .send()
         .await;
     assert_eq!(different.ok(200)["consistent"], false);

@@ -48,11 +48,7 @@ async fn probed_and_finished(s: &TestServer) -> (CollectSession, String) {
         .send()
         .await
         .ok(202);
-    s.post(&format!("/v1/collect/sessions/{sid}/results"))
-        .key(pk)
-        .send()
-        .await
-        .ok(200);
+    session.results(s, pk).send().await.ok(200);
     (session, sid)
 }
 

@@ -22,12 +22,11 @@ struct Scored {
 async fn scored_session(s: &TestServer, probes: Value, user_agent: &str) -> Scored {
     let linked =
         |a: &Value| a["decision"]["decision_status"] == "final" && a["visitor_id"].is_string();
-    let (sid, answer) = score_session(s, &probes, Some(user_agent), linked).await;
+    let (session, answer) = score_session(s, &probes, Some(user_agent), linked).await;
     let visitor_id = answer["visitor_id"].as_str().unwrap_or_default().to_owned();
     // Linked now, so `results` carries the token for the SDK to keep.
-    let again = s
-        .post(&format!("/v1/collect/sessions/{sid}/results"))
-        .key(&s.creds.keys.publishable_test)
+    let again = session
+        .results(s, &s.creds.keys.publishable_test)
         .send()
         .await;
     let visitor_token = again.ok(200)["visitor_token"]
@@ -35,7 +34,7 @@ async fn scored_session(s: &TestServer, probes: Value, user_agent: &str) -> Scor
         .expect("a linked session's results carry a visitor token")
         .to_owned();
     Scored {
-        sid,
+        sid: session.id,
         visitor_id,
         visitor_token,
     }

@@ -38,7 +38,7 @@ async fn a_session_is_scored_and_its_events_published_through_kafka() {
         "automation": {"webdriver": true, "languages": []},
         "rendering": {"webgl_vendor": "Google Inc. (Google)", "webgl_renderer": "ANGLE (Google, SwiftShader driver)"}
     });
-    let (sid, answer) = score_session(&s, &probes, None, |a| {
+    let (session, answer) = score_session(&s, &probes, None, |a| {
         a["decision"]["decision_status"] == "final" && a["visitor_id"].is_string()
     })
     .await;
@@ -102,7 +102,7 @@ async fn a_session_is_scored_and_its_events_published_through_kafka() {
     assert!(
         logged
             .iter()
-            .all(|r| r["event"]["subject"]["id"] == sid.as_str())
+            .all(|r| r["event"]["subject"]["id"] == session.id.as_str())
     );
     s.stop().await;
     drop(cluster);

@@ -4,15 +4,15 @@
 //! from a real headless Chromium.)
 
 use serde_json::Value;
-use vigil_tests::collect::score_session;
+use vigil_tests::collect::{CollectSession, score_session};
 use vigil_tests::{TestServer, json};
 
-async fn scored_session(s: &TestServer, probes: Value) -> (String, Value) {
-    let (sid, answer) = score_session(s, &probes, None, |a| {
+async fn scored_session(s: &TestServer, probes: Value) -> (CollectSession, Value) {
+    let (session, answer) = score_session(s, &probes, None, |a| {
         a["decision"]["decision_status"] == "final"
     })
     .await;
-    (sid, answer["decision"].clone())
+    (session, answer["decision"].clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,8 +62,8 @@ async fn a_plain_desktop_browser_is_not_called_a_bot() {
 async fn the_customer_backend_lists_and_reads_sessions() {
     let s = TestServer::start().await;
     let bot = json!({"kind": "probes", "automation": {"webdriver": true, "languages": []}});
-    let (bot_sid, _) = scored_session(&s, bot.clone()).await;
-    let (second_sid, _) = scored_session(&s, bot).await;
+    let bot_sid = scored_session(&s, bot.clone()).await.0.id;
+    let second_sid = scored_session(&s, bot).await.0.id;
     let sk = &s.creds.keys.secret_test;
 
     let list = s.get("/v1/sessions").key(sk).send().await;
@@ -248,26 +248,20 @@ async fn the_demo_page_shows_a_decision_opened_server_side() {
         );
     }
 
-    let (sid, _) = scored_session(
+    let (session, _) = scored_session(
         &s,
         json!({"kind": "probes", "automation": {"webdriver": true}}),
     )
     .await;
     let pk = &s.creds.keys.publishable_test;
-    let handoff = s
-        .post(&format!("/v1/collect/sessions/{sid}/results"))
-        .key(pk)
-        .send()
-        .await
-        .ok(200)["handoff"]
-        .clone();
+    let handoff = session.results(&s, pk).send().await.ok(200)["handoff"].clone();
     let shown = s
         .post("/demo/decision")
         .json(json!({"handoff": handoff}))
         .send()
         .await;
     let shown = shown.ok(200);
-    assert_eq!(shown["session_id"], sid.as_str());
+    assert_eq!(shown["session_id"], session.id.as_str());
     assert_eq!(shown["decision"]["verdict"], "bot");
     s.post("/demo/decision")
         .json(json!({"handoff": "vh1.k1.bad"}))

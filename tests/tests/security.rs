@@ -527,17 +527,18 @@ async fn ids_made_together_share_no_random_part() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_opens_once() {
     let s = TestServer::start().await;
-    let (sid, _) = score_session(
+    let (session, _) = score_session(
         &s,
         &json!({"kind": "probes", "automation": {"webdriver": true}}),
         None,
         |a| a["decision"]["decision_status"] == "final",
     )
     .await;
+    let sid = session.id.clone();
     let sk = &s.creds.keys.secret_test;
     let mint = || async {
-        s.post(&format!("/v1/collect/sessions/{sid}/results"))
-            .key(&s.creds.keys.publishable_test)
+        session
+            .results(&s, &s.creds.keys.publishable_test)
             .send()
             .await
             .ok(200)["handoff"]
@@ -667,9 +668,8 @@ async fn the_demo_opens_only_the_development_organizations_test_handoffs() {
     let s = TestServer::start().await;
     // A live handoff of the development organization is not the demo's to open.
     let live = open_session(&s, &s.creds.keys.publishable_live).await;
-    let handoff = s
-        .post(&format!("/v1/collect/sessions/{}/results", live.id))
-        .key(&s.creds.keys.publishable_live)
+    let handoff = live
+        .results(&s, &s.creds.keys.publishable_live)
         .send()
         .await
         .ok(200)["handoff"]
@@ -682,9 +682,8 @@ async fn the_demo_opens_only_the_development_organizations_test_handoffs() {
     // Nor another organization's.
     let other = s.second_organization("demo-other").await;
     let theirs = open_session(&s, &other.keys.publishable_test).await;
-    let handoff = s
-        .post(&format!("/v1/collect/sessions/{}/results", theirs.id))
-        .key(&other.keys.publishable_test)
+    let handoff = theirs
+        .results(&s, &other.keys.publishable_test)
         .send()
         .await
         .ok(200)["handoff"]

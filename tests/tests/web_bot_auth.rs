@@ -133,11 +133,7 @@ async fn signed_session(s: &TestServer, signing: Option<Signing<'_>>) -> Value {
         }
     }
     batch.json(session.batch(1, &probes)).send().await.ok(202);
-    s.post(&format!("/v1/collect/sessions/{sid}/results"))
-        .key(pk)
-        .send()
-        .await
-        .ok(200);
+    session.results(s, pk).send().await.ok(200);
     for _ in 0..200 {
         let r = s
             .get(&format!("/v1/sessions/{sid}"))

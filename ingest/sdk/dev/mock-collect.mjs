@@ -4,11 +4,12 @@
 //   - as a real HTTP + WebSocket server with CORS, serving the SDK and a test page, for a
 //     headless-browser run (dev/browser-smoke.mjs).
 // It is a test double, not a reference server: no persistence, no origin checks, no rate limits.
-import { createDecipheriv, createECDH, createHash, hkdfSync, randomBytes } from 'node:crypto';
+import { createDecipheriv, createECDH, createHash, createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 
 const INFO = 'vigil/collect/v1';
+const PROOF_INFO = 'vigil/collect/v1/proof';
 const b64u = (buf) => Buffer.from(buf).toString('base64url');
 const id = (prefix) => prefix + randomBytes(13).toString('hex').slice(0, 26);
 
@@ -25,6 +26,25 @@ export function createMockCollect({ key = 'pk_test_mock', maxBatchBytes = 65536 
     const s = sessions.get(sid);
     if (!s) throw envelope(404, 'collect.session_not_found', 'no such session');
     return s;
+  }
+
+  /**
+   * collect.md §1.1: the call's Vigil-Session-Proof must be the HMAC of "<METHOD> <path>\n<sid>\n
+   * <counter>" under the session's proof key, with a counter above the last one spent.
+   */
+  function requireProof(s, method, path, headers) {
+    const value = String(headers['vigil-session-proof'] || '');
+    const m = /^([1-9][0-9]{0,15})\.([A-Za-z0-9_-]+)$/.exec(value);
+    if (!m) throw envelope(401, 'collect.session_proof_invalid', 'missing or malformed proof');
+    const counter = Number(m[1]);
+    const expected = createHmac('sha256', s.proofKey).update(`${method} ${path}\n${s.id}\n${counter}`).digest();
+    const given = Buffer.from(m[2], 'base64url');
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      throw envelope(401, 'collect.session_proof_invalid', 'proof does not verify');
+    }
+    if (counter <= s.lastCall) throw envelope(401, 'collect.session_proof_invalid', 'counter already spent');
+    s.lastCall = counter;
+    s.proofs.push({ method, path, counter });
   }
 
   function open(s, seq, ciphertext) {
@@ -48,6 +68,9 @@ export function createMockCollect({ key = 'pk_test_mock', maxBatchBytes = 65536 
       const s = {
         id: sid,
         key: Buffer.from(hkdfSync('sha256', shared, Buffer.from(sid), Buffer.from(INFO), 32)),
+        proofKey: Buffer.from(hkdfSync('sha256', shared, Buffer.from(sid), Buffer.from(PROOF_INFO), 32)),
+        lastCall: 0,
+        proofs: [], // every proven call accepted: { method, path, counter }
         pings: [id('png_'), id('png_'), id('png_')],
         pingArrivals: [],
         token: b64u(randomBytes(16)),
@@ -63,9 +86,10 @@ export function createMockCollect({ key = 'pk_test_mock', maxBatchBytes = 65536 
         max_batch_bytes: maxBatchBytes, network_check_token: s.token,
       } } };
     }],
-    ['GET', /^\/v1\/collect\/pings\/([^/]+)$/, (m) => {
+    ['GET', /^\/v1\/collect\/pings\/([^/]+)$/, (m, body, raw, headers) => {
       const s = [...sessions.values()].find((x) => x.pings.includes(m[1]));
       if (!s) throw envelope(404, 'collect.ping_not_found', 'no such ping');
+      requireProof(s, 'GET', m[0], headers);
       s.pingArrivals.push({ id: m[1], at: performance.now() });
       return { status: 200, body: { data: { id: m[1], server_time: new Date().toISOString() } } };
     }],
@@ -83,13 +107,15 @@ export function createMockCollect({ key = 'pk_test_mock', maxBatchBytes = 65536 
       s.batches.set(body.seq, JSON.parse(plaintext));
       return { status: 202, body: { data: { session_id: s.id, seq: body.seq, accepted: true } } };
     }],
-    ['POST', /^\/v1\/collect\/network-checks$/, (m, body) => {
+    ['POST', /^\/v1\/collect\/network-checks$/, (m, body, raw, headers) => {
       const s = session(body.session_id);
+      requireProof(s, 'POST', m[0], headers);
       s.networkChecked = true;
       return { status: 200, body: { data: { session_id: s.id, consistent: s.ws } } };
     }],
-    ['POST', /^\/v1\/collect\/sessions\/([^/]+)\/results$/, (m) => {
+    ['POST', /^\/v1\/collect\/sessions\/([^/]+)\/results$/, (m, body, raw, headers) => {
       const s = session(m[1]);
+      requireProof(s, 'POST', m[0], headers);
       s.results++;
       return { status: 200, body: { data: {
         handoff: 'vh1.k1.' + b64u(randomBytes(40)), expires_at: new Date(Date.now() + 10 * 60e3).toISOString(),
@@ -114,7 +140,7 @@ export function createMockCollect({ key = 'pk_test_mock', maxBatchBytes = 65536 
       if (!m) continue;
       try {
         const body = raw ? JSON.parse(raw) : {};
-        return fn(m, body, raw || '');
+        return fn(m, body, raw || '', headers);
       } catch (e) {
         if (e && e.status) return e;
         return envelope(400, 'request.malformed', String(e));
@@ -224,7 +250,7 @@ export function startHttpServer(mock, { sdkPath, port = 0, onReport } = {}) {
       const path = new URL(req.url, 'http://x').pathname;
       const cors = {
         'access-control-allow-origin': req.headers.origin || '*',
-        'access-control-allow-headers': 'Authorization, Content-Type',
+        'access-control-allow-headers': 'Authorization, Content-Type, Vigil-Session-Proof',
         'access-control-allow-methods': 'GET, POST, OPTIONS',
         'access-control-max-age': '600',
       };

@@ -151,6 +151,44 @@ test('a batch does not open when tampered, renumbered or moved to another sessio
     'other session key');
 });
 
+test('the proof key and call proofs match Python, from either side', async () => {
+  assert.equal(sdk.PROOF_HKDF_INFO, vectors.proof_hkdf_info);
+  for (const session of vectors.sessions) {
+    for (const [own, peer] of [[session.client, session.server], [session.server, session.client]]) {
+      const { batchKey, proofKey } = await sdk.deriveSessionKeys(await importPrivate(own),
+        sdk.b64uDecode(peer.public_raw_b64u), session.session_id, { extractable: true });
+      assert.equal(await rawKeyHex(batchKey), session.aes_key_hex);
+      assert.equal(await rawKeyHex(proofKey), session.proof_key_hex, 'proof key');
+      assert.deepEqual(proofKey.algorithm, { name: 'HMAC', hash: { name: 'SHA-256' }, length: 256 });
+      assert.deepEqual(proofKey.usages, ['sign']);
+      for (const p of session.proofs) {
+        assert.equal(new TextDecoder().decode(sdk.proofMessage(p.method, p.path, session.session_id, p.counter)), p.message);
+        assert.equal(await sdk.proveCall(proofKey, p.method, p.path, session.session_id, p.counter), p.proof,
+          `${p.method} ${p.path} #${p.counter}`);
+      }
+    }
+  }
+});
+
+test('a proof changes with the call, the session and the counter; counters are positive safe integers', async () => {
+  const [first, second] = vectors.sessions;
+  const keyOf = async (session) => (await sdk.deriveSessionKeys(await importPrivate(session.client),
+    sdk.b64uDecode(session.server.public_raw_b64u), session.session_id)).proofKey;
+  const key = await keyOf(first);
+  const { method, path, counter, proof } = first.proofs[2];
+  assert.equal(await sdk.proveCall(key, method, path, first.session_id, counter), proof);
+  const others = [
+    await sdk.proveCall(key, 'GET', path, first.session_id, counter),
+    await sdk.proveCall(key, method, '/v1/collect/network-checks', first.session_id, counter),
+    await sdk.proveCall(key, method, path, second.session_id, counter),
+    await sdk.proveCall(await keyOf(second), method, path, first.session_id, counter),
+  ];
+  for (const other of others) assert.notEqual(other.split('.')[1], proof.split('.')[1]);
+  assert.notEqual((await sdk.proveCall(key, method, path, first.session_id, counter + 1)).split('.')[1], proof.split('.')[1]);
+  assert.equal(key.extractable, false, 'the proof key is not extractable by default');
+  for (const bad of [0, -1, 1.5, 2 ** 53]) assert.throws(() => sdk.proofMessage(method, path, first.session_id, bad), RangeError);
+});
+
 test('fresh key pairs: 65-byte public point, and both sides derive the same key', async () => {
   const client = await sdk.generateKeyPair();
   const server = await sdk.generateKeyPair();

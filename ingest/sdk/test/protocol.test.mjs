@@ -126,6 +126,55 @@ test('server errors reject with the server error.code', async () => {
   await assert.rejects(agent.result(), { code: 'collect.session_expired', status: 410 });
 });
 
+test('pings, the network check and results each prove the session with the next counter; batches do not', async () => {
+  const agent = await Vigil.load({ key: mock.key, endpoint: ENDPOINT });
+  await agent.result();
+  const s = mock.sessions.get(agent.sessionId);
+  // The mock verified each proof with node:crypto (HKDF + HMAC) and spent its counter.
+  assert.deepEqual(s.proofs.map((p) => `${p.counter} ${p.method} ${p.path.replace(/(sid|png)_[0-9a-f]+/g, '$1_*')}`), [
+    '1 GET /v1/collect/pings/png_*', '2 GET /v1/collect/pings/png_*', '3 GET /v1/collect/pings/png_*',
+    '4 POST /v1/collect/network-checks',
+    '5 POST /v1/collect/sessions/sid_*/results',
+  ]);
+  for (const { url, init } of calls) {
+    const proof = init.headers['Vigil-Session-Proof'];
+    if (/\/(sessions|batches)$/.test(url)) assert.equal(proof, undefined, url);
+    else assert.match(proof, /^[1-9][0-9]*\.[A-Za-z0-9_-]{43}$/, url);
+  }
+});
+
+test('a call whose proof the server refuses rejects with collect.session_proof_invalid, minting nothing', async () => {
+  const agent = await Vigil.load({ key: mock.key, endpoint: ENDPOINT });
+  const s = mock.sessions.get(agent.sessionId);
+  s.proofKey = Buffer.alloc(32); // the server now expects another key than the one the SDK derived
+  await assert.rejects(agent.result(), { code: 'collect.session_proof_invalid', status: 401 });
+  assert.equal(s.results, 0);
+});
+
+test('proven calls leave one at a time in counter order, even when started together or after a failure', async () => {
+  const { ProvenCalls } = Vigil._internal;
+  const proofKey = await crypto.subtle.importKey('raw', new Uint8Array(32), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+  const seen = [];
+  globalThis.fetch = async (url, init) => {
+    const name = new URL(url).pathname.split('/').pop();
+    const counter = init.headers['Vigil-Session-Proof'].split('.')[0];
+    seen.push(`start ${name} ${counter}`);
+    await new Promise((r) => setTimeout(r, name === 'network-checks' ? 40 : 0));
+    seen.push(`end ${name}`);
+    const failed = name === 'network-checks';
+    return new Response(JSON.stringify(failed ? { error: { code: 'service.unavailable', retryable: true } } : { data: {} }),
+      { status: failed ? 503 : 200 });
+  };
+  const proven = new ProvenCalls({ key: mock.key, endpoint: ENDPOINT }, 'sid_x', proofKey);
+  const [check, results] = await Promise.allSettled([
+    proven.request('POST', '/v1/collect/network-checks', { session_id: 'sid_x' }),
+    proven.request('POST', '/v1/collect/sessions/sid_x/results', {}),
+  ]);
+  assert.equal(check.status, 'rejected');
+  assert.equal(results.status, 'fulfilled');
+  assert.deepEqual(seen, ['start network-checks 1', 'end network-checks', 'start results 2', 'end results']);
+});
+
 test('a lost acknowledgement is retried with the same ciphertext; 409 then counts as accepted', async () => {
   // The batch lands, but the client sees a 503: the retry resends the identical body, gets 409.
   const realHandle = mock.handle;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent test vectors for the browser SDK's crypto (schemas/collect.md sections 1 and 3).
+"""Independent test vectors for the browser SDK's crypto (schemas/collect.md sections 1, 1.1 and 3).
 
 Computed with pyca/cryptography, not WebCrypto, so test/crypto.test.mjs checks the SDK against a
 second implementation of the same contract:
@@ -8,6 +8,8 @@ second implementation of the same contract:
   nonce  = 4 zero bytes || seq as 8 bytes big-endian
   aad    = UTF-8 of "<session id>.<seq>"
   ct     = AES-256-GCM(key, nonce, plaintext, aad), 16-byte tag appended, base64url unpadded
+  proof_key = HKDF-SHA256(ikm = shared, salt = UTF-8 session id, info = "vigil/collect/v1/proof", 32)
+  proof     = "<counter>." + base64url(HMAC-SHA256(proof_key, "<METHOD> <path>\n<session id>\n<counter>"))
 
 Regenerate with:  python3 ingest/sdk/test/vectors.py > ingest/sdk/test/vectors.json
 (needs `pip install cryptography`). The output is deterministic: fixed keys, fixed inputs.
@@ -15,6 +17,7 @@ Regenerate with:  python3 ingest/sdk/test/vectors.py > ingest/sdk/test/vectors.j
 
 import base64
 import hashlib
+import hmac
 import json
 import struct
 
@@ -25,6 +28,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 INFO = b"vigil/collect/v1"
+PROOF_INFO = b"vigil/collect/v1/proof"
 P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
@@ -62,8 +66,12 @@ def aad(session_id: str, seq: int) -> bytes:
     return f"{session_id}.{seq}".encode()
 
 
-def derive(shared: bytes, session_id: str) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=session_id.encode(), info=INFO).derive(shared)
+def derive(shared: bytes, session_id: str, info: bytes = INFO) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=session_id.encode(), info=info).derive(shared)
+
+
+def proof_message(method: str, path: str, session_id: str, counter: int) -> bytes:
+    return f"{method} {path}\n{session_id}\n{counter}".encode()
 
 
 def main() -> None:
@@ -92,18 +100,38 @@ def main() -> None:
                 "aad": aad(session_id, seq).decode(),
                 "ciphertext_b64u": b64u(ct),
             })
+        proof_key = derive(shared, session_id, PROOF_INFO)
+        proofs = []
+        for method, path, counter in [
+            ("GET", "/v1/collect/pings/png_01j9z3k7w8x2v4q6r5t0m1n3p7", 1),
+            ("POST", "/v1/collect/network-checks", 4),
+            ("POST", f"/v1/collect/sessions/{session_id}/results", 5),
+            ("POST", f"/v1/collect/sessions/{session_id}/results", 2**53 - 1),
+        ]:
+            message = proof_message(method, path, session_id, counter)
+            mac = hmac.new(proof_key, message, hashlib.sha256).digest()
+            proofs.append({
+                "method": method,
+                "path": path,
+                "counter": counter,
+                "message": message.decode(),
+                "proof": f"{counter}.{b64u(mac)}",
+            })
         sessions.append({
             "session_id": session_id,
             "client": describe(client),
             "server": describe(server),
             "shared_secret_hex": shared.hex(),
             "aes_key_hex": key.hex(),
+            "proof_key_hex": proof_key.hex(),
             "batches": batches,
+            "proofs": proofs,
         })
 
     vectors = {
         "generated_by": "ingest/sdk/test/vectors.py (pyca/cryptography)",
         "hkdf_info": INFO.decode(),
+        "proof_hkdf_info": PROOF_INFO.decode(),
         "sessions": sessions,
         "nonces": [{"seq": s, "hex": nonce(s).hex()} for s in [1, 2, 255, 256, 65536, 2**32 - 1, 2**32, 2**32 + 5, 2**53 - 1]],
         "base64url": [
