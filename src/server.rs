@@ -24,6 +24,8 @@ pub struct RunningServer {
     pub secret: ServerSecret,
     /// Where the development organization's keys were written, if this start created them.
     pub credentials_path: PathBuf,
+    /// The whole API as served, for in-process tests that drive it without a socket.
+    pub router: axum::Router,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -117,6 +119,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         agents: Arc::new(agents),
     });
 
+    let router = app.clone();
     let std_listener = std::net::TcpListener::bind(args.listen)
         .with_context(|| format!("binding {}", args.listen))?;
     std_listener.set_nonblocking(true)?;
@@ -169,6 +172,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         log,
         secret,
         credentials_path,
+        router,
         shutdown,
         task,
     })

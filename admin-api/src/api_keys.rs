@@ -7,9 +7,10 @@
 //! kept with less care) sees and manages test keys only, and can never mint or revoke live ones.
 
 use axum::Router;
-use axum::extract::{RawPathParams, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use edge::auth::effective_rate_limit;
+use edge::body::PathParams;
 use edge::body::{Fields, JsonObject, QueryParams, Reply, path_param};
 use edge::pagination::{decode_cursor, encode_cursor};
 use edge::policy::{ManageApiKeys, ReadApiKeys, RevokeApiKey, RotateApiKey};
@@ -234,7 +235,7 @@ fn check_manageable(caller: &edge::AuthContext, env: Environment) -> Result<(), 
 async fn own_key(
     state: &AdminState,
     ctx: &edge::AuthContext,
-    params: &RawPathParams,
+    params: &PathParams,
 ) -> Result<ApiKeyRecord, ApiError> {
     let org = own_organization(ctx, params)?;
     let id: KeyId = path_param(params, "keyId")?;
@@ -249,7 +250,7 @@ async fn own_key(
 async fn create(
     State(state): State<AdminState>,
     caller: SecretKey<ManageApiKeys>,
-    params: RawPathParams,
+    params: PathParams,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
     let org = own_organization(&caller, &params)?;
@@ -301,7 +302,7 @@ async fn create(
 async fn list(
     State(state): State<AdminState>,
     caller: SecretKey<ReadApiKeys>,
-    params: RawPathParams,
+    params: PathParams,
     query: QueryParams,
 ) -> Result<Reply, ApiError> {
     let org = own_organization(&caller, &params)?;
@@ -364,7 +365,7 @@ async fn list(
 async fn read(
     State(state): State<AdminState>,
     caller: SecretKey<ReadApiKeys>,
-    params: RawPathParams,
+    params: PathParams,
 ) -> Result<Reply, ApiError> {
     let key = own_key(&state, &caller, &params).await?;
     Ok(Reply::ok(resource(&key, None)))
@@ -373,7 +374,7 @@ async fn read(
 async fn update(
     State(state): State<AdminState>,
     caller: SecretKey<ManageApiKeys>,
-    params: RawPathParams,
+    params: PathParams,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
     let mut key = own_key(&state, &caller, &params).await?;
@@ -419,7 +420,7 @@ async fn update(
 async fn revoke(
     State(state): State<AdminState>,
     caller: SecretKey<RevokeApiKey>,
-    params: RawPathParams,
+    params: PathParams,
 ) -> Result<Reply, ApiError> {
     let mut key = own_key(&state, &caller, &params).await?;
     if key.revoked_at.is_none() {
@@ -432,7 +433,7 @@ async fn revoke(
 async fn rotate(
     State(state): State<AdminState>,
     caller: SecretKey<RotateApiKey>,
-    params: RawPathParams,
+    params: PathParams,
 ) -> Result<Reply, ApiError> {
     let mut old = own_key(&state, &caller, &params).await?;
     if old.revoked_at.is_some() {

@@ -29,7 +29,7 @@ pub fn router(state: AdminState) -> Router {
 /// another organization's ids cannot even be probed.
 pub(crate) fn own_organization(
     ctx: &edge::AuthContext,
-    params: &axum::extract::RawPathParams,
+    params: &edge::body::PathParams,
 ) -> Result<schemas::OrgId, edge::ApiError> {
     let id: schemas::OrgId = edge::body::path_param(params, "organizationId")?;
     if id != ctx.organization.id {

@@ -2,8 +2,9 @@
 //! their validation, and organization creation shared with the operator CLI.
 
 use axum::Router;
-use axum::extract::{RawPathParams, State};
+use axum::extract::State;
 use axum::routing::{get, post};
+use edge::body::PathParams;
 use edge::body::{Fields, JsonObject, Reply};
 use edge::policy::{CreateOrganization, ReadOrganization, UpdateOrganization};
 use edge::{ApiError, SecretKey};
@@ -91,10 +92,7 @@ async fn create(
     Ok(Reply::created(resource(&org)))
 }
 
-async fn read(
-    caller: SecretKey<ReadOrganization>,
-    params: RawPathParams,
-) -> Result<Reply, ApiError> {
+async fn read(caller: SecretKey<ReadOrganization>, params: PathParams) -> Result<Reply, ApiError> {
     own_organization(&caller, &params)?;
     Ok(Reply::ok(resource(&caller.organization)))
 }
@@ -102,7 +100,7 @@ async fn read(
 async fn update(
     State(state): State<AdminState>,
     caller: SecretKey<UpdateOrganization>,
-    params: RawPathParams,
+    params: PathParams,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
     let id = own_organization(&caller, &params)?;

@@ -280,8 +280,31 @@ impl Fields {
     }
 }
 
+/// The path's parameters, as axum's `RawPathParams`, but a parameter that is not UTF-8 once
+/// percent-decoded is the envelope's 422 rather than axum's plain-text 400.
+pub struct PathParams(axum::extract::RawPathParams);
+
+impl PathParams {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map(PathParams)
+            .map_err(|e| {
+                ApiError::invalid_field("path", e.body_text(), None).with_parameter_set("path")
+            })
+    }
+}
+
 /// A path parameter parsed with `FromStr`; a malformed one is a 422 naming the parameter.
-pub fn path_param<T>(parts_params: &axum::extract::RawPathParams, name: &str) -> Result<T, ApiError>
+pub fn path_param<T>(parts_params: &PathParams, name: &str) -> Result<T, ApiError>
 where
     T: std::str::FromStr,
     T::Err: std::fmt::Display,

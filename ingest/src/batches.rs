@@ -2,10 +2,11 @@
 //! and batches of other sessions, appends it to the log, and acknowledges only once the log has
 //! it. A batch refused for any reason writes nothing.
 
-use axum::extract::{RawPathParams, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use edge::body::PathParams;
 use edge::body::{Fields, JsonObject, Reply, path_param};
 use edge::{ApiError, PublishableKey};
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
@@ -44,7 +45,7 @@ fn invalid_batch() -> ApiError {
 pub async fn accept(
     State(state): State<IngestState>,
     caller: PublishableKey,
-    params: RawPathParams,
+    params: PathParams,
     method: axum::http::Method,
     headers: HeaderMap,
     uri: axum::http::Uri,

@@ -6,13 +6,14 @@
 //! decision, a retry of that open with its `Idempotency-Key` replays the answer (D18), and any
 //! other later open is a 409, so one person's handoff cannot be shared across a bot farm.
 
-use axum::extract::{RawPathParams, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use chrono::Duration;
+use edge::body::PathParams;
 use edge::body::{Fields, JsonObject, Reply, path_param};
 use edge::policy::OpenHandoff;
 use edge::secrets::ServerSecret;
@@ -129,7 +130,7 @@ struct Minted {
 pub async fn mint(
     State(state): State<IngestState>,
     caller: PublishableKey,
-    params: RawPathParams,
+    params: PathParams,
     headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
     let id: SessionId = path_param(&params, "sessionId")?;

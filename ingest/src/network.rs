@@ -4,6 +4,7 @@
 //! appends the comparison to the session's stream in the log for the processor. A proxy or a
 //! bot farm that relays HTTP but not WebSockets (or the other way) shows two identities.
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
@@ -11,9 +12,9 @@ use axum::response::Response;
 use edge::body::{Fields, JsonObject, QueryParams, Reply};
 use edge::transport::ClientInfo;
 use edge::{ApiError, AuthContext, PublishableKey};
-use schemas::SessionId;
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
 use schemas::raw::RawJson;
+use schemas::{ErrorCode, SessionId};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -46,9 +47,17 @@ fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> Value {
 pub async fn websocket(
     State(state): State<IngestState>,
     query: QueryParams,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
     req: Request,
 ) -> Result<Response, ApiError> {
+    // Answered in the envelope like every refusal, not as axum's plain-text 400.
+    let ws = ws.map_err(|e| {
+        ApiError::new(
+            ErrorCode::Malformed,
+            format!("this route takes a WebSocket upgrade: {}", e.body_text()),
+        )
+        .with_header_name("Upgrade")
+    })?;
     query.only(&["session", "token"])?;
     let id: SessionId = query
         .get("session")

@@ -1,11 +1,12 @@
 //! `POST /v1/collect/sessions` (open an encrypted collect session) and
 //! `GET /v1/collect/pings/{pingId}` (round-trip timing), with their validation.
 
-use axum::extract::{RawPathParams, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Duration;
+use edge::body::PathParams;
 use edge::body::{Fields, JsonObject, Reply, path_param};
 use edge::{ApiError, AuthContext, PublishableKey};
 use rand::TryRngCore;
@@ -191,7 +192,7 @@ struct Pong {
 pub async fn ping(
     State(state): State<IngestState>,
     caller: PublishableKey,
-    params: RawPathParams,
+    params: PathParams,
     headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
     let arrived = time::now();

@@ -8,8 +8,9 @@
 //! and sorts it in memory; the cursor carries the sort value and id of the last row returned.
 
 use axum::Router;
-use axum::extract::{RawPathParams, State};
+use axum::extract::State;
 use axum::routing::get;
+use edge::body::PathParams;
 use edge::body::{QueryParams, Reply, path_param};
 use edge::pagination::{decode_cursor, encode_cursor};
 use edge::policy::{ListFingerprints, ReadFingerprint};
@@ -256,7 +257,7 @@ fn linked_session(s: &SessionRecord) -> Value {
 async fn read(
     State(state): State<QueryState>,
     caller: SecretKey<ReadFingerprint>,
-    params: RawPathParams,
+    params: PathParams,
 ) -> Result<Reply, ApiError> {
     let id: VisitorId = path_param(&params, "visitorId")?;
     let (org, env) = (caller.organization.id, caller.environment());

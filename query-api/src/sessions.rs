@@ -3,8 +3,9 @@
 //! environment is a 404.
 
 use axum::Router;
-use axum::extract::{RawPathParams, State};
+use axum::extract::State;
 use axum::routing::get;
+use edge::body::PathParams;
 use edge::body::{QueryParams, Reply, path_param};
 use edge::pagination::{decode_cursor, encode_cursor};
 use edge::policy::{ListSessions, ReadSession};
@@ -286,7 +287,7 @@ fn detail(s: &SessionRecord) -> SessionDetail {
 async fn read(
     State(state): State<QueryState>,
     caller: SecretKey<ReadSession>,
-    params: RawPathParams,
+    params: PathParams,
 ) -> Result<Reply, ApiError> {
     let id: SessionId = path_param(&params, "sessionId")?;
     let session = state
