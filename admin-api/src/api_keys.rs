@@ -342,7 +342,7 @@ async fn list(
                 .await?,
         );
     }
-    rows.sort_by(|a, b| b.id.cmp(&a.id));
+    rows.sort_by_key(|k| std::cmp::Reverse(k.id));
     let has_more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let next_cursor = if has_more {

@@ -14,7 +14,8 @@ use crate::context;
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
-    pub details: ErrorDetails,
+    /// Boxed: most errors carry no details, and a small `ApiError` keeps every `Result` small.
+    pub details: Box<ErrorDetails>,
     /// Seconds for `Retry-After`, on 429 and 503.
     pub retry_after: Option<u64>,
 }
@@ -24,7 +25,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
-            details: ErrorDetails::default(),
+            details: Box::default(),
             retry_after: None,
         }
     }
@@ -96,7 +97,7 @@ impl ApiError {
                 context::public_url(),
                 self.code.docs_anchor()
             ),
-            details: self.details.clone(),
+            details: (*self.details).clone(),
         }
     }
 }

@@ -134,10 +134,6 @@ fn seal_key(state: &IngestState, id: SessionId, key: &[u8; 32]) -> Vec<u8> {
 
 /// Opens a key `seal_key` sealed (`what` names it in the log). One that does not open is an
 /// internal error: the store or the server secret changed under the session.
-#[expect(
-    clippy::result_large_err,
-    reason = "ApiError is the one error every handler returns; boxing it here alone buys nothing"
-)]
 pub fn open_key(
     state: &IngestState,
     id: SessionId,

@@ -157,7 +157,7 @@ async fn stream(
                     }
                 }
                 if let Some(server) = &server
-                    && (seq as usize + n) % 50 == 0
+                    && (seq as usize + n).is_multiple_of(50)
                 {
                     let (server, latencies, id) =
                         (server.clone(), latencies.clone(), session.id.clone());
