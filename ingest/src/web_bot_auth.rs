@@ -77,7 +77,8 @@ impl Directories {
     }
 
     /// Trusts `agent` (an origin, such as `https://crawler.example`) for the Ed25519 keys of
-    /// `directory`; returns how many it added.
+    /// `directory`; returns how many it has. A key already in another agent's directory is an
+    /// error: a key speaks for one agent only.
     pub fn add_directory(
         &mut self,
         agent: &str,
@@ -88,9 +89,20 @@ impl Directories {
         let agent = agent.trim_end_matches('/').to_ascii_lowercase();
         let mut added = 0;
         for jwk in &set.keys {
-            if self.ring.try_import_jwk(jwk).is_ok() {
-                self.owner.insert(jwk.b64_thumbprint(), agent.clone());
-                added += 1;
+            let keyid = jwk.b64_thumbprint();
+            match self.owner.get(&keyid) {
+                Some(owner) if *owner != agent => {
+                    return Err(format!(
+                        "key {keyid} is in the directories of both {owner} and {agent}"
+                    ));
+                }
+                Some(_) => added += 1,
+                None => {
+                    if self.ring.try_import_jwk(jwk).is_ok() {
+                        self.owner.insert(keyid, agent.clone());
+                        added += 1;
+                    }
+                }
             }
         }
         Ok(added)
@@ -433,6 +445,7 @@ mod tests {
             r#"{"https://agent.test": {"keys": []}}"#,
             r#"{"https://agent.test": {"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}}"#,
             r#"{"https://agent.test": "no directory"}"#,
+            &format!(r#"{{"https://agent.test": {ED25519}, "https://other.test": {ED25519}}}"#),
         ] {
             let (_d, path) = file(bad);
             assert!(Directories::from_file(&path).is_err(), "{bad}");

@@ -198,6 +198,58 @@ async fn an_unreachable_redis_is_logged_and_served_around() {
     s.terminate();
 }
 
+#[tokio::test]
+async fn sighup_reloads_the_web_bot_auth_keys_and_a_broken_file_keeps_them() {
+    const KEY: &str =
+        r#"{"kty":"OKP","crv":"Ed25519","x":"JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}"#;
+    let keys_dir = tempfile::tempdir().unwrap();
+    let keys = keys_dir.path().join("agents.json");
+    std::fs::write(
+        &keys,
+        format!(r#"{{"https://one.test": {{"keys": [{KEY}]}}}}"#),
+    )
+    .unwrap();
+    let mut s = Served::start(&[
+        "--web-bot-auth-keys",
+        keys.to_str().unwrap(),
+        "--web-bot-auth-refresh",
+        "0s",
+    ]);
+    let hangup = |s: &Served| {
+        let pid = s.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-HUP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    // A second agent, with RFC 8037's example key.
+    const SECOND: &str =
+        r#"{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#;
+    std::fs::write(
+        &keys,
+        format!(r#"{{"https://one.test": {{"keys": [{KEY}]}}, "https://two.test": {{"keys": [{SECOND}]}}}}"#),
+    )
+    .unwrap();
+    hangup(&s);
+    let line = s.wait_for("web bot auth keys reloaded");
+    assert!(line.contains("SIGHUP") && line.contains("keys=2"), "{line}");
+    std::fs::write(&keys, "{ not json").unwrap();
+    hangup(&s);
+    let line = s.wait_for("web bot auth keys not reloaded");
+    assert!(line.contains("keys in use stay"), "{line}");
+    // Still serving, SIGHUP did not stop it.
+    let r = http_client()
+        .get(format!("{}/healthz", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(s.terminate().success());
+}
+
 /// Runs `vigil serve` with `args` on a fresh data dir until it exits (at most `within`), and
 /// returns its exit status and everything it wrote to stderr.
 fn serve_until_exit(args: &[&str], within: Duration) -> (std::process::ExitStatus, String) {
