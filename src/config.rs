@@ -144,6 +144,9 @@ pub struct ServeArgs {
     pub log_format: String,
 }
 
+/// Far above what one process can serve, and below what a semaphore can count.
+const MAX_CONNECTIONS: usize = 10_000_000;
+
 impl ServeArgs {
     /// Cross-field rules, checked once before anything starts.
     pub fn validate(&self) -> Result<(), String> {
@@ -175,8 +178,10 @@ impl ServeArgs {
         if self.header_read_timeout.is_zero() || self.keep_alive_timeout.is_zero() {
             return Err("--header-read-timeout and --keep-alive-timeout must be above zero".into());
         }
-        if self.max_connections == 0 {
-            return Err("--max-connections must be at least 1".into());
+        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS {
+            return Err(format!(
+                "--max-connections must be from 1 to {MAX_CONNECTIONS}"
+            ));
         }
         Ok(())
     }

@@ -10,7 +10,9 @@
 //!   of their first byte; a new connection's first request (TLS handshake included) within
 //!   that time of its opening. A client trickling headers is disconnected.
 //! - **Idle timeout.** A connection with no request in flight and no traffic for
-//!   `--keep-alive-timeout` is closed.
+//!   `--keep-alive-timeout` is closed. With HTTP/2, any frame that arrives while no request is
+//!   in flight starts the header clock, so a client idle but for pings is closed after the
+//!   header-read timeout.
 //!
 //! hyper has a header-read timeout of its own (with a timer installed), but it also runs while
 //! a kept-alive HTTP/1 connection waits for its next request, so it would close idle
@@ -202,7 +204,10 @@ impl Connection {
         let outcome = tokio::select! {
             outcome = connection.as_mut() => outcome,
             // Dropping the connection closes the socket.
-            _ = &mut watchdog => return,
+            _ = &mut watchdog => {
+                tracing::debug!(%peer, "closing a connection past its header-read or idle timeout");
+                return;
+            }
             _ = closing.cancelled() => return,
             _ = shutdown.cancelled() => {
                 connection.as_mut().graceful_shutdown();
@@ -286,9 +291,11 @@ impl Activity {
             };
             match deadline {
                 Some(at) if at <= self.now() => return,
-                Some(at) => {
-                    tokio::time::sleep_until(self.opened + Duration::from_millis(at)).await;
-                }
+                Some(at) => match self.opened.checked_add(Duration::from_millis(at)) {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    // A timeout too long to represent: never.
+                    None => std::future::pending().await,
+                },
                 // A request is being answered; look again later.
                 None => tokio::time::sleep(limits.header_read_timeout).await,
             }

@@ -19,8 +19,10 @@ pub async fn keep_current(
     shutdown: CancellationToken,
 ) {
     let mut hangups = hangups();
-    let mut ticks = (!every.is_zero()).then(|| {
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    // Zero, or too long to represent, means no timer.
+    let first = tokio::time::Instant::now().checked_add(every);
+    let mut ticks = first.filter(|_| !every.is_zero()).map(|first| {
+        let mut ticks = tokio::time::interval_at(first, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks
     });
