@@ -151,7 +151,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         let _ = processor.await;
         served
     });
-    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls, "vigil is serving");
+    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");
     Ok(RunningServer {
         addr,
         store,

@@ -150,15 +150,17 @@ impl std::fmt::Debug for TrustedAgents {
 /// The `@authority` a signature for `public_url` covers: its host and any port other than the
 /// scheme's default, lower case. `Err` for anything but an absolute http(s) URL with a host.
 pub fn authority_of(public_url: &str) -> Result<String, String> {
+    // Echoed in errors, so shown redacted like every URL (D21).
+    let shown = schemas::redact::redact_url(public_url);
     let url = url::Url::parse(public_url)
-        .map_err(|e| format!("`{public_url}` is not an absolute URL: {e}"))?;
+        .map_err(|e| format!("`{shown}` is not an absolute URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("`{public_url}` is not an http or https URL"));
+        return Err(format!("`{shown}` is not an http or https URL"));
     }
     let host = url
         .host_str()
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| format!("`{public_url}` names no host"))?;
+        .ok_or_else(|| format!("`{shown}` names no host"))?;
     // `port()` is `None` for the scheme's default port, which `@authority` leaves out.
     Ok(match url.port() {
         Some(port) => format!("{host}:{port}"),
