@@ -19,6 +19,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// One of these is parsed per process; boxing the serve arguments would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the API (all roles on one listener by default).
@@ -106,15 +108,33 @@ pub struct ServeArgs {
     #[arg(long, env = "VIGIL_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
     pub session_idle: std::time::Duration,
     /// JSON file of the agents trusted for Web Bot Auth: each agent's origin mapped to its key
-    /// directory (JWKS). Without it, signed requests are reported unverified.
+    /// directory (JWKS). Without it, signed requests are reported unverified. Read again on
+    /// SIGHUP and every --web-bot-auth-refresh; a file that does not parse keeps the keys in use.
     #[arg(long, env = "VIGIL_WEB_BOT_AUTH_KEYS")]
     pub web_bot_auth_keys: Option<PathBuf>,
+    /// How often --web-bot-auth-keys is read again (0s: only on SIGHUP).
+    #[arg(long, env = "VIGIL_WEB_BOT_AUTH_REFRESH", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub web_bot_auth_refresh: std::time::Duration,
     /// Requests per minute from one client IP that presents no valid credential.
     #[arg(long, env = "VIGIL_ANONYMOUS_RATE_LIMIT", default_value_t = 120)]
     pub anonymous_rate_limit: u32,
-    /// The base URL clients reach this service at (for links in responses); default: from --listen.
-    #[arg(long, env = "VIGIL_PUBLIC_URL")]
-    pub public_url: Option<String>,
+    /// A URL clients reach this service at (repeatable, or comma-separated in the env var).
+    /// The first is the base of links in responses; every one's host is an authority Web Bot
+    /// Auth signatures may cover. Default: from --listen's bound address.
+    #[arg(long, env = "VIGIL_PUBLIC_URL", value_delimiter = ',')]
+    pub public_url: Vec<String>,
+    /// How long a client may take to send a request's headers (from the first byte; for a new
+    /// connection, from its opening, TLS handshake included) before it is disconnected.
+    #[arg(long, env = "VIGIL_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: std::time::Duration,
+    /// How long a connection may sit idle, with no request in flight and no traffic, before it
+    /// is closed.
+    #[arg(long, env = "VIGIL_KEEP_ALIVE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub keep_alive_timeout: std::time::Duration,
+    /// The most connections served at once; further clients wait in the listen queue until a
+    /// connection closes.
+    #[arg(long, env = "VIGIL_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
     /// Serve the `/demo` page (only ever beside the embedded development organization, and
     /// only for its test-environment handoffs).
     #[arg(long, env = "VIGIL_DEMO", default_value_t = true, action = clap::ArgAction::Set)]
@@ -123,6 +143,9 @@ pub struct ServeArgs {
     #[arg(long, env = "VIGIL_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
 }
+
+/// Far above what one process can serve, and below what a semaphore can count.
+const MAX_CONNECTIONS: usize = 10_000_000;
 
 impl ServeArgs {
     /// Cross-field rules, checked once before anything starts.
@@ -149,6 +172,17 @@ impl ServeArgs {
         if self.anonymous_rate_limit == 0 {
             return Err("--anonymous-rate-limit must be at least 1".into());
         }
+        for url in &self.public_url {
+            ingest::web_bot_auth::authority_of(url).map_err(|e| format!("--public-url: {e}"))?;
+        }
+        if self.header_read_timeout.is_zero() || self.keep_alive_timeout.is_zero() {
+            return Err("--header-read-timeout and --keep-alive-timeout must be above zero".into());
+        }
+        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS {
+            return Err(format!(
+                "--max-connections must be from 1 to {MAX_CONNECTIONS}"
+            ));
+        }
         Ok(())
     }
 
@@ -161,15 +195,18 @@ impl ServeArgs {
         }
     }
 
-    pub fn public_url(&self) -> String {
-        self.public_url.clone().unwrap_or_else(|| {
-            let scheme = if self.tls_cert.is_some() {
-                "https"
-            } else {
-                "http"
-            };
-            format!("{scheme}://{}", self.listen)
-        })
+    /// The service's public URLs: those given, or the one `--listen`'s bound address (`bound`,
+    /// which tells the port when listening on port 0) makes.
+    pub fn public_urls(&self, bound: SocketAddr) -> Vec<String> {
+        if !self.public_url.is_empty() {
+            return self.public_url.clone();
+        }
+        let scheme = if self.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        vec![format!("{scheme}://{bound}")]
     }
 
     /// Settings for an in-process test server: port 0, the given data dir, defaults otherwise.
@@ -242,12 +279,6 @@ pub struct SetRateLimitArgs {
     pub limit: u32,
 }
 
-/// Drops any password from a backend URL before it is shown or logged.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***{}", &url[..scheme], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
+/// Backend URLs are shown and logged only through this (D21); it lives in `schemas` so the
+/// log and store crates redact their own error messages the same way.
+pub use schemas::redact::redact_url;

@@ -4,8 +4,10 @@
 pub mod app;
 pub mod commands;
 pub mod config;
+pub mod connections;
 pub mod demo;
 pub mod server;
+pub mod web_bot_auth_keys;
 
 use config::{Cli, Command};
 

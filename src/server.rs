@@ -1,6 +1,6 @@
-//! Starting and stopping the service: open the store, the server secret and the limiter, write
-//! the development organization on first start, bind the listener (plain or TLS), and serve
-//! until the shutdown token is cancelled, finishing requests in flight.
+//! Starting and stopping the service: bind the listener, open the store, the server secret and
+//! the limiter, write the development organization on first start, and serve (plain or TLS,
+//! `connections`) until the shutdown token is cancelled, finishing requests in flight.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,10 +11,12 @@ use edge::Authenticator;
 use edge::limiter::Limiter;
 use edge::secrets::ServerSecret;
 use edge::transport::Listener;
+use ingest::web_bot_auth::{Directories, TrustedAgents};
 use store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeArgs, StoreArgs, redact_url};
+use crate::connections::{ConnectionLimits, Transport};
 
 /// A running server; tests hold one per case.
 pub struct RunningServer {
@@ -61,7 +63,13 @@ pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret
 
 pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     args.validate().map_err(anyhow::Error::msg)?;
-    edge::context::set_public_url(&args.public_url());
+    // Bound first: with `--listen …:0` the default public URL needs the port.
+    let std_listener = std::net::TcpListener::bind(args.listen)
+        .with_context(|| format!("binding {}", args.listen))?;
+    std_listener.set_nonblocking(true)?;
+    let addr = std_listener.local_addr()?;
+    let public_urls = args.public_urls(addr);
+    edge::context::set_public_url(&public_urls[0]);
     let (store, secret) = open_store(&args.store).await?;
     let credentials_path = args.store.data_dir.join("credentials.json");
     if args.store.is_embedded() {
@@ -78,11 +86,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     });
     let rotation_grace =
         chrono::Duration::from_std(args.rotation_grace).context("--rotation-grace is too large")?;
-    let agents = match &args.web_bot_auth_keys {
-        Some(path) => ingest::web_bot_auth::TrustedAgents::from_file(path)
-            .map_err(|e| anyhow::anyhow!("--web-bot-auth-keys: {e}"))?,
-        None => ingest::web_bot_auth::TrustedAgents::default(),
-    };
+    let shutdown = CancellationToken::new();
+    let agents = trusted_agents(&args, &public_urls, &shutdown)?;
     let log = bus::open(&args.bus_url())
         .await
         .context("opening the log")?;
@@ -92,7 +97,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let events = processor::pipeline::prepare_log(&log)
         .await
         .context("preparing the log's topics")?;
-    let shutdown = CancellationToken::new();
     // The processor role: consumes the batches ingest appends, stores decisions and events.
     let processor = tokio::spawn(processor::pipeline::run(
         processor::pipeline::Pipeline {
@@ -116,48 +120,33 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         batches,
         auth,
         rotation_grace,
-        agents: Arc::new(agents),
+        agents,
     });
 
     let router = app.clone();
-    let std_listener = std::net::TcpListener::bind(args.listen)
-        .with_context(|| format!("binding {}", args.listen))?;
-    std_listener.set_nonblocking(true)?;
-    let addr = std_listener.local_addr()?;
-    let task = match (&args.tls_cert, &args.tls_key) {
+    let (transport, listener_kind) = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
                 .await
                 .context("loading --tls-cert and --tls-key")?;
-            let app = app.layer(axum::Extension(Listener::Tls));
-            let handle = axum_server::Handle::new();
-            let token = shutdown.clone();
-            let stopper = handle.clone();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                stopper.graceful_shutdown(Some(std::time::Duration::from_secs(30)));
-            });
-            let server = axum_server::from_tcp_rustls(std_listener, config)?
-                .handle(handle)
-                .serve(app.into_make_service_with_connect_info::<SocketAddr>());
-            tokio::spawn(async move { server.await.context("serving TLS") })
+            (Transport::Tls(config), Listener::Tls)
         }
-        _ => {
-            let listener = tokio::net::TcpListener::from_std(std_listener)?;
-            let app = app.layer(axum::Extension(Listener::Plain));
-            let token = shutdown.clone();
-            tokio::spawn(async move {
-                axum::serve(
-                    listener,
-                    app.into_make_service_with_connect_info::<SocketAddr>(),
-                )
-                .with_graceful_shutdown(async move { token.cancelled().await })
-                .await
-                .context("serving HTTP")
-            })
-        }
+        _ => (Transport::Plain, Listener::Plain),
     };
+    let app = app.layer(axum::Extension(listener_kind));
+    let listener = tokio::net::TcpListener::from_std(std_listener)?;
+    let limits = ConnectionLimits {
+        header_read_timeout: args.header_read_timeout,
+        keep_alive_timeout: args.keep_alive_timeout,
+        max_connections: args.max_connections,
+    };
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move {
+        crate::connections::serve(listener, transport, app, limits, token)
+            .await
+            .context("serving")
+    });
     // The server's task ends when both the listener and the processor have stopped, so that a
     // stopped server holds no store or log handle.
     let task = tokio::spawn(async move {
@@ -165,7 +154,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         let _ = processor.await;
         served
     });
-    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), "vigil is serving");
+    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");
     Ok(RunningServer {
         addr,
         store,
@@ -176,6 +165,36 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         shutdown,
         task,
     })
+}
+
+/// The agents trusted for Web Bot Auth, for signatures made for one of `public_urls`; their
+/// keys file is kept current until `shutdown`.
+fn trusted_agents(
+    args: &ServeArgs,
+    public_urls: &[String],
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Arc<TrustedAgents>> {
+    let authorities = public_urls
+        .iter()
+        .map(|url| ingest::web_bot_auth::authority_of(url))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--public-url: {e}"))?;
+    let Some(path) = &args.web_bot_auth_keys else {
+        return Ok(Arc::new(TrustedAgents::new(
+            Directories::default(),
+            authorities,
+        )));
+    };
+    let directories =
+        Directories::from_file(path).map_err(|e| anyhow::anyhow!("--web-bot-auth-keys: {e}"))?;
+    let agents = Arc::new(TrustedAgents::new(directories, authorities));
+    tokio::spawn(crate::web_bot_auth_keys::keep_current(
+        agents.clone(),
+        path.clone(),
+        args.web_bot_auth_refresh,
+        shutdown.clone(),
+    ));
+    Ok(agents)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

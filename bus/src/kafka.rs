@@ -1,6 +1,9 @@
-//! The Kafka backend (`kafka://host:port[,host:port...][?property=value&...]`) over rdkafka and
-//! its bundled librdkafka.
+//! The Kafka backend (`kafka://[user:password@]host:port[,host:port...][?property=value&...]`)
+//! over rdkafka and its bundled librdkafka.
 //!
+//! - SASL credentials come as the URL's user-info or as `sasl.username`/`sasl.password`
+//!   properties; neither reaches a log or an error message (D21): the config's `Debug`, its
+//!   errors and librdkafka's configuration errors show secret properties as `***`.
 //! - Appends go through one idempotent `FutureProducer` with `acks=all`, so an acknowledged
 //!   record is on every in-sync replica, and librdkafka's retries neither duplicate nor reorder
 //!   records of a partition. The partition is computed here ([`partition_for`]) and passed
@@ -56,7 +59,7 @@ const RESERVED: &[&str] = &[
 ];
 
 /// Where the brokers are and any extra librdkafka properties (TLS, SASL, tuning).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct KafkaConfig {
     /// `host:port[,host:port...]`, as librdkafka's `bootstrap.servers`.
     pub brokers: String,
@@ -72,9 +75,19 @@ impl KafkaConfig {
         }
     }
 
-    /// Parses what follows `kafka://`: `host:port[,host:port...]` and an optional
-    /// `?name=value&...` of librdkafka properties (form-urlencoded).
+    /// Parses what follows `kafka://`: an optional `user:password@` (percent-encoded), then
+    /// `host:port[,host:port...]` and an optional `?name=value&...` of librdkafka properties
+    /// (form-urlencoded).
+    ///
+    /// User-info sets `sasl.username` and `sasl.password`, with `sasl.mechanism=PLAIN` and
+    /// `security.protocol=sasl_ssl` unless the URL's properties choose others: a password is
+    /// never sent in the clear unless the URL says `security.protocol=sasl_plaintext`.
     pub fn parse(rest: &str) -> Result<Self> {
+        // The last `@` ends the user-info, as in `schemas::redact`: a password may hold `@`.
+        let (user_info, rest) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
         let (brokers, query) = rest.split_once('?').unwrap_or((rest, ""));
         let brokers = brokers.trim_end_matches('/');
         let valid_broker = |b: &str| {
@@ -97,7 +110,73 @@ impl KafkaConfig {
                 .properties
                 .push((name.into_owned(), value.into_owned()));
         }
+        if let Some(user_info) = user_info {
+            config.add_sasl_credentials(user_info)?;
+        }
         Ok(config)
+    }
+
+    fn property(&self, name: &str) -> Option<&str> {
+        self.properties
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn add_sasl_credentials(&mut self, user_info: &str) -> Result<()> {
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| {
+                    BusError::Invalid("the kafka URL's user-info is not UTF-8 once decoded".into())
+                })
+        };
+        let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
+        if user.is_empty() || password.is_empty() {
+            return Err(BusError::Invalid(
+                "a kafka URL's user-info is `user:password` (percent-encoded), for SASL".into(),
+            ));
+        }
+        if self.property("sasl.username").is_some() || self.property("sasl.password").is_some() {
+            return Err(BusError::Invalid(
+                "the kafka URL gives SASL credentials twice: as user-info and as sasl.username/sasl.password".into(),
+            ));
+        }
+        let (user, password) = (decode(user)?, decode(password)?);
+        self.properties.push(("sasl.username".into(), user));
+        self.properties.push(("sasl.password".into(), password));
+        if self.property("sasl.mechanism").is_none() && self.property("sasl.mechanisms").is_none() {
+            self.properties
+                .push(("sasl.mechanism".into(), "PLAIN".into()));
+        }
+        if self.property("security.protocol").is_none() {
+            self.properties
+                .push(("security.protocol".into(), "sasl_ssl".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Secret properties (`sasl.password`, `ssl.key.pem`, ...) show as `***`.
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: Vec<(&str, &str)> = self
+            .properties
+            .iter()
+            .map(|(name, value)| {
+                let shown = if schemas::redact::is_secret_name(name) {
+                    schemas::redact::REDACTED
+                } else {
+                    value.as_str()
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("properties", &properties)
+            .finish()
     }
 }
 
@@ -113,7 +192,19 @@ pub struct KafkaLog {
 }
 
 fn unavailable(context: &str, e: KafkaError) -> BusError {
-    BusError::Unavailable(format!("kafka: {context}: {e}"))
+    BusError::Unavailable(format!("kafka: {context}: {}", describe(&e)))
+}
+
+/// The error as text, without the value of a secret property: rdkafka's `Display` of a
+/// configuration error names the property and its value (a `ssl.key.password` this build
+/// cannot use would be printed whole).
+fn describe(e: &KafkaError) -> String {
+    match e {
+        KafkaError::ClientConfig(_, _, name, _) if schemas::redact::is_secret_name(name) => {
+            format!("client config error: property `{name}` was refused (its value is not shown)")
+        }
+        other => other.to_string(),
+    }
 }
 
 impl KafkaLog {

@@ -193,7 +193,8 @@ pub async fn open(url: &str) -> Result<Log> {
         open_kafka(rest)
     } else {
         Err(BusError::NotEnabled(format!(
-            "unknown log URL `{url}`: expected embedded:<dir> or kafka://host:9092[,host...]"
+            "unknown log URL `{}`: expected embedded:<dir> or kafka://host:9092[,host...]",
+            schemas::redact::redact_url(url)
         )))
     }
 }

@@ -229,7 +229,8 @@ impl Limiter {
             })
         } else {
             Err(format!(
-                "unknown limiter `{url}`: expected `local` or `redis://host:6379`"
+                "unknown limiter `{}`: expected `local` or `redis://host:6379`",
+                schemas::redact::redact_url(url)
             ))
         }
     }

@@ -3,15 +3,29 @@
 //! signing key. The cryptography and the parsing of `Signature-Input` are Cloudflare's
 //! `web-bot-auth` crate; this module supplies what the crate leaves to its caller: the request's
 //! components, the trusted agents' keys, the time window (the crate never checks `expires`),
-//! and the rule that a key only speaks for the agent whose directory it came from.
+//! the rule that a key only speaks for the agent whose directory it came from, and the two
+//! rules that make a signature good for one request to this service only:
+//!
+//! - the covered `@authority` is checked against the service's own public authorities (from
+//!   `--public-url`), never against the request's `Host`, so a signature made for another site
+//!   cannot be re-hosted here by sending that site's name as `Host`;
+//! - a signature's `nonce` is remembered until the signature expires ([`replay`]), so a replay
+//!   reads invalid. A signature without a nonce cannot be told from its replay, so it reads
+//!   invalid too: the crate does not insist on a nonce, but a verified outcome here promises
+//!   that the agent made this very request.
 //!
 //! Trusted agents come from the operator (`--web-bot-auth-keys`, a JSON file mapping each
 //! agent's origin to its key directory, the JWKS it serves at
 //! `/.well-known/http-message-signatures-directory`). Directories are never fetched from the
 //! network at request time: a request must not make the service call out to a URL it names.
+//! The file can be read again while the service runs ([`TrustedAgents::reload`]); a file that
+//! does not parse leaves the directories in use as they were.
+
+pub mod replay;
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use axum::http::HeaderMap;
 use schemas::collect::{WebBotAuthCheck, WebBotAuthStatus};
@@ -23,28 +37,24 @@ use web_bot_auth::keyring::{Algorithm, JSONWebKeySet, KeyRing};
 use web_bot_auth::message_signatures::SignedMessage;
 use web_bot_auth::{ImplementationError, SignatureAgentLink, WebBotAuthVerifier};
 
+use replay::{NonceUse, SeenNonces};
+
 /// How far a signature's `created` and `expires` may be from our clock.
 const CLOCK_SKEW_SECS: i64 = 60;
 /// The longest `Signature-Agent` kept when reporting an unverified claim.
 const MAX_AGENT_LEN: usize = 256;
+/// The longest nonce remembered; Web Bot Auth's are 88 characters (base64 of 64 bytes).
+const MAX_NONCE_LEN: usize = 256;
 
 /// The keys of the agents the operator trusts, by key id (the JWK thumbprint that `keyid`
 /// carries), with the agent each belongs to.
 #[derive(Default)]
-pub struct TrustedAgents {
+pub struct Directories {
     ring: KeyRing,
     owner: HashMap<String, String>,
 }
 
-impl std::fmt::Debug for TrustedAgents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TrustedAgents")
-            .field("keys", &self.owner.len())
-            .finish()
-    }
-}
-
-impl TrustedAgents {
+impl Directories {
     /// Reads `{ "<agent origin>": <its key directory (JWKS)>, ... }`. Keys other than Ed25519
     /// are skipped (the only algorithm Web Bot Auth uses); a directory with none is an error,
     /// so a typo does not silently trust nobody.
@@ -53,7 +63,7 @@ impl TrustedAgents {
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
         let directories: HashMap<String, serde_json::Value> = serde_json::from_str(&text)
             .map_err(|e| format!("{}: not a JSON object of agents: {e}", path.display()))?;
-        let mut agents = TrustedAgents::default();
+        let mut agents = Directories::default();
         for (agent, directory) in directories {
             let added = agents.add_directory(&agent, directory)?;
             if added == 0 {
@@ -67,7 +77,8 @@ impl TrustedAgents {
     }
 
     /// Trusts `agent` (an origin, such as `https://crawler.example`) for the Ed25519 keys of
-    /// `directory`; returns how many it added.
+    /// `directory`; returns how many it has. A key already in another agent's directory is an
+    /// error: a key speaks for one agent only.
     pub fn add_directory(
         &mut self,
         agent: &str,
@@ -78,12 +89,117 @@ impl TrustedAgents {
         let agent = agent.trim_end_matches('/').to_ascii_lowercase();
         let mut added = 0;
         for jwk in &set.keys {
-            if self.ring.try_import_jwk(jwk).is_ok() {
-                self.owner.insert(jwk.b64_thumbprint(), agent.clone());
-                added += 1;
+            let keyid = jwk.b64_thumbprint();
+            match self.owner.get(&keyid) {
+                Some(owner) if *owner != agent => {
+                    return Err(format!(
+                        "key {keyid} is in the directories of both {owner} and {agent}"
+                    ));
+                }
+                Some(_) => added += 1,
+                None => {
+                    if self.ring.try_import_jwk(jwk).is_ok() {
+                        self.owner.insert(keyid, agent.clone());
+                        added += 1;
+                    }
+                }
             }
         }
         Ok(added)
+    }
+
+    /// How many keys are trusted.
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+}
+
+/// What a reload found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Keys trusted now.
+    pub keys: usize,
+    /// Whether any key or its agent differs from before.
+    pub changed: bool,
+}
+
+/// The agents trusted for Web Bot Auth, the service's public authorities, and the nonces of
+/// signatures already seen: everything [`TrustedAgents::check`] needs.
+pub struct TrustedAgents {
+    /// Replaced whole by a reload; a check works on the directories it started with.
+    directories: RwLock<Arc<Directories>>,
+    /// `host[:port]` of each `--public-url`, lower case, the scheme's default port left out
+    /// (RFC 9421 §2.2.3).
+    authorities: Vec<String>,
+    nonces: SeenNonces,
+}
+
+impl std::fmt::Debug for TrustedAgents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrustedAgents")
+            .field("keys", &self.current().len())
+            .field("authorities", &self.authorities)
+            .finish()
+    }
+}
+
+/// The `@authority` a signature for `public_url` covers: its host and any port other than the
+/// scheme's default, lower case. `Err` for anything but an absolute http(s) URL with a host.
+pub fn authority_of(public_url: &str) -> Result<String, String> {
+    // Echoed in errors, so shown redacted like every URL (D21).
+    let shown = schemas::redact::redact_url(public_url);
+    let url = url::Url::parse(public_url)
+        .map_err(|e| format!("`{shown}` is not an absolute URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("`{shown}` is not an http or https URL"));
+    }
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| format!("`{shown}` names no host"))?;
+    // `port()` is `None` for the scheme's default port, which `@authority` leaves out.
+    Ok(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    }
+    .to_ascii_lowercase())
+}
+
+impl TrustedAgents {
+    /// Trusts the agents of `directories` for signatures that cover one of `authorities` (see
+    /// [`authority_of`]).
+    pub fn new(directories: Directories, authorities: Vec<String>) -> Self {
+        TrustedAgents {
+            directories: RwLock::new(Arc::new(directories)),
+            authorities,
+            nonces: SeenNonces::default(),
+        }
+    }
+
+    fn current(&self) -> Arc<Directories> {
+        self.directories
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads the keys file again and trusts what it names from now on; on any error the
+    /// directories in use stay as they were. Nonces already seen are kept.
+    pub fn reload(&self, path: &Path) -> Result<Reloaded, String> {
+        let fresh = Directories::from_file(path)?;
+        let changed = self.current().owner != fresh.owner;
+        let keys = fresh.len();
+        if changed {
+            *self
+                .directories
+                .write()
+                .unwrap_or_else(PoisonError::into_inner) = Arc::new(fresh);
+        }
+        Ok(Reloaded { keys, changed })
     }
 
     /// Checks the request's signature; `None` when it carries no `Signature` and
@@ -126,8 +242,16 @@ impl TrustedAgents {
             return (Invalid, None);
         }
         let keyid = details.keyid.clone().unwrap_or_default();
-        let Some(owner) = self.owner.get(&keyid) else {
+        let directories = self.current();
+        let Some(owner) = directories.owner.get(&keyid) else {
             return (Unverified, None);
+        };
+        let Some(nonce) = details
+            .nonce
+            .clone()
+            .filter(|n| !n.is_empty() && n.len() <= MAX_NONCE_LEN)
+        else {
+            return (Invalid, None);
         };
         // The key speaks only for its own agent: a `Signature-Agent` naming another directory
         // (or carrying its own inline keys) is a forgery, whatever the signature.
@@ -146,11 +270,54 @@ impl TrustedAgents {
         if !owned {
             return (Invalid, None);
         }
-        match verifier.verify(&self.ring, None) {
-            Ok(_) => (Verified, Some(owner.clone())),
-            Err(ImplementationError::NoSuchKey) => (Unverified, None),
-            Err(_) => (Invalid, None),
+        match self.verify_for_our_authority(request, &directories.ring) {
+            Ok(()) => {}
+            Err(ImplementationError::NoSuchKey) => return (Unverified, None),
+            Err(_) => return (Invalid, None),
         }
+        match self
+            .nonces
+            .first_use(&keyid, &nonce, expires + CLOCK_SKEW_SECS, now)
+        {
+            NonceUse::First => (Verified, Some(owner.clone())),
+            NonceUse::Replayed => (Invalid, None),
+            NonceUse::Full => {
+                tracing::warn!(
+                    agent = %owner,
+                    capacity = SeenNonces::CAPACITY,
+                    "web bot auth: too many unexpired signatures to remember; refusing this one"
+                );
+                (Invalid, None)
+            }
+        }
+    }
+
+    /// Verifies the signature with `@authority` (and `@target-uri`) taken as each of the
+    /// service's public authorities in turn, the one the `Host` header names first: a proxy
+    /// may rewrite `Host`, but a signature only counts if it was made for this service.
+    fn verify_for_our_authority(
+        &self,
+        request: &Request<'_>,
+        ring: &KeyRing,
+    ) -> Result<(), ImplementationError> {
+        let mut candidates: Vec<&String> = self.authorities.iter().collect();
+        candidates.sort_by_key(|a| **a != request.authority);
+        let mut outcome = Err(ImplementationError::LookupError(CoveredComponent::Derived(
+            DerivedComponent::Authority { req: false },
+        )));
+        for authority in candidates {
+            let ours = Request {
+                authority: authority.clone(),
+                ..*request
+            };
+            // A verifier holds the signature base of the request it parsed, so each
+            // authority needs its own.
+            outcome = WebBotAuthVerifier::parse(&ours).and_then(|v| v.verify(ring, None).map(drop));
+            if outcome.is_ok() {
+                break;
+            }
+        }
+        outcome
     }
 }
 
@@ -159,7 +326,8 @@ pub struct Request<'a> {
     pub method: &'a str,
     /// `https` when the request reached us over TLS (directly or through a trusted proxy).
     pub scheme: &'a str,
-    /// The `Host` the client sent, lower case.
+    /// The `Host` the client sent, lower case: which of the service's authorities to try first,
+    /// never what a signature is checked against.
     pub authority: String,
     pub path: &'a str,
     pub query: Option<&'a str>,
@@ -262,11 +430,12 @@ mod tests {
         (dir, path)
     }
 
+    const ED25519: &str = r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}]}"#;
+
     #[test]
     fn a_keys_file_must_name_agents_with_ed25519_keys() {
-        let ed25519 = r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}]}"#;
-        let (_d, good) = file(&format!(r#"{{"https://agent.test/": {ed25519}}}"#));
-        let agents = TrustedAgents::from_file(&good).unwrap();
+        let (_d, good) = file(&format!(r#"{{"https://agent.test/": {ED25519}}}"#));
+        let agents = Directories::from_file(&good).unwrap();
         assert_eq!(
             agents.owner.values().collect::<Vec<_>>(),
             ["https://agent.test"],
@@ -278,11 +447,53 @@ mod tests {
             r#"{"https://agent.test": {"keys": []}}"#,
             r#"{"https://agent.test": {"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}}"#,
             r#"{"https://agent.test": "no directory"}"#,
+            &format!(r#"{{"https://agent.test": {ED25519}, "https://other.test": {ED25519}}}"#),
         ] {
             let (_d, path) = file(bad);
-            assert!(TrustedAgents::from_file(&path).is_err(), "{bad}");
+            assert!(Directories::from_file(&path).is_err(), "{bad}");
         }
-        assert!(TrustedAgents::from_file(Path::new("/nonexistent/agents.json")).is_err());
+        assert!(Directories::from_file(Path::new("/nonexistent/agents.json")).is_err());
+    }
+
+    #[test]
+    fn a_reload_that_fails_keeps_the_directories_in_use() {
+        let (dir, path) = file(&format!(r#"{{"https://agent.test": {ED25519}}}"#));
+        let agents = TrustedAgents::new(Directories::default(), vec!["vigil.test".into()]);
+        assert_eq!(
+            agents.reload(&path),
+            Ok(Reloaded {
+                keys: 1,
+                changed: true
+            })
+        );
+        assert_eq!(
+            agents.reload(&path),
+            Ok(Reloaded {
+                keys: 1,
+                changed: false
+            })
+        );
+        std::fs::write(&path, "{ half a file").unwrap();
+        assert!(agents.reload(&path).is_err());
+        assert!(agents.reload(&dir.path().join("gone.json")).is_err());
+        assert_eq!(agents.current().len(), 1, "the old directories stay");
+    }
+
+    #[test]
+    fn authorities_are_host_and_port_without_the_default_port() {
+        for (url, authority) in [
+            ("https://API.Example/", "api.example"),
+            ("https://api.example:443", "api.example"),
+            ("http://api.example:80/x", "api.example"),
+            ("https://api.example:8443", "api.example:8443"),
+            ("http://127.0.0.1:8080", "127.0.0.1:8080"),
+            ("http://[::1]:8080", "[::1]:8080"),
+        ] {
+            assert_eq!(authority_of(url).as_deref(), Ok(authority), "{url}");
+        }
+        for bad in ["api.example", "ftp://api.example", "https://", "/relative"] {
+            assert!(authority_of(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -290,6 +501,7 @@ mod tests {
         let headers = HeaderMap::new();
         let uri: axum::http::Uri = "/v1/collect/sessions".parse().unwrap();
         let request = Request::new("POST", "https", &uri, &headers);
-        assert_eq!(TrustedAgents::default().check(&request, 0), None);
+        let agents = TrustedAgents::new(Directories::default(), vec!["vigil.test".into()]);
+        assert_eq!(agents.check(&request, 0), None);
     }
 }

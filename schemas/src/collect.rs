@@ -39,8 +39,9 @@ pub struct WebBotAuthCheck {
 pub enum WebBotAuthStatus {
     /// A valid, unexpired signature by a key of a trusted agent's directory.
     Verified,
-    /// A signature that fails: altered, expired, malformed, or by a key its `Signature-Agent`
-    /// does not own.
+    /// A signature that fails: altered, expired, malformed, made for another host than this
+    /// service's public authorities, replayed (its nonce seen before) or without a nonce, or
+    /// by a key its `Signature-Agent` does not own.
     Invalid,
     /// A signature by a key no trusted directory holds: nothing proved either way.
     Unverified,

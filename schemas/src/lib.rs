@@ -1,5 +1,6 @@
 //! Vigil's wire contract: the ids, credential formats, resources, envelopes and error codes that
-//! every crate and every client agrees on. Nothing here does I/O.
+//! every crate and every client agrees on, and the redaction every crate applies before a URL
+//! reaches a log (`redact`). Nothing here does I/O.
 
 pub mod collect;
 pub mod credential;
@@ -7,6 +8,7 @@ pub mod error;
 pub mod events;
 pub mod ids;
 pub mod raw;
+pub mod redact;
 pub mod resources;
 pub mod scope;
 pub mod time;

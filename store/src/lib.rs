@@ -396,7 +396,8 @@ pub async fn open(url: &str) -> Result<Store> {
         ))
     } else {
         Err(StoreError::NotEnabled(format!(
-            "unknown store URL `{url}`: expected embedded:<dir> or scylla://host:9042/keyspace"
+            "unknown store URL `{}`: expected embedded:<dir> or scylla://host:9042/keyspace",
+            schemas::redact::redact_url(url)
         )))
     }
 }

@@ -198,6 +198,149 @@ async fn an_unreachable_redis_is_logged_and_served_around() {
     s.terminate();
 }
 
+#[tokio::test]
+async fn sighup_reloads_the_web_bot_auth_keys_and_a_broken_file_keeps_them() {
+    const KEY: &str =
+        r#"{"kty":"OKP","crv":"Ed25519","x":"JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}"#;
+    let keys_dir = tempfile::tempdir().unwrap();
+    let keys = keys_dir.path().join("agents.json");
+    std::fs::write(
+        &keys,
+        format!(r#"{{"https://one.test": {{"keys": [{KEY}]}}}}"#),
+    )
+    .unwrap();
+    let mut s = Served::start(&[
+        "--web-bot-auth-keys",
+        keys.to_str().unwrap(),
+        "--web-bot-auth-refresh",
+        "0s",
+    ]);
+    let hangup = |s: &Served| {
+        let pid = s.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-HUP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    // A second agent, with RFC 8037's example key.
+    const SECOND: &str =
+        r#"{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#;
+    std::fs::write(
+        &keys,
+        format!(r#"{{"https://one.test": {{"keys": [{KEY}]}}, "https://two.test": {{"keys": [{SECOND}]}}}}"#),
+    )
+    .unwrap();
+    hangup(&s);
+    let line = s.wait_for("web bot auth keys reloaded");
+    assert!(line.contains("SIGHUP") && line.contains("keys=2"), "{line}");
+    std::fs::write(&keys, "{ not json").unwrap();
+    hangup(&s);
+    let line = s.wait_for("web bot auth keys not reloaded");
+    assert!(line.contains("keys in use stay"), "{line}");
+    // Still serving, SIGHUP did not stop it.
+    let r = http_client()
+        .get(format!("{}/healthz", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(s.terminate().success());
+}
+
+/// Runs `vigil serve` with `args` on a fresh data dir until it exits (at most `within`), and
+/// returns its exit status and everything it wrote to stderr.
+fn serve_until_exit(args: &[&str], within: Duration) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(vigil_binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(args)
+        .env("VIGIL_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let deadline = std::time::Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("vigil serve {args:?} did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status, reader.join().unwrap())
+}
+
+#[test]
+fn secrets_in_backend_urls_reach_neither_the_log_nor_an_error() {
+    // Kafka SASL by user-info and by properties: librdkafka tries the unreachable broker (and
+    // logs it) until the topics cannot be prepared, then the start fails. A bad store and a bad
+    // limiter URL fail at once, echoing the URL in their error.
+    let runs: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "--bus",
+                "kafka://app:hunter2@127.0.0.1:1?security.protocol=sasl_plaintext",
+            ],
+            "127.0.0.1:1",
+        ),
+        (
+            vec![
+                "--bus",
+                "kafka://127.0.0.1:1?security.protocol=sasl_plaintext&sasl.mechanism=PLAIN&sasl.username=u&sasl.password=hunter2",
+            ],
+            "127.0.0.1:1",
+        ),
+        (
+            vec!["--bus", "kafka://127.0.0.1:1?ssl.key.password=hunter2"],
+            "ssl.key.password",
+        ),
+        (
+            vec![
+                "--store",
+                "mongodb://app:hunter2@db:27017/vigil?token=hunter2",
+            ],
+            "mongodb://app:***@db:27017/vigil?token=***",
+        ),
+        (
+            vec![
+                "--limiter",
+                "memcached://:hunter2@cache:11211?password=hunter2",
+            ],
+            "memcached://:***@cache:11211?password=***",
+        ),
+    ];
+    let runs: Vec<_> = runs
+        .into_iter()
+        .map(|(args, expected)| {
+            std::thread::spawn(move || {
+                let (status, log) = serve_until_exit(&args, Duration::from_secs(60));
+                (args, expected, status, log)
+            })
+        })
+        .collect();
+    for run in runs {
+        let (args, expected, status, log) = run.join().unwrap();
+        assert!(!status.success(), "{args:?} should not start:\n{log}");
+        assert!(
+            !log.contains("hunter2"),
+            "a secret of {args:?} reached stderr:\n{log}"
+        );
+        assert!(
+            log.contains(expected),
+            "{args:?}: expected {expected:?} in:\n{log}"
+        );
+    }
+}
+
 #[test]
 fn every_serve_flag_has_an_environment_variable() {
     let help = Command::new(vigil_binary())
@@ -219,6 +362,10 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--rotation-grace", "VIGIL_ROTATION_GRACE"),
         ("--session-idle", "VIGIL_SESSION_IDLE"),
         ("--web-bot-auth-keys", "VIGIL_WEB_BOT_AUTH_KEYS"),
+        ("--web-bot-auth-refresh", "VIGIL_WEB_BOT_AUTH_REFRESH"),
+        ("--header-read-timeout", "VIGIL_HEADER_READ_TIMEOUT"),
+        ("--keep-alive-timeout", "VIGIL_KEEP_ALIVE_TIMEOUT"),
+        ("--max-connections", "VIGIL_MAX_CONNECTIONS"),
         ("--anonymous-rate-limit", "VIGIL_ANONYMOUS_RATE_LIMIT"),
         ("--public-url", "VIGIL_PUBLIC_URL"),
         ("--log-format", "VIGIL_LOG_FORMAT"),
@@ -243,7 +390,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 17,
+        flags, 21,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

@@ -2,13 +2,16 @@
 //! Ed25519 key (RFC 9421, `Signature-Agent`, tag `web-bot-auth`); ingest checks the signature
 //! against the directories of the agents the operator trusts (`--web-bot-auth-keys`), the log
 //! record carries the outcome, and the processor scores it: a verified agent reads
-//! `verified_bot`, a forged or altered signature `bot`, an unknown key `unverified`.
+//! `verified_bot`, a forged or altered signature `bot`, an unknown key `unverified`. A
+//! signature counts once (a replay reads invalid), only for this service's own public
+//! authorities (never for the `Host` a client sends), and the trusted keys can be reloaded
+//! while the service runs.
 
 use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde_json::Value;
-use vigil_tests::collect::open_session;
+use vigil_tests::collect::{CollectSession, logged_batches, open_session};
 use vigil_tests::{TestServer, json};
 use web_bot_auth::components::{
     CoveredComponent, DerivedComponent, HTTPField, HTTPFieldParameters, HTTPFieldParametersSet,
@@ -54,8 +57,17 @@ struct Signing<'a> {
     path: &'a str,
 }
 
-/// `Signature-Input`, `Signature` and `Signature-Agent` for `POST {authority}{path}`.
+/// `Signature-Input`, `Signature` and `Signature-Agent` for `POST {authority}{path}`, with a
+/// fresh nonce.
 fn sign(authority: &str, signing: &Signing<'_>) -> [(&'static str, String); 3] {
+    sign_with_nonce(authority, signing, &format!("n-{}", ulid::Ulid::generate()))
+}
+
+fn sign_with_nonce(
+    authority: &str,
+    signing: &Signing<'_>,
+    nonce: &str,
+) -> [(&'static str, String); 3] {
     let agent_header = format!("sig1=\"{}\"", signing.agent);
     let mut components = IndexMap::new();
     components.insert(
@@ -84,7 +96,7 @@ fn sign(authority: &str, signing: &Signing<'_>) -> [(&'static str, String); 3] {
     };
     MessageSigner {
         keyid: signing.key_id.into(),
-        nonce: format!("n-{}", ulid::Ulid::generate()),
+        nonce: nonce.to_owned(),
         tag: "web-bot-auth".into(),
     }
     .generate_signature_headers_content(
@@ -102,11 +114,194 @@ fn sign(authority: &str, signing: &Signing<'_>) -> [(&'static str, String); 3] {
 }
 
 async fn server() -> (TestServer, tempfile::TempDir) {
+    server_with(|_| {}).await
+}
+
+/// A server trusting [`AGENT`], with settings changed by `configure`; the keys file is
+/// `agents.json` in the returned directory.
+async fn server_with(
+    configure: impl Fn(&mut vigil::config::ServeArgs) + Send + Sync + 'static,
+) -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("agents.json");
     std::fs::write(&keys, format!(r#"{{"{AGENT}": {DIRECTORY}}}"#)).unwrap();
-    let s = TestServer::start_with(move |a| a.web_bot_auth_keys = Some(keys.clone())).await;
+    let s = TestServer::start_with(move |a| {
+        a.web_bot_auth_keys = Some(keys.clone());
+        configure(a);
+    })
+    .await;
     (s, dir)
+}
+
+/// The signing agent of the tests: the RFC's key, its directory, its own path.
+fn trusted<'a>(path: &'a str) -> Signing<'a> {
+    Signing {
+        key: PRIVATE_KEY,
+        key_id: KEY_ID,
+        agent: AGENT,
+        path,
+    }
+}
+
+/// Sends batch `seq` of `session` with `headers` (and `Host: host` when given), and returns
+/// the Web Bot Auth outcome its log record carries.
+async fn outcome(
+    s: &TestServer,
+    session: &CollectSession,
+    seq: u64,
+    headers: &[(&'static str, String)],
+    host: Option<&str>,
+) -> Value {
+    let pk = &s.creds.keys.publishable_test;
+    let mut batch = s
+        .post(&format!("/v1/collect/sessions/{}/batches", session.id))
+        .key(pk);
+    for (name, value) in headers {
+        batch = batch.header(name, value);
+    }
+    if let Some(host) = host {
+        batch = batch.header("host", host);
+    }
+    let probes = json!({"kind": "interactions", "events": []});
+    batch.json(session.batch(seq, &probes)).send().await.ok(202);
+    let records = logged_batches(s).await;
+    let record = records
+        .iter()
+        .find(|r| r["session_id"] == session.id.as_str() && r["seq"] == seq)
+        .unwrap_or_else(|| panic!("batch {seq} of {} is not in the log", session.id));
+    record["request"]["web_bot_auth"].clone()
+}
+
+fn batches_path(session: &CollectSession) -> String {
+    format!("/v1/collect/sessions/{}/batches", session.id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_counts_once_and_one_without_a_nonce_not_at_all() {
+    let (s, _dir) = server().await;
+    let session = open_session(&s, &s.creds.keys.publishable_test).await;
+    let authority = s.base.trim_start_matches("http://").to_owned();
+    let path = batches_path(&session);
+    let signed = sign(&authority, &trusted(&path));
+    assert_eq!(
+        outcome(&s, &session, 1, &signed, None).await["status"],
+        "verified"
+    );
+    // The same signed request again, within the signature's minute: a replay.
+    let replayed = outcome(&s, &session, 2, &signed, None).await;
+    assert_eq!(replayed["status"], "invalid", "{replayed}");
+    // The agent's next request, signed afresh, is its own again.
+    let fresh = sign(&authority, &trusted(&path));
+    assert_eq!(
+        outcome(&s, &session, 3, &fresh, None).await["status"],
+        "verified"
+    );
+    // An empty nonce cannot tell a request from its replay.
+    let no_nonce = sign_with_nonce(&authority, &trusted(&path), "");
+    assert_eq!(
+        outcome(&s, &session, 4, &no_nonce, None).await["status"],
+        "invalid"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_signatures_made_for_our_public_authorities_count_whatever_the_host_header() {
+    let (s, _dir) = server_with(|a| {
+        a.public_url = vec![
+            "https://vigil.example".into(),
+            "https://api.vigil.example:8443/".into(),
+        ]
+    })
+    .await;
+    let session = open_session(&s, &s.creds.keys.publishable_test).await;
+    let path = batches_path(&session);
+    let listen = s.base.trim_start_matches("http://").to_owned();
+    let cases: [(&str, Option<&str>, &str); 6] = [
+        // Made for us and sent to us.
+        ("vigil.example", Some("vigil.example"), "verified"),
+        // Made for our second name.
+        (
+            "api.vigil.example:8443",
+            Some("api.vigil.example:8443"),
+            "verified",
+        ),
+        // Made for us, through a proxy that rewrote Host.
+        ("vigil.example", None, "verified"),
+        // Made for another site and re-hosted here, with that site's Host to match.
+        ("shop.example", Some("shop.example"), "invalid"),
+        // Our listen address is not a public authority.
+        (listen.as_str(), None, "invalid"),
+        // The default port is not part of the authority, so a signature naming it differs.
+        ("vigil.example:443", Some("vigil.example:443"), "invalid"),
+    ];
+    for (seq, (signed_for, host, expected)) in (1..).zip(cases) {
+        let headers = sign(signed_for, &trusted(&path));
+        let got = outcome(&s, &session, seq, &headers, host).await;
+        assert_eq!(
+            got["status"], expected,
+            "signed for {signed_for}, Host {host:?}: {got}"
+        );
+    }
+}
+
+/// A second agent's key, made for the test: its private half and its key directory.
+fn second_agent() -> ([u8; 32], String, String) {
+    use base64::Engine as _;
+    let private = [42u8; 32];
+    let public = ed25519_dalek::SigningKey::from_bytes(&private).verifying_key();
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(public.to_bytes());
+    let jwk = web_bot_auth::keyring::Thumbprintable::OKP {
+        crv: "Ed25519".into(),
+        x: x.clone(),
+    };
+    let directory = format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","x":"{x}"}}]}}"#);
+    (private, jwk.b64_thumbprint(), directory)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_keys_file_trusts_a_new_agent_and_a_broken_one_changes_nothing() {
+    let (s, dir) = server_with(|a| a.web_bot_auth_refresh = Duration::from_millis(200)).await;
+    let session = open_session(&s, &s.creds.keys.publishable_test).await;
+    let authority = s.base.trim_start_matches("http://").to_owned();
+    let path = batches_path(&session);
+    let (private, key_id, directory) = second_agent();
+    let newcomer = |path| Signing {
+        key: private,
+        key_id: &key_id,
+        agent: "https://newcomer.test",
+        path,
+    };
+    let mut seq = 1;
+    let first = outcome(&s, &session, seq, &sign(&authority, &newcomer(&path)), None).await;
+    assert_eq!(first["status"], "unverified", "{first}");
+
+    let keys = dir.path().join("agents.json");
+    std::fs::write(
+        &keys,
+        format!(r#"{{"{AGENT}": {DIRECTORY}, "https://newcomer.test": {directory}}}"#),
+    )
+    .unwrap();
+    let mut reloaded = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seq += 1;
+        let got = outcome(&s, &session, seq, &sign(&authority, &newcomer(&path)), None).await;
+        if got["status"] == "verified" {
+            assert_eq!(got["signature_agent"], "https://newcomer.test");
+            reloaded = true;
+            break;
+        }
+    }
+    assert!(reloaded, "the new agent was not trusted within 5 s");
+
+    // A half-written file is not read: the agents stay trusted.
+    std::fs::write(&keys, r#"{"https://newcomer.test": {"keys": ["#).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for signing in [newcomer(&path), trusted(&path)] {
+        seq += 1;
+        let got = outcome(&s, &session, seq, &sign(&authority, &signing), None).await;
+        assert_eq!(got["status"], "verified", "{got}");
+    }
 }
 
 /// Sends the probes batch of a fresh session, signed as `signing` says (unsigned when `None`),

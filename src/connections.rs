@@ -1,0 +1,376 @@
+//! Serving connections (D20): one accept loop for the plain and the TLS listener, with a cap on
+//! connections served at once and a watchdog per connection, so slow and idle clients cannot
+//! hold the server's sockets.
+//!
+//! - **Cap.** A connection is accepted only once a slot is free (`--max-connections`); over
+//!   the cap, new clients wait in the kernel's listen queue rather than being refused, and are
+//!   served as slots free up. A slot is held by the socket itself, so an upgraded connection (a
+//!   WebSocket) keeps its slot until it closes.
+//! - **Header-read timeout.** A request's headers must arrive within `--header-read-timeout`
+//!   of their first byte; a new connection's first request (TLS handshake included) within
+//!   that time of its opening. A client trickling headers is disconnected.
+//! - **Idle timeout.** A connection with no request in flight and no traffic for
+//!   `--keep-alive-timeout` is closed. With HTTP/2, any frame that arrives while no request is
+//!   in flight starts the header clock, so a client idle but for pings is closed after the
+//!   header-read timeout.
+//!
+//! hyper has a header-read timeout of its own (with a timer installed), but it also runs while
+//! a kept-alive HTTP/1 connection waits for its next request, so it would close idle
+//! connections after the header timeout rather than the keep-alive one, and it does not cover
+//! the TLS handshake, the HTTP/1-or-2 detection or HTTP/2. The watchdog here times all of them
+//! from the bytes that cross the socket and the requests hyper hands over, and hyper's is left
+//! off (no timer is installed).
+//!
+//! Shutdown: when the token is cancelled the loop stops accepting, every connection finishes
+//! its requests in flight (HTTP/1 closes when idle, HTTP/2 sends GOAWAY), and connections still
+//! open after [`SHUTDOWN_GRACE`] are closed.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum_server::accept::{Accept, DefaultAcceptor};
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt as _;
+
+/// How long connections may take to finish their requests once shutdown begins.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The limits of `--header-read-timeout`, `--keep-alive-timeout` and `--max-connections`.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub header_read_timeout: Duration,
+    pub keep_alive_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// How the listener speaks.
+pub enum Transport {
+    Plain,
+    Tls(RustlsConfig),
+}
+
+/// Serves `app` on `listener` until `shutdown` is cancelled and the connections have finished
+/// (or [`SHUTDOWN_GRACE`] has passed).
+pub async fn serve(
+    listener: TcpListener,
+    transport: Transport,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = TaskTracker::new();
+    let closing = CancellationToken::new();
+    let tls = match transport {
+        Transport::Plain => None,
+        Transport::Tls(config) => {
+            Some(RustlsAcceptor::new(config).handshake_timeout(limits.header_read_timeout))
+        }
+    };
+    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+    let mut last_accept_warning: Option<Instant> = None;
+    loop {
+        // A slot first, then a connection: over the cap, clients wait in the listen queue.
+        let slot = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            slot = slots.clone().acquire_owned() => slot.map_err(io::Error::other)?,
+        };
+        let (stream, peer) = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was accepted:
+                    // wait a moment and go on; say so at most once a second.
+                    if last_accept_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        tracing::warn!(error = %e, "accepting a connection");
+                        last_accept_warning = Some(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let activity = Arc::new(Activity::new());
+        let io = Watched {
+            inner: stream,
+            activity: activity.clone(),
+            _slot: slot,
+        };
+        let connection = Connection {
+            peer,
+            app: app.clone(),
+            builder: builder.clone(),
+            activity,
+            limits,
+            shutdown: shutdown.clone(),
+            closing: closing.clone(),
+        };
+        match &tls {
+            None => connections.spawn(connection.serve(io)),
+            Some(acceptor) => connections.spawn(connection.serve_tls(acceptor.clone(), io)),
+        };
+    }
+    // Closing the listener refuses new connections at once instead of leaving them queued.
+    drop(listener);
+    connections.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still busy {SHUTDOWN_GRACE:?} after shutdown began: closing them"
+        );
+        closing.cancel();
+        connections.wait().await;
+    }
+    Ok(())
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
+    peer: SocketAddr,
+    app: Router,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    activity: Arc<Activity>,
+    limits: ConnectionLimits,
+    /// Finish the requests in flight, then close.
+    shutdown: CancellationToken,
+    /// Close now: the shutdown grace is over.
+    closing: CancellationToken,
+}
+
+impl Connection {
+    async fn serve_tls(self, acceptor: RustlsAcceptor<DefaultAcceptor>, io: Watched) {
+        let handshake = tokio::select! {
+            done = acceptor.accept(io, ()) => done,
+            _ = self.activity.clone().watchdog(self.limits) => return,
+            _ = self.shutdown.cancelled() => return,
+        };
+        match handshake {
+            Ok((stream, ())) => self.serve(stream).await,
+            Err(e) => tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed"),
+        }
+    }
+
+    async fn serve<I>(self, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            peer,
+            app,
+            builder,
+            activity,
+            limits,
+            shutdown,
+            closing,
+        } = self;
+        let in_flight = activity.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let started = in_flight.request_started();
+            let app = app.clone();
+            async move {
+                let response = app.oneshot(request).await;
+                drop(started);
+                response
+            }
+        });
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        let watchdog = activity.watchdog(limits);
+        tokio::pin!(watchdog);
+        let outcome = tokio::select! {
+            outcome = connection.as_mut() => outcome,
+            // Dropping the connection closes the socket.
+            _ = &mut watchdog => {
+                tracing::debug!(%peer, "closing a connection past its header-read or idle timeout");
+                return;
+            }
+            _ = closing.cancelled() => return,
+            _ = shutdown.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                tokio::select! {
+                    outcome = connection.as_mut() => outcome,
+                    _ = &mut watchdog => return,
+                    _ = closing.cancelled() => return,
+                }
+            }
+        };
+        if let Err(e) = outcome {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// Marks "no request head is arriving" in [`Activity::head_since`].
+const NONE: u64 = u64::MAX;
+
+/// What crosses one connection, in milliseconds since it opened: what its watchdog reads.
+struct Activity {
+    opened: Instant,
+    /// The last byte read or written.
+    last_io: AtomicU64,
+    /// When the head of the next request began to arrive (its first byte with no request in
+    /// flight), or [`NONE`]. A new connection's first request is due from its opening.
+    head_since: AtomicU64,
+    /// Requests handed to the app and not yet answered.
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            opened: Instant::now(),
+            last_io: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(NONE - 1)
+    }
+
+    fn read(&self) {
+        let now = self.now();
+        self.last_io.store(now, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            // Only the first byte starts the clock: a trickle does not restart it.
+            let _ =
+                self.head_since
+                    .compare_exchange(NONE, now, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    fn wrote(&self) {
+        self.last_io.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// A request's head was read whole and handed to the app; it is in flight until the
+    /// returned guard drops.
+    fn request_started(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_since.store(NONE, Ordering::Release);
+        InFlight(self.clone())
+    }
+
+    /// Resolves when the connection has broken a limit and must be closed.
+    async fn watchdog(self: Arc<Self>, limits: ConnectionLimits) {
+        let header = u64::try_from(limits.header_read_timeout.as_millis()).unwrap_or(NONE - 1);
+        let idle = u64::try_from(limits.keep_alive_timeout.as_millis()).unwrap_or(NONE - 1);
+        loop {
+            let deadline = if self.in_flight.load(Ordering::Acquire) > 0 {
+                None
+            } else {
+                match self.head_since.load(Ordering::Acquire) {
+                    NONE => Some(self.last_io.load(Ordering::Relaxed).saturating_add(idle)),
+                    since => Some(since.saturating_add(header)),
+                }
+            };
+            match deadline {
+                Some(at) if at <= self.now() => return,
+                Some(at) => match self.opened.checked_add(Duration::from_millis(at)) {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    // A timeout too long to represent: never.
+                    None => std::future::pending().await,
+                },
+                // A request is being answered; look again later.
+                None => tokio::time::sleep(limits.header_read_timeout).await,
+            }
+        }
+    }
+}
+
+/// A request in flight on a connection; dropping it (the answer is ready, or the request was
+/// abandoned) makes the connection idle again if it was the last.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.last_io.store(self.0.now(), Ordering::Relaxed);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The accepted socket, reporting its traffic to the connection's [`Activity`] and holding
+/// its slot of the connection cap until it is dropped.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
