@@ -208,6 +208,17 @@ pub async fn open_for_backend(
     {
         return Err(ApiError::not_found("handoff"));
     }
+    // Read first, claim last: once the opening is claimed nothing may fail, or the one open
+    // would be spent on an answer the caller never got.
+    let scored = state
+        .auth
+        .store
+        .get_session(
+            claims.organization_id,
+            claims.environment,
+            claims.session_id,
+        )
+        .await?;
     if let Some(first) = state
         .auth
         .store
@@ -221,15 +232,6 @@ pub async fn open_for_backend(
         e.details.first_opened_at = Some(time::format(&first));
         return Err(e);
     }
-    let scored = state
-        .auth
-        .store
-        .get_session(
-            claims.organization_id,
-            claims.environment,
-            claims.session_id,
-        )
-        .await?;
     Ok(Reply::ok(Opened {
         object: "handoff",
         session_id: claims.session_id,
