@@ -88,27 +88,21 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         chrono::Duration::from_std(args.rotation_grace).context("--rotation-grace is too large")?;
     let shutdown = CancellationToken::new();
     let agents = trusted_agents(&args, &public_urls, &shutdown)?;
+    // Opening makes clients only (Kafka's connect in the background); the topics and the
+    // processor wait for the log in the background, so the server answers without it.
     let log = bus::open(&args.bus_url())
         .await
         .context("opening the log")?;
-    let batches = ingest::prepare_log(&log)
-        .await
-        .context("preparing the log's topics")?;
-    let events = processor::pipeline::prepare_log(&log)
-        .await
-        .context("preparing the log's topics")?;
-    // The processor role: consumes the batches ingest appends, stores decisions and events.
-    let processor = tokio::spawn(processor::pipeline::run(
-        processor::pipeline::Pipeline {
+    let (log_preparation, processor) = crate::log_roles::start(
+        crate::log_roles::ProcessorSettings {
             store: store.clone(),
             log: log.clone(),
-            batches: batches.clone(),
-            events,
             secret: secret.clone(),
             idle_after: args.session_idle,
         },
         shutdown.clone(),
-    ));
+    );
+    let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
     // The demo exists only beside the embedded development organization (D22).
     let demo = match args.demo && args.store.is_embedded() {
         true => crate::demo::router(auth.clone(), &credentials_path).await,
@@ -117,6 +111,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let app = crate::app::router(crate::app::AppParts {
         demo,
         log: log.clone(),
+        log_preparation,
         batches,
         auth,
         rotation_grace,

@@ -135,7 +135,9 @@ pub async fn accept(
     // two steps lets the SDK's retry append it again, which the processor ignores by (session,
     // number).
     state.log.append(&state.batches, id.to_string().as_bytes(), &payload).await.map_err(|e| {
-        if e.is_transient() {
+        // An unknown topic is the log not prepared yet (the server prepares it in the
+        // background while the log is unreachable): as retryable as the log being down.
+        if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) {
             let mut err = ApiError::new(ErrorCode::ServiceUnavailable, "the log is unavailable; retry shortly");
             err.retry_after = Some(1);
             tracing::error!(request_id = %edge::context::request_id(), error = %e, "appending a batch");
