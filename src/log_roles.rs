@@ -20,12 +20,17 @@ pub struct LogPreparation(Arc<RwLock<Result<(), String>>>);
 
 impl LogPreparation {
     fn new() -> Self {
-        Self(Arc::new(RwLock::new(Err("the log's topics are not prepared yet".into()))))
+        Self(Arc::new(RwLock::new(Err(
+            "the log's topics are not prepared yet".into(),
+        ))))
     }
 
     /// `Ok` once the topics exist and the processor runs; else the last failure.
     pub fn status(&self) -> Result<(), String> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn set(&self, status: Result<(), String>) {

@@ -188,6 +188,14 @@ impl TestServer {
         s
     }
 
+    /// A server on the data dir `dir`, which the caller owns (a mounted filesystem, say).
+    pub async fn start_at(
+        dir: &Path,
+        configure: impl Fn(&mut ServeArgs) + Send + Sync + 'static,
+    ) -> Self {
+        Self::start_in(dir, Box::new(configure)).await
+    }
+
     async fn start_in(dir: &Path, configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>) -> Self {
         // `VIGIL_TEST_LOG=debug` shows the server's log while a test runs.
         if let Ok(filter) = std::env::var("VIGIL_TEST_LOG") {
