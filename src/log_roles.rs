@@ -4,8 +4,10 @@
 //! missing dependency, and a collect batch answers a retryable 503 until the log is back.
 //! Preparation retries with backoff until it succeeds or the server stops.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use tokio_util::sync::CancellationToken;
 
@@ -16,25 +18,32 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How far the log's preparation has come, for `/readyz`.
 #[derive(Clone)]
-pub struct LogPreparation(Arc<RwLock<Result<(), String>>>);
+pub struct LogPreparation(Arc<watch::Sender<Result<(), String>>>);
 
 impl LogPreparation {
     fn new() -> Self {
-        Self(Arc::new(RwLock::new(Err(
+        Self(Arc::new(watch::Sender::new(Err(
             "the log's topics are not prepared yet".into(),
         ))))
     }
 
     /// `Ok` once the topics exist and the processor runs; else the last failure.
     pub fn status(&self) -> Result<(), String> {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.0.borrow().clone()
+    }
+
+    /// Waits up to `bound` for the preparation to succeed; whether it did. A log that is there
+    /// (the embedded one, a reachable broker) is prepared in milliseconds, so the server starts
+    /// ready; one that is not costs start-up no more than `bound`.
+    pub async fn wait_ready(&self, bound: Duration) -> bool {
+        let mut status = self.0.subscribe();
+        tokio::time::timeout(bound, status.wait_for(Result::is_ok))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     fn set(&self, status: Result<(), String>) {
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = status;
+        self.0.send_replace(status);
     }
 }
 

@@ -18,6 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ServeArgs, StoreArgs, redact_url};
 use crate::connections::{ConnectionLimits, Transport};
 
+/// How long start-up waits for the log's topics before serving without them.
+const LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A running server; tests hold one per case.
 pub struct RunningServer {
     pub addr: SocketAddr,
@@ -102,6 +105,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         },
         shutdown.clone(),
     );
+    if !log_preparation.wait_ready(LOG_READY_BOUND).await {
+        tracing::warn!(bus = %redact_url(&args.bus_url()), "the log is not ready; serving without it until it is (see /readyz)");
+    }
     let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
     // The demo exists only beside the embedded development organization (D22).
     let demo = match args.demo && args.store.is_embedded() {
