@@ -43,7 +43,7 @@ impl LogPreparation {
     }
 
     fn set(&self, status: Result<(), String>) {
-        self.0.send_replace(status);
+        self.0.send_modify(|current| *current = status);
     }
 }
 

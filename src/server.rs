@@ -65,6 +65,15 @@ pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret
 }
 
 pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
+    start_wrapping_store(args, |store| store).await
+}
+
+/// `start`, with the opened store passed through `wrap` before any role gets it: tests wrap it
+/// in a store that fails on demand (a full disk, say).
+pub async fn start_wrapping_store(
+    args: ServeArgs,
+    wrap: impl FnOnce(Store) -> Store,
+) -> anyhow::Result<RunningServer> {
     args.validate().map_err(anyhow::Error::msg)?;
     // Bound first: with `--listen …:0` the default public URL needs the port.
     let std_listener = std::net::TcpListener::bind(args.listen)
@@ -74,6 +83,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let public_urls = args.public_urls(addr);
     edge::context::set_public_url(&public_urls[0]);
     let (store, secret) = open_store(&args.store).await?;
+    let store = wrap(store);
     let credentials_path = args.store.data_dir.join("credentials.json");
     if args.store.is_embedded() {
         crate::commands::ensure_development_organization(&store, &secret, &credentials_path)

@@ -177,3 +177,52 @@ async fn a_full_disk_is_a_retryable_503_and_writes_resume_when_space_returns() {
     s.stop().await;
     drop(disk);
 }
+
+/// The same answers through a store that fails writes with the out-of-space error on demand,
+/// which runs anywhere (no mount): key creation is not acknowledged, readiness names the store,
+/// reads work, and writes resume when the switch is off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_out_of_space_answers_503_and_recovers_without_a_restart() {
+    let (mut s, disk) = TestServer::start_with_full_disk().await;
+    let secret = s.creds.keys.secret_live.clone();
+    let keys_path = format!("{}/api-keys", s.org_path());
+    let new_key = json!({"type": "secret", "name": "while full", "environment": "live", "scopes": ["organizations:read"]});
+
+    disk.fill();
+    let refused = s
+        .post(&keys_path)
+        .key(&secret)
+        .json(new_key.clone())
+        .send()
+        .await;
+    assert_eq!(refused.err(503, "service.unavailable")["retryable"], true);
+    assert!(refused.header("retry-after").is_some());
+    let ready = s.get("/readyz").send().await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert!(
+        ready.body["store"].as_str().unwrap().contains("disk full"),
+        "{}",
+        ready.body
+    );
+    assert_eq!(ready.body["bus"], "ok", "{}", ready.body);
+    let listed = s.get(&keys_path).key(&secret).send().await;
+    assert!(
+        listed
+            .ok(200)
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|k| k["name"] != "while full"),
+        "nothing refused was stored"
+    );
+
+    disk.free();
+    assert_eq!(s.get("/readyz").send().await.status, 200);
+    s.post(&keys_path)
+        .key(&secret)
+        .json(new_key)
+        .send()
+        .await
+        .ok(201);
+    s.stop().await;
+}
