@@ -133,7 +133,12 @@ async fn a_server_started_without_kafka_serves_at_once_and_recovers_when_it_appe
     }
     // The SDK retries its refused batch, which is now acknowledged and scored.
     send_batch(&s, &session, 1).await.ok(202);
-    all_decided(&s, &[session.id.clone()], Duration::from_secs(30)).await;
+    all_decided(
+        &s,
+        std::slice::from_ref(&session.id),
+        Duration::from_secs(30),
+    )
+    .await;
     s.stop().await;
     forwarder.abort();
     drop(cluster);
@@ -150,7 +155,7 @@ async fn a_broker_going_down_mid_stream_loses_no_acknowledged_batch() {
     // While the broker is down an append waits for it (up to the producer's timeout) or is
     // refused with a retryable 503; the client here gives up after 1.5 s. Only a 202 counts as
     // acknowledged (an append the client gave up on may still land; that is fine).
-    let mut attempt = async |acknowledged: &mut Vec<String>| {
+    let attempt = async |acknowledged: &mut Vec<String>| {
         let session = open_session(&s, &pk).await;
         let answer =
             tokio::time::timeout(Duration::from_millis(1500), send_batch(&s, &session, 1)).await;
