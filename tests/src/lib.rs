@@ -18,6 +18,25 @@ pub mod browser;
 pub mod collect;
 pub mod faults;
 
+/// Creates the topics Vigil uses on a mock Kafka cluster, which does not answer topic creation
+/// over the admin API (its own call does).
+pub fn create_kafka_topics(cluster: &bus::kafka::mock::MockKafka) {
+    for (topic, partitions) in [
+        (
+            schemas::collect::BATCHES_TOPIC,
+            schemas::collect::BATCHES_PARTITIONS,
+        ),
+        (
+            schemas::events::EVENTS_TOPIC,
+            schemas::events::EVENTS_PARTITIONS,
+        ),
+    ] {
+        cluster
+            .create_topic(&bus::Topic::from_static(topic), partitions)
+            .expect("creating a topic on the mock cluster");
+    }
+}
+
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DevKeys {

@@ -7,7 +7,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bus::Topic;
 use bus::kafka::mock::MockKafka;
 use schemas::credential::Environment;
 use vigil_tests::collect::{CollectSession, open_session};
@@ -15,24 +14,6 @@ use vigil_tests::{Resp, TestServer, json};
 
 fn probes() -> serde_json::Value {
     json!({"kind": "probes", "automation": {"webdriver": false}})
-}
-
-/// The mock cluster does not answer topic creation over the admin API; its own call does.
-fn create_topics(cluster: &MockKafka) {
-    for (topic, partitions) in [
-        (
-            schemas::collect::BATCHES_TOPIC,
-            schemas::collect::BATCHES_PARTITIONS,
-        ),
-        (
-            schemas::events::EVENTS_TOPIC,
-            schemas::events::EVENTS_PARTITIONS,
-        ),
-    ] {
-        cluster
-            .create_topic(&Topic::from_static(topic), partitions)
-            .unwrap();
-    }
 }
 
 /// A loopback port nothing listens on (bound, then released).
@@ -119,7 +100,7 @@ async fn a_server_started_without_kafka_serves_at_once_and_recovers_when_it_appe
 
     // The broker appears at the address the server was given.
     let cluster = MockKafka::start(1).expect("the mock cluster starts");
-    create_topics(&cluster);
+    vigil_tests::create_kafka_topics(&cluster);
     let forwarder = forward(port, cluster.bootstrap_servers().to_owned()).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -147,7 +128,7 @@ async fn a_server_started_without_kafka_serves_at_once_and_recovers_when_it_appe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_going_down_mid_stream_loses_no_acknowledged_batch() {
     let cluster = MockKafka::start(1).expect("the mock cluster starts");
-    create_topics(&cluster);
+    vigil_tests::create_kafka_topics(&cluster);
     let url = cluster.url();
     let mut s = TestServer::start_with(move |a| a.bus = url.clone()).await;
     let pk = s.creds.keys.publishable_test.clone();

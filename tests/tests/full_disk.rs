@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use vigil_tests::collect::open_session;
-use vigil_tests::{TestServer, json};
+use vigil_tests::{Resp, TestServer, json};
 
 /// A tmpfs mounted for one test, unmounted when dropped.
 struct Tmpfs {
@@ -68,6 +68,13 @@ fn fill(dir: &Path) -> PathBuf {
     path
 }
 
+/// The envelope's retryable 503, with `Retry-After`.
+#[track_caller]
+fn assert_unavailable(refused: &Resp) {
+    assert_eq!(refused.err(503, "service.unavailable")["retryable"], true);
+    assert!(refused.header("retry-after").is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_is_a_retryable_503_and_writes_resume_when_space_returns() {
     let disk = Tmpfs::mount("32m");
@@ -86,15 +93,13 @@ async fn a_full_disk_is_a_retryable_503_and_writes_resume_when_space_returns() {
     let filler = fill(&disk.dir);
 
     // A write: the envelope's retryable 503, with Retry-After, and nothing stored.
-    let refused = s
-        .post(&keys_path)
-        .key(&secret)
-        .json(new_key.clone())
-        .send()
-        .await;
-    let e = refused.err(503, "service.unavailable");
-    assert_eq!(e["retryable"], true);
-    assert!(refused.header("retry-after").is_some());
+    assert_unavailable(
+        &s.post(&keys_path)
+            .key(&secret)
+            .json(new_key.clone())
+            .send()
+            .await,
+    );
     // A batch: the log cannot take it, so it is not acknowledged.
     let refused = s
         .post(&batches)
@@ -102,8 +107,7 @@ async fn a_full_disk_is_a_retryable_503_and_writes_resume_when_space_returns() {
         .json(session.batch(1, &probes))
         .send()
         .await;
-    refused.err(503, "service.unavailable");
-    assert!(refused.header("retry-after").is_some());
+    assert_unavailable(&refused);
     // Readiness says which dependency and why.
     let ready = s.get("/readyz").send().await;
     assert_eq!(ready.status, 503, "{}", ready.body);
@@ -189,14 +193,13 @@ async fn a_store_out_of_space_answers_503_and_recovers_without_a_restart() {
     let new_key = json!({"type": "secret", "name": "while full", "environment": "live", "scopes": ["organizations:read"]});
 
     disk.fill();
-    let refused = s
-        .post(&keys_path)
-        .key(&secret)
-        .json(new_key.clone())
-        .send()
-        .await;
-    assert_eq!(refused.err(503, "service.unavailable")["retryable"], true);
-    assert!(refused.header("retry-after").is_some());
+    assert_unavailable(
+        &s.post(&keys_path)
+            .key(&secret)
+            .json(new_key.clone())
+            .send()
+            .await,
+    );
     let ready = s.get("/readyz").send().await;
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert!(
