@@ -53,9 +53,11 @@ pub fn router(parts: AppParts) -> Router {
         log: parts.log.clone(),
         log_preparation: parts.log_preparation.clone(),
     };
+    let preparation = parts.log_preparation.clone();
     let ingest_state = ingest::IngestState {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
+        log_ready: Arc::new(move || preparation.status().is_ok()),
         batches: parts.batches.clone(),
         agents: parts.agents.clone(),
     };

@@ -93,7 +93,12 @@ async fn a_server_started_without_kafka_serves_at_once_and_recovers_when_it_appe
         .await
         .ok(200);
     let session = open_session(&s, &s.creds.keys.publishable_test).await;
+    let asked = Instant::now();
     let refused = send_batch(&s, &session, 1).await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "the refusal waited on the broker"
+    );
     let e = refused.err(503, "service.unavailable");
     assert_eq!(e["retryable"], true);
     assert!(refused.header("retry-after").is_some());
