@@ -112,11 +112,16 @@ async fn a_full_disk_is_a_retryable_503_and_writes_resume_when_space_returns() {
     let ready = s.get("/readyz").send().await;
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert_eq!(ready.body["status"], "unavailable");
-    assert!(
-        ready.body["store"].as_str().unwrap().contains("disk full"),
-        "{}",
-        ready.body
-    );
+    for dependency in ["store", "bus"] {
+        assert!(
+            ready.body[dependency]
+                .as_str()
+                .unwrap()
+                .contains("disk full"),
+            "{}",
+            ready.body
+        );
+    }
     assert!(ready.header("retry-after").is_some());
     // Reads keep working.
     let listed = s.get(&keys_path).key(&secret).send().await;
