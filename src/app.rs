@@ -22,6 +22,8 @@ pub struct AppParts {
     pub auth: Arc<Authenticator>,
     pub rotation_grace: chrono::Duration,
     pub log: bus::Log,
+    /// Whether the log's topics are prepared (they are, in the background: `log_roles`).
+    pub log_preparation: crate::log_roles::LogPreparation,
     pub batches: bus::Topic,
     /// The agents whose Web Bot Auth signatures ingest can verify.
     pub agents: Arc<ingest::web_bot_auth::TrustedAgents>,
@@ -46,9 +48,16 @@ pub fn router(parts: AppParts) -> Router {
         edge::auth::authenticate,
     ))
     .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    let probe_state = Probes {
+        auth: parts.auth.clone(),
+        log: parts.log.clone(),
+        log_preparation: parts.log_preparation.clone(),
+    };
+    let preparation = parts.log_preparation.clone();
     let ingest_state = ingest::IngestState {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
+        log_ready: Arc::new(move || preparation.status().is_ok()),
         batches: parts.batches.clone(),
         agents: parts.agents.clone(),
     };
@@ -86,7 +95,7 @@ pub fn router(parts: AppParts) -> Router {
     let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(parts.auth.clone())
+        .with_state(probe_state)
         .route("/metrics", get(edge::metrics::render))
         .route("/docs/errors", get(error_docs))
         .route("/sdk/v1/vigil.js", get(ingest::sdk::script));
@@ -112,23 +121,68 @@ async fn healthz() -> Response {
         .into_response()
 }
 
-/// Ready when the store answers. The limiter does not gate readiness: without Redis the API
-/// keeps answering on the in-process limiter (D5), and says so here.
-async fn readyz(State(auth): State<Arc<Authenticator>>) -> Response {
-    let limiter = auth.limiter.backend_name();
-    match auth.store.ping().await {
-        Ok(()) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            format!(r#"{{"status":"ready","store":"ok","limiter":"{limiter}"}}"#),
-        )
-            .into_response(),
-        Err(e) => {
-            tracing::warn!(error = %e, "readiness: store unavailable");
-            ApiError::new(ErrorCode::ServiceUnavailable, "the store is not answering")
-                .into_response()
+/// What `/readyz` checks.
+#[derive(Clone)]
+struct Probes {
+    auth: Arc<Authenticator>,
+    log: bus::Log,
+    log_preparation: crate::log_roles::LogPreparation,
+}
+
+/// How long `/readyz` waits for one backend: a load balancer's probe must not hang on a
+/// broker that does not answer (the Kafka client's own timeout is ten seconds).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Ready (200) when the store and the log answer; otherwise 503 with `Retry-After`, and the
+/// same JSON naming each dependency's state (`"ok"` or why not, e.g. `"store": "store
+/// unavailable: disk full: …"`), so an operator sees which one is missing. The limiter does
+/// not gate readiness: without Redis the API keeps answering on the in-process limiter (D5),
+/// and says so here.
+async fn readyz(State(probes): State<Probes>) -> Response {
+    let limiter = probes.auth.limiter.backend_name();
+    let store = async {
+        match tokio::time::timeout(PROBE_TIMEOUT, probes.auth.store.ping()).await {
+            Ok(answer) => answer.map_err(|e| e.to_string()),
+            Err(_) => Err("store unavailable: no answer in time".to_owned()),
         }
+    };
+    let log = async {
+        probes.log_preparation.status()?;
+        match tokio::time::timeout(PROBE_TIMEOUT, probes.log.ping()).await {
+            Ok(answer) => answer.map_err(|e| e.to_string()),
+            Err(_) => Err("log unavailable: no answer in time".to_owned()),
+        }
+    };
+    let (store, log) = tokio::join!(store, log);
+    let ready = store.is_ok() && log.is_ok();
+    let state = |checked: Result<(), String>, name: &str| match checked {
+        Ok(()) => "ok".to_owned(),
+        Err(why) => {
+            tracing::warn!(dependency = name, reason = %why, "readiness: a dependency is unavailable");
+            why
+        }
+    };
+    let body = serde_json::json!({
+        "status": if ready { "ready" } else { "unavailable" },
+        "store": state(store, "store"),
+        "bus": state(log, "bus"),
+        "limiter": limiter,
+    });
+    let mut response = (
+        if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        axum::Json(body),
+    )
+        .into_response();
+    if !ready {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
     }
+    response
 }
 
 async fn error_docs() -> Response {

@@ -18,6 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ServeArgs, StoreArgs, redact_url};
 use crate::connections::{ConnectionLimits, Transport};
 
+/// How long start-up waits for the log's topics before serving without them.
+const LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A running server; tests hold one per case.
 pub struct RunningServer {
     pub addr: SocketAddr,
@@ -62,6 +65,15 @@ pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret
 }
 
 pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
+    start_wrapping_store(args, |store| store).await
+}
+
+/// `start`, with the opened store passed through `wrap` before any role gets it: tests wrap it
+/// in a store that fails on demand (a full disk, say).
+pub async fn start_wrapping_store(
+    args: ServeArgs,
+    wrap: impl FnOnce(Store) -> Store,
+) -> anyhow::Result<RunningServer> {
     args.validate().map_err(anyhow::Error::msg)?;
     // Bound first: with `--listen …:0` the default public URL needs the port.
     let std_listener = std::net::TcpListener::bind(args.listen)
@@ -71,6 +83,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let public_urls = args.public_urls(addr);
     edge::context::set_public_url(&public_urls[0]);
     let (store, secret) = open_store(&args.store).await?;
+    let store = wrap(store);
     let credentials_path = args.store.data_dir.join("credentials.json");
     if args.store.is_embedded() {
         crate::commands::ensure_development_organization(&store, &secret, &credentials_path)
@@ -88,27 +101,24 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
         chrono::Duration::from_std(args.rotation_grace).context("--rotation-grace is too large")?;
     let shutdown = CancellationToken::new();
     let agents = trusted_agents(&args, &public_urls, &shutdown)?;
+    // Opening makes clients only (Kafka's connect in the background); the topics and the
+    // processor wait for the log in the background, so the server answers without it.
     let log = bus::open(&args.bus_url())
         .await
         .context("opening the log")?;
-    let batches = ingest::prepare_log(&log)
-        .await
-        .context("preparing the log's topics")?;
-    let events = processor::pipeline::prepare_log(&log)
-        .await
-        .context("preparing the log's topics")?;
-    // The processor role: consumes the batches ingest appends, stores decisions and events.
-    let processor = tokio::spawn(processor::pipeline::run(
-        processor::pipeline::Pipeline {
+    let (log_preparation, processor) = crate::log_roles::start(
+        crate::log_roles::ProcessorSettings {
             store: store.clone(),
             log: log.clone(),
-            batches: batches.clone(),
-            events,
             secret: secret.clone(),
             idle_after: args.session_idle,
         },
         shutdown.clone(),
-    ));
+    );
+    if !log_preparation.wait_ready(LOG_READY_BOUND).await {
+        tracing::warn!(bus = %redact_url(&args.bus_url()), "the log is not ready; serving without it until it is (see /readyz)");
+    }
+    let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
     // The demo exists only beside the embedded development organization (D22).
     let demo = match args.demo && args.store.is_embedded() {
         true => crate::demo::router(auth.clone(), &credentials_path).await,
@@ -117,6 +127,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let app = crate::app::router(crate::app::AppParts {
         demo,
         log: log.clone(),
+        log_preparation,
         batches,
         auth,
         rotation_grace,

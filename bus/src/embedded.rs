@@ -26,6 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use schemas::disk::DiskReserve;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use self::writer::{Op, Writer};
@@ -56,6 +57,9 @@ struct Shared {
     committed: Keyspace,
     /// Every created topic; loaded at open, extended by the writer after a creation is durable.
     catalog: RwLock<HashMap<Topic, Arc<TopicState>>>,
+    /// Batches are refused while the disk is nearly full, before fjall sees them (see
+    /// `schemas::disk` for why).
+    space: DiskReserve,
 }
 
 struct TopicState {
@@ -179,6 +183,7 @@ impl EmbeddedLog {
             records,
             committed,
             catalog: RwLock::new(catalog),
+            space: DiskReserve::new(dir),
         });
         let writer = Writer::start(Arc::clone(&shared))?;
         Ok(Self { shared, writer })
@@ -262,7 +267,15 @@ impl LogBackend for EmbeddedLog {
         // A database whose fsync once failed is poisoned and refuses writes; `persist` reports
         // that, where a read would not.
         let shared = Arc::clone(&self.shared);
-        blocking(move || shared.db.persist(PersistMode::Buffer).map_err(unavailable)).await?;
+        // A nearly full disk is reported too: appends are refused until space returns.
+        blocking(move || {
+            shared
+                .db
+                .persist(PersistMode::Buffer)
+                .map_err(unavailable)?;
+            shared.space.check().map_err(BusError::Unavailable)
+        })
+        .await?;
         self.writer.check_alive()
     }
 

@@ -25,6 +25,10 @@ pub struct IngestState {
     pub auth: Arc<Authenticator>,
     pub log: bus::Log,
     pub batches: bus::Topic,
+    /// Whether the log's topics are prepared (the server prepares them in the background while
+    /// the log is unreachable); until they are, a batch is refused at once with a retryable
+    /// 503 rather than waiting out the log client's timeout.
+    pub log_ready: Arc<dyn Fn() -> bool + Send + Sync>,
     /// The agents whose Web Bot Auth signatures can be verified (D9).
     pub agents: Arc<web_bot_auth::TrustedAgents>,
 }

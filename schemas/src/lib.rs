@@ -1,9 +1,11 @@
 //! Vigil's wire contract: the ids, credential formats, resources, envelopes and error codes that
 //! every crate and every client agrees on, and the redaction every crate applies before a URL
-//! reaches a log (`redact`). Nothing here does I/O.
+//! reaches a log (`redact`), and the free-space reserve both embedded engines keep (`disk`).
+//! Nothing here does I/O but `disk`'s one `statvfs`.
 
 pub mod collect;
 pub mod credential;
+pub mod disk;
 pub mod error;
 pub mod events;
 pub mod ids;

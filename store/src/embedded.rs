@@ -35,6 +35,7 @@ use fjall::{
     Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable, Snapshot,
 };
 use schemas::credential::Environment;
+use schemas::disk::DiskReserve;
 use schemas::ids::{EventId, KeyId, OrgId, PingId, SessionId, VisitorId};
 use schemas::time::Timestamp;
 use serde::de::DeserializeOwned;
@@ -81,6 +82,9 @@ pub struct EmbeddedStore {
 
 struct Inner {
     db: Database,
+    /// Writes are refused while the disk is nearly full, before fjall sees them (see
+    /// `schemas::disk` for why).
+    space: DiskReserve,
     organizations: Keyspace,
     organizations_by_slug: Keyspace,
     api_keys: Keyspace,
@@ -451,6 +455,7 @@ impl EmbeddedStore {
                 last_handoff_purge: None,
             }),
             cache: RowCache::default(),
+            space: DiskReserve::new(dir),
             db,
         };
         Ok(Self {
@@ -492,6 +497,7 @@ impl EmbeddedStore {
             // A panic while holding the lock cannot have left data half-written (writes are
             // atomic batches), and the guarded state is only bookkeeping, so poison is ignored.
             let mut state = inner.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            inner.space.check().map_err(StoreError::Unavailable)?;
             op(&inner, &mut state)
         })
         .await
@@ -767,9 +773,11 @@ impl StoreBackend for EmbeddedStore {
     async fn ping(&self) -> Result<()> {
         // A database whose fsync once failed is poisoned and refuses writes; `persist` reports
         // that, where a read would not.
+        // A nearly full disk is reported too: writes are refused until space returns.
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
-            inner.db.persist(PersistMode::Buffer).map_err(unavailable)
+            inner.db.persist(PersistMode::Buffer).map_err(unavailable)?;
+            inner.space.check().map_err(StoreError::Unavailable)
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("embedded store ping: {e}")))?

@@ -252,20 +252,7 @@ fn main() {
         .unwrap_or(64);
     // The mock cluster lives on its own thread and must be started outside the runtime.
     let kafka = bus::kafka::mock::MockKafka::start(1).expect("mock Kafka cluster");
-    for (topic, partitions) in [
-        (
-            schemas::collect::BATCHES_TOPIC,
-            schemas::collect::BATCHES_PARTITIONS,
-        ),
-        (
-            schemas::events::EVENTS_TOPIC,
-            schemas::events::EVENTS_PARTITIONS,
-        ),
-    ] {
-        kafka
-            .create_topic(&bus::Topic::from_static(topic), partitions)
-            .unwrap();
-    }
+    vigil_tests::create_kafka_topics(&kafka);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

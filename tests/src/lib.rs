@@ -16,6 +16,26 @@ pub use serde_json::json;
 
 pub mod browser;
 pub mod collect;
+pub mod faults;
+
+/// Creates the topics Vigil uses on a mock Kafka cluster, which does not answer topic creation
+/// over the admin API (its own call does).
+pub fn create_kafka_topics(cluster: &bus::kafka::mock::MockKafka) {
+    for (topic, partitions) in [
+        (
+            schemas::collect::BATCHES_TOPIC,
+            schemas::collect::BATCHES_PARTITIONS,
+        ),
+        (
+            schemas::events::EVENTS_TOPIC,
+            schemas::events::EVENTS_PARTITIONS,
+        ),
+    ] {
+        cluster
+            .create_topic(&bus::Topic::from_static(topic), partitions)
+            .expect("creating a topic on the mock cluster");
+    }
+}
 
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]
@@ -183,12 +203,36 @@ impl TestServer {
     pub async fn start_with(configure: impl Fn(&mut ServeArgs) + Send + Sync + 'static) -> Self {
         let temp = tempfile::tempdir().expect("temp dir");
         let dir = temp.path().to_path_buf();
-        let mut s = Self::start_in(&dir, Box::new(configure)).await;
+        let mut s = Self::start_in(&dir, Box::new(configure), |store| store).await;
         s._temp = Some(temp);
         s
     }
 
-    async fn start_in(dir: &Path, configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>) -> Self {
+    /// A server on a fresh data dir whose store refuses writes, as a full disk does, while the
+    /// answered switch is on.
+    pub async fn start_with_full_disk() -> (Self, faults::FullDisk) {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let disk = faults::FullDisk::default();
+        let wrapper = disk.clone();
+        let mut s = Self::start_in(&dir, Box::new(|_| {}), move |store| wrapper.wrap(store)).await;
+        s._temp = Some(temp);
+        (s, disk)
+    }
+
+    /// A server on the data dir `dir`, which the caller owns (a mounted filesystem, say).
+    pub async fn start_at(
+        dir: &Path,
+        configure: impl Fn(&mut ServeArgs) + Send + Sync + 'static,
+    ) -> Self {
+        Self::start_in(dir, Box::new(configure), |store| store).await
+    }
+
+    async fn start_in(
+        dir: &Path,
+        configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>,
+        wrap_store: impl FnOnce(store::Store) -> store::Store,
+    ) -> Self {
         // `VIGIL_TEST_LOG=debug` shows the server's log while a test runs.
         if let Ok(filter) = std::env::var("VIGIL_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
@@ -202,7 +246,9 @@ impl TestServer {
         // Tests make many requests without a key from one address; the IP limit has its own test.
         args.anonymous_rate_limit = 100_000;
         configure(&mut args);
-        let running = vigil::server::start(args).await.expect("server starts");
+        let running = vigil::server::start_wrapping_store(args, wrap_store)
+            .await
+            .expect("server starts");
         let creds: DevCredentials = serde_json::from_slice(
             &std::fs::read(dir.join("credentials.json")).expect("credentials.json"),
         )
@@ -226,7 +272,7 @@ impl TestServer {
         self.stop().await;
         let temp = self._temp.take();
         let configure = std::mem::replace(&mut self.configure, Box::new(|_| {}));
-        let mut next = Self::start_in(&self.dir.clone(), configure).await;
+        let mut next = Self::start_in(&self.dir.clone(), configure, |store| store).await;
         next._temp = temp;
         *self = next;
     }

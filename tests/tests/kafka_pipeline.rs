@@ -15,21 +15,7 @@ use vigil_tests::{TestServer, json};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_is_scored_and_its_events_published_through_kafka() {
     let cluster = MockKafka::start(1).expect("the mock cluster starts");
-    // The mock cluster does not answer topic creation over the admin API; its own call does.
-    for (topic, partitions) in [
-        (
-            schemas::collect::BATCHES_TOPIC,
-            schemas::collect::BATCHES_PARTITIONS,
-        ),
-        (
-            schemas::events::EVENTS_TOPIC,
-            schemas::events::EVENTS_PARTITIONS,
-        ),
-    ] {
-        cluster
-            .create_topic(&Topic::from_static(topic), partitions)
-            .unwrap();
-    }
+    vigil_tests::create_kafka_topics(&cluster);
     let url = cluster.url();
     let mut s = TestServer::start_with(move |a| a.bus = url.clone()).await;
 

@@ -223,6 +223,15 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
         }
     }
 
+    // Refused before fjall sees it when the disk is nearly full: a failed journal write would
+    // poison the database until a restart, where this refusal ends when space returns.
+    if let Err(full) = shared.space.check() {
+        tracing::warn!(reason = %full, "embedded log batch refused");
+        for reply in replies {
+            reply.send(Some(&format!("embedded log: {full}")));
+        }
+        return;
+    }
     if let Err(e) = batch.commit() {
         // fjall poisons the database after a failed fsync; every later batch fails too, and
         // `ping` reports it. Nothing of this batch was applied, so no offset advances.

@@ -22,6 +22,12 @@ enum Request {
         partitions: i32,
         done: mpsc::Sender<Result<()>>,
     },
+    /// Takes a broker down (its connections closed, new ones refused) or back up.
+    SetBroker {
+        broker: i32,
+        up: bool,
+        done: mpsc::Sender<Result<()>>,
+    },
     Stop,
 }
 
@@ -70,6 +76,15 @@ impl MockKafka {
                             };
                             let _ = done.send(created);
                         }
+                        Request::SetBroker { broker, up, done } => {
+                            let set = match up {
+                                true => cluster.broker_up(broker),
+                                false => cluster.broker_down(broker),
+                            };
+                            let _ = done.send(set.map_err(|e| {
+                                BusError::Unavailable(format!("mock kafka: broker {broker}: {e}"))
+                            }));
+                        }
                         Request::Stop => break,
                     }
                 }
@@ -114,6 +129,28 @@ impl MockKafka {
         let stopped = || BusError::Unavailable("mock kafka has stopped".into());
         self.requests.send(request).map_err(|_| stopped())?;
         created.recv().map_err(|_| stopped())?
+    }
+}
+
+impl MockKafka {
+    /// Takes broker `broker` (its id, or -1 for every broker) down, as a crash or a restart
+    /// would: its connections close and new ones are refused until [`MockKafka::broker_up`].
+    pub fn broker_down(&self, broker: i32) -> Result<()> {
+        self.set_broker(broker, false)
+    }
+
+    /// Brings a broker taken down back.
+    pub fn broker_up(&self, broker: i32) -> Result<()> {
+        self.set_broker(broker, true)
+    }
+
+    fn set_broker(&self, broker: i32, up: bool) -> Result<()> {
+        let (done, set) = mpsc::channel();
+        let stopped = || BusError::Unavailable("mock kafka has stopped".into());
+        self.requests
+            .send(Request::SetBroker { broker, up, done })
+            .map_err(|_| stopped())?;
+        set.recv().map_err(|_| stopped())?
     }
 }
 

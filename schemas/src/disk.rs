@@ -1,0 +1,72 @@
+//! The free-space reserve of the embedded engines (store and log): a write is refused, before
+//! anything reaches the disk, when the filesystem holding the engine's directory has less room
+//! left than the reserve.
+//!
+//! Why refuse early rather than let the write fail: fjall marks a database poisoned after a
+//! failed journal write and refuses every later write until the process restarts. Refused
+//! early, a full disk is a retryable answer (D23) that ends by itself once space returns. The
+//! reserve also leaves room for the engine's own background work (memtable flushes,
+//! compactions), which must not be the writes that fill the disk.
+
+use std::path::{Path, PathBuf};
+
+/// The reserve on a large filesystem: room for a memtable flush or two.
+pub const MAX_RESERVE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What a filesystem smaller than 20 × [`MAX_RESERVE_BYTES`] keeps free instead: a twentieth
+/// of its size, so a small volume (or a test's tmpfs) is still usable.
+const SMALL_FILESYSTEM_SHARE: u64 = 20;
+
+/// The reserve of one engine's directory.
+#[derive(Debug, Clone)]
+pub struct DiskReserve {
+    dir: PathBuf,
+}
+
+impl DiskReserve {
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// `Ok` when a write may go ahead; otherwise why not, as a short text without the path
+    /// (it reaches `/readyz`). A filesystem that cannot be asked is not a reason to refuse:
+    /// the write itself will say what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let Ok(stats) = rustix::fs::statvfs(&self.dir) else {
+            return Ok(());
+        };
+        let block = stats.f_frsize.max(1);
+        let free = stats.f_bavail.saturating_mul(block);
+        let total = stats.f_blocks.saturating_mul(block);
+        let reserve = reserve_for(total);
+        if free < reserve {
+            return Err(format!(
+                "disk full: {free} bytes free, under the {reserve}-byte reserve"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The reserve of a filesystem of `total` bytes.
+fn reserve_for(total: u64) -> u64 {
+    (total / SMALL_FILESYSTEM_SHARE).min(MAX_RESERVE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_filesystem_reserves_a_twentieth_and_a_large_one_a_fixed_amount() {
+        assert_eq!(reserve_for(8 * 1024 * 1024), 8 * 1024 * 1024 / 20);
+        assert_eq!(reserve_for(1 << 40), MAX_RESERVE_BYTES);
+    }
+
+    #[test]
+    fn a_directory_with_room_passes() {
+        DiskReserve::new(&std::env::temp_dir()).check().unwrap();
+    }
+}

@@ -1,0 +1,117 @@
+//! The roles that need the log before they can work (the topics ingest and the processor use,
+//! then the processor itself), started in the background so that the server answers at once
+//! even when the log is not there yet: `/healthz` is 200, `/readyz` names the log as the
+//! missing dependency, and a collect batch answers a retryable 503 until the log is back.
+//! Preparation retries with backoff until it succeeds or the server stops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use tokio_util::sync::CancellationToken;
+
+/// The first wait after a failed preparation; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest wait between two preparations, so a broker that comes back is used within it.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How far the log's preparation has come, for `/readyz`.
+#[derive(Clone)]
+pub struct LogPreparation(Arc<watch::Sender<Result<(), String>>>);
+
+impl LogPreparation {
+    fn new() -> Self {
+        Self(Arc::new(watch::Sender::new(Err(
+            "the log's topics are not prepared yet".into(),
+        ))))
+    }
+
+    /// `Ok` once the topics exist and the processor runs; else the last failure.
+    pub fn status(&self) -> Result<(), String> {
+        self.0.borrow().clone()
+    }
+
+    /// Waits up to `bound` for the preparation to succeed; whether it did. A log that is there
+    /// (the embedded one, a reachable broker) is prepared in milliseconds, so the server starts
+    /// ready; one that is not costs start-up no more than `bound`.
+    pub async fn wait_ready(&self, bound: Duration) -> bool {
+        let mut status = self.0.subscribe();
+        tokio::time::timeout(bound, status.wait_for(Result::is_ok))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    fn set(&self, status: Result<(), String>) {
+        self.0.send_modify(|current| *current = status);
+    }
+}
+
+/// The processor role's settings, less what the preparation makes (the topics).
+pub struct ProcessorSettings {
+    pub store: store::Store,
+    pub log: bus::Log,
+    pub secret: edge::secrets::ServerSecret,
+    pub idle_after: Duration,
+}
+
+/// Starts the background task: prepares the topics (retrying with backoff), then runs the
+/// processor until `shutdown`. The handle ends when both have stopped.
+pub fn start(
+    settings: ProcessorSettings,
+    shutdown: CancellationToken,
+) -> (LogPreparation, tokio::task::JoinHandle<()>) {
+    let preparation = LogPreparation::new();
+    let status = preparation.clone();
+    let task = tokio::spawn(async move {
+        let Some((batches, events)) = prepare(&settings.log, &status, &shutdown).await else {
+            return;
+        };
+        status.set(Ok(()));
+        tracing::info!("the log's topics are ready; the processor starts");
+        // The processor role: consumes the batches ingest appends, stores decisions and events.
+        processor::pipeline::run(
+            processor::pipeline::Pipeline {
+                store: settings.store,
+                log: settings.log,
+                batches,
+                events,
+                secret: settings.secret,
+                idle_after: settings.idle_after,
+            },
+            shutdown,
+        )
+        .await;
+    });
+    (preparation, task)
+}
+
+/// The batches and events topics once both exist; `None` if the server stops first.
+async fn prepare(
+    log: &bus::Log,
+    status: &LogPreparation,
+    shutdown: &CancellationToken,
+) -> Option<(bus::Topic, bus::Topic)> {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let prepared = async {
+            let batches = ingest::prepare_log(log).await?;
+            let events = processor::pipeline::prepare_log(log).await?;
+            Ok::<_, bus::BusError>((batches, events))
+        };
+        let failure = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            prepared = prepared => match prepared {
+                Ok(topics) => return Some(topics),
+                Err(e) => e,
+            },
+        };
+        tracing::warn!(error = %failure, retry_in = ?backoff, "preparing the log's topics; retrying");
+        status.set(Err(failure.to_string()));
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
