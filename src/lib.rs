@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod connections;
 pub mod demo;
+pub mod retention;
 pub mod server;
 pub mod web_bot_auth_keys;
 

@@ -106,7 +106,14 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
             events,
             secret: secret.clone(),
             idle_after: args.session_idle,
+            retention: args.retention,
         },
+        shutdown.clone(),
+    ));
+    // Retention (D23): expired rows are dropped in small steps beside every role.
+    let sweep = tokio::spawn(crate::retention::sweep(
+        store.clone(),
+        args.retention,
         shutdown.clone(),
     ));
     // The demo exists only beside the embedded development organization (D22).
@@ -152,6 +159,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let task = tokio::spawn(async move {
         let served = task.await.context("server task")?;
         let _ = processor.await;
+        let _ = sweep.await;
         served
     });
     tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");
