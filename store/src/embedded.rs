@@ -120,6 +120,35 @@ struct WriterState {
     idempotency_cursor: Option<Vec<u8>>,
     /// The same for `handoff_openings`.
     handoff_cursor: Option<Vec<u8>>,
+    /// Where the indexing of rows written before the read and expiry indexes existed stands.
+    backfill: Backfill,
+}
+
+/// The one-time indexing of rows stored before `sessions_by_verdict`, the visitor order tables
+/// and `expiry_queue` existed (without it they would be missing from lists and never expire):
+/// `purge_expired` walks `sessions`, then `visitors`, then `events`, a bounded step at a time,
+/// and records in `settings` when it is done, so later starts skip it. Indexing a row twice
+/// writes the same keys again, so a restart mid-walk just starts over.
+#[derive(Default)]
+struct Backfill {
+    /// `None` until the setting has been checked.
+    done: Option<bool>,
+    /// 0: sessions, 1: visitors, 2: events.
+    table: u8,
+    cursor: Option<Vec<u8>>,
+}
+
+/// The `settings` row that says the backfill is done.
+const BACKFILLED: &str = "store/indexes-backfilled/v1";
+
+/// A stored `sessions` row's identity and index columns, for the backfill.
+#[derive(Deserialize)]
+struct SessionIdentity {
+    id: SessionId,
+    organization_id: OrgId,
+    environment: Environment,
+    #[serde(flatten)]
+    place: SessionPlace,
 }
 
 /// The columns of a stored `sessions` row that say where it sits in `sessions_idle`,
@@ -1054,6 +1083,77 @@ impl Inner {
         Ok(read == budget)
     }
 
+    /// One step of the backfill (see [`Backfill`]); whether it did one (false once done).
+    fn backfill_step(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        backfill: &mut Backfill,
+        budget: usize,
+    ) -> Result<bool> {
+        let done = match backfill.done {
+            Some(done) => done,
+            None => self.contains(&self.settings, key::setting(BACKFILLED))?,
+        };
+        backfill.done = Some(done);
+        if done {
+            return Ok(false);
+        }
+        let table = match backfill.table {
+            0 => &self.sessions,
+            1 => &self.visitors,
+            _ => &self.events,
+        };
+        let start = backfill
+            .cursor
+            .take()
+            .map_or(Bound::Unbounded, Bound::Excluded);
+        let mut read = 0;
+        for guard in table
+            .range::<Vec<u8>, _>((start, Bound::Unbounded))
+            .take(budget)
+        {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            read += 1;
+            match backfill.table {
+                0 => {
+                    let s: SessionIdentity = decode(SESSIONS, &v)?;
+                    let queued = key::expiry(s.place.updated_at, Expiring::Session as u8, &k);
+                    batch.insert(&self.expiry_queue, queued, []);
+                    if let Some(vk) = s.place.verdict().and_then(|verdict| {
+                        key::session_by_verdict(s.organization_id, s.environment, verdict, s.id)
+                    }) {
+                        batch.insert(&self.sessions_by_verdict, vk, []);
+                    }
+                }
+                1 => {
+                    let v: VisitorRecord = decode(VISITORS, &v)?;
+                    let (org, env) = (v.organization_id, v.environment);
+                    for order in VisitorOrder::ALL {
+                        let ok = key::visitor_by(org, env, order.value(&v), v.id);
+                        batch.insert(self.visitor_order(order), ok, []);
+                    }
+                    let queued = key::expiry(v.last_seen_at, Expiring::Visitor as u8, &k);
+                    batch.insert(&self.expiry_queue, queued, []);
+                }
+                _ => {
+                    let e: EventPlace = decode(EVENTS, &v)?;
+                    let queued = key::expiry(e.created_at, Expiring::Event as u8, &k);
+                    batch.insert(&self.expiry_queue, queued, []);
+                }
+            }
+            backfill.cursor = Some(k.to_vec());
+        }
+        if read < budget {
+            backfill.cursor = None;
+            backfill.table += 1;
+            if backfill.table > 2 {
+                batch.insert(&self.settings, key::setting(BACKFILLED), b"done".to_vec());
+                backfill.done = Some(true);
+            }
+        }
+        Ok(true)
+    }
+
     /// `purge_expired` under the writer lock: every kind's step in one batch. Not synced: a
     /// delete lost in a crash is found again by the next step (its queue row is lost with it).
     fn purge_step(
@@ -1064,6 +1164,11 @@ impl Inner {
         budget: usize,
     ) -> Result<bool> {
         let mut batch = self.db.batch();
+        // Alone in its batch: a purge in the same batch could drop a row the backfill indexes.
+        if self.backfill_step(&mut batch, &mut state.backfill, budget)? {
+            batch.commit().map_err(unavailable)?;
+            return Ok(true);
+        }
         let mut more = self.purge_retained(&mut batch, keep_since, budget)?;
         more |= self.purge_expired_collect_sessions(&mut batch, now, budget)?;
         more |= self.sweep_step(
@@ -2181,10 +2286,11 @@ mod tests {
 
         // Just inside the old session's retention: both stay.
         let now = minted(&old) + retention;
-        store
+        while store
             .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
             .await
-            .unwrap();
+            .unwrap()
+        {}
         assert_eq!(
             store.get_collect_session(old.id).await.unwrap(),
             Some(old.clone())
@@ -2193,10 +2299,11 @@ mod tests {
         // Just past it (and before the young one's, if minted a millisecond later): the old one
         // goes with its pings.
         let now = minted(&old) + retention + chrono::TimeDelta::milliseconds(1);
-        store
+        while store
             .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
             .await
-            .unwrap();
+            .unwrap()
+        {}
         assert_eq!(store.get_collect_session(old.id).await.unwrap(), None);
         for ping in &old.pings {
             assert_eq!(store.find_collect_ping(ping.id).await.unwrap(), None);
@@ -2210,13 +2317,105 @@ mod tests {
 
         // A day after the young one: the table is empty.
         let now = minted(&young) + retention + chrono::TimeDelta::milliseconds(1);
-        store
+        while store
             .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
             .await
-            .unwrap();
+            .unwrap()
+        {}
         assert_eq!(store.get_collect_session(young.id).await.unwrap(), None);
         assert_eq!(store.inner.collect_sessions.iter().count(), 0);
         assert_eq!(store.inner.collect_pings.iter().count(), 0);
+    }
+
+    /// A store written before the read and expiry indexes existed: the first purge steps index
+    /// its rows, so they are listed in every order and expire like new ones.
+    #[tokio::test]
+    async fn rows_stored_before_the_indexes_are_indexed_by_the_first_purge_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let (org, env) = (OrgId::generate(), Environment::Live);
+        let now = schemas::time::now();
+        let session = SessionRecord {
+            id: SessionId::generate(),
+            organization_id: org,
+            environment: env,
+            visitor_id: None,
+            opened_at: now,
+            updated_at: now,
+            page_url: String::new(),
+            ip: String::new(),
+            user_agent: String::new(),
+            processed_through: 0,
+            processed_seqs: Vec::new(),
+            state: crate::RawJson::null(),
+            latest_decision: Some(
+                crate::RawJson::encode(&serde_json::json!({"verdict": "bot"})).unwrap(),
+            ),
+            finalized: true,
+        };
+        store.save_session(&session, None, &[]).await.unwrap();
+        let visitor = VisitorRecord {
+            id: VisitorId::generate(),
+            organization_id: org,
+            environment: env,
+            first_seen_at: now,
+            last_seen_at: now,
+            seen_count: 3,
+            expires_at: now,
+            latest_request: Default::default(),
+            storage: Default::default(),
+            anchors: Default::default(),
+            components: Vec::new(),
+            traits: Default::default(),
+            recent_sessions: Vec::new(),
+        };
+        store.save_visitor(&visitor).await.unwrap();
+        // Forget the indexes, as a store from before them has none.
+        let db = &store.inner;
+        for table in [
+            &db.sessions_by_verdict,
+            &db.visitors_by_last_seen,
+            &db.visitors_by_seen_count,
+            &db.visitors_by_first_seen,
+            &db.expiry_queue,
+        ] {
+            let keys: Vec<_> = table.iter().map(|g| g.key().unwrap()).collect();
+            for k in keys {
+                table.remove(k).unwrap();
+            }
+        }
+        assert!(
+            store
+                .list_visitors_by(org, env, VisitorOrder::SeenCount, None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        let epoch = chrono::DateTime::UNIX_EPOCH;
+        while store.purge_expired(now, epoch, 1).await.unwrap() {}
+        assert_eq!(
+            store
+                .list_sessions_by_verdict(org, env, "bot", None, 10)
+                .await
+                .unwrap(),
+            vec![session.clone()]
+        );
+        for order in VisitorOrder::ALL {
+            assert_eq!(
+                store
+                    .list_visitors_by(org, env, order, None, 10)
+                    .await
+                    .unwrap(),
+                vec![visitor.clone()]
+            );
+        }
+        assert!(db.settings.contains_key(key::setting(BACKFILLED)).unwrap());
+        // And they expire.
+        let later = now + chrono::TimeDelta::seconds(1);
+        while store.purge_expired(later, later, 100).await.unwrap() {}
+        assert_eq!(store.get_session(org, env, session.id).await.unwrap(), None);
+        assert_eq!(store.get_visitor(org, env, visitor.id).await.unwrap(), None);
     }
 
     /// The race the cache's generation check exists for, step by step through the real write
