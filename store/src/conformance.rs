@@ -4250,7 +4250,7 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
             )
         };
         store
-            .save_session(&session, Some(&decision), &[event.clone()])
+            .save_session(&session, Some(&decision), std::slice::from_ref(&event))
             .await
             .unwrap();
         old_sessions.push((session, event));
@@ -4271,7 +4271,7 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
         EventType::SessionResultPersisted,
     );
     store
-        .save_session(&fresh, None, &[fresh_event.clone()])
+        .save_session(&fresh, None, std::slice::from_ref(&fresh_event))
         .await
         .unwrap();
 
