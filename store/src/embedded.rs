@@ -508,6 +508,38 @@ fn scan<T: DeserializeOwned>(
     Ok(rows)
 }
 
+/// The rows an index names: its keys in `range` (each ending in the row's id, inverted, as
+/// every `id DESC` clustering does), at most `limit`, each row read by `row_key(id)` from the
+/// same snapshot. The index and its rows are written in one batch, so a row missing from the
+/// snapshot is damage.
+fn read_indexed<T: DeserializeOwned>(
+    snapshot: &Snapshot,
+    (index, index_table): (&Keyspace, &'static str),
+    range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+    limit: usize,
+    (rows, row_table): (&Keyspace, &'static str),
+    row_key: impl Fn(u128) -> [u8; 33],
+) -> Result<Vec<T>> {
+    let mut found = Vec::with_capacity(limit.min(1024));
+    for guard in snapshot.range(index, range).take(limit) {
+        let k = guard.key().map_err(unavailable)?;
+        let corrupt = |detail: String| StoreError::Corrupt {
+            table: index_table,
+            detail,
+        };
+        let id = key::trailing_id(&k).ok_or_else(|| corrupt("a key of the wrong length".into()))?;
+        match decode_row(row_table, snapshot.get(rows, row_key(id)))? {
+            Some(row) => found.push(row),
+            None => {
+                return Err(corrupt(format!(
+                    "an index row names a missing {row_table} row"
+                )));
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// The exclusive upper bound of every key beginning with `prefix`: the shortest key above them
 /// all (the prefix with trailing `0xff` bytes dropped and its last byte incremented), or none
 /// when the prefix is all `0xff`.
@@ -1798,35 +1830,14 @@ impl StoreBackend for EmbeddedStore {
             Some(after) => Bound::Excluded(after),
             None => Bound::Included(partition.clone()),
         };
-        let snapshot = self.inner.db.snapshot();
-        let mut found = Vec::with_capacity(limit.min(1024));
-        for guard in snapshot
-            .range(
-                &self.inner.sessions_by_verdict,
-                (start, prefix_end(&partition)),
-            )
-            .take(limit)
-        {
-            let k = guard.key().map_err(unavailable)?;
-            let id = key::trailing_id(&k).ok_or_else(|| StoreError::Corrupt {
-                table: SESSIONS_BY_VERDICT,
-                detail: "a key of the wrong length".into(),
-            })?;
-            let id = SessionId::from_ulid(id.into());
-            match decode_row(
-                SESSIONS,
-                snapshot.get(&self.inner.sessions, key::session(org, env, id)),
-            )? {
-                Some(s) => found.push(s),
-                None => {
-                    return Err(StoreError::Corrupt {
-                        table: SESSIONS_BY_VERDICT,
-                        detail: format!("a verdict index row names missing session {id}"),
-                    });
-                }
-            }
-        }
-        Ok(found)
+        read_indexed(
+            &self.inner.db.snapshot(),
+            (&self.inner.sessions_by_verdict, SESSIONS_BY_VERDICT),
+            (start, prefix_end(&partition)),
+            limit,
+            (&self.inner.sessions, SESSIONS),
+            |id| key::session(org, env, SessionId::from_ulid(id.into())),
+        )
     }
 
     async fn list_decisions(
@@ -2076,33 +2087,21 @@ impl StoreBackend for EmbeddedStore {
             Some((value, id)) => Bound::Excluded(key::visitor_by(org, env, value, id).to_vec()),
             None => Bound::Included(partition.to_vec()),
         };
-        let snapshot = self.inner.db.snapshot();
-        let index = self.inner.visitor_order(order);
-        let mut found = Vec::with_capacity(limit.min(1024));
-        for guard in snapshot
-            .range(index, (start, prefix_end(&partition)))
-            .take(limit)
-        {
-            let k = guard.key().map_err(unavailable)?;
-            let id = key::trailing_id(&k).ok_or_else(|| StoreError::Corrupt {
-                table: VISITORS_BY_LAST_SEEN,
-                detail: "a key of the wrong length".into(),
-            })?;
-            let id = VisitorId::from_ulid(id.into());
-            match decode_row(
-                VISITORS,
-                snapshot.get(&self.inner.visitors, key::visitor(org, env, id)),
-            )? {
-                Some(v) => found.push(v),
-                None => {
-                    return Err(StoreError::Corrupt {
-                        table: VISITORS_BY_LAST_SEEN,
-                        detail: format!("an order index row names missing visitor {id}"),
-                    });
-                }
-            }
-        }
-        Ok(found)
+        read_indexed(
+            &self.inner.db.snapshot(),
+            (
+                self.inner.visitor_order(order),
+                match order {
+                    VisitorOrder::LastSeen => VISITORS_BY_LAST_SEEN,
+                    VisitorOrder::SeenCount => VISITORS_BY_SEEN_COUNT,
+                    VisitorOrder::FirstSeen => VISITORS_BY_FIRST_SEEN,
+                },
+            ),
+            (start, prefix_end(&partition)),
+            limit,
+            (&self.inner.visitors, VISITORS),
+            |id| key::visitor(org, env, VisitorId::from_ulid(id.into())),
+        )
     }
 
     async fn purge_expired(

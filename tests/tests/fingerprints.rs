@@ -468,29 +468,19 @@ async fn thousands_of_visitors_page_once_each_in_every_order() {
         let mut expected = written.clone();
         expected.sort_by_key(|v| std::cmp::Reverse((order.value(v), v.id)));
         let expected: Vec<String> = expected.iter().map(|v| v.id.to_string()).collect();
-        let mut read = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let path = match &cursor {
-                None => format!("/v1/fingerprints?limit={LIMIT}{sort}"),
-                Some(c) => format!("/v1/fingerprints?limit={LIMIT}{sort}&cursor={c}"),
-            };
-            let page = s.get(&path).key(sk).send().await;
-            let rows = page.ok(200).as_array().unwrap().clone();
-            let has_more = page.body["pagination"]["has_more"].as_bool().unwrap();
-            read.extend(rows.iter().map(|r| r["id"].as_str().unwrap().to_owned()));
-            if !has_more {
-                assert!(page.body["pagination"]["next_cursor"].is_null());
-                break;
-            }
-            assert_eq!(rows.len(), LIMIT, "{sort}: a page before the last is full");
-            cursor = Some(
-                page.body["pagination"]["next_cursor"]
-                    .as_str()
-                    .expect("has_more carries a cursor")
-                    .to_owned(),
-            );
-        }
+        let pages = s
+            .pages(sk, &format!("/v1/fingerprints?limit={LIMIT}{sort}"))
+            .await;
+        let (last, full) = pages.split_last().unwrap();
+        assert!(
+            full.iter().all(|p| p.len() == LIMIT) && !last.is_empty(),
+            "{sort}: every page before the last is full"
+        );
+        let read: Vec<String> = pages
+            .iter()
+            .flatten()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect();
         assert_eq!(read.len(), VISITORS, "{sort}: every visitor, once");
         assert_eq!(read, expected, "{sort}: in order");
     }

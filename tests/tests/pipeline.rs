@@ -312,29 +312,23 @@ async fn verdict_filtered_session_pages_are_full_until_the_last() {
     }
     humans.reverse(); // newest first
     for limit in [7, 50, 100] {
-        let mut read = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let path = match &cursor {
-                None => format!("/v1/sessions?verdict=human&limit={limit}"),
-                Some(c) => format!("/v1/sessions?verdict=human&limit={limit}&cursor={c}"),
-            };
-            let page = s.get(&path).key(sk).send().await;
-            let rows = page.ok(200).as_array().unwrap().clone();
-            assert!(
-                rows.iter()
-                    .all(|r| r["latest_decision"]["verdict"] == "human")
-            );
-            read.extend(rows.iter().map(|r| r["id"].as_str().unwrap().to_owned()));
-            if page.body["pagination"]["has_more"] == false {
-                assert!(page.body["pagination"]["next_cursor"].is_null());
-                break;
-            }
-            assert_eq!(rows.len(), limit, "a page before the last is full");
-            cursor = page.body["pagination"]["next_cursor"]
-                .as_str()
-                .map(str::to_owned);
-        }
+        let pages = s
+            .pages(sk, &format!("/v1/sessions?verdict=human&limit={limit}"))
+            .await;
+        let (last, full) = pages.split_last().unwrap();
+        assert!(
+            full.iter().all(|p| p.len() == limit) && !last.is_empty(),
+            "limit {limit}: every page before the last is full"
+        );
+        let rows: Vec<&Value> = pages.iter().flatten().collect();
+        assert!(
+            rows.iter()
+                .all(|r| r["latest_decision"]["verdict"] == "human")
+        );
+        let read: Vec<String> = rows
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect();
         assert_eq!(
             read, humans,
             "limit {limit}: every human session once, newest first"
