@@ -319,6 +319,23 @@ mod key {
         api_key_partition(org, env)
     }
 
+    /// The organization, environment and id a `sessions` key holds.
+    pub fn parse_session(k: &[u8]) -> Option<(OrgId, Environment, SessionId)> {
+        let k: &[u8; 33] = k.try_into().ok()?;
+        let org = u128::from_be_bytes(k[..16].try_into().ok()?);
+        let env = match k[16] {
+            0 => Environment::Live,
+            1 => Environment::Test,
+            _ => return None,
+        };
+        let id = trailing_id(k)?;
+        Some((
+            OrgId::from_ulid(org.into()),
+            env,
+            SessionId::from_ulid(id.into()),
+        ))
+    }
+
     /// Partition, then the id's ULID inverted: clustering `id DESC`, newest session first.
     pub fn session(org: OrgId, env: Environment, id: SessionId) -> [u8; 33] {
         let mut k = [0; 33];
@@ -887,12 +904,10 @@ impl Inner {
         if place.updated_at >= keep_since {
             return Ok(());
         }
-        let row: SessionRecord =
-            decode_row(SESSIONS, self.sessions.get(k))?.ok_or_else(|| StoreError::Corrupt {
-                table: SESSIONS,
-                detail: "a session vanished under the writer lock".into(),
-            })?;
-        let (org, env, id) = (row.organization_id, row.environment, row.id);
+        let (org, env, id) = key::parse_session(k).ok_or_else(|| StoreError::Corrupt {
+            table: EXPIRY_QUEUE,
+            detail: "a queued session key of the wrong length".into(),
+        })?;
         if !place.finalized {
             batch.remove(&self.sessions_idle, key::idle(id, place.updated_at));
         }
@@ -2170,6 +2185,18 @@ mod tests {
     use schemas::ids::DecisionId;
 
     use super::*;
+
+    #[test]
+    fn a_session_key_parses_back() {
+        let (org, id) = (OrgId::generate(), SessionId::generate());
+        for env in [Environment::Live, Environment::Test] {
+            assert_eq!(
+                key::parse_session(&key::session(org, env, id)),
+                Some((org, env, id))
+            );
+        }
+        assert_eq!(key::parse_session(&[0; 32]), None);
+    }
 
     #[test]
     fn newer_keys_sort_first_within_a_partition() {
