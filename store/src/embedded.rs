@@ -2353,6 +2353,60 @@ mod tests {
         assert_eq!(store.inner.collect_pings.iter().count(), 0);
     }
 
+    /// Idempotency records and handoff openings have no time order: the purge walks them a
+    /// bounded step at a time, drops the expired ones, keeps the rest, and ends its walk.
+    #[tokio::test]
+    async fn expired_idempotency_records_and_handoff_openings_are_walked_and_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let now = schemas::time::now();
+        let (past, future) = (
+            now - chrono::TimeDelta::minutes(1),
+            now + chrono::TimeDelta::hours(1),
+        );
+        for i in 0..10u8 {
+            let scope = IdempotencyScope {
+                credential: CredentialHash([i; 32]),
+                key: format!("k{i}"),
+            };
+            let record = IdempotencyRecord {
+                request_fingerprint: [i; 32],
+                expires_at: if i % 2 == 0 { past } else { future },
+                response: None,
+            };
+            store.idempotency_begin(&scope, &record).await.unwrap();
+            let expires = if i % 2 == 0 { past } else { future };
+            store
+                .open_handoff_once(&[i; 16], now, expires)
+                .await
+                .unwrap();
+        }
+        let epoch = chrono::DateTime::UNIX_EPOCH;
+        let mut steps = 0;
+        while store.purge_expired(now, epoch, 3).await.unwrap() {
+            steps += 1;
+            assert!(steps < 100, "the walk ends");
+        }
+        assert!(steps >= 3, "10 rows in steps of 3 ({steps} steps)");
+        assert_eq!(store.inner.idempotency_records.iter().count(), 5);
+        assert_eq!(store.inner.handoff_openings.iter().count(), 5);
+        // A dropped opening is gone; a live one still answers with its first opening.
+        assert_eq!(
+            store
+                .open_handoff_once(&[0; 16], now, future)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .open_handoff_once(&[1; 16], now, future)
+                .await
+                .unwrap(),
+            Some(now)
+        );
+    }
+
     /// A store written before the read and expiry indexes existed: the first purge steps index
     /// its rows, so they are listed in every order and expire like new ones.
     #[tokio::test]
