@@ -34,10 +34,14 @@ pub async fn sweep(store: Store, retention: Duration, shutdown: CancellationToke
             let now = schemas::time::now();
             let keep_since = now - retention_delta;
             match store.purge_expired(now, keep_since, STEP_BUDGET).await {
-                Ok(true) => {}
-                Ok(false) => break,
+                Ok(more) => {
+                    edge::metrics::retention_step(more);
+                    if !more {
+                        break;
+                    }
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "retention sweep: a step failed; retrying at the next pass");
+                    edge::metrics::retention_step_failed(&e.to_string());
                     break;
                 }
             }

@@ -185,6 +185,12 @@ async fn rows_past_the_retention_are_purged_and_read_404() {
         None
     );
     assert!(store.list_decisions(old.id, 10).await.unwrap().is_empty());
+    assert!(
+        s.metric("vigil_retention_steps_total{outcome=\"done\"}")
+            .await
+            >= 1.0,
+        "the sweep's passes are counted"
+    );
     s.get(&format!("/v1/sessions/{}", kept_session.id))
         .key(sk)
         .send()
