@@ -282,7 +282,8 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// Writes the visitor (insert or replace) and its anchor index rows in one step: a
     /// `visitors_by_anchor` row for each of its anchors' digests, and the removal of the rows
     /// of digests its stored version had and it no longer has, so the index never names a
-    /// visitor for anchors it lost.
+    /// visitor for anchors it lost; and its rows in the three order tables (`list_visitors_by`),
+    /// moved to its new values.
     async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()>;
     async fn get_visitor(
         &self,
