@@ -107,6 +107,10 @@ pub struct ServeArgs {
     /// How long a session goes without a batch before its decision is made final.
     #[arg(long, env = "VIGIL_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
     pub session_idle: std::time::Duration,
+    /// How long sessions (with their decisions), events and visitors are kept after they were
+    /// last written or seen; a background sweep drops older ones in small steps (D23).
+    #[arg(long, env = "VIGIL_RETENTION", default_value = "90days", value_parser = humantime::parse_duration)]
+    pub retention: std::time::Duration,
     /// JSON file of the agents trusted for Web Bot Auth: each agent's origin mapped to its key
     /// directory (JWKS). Without it, signed requests are reported unverified. Read again on
     /// SIGHUP and every --web-bot-auth-refresh; a file that does not parse keeps the keys in use.
@@ -144,6 +148,9 @@ pub struct ServeArgs {
     pub log_format: String,
 }
 
+/// Beyond any sensible retention, and far inside what a timestamp can hold.
+const MAX_RETENTION: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Far above what one process can serve, and below what a semaphore can count.
 const MAX_CONNECTIONS: usize = 10_000_000;
 
@@ -177,6 +184,9 @@ impl ServeArgs {
         }
         if self.header_read_timeout.is_zero() || self.keep_alive_timeout.is_zero() {
             return Err("--header-read-timeout and --keep-alive-timeout must be above zero".into());
+        }
+        if self.retention.is_zero() || self.retention > MAX_RETENTION {
+            return Err("--retention must be above zero and at most 100 years".into());
         }
         if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS {
             return Err(format!(

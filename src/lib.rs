@@ -7,6 +7,7 @@ pub mod config;
 pub mod connections;
 pub mod demo;
 pub mod log_roles;
+pub mod retention;
 pub mod server;
 pub mod web_bot_auth_keys;
 

@@ -53,6 +53,8 @@ pub struct ProcessorSettings {
     pub log: bus::Log,
     pub secret: edge::secrets::ServerSecret,
     pub idle_after: Duration,
+    /// How long a visitor not seen is kept (D23), for its `expires_at`.
+    pub retention: Duration,
 }
 
 /// Starts the background task: prepares the topics (retrying with backoff), then runs the
@@ -78,6 +80,7 @@ pub fn start(
                 events,
                 secret: settings.secret,
                 idle_after: settings.idle_after,
+                retention: settings.retention,
             },
             shutdown,
         )

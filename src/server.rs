@@ -112,6 +112,7 @@ pub async fn start_wrapping_store(
             log: log.clone(),
             secret: secret.clone(),
             idle_after: args.session_idle,
+            retention: args.retention,
         },
         shutdown.clone(),
     );
@@ -119,6 +120,12 @@ pub async fn start_wrapping_store(
         tracing::warn!(bus = %redact_url(&args.bus_url()), "the log is not ready; serving without it until it is (see /readyz)");
     }
     let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    // Retention (D23): expired rows are dropped in small steps beside every role.
+    let sweep = tokio::spawn(crate::retention::sweep(
+        store.clone(),
+        args.retention,
+        shutdown.clone(),
+    ));
     // The demo exists only beside the embedded development organization (D22).
     let demo = match args.demo && args.store.is_embedded() {
         true => crate::demo::router(auth.clone(), &credentials_path).await,
@@ -163,6 +170,7 @@ pub async fn start_wrapping_store(
     let task = tokio::spawn(async move {
         let served = task.await.context("server task")?;
         let _ = processor.await;
+        let _ = sweep.await;
         served
     });
     tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");

@@ -20,6 +20,7 @@ pub struct Metrics {
     limiter_fallbacks: IntCounter,
     rate_limited: IntCounterVec,
     keys_exposed: IntCounter,
+    retention_steps: IntCounterVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -61,8 +62,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Secret keys revoked because they arrived with browser-only headers",
     )
     .expect("valid metric");
+    let retention_steps = IntCounterVec::new(
+        Opts::new(
+            "vigil_retention_steps_total",
+            "Steps of the retention sweep, by outcome: more (expired rows remained), done, failed",
+        ),
+        &["outcome"],
+    )
+    .expect("valid metric");
     for c in [
         Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(retention_steps.clone()),
         Box::new(latency.clone()),
         Box::new(limiter_fallbacks.clone()),
         Box::new(rate_limited.clone()),
@@ -77,6 +87,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         limiter_fallbacks,
         rate_limited,
         keys_exposed,
+        retention_steps,
     }
 });
 
@@ -157,6 +168,19 @@ pub fn limiter_fell_back(error: &str) {
             "redis rate limiter unavailable; limiting in-process"
         );
     }
+}
+
+/// A step of the retention sweep (D23) ran; `more`: expired rows remained after it.
+pub fn retention_step(more: bool) {
+    let outcome = if more { "more" } else { "done" };
+    METRICS.retention_steps.with_label_values(&[outcome]).inc();
+}
+
+/// A step of the retention sweep failed; the rows it would have dropped stay until the next
+/// pass, which costs disk, never data.
+pub fn retention_step_failed(error: &str) {
+    METRICS.retention_steps.with_label_values(&["failed"]).inc();
+    tracing::warn!(%error, "retention sweep: a step failed; retrying at the next pass");
 }
 
 pub fn rate_limited(bucket_kind: &'static str) {

@@ -45,8 +45,6 @@ const POLL_RECORDS: usize = 1024;
 /// How often the consumer's position is committed to the log.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(250);
 
-/// How long a visitor is kept after it was last seen (D11): `expires_at` = last seen plus this.
-pub const VISITOR_RETENTION_DAYS: i64 = 365;
 /// How many visitors sharing an anchor pair are checked for an exact anchor match.
 const ANCHOR_CANDIDATES: usize = 50;
 /// How many of a partition's newest visitors the nearest-vector search compares, so linking
@@ -167,6 +165,9 @@ pub struct Pipeline {
     pub secret: ServerSecret,
     /// How long a session goes without a batch before its decision is made final (D10).
     pub idle_after: Duration,
+    /// How long a visitor is kept after it was last seen (`--retention`, D23): its
+    /// `expires_at` is last seen plus this, when the retention sweep drops it.
+    pub retention: Duration,
 }
 
 /// Creates the topics the processor publishes to (the batches topic is ingest's).
@@ -477,7 +478,8 @@ async fn fold(
             && session.visitor_id.is_none()
             && let Some(probes) = &state.observations.probes
         {
-            let (visitor, linked_by) = link_visitor(store, secret, batch, &session, probes).await?;
+            let (visitor, linked_by) =
+                link_visitor(store, secret, batch, &session, probes, pipeline.retention).await?;
             session.visitor_id = Some(visitor.id);
             linked = Some((visitor, linked_by, batch.received_at));
         }
@@ -591,6 +593,7 @@ async fn link_visitor(
     batch: &BatchRecord,
     session: &SessionRecord,
     probes: &Probes,
+    retention: Duration,
 ) -> Result<(VisitorRecord, LinkedBy), Failure> {
     let (org, env) = (batch.organization_id, batch.environment);
     let seen_at = batch.received_at;
@@ -673,7 +676,10 @@ async fn link_visitor(
     }
     visitor.remember_session(session.id);
     visitor.last_seen_at = visitor.last_seen_at.max(seen_at);
-    visitor.expires_at = visitor.last_seen_at + chrono::TimeDelta::days(VISITOR_RETENTION_DAYS);
+    visitor.expires_at = chrono::TimeDelta::from_std(retention)
+        .ok()
+        .and_then(|r| visitor.last_seen_at.checked_add_signed(r))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
     visitor.latest_request = VisitorRequest {
         user_agent: batch.request.user_agent.clone(),
         ip_address: batch.request.ip.clone(),

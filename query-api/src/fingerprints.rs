@@ -3,9 +3,10 @@
 //! answer. A visitor of another organization or environment is a 404.
 //!
 //! Lists default to `last_seen` descending; `sort=seen_count` and `sort=first_seen` are
-//! descending too, the visitor id breaking ties. Those orders are not the store's clustering
-//! order (newest id first), so a list reads a bounded scan of the partition's newest visitors
-//! and sorts it in memory; the cursor carries the sort value and id of the last row returned.
+//! descending too, the visitor id breaking ties. Each order is an index table the store keeps on
+//! every visitor write (`visitors_by_last_seen`, ...), so a page is one range read over all of an
+//! environment's visitors, never a sort in memory; the cursor carries the sort value and id of
+//! the last row returned, signed and bound to the order.
 
 use axum::Router;
 use axum::extract::State;
@@ -21,14 +22,17 @@ use schemas::{SessionId, VisitorId};
 use serde::Serialize;
 use serde_json::{Value, json};
 use store::RawJson;
-use store::{SessionRecord, VisitorAnchors, VisitorRecord, VisitorRequest, VisitorStorage};
+use store::{
+    SessionRecord, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest, VisitorStorage,
+};
 
 use crate::QueryState;
 
 /// The values of `sort=`; without it, `last_seen`.
 pub const SORTS: [&str; 2] = ["seen_count", "first_seen"];
-/// How many of a partition's newest visitors one list request reads and sorts at most.
-const SCAN_BUDGET: usize = 5_000;
+/// How many index rows one `search` request reads at most while filtering, so a search that
+/// matches little cannot make a request read a whole partition; the cursor resumes after them.
+const SCAN_BUDGET: usize = 2_000;
 
 pub fn router() -> Router<QueryState> {
     Router::new()
@@ -82,30 +86,11 @@ struct Detail<'a> {
     activity: Value,
 }
 
-/// The order a list is in.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Sort {
-    LastSeen,
-    SeenCount,
-    FirstSeen,
-}
-
-impl Sort {
-    fn name(self) -> &'static str {
-        match self {
-            Sort::LastSeen => "last_seen",
-            Sort::SeenCount => "seen_count",
-            Sort::FirstSeen => "first_seen",
-        }
-    }
-
-    /// The sort value of a visitor (descending, ties broken by id descending).
-    fn key(self, v: &VisitorRecord) -> i64 {
-        match self {
-            Sort::LastSeen => v.last_seen_at.timestamp_millis(),
-            Sort::SeenCount => i64::try_from(v.seen_count).unwrap_or(i64::MAX),
-            Sort::FirstSeen => v.first_seen_at.timestamp_millis(),
-        }
+fn sort_name(order: VisitorOrder) -> &'static str {
+    match order {
+        VisitorOrder::LastSeen => "last_seen",
+        VisitorOrder::SeenCount => "seen_count",
+        VisitorOrder::FirstSeen => "first_seen",
     }
 }
 
@@ -128,64 +113,74 @@ async fn list(
 ) -> Result<Reply, ApiError> {
     query.only(&["limit", "cursor", "search", "sort"])?;
     let limit = query.limit(50, 200)? as usize;
-    let sort = match query.one_of("sort", &SORTS)? {
-        Some("seen_count") => Sort::SeenCount,
-        Some("first_seen") => Sort::FirstSeen,
-        _ => Sort::LastSeen,
+    let order = match query.one_of("sort", &SORTS)? {
+        Some("seen_count") => VisitorOrder::SeenCount,
+        Some("first_seen") => VisitorOrder::FirstSeen,
+        _ => VisitorOrder::LastSeen,
     };
     let search = query.get("search").filter(|s| !s.is_empty());
     let (org, env) = (caller.organization.id, caller.environment());
     // The position only means something in one order, so the cursor is bound to it.
-    let binding = format!("fingerprints:{org}:{env}:{}", sort.name());
-    let after = match query.get("cursor") {
+    let binding = format!("fingerprints:{org}:{env}:{}", sort_name(order));
+    let mut position = match query.get("cursor") {
         None => None,
         Some(c) => {
             let position = decode_cursor(&state.auth.secret, &binding, c)?;
             let parsed = position
                 .split_once('.')
-                .and_then(|(k, id)| Some((k.parse::<i64>().ok()?, id.parse::<VisitorId>().ok()?)));
+                .and_then(|(k, id)| Some((k.parse::<u64>().ok()?, id.parse::<VisitorId>().ok()?)));
             Some(parsed.ok_or_else(|| ApiError::internal("cursor position", &position))?)
         }
     };
 
-    let mut found = Vec::new();
-    let mut scan_after = None;
+    // One row past the page says whether more follow. A search filters the index's rows and
+    // reads at most SCAN_BUDGET of them.
+    let store = &state.auth.store;
+    let mut found: Vec<VisitorRecord> = Vec::with_capacity(limit + 1);
     let mut scanned = 0;
-    while scanned < SCAN_BUDGET {
-        let page = state
-            .auth
-            .store
-            .list_visitors(org, env, scan_after, 200.min(SCAN_BUDGET - scanned))
+    let mut exhausted = false;
+    while found.len() <= limit && scanned < SCAN_BUDGET {
+        let want = match search {
+            None => limit + 1 - found.len(),
+            Some(_) => 200.min(SCAN_BUDGET - scanned),
+        };
+        let page = store
+            .list_visitors_by(org, env, order, position, want)
             .await?;
-        if page.is_empty() {
+        exhausted = page.len() < want;
+        for v in page {
+            scanned += 1;
+            position = Some((order.value(&v), v.id));
+            if matches(&v, search) {
+                found.push(v);
+                if found.len() > limit {
+                    break;
+                }
+            }
+        }
+        if exhausted {
             break;
         }
-        scanned += page.len();
-        scan_after = page.last().map(|v| v.id);
-        found.extend(page.into_iter().filter(|v| matches(v, search)));
     }
-    found.sort_by_key(|v| std::cmp::Reverse((sort.key(v), v.id)));
-    let rest: Vec<VisitorRecord> = match after {
-        // Strictly after the cursor's row in this order.
-        Some(position) => found
-            .into_iter()
-            .filter(|v| (sort.key(v), v.id) < position)
-            .collect(),
-        None => found,
-    };
-    let has_more = rest.len() > limit;
-    let page = &rest[..rest.len().min(limit)];
-    let next_cursor = if has_more {
-        page.last().map(|v| {
-            encode_cursor(
-                &state.auth.secret,
-                &binding,
-                &format!("{}.{}", sort.key(v), v.id),
-            )
-        })
+    let (has_more, next) = if found.len() > limit {
+        found.truncate(limit);
+        (true, found.last().map(|v| (order.value(v), v.id)))
+    } else if exhausted {
+        (false, None)
     } else {
-        None
+        // The search budget ran out: more follow if the index has rows past the last read.
+        let probe = store.list_visitors_by(org, env, order, position, 1).await?;
+        (!probe.is_empty(), position)
     };
+    let next_cursor = match (has_more, next) {
+        (true, Some((value, id))) => Some(encode_cursor(
+            &state.auth.secret,
+            &binding,
+            &format!("{value}.{id}"),
+        )),
+        _ => None,
+    };
+    let page = &found;
     let rows: Vec<Fingerprint<'_>> = page.iter().map(fingerprint).collect();
     Ok(Reply::list(
         rows,

@@ -22,8 +22,9 @@ use crate::QueryState;
 
 /// The verdict enumeration (D10), the values of `verdict=`.
 pub const VERDICTS: [&str; 4] = ["human", "bot", "verified_bot", "suspicious"];
-/// How many stored sessions one list request reads at most while filtering, so a filter that
-/// matches little cannot make a request scan a whole partition; the cursor resumes after them.
+/// How many stored sessions one `search` request reads at most while filtering, so a search
+/// that matches little cannot make a request scan a whole partition; the cursor resumes after
+/// them.
 const SCAN_BUDGET: usize = 2_000;
 
 pub fn router() -> Router<QueryState> {
@@ -130,36 +131,61 @@ async fn list(
                 .map_err(|e| ApiError::internal("cursor position", e))?,
         ),
     };
-    let mut found = Vec::with_capacity(limit);
+    // A verdict is read from its index table (`sessions_by_verdict`), so its pages are full
+    // until the last; only `search` filters, reading at most SCAN_BUDGET rows. One row past the
+    // page says whether more follow.
+    let store = &state.auth.store;
+    let mut found: Vec<SessionRecord> = Vec::with_capacity(limit + 1);
     let mut scanned = 0;
     let mut exhausted = false;
-    // Read pages until the page is full, the partition ends, or the scan budget is spent.
-    while found.len() < limit && scanned < SCAN_BUDGET {
-        let page = state.auth.store.list_sessions(org, env, after, 200).await?;
-        if page.is_empty() {
-            exhausted = true;
-            break;
-        }
+    while found.len() <= limit && scanned < SCAN_BUDGET {
+        let want = match search {
+            None => limit + 1 - found.len(),
+            Some(_) => 200.min(SCAN_BUDGET - scanned),
+        };
+        let page = match verdict {
+            Some(v) => {
+                store
+                    .list_sessions_by_verdict(org, env, v, after, want)
+                    .await?
+            }
+            None => store.list_sessions(org, env, after, want).await?,
+        };
+        exhausted = page.len() < want;
         for s in page {
             scanned += 1;
             after = Some(s.id);
             if matches(&s, verdict, search) {
                 found.push(s);
-                if found.len() == limit {
+                if found.len() > limit {
                     break;
                 }
             }
         }
+        if exhausted {
+            break;
+        }
     }
-    // More may follow unless the partition ended; the cursor resumes after the last read row.
-    let has_more = !exhausted && (found.len() == limit || scanned >= SCAN_BUDGET) && {
-        let probe = state.auth.store.list_sessions(org, env, after, 1).await?;
-        !probe.is_empty()
-    };
-    let next_cursor = if has_more {
-        after.map(|a| encode_cursor(&state.auth.secret, &binding, &a.to_string()))
+    let (has_more, next) = if found.len() > limit {
+        found.truncate(limit);
+        (true, found.last().map(|s| s.id))
+    } else if exhausted {
+        (false, None)
     } else {
-        None
+        // The search budget ran out: more follow if rows exist past the last one read.
+        let probe = match verdict {
+            Some(v) => {
+                store
+                    .list_sessions_by_verdict(org, env, v, after, 1)
+                    .await?
+            }
+            None => store.list_sessions(org, env, after, 1).await?,
+        };
+        (!probe.is_empty(), after)
+    };
+    let next_cursor = match (has_more, next) {
+        (true, Some(id)) => Some(encode_cursor(&state.auth.secret, &binding, &id.to_string())),
+        _ => None,
     };
     let rows: Vec<SessionRow> = found.iter().map(row).collect();
     Ok(Reply::list(

@@ -27,7 +27,7 @@ use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
     IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord,
     PingRecord, RawJson, Result, SessionRecord, SessionSave, Store, StoreError, StoredResponse,
-    VisitorAnchors, VisitorRecord, VisitorRequest, VisitorStorage, VisitorTraits,
+    VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest, VisitorStorage, VisitorTraits,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -115,6 +115,10 @@ macro_rules! store_conformance_suite {
             visitor_save_replaces_the_row_and_its_anchor_rows,
             visitor_list_is_newest_first_paginates_and_is_isolated,
             visitor_anchor_lookup_finds_visitors_sharing_two_anchors,
+            decision_history_keeps_turning_points_and_the_latest,
+            sessions_by_verdict_follow_the_latest_decision,
+            visitors_list_in_each_order_across_pages,
+            purge_expired_drops_rows_past_retention_in_bounded_steps,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -300,7 +304,8 @@ fn decision_record(session: SessionId, id: DecisionId, n: u64) -> DecisionRecord
         id,
         evaluated_at: time::now(),
         decision: RawJson::encode(
-            &json!({ "event_id": id.to_string(), "n": n, "verdict": "allow", "reasons": ["ünï"] }),
+            // A phase of its own, so every decision is a turning point the history keeps.
+            &json!({ "event_id": id.to_string(), "n": n, "verdict": "allow", "phase": format!("p{n}"), "reasons": ["ünï"] }),
         )
         .unwrap(),
     }
@@ -3981,4 +3986,387 @@ pub async fn visitor_anchor_lookup_finds_visitors_sharing_two_anchors(store: Sto
     };
     assert!(find(only_webgl, 10).await.is_empty());
     assert!(find(older.anchors.clone(), 0).await.is_empty(), "limit 0");
+}
+
+// ---- retention and read indexes (D23, D4) ----
+
+/// A decision of `session` with the given phase and verdict.
+fn turn(session: SessionId, id: DecisionId, phase: &str, verdict: &str) -> DecisionRecord {
+    DecisionRecord {
+        session_id: session,
+        id,
+        evaluated_at: time::now(),
+        decision: RawJson::encode(
+            &json!({ "event_id": id.to_string(), "phase": phase, "verdict": verdict }),
+        )
+        .unwrap(),
+    }
+}
+
+/// A session keeps the decisions where its phase or verdict changed, plus its latest: one row
+/// per fold is pruned in the save that supersedes it. A redelivered decision prunes nothing.
+pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let sid = SessionId::generate();
+    let d = sorted_ids(8, DecisionId::generate);
+    let script = [
+        ("snapshot", "human"),  // 0: first, kept
+        ("snapshot", "human"),  // 1: same, dropped when 2 arrives
+        ("snapshot", "human"),  // 2: same, dropped when 3 arrives
+        ("snapshot", "bot"),    // 3: verdict changed, kept
+        ("interactive", "bot"), // 4: phase changed, kept
+        ("interactive", "bot"), // 5: same, dropped when 6 arrives
+        ("interactive", "bot"), // 6: same; the latest, kept
+    ];
+    let mut session = session_record(org, env, sid);
+    let mut last = None;
+    for (i, (phase, verdict)) in script.iter().enumerate() {
+        let decision = turn(sid, d[i], phase, verdict);
+        session.latest_decision = Some(decision.decision.clone());
+        store
+            .save_session(&session, Some(&decision), &[])
+            .await
+            .unwrap();
+        last = Some(decision);
+    }
+    assert_eq!(
+        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        vec![d[6], d[4], d[3], d[0]],
+        "turning points plus the latest, newest first"
+    );
+    // The latest saved again (a redelivery) is neither duplicated nor pruned.
+    store
+        .save_session(&session, last.as_ref(), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        vec![d[6], d[4], d[3], d[0]],
+        "a redelivery keeps the history"
+    );
+    // A new latest with the same turn replaces the old latest, which was no turning point.
+    let next = turn(sid, d[7], "interactive", "bot");
+    store
+        .save_session(&session, Some(&next), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        vec![d[7], d[4], d[3], d[0]]
+    );
+}
+
+fn session_with_verdict(
+    org: OrgId,
+    env: Environment,
+    id: SessionId,
+    verdict: &str,
+) -> SessionRecord {
+    SessionRecord {
+        latest_decision: Some(
+            RawJson::encode(&json!({ "verdict": verdict, "phase": "snapshot" })).unwrap(),
+        ),
+        ..session_record(org, env, id)
+    }
+}
+
+/// `list_sessions_by_verdict` reads the sessions whose latest decision has the verdict, newest
+/// first, paginated and isolated; a session moves between verdicts with its latest decision.
+pub async fn sessions_by_verdict_follow_the_latest_decision(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let ids = sorted_ids(7, SessionId::generate);
+    for (i, id) in ids.iter().enumerate() {
+        let verdict = if i % 2 == 0 { "bot" } else { "human" };
+        store
+            .save_session(&session_with_verdict(org, env, *id, verdict), None, &[])
+            .await
+            .unwrap();
+    }
+    // Undecided sessions are indexed under no verdict; other partitions are apart.
+    store
+        .save_session(&session_record(org, env, SessionId::generate()), None, &[])
+        .await
+        .unwrap();
+    store
+        .save_session(
+            &session_with_verdict(org, Environment::Live, SessionId::generate(), "bot"),
+            None,
+            &[],
+        )
+        .await
+        .unwrap();
+    store
+        .save_session(
+            &session_with_verdict(OrgId::generate(), env, SessionId::generate(), "bot"),
+            None,
+            &[],
+        )
+        .await
+        .unwrap();
+    let list = |verdict: &'static str, after, limit| {
+        let store = store.clone();
+        async move {
+            session_ids(
+                &store
+                    .list_sessions_by_verdict(org, env, verdict, after, limit)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(
+        list("bot", None, 100).await,
+        vec![ids[6], ids[4], ids[2], ids[0]]
+    );
+    assert_eq!(list("human", None, 100).await, vec![ids[5], ids[3], ids[1]]);
+    assert_eq!(list("bot", None, 2).await, vec![ids[6], ids[4]], "limit");
+    assert_eq!(
+        list("bot", Some(ids[4]), 2).await,
+        vec![ids[2], ids[0]],
+        "after is exclusive"
+    );
+    assert_eq!(
+        list("bot", Some(ids[3]), 10).await,
+        vec![ids[2], ids[0]],
+        "a cursor between rows"
+    );
+    assert!(list("suspicious", None, 10).await.is_empty());
+    assert!(
+        list("bo", None, 10).await.is_empty(),
+        "a verdict's prefix is another partition"
+    );
+
+    // ids[6] turns human: it leaves the bot list and joins the human one, as stored now.
+    let moved = session_with_verdict(org, env, ids[6], "human");
+    store.save_session(&moved, None, &[]).await.unwrap();
+    assert_eq!(list("bot", None, 100).await, vec![ids[4], ids[2], ids[0]]);
+    let humans = store
+        .list_sessions_by_verdict(org, env, "human", None, 100)
+        .await
+        .unwrap();
+    assert_eq!(session_ids(&humans), vec![ids[6], ids[5], ids[3], ids[1]]);
+    assert_eq!(humans[0], moved, "rows are the sessions as stored");
+}
+
+/// Each order lists every visitor of the partition by its value descending, then id
+/// descending, across pages, and follows a visitor's updates.
+pub async fn visitors_list_in_each_order_across_pages(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let base = time::now() - TimeDelta::days(30);
+    let ids = sorted_ids(12, VisitorId::generate);
+    let mut visitors = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let i = i as i64;
+        let v = VisitorRecord {
+            // Values repeat (i % 4 and i % 3), so ties are broken by id.
+            first_seen_at: base + TimeDelta::hours(i % 4),
+            last_seen_at: base + TimeDelta::days(1 + (i * 7) % 12),
+            seen_count: (i % 3) as u64,
+            ..visitor_record(org, env, *id)
+        };
+        store.save_visitor(&v).await.unwrap();
+        visitors.push(v);
+    }
+    store
+        .save_visitor(&visitor_record(
+            org,
+            Environment::Test,
+            VisitorId::generate(),
+        ))
+        .await
+        .unwrap();
+    store
+        .save_visitor(&visitor_record(
+            OrgId::generate(),
+            env,
+            VisitorId::generate(),
+        ))
+        .await
+        .unwrap();
+
+    let check = |visitors: Vec<VisitorRecord>| {
+        let store = store.clone();
+        async move {
+            for order in VisitorOrder::ALL {
+                let mut expected = visitors.clone();
+                expected.sort_by_key(|v| std::cmp::Reverse((order.value(v), v.id)));
+                let mut read = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = store
+                        .list_visitors_by(org, env, order, after, 5)
+                        .await
+                        .unwrap();
+                    if page.is_empty() {
+                        break;
+                    }
+                    after = page.last().map(|v| (order.value(v), v.id));
+                    read.extend(page);
+                }
+                assert_eq!(read, expected, "{order:?}: every visitor once, in order");
+            }
+        }
+    };
+    check(visitors.clone()).await;
+
+    // A visit moves a visitor in the last_seen and seen_count orders.
+    visitors[0].last_seen_at = time::now();
+    visitors[0].seen_count = 99;
+    store.save_visitor(&visitors[0]).await.unwrap();
+    check(visitors.clone()).await;
+    assert_eq!(
+        store
+            .list_visitors_by(org, env, VisitorOrder::LastSeen, None, 1)
+            .await
+            .unwrap(),
+        vec![visitors[0].clone()]
+    );
+}
+
+/// `purge_expired` drops what was last written or seen before `keep_since` (sessions with
+/// their decisions and index rows, events, visitors with theirs) and nothing newer, a bounded
+/// step at a time. Times are decades back, so rows of other cases sharing the store are not
+/// touched.
+pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let long_ago = Timestamp::from_timestamp_millis(1_000_000_000_000).unwrap(); // 2001
+    let keep_since = long_ago + TimeDelta::days(90);
+    let now = time::now();
+
+    let mut old_sessions = Vec::new();
+    for (i, id) in sorted_ids(5, SessionId::generate).into_iter().enumerate() {
+        let session = SessionRecord {
+            updated_at: long_ago + TimeDelta::minutes(i as i64),
+            opened_at: long_ago,
+            ..session_with_verdict(org, env, id, "bot")
+        };
+        let decision = turn(id, DecisionId::generate(), "snapshot", "bot");
+        let event = EventRecord {
+            created_at: long_ago,
+            ..event_record(
+                &session,
+                EventId::generate(),
+                EventType::SessionResultPersisted,
+            )
+        };
+        store
+            .save_session(&session, Some(&decision), std::slice::from_ref(&event))
+            .await
+            .unwrap();
+        old_sessions.push((session, event));
+    }
+    // Written long ago, then again within the retention: kept.
+    let revived_id = SessionId::generate();
+    let mut revived = SessionRecord {
+        updated_at: long_ago,
+        ..session_with_verdict(org, env, revived_id, "bot")
+    };
+    store.save_session(&revived, None, &[]).await.unwrap();
+    revived.updated_at = keep_since + TimeDelta::days(1);
+    store.save_session(&revived, None, &[]).await.unwrap();
+    let fresh = session_with_verdict(org, env, SessionId::generate(), "bot");
+    let fresh_event = event_record(
+        &fresh,
+        EventId::generate(),
+        EventType::SessionResultPersisted,
+    );
+    store
+        .save_session(&fresh, None, std::slice::from_ref(&fresh_event))
+        .await
+        .unwrap();
+
+    let old_visitor = VisitorRecord {
+        first_seen_at: long_ago,
+        last_seen_at: long_ago,
+        ..visitor_record(org, env, VisitorId::generate())
+    };
+    store.save_visitor(&old_visitor).await.unwrap();
+    let mut seen_again = VisitorRecord {
+        first_seen_at: long_ago,
+        last_seen_at: long_ago,
+        ..visitor_record(org, env, VisitorId::generate())
+    };
+    store.save_visitor(&seen_again).await.unwrap();
+    seen_again.last_seen_at = now;
+    store.save_visitor(&seen_again).await.unwrap();
+
+    // Budget 1: each step does a little and says more remains, until nothing does.
+    let mut steps = 0;
+    while store.purge_expired(now, keep_since, 1).await.unwrap() {
+        steps += 1;
+        assert!(steps < 10_000, "the purge finishes");
+    }
+    assert!(
+        steps >= 5,
+        "a budget of 1 takes a step per expired row ({steps} steps)"
+    );
+
+    for (session, event) in &old_sessions {
+        assert_eq!(store.get_session(org, env, session.id).await.unwrap(), None);
+        assert!(
+            store
+                .list_decisions(session.id, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "its decisions go too"
+        );
+        assert_eq!(store.get_event(org, env, event.id).await.unwrap(), None);
+    }
+    assert_eq!(
+        session_ids(
+            &store
+                .list_sessions_by_verdict(org, env, "bot", None, 100)
+                .await
+                .unwrap()
+        ),
+        vec![fresh.id, revived_id],
+        "the verdict index keeps only the kept sessions"
+    );
+    assert_eq!(
+        session_ids(&store.list_sessions(org, env, None, 100).await.unwrap()),
+        vec![fresh.id, revived_id]
+    );
+    assert!(
+        idle_of(&store, org, now + TimeDelta::days(1))
+            .await
+            .iter()
+            .all(|s| s.session_id == fresh.id || s.session_id == revived_id),
+        "no idle row names a purged session"
+    );
+    assert_eq!(
+        store.get_session(org, env, revived_id).await.unwrap(),
+        Some(revived)
+    );
+    assert_eq!(
+        store.get_event(org, env, fresh_event.id).await.unwrap(),
+        Some(fresh_event)
+    );
+
+    assert_eq!(
+        store.get_visitor(org, env, old_visitor.id).await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .find_visitor_by_anchors(org, env, &old_visitor.anchors, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "its anchor rows go too"
+    );
+    for order in VisitorOrder::ALL {
+        assert_eq!(
+            store
+                .list_visitors_by(org, env, order, None, 10)
+                .await
+                .unwrap(),
+            vec![seen_again.clone()],
+            "{order:?}: the order index keeps only the kept visitor"
+        );
+    }
+    assert!(
+        !store.purge_expired(now, keep_since, 100).await.unwrap(),
+        "nothing remains"
+    );
 }

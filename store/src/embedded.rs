@@ -17,6 +17,10 @@
 //! whole, published batches (a session row never without its decision, an anchor index row
 //! never without its visitor).
 //!
+//! Expiry (D23): where ScyllaDB has TTLs, every save of a session, event or visitor also writes
+//! a row of `expiry_queue`, keyed by the time of that write, so `purge_expired` finds expired
+//! rows by reading the queue's oldest keys, a bounded step at a time, never a whole table.
+//!
 //! The authentication hot path's reads (`find_api_key_by_hash`, `get_organization`) are served
 //! from an exact cache of decoded rows (`row_cache`), which every write of those tables
 //! invalidates around its commit. It is exact only because this process is the directory's
@@ -28,7 +32,7 @@ mod row_cache;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use fjall::{
@@ -43,9 +47,10 @@ use serde::{Deserialize, Serialize};
 
 use self::row_cache::{Changes, Lookup, RowCache};
 use crate::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, DecisionTurn, EventRecord,
     IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord, Result,
-    SessionRecord, SessionSave, StoreBackend, StoreError, VisitorAnchors, VisitorRecord,
+    SessionRecord, SessionSave, StoreBackend, StoreError, VisitorAnchors, VisitorOrder,
+    VisitorRecord,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -64,15 +69,18 @@ const SESSIONS_IDLE: &str = "sessions_idle";
 const EVENTS: &str = "events";
 const VISITORS: &str = "visitors";
 const VISITORS_BY_ANCHOR: &str = "visitors_by_anchor";
+const SESSIONS_BY_VERDICT: &str = "sessions_by_verdict";
+const VISITORS_BY_LAST_SEEN: &str = "visitors_by_last_seen";
+const VISITORS_BY_SEEN_COUNT: &str = "visitors_by_seen_count";
+const VISITORS_BY_FIRST_SEEN: &str = "visitors_by_first_seen";
+/// Embedded only: where ScyllaDB expires rows by TTL, this time-ordered index of the rows
+/// retention bounds lets `purge_expired` find the expired ones without reading the tables.
+const EXPIRY_QUEUE: &str = "expiry_queue";
 
-/// How often `idempotency_begin` sweeps expired records (ScyllaDB drops them by TTL instead).
-const IDEMPOTENCY_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
 /// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
 /// after 30 minutes; the log, not the store, keeps what they collected.
 const COLLECT_RETENTION: Duration = Duration::from_secs(24 * 3600);
-/// How often `create_collect_session` sweeps sessions past `COLLECT_RETENTION`.
-const COLLECT_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// The store in a local directory (`embedded:<dir>`).
 pub struct EmbeddedStore {
@@ -101,6 +109,11 @@ struct Inner {
     events: Keyspace,
     visitors: Keyspace,
     visitors_by_anchor: Keyspace,
+    sessions_by_verdict: Keyspace,
+    visitors_by_last_seen: Keyspace,
+    visitors_by_seen_count: Keyspace,
+    visitors_by_first_seen: Keyspace,
+    expiry_queue: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -108,22 +121,80 @@ struct Inner {
     cache: RowCache,
 }
 
+#[derive(Default)]
 struct WriterState {
-    /// `None` until the first sweep, so the first `idempotency_begin` after opening sweeps.
-    last_idempotency_purge: Option<Instant>,
-    /// The same for `create_collect_session`'s sweep.
-    last_collect_purge: Option<Instant>,
-    /// The same for `open_handoff_once`'s sweep.
-    last_handoff_purge: Option<Instant>,
+    /// Where `purge_expired`'s walk of `idempotency_records` resumes (that table has no time
+    /// order, so it is walked a bounded step at a time); `None`: from the start.
+    idempotency_cursor: Option<Vec<u8>>,
+    /// The same for `handoff_openings`.
+    handoff_cursor: Option<Vec<u8>>,
+    /// Where the indexing of rows written before the read and expiry indexes existed stands.
+    backfill: Backfill,
 }
 
-/// The two columns of a stored `sessions` row that say where it sits in `sessions_idle`
-/// (decoding only these skips the rest of the row without building it).
+/// The one-time indexing of rows stored before `sessions_by_verdict`, the visitor order tables
+/// and `expiry_queue` existed (without it they would be missing from lists and never expire):
+/// `purge_expired` walks `sessions`, then `visitors`, then `events`, a bounded step at a time,
+/// and records in `settings` when it is done, so later starts skip it. Indexing a row twice
+/// writes the same keys again, so a restart mid-walk just starts over.
+#[derive(Default)]
+struct Backfill {
+    /// `None` until the setting has been checked.
+    done: Option<bool>,
+    /// 0: sessions, 1: visitors, 2: events.
+    table: u8,
+    cursor: Option<Vec<u8>>,
+}
+
+/// The `settings` row that says the backfill is done.
+const BACKFILLED: &str = "store/indexes-backfilled/v1";
+
+/// A stored `sessions` row's identity and index columns, for the backfill.
 #[derive(Deserialize)]
-struct IdlePlace {
+struct SessionIdentity {
+    id: SessionId,
+    organization_id: OrgId,
+    environment: Environment,
+    #[serde(flatten)]
+    place: SessionPlace,
+}
+
+/// The columns of a stored `sessions` row that say where it sits in `sessions_idle`,
+/// `sessions_by_verdict` and `expiry_queue` (decoding only these skips the rest of the row
+/// without building it).
+#[derive(Deserialize)]
+struct SessionPlace {
     updated_at: Timestamp,
     #[serde(default)]
     finalized: bool,
+    #[serde(default)]
+    latest_decision: Option<DecisionTurn>,
+}
+
+impl SessionPlace {
+    fn verdict(&self) -> Option<&str> {
+        self.latest_decision.as_ref()?.verdict.as_deref()
+    }
+}
+
+/// The column of a stored `session_decisions` row that says whether it is a turning point.
+#[derive(Deserialize)]
+struct DecisionPlace {
+    decision: Option<DecisionTurn>,
+}
+
+/// The column of a stored `events` row that says when it expires.
+#[derive(Deserialize)]
+struct EventPlace {
+    created_at: Timestamp,
+}
+
+/// What an `expiry_queue` row names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expiring {
+    Session = 0,
+    Visitor = 1,
+    Event = 2,
 }
 
 /// `sessions_idle`: where an unfinalised session is (its id and time are in the key).
@@ -256,6 +327,23 @@ mod key {
         api_key_partition(org, env)
     }
 
+    /// The organization, environment and id a `sessions` key holds.
+    pub fn parse_session(k: &[u8]) -> Option<(OrgId, Environment, SessionId)> {
+        let k: &[u8; 33] = k.try_into().ok()?;
+        let org = u128::from_be_bytes(k[..16].try_into().ok()?);
+        let env = match k[16] {
+            0 => Environment::Live,
+            1 => Environment::Test,
+            _ => return None,
+        };
+        let id = trailing_id(k)?;
+        Some((
+            OrgId::from_ulid(org.into()),
+            env,
+            SessionId::from_ulid(id.into()),
+        ))
+    }
+
     /// Partition, then the id's ULID inverted: clustering `id DESC`, newest session first.
     pub fn session(org: OrgId, env: Environment, id: SessionId) -> [u8; 33] {
         let mut k = [0; 33];
@@ -350,6 +438,70 @@ mod key {
         k
     }
 
+    /// The `sessions_by_verdict` partition `(organization_id, environment, verdict)`: 16 + 1,
+    /// then the verdict's length (1) and UTF-8, so no verdict's partition is a prefix of
+    /// another's. `None` for a verdict too long to index (the enumeration's are short).
+    pub fn verdict_partition(org: OrgId, env: Environment, verdict: &str) -> Option<Vec<u8>> {
+        let len = u8::try_from(verdict.len()).ok()?;
+        let mut k = Vec::with_capacity(18 + verdict.len() + 16);
+        k.extend_from_slice(&api_key_partition(org, env));
+        k.push(len);
+        k.extend_from_slice(verdict.as_bytes());
+        Some(k)
+    }
+
+    /// Partition, then the session id's ULID inverted: newest session first.
+    pub fn session_by_verdict(
+        org: OrgId,
+        env: Environment,
+        verdict: &str,
+        id: SessionId,
+    ) -> Option<Vec<u8>> {
+        let mut k = verdict_partition(org, env, verdict)?;
+        k.extend_from_slice(&(!id.ulid().0).to_be_bytes());
+        Some(k)
+    }
+
+    /// The partition `(organization_id, environment)` of the `visitors_by_*` order tables.
+    pub fn visitor_order_partition(org: OrgId, env: Environment) -> [u8; 17] {
+        api_key_partition(org, env)
+    }
+
+    /// Partition, then the sort value inverted, then the visitor id's ULID inverted: clustering
+    /// `(value DESC, visitor_id DESC)`.
+    pub fn visitor_by(org: OrgId, env: Environment, value: u64, id: VisitorId) -> [u8; 41] {
+        let mut k = [0; 41];
+        k[..17].copy_from_slice(&visitor_order_partition(org, env));
+        k[17..25].copy_from_slice(&(!value).to_be_bytes());
+        k[25..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+
+    /// The id whose ULID, inverted, ends key `k` (every `id DESC` clustering ends so).
+    pub fn trailing_id(k: &[u8]) -> Option<u128> {
+        let tail: [u8; 16] = k.get(k.len().checked_sub(16)?..)?.try_into().ok()?;
+        Some(!u128::from_be_bytes(tail))
+    }
+
+    /// `expiry_queue`: the time the row was last written in milliseconds (8, big-endian, so
+    /// oldest first), what it is (1), and the row's key in its own table.
+    pub fn expiry(at: Timestamp, kind: u8, target: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(9 + target.len());
+        k.extend_from_slice(&millis(at).to_be_bytes());
+        k.push(kind);
+        k.extend_from_slice(target);
+        k
+    }
+
+    /// The first `expiry_queue` key at or after `at`: the end of a scan for older rows.
+    pub fn expiry_before(at: Timestamp) -> [u8; 8] {
+        millis(at).to_be_bytes()
+    }
+
+    pub fn parse_expiry(k: &[u8]) -> Option<(u8, &[u8])> {
+        Some((*k.get(8)?, k.get(9..)?))
+    }
+
     /// The `session_decisions` partition `session_id`: the session's ULID (16).
     pub fn decision_partition(session: SessionId) -> [u8; 16] {
         session.ulid().to_bytes()
@@ -379,6 +531,38 @@ fn scan<T: DeserializeOwned>(
         rows.push(decode(table, &value)?);
     }
     Ok(rows)
+}
+
+/// The rows an index names: its keys in `range` (each ending in the row's id, inverted, as
+/// every `id DESC` clustering does), at most `limit`, each row read by `row_key(id)` from the
+/// same snapshot. The index and its rows are written in one batch, so a row missing from the
+/// snapshot is damage.
+fn read_indexed<T: DeserializeOwned>(
+    snapshot: &Snapshot,
+    (index, index_table): (&Keyspace, &'static str),
+    range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+    limit: usize,
+    (rows, row_table): (&Keyspace, &'static str),
+    row_key: impl Fn(u128) -> [u8; 33],
+) -> Result<Vec<T>> {
+    let mut found = Vec::with_capacity(limit.min(1024));
+    for guard in snapshot.range(index, range).take(limit) {
+        let k = guard.key().map_err(unavailable)?;
+        let corrupt = |detail: String| StoreError::Corrupt {
+            table: index_table,
+            detail,
+        };
+        let id = key::trailing_id(&k).ok_or_else(|| corrupt("a key of the wrong length".into()))?;
+        match decode_row(row_table, snapshot.get(rows, row_key(id)))? {
+            Some(row) => found.push(row),
+            None => {
+                return Err(corrupt(format!(
+                    "an index row names a missing {row_table} row"
+                )));
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The exclusive upper bound of every key beginning with `prefix`: the shortest key above them
@@ -449,11 +633,12 @@ impl EmbeddedStore {
             events: keyspace(EVENTS)?,
             visitors: keyspace(VISITORS)?,
             visitors_by_anchor: keyspace(VISITORS_BY_ANCHOR)?,
-            writer: Mutex::new(WriterState {
-                last_idempotency_purge: None,
-                last_collect_purge: None,
-                last_handoff_purge: None,
-            }),
+            sessions_by_verdict: keyspace(SESSIONS_BY_VERDICT)?,
+            visitors_by_last_seen: keyspace(VISITORS_BY_LAST_SEEN)?,
+            visitors_by_seen_count: keyspace(VISITORS_BY_SEEN_COUNT)?,
+            visitors_by_first_seen: keyspace(VISITORS_BY_FIRST_SEEN)?,
+            expiry_queue: keyspace(EXPIRY_QUEUE)?,
+            writer: Mutex::new(WriterState::default()),
             cache: RowCache::default(),
             space: DiskReserve::new(dir),
             db,
@@ -461,6 +646,39 @@ impl EmbeddedStore {
         Ok(Self {
             inner: Arc::new(inner),
         })
+    }
+
+    /// Writes every table's memtable out to its disk tables and waits, so the directory's size
+    /// is what the rows take at rest (the README's sizing figures are measured after this).
+    /// Blocking.
+    pub fn flush_tables(&self) -> Result<()> {
+        let db = &self.inner;
+        for table in [
+            &db.organizations,
+            &db.organizations_by_slug,
+            &db.api_keys,
+            &db.api_keys_by_hash,
+            &db.api_key_ids,
+            &db.idempotency_records,
+            &db.handoff_openings,
+            &db.settings,
+            &db.collect_sessions,
+            &db.collect_pings,
+            &db.sessions,
+            &db.session_decisions,
+            &db.sessions_idle,
+            &db.events,
+            &db.visitors,
+            &db.visitors_by_anchor,
+            &db.sessions_by_verdict,
+            &db.visitors_by_last_seen,
+            &db.visitors_by_seen_count,
+            &db.visitors_by_first_seen,
+            &db.expiry_queue,
+        ] {
+            table.rotate_memtable_and_wait().map_err(unavailable)?;
+        }
+        db.db.persist(PersistMode::SyncAll).map_err(unavailable)
     }
 
     /// Runs `op` on a blocking thread holding the writer mutex, so neither the lock wait nor the
@@ -618,31 +836,165 @@ impl Inner {
         Ok(())
     }
 
-    /// Deletes idempotency records past their expiry. Nothing reads them (begin treats them as
-    /// absent), so this only bounds the table's size; the deletes ride on the next synced batch.
-    fn purge_expired_idempotency(&self, now: Timestamp) -> Result<()> {
-        let mut batch = self.db.batch();
-        for guard in self.idempotency_records.iter() {
+    /// One bounded step of a walk over a table with no time order (`idempotency_records`,
+    /// `handoff_openings`): reads at most `budget` rows after `cursor`, adds the removal of those
+    /// `expired` says are past their expiry to `batch`, and moves the cursor. Whether the walk
+    /// has rows left (it starts over from the beginning once it has none).
+    fn sweep_step(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        keyspace: &Keyspace,
+        cursor: &mut Option<Vec<u8>>,
+        budget: usize,
+        expired: impl Fn(&[u8]) -> Result<bool>,
+    ) -> Result<bool> {
+        let start = cursor.take().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut read = 0;
+        let mut last = None;
+        for guard in keyspace
+            .range::<Vec<u8>, _>((start, Bound::Unbounded))
+            .take(budget)
+        {
             let (k, v) = guard.into_inner().map_err(unavailable)?;
-            let record: IdempotencyRecord = decode(IDEMPOTENCY_RECORDS, &v)?;
-            if record.expires_at <= now {
-                batch.remove(&self.idempotency_records, k);
+            read += 1;
+            if expired(&v)? {
+                batch.remove(keyspace, k.clone());
             }
+            last = Some(k.to_vec());
         }
-        batch.commit().map_err(unavailable)
+        if read < budget {
+            return Ok(false);
+        }
+        *cursor = last;
+        Ok(true)
     }
 
-    /// Drops the openings of handoffs that have expired (ScyllaDB's TTL does it there).
-    fn purge_expired_handoff_openings(&self, now: Timestamp) -> Result<()> {
-        let mut batch = self.db.batch();
-        for guard in self.handoff_openings.iter() {
-            let (k, v) = guard.into_inner().map_err(unavailable)?;
-            let row: HandoffOpening = decode(HANDOFF_OPENINGS, &v)?;
-            if row.expires_at <= now {
-                batch.remove(&self.handoff_openings, k);
+    /// Removes `expiry_queue` rows older than `keep_since`, at most `budget`, each with the row
+    /// it names when that row was not written again since (a newer write has its own queue row).
+    fn purge_retained(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        keep_since: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        let end = key::expiry_before(keep_since).to_vec();
+        let mut read = 0;
+        for guard in self.expiry_queue.range(..end).take(budget) {
+            let k = guard.key().map_err(unavailable)?;
+            read += 1;
+            batch.remove(&self.expiry_queue, k.clone());
+            let Some((kind, target)) = key::parse_expiry(&k) else {
+                continue;
+            };
+            if kind == Expiring::Session as u8 {
+                self.purge_session(batch, target, keep_since)?;
+            } else if kind == Expiring::Visitor as u8 {
+                self.purge_visitor(batch, target, keep_since)?;
+            } else if kind == Expiring::Event as u8 {
+                let row: Option<EventPlace> = decode_row(EVENTS, self.events.get(target))?;
+                if row.is_some_and(|e| e.created_at < keep_since) {
+                    batch.remove(&self.events, target.to_vec());
+                }
             }
         }
-        batch.commit().map_err(unavailable)
+        Ok(read == budget)
+    }
+
+    /// Drops the session at `k` if it was not updated since `keep_since`, with its decisions
+    /// (a handful, since the history is pruned) and its index rows.
+    fn purge_session(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        k: &[u8],
+        keep_since: Timestamp,
+    ) -> Result<()> {
+        let Some(place) = decode_row::<SessionPlace>(SESSIONS, self.sessions.get(k))? else {
+            return Ok(());
+        };
+        if place.updated_at >= keep_since {
+            return Ok(());
+        }
+        let (org, env, id) = key::parse_session(k).ok_or_else(|| StoreError::Corrupt {
+            table: EXPIRY_QUEUE,
+            detail: "a queued session key of the wrong length".into(),
+        })?;
+        if !place.finalized {
+            batch.remove(&self.sessions_idle, key::idle(id, place.updated_at));
+        }
+        if let Some(vk) = place
+            .verdict()
+            .and_then(|v| key::session_by_verdict(org, env, v, id))
+        {
+            batch.remove(&self.sessions_by_verdict, vk);
+        }
+        let partition = key::decision_partition(id);
+        for guard in self.session_decisions.prefix(partition) {
+            batch.remove(&self.session_decisions, guard.key().map_err(unavailable)?);
+        }
+        batch.remove(&self.sessions, k.to_vec());
+        Ok(())
+    }
+
+    /// Drops the visitor at `k` if it was not seen since `keep_since`, with its anchor and order
+    /// index rows.
+    fn purge_visitor(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        k: &[u8],
+        keep_since: Timestamp,
+    ) -> Result<()> {
+        let Some(v) = decode_row::<VisitorRecord>(VISITORS, self.visitors.get(k))? else {
+            return Ok(());
+        };
+        if v.last_seen_at >= keep_since {
+            return Ok(());
+        }
+        let (org, env, id) = (v.organization_id, v.environment, v.id);
+        for digest in v.anchors.digests() {
+            batch.remove(&self.visitors_by_anchor, key::anchor(org, env, &digest, id));
+        }
+        for order in VisitorOrder::ALL {
+            batch.remove(
+                self.visitor_order(order),
+                key::visitor_by(org, env, order.value(&v), id),
+            );
+        }
+        batch.remove(&self.visitors, k.to_vec());
+        Ok(())
+    }
+
+    fn visitor_order(&self, order: VisitorOrder) -> &Keyspace {
+        match order {
+            VisitorOrder::LastSeen => &self.visitors_by_last_seen,
+            VisitorOrder::SeenCount => &self.visitors_by_seen_count,
+            VisitorOrder::FirstSeen => &self.visitors_by_first_seen,
+        }
+    }
+
+    /// Adds to `batch` the pruning of `session`'s decision history that appending `decision`
+    /// calls for (D23): the stored latest goes unless it is a turning point, that is unless
+    /// its phase or verdict differs from the decision kept before it (or none was).
+    fn prune_decisions(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        decision: &DecisionRecord,
+    ) -> Result<()> {
+        let partition = key::decision_partition(decision.session_id);
+        let mut newest = Vec::with_capacity(2);
+        for guard in self.session_decisions.prefix(partition).take(2) {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            let place: DecisionPlace = decode(SESSION_DECISIONS, &v)?;
+            newest.push((k, place.decision.unwrap_or_default()));
+        }
+        let [(latest_key, latest), (_, before)] = newest.as_slice() else {
+            return Ok(());
+        };
+        // Only a newer decision replaces the latest; a redelivered or late one prunes nothing.
+        let is_newer = key::trailing_id(latest_key).is_some_and(|id| decision.id.ulid().0 > id);
+        if is_newer && latest == before {
+            batch.remove(&self.session_decisions, latest_key.clone());
+        }
+        Ok(())
     }
 
     /// Adds one session's save to `batch` (see `save_sessions`). Callers hold the writer mutex,
@@ -651,10 +1003,36 @@ impl Inner {
         let session = &save.session;
         let (org, env, id) = (session.organization_id, session.environment, session.id);
         let k = key::session(org, env, id);
-        let stored: Option<IdlePlace> = decode_row(SESSIONS, self.sessions.get(k))?;
-        if let Some(stored) = stored.filter(|s| !s.finalized) {
-            batch.remove(&self.sessions_idle, key::idle(id, stored.updated_at));
+        let stored: Option<SessionPlace> = decode_row(SESSIONS, self.sessions.get(k))?;
+        if let Some(stored) = &stored {
+            if !stored.finalized {
+                batch.remove(&self.sessions_idle, key::idle(id, stored.updated_at));
+            }
+            if stored.updated_at != session.updated_at {
+                batch.remove(
+                    &self.expiry_queue,
+                    key::expiry(stored.updated_at, Expiring::Session as u8, &k),
+                );
+            }
         }
+        let verdict = session.verdict();
+        let stored_verdict = stored.as_ref().and_then(|s| s.verdict());
+        if stored_verdict != verdict.as_deref()
+            && let Some(old) = stored_verdict.and_then(|v| key::session_by_verdict(org, env, v, id))
+        {
+            batch.remove(&self.sessions_by_verdict, old);
+        }
+        if let Some(new) = verdict
+            .as_deref()
+            .and_then(|v| key::session_by_verdict(org, env, v, id))
+        {
+            batch.insert(&self.sessions_by_verdict, new, []);
+        }
+        batch.insert(
+            &self.expiry_queue,
+            key::expiry(session.updated_at, Expiring::Session as u8, &k),
+            [],
+        );
         if !session.finalized {
             let row = IdleRow {
                 organization_id: org,
@@ -668,6 +1046,7 @@ impl Inner {
         }
         batch.insert(&self.sessions, k, encode(SESSIONS, session)?);
         if let Some(d) = &save.decision {
+            self.prune_decisions(batch, d)?;
             batch.insert(
                 &self.session_decisions,
                 key::decision(d.session_id, d.id),
@@ -675,11 +1054,15 @@ impl Inner {
             );
         }
         for e in &save.events {
+            let ek = key::event(e.organization_id, e.environment, e.id);
+            // Saved again with another time, the event keeps a stale queue row too; the purge
+            // checks the row's own time before dropping it.
             batch.insert(
-                &self.events,
-                key::event(e.organization_id, e.environment, e.id),
-                encode(EVENTS, e)?,
+                &self.expiry_queue,
+                key::expiry(e.created_at, Expiring::Event as u8, &ek),
+                [],
             );
+            batch.insert(&self.events, ek, encode(EVENTS, e)?);
         }
         Ok(())
     }
@@ -726,16 +1109,21 @@ impl Inner {
     /// Deletes the sessions minted more than `COLLECT_RETENTION` before `now`, with their
     /// pings' lookup rows: what ScyllaDB's TTL does, judged by the id's time (the moment of the
     /// insert, give or take the request). Session ids are ULIDs, so those rows are a key prefix
-    /// and nothing younger is read. Like the idempotency sweep, the deletes ride on the next
-    /// synced batch.
-    fn purge_expired_collect_sessions(&self, now: Timestamp) -> Result<()> {
+    /// and nothing younger is read; at most `budget` of them, and whether more may remain.
+    fn purge_expired_collect_sessions(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
         let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap_or_default();
         let Ok(cutoff) = u64::try_from((now - retention).timestamp_millis()) else {
-            return Ok(());
+            return Ok(false);
         };
         let end = key::collect_sessions_minted_from(cutoff);
-        let mut batch = self.db.batch();
-        for guard in self.collect_sessions.range(..end) {
+        let mut read = 0;
+        for guard in self.collect_sessions.range(..end).take(budget) {
+            read += 1;
             let (k, v) = guard.into_inner().map_err(unavailable)?;
             match decode::<CollectSessionRecord>(COLLECT_SESSIONS, &v) {
                 Ok(session) => {
@@ -749,7 +1137,113 @@ impl Inner {
             }
             batch.remove(&self.collect_sessions, k);
         }
-        batch.commit().map_err(unavailable)
+        Ok(read == budget)
+    }
+
+    /// One step of the backfill (see [`Backfill`]); whether it did one (false once done).
+    fn backfill_step(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        backfill: &mut Backfill,
+        budget: usize,
+    ) -> Result<bool> {
+        let done = match backfill.done {
+            Some(done) => done,
+            None => self.contains(&self.settings, key::setting(BACKFILLED))?,
+        };
+        backfill.done = Some(done);
+        if done {
+            return Ok(false);
+        }
+        let table = match backfill.table {
+            0 => &self.sessions,
+            1 => &self.visitors,
+            _ => &self.events,
+        };
+        let start = backfill
+            .cursor
+            .take()
+            .map_or(Bound::Unbounded, Bound::Excluded);
+        let mut read = 0;
+        for guard in table
+            .range::<Vec<u8>, _>((start, Bound::Unbounded))
+            .take(budget)
+        {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            read += 1;
+            match backfill.table {
+                0 => {
+                    let s: SessionIdentity = decode(SESSIONS, &v)?;
+                    let queued = key::expiry(s.place.updated_at, Expiring::Session as u8, &k);
+                    batch.insert(&self.expiry_queue, queued, []);
+                    if let Some(vk) = s.place.verdict().and_then(|verdict| {
+                        key::session_by_verdict(s.organization_id, s.environment, verdict, s.id)
+                    }) {
+                        batch.insert(&self.sessions_by_verdict, vk, []);
+                    }
+                }
+                1 => {
+                    let v: VisitorRecord = decode(VISITORS, &v)?;
+                    let (org, env) = (v.organization_id, v.environment);
+                    for order in VisitorOrder::ALL {
+                        let ok = key::visitor_by(org, env, order.value(&v), v.id);
+                        batch.insert(self.visitor_order(order), ok, []);
+                    }
+                    let queued = key::expiry(v.last_seen_at, Expiring::Visitor as u8, &k);
+                    batch.insert(&self.expiry_queue, queued, []);
+                }
+                _ => {
+                    let e: EventPlace = decode(EVENTS, &v)?;
+                    let queued = key::expiry(e.created_at, Expiring::Event as u8, &k);
+                    batch.insert(&self.expiry_queue, queued, []);
+                }
+            }
+            backfill.cursor = Some(k.to_vec());
+        }
+        if read < budget {
+            backfill.cursor = None;
+            backfill.table += 1;
+            if backfill.table > 2 {
+                batch.insert(&self.settings, key::setting(BACKFILLED), b"done".to_vec());
+                backfill.done = Some(true);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `purge_expired` under the writer lock: every kind's step in one batch. Not synced: a
+    /// delete lost in a crash is found again by the next step (its queue row is lost with it).
+    fn purge_step(
+        &self,
+        state: &mut WriterState,
+        now: Timestamp,
+        keep_since: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        let mut batch = self.db.batch();
+        // Alone in its batch: a purge in the same batch could drop a row the backfill indexes.
+        if self.backfill_step(&mut batch, &mut state.backfill, budget)? {
+            batch.commit().map_err(unavailable)?;
+            return Ok(true);
+        }
+        let mut more = self.purge_retained(&mut batch, keep_since, budget)?;
+        more |= self.purge_expired_collect_sessions(&mut batch, now, budget)?;
+        more |= self.sweep_step(
+            &mut batch,
+            &self.idempotency_records,
+            &mut state.idempotency_cursor,
+            budget,
+            |v| Ok(decode::<IdempotencyRecord>(IDEMPOTENCY_RECORDS, v)?.expires_at <= now),
+        )?;
+        more |= self.sweep_step(
+            &mut batch,
+            &self.handoff_openings,
+            &mut state.handoff_cursor,
+            budget,
+            |v| Ok(decode::<HandoffOpening>(HANDOFF_OPENINGS, v)?.expires_at <= now),
+        )?;
+        batch.commit().map_err(unavailable)?;
+        Ok(more)
     }
 }
 
@@ -1116,15 +1610,8 @@ impl StoreBackend for EmbeddedStore {
     ) -> Result<IdempotencyBegin> {
         let k = key::idempotency(scope);
         let record = record.clone();
-        self.write(move |db, state| {
+        self.write(move |db, _| {
             let now = chrono::Utc::now();
-            if state
-                .last_idempotency_purge
-                .is_none_or(|at| at.elapsed() >= IDEMPOTENCY_PURGE_INTERVAL)
-            {
-                db.purge_expired_idempotency(now)?;
-                state.last_idempotency_purge = Some(Instant::now());
-            }
             let existing: Option<IdempotencyRecord> =
                 decode_row(IDEMPOTENCY_RECORDS, db.idempotency_records.get(&k))?;
             // An expired record counts as absent (ScyllaDB's TTL would have removed it).
@@ -1179,14 +1666,7 @@ impl StoreBackend for EmbeddedStore {
     async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
         check_collect_pings(session)?;
         let session = session.clone();
-        self.write(move |db, state| {
-            if state
-                .last_collect_purge
-                .is_none_or(|at| at.elapsed() >= COLLECT_PURGE_INTERVAL)
-            {
-                db.purge_expired_collect_sessions(chrono::Utc::now())?;
-                state.last_collect_purge = Some(Instant::now());
-            }
+        self.write(move |db, _| {
             let k = key::collect_session(session.id);
             if db.contains(&db.collect_sessions, &k)? {
                 return Err(StoreError::Conflict(format!(
@@ -1361,6 +1841,32 @@ impl StoreBackend for EmbeddedStore {
         )
     }
 
+    /// The verdict index's rows and the session rows they name, from one snapshot.
+    async fn list_sessions_by_verdict(
+        &self,
+        org: OrgId,
+        env: Environment,
+        verdict: &str,
+        after: Option<SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>> {
+        let Some(partition) = key::verdict_partition(org, env, verdict) else {
+            return Ok(Vec::new());
+        };
+        let start = match after.and_then(|a| key::session_by_verdict(org, env, verdict, a)) {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(partition.clone()),
+        };
+        read_indexed(
+            &self.inner.db.snapshot(),
+            (&self.inner.sessions_by_verdict, SESSIONS_BY_VERDICT),
+            (start, prefix_end(&partition)),
+            limit,
+            (&self.inner.sessions, SESSIONS),
+            |id| key::session(org, env, SessionId::from_ulid(id.into())),
+        )
+    }
+
     async fn list_decisions(
         &self,
         session: SessionId,
@@ -1466,13 +1972,39 @@ impl StoreBackend for EmbeddedStore {
             let stored: Option<VisitorRecord> = decode_row(VISITORS, db.visitors.get(k))?;
             let digests = visitor.anchors.digests();
             let mut batch = db.batch();
-            if let Some(stored) = stored {
+            if let Some(stored) = &stored {
                 for old in stored.anchors.digests() {
                     if !digests.contains(&old) {
                         batch.remove(&db.visitors_by_anchor, key::anchor(org, env, &old, id));
                     }
                 }
             }
+            if let Some(stored) = &stored {
+                for order in VisitorOrder::ALL {
+                    let (old, new) = (order.value(stored), order.value(&visitor));
+                    if old != new {
+                        batch.remove(db.visitor_order(order), key::visitor_by(org, env, old, id));
+                    }
+                }
+                if stored.last_seen_at != visitor.last_seen_at {
+                    batch.remove(
+                        &db.expiry_queue,
+                        key::expiry(stored.last_seen_at, Expiring::Visitor as u8, &k),
+                    );
+                }
+            }
+            for order in VisitorOrder::ALL {
+                batch.insert(
+                    db.visitor_order(order),
+                    key::visitor_by(org, env, order.value(&visitor), id),
+                    [],
+                );
+            }
+            batch.insert(
+                &db.expiry_queue,
+                key::expiry(visitor.last_seen_at, Expiring::Visitor as u8, &k),
+                [],
+            );
             let row = encode(VISITORS_BY_ANCHOR, &AnchorRow { visitor_id: id })?;
             for digest in &digests {
                 batch.insert(
@@ -1567,6 +2099,49 @@ impl StoreBackend for EmbeddedStore {
         )
     }
 
+    /// The order's index rows and the visitor rows they name, from one snapshot (they are
+    /// written in one batch, so the snapshot has both or neither).
+    async fn list_visitors_by(
+        &self,
+        org: OrgId,
+        env: Environment,
+        order: VisitorOrder,
+        after: Option<(u64, VisitorId)>,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        let partition = key::visitor_order_partition(org, env);
+        let start = match after {
+            Some((value, id)) => Bound::Excluded(key::visitor_by(org, env, value, id).to_vec()),
+            None => Bound::Included(partition.to_vec()),
+        };
+        read_indexed(
+            &self.inner.db.snapshot(),
+            (
+                self.inner.visitor_order(order),
+                match order {
+                    VisitorOrder::LastSeen => VISITORS_BY_LAST_SEEN,
+                    VisitorOrder::SeenCount => VISITORS_BY_SEEN_COUNT,
+                    VisitorOrder::FirstSeen => VISITORS_BY_FIRST_SEEN,
+                },
+            ),
+            (start, prefix_end(&partition)),
+            limit,
+            (&self.inner.visitors, VISITORS),
+            |id| key::visitor(org, env, VisitorId::from_ulid(id.into())),
+        )
+    }
+
+    async fn purge_expired(
+        &self,
+        now: Timestamp,
+        keep_since: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        let budget = budget.max(1);
+        self.write(move |db, state| db.purge_step(state, now, keep_since, budget))
+            .await
+    }
+
     async fn open_handoff_once(
         &self,
         handoff: &[u8; 16],
@@ -1574,16 +2149,7 @@ impl StoreBackend for EmbeddedStore {
         expires_at: Timestamp,
     ) -> Result<Option<Timestamp>> {
         let k = *handoff;
-        self.write(move |db, state| {
-            // Openings are as many as handoffs opened within their ten minutes; an hourly
-            // sweep keeps the table to about that.
-            if state
-                .last_handoff_purge
-                .is_none_or(|t| t.elapsed() >= IDEMPOTENCY_PURGE_INTERVAL)
-            {
-                db.purge_expired_handoff_openings(at)?;
-                state.last_handoff_purge = Some(Instant::now());
-            }
+        self.write(move |db, _| {
             let stored: Option<HandoffOpening> =
                 decode_row(HANDOFF_OPENINGS, db.handoff_openings.get(k))?;
             if let Some(first) = stored {
@@ -1631,6 +2197,18 @@ mod tests {
     use schemas::ids::DecisionId;
 
     use super::*;
+
+    #[test]
+    fn a_session_key_parses_back() {
+        let (org, id) = (OrgId::generate(), SessionId::generate());
+        for env in [Environment::Live, Environment::Test] {
+            assert_eq!(
+                key::parse_session(&key::session(org, env, id)),
+                Some((org, env, id))
+            );
+        }
+        assert_eq!(key::parse_session(&[0; 32]), None);
+    }
 
     #[test]
     fn newer_keys_sort_first_within_a_partition() {
@@ -1746,7 +2324,11 @@ mod tests {
 
         // Just inside the old session's retention: both stay.
         let now = minted(&old) + retention;
-        store.inner.purge_expired_collect_sessions(now).unwrap();
+        while store
+            .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
+            .await
+            .unwrap()
+        {}
         assert_eq!(
             store.get_collect_session(old.id).await.unwrap(),
             Some(old.clone())
@@ -1755,7 +2337,11 @@ mod tests {
         // Just past it (and before the young one's, if minted a millisecond later): the old one
         // goes with its pings.
         let now = minted(&old) + retention + chrono::TimeDelta::milliseconds(1);
-        store.inner.purge_expired_collect_sessions(now).unwrap();
+        while store
+            .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
+            .await
+            .unwrap()
+        {}
         assert_eq!(store.get_collect_session(old.id).await.unwrap(), None);
         for ping in &old.pings {
             assert_eq!(store.find_collect_ping(ping.id).await.unwrap(), None);
@@ -1769,10 +2355,159 @@ mod tests {
 
         // A day after the young one: the table is empty.
         let now = minted(&young) + retention + chrono::TimeDelta::milliseconds(1);
-        store.inner.purge_expired_collect_sessions(now).unwrap();
+        while store
+            .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
+            .await
+            .unwrap()
+        {}
         assert_eq!(store.get_collect_session(young.id).await.unwrap(), None);
         assert_eq!(store.inner.collect_sessions.iter().count(), 0);
         assert_eq!(store.inner.collect_pings.iter().count(), 0);
+    }
+
+    /// Idempotency records and handoff openings have no time order: the purge walks them a
+    /// bounded step at a time, drops the expired ones, keeps the rest, and ends its walk.
+    #[tokio::test]
+    async fn expired_idempotency_records_and_handoff_openings_are_walked_and_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let now = schemas::time::now();
+        let (past, future) = (
+            now - chrono::TimeDelta::minutes(1),
+            now + chrono::TimeDelta::hours(1),
+        );
+        for i in 0..10u8 {
+            let scope = IdempotencyScope {
+                credential: CredentialHash([i; 32]),
+                key: format!("k{i}"),
+            };
+            let record = IdempotencyRecord {
+                request_fingerprint: [i; 32],
+                expires_at: if i % 2 == 0 { past } else { future },
+                response: None,
+            };
+            store.idempotency_begin(&scope, &record).await.unwrap();
+            let expires = if i % 2 == 0 { past } else { future };
+            store
+                .open_handoff_once(&[i; 16], now, expires)
+                .await
+                .unwrap();
+        }
+        let epoch = chrono::DateTime::UNIX_EPOCH;
+        let mut steps = 0;
+        while store.purge_expired(now, epoch, 3).await.unwrap() {
+            steps += 1;
+            assert!(steps < 100, "the walk ends");
+        }
+        assert!(steps >= 3, "10 rows in steps of 3 ({steps} steps)");
+        assert_eq!(store.inner.idempotency_records.iter().count(), 5);
+        assert_eq!(store.inner.handoff_openings.iter().count(), 5);
+        // A dropped opening is gone; a live one still answers with its first opening.
+        assert_eq!(
+            store
+                .open_handoff_once(&[0; 16], now, future)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .open_handoff_once(&[1; 16], now, future)
+                .await
+                .unwrap(),
+            Some(now)
+        );
+    }
+
+    /// A store written before the read and expiry indexes existed: the first purge steps index
+    /// its rows, so they are listed in every order and expire like new ones.
+    #[tokio::test]
+    async fn rows_stored_before_the_indexes_are_indexed_by_the_first_purge_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let (org, env) = (OrgId::generate(), Environment::Live);
+        let now = schemas::time::now();
+        let session = SessionRecord {
+            id: SessionId::generate(),
+            organization_id: org,
+            environment: env,
+            visitor_id: None,
+            opened_at: now,
+            updated_at: now,
+            page_url: String::new(),
+            ip: String::new(),
+            user_agent: String::new(),
+            processed_through: 0,
+            processed_seqs: Vec::new(),
+            state: crate::RawJson::null(),
+            latest_decision: Some(
+                crate::RawJson::encode(&serde_json::json!({"verdict": "bot"})).unwrap(),
+            ),
+            finalized: true,
+        };
+        store.save_session(&session, None, &[]).await.unwrap();
+        let visitor = VisitorRecord {
+            id: VisitorId::generate(),
+            organization_id: org,
+            environment: env,
+            first_seen_at: now,
+            last_seen_at: now,
+            seen_count: 3,
+            expires_at: now,
+            latest_request: Default::default(),
+            storage: Default::default(),
+            anchors: Default::default(),
+            components: Vec::new(),
+            traits: Default::default(),
+            recent_sessions: Vec::new(),
+        };
+        store.save_visitor(&visitor).await.unwrap();
+        // Forget the indexes, as a store from before them has none.
+        let db = &store.inner;
+        for table in [
+            &db.sessions_by_verdict,
+            &db.visitors_by_last_seen,
+            &db.visitors_by_seen_count,
+            &db.visitors_by_first_seen,
+            &db.expiry_queue,
+        ] {
+            let keys: Vec<_> = table.iter().map(|g| g.key().unwrap()).collect();
+            for k in keys {
+                table.remove(k).unwrap();
+            }
+        }
+        assert!(
+            store
+                .list_visitors_by(org, env, VisitorOrder::SeenCount, None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        let epoch = chrono::DateTime::UNIX_EPOCH;
+        while store.purge_expired(now, epoch, 1).await.unwrap() {}
+        assert_eq!(
+            store
+                .list_sessions_by_verdict(org, env, "bot", None, 10)
+                .await
+                .unwrap(),
+            vec![session.clone()]
+        );
+        for order in VisitorOrder::ALL {
+            assert_eq!(
+                store
+                    .list_visitors_by(org, env, order, None, 10)
+                    .await
+                    .unwrap(),
+                vec![visitor.clone()]
+            );
+        }
+        assert!(db.settings.contains_key(key::setting(BACKFILLED)).unwrap());
+        // And they expire.
+        let later = now + chrono::TimeDelta::seconds(1);
+        while store.purge_expired(later, later, 100).await.unwrap() {}
+        assert_eq!(store.get_session(org, env, session.id).await.unwrap(), None);
+        assert_eq!(store.get_visitor(org, env, visitor.id).await.unwrap(), None);
     }
 
     /// The race the cache's generation check exists for, step by step through the real write

@@ -200,7 +200,10 @@ pub trait StoreBackend: Send + Sync + 'static {
     // sessions, session_decisions, events
 
     /// Writes the session (insert or replace), appends the decision to its history when one is
-    /// given, records the events (insert or replace by id, so saving them again after a
+    /// given (pruning the history to the decisions where the phase or verdict changed plus the
+    /// latest: when the decision is newer than the stored latest, that latest is dropped unless
+    /// its phase or verdict differs from the decision kept before it), moves the session's
+    /// `sessions_by_verdict` row to its latest decision's verdict, records the events (insert or replace by id, so saving them again after a
     /// redelivery keeps one of each), and moves the session's `sessions_idle` row to its new
     /// `updated_at` (or removes it once `finalized`), in one step. `Invalid`, with nothing
     /// written, if the decision is another session's or an event another organization's or
@@ -238,7 +241,17 @@ pub trait StoreBackend: Send + Sync + 'static {
         after: Option<schemas::SessionId>,
         limit: usize,
     ) -> Result<Vec<SessionRecord>>;
-    /// A session's decisions, newest first.
+    /// Sessions of one organization and environment whose latest decision has `verdict`
+    /// (`sessions_by_verdict`), newest first, strictly after `after`.
+    async fn list_sessions_by_verdict(
+        &self,
+        org: OrgId,
+        env: Environment,
+        verdict: &str,
+        after: Option<schemas::SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>>;
+    /// A session's kept decisions (see `save_session`), newest first.
     async fn list_decisions(
         &self,
         session: schemas::SessionId,
@@ -269,7 +282,8 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// Writes the visitor (insert or replace) and its anchor index rows in one step: a
     /// `visitors_by_anchor` row for each of its anchors' digests, and the removal of the rows
     /// of digests its stored version had and it no longer has, so the index never names a
-    /// visitor for anchors it lost.
+    /// visitor for anchors it lost; and its rows in the three order tables (`list_visitors_by`),
+    /// moved to its new values.
     async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()>;
     async fn get_visitor(
         &self,
@@ -297,6 +311,33 @@ pub trait StoreBackend: Send + Sync + 'static {
         after: Option<schemas::VisitorId>,
         limit: usize,
     ) -> Result<Vec<VisitorRecord>>;
+
+    /// Visitors of one organization and environment in `order` (its value descending, then id
+    /// descending), strictly after the position `after` (`(value, id)` of the last row read).
+    /// Served by the order's index table, which `save_visitor` keeps.
+    async fn list_visitors_by(
+        &self,
+        org: OrgId,
+        env: Environment,
+        order: VisitorOrder,
+        after: Option<(u64, schemas::VisitorId)>,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>>;
+
+    // retention (D23)
+
+    /// One bounded step of expiry: drops sessions (with their decisions and index rows) not
+    /// updated since `keep_since`, events created before it and visitors (with their index
+    /// rows) not seen since it; and idempotency records, handoff openings and collect sessions
+    /// past their own expiry at `now`. Touches at most about `budget` rows of each kind, so a
+    /// step holds the writer only briefly; returns whether expired rows may remain (call again).
+    /// ScyllaDB does the same with TTLs (`schemas/cql/`), and its backend answers `false`.
+    async fn purge_expired(
+        &self,
+        now: Timestamp,
+        keep_since: Timestamp,
+        budget: usize,
+    ) -> Result<bool>;
 
     // settings
 

@@ -199,8 +199,36 @@ impl SessionRecord {
     }
 }
 
-/// `session_decisions`, partition key `session_id`, clustering key `id DESC`: every decision a
-/// session had, newest first.
+/// The two members of a decision that make it a turning point of its session's history (D23):
+/// a session keeps the decisions where either changed, plus its latest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct DecisionTurn {
+    #[serde(default)]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub verdict: Option<String>,
+}
+
+impl DecisionTurn {
+    /// The phase and verdict of a decision's JSON (absent members, or a document that is not
+    /// an object, read as `None`).
+    pub fn of(decision: &RawJson) -> Self {
+        decision.decode().unwrap_or_default()
+    }
+}
+
+impl SessionRecord {
+    /// The verdict of the latest decision, which `sessions_by_verdict` indexes the session under.
+    pub fn verdict(&self) -> Option<String> {
+        self.latest_decision
+            .as_ref()
+            .and_then(|d| DecisionTurn::of(d).verdict)
+    }
+}
+
+/// `session_decisions`, partition key `session_id`, clustering key `id DESC`: the decisions a
+/// session had where its phase or verdict changed, plus its latest, newest first (D23;
+/// `save_session` prunes the rest in the same write).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     pub session_id: schemas::SessionId,
@@ -272,6 +300,31 @@ impl VisitorRecord {
         self.recent_sessions.retain(|s| *s != session);
         self.recent_sessions.insert(0, session);
         self.recent_sessions.truncate(Self::RECENT_SESSIONS);
+    }
+}
+
+/// The orders `GET /v1/fingerprints` lists in (D4), each kept by an index table
+/// (`visitors_by_last_seen`, `visitors_by_seen_count`, `visitors_by_first_seen`): partition
+/// `(organization_id, environment)`, clustering `(value DESC, visitor_id DESC)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VisitorOrder {
+    LastSeen,
+    SeenCount,
+    FirstSeen,
+}
+
+impl VisitorOrder {
+    pub const ALL: [VisitorOrder; 3] = [Self::LastSeen, Self::SeenCount, Self::FirstSeen];
+
+    /// The sort value of `v` in this order: milliseconds since the epoch for the times (times
+    /// before it, never written, clamp to 0), the count itself for `SeenCount`.
+    pub fn value(self, v: &VisitorRecord) -> u64 {
+        let millis = |t: Timestamp| u64::try_from(t.timestamp_millis()).unwrap_or(0);
+        match self {
+            Self::LastSeen => millis(v.last_seen_at),
+            Self::SeenCount => v.seen_count,
+            Self::FirstSeen => millis(v.first_seen_at),
+        }
     }
 }
 

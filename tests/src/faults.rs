@@ -13,7 +13,8 @@ use schemas::time::Timestamp;
 use store::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
     IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord, Result,
-    SessionRecord, SessionSave, Store, StoreBackend, StoreError, VisitorAnchors, VisitorRecord,
+    SessionRecord, SessionSave, Store, StoreBackend, StoreError, VisitorAnchors, VisitorOrder,
+    VisitorRecord,
 };
 
 /// The switch a test holds to fill and free the wrapped store's "disk".
@@ -253,6 +254,19 @@ impl StoreBackend for FaultyStore {
         self.inner.list_sessions(org, env, after, limit).await
     }
 
+    async fn list_sessions_by_verdict(
+        &self,
+        org: OrgId,
+        env: Environment,
+        verdict: &str,
+        after: Option<schemas::SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>> {
+        self.inner
+            .list_sessions_by_verdict(org, env, verdict, after, limit)
+            .await
+    }
+
     async fn list_decisions(
         &self,
         session: schemas::SessionId,
@@ -322,6 +336,29 @@ impl StoreBackend for FaultyStore {
         limit: usize,
     ) -> Result<Vec<VisitorRecord>> {
         self.inner.list_visitors(org, env, after, limit).await
+    }
+
+    async fn list_visitors_by(
+        &self,
+        org: OrgId,
+        env: Environment,
+        order: VisitorOrder,
+        after: Option<(u64, schemas::VisitorId)>,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        self.inner
+            .list_visitors_by(org, env, order, after, limit)
+            .await
+    }
+
+    async fn purge_expired(
+        &self,
+        now: Timestamp,
+        keep_since: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        self.refuse()?;
+        self.inner.purge_expired(now, keep_since, budget).await
     }
 
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {

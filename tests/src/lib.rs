@@ -283,6 +283,30 @@ impl TestServer {
         }
     }
 
+    /// Every page of the list at `path` (which has a query), read with `key` by following
+    /// `next_cursor` until `has_more` is false; checks a cursor comes exactly with `has_more`.
+    pub async fn pages(&self, key: &str, path: &str) -> Vec<Vec<Value>> {
+        let mut pages = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let url = match &cursor {
+                None => path.to_owned(),
+                Some(c) => format!("{path}&cursor={c}"),
+            };
+            let page = self.get(&url).key(key).send().await;
+            let rows = page.ok(200).as_array().expect("a list").clone();
+            let pagination = &page.body["pagination"];
+            pages.push(rows);
+            if pagination["has_more"] == false {
+                assert!(pagination["next_cursor"].is_null(), "{url}: {pagination}");
+                return pages;
+            }
+            assert_eq!(pagination["has_more"], true, "{url}: {pagination}");
+            let next = pagination["next_cursor"].as_str();
+            cursor = Some(next.expect("has_more carries a cursor").to_owned());
+        }
+    }
+
     pub fn store(&self) -> &store::Store {
         &self.running.as_ref().expect("running").store
     }

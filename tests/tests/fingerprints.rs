@@ -422,3 +422,195 @@ async fn an_altered_token_links_nothing() {
     .await;
     assert_ne!(second.visitor_id, first.visitor_id);
 }
+
+/// Reads that do not lie (D4): with more visitors than any in-memory window, every order lists
+/// every visitor of the environment exactly once, in order, in full pages, with `has_more`
+/// false only on the last. The visitors are written through the store directly, for speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_visitors_page_once_each_in_every_order() {
+    use store::{VisitorOrder, VisitorRecord};
+    const VISITORS: usize = 5_150;
+    const LIMIT: usize = 200;
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let org: schemas::ids::OrgId = s.creds.org_id().parse().unwrap();
+    let env = schemas::credential::Environment::Test;
+    let base = schemas::time::now() - chrono::TimeDelta::days(60);
+    let mut written = Vec::with_capacity(VISITORS);
+    for i in 0..VISITORS as i64 {
+        let v = VisitorRecord {
+            id: schemas::VisitorId::generate(),
+            organization_id: org,
+            environment: env,
+            // Many ties in each order (the id breaks them), and orders that disagree.
+            first_seen_at: base + chrono::TimeDelta::minutes(i % 97),
+            last_seen_at: base + chrono::TimeDelta::hours(24 + (i * 31) % 1_000),
+            seen_count: (i % 13) as u64,
+            expires_at: base + chrono::TimeDelta::days(90),
+            latest_request: store::VisitorRequest {
+                user_agent: format!("bulk-agent/{i}"),
+                ip_address: "203.0.113.9".into(),
+            },
+            storage: Default::default(),
+            anchors: Default::default(),
+            components: vec![f64::from(i as i32)],
+            traits: Default::default(),
+            recent_sessions: Vec::new(),
+        };
+        s.store().save_visitor(&v).await.unwrap();
+        written.push(v);
+    }
+    for (order, sort) in [
+        (VisitorOrder::LastSeen, ""),
+        (VisitorOrder::SeenCount, "&sort=seen_count"),
+        (VisitorOrder::FirstSeen, "&sort=first_seen"),
+    ] {
+        let mut expected = written.clone();
+        expected.sort_by_key(|v| std::cmp::Reverse((order.value(v), v.id)));
+        let expected: Vec<String> = expected.iter().map(|v| v.id.to_string()).collect();
+        let pages = s
+            .pages(sk, &format!("/v1/fingerprints?limit={LIMIT}{sort}"))
+            .await;
+        let (last, full) = pages.split_last().unwrap();
+        assert!(
+            full.iter().all(|p| p.len() == LIMIT) && !last.is_empty(),
+            "{sort}: every page before the last is full"
+        );
+        let read: Vec<String> = pages
+            .iter()
+            .flatten()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(read.len(), VISITORS, "{sort}: every visitor, once");
+        assert_eq!(read, expected, "{sort}: in order");
+    }
+}
+
+/// The sizing figures of the README ("Operations"): one real scored session (its row, its kept
+/// decisions and its events) and its visitor, copied under fresh ids N times into a fresh
+/// embedded store, which is flushed; the directory's growth over N is what one takes on disk.
+/// Ignored by default (a minute of writes): `cargo nextest run -p vigil-tests --test
+/// fingerprints --run-ignored only footprint`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn footprint_of_a_session_and_a_visitor_on_disk() {
+    use store::StoreBackend;
+    const N: usize = 10_000;
+    let s = TestServer::start().await;
+    let scored = scored_session(
+        &s,
+        probes(
+            CHROME_120,
+            MACHINE,
+            1920,
+            json!({"visitor_token": null, "token_found_in": []}),
+        ),
+        "footprint/1.0",
+    )
+    .await;
+    let org: schemas::ids::OrgId = s.creds.org_id().parse().unwrap();
+    let env = schemas::credential::Environment::Test;
+    let sid: schemas::SessionId = scored.sid.parse().unwrap();
+    let session = s.store().get_session(org, env, sid).await.unwrap().unwrap();
+    let decisions = s.store().list_decisions(sid, 100).await.unwrap();
+    let events: Vec<_> = s
+        .store()
+        .list_events(org, env, None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.subject.id == scored.sid)
+        .collect();
+    let visitor = s
+        .store()
+        .get_visitor(org, env, scored.visitor_id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+
+    fn dir_size(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| match e.metadata() {
+                        Ok(m) if m.is_dir() => dir_size(&e.path()),
+                        Ok(m) => m.len(),
+                        Err(_) => 0,
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    async fn measure(write: impl AsyncFnOnce(&store::embedded::EmbeddedStore)) -> u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store::embedded::EmbeddedStore::open(dir.path()).unwrap();
+        store.flush_tables().unwrap();
+        let empty = dir_size(dir.path());
+        write(&store).await;
+        store.flush_tables().unwrap();
+        dir_size(dir.path()) - empty
+    }
+
+    let sessions = measure(async |store| {
+        // In polls of 100, as the processor saves them.
+        for _ in 0..N / 100 {
+            let saves: Vec<store::SessionSave> = (0..100)
+                .map(|_| {
+                    let id = schemas::SessionId::generate();
+                    let mut session = store::SessionRecord {
+                        id,
+                        ..session.clone()
+                    };
+                    session.visitor_id = Some(schemas::VisitorId::generate());
+                    store::SessionSave {
+                        session,
+                        decision: None,
+                        events: events
+                            .iter()
+                            .map(|e| store::EventRecord {
+                                id: schemas::EventId::generate(),
+                                ..e.clone()
+                            })
+                            .collect(),
+                    }
+                })
+                .collect();
+            store.save_sessions(&saves).await.unwrap();
+            for save in &saves {
+                for d in &decisions {
+                    let d = store::DecisionRecord {
+                        session_id: save.session.id,
+                        id: schemas::DecisionId::generate(),
+                        ..d.clone()
+                    };
+                    store
+                        .save_session(&save.session, Some(&d), &[])
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+    })
+    .await;
+    let visitors = measure(async |store| {
+        for i in 0..N {
+            let mut v = store::VisitorRecord {
+                id: schemas::VisitorId::generate(),
+                ..visitor.clone()
+            };
+            // Anchors of their own, as distinct browsers have.
+            v.anchors.webgl_hash = Some(format!("{i:012x}"));
+            store.save_visitor(&v).await.unwrap();
+        }
+    })
+    .await;
+    eprintln!(
+        "footprint: {} bytes per session (row {} B of JSON, {} decisions, {} events), {} bytes per visitor",
+        sessions / N as u64,
+        serde_json::to_vec(&session).unwrap().len(),
+        decisions.len(),
+        events.len(),
+        visitors / N as u64,
+    );
+}

@@ -361,6 +361,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--trusted-proxy", "VIGIL_TRUSTED_PROXY"),
         ("--rotation-grace", "VIGIL_ROTATION_GRACE"),
         ("--session-idle", "VIGIL_SESSION_IDLE"),
+        ("--retention", "VIGIL_RETENTION"),
         ("--web-bot-auth-keys", "VIGIL_WEB_BOT_AUTH_KEYS"),
         ("--web-bot-auth-refresh", "VIGIL_WEB_BOT_AUTH_REFRESH"),
         ("--header-read-timeout", "VIGIL_HEADER_READ_TIMEOUT"),
@@ -390,7 +391,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 21,
+        flags, 22,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

@@ -269,3 +269,69 @@ async fn the_demo_page_shows_a_decision_opened_server_side() {
         .await
         .err(422, "request.validation_failed");
 }
+
+/// `verdict=` reads its own index (D4): with the wanted verdict scattered among many sessions of
+/// another, every page before the last is full and `has_more` is true exactly while more follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdict_filtered_session_pages_are_full_until_the_last() {
+    use store::{RawJson, SessionRecord};
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let org: schemas::ids::OrgId = s.creds.org_id().parse().unwrap();
+    let env = schemas::credential::Environment::Test;
+    let mut ids: Vec<schemas::SessionId> =
+        (0..2_400).map(|_| schemas::SessionId::generate()).collect();
+    ids.sort();
+    let mut humans = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        // One human in 24: far sparser than a page per scan budget.
+        let verdict = if i % 24 == 0 { "human" } else { "bot" };
+        let now = schemas::time::now();
+        let session = SessionRecord {
+            id: *id,
+            organization_id: org,
+            environment: env,
+            visitor_id: None,
+            opened_at: now,
+            updated_at: now,
+            page_url: "https://shop.example/".into(),
+            ip: "203.0.113.7".into(),
+            user_agent: "bulk/1.0".into(),
+            processed_through: 0,
+            processed_seqs: Vec::new(),
+            state: RawJson::null(),
+            latest_decision: Some(
+                RawJson::encode(&json!({"verdict": verdict, "phase": "snapshot"})).unwrap(),
+            ),
+            finalized: true,
+        };
+        s.store().save_session(&session, None, &[]).await.unwrap();
+        if verdict == "human" {
+            humans.push(id.to_string());
+        }
+    }
+    humans.reverse(); // newest first
+    for limit in [7, 50, 100] {
+        let pages = s
+            .pages(sk, &format!("/v1/sessions?verdict=human&limit={limit}"))
+            .await;
+        let (last, full) = pages.split_last().unwrap();
+        assert!(
+            full.iter().all(|p| p.len() == limit) && !last.is_empty(),
+            "limit {limit}: every page before the last is full"
+        );
+        let rows: Vec<&Value> = pages.iter().flatten().collect();
+        assert!(
+            rows.iter()
+                .all(|r| r["latest_decision"]["verdict"] == "human")
+        );
+        let read: Vec<String> = rows
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            read, humans,
+            "limit {limit}: every human session once, newest first"
+        );
+    }
+}
