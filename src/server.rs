@@ -94,7 +94,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let batches = ingest::prepare_log(&log)
         .await
         .context("preparing the log's topics")?;
-    let events = processor::pipeline::prepare_log(&log)
+    let topics = processor::pipeline::prepare_log(&log)
         .await
         .context("preparing the log's topics")?;
     // The processor role: consumes the batches ingest appends, stores decisions and events.
@@ -103,7 +103,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
             store: store.clone(),
             log: log.clone(),
             batches: batches.clone(),
-            events,
+            events: topics.events,
+            dead: topics.dead,
             secret: secret.clone(),
             idle_after: args.session_idle,
         },
