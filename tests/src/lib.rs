@@ -16,6 +16,7 @@ pub use serde_json::json;
 
 pub mod browser;
 pub mod collect;
+pub mod faults;
 
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]
@@ -188,7 +189,25 @@ impl TestServer {
         s
     }
 
+    /// A server with default settings on a fresh data dir, its backends wrapped by `wrap` (to
+    /// inject faults, see [`faults`]).
+    pub async fn start_wrapped(wrap: vigil::server::Wrap) -> Self {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let mut s = Self::start_in_wrapped(&dir, Box::new(|_| {}), wrap).await;
+        s._temp = Some(temp);
+        s
+    }
+
     async fn start_in(dir: &Path, configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>) -> Self {
+        Self::start_in_wrapped(dir, configure, vigil::server::Wrap::default()).await
+    }
+
+    async fn start_in_wrapped(
+        dir: &Path,
+        configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>,
+        wrap: vigil::server::Wrap,
+    ) -> Self {
         // `VIGIL_TEST_LOG=debug` shows the server's log while a test runs.
         if let Ok(filter) = std::env::var("VIGIL_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
@@ -202,7 +221,9 @@ impl TestServer {
         // Tests make many requests without a key from one address; the IP limit has its own test.
         args.anonymous_rate_limit = 100_000;
         configure(&mut args);
-        let running = vigil::server::start(args).await.expect("server starts");
+        let running = vigil::server::start_wrapped(args, wrap)
+            .await
+            .expect("server starts");
         let creds: DevCredentials = serde_json::from_slice(
             &std::fs::read(dir.join("credentials.json")).expect("credentials.json"),
         )

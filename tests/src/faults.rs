@@ -1,0 +1,430 @@
+//! Fault-injecting backends for tests: a store that fails chosen calls a set number of times
+//! before passing them through (a store outage the processor must ride out), and a log that
+//! refuses one key's records on one topic as over its size (a topic configured with a smaller
+//! `max.message.bytes` than Vigil assumes). Both wrap the real backends and change nothing else.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bus::{BusError, Group, LogBackend, LogConsumer, Position, Topic};
+use schemas::credential::Environment;
+use schemas::ids::{KeyId, OrgId};
+use schemas::time::Timestamp;
+use store::*;
+
+/// The store, with the next `n` calls of the methods named in `methods` failing as
+/// `Unavailable` (see [`FlakyStore::fail_next`]).
+pub struct FlakyStore {
+    inner: Store,
+    failures_left: AtomicU32,
+    methods: HashSet<&'static str>,
+    /// How many calls failed so far.
+    pub failed: AtomicU32,
+}
+
+impl FlakyStore {
+    /// Wraps `inner`; only the methods named fail, and only once armed.
+    pub fn new(inner: Store, methods: &[&'static str]) -> Arc<Self> {
+        Arc::new(FlakyStore {
+            inner,
+            failures_left: AtomicU32::new(0),
+            methods: methods.iter().copied().collect(),
+            failed: AtomicU32::new(0),
+        })
+    }
+
+    /// The store it wraps, for a test to read without meeting the faults.
+    pub fn inner(&self) -> &Store {
+        &self.inner
+    }
+
+    /// Makes the next `n` calls of the chosen methods fail.
+    pub fn fail_next(&self, n: u32) {
+        self.failures_left.store(n, Ordering::SeqCst);
+    }
+
+    fn fault(&self, method: &'static str) -> Result<()> {
+        if !self.methods.contains(method) {
+            return Ok(());
+        }
+        let took = self
+            .failures_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if took.is_ok() {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable(format!(
+                "injected fault in {method}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl StoreBackend for FlakyStore {
+    async fn ping(&self) -> Result<()> {
+        self.fault("ping")?;
+        self.inner.ping().await
+    }
+
+    async fn create_organization(&self, org: &OrganizationRecord) -> Result<()> {
+        self.fault("create_organization")?;
+        self.inner.create_organization(org).await
+    }
+
+    async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
+        self.fault("get_organization")?;
+        self.inner.get_organization(id).await
+    }
+
+    async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>> {
+        self.fault("get_organization_by_slug")?;
+        self.inner.get_organization_by_slug(slug).await
+    }
+
+    async fn update_organization(&self, org: &OrganizationRecord) -> Result<()> {
+        self.fault("update_organization")?;
+        self.inner.update_organization(org).await
+    }
+
+    async fn create_organization_with_keys(
+        &self,
+        org: &OrganizationRecord,
+        keys: &[ApiKeyRecord],
+    ) -> Result<()> {
+        self.fault("create_organization_with_keys")?;
+        self.inner.create_organization_with_keys(org, keys).await
+    }
+
+    async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        self.fault("create_api_key")?;
+        self.inner.create_api_key(key).await
+    }
+
+    async fn get_api_key(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: KeyId,
+    ) -> Result<Option<ApiKeyRecord>> {
+        self.fault("get_api_key")?;
+        self.inner.get_api_key(org, env, id).await
+    }
+
+    async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>> {
+        self.fault("locate_api_key")?;
+        self.inner.locate_api_key(id).await
+    }
+
+    async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>> {
+        self.fault("find_api_key_by_hash")?;
+        self.inner.find_api_key_by_hash(hash).await
+    }
+
+    async fn list_api_keys(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<KeyId>,
+        limit: usize,
+    ) -> Result<Vec<ApiKeyRecord>> {
+        self.fault("list_api_keys")?;
+        self.inner.list_api_keys(org, env, after, limit).await
+    }
+
+    async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        self.fault("update_api_key")?;
+        self.inner.update_api_key(key).await
+    }
+
+    async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
+        self.fault("rotate_api_key")?;
+        self.inner.rotate_api_key(old, replacement).await
+    }
+
+    async fn touch_api_key(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: KeyId,
+        at: Timestamp,
+    ) -> Result<()> {
+        self.fault("touch_api_key")?;
+        self.inner.touch_api_key(org, env, id, at).await
+    }
+
+    async fn idempotency_begin(
+        &self,
+        scope: &IdempotencyScope,
+        record: &IdempotencyRecord,
+    ) -> Result<IdempotencyBegin> {
+        self.fault("idempotency_begin")?;
+        self.inner.idempotency_begin(scope, record).await
+    }
+
+    async fn idempotency_complete(
+        &self,
+        scope: &IdempotencyScope,
+        record: &IdempotencyRecord,
+    ) -> Result<()> {
+        self.fault("idempotency_complete")?;
+        self.inner.idempotency_complete(scope, record).await
+    }
+
+    async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()> {
+        self.fault("idempotency_abandon")?;
+        self.inner.idempotency_abandon(scope).await
+    }
+
+    async fn open_handoff_once(
+        &self,
+        handoff: &[u8; 16],
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        self.fault("open_handoff_once")?;
+        self.inner.open_handoff_once(handoff, at, expires_at).await
+    }
+
+    async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
+        self.fault("create_collect_session")?;
+        self.inner.create_collect_session(session).await
+    }
+
+    async fn get_collect_session(
+        &self,
+        id: schemas::SessionId,
+    ) -> Result<Option<CollectSessionRecord>> {
+        self.fault("get_collect_session")?;
+        self.inner.get_collect_session(id).await
+    }
+
+    async fn find_collect_ping(&self, ping: schemas::PingId) -> Result<Option<schemas::SessionId>> {
+        self.fault("find_collect_ping")?;
+        self.inner.find_collect_ping(ping).await
+    }
+
+    async fn advance_collect_seq(&self, id: schemas::SessionId, seq: u64) -> Result<bool> {
+        self.fault("advance_collect_seq")?;
+        self.inner.advance_collect_seq(id, seq).await
+    }
+
+    async fn advance_collect_call(&self, id: schemas::SessionId, counter: u64) -> Result<bool> {
+        self.fault("advance_collect_call")?;
+        self.inner.advance_collect_call(id, counter).await
+    }
+
+    async fn record_collect_ping(
+        &self,
+        id: schemas::SessionId,
+        ping: schemas::PingId,
+        at: Timestamp,
+    ) -> Result<bool> {
+        self.fault("record_collect_ping")?;
+        self.inner.record_collect_ping(id, ping, at).await
+    }
+
+    async fn record_collect_ws_identity(
+        &self,
+        id: schemas::SessionId,
+        identity: &serde_json::Value,
+    ) -> Result<bool> {
+        self.fault("record_collect_ws_identity")?;
+        self.inner.record_collect_ws_identity(id, identity).await
+    }
+
+    async fn mark_collect_results(
+        &self,
+        id: schemas::SessionId,
+        at: Timestamp,
+    ) -> Result<Option<CollectSessionRecord>> {
+        self.fault("mark_collect_results")?;
+        self.inner.mark_collect_results(id, at).await
+    }
+
+    // `save_session` keeps the trait's default, which calls `save_sessions` below.
+    async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
+        self.fault("save_sessions")?;
+        self.inner.save_sessions(saves).await
+    }
+
+    async fn get_session(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::SessionId,
+    ) -> Result<Option<SessionRecord>> {
+        self.fault("get_session")?;
+        self.inner.get_session(org, env, id).await
+    }
+
+    async fn list_sessions(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>> {
+        self.fault("list_sessions")?;
+        self.inner.list_sessions(org, env, after, limit).await
+    }
+
+    async fn list_decisions(
+        &self,
+        session: schemas::SessionId,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>> {
+        self.fault("list_decisions")?;
+        self.inner.list_decisions(session, limit).await
+    }
+
+    async fn list_idle_sessions(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<IdleSession>> {
+        self.fault("list_idle_sessions")?;
+        self.inner.list_idle_sessions(before, limit).await
+    }
+
+    async fn get_event(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::EventId,
+    ) -> Result<Option<EventRecord>> {
+        self.fault("get_event")?;
+        self.inner.get_event(org, env, id).await
+    }
+
+    async fn list_events(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::EventId>,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>> {
+        self.fault("list_events")?;
+        self.inner.list_events(org, env, after, limit).await
+    }
+
+    async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()> {
+        self.fault("save_visitor")?;
+        self.inner.save_visitor(visitor).await
+    }
+
+    async fn get_visitor(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::VisitorId,
+    ) -> Result<Option<VisitorRecord>> {
+        self.fault("get_visitor")?;
+        self.inner.get_visitor(org, env, id).await
+    }
+
+    async fn find_visitor_by_anchors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        anchors: &VisitorAnchors,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        self.fault("find_visitor_by_anchors")?;
+        self.inner
+            .find_visitor_by_anchors(org, env, anchors, limit)
+            .await
+    }
+
+    async fn list_visitors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::VisitorId>,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        self.fault("list_visitors")?;
+        self.inner.list_visitors(org, env, after, limit).await
+    }
+
+    async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.fault("get_setting")?;
+        self.inner.get_setting(name).await
+    }
+
+    async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool> {
+        self.fault("put_setting_if_absent")?;
+        self.inner.put_setting_if_absent(name, value).await
+    }
+}
+
+/// The log, refusing as `TooLarge` every append to `topic` whose key is one of `keys`.
+pub struct RefusingLog {
+    inner: bus::Log,
+    topic: Topic,
+    keys: Mutex<HashSet<Vec<u8>>>,
+}
+
+impl RefusingLog {
+    pub fn new(inner: bus::Log, topic: &'static str) -> Arc<Self> {
+        Arc::new(RefusingLog {
+            inner,
+            topic: Topic::from_static(topic),
+            keys: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// From now on, appends to the topic with this key are refused.
+    pub fn refuse(&self, key: &[u8]) {
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_vec());
+    }
+}
+
+#[async_trait]
+impl LogBackend for RefusingLog {
+    async fn ping(&self) -> bus::Result<()> {
+        self.inner.ping().await
+    }
+
+    async fn create_topic(&self, topic: &Topic, partitions: u32) -> bus::Result<u32> {
+        self.inner.create_topic(topic, partitions).await
+    }
+
+    async fn partitions(&self, topic: &Topic) -> bus::Result<u32> {
+        self.inner.partitions(topic).await
+    }
+
+    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> bus::Result<Position> {
+        let refused = *topic == self.topic
+            && self
+                .keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(key);
+        if refused {
+            return Err(BusError::TooLarge {
+                size: key.len() + payload.len(),
+                limit: key.len() + payload.len() - 1,
+            });
+        }
+        self.inner.append(topic, key, payload).await
+    }
+
+    async fn end_offsets(&self, topic: &Topic) -> bus::Result<Vec<u64>> {
+        self.inner.end_offsets(topic).await
+    }
+
+    async fn consumer(
+        &self,
+        group: &Group,
+        topic: &Topic,
+        partitions: &[u32],
+    ) -> bus::Result<Box<dyn LogConsumer>> {
+        self.inner.consumer(group, topic, partitions).await
+    }
+}
