@@ -17,6 +17,7 @@ pub use serde_json::json;
 pub mod browser;
 pub mod collect;
 pub mod faults;
+pub mod served;
 
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]
