@@ -25,6 +25,10 @@ async fn a_session_is_scored_and_its_events_published_through_kafka() {
             schemas::events::EVENTS_TOPIC,
             schemas::events::EVENTS_PARTITIONS,
         ),
+        (
+            schemas::collect::DEAD_TOPIC,
+            schemas::collect::DEAD_PARTITIONS,
+        ),
     ] {
         cluster
             .create_topic(&Topic::from_static(topic), partitions)
