@@ -3,7 +3,7 @@
 //! refuses one key's records on one topic as over its size (a topic configured with a smaller
 //! `max.message.bytes` than Vigil assumes). Both wrap the real backends and change nothing else.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,23 +14,22 @@ use schemas::ids::{KeyId, OrgId};
 use schemas::time::Timestamp;
 use store::*;
 
-/// The store, with the next `n` calls of the methods named in `methods` failing as
-/// `Unavailable` (see [`FlakyStore::fail_next`]).
+/// The store, with the next `n` calls of chosen methods failing as `Unavailable` (see
+/// [`FlakyStore::fail_next`]).
 pub struct FlakyStore {
     inner: Store,
-    failures_left: AtomicU32,
-    methods: HashSet<&'static str>,
+    /// Failures still to inject, by method name.
+    failures_left: Mutex<HashMap<&'static str, u32>>,
     /// How many calls failed so far.
     pub failed: AtomicU32,
 }
 
 impl FlakyStore {
-    /// Wraps `inner`; only the methods named fail, and only once armed.
-    pub fn new(inner: Store, methods: &[&'static str]) -> Arc<Self> {
+    /// Wraps `inner`; nothing fails until [`FlakyStore::fail_next`] says so.
+    pub fn new(inner: Store) -> Arc<Self> {
         Arc::new(FlakyStore {
             inner,
-            failures_left: AtomicU32::new(0),
-            methods: methods.iter().copied().collect(),
+            failures_left: Mutex::default(),
             failed: AtomicU32::new(0),
         })
     }
@@ -40,19 +39,21 @@ impl FlakyStore {
         &self.inner
     }
 
-    /// Makes the next `n` calls of the chosen methods fail.
-    pub fn fail_next(&self, n: u32) {
-        self.failures_left.store(n, Ordering::SeqCst);
+    /// Makes the next `n` calls of `method` (a `StoreBackend` method's name) fail.
+    pub fn fail_next(&self, method: &'static str, n: u32) {
+        self.failures_left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(method, n);
     }
 
     fn fault(&self, method: &'static str) -> Result<()> {
-        if !self.methods.contains(method) {
-            return Ok(());
-        }
-        let took = self
+        let mut left = self
             .failures_left
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if took.is_ok() {
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let took = left.get_mut(method).filter(|n| **n > 0).map(|n| *n -= 1);
+        if took.is_some() {
             self.failed.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Unavailable(format!(
                 "injected fault in {method}"
