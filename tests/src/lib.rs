@@ -388,8 +388,13 @@ pub fn redis_url() -> String {
         .expect("VIGIL_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts redis-server")
 }
 
-/// The `vigil` executable, built by the test command before the tests run.
+/// The `vigil` executable, built by the test command before the tests run; `VIGIL_TEST_BINARY`
+/// names another (a target directory shared by several checkouts holds whichever `vigil` was
+/// built last).
 pub fn vigil_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("VIGIL_TEST_BINARY") {
+        return PathBuf::from(path);
+    }
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/<test> -> target/<profile>/vigil
     let path = exe

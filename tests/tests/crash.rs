@@ -58,7 +58,15 @@ async fn caught_up(client: &reqwest::Client, base: &str) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("the processor did not catch up within 10 s");
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    panic!("the processor did not catch up within 10 s:\n{metrics}");
 }
 
 /// The store and the log of a stopped server's data dir, opened in this process.
@@ -263,7 +271,8 @@ async fn sigterm_finishes_a_slow_request_and_commits_the_processors_position() {
     {
         assert!(
             Instant::now() < deadline,
-            "the batches were not folded within 10 s"
+            "the batches were not folded within 10 s: {:?}",
+            metric(&client, &s.base, "vigil_processor_records_folded_total").await
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
