@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
 use edge::secrets::ServerSecret;
-use schemas::collect::{BatchRecord, DeadLetter, DeadReason};
+use schemas::collect::{BatchRecord, DeadReason};
 use schemas::{DecisionId, VisitorId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -37,12 +37,16 @@ use store::{
 };
 use tokio_util::sync::CancellationToken;
 
+mod dead_letters;
 mod idle;
+mod lag;
 
 use crate::events::{self, LinkedBy};
 use crate::fingerprint::{Anchors, BrowserTraits, LINK_THRESHOLD, component_vector, similarity};
 use crate::retry::{Retried, Transience, retry};
 use crate::{Batch, Probes, ServerContext, SessionObservations};
+use dead_letters::{Dead, dead_letter, dead_letter_all};
+use lag::Lag;
 
 /// The consumer group of the processor role.
 pub const GROUP: &str = "processor";
@@ -236,13 +240,6 @@ struct Polled<'a> {
     batch: BatchRecord,
 }
 
-/// A poll's record the processor gives up on, and why.
-struct Dead<'a> {
-    record: &'a Record,
-    reason: DeadReason,
-    message: String,
-}
-
 async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
     let group = Group::from_static(GROUP);
     let opened = retry(
@@ -412,56 +409,6 @@ async fn land(
     }
 }
 
-/// The processor's lag per partition of the batches topic: the log's end offsets against the
-/// position after the last record read, sampled at most every [`Lag::EVERY`].
-struct Lag {
-    /// The offset after the last record read, per entry of `partitions`; unknown until a
-    /// record of the partition was read or a poll found nothing anywhere.
-    next: Vec<Option<u64>>,
-    partitions: Vec<u32>,
-    sampled: Option<Instant>,
-}
-
-impl Lag {
-    const EVERY: Duration = Duration::from_secs(1);
-
-    fn new(partitions: &[u32]) -> Self {
-        Lag {
-            next: vec![None; partitions.len()],
-            partitions: partitions.to_vec(),
-            sampled: None,
-        }
-    }
-
-    async fn polled(&mut self, pipeline: &Pipeline, records: &[Record]) {
-        for r in records {
-            if let Ok(i) = self.partitions.binary_search(&r.partition) {
-                self.next[i] = Some(r.offset + 1);
-            }
-        }
-        if self.sampled.is_some_and(|at| at.elapsed() < Self::EVERY) {
-            return;
-        }
-        self.sampled = Some(Instant::now());
-        // A gauge is worth no retry: the next sample comes soon.
-        let Ok(ends) = pipeline.log.end_offsets(&pipeline.batches).await else {
-            return;
-        };
-        for (i, &p) in self.partitions.iter().enumerate() {
-            let Some(&end) = ends.get(p as usize) else {
-                continue;
-            };
-            // A poll that found nothing has read every partition to its end.
-            if records.is_empty() {
-                self.next[i] = Some(self.next[i].map_or(end, |n| n.max(end)));
-            }
-            if let Some(next) = self.next[i] {
-                crate::telemetry::lag(p, end.saturating_sub(next));
-            }
-        }
-    }
-}
-
 /// The records of a poll grouped by session in log order (a session's records share a
 /// partition, so their order within the poll is the log's). A record that does not decode is
 /// put in `dead`: it can never be processed.
@@ -486,69 +433,6 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
         }
     }
     groups
-}
-
-/// Appends the dead letter of `record` to `collect.dead.v1`, retrying while the log is
-/// unavailable, and counts it; false if shutdown came first (nothing may be committed then).
-async fn dead_letter(
-    pipeline: &Pipeline,
-    record: &Record,
-    reason: DeadReason,
-    message: &str,
-    shutdown: &CancellationToken,
-) -> bool {
-    let mut letter = DeadLetter::of(
-        pipeline.batches.as_str(),
-        record.partition,
-        record.offset,
-        &record.key,
-        &record.payload,
-        reason,
-        message,
-    );
-    let appended = retry(
-        "dead-lettering",
-        shutdown,
-        &mut (pipeline, record, &mut letter),
-        |(pipeline, record, letter)| {
-            Box::pin(async move {
-                let payload = serde_json::to_vec(letter).map_err(|e| {
-                    Failure::Permanent(reason, format!("encoding the dead letter: {e}"))
-                })?;
-                match pipeline
-                    .log
-                    .append(&pipeline.dead, &record.key, &payload)
-                    .await
-                {
-                    // Base64 makes the record a third larger: a record near the log's limit is
-                    // dead-lettered without its bytes, which stay at its position until
-                    // retention.
-                    Err(bus::BusError::TooLarge { .. }) if letter.record.is_some() => {
-                        letter.record = None;
-                        Err(Failure::Transient(
-                            "the dead letter is over the log's size; sending it without the record"
-                                .into(),
-                        ))
-                    }
-                    other => other.map_err(|e| Failure::of_append("dead-lettering", e)),
-                }
-            })
-        },
-    )
-    .await;
-    match appended {
-        Retried::Done(_) => {
-            crate::telemetry::dead_lettered(reason, record.partition, record.offset, message);
-            true
-        }
-        Retried::Failed(e) => {
-            // Only a dead letter without its record over the log's size, which cannot be: its
-            // message is bounded. Logged, and the record is still not allowed to stall the rest.
-            tracing::error!(error = %e, partition = record.partition, offset = record.offset, "processor: a record could not be dead-lettered; skipped");
-            true
-        }
-        Retried::ShuttingDown => false,
-    }
 }
 
 /// Publishes each save's events to the events log, then stores the saves in one write, retrying
@@ -624,25 +508,6 @@ async fn store(
 
 async fn save_sessions(pipeline: &Pipeline, saves: &[SessionSave]) -> Result<(), Failure> {
     Ok(pipeline.store.save_sessions(saves).await?)
-}
-
-async fn dead_letter_all(
-    pipeline: &Pipeline,
-    records: &[Record],
-    failure: Failure,
-    shutdown: &CancellationToken,
-) -> bool {
-    let (reason, message) = match failure {
-        Failure::Permanent(reason, message) => (reason, message),
-        // `retry` hands back only permanent failures.
-        Failure::Transient(message) => (DeadReason::CorruptRow, message),
-    };
-    for record in records {
-        if !dead_letter(pipeline, record, reason, &message, shutdown).await {
-            return false;
-        }
-    }
-    true
 }
 
 /// Commits the positions, retrying while the log is unavailable. A permanent refusal (a

@@ -28,6 +28,16 @@ async fn send(s: &TestServer, session: &CollectSession, pk: &str, seq: u64, batc
         .ok(202);
 }
 
+/// The session as `store` holds it, in the test environment of `org`.
+async fn stored(
+    store: &Store,
+    org: &str,
+    session: &CollectSession,
+) -> Option<store::SessionRecord> {
+    let (org, id) = (org.parse().unwrap(), session.id.parse().unwrap());
+    store.get_session(org, Environment::Test, id).await.unwrap()
+}
+
 /// Waits (10 s at most) until `store` holds a decision for the session with batch `seq`
 /// folded in, and returns the stored session.
 async fn decided(
@@ -36,9 +46,8 @@ async fn decided(
     session: &CollectSession,
     seq: u64,
 ) -> store::SessionRecord {
-    let (org, id) = (org.parse().unwrap(), session.id.parse().unwrap());
     for _ in 0..400 {
-        if let Some(row) = store.get_session(org, Environment::Test, id).await.unwrap()
+        if let Some(row) = stored(store, org, session).await
             && row.latest_decision.is_some()
             && row.has_processed(seq)
         {
@@ -138,16 +147,7 @@ async fn a_session_whose_stored_state_is_corrupt_is_dead_lettered_never_reset() 
     assert_eq!(dead_count(&s, DeadReason::CorruptRow).await, 1.0);
     assert_eq!(dead_count(&s, DeadReason::UnreadableRecord).await, 0.0);
     // The state was not silently reset: the row still holds what was there, batch 2 not in it.
-    let row = s
-        .store()
-        .get_session(
-            org.parse().unwrap(),
-            Environment::Test,
-            a.id.parse().unwrap(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let row = stored(s.store(), &org, &a).await.unwrap();
     assert_eq!(row.state, garbage);
     assert!(!row.has_processed(2));
 }
@@ -259,15 +259,7 @@ async fn a_batch_whose_event_is_over_the_logs_size_is_dead_lettered() {
     decided(s.store(), other.org_id(), &b, 1).await;
     assert_eq!(dead_count(&s, DeadReason::OversizeEvent).await, 1.0);
     // The batch's effects were not stored without the event.
-    let row = s
-        .store()
-        .get_session(
-            org.parse().unwrap(),
-            Environment::Test,
-            a.id.parse().unwrap(),
-        )
-        .await
-        .unwrap();
+    let row = stored(s.store(), &org, &a).await;
     assert!(row.is_none(), "{row:?}");
 }
 
