@@ -286,7 +286,10 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
             break;
         };
         lag.polled(pipeline, &records).await;
-        if records.is_empty() && in_flight.is_none() {
+        // Idle, unless positions stored earlier still wait for their commit: committed now,
+        // rather than at the next batch, so a crash while idle redelivers nothing.
+        let commit_due = !uncommitted.is_empty() && last_commit.elapsed() >= COMMIT_INTERVAL;
+        if records.is_empty() && in_flight.is_none() && !commit_due {
             continue;
         }
         // One store write per poll, not per record nor per session: each session's state is

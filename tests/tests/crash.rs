@@ -246,6 +246,19 @@ async fn sigterm_finishes_a_slow_request_and_commits_the_processors_position() {
     let client = http_client();
     let pk = s.creds().keys.publishable_test.clone();
     let sk = s.creds().keys.secret_test.clone();
+    // A slow request: its headers and half its body now, the rest after the SIGTERM.
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let body = json!({"client_public_key": vigil_tests::collect::client_public_key(&p256::ecdh::EphemeralSecret::generate()), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}).to_string();
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        slow,
+        "POST /v1/collect/sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {pk}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    slow.write_all(first).unwrap();
+
     let mut sent = 0;
     for _ in 0..3 {
         let session = open_session_at(&client, &s.base, &pk).await.unwrap();
@@ -264,7 +277,8 @@ async fn sigterm_finishes_a_slow_request_and_commits_the_processors_position() {
             sent += 1;
         }
     }
-    // Every batch folded before the SIGTERM.
+    // Every batch folded, and the SIGTERM at once: the last save may still be in flight, and
+    // is finished and committed by the drain.
     let deadline = Instant::now() + Duration::from_secs(10);
     while metric(&client, &s.base, "vigil_processor_records_folded_total").await
         != Some(sent as f64)
@@ -277,19 +291,6 @@ async fn sigterm_finishes_a_slow_request_and_commits_the_processors_position() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // A slow request: its headers and half its body now, the rest after the SIGTERM.
-    let addr = s.base.trim_start_matches("http://").to_owned();
-    let body = json!({"client_public_key": vigil_tests::collect::client_public_key(&p256::ecdh::EphemeralSecret::generate()), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}).to_string();
-    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
-    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
-    write!(
-        slow,
-        "POST /v1/collect/sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {pk}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    slow.write_all(first).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
     s.signal_term();
     s.wait_for("shutting down");
     std::thread::sleep(Duration::from_millis(200));
