@@ -1,5 +1,6 @@
 //! Fault-injecting backends for tests: a store that fails chosen calls a set number of times
-//! before passing them through (a store outage the processor must ride out), and a log that
+//! before passing them through (a store outage the processor must ride out) and can report a
+//! session's row as corrupt (a damaged disk), and a log that
 //! refuses one key's records on one topic as over its size (a topic configured with a smaller
 //! `max.message.bytes` than Vigil assumes). Both wrap the real backends and change nothing else.
 
@@ -20,6 +21,8 @@ pub struct FlakyStore {
     inner: Store,
     /// Failures still to inject, by method name.
     failures_left: Mutex<HashMap<&'static str, u32>>,
+    /// Sessions whose row reads as corrupt.
+    corrupt_sessions: Mutex<HashSet<schemas::SessionId>>,
     /// How many calls failed so far.
     pub failed: AtomicU32,
 }
@@ -30,6 +33,7 @@ impl FlakyStore {
         Arc::new(FlakyStore {
             inner,
             failures_left: Mutex::default(),
+            corrupt_sessions: Mutex::default(),
             failed: AtomicU32::new(0),
         })
     }
@@ -45,6 +49,14 @@ impl FlakyStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(method, n);
+    }
+
+    /// From now on, reading `session`'s row fails as `Corrupt`, as a damaged row would.
+    pub fn corrupt_session(&self, session: schemas::SessionId) {
+        self.corrupt_sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(session);
     }
 
     fn fault(&self, method: &'static str) -> Result<()> {
@@ -258,6 +270,18 @@ impl StoreBackend for FlakyStore {
         id: schemas::SessionId,
     ) -> Result<Option<SessionRecord>> {
         self.fault("get_session")?;
+        let corrupt = self
+            .corrupt_sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&id);
+        if corrupt {
+            // What the embedded store answers for a row whose bytes do not decode.
+            return Err(StoreError::Corrupt {
+                table: "sessions",
+                detail: format!("injected: the row of {id} does not decode"),
+            });
+        }
         self.inner.get_session(org, env, id).await
     }
 

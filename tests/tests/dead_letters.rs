@@ -153,6 +153,51 @@ async fn a_session_whose_stored_state_is_corrupt_is_dead_lettered_never_reset() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_row_the_store_cannot_decode_is_dead_lettered() {
+    let (s, flaky) = with_flaky_store().await;
+    let (pk, org) = (
+        s.creds.keys.publishable_test.clone(),
+        s.creds.org_id().to_owned(),
+    );
+    let a = open_session(&s, &pk).await;
+    send(&s, &a, &pk, 1, &probes()).await;
+    decided(flaky.inner(), &org, &a, 1).await;
+    flaky.corrupt_session(a.id.parse().unwrap());
+    send(&s, &a, &pk, 2, &probes()).await;
+    let other = s.second_organization("second").await;
+    let b = open_session(&s, &other.keys.publishable_test).await;
+    send(&s, &b, &other.keys.publishable_test, 1, &probes()).await;
+
+    let letters = dead_letters(&s, 1).await;
+    assert_eq!(letters[0].reason, DeadReason::CorruptRow);
+    assert!(
+        letters[0].message.contains("corrupt row in sessions"),
+        "{}",
+        letters[0].message
+    );
+    assert_eq!(batch_of(&letters[0]).seq, 2);
+    decided(flaky.inner(), other.org_id(), &b, 1).await;
+    assert_eq!(dead_count(&s, DeadReason::CorruptRow).await, 1.0);
+}
+
+/// A server whose store is a [`FlakyStore`], with it.
+async fn with_flaky_store() -> (TestServer, Arc<FlakyStore>) {
+    let flaky = Arc::new(std::sync::Mutex::new(None::<Arc<FlakyStore>>));
+    let hold = flaky.clone();
+    let s = TestServer::start_wrapped(vigil::server::Wrap {
+        store: Some(Box::new(move |store| {
+            let wrapped = FlakyStore::new(store);
+            *hold.lock().unwrap() = Some(wrapped.clone());
+            wrapped
+        })),
+        ..Default::default()
+    })
+    .await;
+    let flaky = flaky.lock().unwrap().clone().unwrap();
+    (s, flaky)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_records_are_dead_lettered_and_the_sessions_behind_them_decided() {
     let s = TestServer::start().await;
     let (pk, org) = (
@@ -265,18 +310,7 @@ async fn a_batch_whose_event_is_over_the_logs_size_is_dead_lettered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_outage_is_retried_and_nothing_is_skipped() {
-    let flaky = Arc::new(std::sync::Mutex::new(None::<Arc<FlakyStore>>));
-    let hold = flaky.clone();
-    let s = TestServer::start_wrapped(vigil::server::Wrap {
-        store: Some(Box::new(move |store| {
-            let wrapped = FlakyStore::new(store);
-            *hold.lock().unwrap() = Some(wrapped.clone());
-            wrapped
-        })),
-        ..Default::default()
-    })
-    .await;
-    let flaky = flaky.lock().unwrap().clone().unwrap();
+    let (s, flaky) = with_flaky_store().await;
     let (pk, org) = (
         s.creds.keys.publishable_test.clone(),
         s.creds.org_id().to_owned(),
