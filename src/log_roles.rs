@@ -66,7 +66,7 @@ pub fn start(
     let preparation = LogPreparation::new();
     let status = preparation.clone();
     let task = tokio::spawn(async move {
-        let Some((batches, events)) = prepare(&settings.log, &status, &shutdown).await else {
+        let Some((batches, topics)) = prepare(&settings.log, &status, &shutdown).await else {
             return;
         };
         status.set(Ok(()));
@@ -77,7 +77,8 @@ pub fn start(
                 store: settings.store,
                 log: settings.log,
                 batches,
-                events,
+                events: topics.events,
+                dead: topics.dead,
                 secret: settings.secret,
                 idle_after: settings.idle_after,
                 retention: settings.retention,
@@ -89,18 +90,19 @@ pub fn start(
     (preparation, task)
 }
 
-/// The batches and events topics once both exist; `None` if the server stops first.
+/// The batches topic and the processor's (events, dead letters) once all exist; `None` if the
+/// server stops first.
 async fn prepare(
     log: &bus::Log,
     status: &LogPreparation,
     shutdown: &CancellationToken,
-) -> Option<(bus::Topic, bus::Topic)> {
+) -> Option<(bus::Topic, processor::pipeline::Topics)> {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let prepared = async {
             let batches = ingest::prepare_log(log).await?;
-            let events = processor::pipeline::prepare_log(log).await?;
-            Ok::<_, bus::BusError>((batches, events))
+            let topics = processor::pipeline::prepare_log(log).await?;
+            Ok::<_, bus::BusError>((batches, topics))
         };
         let failure = tokio::select! {
             _ = shutdown.cancelled() => return None,

@@ -64,16 +64,33 @@ pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret
     Ok((store, secret))
 }
 
+/// Wraps the backends once opened: tests inject faults through it (a store that fails some
+/// calls, a log that refuses some records); `vigil serve` wraps nothing.
+#[derive(Default)]
+pub struct Wrap {
+    pub store: Option<Box<dyn FnOnce(Store) -> Store + Send>>,
+    pub log: Option<Box<dyn FnOnce(bus::Log) -> bus::Log + Send>>,
+}
+
 pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
-    start_wrapping_store(args, |store| store).await
+    start_wrapped(args, Wrap::default()).await
 }
 
 /// `start`, with the opened store passed through `wrap` before any role gets it: tests wrap it
 /// in a store that fails on demand (a full disk, say).
 pub async fn start_wrapping_store(
     args: ServeArgs,
-    wrap: impl FnOnce(Store) -> Store,
+    wrap: impl FnOnce(Store) -> Store + Send + 'static,
 ) -> anyhow::Result<RunningServer> {
+    let wrap = Wrap {
+        store: Some(Box::new(wrap)),
+        log: None,
+    };
+    start_wrapped(args, wrap).await
+}
+
+/// [`start`], with the opened backends wrapped by `wrap`.
+pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<RunningServer> {
     args.validate().map_err(anyhow::Error::msg)?;
     // Bound first: with `--listen …:0` the default public URL needs the port.
     let std_listener = std::net::TcpListener::bind(args.listen)
@@ -83,7 +100,10 @@ pub async fn start_wrapping_store(
     let public_urls = args.public_urls(addr);
     edge::context::set_public_url(&public_urls[0]);
     let (store, secret) = open_store(&args.store).await?;
-    let store = wrap(store);
+    let store = match wrap.store {
+        Some(wrap) => wrap(store),
+        None => store,
+    };
     let credentials_path = args.store.data_dir.join("credentials.json");
     if args.store.is_embedded() {
         crate::commands::ensure_development_organization(&store, &secret, &credentials_path)
@@ -106,6 +126,10 @@ pub async fn start_wrapping_store(
     let log = bus::open(&args.bus_url())
         .await
         .context("opening the log")?;
+    let log = match wrap.log {
+        Some(wrap) => wrap(log),
+        None => log,
+    };
     let (log_preparation, processor) = crate::log_roles::start(
         crate::log_roles::ProcessorSettings {
             store: store.clone(),

@@ -36,6 +36,7 @@ macro_rules! log_conformance_suite {
             unknown_topics_are_refused_and_never_created,
             bad_arguments_are_refused,
             offsets_are_dense_per_partition,
+            end_offsets_follow_appends,
             keys_keep_their_partition,
             records_round_trip_in_order_per_key,
             odd_records_round_trip,
@@ -269,6 +270,22 @@ pub async fn offsets_are_dense_per_partition(log: Log) {
             }
         );
     }
+}
+
+pub async fn end_offsets_follow_appends(log: Log) {
+    let t = topic(&log, 3).await;
+    assert_eq!(log.end_offsets(&t).await.unwrap(), vec![0, 0, 0]);
+    let mut ends = vec![0u64; 3];
+    for i in 0..10u32 {
+        let at = log.append(&t, &i.to_be_bytes(), b"x").await.unwrap();
+        ends[at.partition as usize] = at.offset + 1;
+    }
+    assert_eq!(log.end_offsets(&t).await.unwrap(), ends);
+    let missing = Topic::new(&unique("missing")).unwrap();
+    assert!(matches!(
+        log.end_offsets(&missing).await,
+        Err(BusError::UnknownTopic(_))
+    ));
 }
 
 pub async fn keys_keep_their_partition(log: Log) {

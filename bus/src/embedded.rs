@@ -314,6 +314,31 @@ impl LogBackend for EmbeddedLog {
         Ok(Position { partition, offset })
     }
 
+    async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {
+        let state = self.shared.topic(topic)?;
+        let shared = Arc::clone(&self.shared);
+        let topic = topic.clone();
+        // Offsets are dense, so a partition's end is one past its last record's.
+        blocking(move || {
+            (0..state.partitions)
+                .map(|p| {
+                    let from = key::record(&topic, p, 0);
+                    let to = key::record(&topic, p, u64::MAX);
+                    match shared.records.range(from..=to).next_back() {
+                        None => Ok(0),
+                        Some(guard) => {
+                            let (k, _) = guard.into_inner().map_err(unavailable)?;
+                            key::record_offset(&k)
+                                .map(|o| o + 1)
+                                .ok_or_else(|| corrupt("short record key"))
+                        }
+                    }
+                })
+                .collect()
+        })
+        .await
+    }
+
     async fn consumer(
         &self,
         group: &Group,

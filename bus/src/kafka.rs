@@ -385,6 +385,26 @@ impl LogBackend for KafkaLog {
         }
     }
 
+    async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {
+        let count = self.partitions(topic).await?;
+        let producer = self.producer.clone();
+        let name = topic.to_string();
+        // The high watermark: the offset of the next message appended to the partition.
+        tokio::task::spawn_blocking(move || {
+            (0..count)
+                .map(|p| {
+                    producer
+                        .client()
+                        .fetch_watermarks(&name, p as i32, BROKER_TIMEOUT)
+                        .map(|(_, high)| high.max(0) as u64)
+                        .map_err(|e| unavailable("watermarks", e))
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| BusError::Unavailable(format!("kafka: watermarks: {e}")))?
+    }
+
     async fn consumer(
         &self,
         group: &Group,

@@ -121,6 +121,10 @@ pub trait LogBackend: Send + Sync + 'static {
     /// retry may then duplicate the record, which consumers tolerate: delivery is at least once).
     async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position>;
 
+    /// The offset the next append to each partition of `topic` will get (index = partition):
+    /// with a group's position, the group's lag. `UnknownTopic` if the topic does not exist.
+    async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>>;
+
     /// A consumer of `partitions` of `topic` for `group`, starting in each partition at the
     /// group's committed position (the beginning if it never committed there).
     ///

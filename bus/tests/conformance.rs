@@ -154,6 +154,10 @@ mod kafka {
             self.log.append(topic, key, payload).await
         }
 
+        async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {
+            self.log.end_offsets(topic).await
+        }
+
         async fn consumer(
             &self,
             group: &Group,

@@ -91,6 +91,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
+/// Adds another component's metrics (the processor's) to the registry `/metrics` serves, so
+/// one scrape sees the whole process. A name already registered is refused.
+pub fn register(collector: Box<dyn prometheus::core::Collector>) -> Result<(), prometheus::Error> {
+    METRICS.registry.register(collector)
+}
+
 /// The label of the route a request matched: its template, never the raw path.
 pub fn route_label(req: &Request) -> String {
     req.extensions()

@@ -20,8 +20,10 @@ pub mod events;
 pub mod fingerprint;
 pub mod observations;
 pub mod pipeline;
+pub mod retry;
 pub mod rules;
 pub mod signals;
+pub mod telemetry;
 mod timezones;
 pub mod user_agent;
 

@@ -2,9 +2,15 @@
 //! per session, folds each batch into the session's state, decides, and stores the session with
 //! its new decision, then commits its position in the log. The log delivers at least once: a
 //! redelivered batch is recognised by its number and skipped, so a crash between storing and
-//! committing costs a repeat, never a lost or doubled effect. A record that cannot be read is
-//! logged, counted and skipped; a store or log failure is retried with backoff and never
-//! skipped.
+//! committing costs a repeat, never a lost or doubled effect.
+//!
+//! Failures are of two kinds (STYLE 13). Permanent ones (a record or SDK batch that does not
+//! decode, a stored row or session state that does not decode, an event over the log's record
+//! size) can never succeed: the records concerned go to `collect.dead.v1` with the reason
+//! ([`schemas::collect::DeadLetter`]), are counted, and are committed past, so the sessions
+//! behind them go on. Transient ones (the store or the log unavailable) are retried with
+//! backoff ([`crate::retry`]) and never skipped. On shutdown the save in flight is finished and
+//! the position committed, so a restart reads nothing twice.
 //!
 //! The first probes batch of a session links it to a visitor (D11): a valid signed visitor token
 //! from the SDK's storage, else an exact anchor match with compatible browser traits, else the
@@ -21,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
 use edge::secrets::ServerSecret;
-use schemas::collect::BatchRecord;
+use schemas::collect::{BatchRecord, DeadReason};
 use schemas::{DecisionId, VisitorId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -31,11 +37,16 @@ use store::{
 };
 use tokio_util::sync::CancellationToken;
 
+mod dead_letters;
 mod idle;
+mod lag;
 
 use crate::events::{self, LinkedBy};
 use crate::fingerprint::{Anchors, BrowserTraits, LINK_THRESHOLD, component_vector, similarity};
+use crate::retry::{Retried, Transience, retry};
 use crate::{Batch, Probes, ServerContext, SessionObservations};
+use dead_letters::{Dead, dead_letter, dead_letter_all};
+use lag::Lag;
 
 /// The consumer group of the processor role.
 pub const GROUP: &str = "processor";
@@ -133,21 +144,43 @@ struct ServerMade {
     idle_since: Option<String>,
 }
 
+/// Why a session's records could not be folded or stored.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
-    /// Worth retrying: the store or the log did not answer.
+    /// Worth retrying: the store or the log did not answer. Never skipped.
     #[error("transient: {0}")]
     Transient(String),
-    /// The record can never be processed.
-    #[error("unreadable record: {0}")]
-    Unreadable(String),
+    /// Can never succeed: the records it concerns are dead-lettered with the reason.
+    #[error("{reason}: {1}", reason = .0.as_str())]
+    Permanent(DeadReason, String),
+}
+
+impl Transience for Failure {
+    fn is_transient(&self) -> bool {
+        matches!(self, Failure::Transient(_))
+    }
 }
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable(d) => Failure::Transient(d),
+            // A row that does not decode will not decode on a retry either.
+            StoreError::Corrupt { .. } => Failure::Permanent(DeadReason::CorruptRow, e.to_string()),
+            // Anything else (unavailable, a conflict or an invalid request, which are bugs here)
+            // may be transient and is never grounds to skip a record: retried, and logged.
             other => Failure::Transient(other.to_string()),
+        }
+    }
+}
+
+impl Failure {
+    /// An append to the log that failed: over the log's size is permanent, the rest is retried.
+    fn of_append(what: &str, e: bus::BusError) -> Self {
+        match e {
+            bus::BusError::TooLarge { .. } => {
+                Failure::Permanent(DeadReason::OversizeEvent, format!("{what}: {e}"))
+            }
+            other => Failure::Transient(format!("{what}: {other}")),
         }
     }
 }
@@ -161,6 +194,8 @@ pub struct Pipeline {
     pub batches: Topic,
     /// `events.v1`: where recorded events are published.
     pub events: Topic,
+    /// `collect.dead.v1`: where records that can never be processed go, with why.
+    pub dead: Topic,
     /// Verifies the visitor tokens the SDK presents (D11).
     pub secret: ServerSecret,
     /// How long a session goes without a batch before its decision is made final (D10).
@@ -170,47 +205,68 @@ pub struct Pipeline {
     pub retention: Duration,
 }
 
+/// The topics the processor publishes to.
+pub struct Topics {
+    /// `events.v1`.
+    pub events: Topic,
+    /// `collect.dead.v1`.
+    pub dead: Topic,
+}
+
 /// Creates the topics the processor publishes to (the batches topic is ingest's).
-pub async fn prepare_log(log: &Log) -> Result<Topic, bus::BusError> {
-    let topic = Topic::from_static(schemas::events::EVENTS_TOPIC);
-    log.create_topic(&topic, schemas::events::EVENTS_PARTITIONS)
+pub async fn prepare_log(log: &Log) -> Result<Topics, bus::BusError> {
+    let events = Topic::from_static(schemas::events::EVENTS_TOPIC);
+    log.create_topic(&events, schemas::events::EVENTS_PARTITIONS)
         .await?;
-    Ok(topic)
+    let dead = Topic::from_static(schemas::collect::DEAD_TOPIC);
+    log.create_topic(&dead, schemas::collect::DEAD_PARTITIONS)
+        .await?;
+    Ok(Topics { events, dead })
 }
 
 /// Runs until `shutdown` is cancelled, consuming every partition of the batches topic, with
 /// the idle sweep beside it. If the consumer stops on its own (a store write that panicked),
 /// it cancels `shutdown`: the server stops rather than accept batches nobody scores.
 pub async fn run(pipeline: Pipeline, shutdown: CancellationToken) {
+    crate::telemetry::init();
     let sweep = tokio::spawn(idle::sweep(pipeline.clone(), shutdown.clone()));
     consume(&pipeline, &shutdown).await;
     shutdown.cancel();
     let _ = sweep.await;
 }
 
+/// One record of a poll with the batch it carries.
+struct Polled<'a> {
+    record: &'a Record,
+    batch: BatchRecord,
+}
+
 async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
     let group = Group::from_static(GROUP);
-    let mut consumer = loop {
-        match pipeline
-            .log
-            .consumer_of_all(&group, &pipeline.batches)
-            .await
-        {
-            Ok(c) => break c,
-            Err(e) => {
-                tracing::error!(error = %e, "processor: opening the consumer; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-        }
+    let opened = retry(
+        "opening the consumer",
+        shutdown,
+        &mut (pipeline, &group),
+        |(pipeline, group)| {
+            Box::pin(async move {
+                pipeline
+                    .log
+                    .consumer_of_all(group, &pipeline.batches)
+                    .await
+                    .map_err(|e| Failure::Transient(e.to_string()))
+            })
+        },
+    )
+    .await;
+    let Retried::Done(mut consumer) = opened else {
+        return;
     };
     let mut memory = Memory::default();
     let mut in_flight: Option<InFlight> = None;
     let mut uncommitted = Vec::new();
     let mut last_commit = Instant::now();
-    while !shutdown.is_cancelled() {
+    let mut lag = Lag::new(consumer.partitions());
+    'polls: while !shutdown.is_cancelled() {
         // While a save is in flight, only a short wait: the save's confirmation (and its
         // commit) must not hang on the next batch arriving.
         let wait = if in_flight.is_some() {
@@ -218,19 +274,23 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         } else {
             Duration::from_millis(500)
         };
-        let records = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            polled = consumer.poll(POLL_RECORDS, wait) => polled,
+        // A poll that fails is retried, never skipped past: what it would have read is unknown.
+        let polled = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            polled = retry("polling the log", shutdown, &mut *consumer, |consumer| {
+                Box::pin(async move {
+                    consumer.poll(POLL_RECORDS, wait).await.map_err(|e| Failure::Transient(e.to_string()))
+                })
+            }) => polled,
         };
-        let records = match records {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "processor: polling the log; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
+        let Retried::Done(records) = polled else {
+            break;
         };
-        if records.is_empty() && in_flight.is_none() {
+        lag.polled(pipeline, &records).await;
+        // Idle, unless positions stored earlier still wait for their commit: committed now,
+        // rather than at the next batch, so a crash while idle redelivers nothing.
+        let commit_due = !uncommitted.is_empty() && last_commit.elapsed() >= COMMIT_INTERVAL;
+        if records.is_empty() && in_flight.is_none() && !commit_due {
             continue;
         }
         // One store write per poll, not per record nor per session: each session's state is
@@ -239,31 +299,49 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         // That write runs while the next poll is folded; sessions it holds are read from it.
         let mut saves = Vec::new();
         let mut pending = Vec::new();
-        for group in by_session(&records) {
-            if let Some((save, state)) =
-                fold_with_retry(pipeline, &group, &mut memory, shutdown).await
-            {
-                pending.push((save.session.clone(), state));
-                saves.push(save);
+        let mut dead = Vec::new();
+        for group in by_session(&records, &mut dead) {
+            let started = Instant::now();
+            let folded = retry(
+                "folding a session",
+                shutdown,
+                &mut (pipeline, &group[..], &mut memory),
+                |(pipeline, group, memory)| Box::pin(fold(pipeline, group, memory)),
+            )
+            .await;
+            match folded {
+                Retried::Done(Folded { save, unreadable }) => {
+                    crate::telemetry::folded(group.len(), started.elapsed());
+                    dead.extend(unreadable);
+                    if let Some((save, state)) = save {
+                        pending.push((save.session.clone(), state));
+                        let sources = group.iter().map(|p| p.record.clone()).collect();
+                        saves.push((save, sources));
+                    }
+                }
+                // The session cannot be folded (its row or its state does not decode): its
+                // records are given up on with it, so the sessions behind it go on.
+                Retried::Failed(Failure::Permanent(reason, message)) => {
+                    dead.extend(group.iter().map(|p| Dead {
+                        record: p.record,
+                        reason,
+                        message: message.clone(),
+                    }));
+                }
+                Retried::Failed(Failure::Transient(_)) | Retried::ShuttingDown => break 'polls,
             }
-            if shutdown.is_cancelled() {
-                return;
+        }
+        for d in dead {
+            if !dead_letter(pipeline, d.record, d.reason, &d.message, shutdown).await {
+                break 'polls;
             }
         }
         // The previous save first: saves land in log order, and positions are committed only
         // once what they cover is stored.
-        if let Some(previous) = in_flight.take() {
-            match previous.task.await {
-                Ok(true) => {}
-                // Shutting down: nothing more is stored or committed.
-                Ok(false) => return,
-                Err(e) => {
-                    tracing::error!(error = %e, "processor: a store write failed outright; the processor stops");
-                    return;
-                }
-            }
-            memory.confirm(&previous.saved);
-            uncommitted.extend(previous.positions);
+        if let Some(previous) = in_flight.take()
+            && !land(previous, &mut memory, &mut uncommitted).await
+        {
+            return;
         }
         let positions = records.iter().map(Record::position);
         if saves.is_empty() {
@@ -271,16 +349,14 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         } else {
             let saved = saves
                 .iter()
-                .map(|s| (s.session.id, s.session.updated_at))
+                .map(|(s, _)| (s.session.id, s.session.updated_at))
                 .collect();
             for (session, state) in pending {
                 memory.pending.insert(session.id, (session, state));
             }
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
             in_flight = Some(InFlight {
-                task: tokio::spawn(
-                    async move { store_with_retry(&pipeline, &saves, &shutdown).await },
-                ),
+                task: tokio::spawn(async move { store(&pipeline, saves, &shutdown).await }),
                 positions: positions.collect(),
                 saved,
             });
@@ -294,13 +370,54 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
             last_commit = Instant::now();
         }
     }
+    // Shutting down (SIGTERM): the save in flight is let finish and everything stored is
+    // committed, so a restart re-reads nothing. What was polled but not yet stored is not
+    // committed, and is read again after the restart.
+    if let Some(previous) = in_flight.take()
+        && !land(previous, &mut memory, &mut uncommitted).await
+    {
+        return;
+    }
+    if !uncommitted.is_empty() {
+        match consumer.commit(&uncommitted).await {
+            Ok(()) => tracing::info!(
+                records = uncommitted.len(),
+                "processor: committed its position on shutdown"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "processor: committing on shutdown failed; the records will be read again")
+            }
+        }
+    }
 }
 
-/// The readable records of a poll, grouped by session in log order (a session's records share
-/// a partition, so their order within the poll is the log's). Unreadable ones are logged and
-/// left out: they can never be processed.
-fn by_session(records: &[Record]) -> Vec<Vec<BatchRecord>> {
-    let mut groups: Vec<Vec<BatchRecord>> = Vec::new();
+/// Waits for a save in flight; once it landed, its sessions are confirmed and its positions
+/// may be committed. False if it did not land (shutdown came first, or it panicked).
+async fn land(
+    previous: InFlight,
+    memory: &mut Memory,
+    uncommitted: &mut Vec<bus::Position>,
+) -> bool {
+    match previous.task.await {
+        Ok(true) => {
+            memory.confirm(&previous.saved);
+            uncommitted.extend(previous.positions);
+            true
+        }
+        // Shutting down: nothing more is stored or committed.
+        Ok(false) => false,
+        Err(e) => {
+            tracing::error!(error = %e, "processor: a store write failed outright; the processor stops");
+            false
+        }
+    }
+}
+
+/// The records of a poll grouped by session in log order (a session's records share a
+/// partition, so their order within the poll is the log's). A record that does not decode is
+/// put in `dead`: it can never be processed.
+fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Polled<'a>>> {
+    let mut groups: Vec<Vec<Polled<'a>>> = Vec::new();
     let mut index: std::collections::HashMap<schemas::SessionId, usize> =
         std::collections::HashMap::new();
     for record in records {
@@ -310,104 +427,140 @@ fn by_session(records: &[Record]) -> Vec<Vec<BatchRecord>> {
                     groups.push(Vec::new());
                     groups.len() - 1
                 });
-                groups[at].push(batch);
+                groups[at].push(Polled { record, batch });
             }
-            Err(e) => {
-                tracing::error!(partition = record.partition, offset = record.offset, error = %e, "processor: skipping an unreadable record");
-            }
+            Err(e) => dead.push(Dead {
+                record,
+                reason: DeadReason::UnreadableRecord,
+                message: format!("not a batch record: {e}"),
+            }),
         }
     }
     groups
 }
 
-/// Folds one session's records, retrying while the store is unavailable; `None` when there is
-/// nothing to store (already processed, unreadable, or shutting down).
-async fn fold_with_retry(
+/// Publishes each save's events to the events log, then stores the saves in one write, retrying
+/// while the log or the store is unavailable. A save whose events or row can never be written
+/// has its records dead-lettered and the others still stored. False if shutdown came first
+/// (nothing may be committed then).
+async fn store(
     pipeline: &Pipeline,
-    batches: &[BatchRecord],
-    memory: &mut Memory,
-    shutdown: &CancellationToken,
-) -> Option<(SessionSave, SessionState)> {
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match fold(pipeline, batches, memory).await {
-            Ok(save) => return save,
-            Err(Failure::Unreadable(why)) => {
-                tracing::error!(%why, "processor: skipping an unreadable session update");
-                return None;
-            }
-            Err(Failure::Transient(why)) => {
-                tracing::warn!(%why, "processor: store unavailable; retrying the session");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-}
-
-/// Publishes the saves' events to the events log, then stores the saves in one write, retrying
-/// until both succeed; false if shutdown came first (nothing may be committed then).
-async fn store_with_retry(
-    pipeline: &Pipeline,
-    saves: &[SessionSave],
+    saves: Vec<(SessionSave, Vec<Record>)>,
     shutdown: &CancellationToken,
 ) -> bool {
-    if saves.is_empty() {
+    let mut alive = Vec::with_capacity(saves.len());
+    let mut sources = Vec::with_capacity(saves.len());
+    for (save, records) in saves {
+        match retry(
+            "publishing events",
+            shutdown,
+            &mut (pipeline, &save.events[..]),
+            |(pipeline, events)| Box::pin(publish(pipeline, events)),
+        )
+        .await
+        {
+            Retried::Done(()) => {
+                alive.push(save);
+                sources.push(records);
+            }
+            Retried::Failed(e) => {
+                if !dead_letter_all(pipeline, &records, e, shutdown).await {
+                    return false;
+                }
+            }
+            Retried::ShuttingDown => return false,
+        }
+    }
+    if alive.is_empty() {
         return true;
     }
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let stored = async {
-            for save in saves {
-                publish(pipeline, &save.events).await?;
-            }
-            pipeline.store.save_sessions(saves).await?;
-            Ok::<_, Failure>(())
-        };
-        match stored.await {
-            Ok(()) => return true,
-            Err(why) => {
-                tracing::warn!(%why, sessions = saves.len(), "processor: storing decisions; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return false,
-                    _ = tokio::time::sleep(backoff) => {}
+    match retry(
+        "storing decisions",
+        shutdown,
+        &mut (pipeline, &alive[..]),
+        |(pipeline, saves)| Box::pin(save_sessions(pipeline, saves)),
+    )
+    .await
+    {
+        Retried::Done(()) => true,
+        Retried::ShuttingDown => false,
+        // One session's row cannot be written: each is stored alone, so only its records are
+        // dead-lettered.
+        Retried::Failed(_) => {
+            for (save, records) in alive.iter().zip(&sources) {
+                match retry(
+                    "storing a decision",
+                    shutdown,
+                    &mut (pipeline, std::slice::from_ref(save)),
+                    |(pipeline, saves)| Box::pin(save_sessions(pipeline, saves)),
+                )
+                .await
+                {
+                    Retried::Done(()) => {}
+                    Retried::Failed(e) => {
+                        if !dead_letter_all(pipeline, records, e, shutdown).await {
+                            return false;
+                        }
+                    }
+                    Retried::ShuttingDown => return false,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
+            true
         }
     }
 }
 
+async fn save_sessions(pipeline: &Pipeline, saves: &[SessionSave]) -> Result<(), Failure> {
+    Ok(pipeline.store.save_sessions(saves).await?)
+}
+
+/// Commits the positions, retrying while the log is unavailable. A permanent refusal (a
+/// partition this consumer does not read: a bug) is logged; the next commit covers the same
+/// positions.
 async fn commit(
     consumer: &mut dyn LogConsumer,
     positions: &[bus::Position],
     shutdown: &CancellationToken,
 ) {
-    while let Err(e) = consumer.commit(positions).await {
-        tracing::warn!(error = %e, "processor: committing; retrying");
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-        }
+    let committed = retry(
+        "committing",
+        shutdown,
+        &mut (consumer, positions),
+        |(consumer, positions)| Box::pin(consumer.commit(positions)),
+    )
+    .await;
+    if let Retried::Failed(e) = committed {
+        tracing::error!(error = %e, "processor: the log refused a commit");
     }
 }
 
+/// What folding a session's records came to.
+struct Folded<'a> {
+    /// The session to store with its new decision; `None` if every record was already folded.
+    save: Option<(SessionSave, SessionState)>,
+    /// Records whose SDK batch does not decode: folded past, and dead-lettered.
+    unreadable: Vec<Dead<'a>>,
+}
 /// Folds a session's new records (in log order) into it and makes one new decision, with the
-/// events it caused; `None` if every record was already folded in. The caller publishes the
-/// events first and then stores the save (a crash between the two republishes the same event
-/// ids on redelivery).
-async fn fold(
+/// events it caused. The caller publishes the events first and then stores the save (a crash
+/// between the two republishes the same event ids on redelivery).
+///
+/// A stored session whose state does not decode fails permanently (`corrupt_row`) rather than
+/// starting over from an empty state: a silently reset session would be decided on a fraction
+/// of what it sent.
+async fn fold<'a>(
     pipeline: &Pipeline,
-    batches: &[BatchRecord],
+    group: &[Polled<'a>],
     memory: &mut Memory,
-) -> Result<Option<(SessionSave, SessionState)>, Failure> {
+) -> Result<Folded<'a>, Failure> {
     let (store, secret) = (&pipeline.store, &pipeline.secret);
     let started = Instant::now();
-    let Some(first) = batches.first() else {
-        return Ok(None);
+    let mut unreadable = Vec::new();
+    let Some(first) = group.first().map(|p| &p.batch) else {
+        return Ok(Folded {
+            save: None,
+            unreadable,
+        });
     };
     let now = schemas::time::now();
     let (mut session, mut state) = match memory.pending(first.session_id) {
@@ -422,7 +575,16 @@ async fn fold(
             };
             let state = match memory.take_state(session.id, session.updated_at) {
                 Some(state) => state,
-                None => session.state.decode().unwrap_or_default(),
+                None => session
+                    .state
+                    .decode::<Option<SessionState>>()
+                    .map_err(|e| {
+                        Failure::Permanent(
+                            DeadReason::CorruptRow,
+                            format!("session {}: its state does not decode: {e}", session.id),
+                        )
+                    })?
+                    .unwrap_or_default(),
             };
             (session, state)
         }
@@ -430,7 +592,8 @@ async fn fold(
     let was_final = session.finalized || events::is_final(session.latest_decision.as_ref());
     let mut linked = None;
     let mut changed = false;
-    for batch in batches {
+    for polled in group {
+        let batch = &polled.batch;
         // Numbers from 1 are the SDK's batches, delivered at least once; 0 marks server-made
         // records, whose effects are idempotent.
         if batch.seq > 0 && session.has_processed(batch.seq) {
@@ -458,7 +621,19 @@ async fn fold(
                     state.observations.record(observed);
                 }
                 Err(e) => {
-                    tracing::error!(session = %batch.session_id, seq = batch.seq, error = %e, "processor: skipping an unreadable batch");
+                    // Folded past (marked processed, so a redelivery does not dead-letter it
+                    // again) and dead-lettered by the caller.
+                    unreadable.push(Dead {
+                        record: polled.record,
+                        reason: DeadReason::UnreadableRecord,
+                        message: format!(
+                            "session {} batch {}: not an SDK batch: {e}",
+                            batch.session_id, batch.seq
+                        ),
+                    });
+                    if batch.seq > 0 {
+                        session.mark_processed(batch.seq);
+                    }
                     continue;
                 }
             },
@@ -489,7 +664,10 @@ async fn fold(
         changed = true;
     }
     if !changed {
-        return Ok(None);
+        return Ok(Folded {
+            save: None,
+            unreadable,
+        });
     }
     if let Some(collect) = store.get_collect_session(first.session_id).await? {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
@@ -501,8 +679,8 @@ async fn fold(
         decision = decision.finalize();
     }
     let id = DecisionId::generate();
-    let mut decision_json =
-        serde_json::to_value(&decision).map_err(|e| Failure::Unreadable(e.to_string()))?;
+    let mut decision_json = serde_json::to_value(&decision)
+        .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
     if let Value::Object(map) = &mut decision_json {
         map.insert("event_id".into(), json!(id));
         map.insert("evaluated_at".into(), json!(schemas::time::format(&now)));
@@ -514,9 +692,10 @@ async fn fold(
     }
     session.updated_at = now;
     session.finalized = state.final_requested;
-    session.state = RawJson::encode(&state).map_err(|e| Failure::Unreadable(e.to_string()))?;
-    let decision_raw =
-        RawJson::encode(&decision_json).map_err(|e| Failure::Unreadable(e.to_string()))?;
+    session.state = RawJson::encode(&state)
+        .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
+    let decision_raw = RawJson::encode(&decision_json)
+        .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
     session.latest_decision = Some(decision_raw.clone());
     let mut recorded = Vec::new();
     if let Some((visitor, linked_by, at)) = &linked {
@@ -533,22 +712,25 @@ async fn fold(
         evaluated_at: now,
         decision: decision_raw,
     };
-    tracing::debug!(session = %first.session_id, records = batches.len(), verdict = ?decision.verdict, status = ?decision.decision_status, events = recorded.len(), "processor: decided");
-    Ok(Some((
-        SessionSave {
-            session,
-            decision: Some(record),
-            events: recorded,
-        },
-        state,
-    )))
+    tracing::debug!(session = %first.session_id, records = group.len(), verdict = ?decision.verdict, status = ?decision.decision_status, events = recorded.len(), "processor: decided");
+    Ok(Folded {
+        save: Some((
+            SessionSave {
+                session,
+                decision: Some(record),
+                events: recorded,
+            },
+            state,
+        )),
+        unreadable,
+    })
 }
 
 /// Appends each event to `events.v1`, keyed by its organization.
 async fn publish(pipeline: &Pipeline, recorded: &[EventRecord]) -> Result<(), Failure> {
     for event in recorded {
         let payload = serde_json::to_vec(&events::LoggedEvent::of(event))
-            .map_err(|e| Failure::Unreadable(e.to_string()))?;
+            .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
         pipeline
             .log
             .append(
@@ -557,7 +739,7 @@ async fn publish(pipeline: &Pipeline, recorded: &[EventRecord]) -> Result<(), Fa
                 &payload,
             )
             .await
-            .map_err(|e| Failure::Transient(format!("publishing an event: {e}")))?;
+            .map_err(|e| Failure::of_append("publishing an event", e))?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! The collect pipeline's log contract (`schemas/collect.md`, section 6): topic names and the
-//! versioned record ingest appends for every accepted batch.
+//! The collect pipeline's log contract (`schemas/collect.md`, section 6): topic names, the
+//! versioned record ingest appends for every accepted batch, and the dead-letter record the
+//! processor appends for a record it can never process.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,3 +64,122 @@ pub struct BatchRecord {
 }
 
 pub const BATCH_RECORD_SCHEMA: u32 = 1;
+
+/// Records the processor could never process, each with why (see [`DeadLetter`]). Keyed like
+/// the record it carries, so one session's dead letters keep their order.
+pub const DEAD_TOPIC: &str = "collect.dead.v1";
+/// Partitions of the dead-letter topic when Vigil creates it: few, it should stay near empty.
+pub const DEAD_PARTITIONS: u32 = 1;
+pub const DEAD_LETTER_SCHEMA: u32 = 1;
+
+/// Why a record was dead-lettered: a closed set, so it can label a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadReason {
+    /// The session's stored row (or its processor state, or a row the fold reads beside it)
+    /// does not decode.
+    CorruptRow,
+    /// The record, or the SDK batch it carries, does not decode.
+    UnreadableRecord,
+    /// An event the record caused is over the log's record size, so it can never be published.
+    OversizeEvent,
+}
+
+impl DeadReason {
+    pub const ALL: [DeadReason; 3] = [
+        DeadReason::CorruptRow,
+        DeadReason::UnreadableRecord,
+        DeadReason::OversizeEvent,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::CorruptRow => "corrupt_row",
+            DeadReason::UnreadableRecord => "unreadable_record",
+            DeadReason::OversizeEvent => "oversize_event",
+        }
+    }
+}
+
+/// One record of `collect.dead.v1`: the original record, where it was read, and why it was
+/// given up on. The original is kept byte for byte (base64, since an unreadable record need not
+/// be text), so it can be inspected and, once the cause is fixed, appended again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Always [`DEAD_LETTER_SCHEMA`] for this version of the record.
+    pub schema: u32,
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    /// The original record's key, base64 (standard alphabet, padded).
+    pub key: String,
+    /// The original record's payload, base64; `None` only when carrying it would put this
+    /// record over the log's size (the original stays at its position until retention).
+    pub record: Option<String>,
+    /// The original payload's size in bytes.
+    pub record_bytes: usize,
+    pub reason: DeadReason,
+    /// What went wrong, for a person.
+    pub message: String,
+    pub dead_at: Timestamp,
+}
+
+impl DeadLetter {
+    /// The dead letter of the record at `topic`/`partition`/`offset`, carrying its bytes.
+    pub fn of(
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        key: &[u8],
+        payload: &[u8],
+        reason: DeadReason,
+        message: impl Into<String>,
+    ) -> Self {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        DeadLetter {
+            schema: DEAD_LETTER_SCHEMA,
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            key: b64.encode(key),
+            record: Some(b64.encode(payload)),
+            record_bytes: payload.len(),
+            reason,
+            message: message.into(),
+            dead_at: crate::time::now(),
+        }
+    }
+
+    /// The original payload's bytes, if carried and well-formed.
+    pub fn payload(&self) -> Option<Vec<u8>> {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        self.record.as_deref().and_then(|r| b64.decode(r).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_letter_carries_its_record_byte_for_byte() {
+        let payload = b"\xff not json";
+        let d = DeadLetter::of(
+            BATCHES_TOPIC,
+            3,
+            42,
+            b"sid_x",
+            payload,
+            DeadReason::UnreadableRecord,
+            "expected value",
+        );
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["reason"], "unreadable_record");
+        assert_eq!(json["topic"], BATCHES_TOPIC);
+        let back: DeadLetter = serde_json::from_value(json).unwrap();
+        assert_eq!(back.payload().unwrap(), payload);
+        assert_eq!(back.record_bytes, payload.len());
+    }
+}

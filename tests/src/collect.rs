@@ -107,14 +107,31 @@ pub fn client_public_key(secret: &EphemeralSecret) -> String {
 
 /// Opens a collect session with `pk` and derives its batch key as the SDK does.
 pub async fn open_session(s: &TestServer, pk: &str) -> CollectSession {
+    open_session_at(&s.client, &s.base, pk)
+        .await
+        .expect("the session opens")
+}
+
+/// [`open_session`] on the server at `base` (a `vigil serve` process, say); `None` if it did not
+/// answer 201 (refused, rate-limited, or gone).
+pub async fn open_session_at(
+    client: &reqwest::Client,
+    base: &str,
+    pk: &str,
+) -> Option<CollectSession> {
     let secret = EphemeralSecret::generate();
-    let r = s
-        .post("/v1/collect/sessions")
-        .key(pk)
-        .json(json!({"client_public_key": client_public_key(&secret), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}))
+    let r = client
+        .post(format!("{base}/v1/collect/sessions"))
+        .bearer_auth(pk)
+        .json(&json!({"client_public_key": client_public_key(&secret), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}))
         .send()
-        .await;
-    let opened = r.ok(201).clone();
+        .await
+        .ok()?;
+    if r.status() != 201 {
+        return None;
+    }
+    let body: Value = r.json().await.ok()?;
+    let opened = body["data"].clone();
     let id = opened["id"].as_str().expect("session id").to_owned();
     let server_key = B64
         .decode(opened["server_public_key"].as_str().expect("server key"))
@@ -129,7 +146,7 @@ pub async fn open_session(s: &TestServer, pk: &str) -> CollectSession {
         .iter()
         .map(|p| p.as_str().unwrap_or_default().to_owned())
         .collect();
-    CollectSession::new(id, key, proof_key, pings, opened)
+    Some(CollectSession::new(id, key, proof_key, pings, opened))
 }
 
 /// `POST /v1/handoffs/open` with the test secret key, as the site's backend does.
@@ -154,25 +171,31 @@ pub async fn logged_events(s: &TestServer) -> Vec<Value> {
 /// Every record on `topic`, read by a fresh consumer group, as JSON.
 pub async fn logged(s: &TestServer, topic: &'static str) -> Vec<Value> {
     let log = &s.running.as_ref().expect("running").log;
+    let group = format!("test-{}", ulid::Ulid::generate());
+    read_topic(log, &group, topic)
+        .await
+        .iter()
+        .map(|r| serde_json::from_slice::<Value>(&r.payload).expect("a JSON record"))
+        .collect()
+}
+
+/// Every record of `topic` from `group`'s committed position on (the beginning for a new
+/// group), until a poll finds nothing more.
+pub async fn read_topic(log: &bus::Log, group: &str, topic: &'static str) -> Vec<bus::Record> {
+    let group = bus::Group::new(group).expect("group name");
     let topic = bus::Topic::from_static(topic);
-    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).expect("group name");
     let mut consumer = log.consumer_of_all(&group, &topic).await.expect("consumer");
     let mut out = Vec::new();
     loop {
         let records = consumer
-            .poll(1000, Duration::from_millis(200))
+            .poll(1000, Duration::from_millis(300))
             .await
             .expect("poll");
         if records.is_empty() {
-            break;
+            return out;
         }
-        out.extend(
-            records
-                .iter()
-                .map(|r| serde_json::from_slice::<Value>(&r.payload).expect("a JSON record")),
-        );
+        out.extend(records);
     }
-    out
 }
 
 /// Drives one session through the whole pipeline: opens it, sends `probes` as batch 1 (with

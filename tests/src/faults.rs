@@ -1,83 +1,108 @@
-//! A store that runs out of space on demand: it wraps the server's real store and, while
-//! [`FullDisk::fill`] is in effect, refuses every write (and `ping`) with the error the
-//! embedded store gives on a full disk, so a full disk's answers can be tested anywhere,
-//! without mounting a filesystem. Reads pass through untouched.
+//! Fault-injecting backends for tests: a store that fails chosen calls a set number of times
+//! before passing them through (a store outage the processor must ride out) and can report a
+//! session's row as corrupt (a damaged disk), and a log that
+//! refuses one key's records on one topic as over its size (a topic configured with a smaller
+//! `max.message.bytes` than Vigil assumes). Both wrap the real backends and change nothing else.
+//! And a store whose disk fills on demand ([`FullDisk`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+mod full_disk;
+pub use full_disk::FullDisk;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use bus::{BusError, Group, LogBackend, LogConsumer, Position, Topic};
 use schemas::credential::Environment;
 use schemas::ids::{KeyId, OrgId};
 use schemas::time::Timestamp;
-use store::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
-    IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord, Result,
-    SessionRecord, SessionSave, Store, StoreBackend, StoreError, VisitorAnchors, VisitorOrder,
-    VisitorRecord,
-};
+use store::*;
 
-/// The switch a test holds to fill and free the wrapped store's "disk".
-#[derive(Clone, Default)]
-pub struct FullDisk(Arc<AtomicBool>);
+/// The store, with the next `n` calls of chosen methods failing as `Unavailable` (see
+/// [`FlakyStore::fail_next`]).
+pub struct FlakyStore {
+    inner: Store,
+    /// Failures still to inject, by method name.
+    failures_left: Mutex<HashMap<&'static str, u32>>,
+    /// Sessions whose row reads as corrupt.
+    corrupt_sessions: Mutex<HashSet<schemas::SessionId>>,
+    /// How many calls failed so far.
+    pub failed: AtomicU32,
+}
 
-impl FullDisk {
-    pub fn fill(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    pub fn free(&self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-
-    /// `store`, refusing writes while this switch is on.
-    pub fn wrap(&self, store: Store) -> Store {
-        Arc::new(FaultyStore {
-            inner: store,
-            full: self.clone(),
+impl FlakyStore {
+    /// Wraps `inner`; nothing fails until [`FlakyStore::fail_next`] says so.
+    pub fn new(inner: Store) -> Arc<Self> {
+        Arc::new(FlakyStore {
+            inner,
+            failures_left: Mutex::default(),
+            corrupt_sessions: Mutex::default(),
+            failed: AtomicU32::new(0),
         })
     }
-}
 
-struct FaultyStore {
-    inner: Store,
-    full: FullDisk,
-}
+    /// The store it wraps, for a test to read without meeting the faults.
+    pub fn inner(&self) -> &Store {
+        &self.inner
+    }
 
-impl FaultyStore {
-    fn refuse(&self) -> Result<()> {
-        match self.full.0.load(Ordering::SeqCst) {
-            // The embedded store's words for it (`schemas::disk`).
-            true => Err(StoreError::Unavailable(
-                "disk full: 0 bytes free, under the reserve (injected)".into(),
-            )),
-            false => Ok(()),
+    /// Makes the next `n` calls of `method` (a `StoreBackend` method's name) fail.
+    pub fn fail_next(&self, method: &'static str, n: u32) {
+        self.failures_left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(method, n);
+    }
+
+    /// From now on, reading `session`'s row fails as `Corrupt`, as a damaged row would.
+    pub fn corrupt_session(&self, session: schemas::SessionId) {
+        self.corrupt_sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(session);
+    }
+
+    fn fault(&self, method: &'static str) -> Result<()> {
+        let mut left = self
+            .failures_left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let took = left.get_mut(method).filter(|n| **n > 0).map(|n| *n -= 1);
+        if took.is_some() {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable(format!(
+                "injected fault in {method}"
+            )));
         }
+        Ok(())
     }
 }
 
 #[async_trait]
-impl StoreBackend for FaultyStore {
+impl StoreBackend for FlakyStore {
     async fn ping(&self) -> Result<()> {
-        self.refuse()?;
+        self.fault("ping")?;
         self.inner.ping().await
     }
 
     async fn create_organization(&self, org: &OrganizationRecord) -> Result<()> {
-        self.refuse()?;
+        self.fault("create_organization")?;
         self.inner.create_organization(org).await
     }
 
     async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
+        self.fault("get_organization")?;
         self.inner.get_organization(id).await
     }
 
     async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>> {
+        self.fault("get_organization_by_slug")?;
         self.inner.get_organization_by_slug(slug).await
     }
 
     async fn update_organization(&self, org: &OrganizationRecord) -> Result<()> {
-        self.refuse()?;
+        self.fault("update_organization")?;
         self.inner.update_organization(org).await
     }
 
@@ -86,12 +111,12 @@ impl StoreBackend for FaultyStore {
         org: &OrganizationRecord,
         keys: &[ApiKeyRecord],
     ) -> Result<()> {
-        self.refuse()?;
+        self.fault("create_organization_with_keys")?;
         self.inner.create_organization_with_keys(org, keys).await
     }
 
     async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        self.refuse()?;
+        self.fault("create_api_key")?;
         self.inner.create_api_key(key).await
     }
 
@@ -101,14 +126,17 @@ impl StoreBackend for FaultyStore {
         env: Environment,
         id: KeyId,
     ) -> Result<Option<ApiKeyRecord>> {
+        self.fault("get_api_key")?;
         self.inner.get_api_key(org, env, id).await
     }
 
     async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>> {
+        self.fault("locate_api_key")?;
         self.inner.locate_api_key(id).await
     }
 
     async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>> {
+        self.fault("find_api_key_by_hash")?;
         self.inner.find_api_key_by_hash(hash).await
     }
 
@@ -119,16 +147,17 @@ impl StoreBackend for FaultyStore {
         after: Option<KeyId>,
         limit: usize,
     ) -> Result<Vec<ApiKeyRecord>> {
+        self.fault("list_api_keys")?;
         self.inner.list_api_keys(org, env, after, limit).await
     }
 
     async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        self.refuse()?;
+        self.fault("update_api_key")?;
         self.inner.update_api_key(key).await
     }
 
     async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
-        self.refuse()?;
+        self.fault("rotate_api_key")?;
         self.inner.rotate_api_key(old, replacement).await
     }
 
@@ -139,7 +168,7 @@ impl StoreBackend for FaultyStore {
         id: KeyId,
         at: Timestamp,
     ) -> Result<()> {
-        self.refuse()?;
+        self.fault("touch_api_key")?;
         self.inner.touch_api_key(org, env, id, at).await
     }
 
@@ -148,7 +177,7 @@ impl StoreBackend for FaultyStore {
         scope: &IdempotencyScope,
         record: &IdempotencyRecord,
     ) -> Result<IdempotencyBegin> {
-        self.refuse()?;
+        self.fault("idempotency_begin")?;
         self.inner.idempotency_begin(scope, record).await
     }
 
@@ -157,12 +186,12 @@ impl StoreBackend for FaultyStore {
         scope: &IdempotencyScope,
         record: &IdempotencyRecord,
     ) -> Result<()> {
-        self.refuse()?;
+        self.fault("idempotency_complete")?;
         self.inner.idempotency_complete(scope, record).await
     }
 
     async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()> {
-        self.refuse()?;
+        self.fault("idempotency_abandon")?;
         self.inner.idempotency_abandon(scope).await
     }
 
@@ -172,12 +201,12 @@ impl StoreBackend for FaultyStore {
         at: Timestamp,
         expires_at: Timestamp,
     ) -> Result<Option<Timestamp>> {
-        self.refuse()?;
+        self.fault("open_handoff_once")?;
         self.inner.open_handoff_once(handoff, at, expires_at).await
     }
 
     async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
-        self.refuse()?;
+        self.fault("create_collect_session")?;
         self.inner.create_collect_session(session).await
     }
 
@@ -185,20 +214,22 @@ impl StoreBackend for FaultyStore {
         &self,
         id: schemas::SessionId,
     ) -> Result<Option<CollectSessionRecord>> {
+        self.fault("get_collect_session")?;
         self.inner.get_collect_session(id).await
     }
 
     async fn find_collect_ping(&self, ping: schemas::PingId) -> Result<Option<schemas::SessionId>> {
+        self.fault("find_collect_ping")?;
         self.inner.find_collect_ping(ping).await
     }
 
     async fn advance_collect_seq(&self, id: schemas::SessionId, seq: u64) -> Result<bool> {
-        self.refuse()?;
+        self.fault("advance_collect_seq")?;
         self.inner.advance_collect_seq(id, seq).await
     }
 
     async fn advance_collect_call(&self, id: schemas::SessionId, counter: u64) -> Result<bool> {
-        self.refuse()?;
+        self.fault("advance_collect_call")?;
         self.inner.advance_collect_call(id, counter).await
     }
 
@@ -208,7 +239,7 @@ impl StoreBackend for FaultyStore {
         ping: schemas::PingId,
         at: Timestamp,
     ) -> Result<bool> {
-        self.refuse()?;
+        self.fault("record_collect_ping")?;
         self.inner.record_collect_ping(id, ping, at).await
     }
 
@@ -217,7 +248,7 @@ impl StoreBackend for FaultyStore {
         id: schemas::SessionId,
         identity: &serde_json::Value,
     ) -> Result<bool> {
-        self.refuse()?;
+        self.fault("record_collect_ws_identity")?;
         self.inner.record_collect_ws_identity(id, identity).await
     }
 
@@ -226,12 +257,13 @@ impl StoreBackend for FaultyStore {
         id: schemas::SessionId,
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>> {
-        self.refuse()?;
+        self.fault("mark_collect_results")?;
         self.inner.mark_collect_results(id, at).await
     }
 
+    // `save_session` keeps the trait's default, which calls `save_sessions` below.
     async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
-        self.refuse()?;
+        self.fault("save_sessions")?;
         self.inner.save_sessions(saves).await
     }
 
@@ -241,6 +273,19 @@ impl StoreBackend for FaultyStore {
         env: Environment,
         id: schemas::SessionId,
     ) -> Result<Option<SessionRecord>> {
+        self.fault("get_session")?;
+        let corrupt = self
+            .corrupt_sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&id);
+        if corrupt {
+            // What the embedded store answers for a row whose bytes do not decode.
+            return Err(StoreError::Corrupt {
+                table: "sessions",
+                detail: format!("injected: the row of {id} does not decode"),
+            });
+        }
         self.inner.get_session(org, env, id).await
     }
 
@@ -251,6 +296,7 @@ impl StoreBackend for FaultyStore {
         after: Option<schemas::SessionId>,
         limit: usize,
     ) -> Result<Vec<SessionRecord>> {
+        self.fault("list_sessions")?;
         self.inner.list_sessions(org, env, after, limit).await
     }
 
@@ -262,6 +308,7 @@ impl StoreBackend for FaultyStore {
         after: Option<schemas::SessionId>,
         limit: usize,
     ) -> Result<Vec<SessionRecord>> {
+        self.fault("list_sessions_by_verdict")?;
         self.inner
             .list_sessions_by_verdict(org, env, verdict, after, limit)
             .await
@@ -272,6 +319,7 @@ impl StoreBackend for FaultyStore {
         session: schemas::SessionId,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>> {
+        self.fault("list_decisions")?;
         self.inner.list_decisions(session, limit).await
     }
 
@@ -280,6 +328,7 @@ impl StoreBackend for FaultyStore {
         before: Timestamp,
         limit: usize,
     ) -> Result<Vec<IdleSession>> {
+        self.fault("list_idle_sessions")?;
         self.inner.list_idle_sessions(before, limit).await
     }
 
@@ -289,6 +338,7 @@ impl StoreBackend for FaultyStore {
         env: Environment,
         id: schemas::EventId,
     ) -> Result<Option<EventRecord>> {
+        self.fault("get_event")?;
         self.inner.get_event(org, env, id).await
     }
 
@@ -299,11 +349,12 @@ impl StoreBackend for FaultyStore {
         after: Option<schemas::EventId>,
         limit: usize,
     ) -> Result<Vec<EventRecord>> {
+        self.fault("list_events")?;
         self.inner.list_events(org, env, after, limit).await
     }
 
     async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()> {
-        self.refuse()?;
+        self.fault("save_visitor")?;
         self.inner.save_visitor(visitor).await
     }
 
@@ -313,6 +364,7 @@ impl StoreBackend for FaultyStore {
         env: Environment,
         id: schemas::VisitorId,
     ) -> Result<Option<VisitorRecord>> {
+        self.fault("get_visitor")?;
         self.inner.get_visitor(org, env, id).await
     }
 
@@ -323,6 +375,7 @@ impl StoreBackend for FaultyStore {
         anchors: &VisitorAnchors,
         limit: usize,
     ) -> Result<Vec<VisitorRecord>> {
+        self.fault("find_visitor_by_anchors")?;
         self.inner
             .find_visitor_by_anchors(org, env, anchors, limit)
             .await
@@ -335,6 +388,7 @@ impl StoreBackend for FaultyStore {
         after: Option<schemas::VisitorId>,
         limit: usize,
     ) -> Result<Vec<VisitorRecord>> {
+        self.fault("list_visitors")?;
         self.inner.list_visitors(org, env, after, limit).await
     }
 
@@ -346,6 +400,7 @@ impl StoreBackend for FaultyStore {
         after: Option<(u64, schemas::VisitorId)>,
         limit: usize,
     ) -> Result<Vec<VisitorRecord>> {
+        self.fault("list_visitors_by")?;
         self.inner
             .list_visitors_by(org, env, order, after, limit)
             .await
@@ -357,16 +412,86 @@ impl StoreBackend for FaultyStore {
         keep_since: Timestamp,
         budget: usize,
     ) -> Result<bool> {
-        self.refuse()?;
+        self.fault("purge_expired")?;
         self.inner.purge_expired(now, keep_since, budget).await
     }
 
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.fault("get_setting")?;
         self.inner.get_setting(name).await
     }
 
     async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool> {
-        self.refuse()?;
+        self.fault("put_setting_if_absent")?;
         self.inner.put_setting_if_absent(name, value).await
+    }
+}
+
+/// The log, refusing as `TooLarge` every append to `topic` whose key is one of `keys`.
+pub struct RefusingLog {
+    inner: bus::Log,
+    topic: Topic,
+    keys: Mutex<HashSet<Vec<u8>>>,
+}
+
+impl RefusingLog {
+    pub fn new(inner: bus::Log, topic: &'static str) -> Arc<Self> {
+        Arc::new(RefusingLog {
+            inner,
+            topic: Topic::from_static(topic),
+            keys: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// From now on, appends to the topic with this key are refused.
+    pub fn refuse(&self, key: &[u8]) {
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_vec());
+    }
+}
+
+#[async_trait]
+impl LogBackend for RefusingLog {
+    async fn ping(&self) -> bus::Result<()> {
+        self.inner.ping().await
+    }
+
+    async fn create_topic(&self, topic: &Topic, partitions: u32) -> bus::Result<u32> {
+        self.inner.create_topic(topic, partitions).await
+    }
+
+    async fn partitions(&self, topic: &Topic) -> bus::Result<u32> {
+        self.inner.partitions(topic).await
+    }
+
+    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> bus::Result<Position> {
+        let refused = *topic == self.topic
+            && self
+                .keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(key);
+        if refused {
+            return Err(BusError::TooLarge {
+                size: key.len() + payload.len(),
+                limit: key.len() + payload.len() - 1,
+            });
+        }
+        self.inner.append(topic, key, payload).await
+    }
+
+    async fn end_offsets(&self, topic: &Topic) -> bus::Result<Vec<u64>> {
+        self.inner.end_offsets(topic).await
+    }
+
+    async fn consumer(
+        &self,
+        group: &Group,
+        topic: &Topic,
+        partitions: &[u32],
+    ) -> bus::Result<Box<dyn LogConsumer>> {
+        self.inner.consumer(group, topic, partitions).await
     }
 }

@@ -30,12 +30,17 @@ pub fn create_kafka_topics(cluster: &bus::kafka::mock::MockKafka) {
             schemas::events::EVENTS_TOPIC,
             schemas::events::EVENTS_PARTITIONS,
         ),
+        (
+            schemas::collect::DEAD_TOPIC,
+            schemas::collect::DEAD_PARTITIONS,
+        ),
     ] {
         cluster
             .create_topic(&bus::Topic::from_static(topic), partitions)
             .expect("creating a topic on the mock cluster");
     }
 }
+pub mod served;
 
 /// The development organization's keys, as `credentials.json` holds them.
 #[derive(Debug, Clone, Deserialize)]
@@ -203,7 +208,7 @@ impl TestServer {
     pub async fn start_with(configure: impl Fn(&mut ServeArgs) + Send + Sync + 'static) -> Self {
         let temp = tempfile::tempdir().expect("temp dir");
         let dir = temp.path().to_path_buf();
-        let mut s = Self::start_in(&dir, Box::new(configure), |store| store).await;
+        let mut s = Self::start_in(&dir, Box::new(configure)).await;
         s._temp = Some(temp);
         s
     }
@@ -215,7 +220,11 @@ impl TestServer {
         let dir = temp.path().to_path_buf();
         let disk = faults::FullDisk::default();
         let wrapper = disk.clone();
-        let mut s = Self::start_in(&dir, Box::new(|_| {}), move |store| wrapper.wrap(store)).await;
+        let wrap = vigil::server::Wrap {
+            store: Some(Box::new(move |store| wrapper.wrap(store))),
+            log: None,
+        };
+        let mut s = Self::start_in_wrapped(&dir, Box::new(|_| {}), wrap).await;
         s._temp = Some(temp);
         (s, disk)
     }
@@ -225,13 +234,27 @@ impl TestServer {
         dir: &Path,
         configure: impl Fn(&mut ServeArgs) + Send + Sync + 'static,
     ) -> Self {
-        Self::start_in(dir, Box::new(configure), |store| store).await
+        Self::start_in(dir, Box::new(configure)).await
     }
 
-    async fn start_in(
+    /// A server with default settings on a fresh data dir, its backends wrapped by `wrap` (to
+    /// inject faults, see [`faults`]).
+    pub async fn start_wrapped(wrap: vigil::server::Wrap) -> Self {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let mut s = Self::start_in_wrapped(&dir, Box::new(|_| {}), wrap).await;
+        s._temp = Some(temp);
+        s
+    }
+
+    async fn start_in(dir: &Path, configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>) -> Self {
+        Self::start_in_wrapped(dir, configure, vigil::server::Wrap::default()).await
+    }
+
+    async fn start_in_wrapped(
         dir: &Path,
         configure: Box<dyn Fn(&mut ServeArgs) + Send + Sync>,
-        wrap_store: impl FnOnce(store::Store) -> store::Store,
+        wrap: vigil::server::Wrap,
     ) -> Self {
         // `VIGIL_TEST_LOG=debug` shows the server's log while a test runs.
         if let Ok(filter) = std::env::var("VIGIL_TEST_LOG") {
@@ -246,7 +269,7 @@ impl TestServer {
         // Tests make many requests without a key from one address; the IP limit has its own test.
         args.anonymous_rate_limit = 100_000;
         configure(&mut args);
-        let running = vigil::server::start_wrapping_store(args, wrap_store)
+        let running = vigil::server::start_wrapped(args, wrap)
             .await
             .expect("server starts");
         let creds: DevCredentials = serde_json::from_slice(
@@ -272,7 +295,7 @@ impl TestServer {
         self.stop().await;
         let temp = self._temp.take();
         let configure = std::mem::replace(&mut self.configure, Box::new(|_| {}));
-        let mut next = Self::start_in(&self.dir.clone(), configure, |store| store).await;
+        let mut next = Self::start_in(&self.dir.clone(), configure).await;
         next._temp = temp;
         *self = next;
     }
@@ -436,8 +459,13 @@ pub fn redis_url() -> String {
         .expect("VIGIL_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts redis-server")
 }
 
-/// The `vigil` executable, built by the test command before the tests run.
+/// The `vigil` executable, built by the test command before the tests run; `VIGIL_TEST_BINARY`
+/// names another (a target directory shared by several checkouts holds whichever `vigil` was
+/// built last).
 pub fn vigil_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("VIGIL_TEST_BINARY") {
+        return PathBuf::from(path);
+    }
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/<test> -> target/<profile>/vigil
     let path = exe

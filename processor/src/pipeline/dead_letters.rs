@@ -1,0 +1,103 @@
+//! Dead-lettering (STYLE 13): a record the processor can never process is appended to
+//! `collect.dead.v1` with its position and why ([`schemas::collect::DeadLetter`]), counted, and
+//! then committed past like any processed record, so it cannot stall the sessions behind it.
+//! Appending the dead letter is itself retried while the log is unavailable: a record is given
+//! up on only once its dead letter is durable.
+
+use bus::Record;
+use schemas::collect::{DeadLetter, DeadReason};
+use tokio_util::sync::CancellationToken;
+
+use super::{Failure, Pipeline};
+use crate::retry::{Retried, retry};
+
+/// A poll's record the processor gives up on, and why.
+pub(super) struct Dead<'a> {
+    pub record: &'a Record,
+    pub reason: DeadReason,
+    pub message: String,
+}
+
+/// Appends the dead letter of `record` to `collect.dead.v1`, retrying while the log is
+/// unavailable, and counts it; false if shutdown came first (nothing may be committed then).
+pub(super) async fn dead_letter(
+    pipeline: &Pipeline,
+    record: &Record,
+    reason: DeadReason,
+    message: &str,
+    shutdown: &CancellationToken,
+) -> bool {
+    let mut letter = DeadLetter::of(
+        pipeline.batches.as_str(),
+        record.partition,
+        record.offset,
+        &record.key,
+        &record.payload,
+        reason,
+        message,
+    );
+    let appended = retry(
+        "dead-lettering",
+        shutdown,
+        &mut (pipeline, record, &mut letter),
+        |(pipeline, record, letter)| {
+            Box::pin(async move {
+                let payload = serde_json::to_vec(letter).map_err(|e| {
+                    Failure::Permanent(reason, format!("encoding the dead letter: {e}"))
+                })?;
+                match pipeline
+                    .log
+                    .append(&pipeline.dead, &record.key, &payload)
+                    .await
+                {
+                    // Base64 makes the record a third larger: a record near the log's limit is
+                    // dead-lettered without its bytes, which stay at its position until
+                    // retention.
+                    Err(bus::BusError::TooLarge { .. }) if letter.record.is_some() => {
+                        letter.record = None;
+                        Err(Failure::Transient(
+                            "the dead letter is over the log's size; sending it without the record"
+                                .into(),
+                        ))
+                    }
+                    other => other.map_err(|e| Failure::of_append("dead-lettering", e)),
+                }
+            })
+        },
+    )
+    .await;
+    match appended {
+        Retried::Done(_) => {
+            crate::telemetry::dead_lettered(reason, record.partition, record.offset, message);
+            true
+        }
+        Retried::Failed(e) => {
+            // Only a dead letter without its record over the log's size, which cannot be: its
+            // message is bounded. Logged, and the record is still not allowed to stall the rest.
+            tracing::error!(error = %e, partition = record.partition, offset = record.offset, "processor: a record could not be dead-lettered; skipped");
+            true
+        }
+        Retried::ShuttingDown => false,
+    }
+}
+
+/// Dead-letters every record of a save that can never be stored, with the failure's reason;
+/// false if shutdown came first.
+pub(super) async fn dead_letter_all(
+    pipeline: &Pipeline,
+    records: &[Record],
+    failure: Failure,
+    shutdown: &CancellationToken,
+) -> bool {
+    let (reason, message) = match failure {
+        Failure::Permanent(reason, message) => (reason, message),
+        // `retry` hands back only permanent failures.
+        Failure::Transient(message) => (DeadReason::CorruptRow, message),
+    };
+    for record in records {
+        if !dead_letter(pipeline, record, reason, &message, shutdown).await {
+            return false;
+        }
+    }
+    true
+}

@@ -1,0 +1,129 @@
+//! The processor's telemetry (STYLE 14): each event below both logs and counts, so the two
+//! never disagree. The metrics are registered into the registry `/metrics` serves
+//! (`edge::metrics`); every label is bounded (a dead-letter reason from a closed set, a
+//! partition number below the topic's count, a retried operation's static name).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts};
+use schemas::collect::DeadReason;
+
+struct Metrics {
+    folded: IntCounter,
+    dead_letters: IntCounterVec,
+    lag: IntGaugeVec,
+    fold_seconds: Histogram,
+    retries: IntCounterVec,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let folded = IntCounter::new(
+        "vigil_processor_records_folded_total",
+        "Batch records the processor took from the log and folded into their session \
+         (a redelivered one, recognised by its number, counts again)",
+    )
+    .expect("valid metric");
+    let dead_letters = IntCounterVec::new(
+        Opts::new(
+            "vigil_processor_dead_letters_total",
+            "Records the processor gave up on and appended to collect.dead.v1, by reason",
+        ),
+        &["reason"],
+    )
+    .expect("valid metric");
+    let lag = IntGaugeVec::new(
+        Opts::new(
+            "vigil_processor_lag",
+            "Batch records appended but not yet folded, by partition of collect.batches.v1",
+        ),
+        &["partition"],
+    )
+    .expect("valid metric");
+    let fold_seconds = Histogram::with_opts(
+        HistogramOpts::new(
+            "vigil_processor_fold_duration_seconds",
+            "Time to fold one session's new records of a poll and decide",
+        )
+        .buckets(vec![
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+        ]),
+    )
+    .expect("valid metric");
+    let retries = IntCounterVec::new(
+        Opts::new(
+            "vigil_processor_retries_total",
+            "Transient store or log failures the processor retried, by operation",
+        ),
+        &["operation"],
+    )
+    .expect("valid metric");
+    for c in [
+        Box::new(folded.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(dead_letters.clone()),
+        Box::new(lag.clone()),
+        Box::new(fold_seconds.clone()),
+        Box::new(retries.clone()),
+    ] {
+        if let Err(e) = edge::metrics::register(c) {
+            tracing::error!(error = %e, "processor: registering a metric");
+        }
+    }
+    // Every reason is shown from the start, at 0, so a dashboard or an alert on a rate sees
+    // the first dead letter as a change rather than a new series.
+    for reason in DeadReason::ALL {
+        dead_letters.with_label_values(&[reason.as_str()]);
+    }
+    Metrics {
+        folded,
+        dead_letters,
+        lag,
+        fold_seconds,
+        retries,
+    }
+});
+
+/// Registers the metrics, so `/metrics` shows them before the first record arrives.
+pub fn init() {
+    LazyLock::force(&METRICS);
+}
+
+/// A session's `records` new records were folded in `took`.
+pub fn folded(records: usize, took: Duration) {
+    METRICS.folded.inc_by(records as u64);
+    METRICS.fold_seconds.observe(took.as_secs_f64());
+}
+
+/// A record was appended to the dead-letter topic and will not be processed again.
+pub fn dead_lettered(reason: DeadReason, partition: u32, offset: u64, message: &str) {
+    METRICS
+        .dead_letters
+        .with_label_values(&[reason.as_str()])
+        .inc();
+    tracing::error!(
+        reason = reason.as_str(),
+        partition,
+        offset,
+        %message,
+        "processor: record dead-lettered to {}; moving on",
+        schemas::collect::DEAD_TOPIC
+    );
+}
+
+/// The records appended to `partition` and not yet folded.
+pub fn lag(partition: u32, records: u64) {
+    METRICS
+        .lag
+        .with_label_values(&[partition.to_string().as_str()])
+        .set(i64::try_from(records).unwrap_or(i64::MAX));
+}
+
+/// A transient failure of `what`, about to be retried (the `failures`th in a row).
+pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32) {
+    METRICS.retries.with_label_values(&[what]).inc();
+    // The first failures of an outage at warn, then every tenth, so a long outage does not
+    // flood the log.
+    if failures <= 3 || failures.is_multiple_of(10) {
+        tracing::warn!(what, failures, %error, "processor: transient failure; retrying");
+    }
+}
