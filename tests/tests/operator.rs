@@ -124,9 +124,10 @@ async fn sighup_reloads_the_web_bot_auth_keys_and_a_broken_file_keeps_them() {
     assert!(s.terminate().success());
 }
 
-/// Runs `vigil serve` with `args` on a fresh data dir until it exits (at most `within`), and
-/// returns its exit status and everything it wrote to stderr.
-fn serve_until_exit(args: &[&str], within: Duration) -> (std::process::ExitStatus, String) {
+/// Runs `vigil serve` with `args` on a fresh data dir until it exits, or for `within` when it
+/// keeps serving (then it is killed), and returns its exit status (`None`: still serving) and
+/// everything it wrote to stderr.
+fn serve_for(args: &[&str], within: Duration) -> (Option<std::process::ExitStatus>, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(vigil_binary())
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -142,11 +143,12 @@ fn serve_until_exit(args: &[&str], within: Duration) -> (std::process::ExitStatu
     let deadline = std::time::Instant::now() + within;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status;
+            break Some(status);
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("vigil serve {args:?} did not exit within {within:?}");
+            let _ = child.wait();
+            break None;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -155,9 +157,10 @@ fn serve_until_exit(args: &[&str], within: Duration) -> (std::process::ExitStatu
 
 #[test]
 fn secrets_in_backend_urls_reach_neither_the_log_nor_an_error() {
-    // Kafka SASL by user-info and by properties: librdkafka tries the unreachable broker (and
-    // logs it) until the topics cannot be prepared, then the start fails. A bad store and a bad
-    // limiter URL fail at once, echoing the URL in their error.
+    // Kafka SASL by user-info and by properties: the server serves without the unreachable
+    // broker while librdkafka tries it (and logs it) in the background, so those runs are
+    // stopped after a few seconds. A bad store and a bad limiter URL fail at once, echoing the
+    // URL in their error.
     let runs: Vec<(Vec<&str>, &str)> = vec![
         (
             vec![
@@ -196,14 +199,19 @@ fn secrets_in_backend_urls_reach_neither_the_log_nor_an_error() {
         .into_iter()
         .map(|(args, expected)| {
             std::thread::spawn(move || {
-                let (status, log) = serve_until_exit(&args, Duration::from_secs(60));
+                let (status, log) = serve_for(&args, Duration::from_secs(6));
                 (args, expected, status, log)
             })
         })
         .collect();
     for run in runs {
         let (args, expected, status, log) = run.join().unwrap();
-        assert!(!status.success(), "{args:?} should not start:\n{log}");
+        if args[0] != "--bus" {
+            assert!(
+                status.is_some_and(|s| !s.success()),
+                "{args:?} should not start:\n{log}"
+            );
+        }
         assert!(
             !log.contains("hunter2"),
             "a secret of {args:?} reached stderr:\n{log}"
