@@ -3,13 +3,12 @@
 //! session's row as corrupt (a damaged disk), and a log that
 //! refuses one key's records on one topic as over its size (a topic configured with a smaller
 //! `max.message.bytes` than Vigil assumes). Both wrap the real backends and change nothing else.
-//! And a store whose disk fills on demand ([`FullDisk`]).
-
-mod full_disk;
-pub use full_disk::FullDisk;
+//! The same store also runs out of space on demand ([`FullDisk`]): while its switch is on,
+//! every write (and `ping`) is refused with the error the embedded store gives on a full disk,
+//! so a full disk's answers can be tested without mounting a filesystem; reads pass through.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -29,16 +28,69 @@ pub struct FlakyStore {
     corrupt_sessions: Mutex<HashSet<schemas::SessionId>>,
     /// How many calls failed so far.
     pub failed: AtomicU32,
+    /// While on, writes are refused as on a full disk.
+    disk: FullDisk,
 }
+
+/// The switch a test holds to fill and free a [`FlakyStore`]'s "disk".
+#[derive(Clone, Default)]
+pub struct FullDisk(Arc<AtomicBool>);
+
+impl FullDisk {
+    pub fn fill(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn free(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    /// `store`, refusing writes while this switch is on.
+    pub fn wrap(&self, store: Store) -> Store {
+        FlakyStore::with_disk(store, self.clone())
+    }
+}
+
+/// The `StoreBackend` methods that write (and `ping`, which a full disk fails too).
+const WRITES: &[&str] = &[
+    "ping",
+    "create_organization",
+    "update_organization",
+    "create_organization_with_keys",
+    "create_api_key",
+    "update_api_key",
+    "rotate_api_key",
+    "touch_api_key",
+    "idempotency_begin",
+    "idempotency_complete",
+    "idempotency_abandon",
+    "open_handoff_once",
+    "create_collect_session",
+    "advance_collect_seq",
+    "advance_collect_call",
+    "record_collect_ping",
+    "record_collect_ws_identity",
+    "mark_collect_results",
+    "save_sessions",
+    "save_visitor",
+    "purge_expired",
+    "put_setting_if_absent",
+];
 
 impl FlakyStore {
     /// Wraps `inner`; nothing fails until [`FlakyStore::fail_next`] says so.
     pub fn new(inner: Store) -> Arc<Self> {
+        Self::with_disk(inner, FullDisk::default())
+    }
+
+    /// Wraps `inner`, its disk filled and freed by `disk`.
+    fn with_disk(inner: Store, disk: FullDisk) -> Arc<Self> {
         Arc::new(FlakyStore {
             inner,
             failures_left: Mutex::default(),
             corrupt_sessions: Mutex::default(),
             failed: AtomicU32::new(0),
+            disk,
         })
     }
 
@@ -64,6 +116,12 @@ impl FlakyStore {
     }
 
     fn fault(&self, method: &'static str) -> Result<()> {
+        if self.disk.0.load(Ordering::SeqCst) && WRITES.contains(&method) {
+            // The embedded store's words for it (`schemas::disk`).
+            return Err(StoreError::Unavailable(
+                "disk full: 0 bytes free, under the reserve (injected)".into(),
+            ));
+        }
         let mut left = self
             .failures_left
             .lock()
