@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The benchmarks, in release mode: installs wrk, redis-server and Chromium when missing, starts
 # Redis on a free port, and runs the API benchmark (full stack versus a bare handler), the
-# ingest benchmark (batches/s and batch-to-decision latency on the embedded log and on Kafka)
-# and the SDK's cost in headless Chromium; stops Redis whatever happens.
+# ingest benchmark (batches/s and batch-to-decision latency on the embedded log and on Kafka),
+# the SDK's cost in headless Chromium, and the many-sessions benchmark (4,096 sessions at once,
+# then a 10-minute soak of 100,000 sessions against a `vigil serve` process); stops Redis
+# whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
@@ -14,4 +16,6 @@ need_deb chromedriver chromium chromium-driver
 start_redis
 export VIGIL_BENCH_REDIS_URL="$REDIS_URL"
 
-cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost "$@"
+# The soak runs the release executable as its own process.
+cargo build --release --bin vigil
+cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions "$@"

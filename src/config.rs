@@ -111,6 +111,10 @@ pub struct ServeArgs {
     /// last written or seen; a background sweep drops older ones in small steps (D23).
     #[arg(long, env = "VIGIL_RETENTION", default_value = "90days", value_parser = humantime::parse_duration)]
     pub retention: std::time::Duration,
+    /// Megabytes of session state the processor keeps in memory between batches (estimated);
+    /// a session evicted past it has its state decoded from the store at its next batch.
+    #[arg(long, env = "VIGIL_PROCESSOR_CACHE_MB", default_value_t = 256)]
+    pub processor_cache_mb: u64,
     /// JSON file of the agents trusted for Web Bot Auth: each agent's origin mapped to its key
     /// directory (JWKS). Without it, signed requests are reported unverified. Read again on
     /// SIGHUP and every --web-bot-auth-refresh; a file that does not parse keeps the keys in use.
@@ -148,6 +152,9 @@ pub struct ServeArgs {
     pub log_format: String,
 }
 
+/// 1 TiB: beyond any machine this runs on, and far from overflowing a byte count.
+const MAX_PROCESSOR_CACHE_MB: u64 = 1 << 20;
+
 /// Beyond any sensible retention, and far inside what a timestamp can hold.
 const MAX_RETENTION: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -184,6 +191,11 @@ impl ServeArgs {
         }
         if self.header_read_timeout.is_zero() || self.keep_alive_timeout.is_zero() {
             return Err("--header-read-timeout and --keep-alive-timeout must be above zero".into());
+        }
+        if self.processor_cache_mb > MAX_PROCESSOR_CACHE_MB {
+            return Err(format!(
+                "--processor-cache-mb must be at most {MAX_PROCESSOR_CACHE_MB} (0 keeps no state in memory)"
+            ));
         }
         if self.retention.is_zero() || self.retention > MAX_RETENTION {
             return Err("--retention must be above zero and at most 100 years".into());

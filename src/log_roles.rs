@@ -55,6 +55,8 @@ pub struct ProcessorSettings {
     pub idle_after: Duration,
     /// How long a visitor not seen is kept (D23), for its `expires_at`.
     pub retention: Duration,
+    /// `--processor-cache-mb`, in bytes.
+    pub cache_bytes: u64,
 }
 
 /// Starts the background task: prepares the topics (retrying with backoff), then runs the
@@ -82,6 +84,7 @@ pub fn start(
                 secret: settings.secret,
                 idle_after: settings.idle_after,
                 retention: settings.retention,
+                cache_bytes: settings.cache_bytes,
             },
             shutdown,
         )

@@ -137,6 +137,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
             secret: secret.clone(),
             idle_after: args.session_idle,
             retention: args.retention,
+            cache_bytes: args.processor_cache_mb * 1024 * 1024,
         },
         shutdown.clone(),
     );

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
 use edge::secrets::ServerSecret;
+use futures::StreamExt;
 use schemas::collect::{BatchRecord, DeadReason};
 use schemas::{DecisionId, VisitorId};
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 mod dead_letters;
 mod idle;
 mod lag;
+mod memory;
 
 use crate::events::{self, LinkedBy};
 use crate::fingerprint::{Anchors, BrowserTraits, LINK_THRESHOLD, component_vector, similarity};
@@ -47,12 +49,15 @@ use crate::retry::{Retried, Transience, retry};
 use crate::{Batch, Probes, ServerContext, SessionObservations};
 use dead_letters::{Dead, dead_letter, dead_letter_all};
 use lag::Lag;
+use memory::Memory;
 
 /// The consumer group of the processor role.
 pub const GROUP: &str = "processor";
 
 /// The most records one poll takes: one store write covers them all.
 const POLL_RECORDS: usize = 1024;
+/// How many sessions' events are being appended to `events.v1` at once.
+const PUBLISH_CONCURRENCY: usize = 256;
 /// How often the consumer's position is committed to the log.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -69,57 +74,8 @@ struct InFlight {
     positions: Vec<bus::Position>,
     /// The sessions it writes, with the `updated_at` each is written with.
     saved: Vec<(schemas::SessionId, schemas::time::Timestamp)>,
-}
-
-/// What the processor holds of the sessions it writes. `pending`: sessions of the save in
-/// flight, as that save writes them; a fold reads them from here, since the store may not have
-/// them yet. `states`: the states of confirmed saves, so a session's next batches are folded
-/// without decoding its state again (the decode was a third of a fold); an entry is used only
-/// while the stored session still has the `updated_at` it was saved with (if another processor
-/// took the partition over and stored the session since, it is stale and the state decoded).
-#[derive(Default)]
-struct Memory {
-    pending: std::collections::HashMap<schemas::SessionId, (SessionRecord, SessionState)>,
-    states: std::collections::HashMap<schemas::SessionId, (schemas::time::Timestamp, SessionState)>,
-}
-
-impl Memory {
-    /// States kept; past it the map starts over (a session decodes its state once more).
-    const STATES: usize = 10_000;
-
-    /// The session and state a save in flight writes, if one does.
-    fn pending(&self, id: schemas::SessionId) -> Option<(SessionRecord, SessionState)> {
-        self.pending.get(&id).cloned()
-    }
-
-    fn take_state(
-        &mut self,
-        id: schemas::SessionId,
-        updated_at: schemas::time::Timestamp,
-    ) -> Option<SessionState> {
-        match self.states.remove(&id) {
-            Some((at, state)) if at == updated_at => Some(state),
-            _ => None,
-        }
-    }
-
-    /// A save landed: its sessions still pending (no later fold superseded them) are now what
-    /// the store holds, and their states are kept for the next fold.
-    fn confirm(&mut self, saved: &[(schemas::SessionId, schemas::time::Timestamp)]) {
-        for (id, updated_at) in saved {
-            if self
-                .pending
-                .get(id)
-                .is_some_and(|(s, _)| s.updated_at == *updated_at)
-                && let Some((_, state)) = self.pending.remove(id)
-            {
-                if self.states.len() >= Self::STATES {
-                    self.states.clear();
-                }
-                self.states.insert(*id, (*updated_at, state));
-            }
-        }
-    }
+    /// When ingest accepted each batch it decides, for the batch-to-decision latency.
+    received: Vec<schemas::time::Timestamp>,
 }
 
 /// What the processor keeps of a session between batches (`SessionRecord::state`).
@@ -203,6 +159,9 @@ pub struct Pipeline {
     /// How long a visitor is kept after it was last seen (`--retention`, D23): its
     /// `expires_at` is last seen plus this, when the retention sweep drops it.
     pub retention: Duration,
+    /// The bytes of session state kept in memory between batches (`--processor-cache-mb`);
+    /// states evicted past it are decoded from the store again.
+    pub cache_bytes: u64,
 }
 
 /// The topics the processor publishes to.
@@ -261,7 +220,7 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
     let Retried::Done(mut consumer) = opened else {
         return;
     };
-    let mut memory = Memory::default();
+    let mut memory = Memory::new(pipeline.cache_bytes);
     let mut in_flight: Option<InFlight> = None;
     let mut uncommitted = Vec::new();
     let mut last_commit = Instant::now();
@@ -299,6 +258,7 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         // That write runs while the next poll is folded; sessions it holds are read from it.
         let mut saves = Vec::new();
         let mut pending = Vec::new();
+        let mut received = Vec::new();
         let mut dead = Vec::new();
         for group in by_session(&records, &mut dead) {
             let started = Instant::now();
@@ -314,6 +274,7 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                     crate::telemetry::folded(group.len(), started.elapsed());
                     dead.extend(unreadable);
                     if let Some((save, state)) = save {
+                        received.extend(group.iter().map(|p| p.batch.received_at));
                         pending.push((save.session.clone(), state));
                         let sources = group.iter().map(|p| p.record.clone()).collect();
                         saves.push((save, sources));
@@ -336,6 +297,26 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                 break 'polls;
             }
         }
+        // The visitors the poll linked, in one write, before the sessions that name them. A
+        // visitor that cannot be written takes the sessions naming it to the dead letters.
+        let Some(unsaved) = store_visitors(pipeline, memory.take_linked(), shutdown).await else {
+            break 'polls;
+        };
+        for (visitor, failure) in unsaved {
+            let (named, kept) = std::mem::take(&mut saves).into_iter().partition(
+                |(save, _): &(SessionSave, Vec<Record>)| save.session.visitor_id == Some(visitor),
+            );
+            saves = kept;
+            pending.retain(|(session, _): &(SessionRecord, SessionState)| {
+                session.visitor_id != Some(visitor)
+            });
+            for (_, sources) in named {
+                let failure = Failure::Permanent(DeadReason::CorruptRow, failure.to_string());
+                if !dead_letter_all(pipeline, &sources, failure, shutdown).await {
+                    break 'polls;
+                }
+            }
+        }
         // The previous save first: saves land in log order, and positions are committed only
         // once what they cover is stored.
         if let Some(previous) = in_flight.take()
@@ -352,13 +333,14 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                 .map(|(s, _)| (s.session.id, s.session.updated_at))
                 .collect();
             for (session, state) in pending {
-                memory.pending.insert(session.id, (session, state));
+                memory.hold(session, state);
             }
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
             in_flight = Some(InFlight {
                 task: tokio::spawn(async move { store(&pipeline, saves, &shutdown).await }),
                 positions: positions.collect(),
                 saved,
+                received,
             });
         }
         // Positions are committed at most every COMMIT_INTERVAL, not after every poll: the
@@ -400,6 +382,7 @@ async fn land(
 ) -> bool {
     match previous.task.await {
         Ok(true) => {
+            crate::telemetry::decided(&previous.received, schemas::time::now());
             memory.confirm(&previous.saved);
             uncommitted.extend(previous.positions);
             true
@@ -448,17 +431,21 @@ async fn store(
     saves: Vec<(SessionSave, Vec<Record>)>,
     shutdown: &CancellationToken,
 ) -> bool {
+    // Each session's events in order, the sessions' side by side: appends that wait together
+    // share one flush of the log (one fsync on the embedded log, one produce batch on Kafka),
+    // where one after another a poll of new visitors waited a flush each.
+    let publishing: Vec<_> = saves
+        .iter()
+        .map(|(save, _)| publish_retried(pipeline, &save.events, shutdown))
+        .collect();
+    let published: Vec<_> = futures::stream::iter(publishing)
+        .buffered(PUBLISH_CONCURRENCY)
+        .collect()
+        .await;
     let mut alive = Vec::with_capacity(saves.len());
     let mut sources = Vec::with_capacity(saves.len());
-    for (save, records) in saves {
-        match retry(
-            "publishing events",
-            shutdown,
-            &mut (pipeline, &save.events[..]),
-            |(pipeline, events)| Box::pin(publish(pipeline, events)),
-        )
-        .await
-        {
+    for ((save, records), published) in saves.into_iter().zip(published) {
+        match published {
             Retried::Done(()) => {
                 alive.push(save);
                 sources.push(records);
@@ -508,6 +495,50 @@ async fn store(
             true
         }
     }
+}
+
+/// Stores a poll's linked visitors in one write; if that fails for good, one by one. The
+/// visitors that could not be stored, with why; `None` when shutting down.
+async fn store_visitors(
+    pipeline: &Pipeline,
+    visitors: Vec<VisitorRecord>,
+    shutdown: &CancellationToken,
+) -> Option<Vec<(VisitorId, Failure)>> {
+    if visitors.is_empty() {
+        return Some(Vec::new());
+    }
+    let together = retry(
+        "storing visitors",
+        shutdown,
+        &mut (pipeline, &visitors[..]),
+        |(pipeline, visitors)| Box::pin(save_visitors(pipeline, visitors)),
+    )
+    .await;
+    match together {
+        Retried::Done(()) => return Some(Vec::new()),
+        Retried::ShuttingDown => return None,
+        Retried::Failed(_) => {}
+    }
+    let mut unsaved = Vec::new();
+    for visitor in &visitors {
+        match retry(
+            "storing a visitor",
+            shutdown,
+            &mut (pipeline, std::slice::from_ref(visitor)),
+            |(pipeline, visitors)| Box::pin(save_visitors(pipeline, visitors)),
+        )
+        .await
+        {
+            Retried::Done(()) => {}
+            Retried::Failed(e) => unsaved.push((visitor.id, e)),
+            Retried::ShuttingDown => return None,
+        }
+    }
+    Some(unsaved)
+}
+
+async fn save_visitors(pipeline: &Pipeline, visitors: &[VisitorRecord]) -> Result<(), Failure> {
+    Ok(pipeline.store.save_visitors(visitors).await?)
 }
 
 async fn save_sessions(pipeline: &Pipeline, saves: &[SessionSave]) -> Result<(), Failure> {
@@ -565,17 +596,17 @@ async fn fold<'a>(
     let now = schemas::time::now();
     let (mut session, mut state) = match memory.pending(first.session_id) {
         Some(pending) => pending,
-        None => {
-            let session = match store
-                .get_session(first.organization_id, first.environment, first.session_id)
-                .await?
-            {
-                Some(s) => s,
-                None => new_session(store, first).await?,
-            };
-            let state = match memory.take_state(session.id, session.updated_at) {
-                Some(state) => state,
-                None => session
+        None => match memory.take_stored(first.session_id) {
+            Some(stored) => stored,
+            None => {
+                let session = match store
+                    .get_session(first.organization_id, first.environment, first.session_id)
+                    .await?
+                {
+                    Some(s) => s,
+                    None => new_session(store, first).await?,
+                };
+                let state = session
                     .state
                     .decode::<Option<SessionState>>()
                     .map_err(|e| {
@@ -584,10 +615,10 @@ async fn fold<'a>(
                             format!("session {}: its state does not decode: {e}", session.id),
                         )
                     })?
-                    .unwrap_or_default(),
-            };
-            (session, state)
-        }
+                    .unwrap_or_default();
+                (session, state)
+            }
+        },
     };
     let was_final = session.finalized || events::is_final(session.latest_decision.as_ref());
     let mut linked = None;
@@ -600,7 +631,12 @@ async fn fold<'a>(
             continue;
         }
         let mut probes_batch = false;
-        let server: ServerMade = batch.observations.decode().unwrap_or_default();
+        // Only server-made records (number 0) can be one: an SDK batch is read once, below.
+        let server: ServerMade = if batch.seq == 0 {
+            batch.observations.decode().unwrap_or_default()
+        } else {
+            ServerMade::default()
+        };
         match server.kind.as_deref() {
             Some("network_check") => {
                 state.context.network_check_consistent = server.consistent;
@@ -653,8 +689,16 @@ async fn fold<'a>(
             && session.visitor_id.is_none()
             && let Some(probes) = &state.observations.probes
         {
-            let (visitor, linked_by) =
-                link_visitor(store, secret, batch, &session, probes, pipeline.retention).await?;
+            let (visitor, linked_by) = link_visitor(
+                store,
+                secret,
+                batch,
+                &session,
+                probes,
+                pipeline.retention,
+                memory,
+            )
+            .await?;
             session.visitor_id = Some(visitor.id);
             linked = Some((visitor, linked_by, batch.received_at));
         }
@@ -726,6 +770,24 @@ async fn fold<'a>(
     })
 }
 
+/// [`publish`], retried while the failure is transient.
+async fn publish_retried(
+    pipeline: &Pipeline,
+    events: &[EventRecord],
+    shutdown: &CancellationToken,
+) -> Retried<(), Failure> {
+    if events.is_empty() {
+        return Retried::Done(());
+    }
+    retry(
+        "publishing events",
+        shutdown,
+        &mut (pipeline, events),
+        |(pipeline, events)| Box::pin(publish(pipeline, events)),
+    )
+    .await
+}
+
 /// Appends each event to `events.v1`, keyed by its organization.
 async fn publish(pipeline: &Pipeline, recorded: &[EventRecord]) -> Result<(), Failure> {
     for event in recorded {
@@ -776,6 +838,7 @@ async fn link_visitor(
     session: &SessionRecord,
     probes: &Probes,
     retention: Duration,
+    memory: &mut Memory,
 ) -> Result<(VisitorRecord, LinkedBy), Failure> {
     let (org, env) = (batch.organization_id, batch.environment);
     let seen_at = batch.received_at;
@@ -791,7 +854,10 @@ async fn link_visitor(
     let mut linked_by = LinkedBy::NewVisitor;
     if let Some(token) = storage.and_then(|s| s.visitor_token.as_deref())
         && let Some(id) = secret.verify_visitor_token(org, env, token)
-        && let Some(visitor) = store.get_visitor(org, env, id).await?
+        && let Some(visitor) = match memory.linked_visitor(org, env, id) {
+            Some(linked) => Some(linked.clone()),
+            None => store.get_visitor(org, env, id).await?,
+        }
         && live(&visitor)
     {
         found = Some(visitor);
@@ -803,11 +869,16 @@ async fn link_visitor(
         let candidates = store
             .find_visitor_by_anchors(org, env, &(&anchors).into(), ANCHOR_CANDIDATES)
             .await?;
-        found = candidates.into_iter().find(|v| {
-            live(v)
-                && anchors.matches(&Anchors::from(&v.anchors))
-                && traits.compatible_with_stored(&v.traits)
-        });
+        // This poll's visitors first: the newest, and perhaps not stored yet.
+        found = memory
+            .linked(org, env)
+            .chain(&candidates)
+            .find(|v| {
+                live(v)
+                    && anchors.matches(&Anchors::from(&v.anchors))
+                    && traits.compatible_with_stored(&v.traits)
+            })
+            .cloned();
         if found.is_some() {
             linked_by = LinkedBy::Anchors;
         }
@@ -815,6 +886,12 @@ async fn link_visitor(
     // 3. The nearest component vector above the threshold, among the newest visitors.
     if found.is_none() {
         let mut best: Option<(f64, VisitorRecord)> = None;
+        for v in memory.linked(org, env) {
+            let s = similarity(&vector, &v.components);
+            if live(v) && s >= LINK_THRESHOLD && best.as_ref().is_none_or(|(b, _)| s > *b) {
+                best = Some((s, v.clone()));
+            }
+        }
         let mut after = None;
         let mut scanned = 0;
         while scanned < VECTOR_SCAN {
@@ -836,6 +913,11 @@ async fn link_visitor(
             linked_by = LinkedBy::NearestVector;
         }
     }
+    // A visitor this poll already linked continues from that version, not the stored one.
+    let found = found.map(|v| match memory.linked_visitor(org, env, v.id) {
+        Some(linked) => linked.clone(),
+        None => v,
+    });
     // 4. Someone new.
     let mut visitor = found.unwrap_or_else(|| VisitorRecord {
         id: VisitorId::generate(),
@@ -890,7 +972,7 @@ async fn link_visitor(
         visitor.components = vector;
         visitor.traits = traits.stored();
     }
-    store.save_visitor(&visitor).await?;
+    memory.link(visitor.clone());
     tracing::debug!(session = %session.id, visitor = %visitor.id, ?linked_by, seen_count = visitor.seen_count, "processor: linked a visitor");
     Ok((visitor, linked_by))
 }

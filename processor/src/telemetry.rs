@@ -6,7 +6,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
 use schemas::collect::DeadReason;
 
 struct Metrics {
@@ -14,7 +16,10 @@ struct Metrics {
     dead_letters: IntCounterVec,
     lag: IntGaugeVec,
     fold_seconds: Histogram,
+    decision_seconds: Histogram,
     retries: IntCounterVec,
+    cached_sessions: IntGauge,
+    cache_bytes: IntGauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -50,6 +55,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ]),
     )
     .expect("valid metric");
+    let decision_seconds = Histogram::with_opts(
+        HistogramOpts::new(
+            "vigil_processor_batch_to_decision_seconds",
+            "Time from ingest accepting a batch to the decision folding it in being stored",
+        )
+        .buckets(vec![
+            0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3,
+            0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ]),
+    )
+    .expect("valid metric");
     let retries = IntCounterVec::new(
         Opts::new(
             "vigil_processor_retries_total",
@@ -58,11 +74,24 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["operation"],
     )
     .expect("valid metric");
+    let cached_sessions = IntGauge::new(
+        "vigil_processor_cached_sessions",
+        "Session states the processor keeps in memory between batches",
+    )
+    .expect("valid metric");
+    let cache_bytes = IntGauge::new(
+        "vigil_processor_cache_bytes",
+        "Estimated bytes of the session states kept in memory (bounded by --processor-cache-mb)",
+    )
+    .expect("valid metric");
     for c in [
         Box::new(folded.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(cached_sessions.clone()),
+        Box::new(cache_bytes.clone()),
         Box::new(dead_letters.clone()),
         Box::new(lag.clone()),
         Box::new(fold_seconds.clone()),
+        Box::new(decision_seconds.clone()),
         Box::new(retries.clone()),
     ] {
         if let Err(e) = edge::metrics::register(c) {
@@ -79,7 +108,10 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         dead_letters,
         lag,
         fold_seconds,
+        decision_seconds,
         retries,
+        cached_sessions,
+        cache_bytes,
     }
 });
 
@@ -92,6 +124,14 @@ pub fn init() {
 pub fn folded(records: usize, took: Duration) {
     METRICS.folded.inc_by(records as u64);
     METRICS.fold_seconds.observe(took.as_secs_f64());
+}
+
+/// The batches accepted at `received` have their decision stored, as of `now`.
+pub fn decided(received: &[schemas::time::Timestamp], now: schemas::time::Timestamp) {
+    for at in received {
+        let took = (now - *at).to_std().unwrap_or_default();
+        METRICS.decision_seconds.observe(took.as_secs_f64());
+    }
 }
 
 /// A record was appended to the dead-letter topic and will not be processed again.
@@ -126,4 +166,14 @@ pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32)
     if failures <= 3 || failures.is_multiple_of(10) {
         tracing::warn!(what, failures, %error, "processor: transient failure; retrying");
     }
+}
+
+/// The session states kept in memory now, and their estimated bytes.
+pub fn cache(sessions: usize, bytes: u64) {
+    METRICS
+        .cached_sessions
+        .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+    METRICS
+        .cache_bytes
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
 }

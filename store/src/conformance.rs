@@ -113,6 +113,7 @@ macro_rules! store_conformance_suite {
             the_idle_index_follows_each_save_until_final,
             visitor_round_trip,
             visitor_save_replaces_the_row_and_its_anchor_rows,
+            visitors_saved_together_are_each_indexed_once,
             visitor_list_is_newest_first_paginates_and_is_isolated,
             visitor_anchor_lookup_finds_visitors_sharing_two_anchors,
             decision_history_keeps_turning_points_and_the_latest,
@@ -3861,6 +3862,45 @@ pub async fn visitor_save_replaces_the_row_and_its_anchor_rows(store: Store) {
     capped.remember_session(newest);
     assert_eq!(capped.recent_sessions.len(), VisitorRecord::RECENT_SESSIONS);
     assert_eq!(capped.recent_sessions[0], newest, "remembered once, first");
+}
+
+pub async fn visitors_saved_together_are_each_indexed_once(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let known = visitor_record(org, env, VisitorId::generate());
+    store.save_visitor(&known).await.unwrap();
+    let mut seen_again = known.clone();
+    seen_again.seen_count += 1;
+    seen_again.last_seen_at = known.last_seen_at + TimeDelta::seconds(5);
+    let new = visitor_record(org, env, VisitorId::generate());
+    store
+        .save_visitors(&[seen_again.clone(), new.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_visitor(org, env, known.id).await.unwrap(),
+        Some(seen_again.clone())
+    );
+    assert_eq!(
+        store.get_visitor(org, env, new.id).await.unwrap(),
+        Some(new.clone())
+    );
+    // The order tables hold each visitor once, at its new values.
+    let by_count = store
+        .list_visitors_by(org, env, VisitorOrder::SeenCount, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(by_count.len(), 2, "{by_count:?}");
+    assert_eq!(by_count[0].id, known.id, "the visitor seen twice leads");
+    // Nothing is written when a visitor is given twice.
+    let other = visitor_record(org, env, VisitorId::generate());
+    assert!(matches!(
+        store
+            .save_visitors(&[other.clone(), seen_again.clone(), seen_again.clone()])
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(store.get_visitor(org, env, other.id).await.unwrap(), None);
+    store.save_visitors(&[]).await.unwrap();
 }
 
 pub async fn visitor_list_is_newest_first_paginates_and_is_isolated(store: Store) {

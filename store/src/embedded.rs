@@ -999,6 +999,63 @@ impl Inner {
 
     /// Adds one session's save to `batch` (see `save_sessions`). Callers hold the writer mutex,
     /// so the stored row read here (which says where its idle-index row is) is current.
+    /// Adds one visitor's save to `batch`: the visitor row, an index row per digest of its
+    /// anchors, the removal of the index rows of digests the stored row had and this one has
+    /// not, and its rows in the order tables and the expiry queue moved to its new values.
+    /// Callers hold the writer mutex, so the stored row read here is the one replaced.
+    fn add_visitor_save(&self, batch: &mut OwnedWriteBatch, visitor: &VisitorRecord) -> Result<()> {
+        let (org, env, id) = (visitor.organization_id, visitor.environment, visitor.id);
+        let k = key::visitor(org, env, id);
+        let stored: Option<VisitorRecord> = decode_row(VISITORS, self.visitors.get(k))?;
+        let digests = visitor.anchors.digests();
+        if let Some(stored) = &stored {
+            for old in stored.anchors.digests() {
+                if !digests.contains(&old) {
+                    batch.remove(&self.visitors_by_anchor, key::anchor(org, env, &old, id));
+                }
+            }
+        }
+        if let Some(stored) = &stored {
+            for order in VisitorOrder::ALL {
+                let (old, new) = (order.value(stored), order.value(visitor));
+                if old != new {
+                    batch.remove(
+                        self.visitor_order(order),
+                        key::visitor_by(org, env, old, id),
+                    );
+                }
+            }
+            if stored.last_seen_at != visitor.last_seen_at {
+                batch.remove(
+                    &self.expiry_queue,
+                    key::expiry(stored.last_seen_at, Expiring::Visitor as u8, &k),
+                );
+            }
+        }
+        for order in VisitorOrder::ALL {
+            batch.insert(
+                self.visitor_order(order),
+                key::visitor_by(org, env, order.value(visitor), id),
+                [],
+            );
+        }
+        batch.insert(
+            &self.expiry_queue,
+            key::expiry(visitor.last_seen_at, Expiring::Visitor as u8, &k),
+            [],
+        );
+        let row = encode(VISITORS_BY_ANCHOR, &AnchorRow { visitor_id: id })?;
+        for digest in &digests {
+            batch.insert(
+                &self.visitors_by_anchor,
+                key::anchor(org, env, digest, id),
+                row.clone(),
+            );
+        }
+        batch.insert(&self.visitors, k, encode(VISITORS, visitor)?);
+        Ok(())
+    }
+
     fn add_session_save(&self, batch: &mut OwnedWriteBatch, save: &SessionSave) -> Result<()> {
         let session = &save.session;
         let (org, env, id) = (session.organization_id, session.environment, session.id);
@@ -1964,56 +2021,17 @@ impl StoreBackend for EmbeddedStore {
     /// One batch under the writer mutex: the visitor row, an index row per digest of its
     /// anchors, and the removal of the index rows of digests the stored row had and this one
     /// has not (read under the same lock, so no concurrent save can slip in between).
-    async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()> {
-        let visitor = visitor.clone();
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
+        crate::check_visitor_saves(visitors)?;
+        if visitors.is_empty() {
+            return Ok(());
+        }
+        let visitors = visitors.to_vec();
         self.write(move |db, _| {
-            let (org, env, id) = (visitor.organization_id, visitor.environment, visitor.id);
-            let k = key::visitor(org, env, id);
-            let stored: Option<VisitorRecord> = decode_row(VISITORS, db.visitors.get(k))?;
-            let digests = visitor.anchors.digests();
             let mut batch = db.batch();
-            if let Some(stored) = &stored {
-                for old in stored.anchors.digests() {
-                    if !digests.contains(&old) {
-                        batch.remove(&db.visitors_by_anchor, key::anchor(org, env, &old, id));
-                    }
-                }
+            for visitor in &visitors {
+                db.add_visitor_save(&mut batch, visitor)?;
             }
-            if let Some(stored) = &stored {
-                for order in VisitorOrder::ALL {
-                    let (old, new) = (order.value(stored), order.value(&visitor));
-                    if old != new {
-                        batch.remove(db.visitor_order(order), key::visitor_by(org, env, old, id));
-                    }
-                }
-                if stored.last_seen_at != visitor.last_seen_at {
-                    batch.remove(
-                        &db.expiry_queue,
-                        key::expiry(stored.last_seen_at, Expiring::Visitor as u8, &k),
-                    );
-                }
-            }
-            for order in VisitorOrder::ALL {
-                batch.insert(
-                    db.visitor_order(order),
-                    key::visitor_by(org, env, order.value(&visitor), id),
-                    [],
-                );
-            }
-            batch.insert(
-                &db.expiry_queue,
-                key::expiry(visitor.last_seen_at, Expiring::Visitor as u8, &k),
-                [],
-            );
-            let row = encode(VISITORS_BY_ANCHOR, &AnchorRow { visitor_id: id })?;
-            for digest in &digests {
-                batch.insert(
-                    &db.visitors_by_anchor,
-                    key::anchor(org, env, digest, id),
-                    row.clone(),
-                );
-            }
-            batch.insert(&db.visitors, k, encode(VISITORS, &visitor)?);
             batch.commit().map_err(unavailable)
         })
         .await

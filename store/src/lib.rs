@@ -284,7 +284,13 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// of digests its stored version had and it no longer has, so the index never names a
     /// visitor for anchors it lost; and its rows in the three order tables (`list_visitors_by`),
     /// moved to its new values.
-    async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()>;
+    async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()> {
+        self.save_visitors(std::slice::from_ref(visitor)).await
+    }
+    /// Several `save_visitor`s in one step (the processor saves the visitors a poll linked
+    /// together, before the sessions that name them). `Invalid`, with nothing written, if one
+    /// visitor is given twice.
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()>;
     async fn get_visitor(
         &self,
         org: OrgId,
@@ -352,6 +358,20 @@ pub struct SessionSave {
     pub session: SessionRecord,
     pub decision: Option<DecisionRecord>,
     pub events: Vec<EventRecord>,
+}
+
+/// The check of `save_visitors` that needs no read, for every backend to run first.
+pub fn check_visitor_saves(visitors: &[VisitorRecord]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(visitors.len());
+    for v in visitors {
+        if !seen.insert((v.organization_id, v.environment, v.id)) {
+            return Err(StoreError::Invalid(format!(
+                "visitor {} is saved twice in one call",
+                v.id
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The checks of `save_sessions` that need no read, for every backend to run first.

@@ -16,15 +16,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::post;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use vigil_tests::TestServer;
 use vigil_tests::collect::{CollectSession, open_session};
+
+#[path = "common/load.rs"]
+mod load;
+use load::{Connection, bare_ceiling, percentile};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -50,52 +52,6 @@ struct Figures {
     per_sec: f64,
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * p).round() as usize])
-}
-
-/// One session's HTTP/1 connection: the load generator sends each batch on its own kept-alive
-/// connection with prepared headers, so it takes as little of the shared cores as it can.
-struct Connection {
-    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
-    authority: String,
-    authorization: String,
-}
-
-impl Connection {
-    async fn open(base: &str, pk: &str) -> Self {
-        let authority = base.trim_start_matches("http://").to_owned();
-        let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        Connection {
-            sender,
-            authority,
-            authorization: format!("Bearer {pk}"),
-        }
-    }
-
-    /// POSTs `body` as JSON to `path`; the status and the answer's body.
-    async fn post(&mut self, path: &str, body: Vec<u8>) -> (StatusCode, bytes::Bytes) {
-        use http_body_util::BodyExt;
-        let request = hyper::Request::post(path)
-            .header("host", &self.authority)
-            .header("authorization", &self.authorization)
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .unwrap();
-        self.sender.ready().await.unwrap();
-        let response = self.sender.send_request(request).await.unwrap();
-        let status = response.status();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        (status, body)
-    }
 }
 
 /// Streams batches from every session for `seconds`: as fast as each session's last batch is
@@ -197,22 +153,6 @@ async fn stream(
         p50_ms: percentile(&l, 0.5),
         p99_ms: percentile(&l, 0.99),
     }
-}
-
-async fn bare_ceiling() -> String {
-    let app = Router::new().route(
-        "/v1/collect/sessions/{sessionId}/batches",
-        post(|axum::Json(_): axum::Json<Value>| async {
-            (
-                StatusCode::ACCEPTED,
-                axum::Json(json!({"data": {"accepted": true}})),
-            )
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
 }
 
 async fn vigil(bus: Option<String>) -> Arc<TestServer> {

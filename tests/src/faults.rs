@@ -411,9 +411,9 @@ impl StoreBackend for FlakyStore {
         self.inner.list_events(org, env, after, limit).await
     }
 
-    async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()> {
-        self.fault("save_visitor")?;
-        self.inner.save_visitor(visitor).await
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
+        self.fault("save_visitors")?;
+        self.inner.save_visitors(visitors).await
     }
 
     async fn get_visitor(

@@ -240,9 +240,17 @@ impl TestServer {
     /// A server with default settings on a fresh data dir, its backends wrapped by `wrap` (to
     /// inject faults, see [`faults`]).
     pub async fn start_wrapped(wrap: vigil::server::Wrap) -> Self {
+        Self::start_wrapped_with(wrap, |_| {}).await
+    }
+
+    /// [`TestServer::start_wrapped`] with settings changed by `configure`.
+    pub async fn start_wrapped_with(
+        wrap: vigil::server::Wrap,
+        configure: impl Fn(&mut ServeArgs) + Send + Sync + 'static,
+    ) -> Self {
         let temp = tempfile::tempdir().expect("temp dir");
         let dir = temp.path().to_path_buf();
-        let mut s = Self::start_in_wrapped(&dir, Box::new(|_| {}), wrap).await;
+        let mut s = Self::start_in_wrapped(&dir, Box::new(configure), wrap).await;
         s._temp = Some(temp);
         s
     }

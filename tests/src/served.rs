@@ -33,6 +33,11 @@ impl Served {
         Self::spawn(dir, &[])
     }
 
+    /// `vigil serve` on an existing (or new) data dir with more flags.
+    pub fn start_in_with(dir: &Path, extra: &[&str]) -> Served {
+        Self::spawn(dir, extra)
+    }
+
     fn spawn(dir: &Path, extra: &[&str]) -> Served {
         let mut child = Command::new(vigil_binary())
             .args([

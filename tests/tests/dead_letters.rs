@@ -96,7 +96,9 @@ fn batch_of(letter: &DeadLetter) -> BatchRecord {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_whose_stored_state_is_corrupt_is_dead_lettered_never_reset() {
-    let s = TestServer::start().await;
+    // No session kept in the processor's memory: each batch reads the stored row, as the first
+    // batch after a restart (or after a partition moved to another processor) does.
+    let s = TestServer::start_with(|a| a.processor_cache_mb = 0).await;
     let (pk, org) = (
         s.creds.keys.publishable_test.clone(),
         s.creds.org_id().to_owned(),
@@ -184,14 +186,18 @@ async fn a_session_whose_row_the_store_cannot_decode_is_dead_lettered() {
 async fn with_flaky_store() -> (TestServer, Arc<FlakyStore>) {
     let flaky = Arc::new(std::sync::Mutex::new(None::<Arc<FlakyStore>>));
     let hold = flaky.clone();
-    let s = TestServer::start_wrapped(vigil::server::Wrap {
-        store: Some(Box::new(move |store| {
-            let wrapped = FlakyStore::new(store);
-            *hold.lock().unwrap() = Some(wrapped.clone());
-            wrapped
-        })),
-        ..Default::default()
-    })
+    // No session kept in the processor's memory, so each batch reads its stored row.
+    let s = TestServer::start_wrapped_with(
+        vigil::server::Wrap {
+            store: Some(Box::new(move |store| {
+                let wrapped = FlakyStore::new(store);
+                *hold.lock().unwrap() = Some(wrapped.clone());
+                wrapped
+            })),
+            ..Default::default()
+        },
+        |a| a.processor_cache_mb = 0,
+    )
     .await;
     let flaky = flaky.lock().unwrap().clone().unwrap();
     (s, flaky)

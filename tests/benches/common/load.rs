@@ -1,0 +1,73 @@
+//! The benchmarks' load generator, shared by the ingest and many-sessions benchmarks: a plain
+//! HTTP/1 connection per collect session with prepared headers (so the client's share of the
+//! two cores stays small), and percentiles.
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// The value at fraction `p` of `sorted` (nearest rank); `None` when there is none.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * p).round() as usize])
+}
+
+/// One session's HTTP/1 connection: the load generator sends each batch on its own kept-alive
+/// connection with prepared headers, so it takes as little of the shared cores as it can.
+pub struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    authority: String,
+    authorization: String,
+}
+
+impl Connection {
+    pub async fn open(base: &str, pk: &str) -> Self {
+        let authority = base.trim_start_matches("http://").to_owned();
+        let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        Connection {
+            sender,
+            authority,
+            authorization: format!("Bearer {pk}"),
+        }
+    }
+
+    /// POSTs `body` as JSON to `path`; the status and the answer's body.
+    pub async fn post(&mut self, path: &str, body: Vec<u8>) -> (StatusCode, bytes::Bytes) {
+        use http_body_util::BodyExt;
+        let request = hyper::Request::post(path)
+            .header("host", &self.authority)
+            .header("authorization", &self.authorization)
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap();
+        self.sender.ready().await.unwrap();
+        let response = self.sender.send_request(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, body)
+    }
+}
+
+/// A bare axum handler for the batch route, answering as Vigil does without doing anything:
+/// the same requests against it, from the same client, measure the ceiling. Its base URL.
+pub async fn bare_ceiling() -> String {
+    let app = Router::new().route(
+        "/v1/collect/sessions/{sessionId}/batches",
+        post(|axum::Json(_): axum::Json<Value>| async {
+            (
+                StatusCode::ACCEPTED,
+                axum::Json(json!({"data": {"accepted": true}})),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
