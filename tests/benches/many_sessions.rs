@@ -6,7 +6,8 @@
 //!   the latency from sending a batch to its stored decision (p50, p99), with the same requests
 //!   against a bare axum handler in the same run as the ceiling of the HTTP round trip alone.
 //! - **soak**: 100,000 distinct sessions over 10 minutes against a `vigil serve` process with
-//!   `--processor-cache-mb`, about 4,096 alive at any time, each living ~25 s. Samples the
+//!   `--processor-cache-mb`, about 1,024 alive at any time, each sending 6 batches a second apart
+//!   (about 1,000 batches/s). Samples the
 //!   server's resident memory and the processor's cache gauges, and prints their peaks: memory
 //!   levels off at a bound instead of growing with the sessions seen.
 //!
@@ -15,7 +16,7 @@
 //!
 //! Tuning: `VIGIL_BENCH_CONCURRENT_SESSIONS` (4096), `VIGIL_BENCH_CONCURRENT_SECONDS` (60),
 //! `VIGIL_BENCH_SOAK_SESSIONS` (100000), `VIGIL_BENCH_SOAK_SECONDS` (600),
-//! `VIGIL_BENCH_SOAK_CACHE_MB` (64); `VIGIL_BENCH_SKIP_SOAK` or `VIGIL_BENCH_SKIP_CONCURRENT`
+//! `VIGIL_BENCH_SOAK_ALIVE` (1024), `VIGIL_BENCH_SOAK_CACHE_MB` (64); `VIGIL_BENCH_SKIP_SOAK` or `VIGIL_BENCH_SKIP_CONCURRENT`
 //! (any value) skip a run. The soak needs the release `vigil` built (`scripts/bench.sh` does).
 
 use std::sync::Arc;
@@ -385,7 +386,7 @@ fn run_soak(runtime: &tokio::runtime::Runtime) {
     let total: u64 = env_or("VIGIL_BENCH_SOAK_SESSIONS", 100_000);
     let seconds: u64 = env_or("VIGIL_BENCH_SOAK_SECONDS", 600);
     let cache_mb: u64 = env_or("VIGIL_BENCH_SOAK_CACHE_MB", 64);
-    let alive: u64 = env_or("VIGIL_BENCH_CONCURRENT_SESSIONS", 4096);
+    let alive: u64 = env_or("VIGIL_BENCH_SOAK_ALIVE", 1024);
     // Each session sends a batch a second for this long, so `alive` at a time make `total`.
     let batches_each = (alive * seconds / total).max(2);
     println!(

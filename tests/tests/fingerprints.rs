@@ -614,3 +614,41 @@ async fn footprint_of_a_session_and_a_visitor_on_disk() {
         visitors / N as u64,
     );
 }
+
+/// Sessions from one device arriving together are folded in one poll, before any of their
+/// visitors is stored (a poll's visitors are saved in one write): each still links to the one
+/// visitor the first made, counted once per session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_from_one_device_in_one_poll_share_one_visitor() {
+    let s = TestServer::start().await;
+    let device = || {
+        probes(
+            CHROME_120,
+            MACHINE,
+            1920,
+            json!({"visitor_token": null, "token_found_in": []}),
+        )
+    };
+    let together: Vec<_> = (0..8)
+        .map(|_| scored_session(&s, device(), "browser-one/1.0"))
+        .collect();
+    let scored = futures::future::join_all(together).await;
+    let visitors: BTreeSet<&str> = scored.iter().map(|x| x.visitor_id.as_str()).collect();
+    assert_eq!(
+        visitors.len(),
+        1,
+        "one visitor for one device: {visitors:?}"
+    );
+    let v = s
+        .get(&format!("/v1/fingerprints/{}", scored[0].visitor_id))
+        .key(&s.creds.keys.secret_test)
+        .send()
+        .await;
+    assert_eq!(v.ok(200)["lifecycle"]["seen_count"], 8);
+    let listed = s
+        .get("/v1/fingerprints?limit=10")
+        .key(&s.creds.keys.secret_test)
+        .send()
+        .await;
+    assert_eq!(listed.ok(200).as_array().map(Vec::len), Some(1));
+}
