@@ -495,13 +495,13 @@ fn run_soak(runtime: &tokio::runtime::Runtime) {
         let second_half_growth = samples[half..].iter().max().copied().unwrap_or(0) as f64
             - samples[..half].iter().max().copied().unwrap_or(0) as f64;
         println!(
-            "soak: {} sessions, {} batches in {:.0} s; server memory peak {:.1} MB (VmHWM {:.1} MB), processor cache peak {:.1} MB of {cache_mb} MB; the second half's peak minus the first's: {:+.1} MB",
+            "soak: {} sessions, {} batches in {:.0} s; server memory peak {:.1} MB (VmHWM {:.1} MB), processor cache peak {:.1} MiB of {cache_mb} MiB; the second half's peak minus the first's: {:+.1} MB",
             opened.load(Ordering::Relaxed).min(total),
             accepted.load(Ordering::Relaxed),
             started.elapsed().as_secs_f64(),
             peak_rss as f64 / 1e6,
             hwm as f64 / 1e6,
-            peak_cache / 1e6,
+            peak_cache / 1048576.0,
             second_half_growth / 1e6
         );
     });
