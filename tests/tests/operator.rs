@@ -244,6 +244,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--rotation-grace", "VIGIL_ROTATION_GRACE"),
         ("--session-idle", "VIGIL_SESSION_IDLE"),
         ("--retention", "VIGIL_RETENTION"),
+        ("--processor-cache-mb", "VIGIL_PROCESSOR_CACHE_MB"),
         ("--web-bot-auth-keys", "VIGIL_WEB_BOT_AUTH_KEYS"),
         ("--web-bot-auth-refresh", "VIGIL_WEB_BOT_AUTH_REFRESH"),
         ("--header-read-timeout", "VIGIL_HEADER_READ_TIMEOUT"),
@@ -273,7 +274,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 22,
+        flags, 23,
         "a new flag needs its env var and a row here:\n{help}"
     );
 
