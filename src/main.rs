@@ -10,6 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::process::ExitCode {
     let cli = vigil::config::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(vigil::server::BLOCKING_THREADS)
         .enable_all()
         .build()
     {

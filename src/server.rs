@@ -22,6 +22,13 @@ use crate::connections::{ConnectionLimits, Transport};
 const LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A running server; tests hold one per case.
+/// The most threads the runtime runs blocking work on (tokio's default is 512). The embedded
+/// store's writes run there and take turns on one writer lock, so under load hundreds of
+/// threads piled up waiting for it, each with its own allocator heap: the many-sessions soak's
+/// server passed 2 GB with 520 threads. A few dozen keep the store's writer busy and the rest
+/// (file and DNS work) served.
+pub const BLOCKING_THREADS: usize = 32;
+
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub store: Store,

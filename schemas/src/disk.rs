@@ -1,4 +1,5 @@
-//! The free-space reserve of the embedded engines (store and log): a write is refused, before
+//! The embedded engines' (store and log) use of the machine: the memory their journals and
+//! memtables may hold, and the free-space reserve. A write is refused, before
 //! anything reaches the disk, when the filesystem holding the engine's directory has less room
 //! left than the reserve.
 //!
@@ -9,6 +10,14 @@
 //! compactions), which must not be the writes that fill the disk.
 
 use std::path::{Path, PathBuf};
+
+/// The most journal an embedded engine keeps before it flushes its oldest memtables (fjall's
+/// default is 512 MiB): a journal's data is also held in memtables, so this bounds their memory
+/// (with the defaults, the many-sessions soak's server grew past 2 GB).
+pub const JOURNAL_BYTES: u64 = 128 * 1024 * 1024;
+/// The size at which one table's memtable is sealed and written out (fjall's default is
+/// 64 MiB), so a few busy tables cannot hold the whole journal's bound each.
+pub const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The reserve on a large filesystem: room for a memtable flush or two.
 pub const MAX_RESERVE_BYTES: u64 = 64 * 1024 * 1024;

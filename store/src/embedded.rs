@@ -611,10 +611,15 @@ fn decode_row<T: DeserializeOwned>(
 impl EmbeddedStore {
     /// Opens (or creates) the store in `dir`. Blocking: the caller runs it off the runtime.
     pub fn open(dir: &Path) -> Result<Self> {
-        let db = Database::builder(dir).open().map_err(unavailable)?;
+        let db = Database::builder(dir)
+            .max_journaling_size(schemas::disk::JOURNAL_BYTES)
+            .open()
+            .map_err(unavailable)?;
         let keyspace = |name: &str| {
-            db.keyspace(name, KeyspaceCreateOptions::default)
-                .map_err(unavailable)
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(schemas::disk::MEMTABLE_BYTES)
+            })
+            .map_err(unavailable)
         };
         let inner = Inner {
             organizations: keyspace(ORGANIZATIONS)?,
