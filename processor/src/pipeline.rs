@@ -33,8 +33,8 @@ use schemas::{DecisionId, VisitorId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use store::{
-    DecisionRecord, EventRecord, RawJson, SessionRecord, SessionSave, Store, StoreError,
-    VisitorRecord, VisitorRequest, VisitorStorage,
+    CollectSessionRecord, DecisionRecord, EventRecord, RawJson, SessionRecord, SessionSave, Store,
+    StoreError, VisitorRecord, VisitorRequest, VisitorStorage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -257,8 +257,8 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         // with their new decisions in one acknowledged write (one fsync on the embedded store).
         // That write runs while the next poll is folded; sessions it holds are read from it.
         let mut saves = Vec::new();
+        // Each save's session and state, with when ingest accepted the batches it decides.
         let mut pending = Vec::new();
-        let mut received = Vec::new();
         let mut dead = Vec::new();
         for group in by_session(&records, &mut dead) {
             let started = Instant::now();
@@ -274,8 +274,8 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                     crate::telemetry::folded(group.len(), started.elapsed());
                     dead.extend(unreadable);
                     if let Some((save, state)) = save {
-                        received.extend(group.iter().map(|p| p.batch.received_at));
-                        pending.push((save.session.clone(), state));
+                        let received = group.iter().map(|p| p.batch.received_at).collect();
+                        pending.push((save.session.clone(), state, received));
                         let sources = group.iter().map(|p| p.record.clone()).collect();
                         saves.push((save, sources));
                     }
@@ -307,7 +307,7 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                 |(save, _): &(SessionSave, Vec<Record>)| save.session.visitor_id == Some(visitor),
             );
             saves = kept;
-            pending.retain(|(session, _): &(SessionRecord, SessionState)| {
+            pending.retain(|(session, _, _): &(SessionRecord, SessionState, Vec<_>)| {
                 session.visitor_id != Some(visitor)
             });
             for (_, sources) in named {
@@ -332,8 +332,10 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                 .iter()
                 .map(|(s, _)| (s.session.id, s.session.updated_at))
                 .collect();
-            for (session, state) in pending {
+            let mut received = Vec::new();
+            for (session, state, accepted) in pending {
                 memory.hold(session, state);
+                received.extend(accepted);
             }
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
             in_flight = Some(InFlight {
@@ -594,6 +596,9 @@ async fn fold<'a>(
         });
     };
     let now = schemas::time::now();
+    // The collect session, once read: a new session's first fold reads it to open the row, and
+    // every fold reads it for the pings and `results`.
+    let mut collect_read = None;
     let (mut session, mut state) = match memory.pending(first.session_id) {
         Some(pending) => pending,
         None => match memory.take_stored(first.session_id) {
@@ -604,7 +609,12 @@ async fn fold<'a>(
                     .await?
                 {
                     Some(s) => s,
-                    None => new_session(store, first).await?,
+                    None => {
+                        let collect = store.get_collect_session(first.session_id).await?;
+                        let session = new_session(first, collect.as_ref());
+                        collect_read = Some(collect);
+                        session
+                    }
                 };
                 let state = session
                     .state
@@ -713,7 +723,11 @@ async fn fold<'a>(
             unreadable,
         });
     }
-    if let Some(collect) = store.get_collect_session(first.session_id).await? {
+    let collect = match collect_read {
+        Some(read) => read,
+        None => store.get_collect_session(first.session_id).await?,
+    };
+    if let Some(collect) = collect {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
         state.final_requested |= collect.results_at.is_some();
     }
@@ -806,19 +820,17 @@ async fn publish(pipeline: &Pipeline, recorded: &[EventRecord]) -> Result<(), Fa
     Ok(())
 }
 
-async fn new_session(store: &Store, batch: &BatchRecord) -> Result<SessionRecord, Failure> {
-    let collect = store.get_collect_session(batch.session_id).await?;
-    Ok(SessionRecord {
+/// The row of a session the store does not have yet, from its first batch and its collect
+/// session (when that is still kept).
+fn new_session(batch: &BatchRecord, collect: Option<&CollectSessionRecord>) -> SessionRecord {
+    SessionRecord {
         id: batch.session_id,
         organization_id: batch.organization_id,
         environment: batch.environment,
         visitor_id: None,
-        opened_at: collect
-            .as_ref()
-            .map(|c| c.opened_at)
-            .unwrap_or(batch.received_at),
+        opened_at: collect.map_or(batch.received_at, |c| c.opened_at),
         updated_at: batch.received_at,
-        page_url: collect.map(|c| c.page_url).unwrap_or_default(),
+        page_url: collect.map(|c| c.page_url.clone()).unwrap_or_default(),
         ip: batch.request.ip.clone(),
         user_agent: batch.request.user_agent.clone(),
         processed_through: 0,
@@ -826,7 +838,7 @@ async fn new_session(store: &Store, batch: &BatchRecord) -> Result<SessionRecord
         state: RawJson::null(),
         latest_decision: None,
         finalized: false,
-    })
+    }
 }
 
 /// Links the session to a visitor in D11's order, updates and saves the visitor, and returns it
