@@ -60,6 +60,7 @@ pub fn router(parts: AppParts) -> Router {
         log_ready: Arc::new(move || preparation.status().is_ok()),
         batches: parts.batches.clone(),
         agents: parts.agents.clone(),
+        opened: Arc::default(),
     };
     let backend = ingest::backend_router(ingest_state.clone())
         .method_not_allowed_fallback(method_not_allowed)

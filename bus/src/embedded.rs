@@ -158,6 +158,7 @@ impl EmbeddedLog {
     pub fn open(dir: &Path) -> Result<Self> {
         let db = Database::builder(dir)
             .max_journaling_size(schemas::disk::JOURNAL_BYTES)
+            .worker_threads(schemas::disk::WORKER_THREADS)
             .open()
             .map_err(unavailable)?;
         let keyspace = |name: &str| {

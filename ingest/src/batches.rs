@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::IngestState;
-use crate::sessions::{MAX_BATCH_BYTES, open_key, own_session};
+use crate::sessions::MAX_BATCH_BYTES;
 use crate::transport::{self, BatchKey};
 use crate::web_bot_auth::Request as WebBotAuthRequest;
 
@@ -87,11 +87,11 @@ pub async fn accept(
     }
 
     let ctx = &caller.ctx;
-    let session = own_session(&state, ctx, id).await?;
-    if seq <= session.last_seq {
+    let session = state.opened.get(&state, ctx, id).await?;
+    if seq <= session.last_seq() {
         return Err(replayed());
     }
-    let key = BatchKey(open_key(&state, id, &session.sealed_batch_key, "batch")?);
+    let key = BatchKey(session.batch_key);
     let plaintext = transport::open_batch(&key, &id.to_string(), seq, &ciphertext)
         .map_err(|_| invalid_batch())?;
     // Checked to be one JSON object of a known kind, then passed on as text: the processor
@@ -150,6 +150,7 @@ pub async fn accept(
     if !state.auth.store.advance_collect_seq(id, seq).await? {
         return Err(replayed());
     }
+    session.accepted(seq);
     Ok(Reply::single(
         StatusCode::ACCEPTED,
         Accepted {

@@ -7,6 +7,7 @@ pub mod batches;
 pub mod cors;
 pub mod handoff;
 pub mod network;
+pub mod opened;
 pub mod proof;
 pub mod sdk;
 pub mod sessions;
@@ -31,6 +32,8 @@ pub struct IngestState {
     pub log_ready: Arc<dyn Fn() -> bool + Send + Sync>,
     /// The agents whose Web Bot Auth signatures can be verified (D9).
     pub agents: Arc<web_bot_auth::TrustedAgents>,
+    /// The collect sessions seen lately, as a batch needs them.
+    pub opened: Arc<opened::OpenedSessions>,
 }
 
 /// The Collect API routes (publishable key); the caller adds the credential layer, and CORS

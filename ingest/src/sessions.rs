@@ -164,15 +164,28 @@ pub async fn own_session(
         .store
         .get_collect_session(id)
         .await?
-        .filter(|s| s.organization_id == ctx.organization.id && s.environment == ctx.environment())
         .ok_or_else(|| ApiError::not_found("collect session"))?;
-    if session.expires_at <= time::now() {
+    check_owned(ctx, session.organization_id, session.environment, session.expires_at)?;
+    Ok(session)
+}
+
+/// A session of another organization or environment is a 404; an expired one a 410.
+pub fn check_owned(
+    ctx: &AuthContext,
+    organization: schemas::ids::OrgId,
+    environment: schemas::credential::Environment,
+    expires_at: Timestamp,
+) -> Result<(), ApiError> {
+    if organization != ctx.organization.id || environment != ctx.environment() {
+        return Err(ApiError::not_found("collect session"));
+    }
+    if expires_at <= time::now() {
         return Err(ApiError::new(
             ErrorCode::SessionExpired,
             "this collect session has expired; open a new one",
         ));
     }
-    Ok(session)
+    Ok(())
 }
 
 #[derive(Serialize)]

@@ -4048,7 +4048,7 @@ fn turn(session: SessionId, id: DecisionId, phase: &str, verdict: &str) -> Decis
 pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Live);
     let sid = SessionId::generate();
-    let d = sorted_ids(8, DecisionId::generate);
+    let d = sorted_ids(9, DecisionId::generate);
     let script = [
         ("snapshot", "human"),  // 0: first, kept
         ("snapshot", "human"),  // 1: same, dropped when 2 arrives
@@ -4084,6 +4084,17 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
         vec![d[6], d[4], d[3], d[0]],
         "a redelivery keeps the history"
     );
+    // A late decision (older than the latest) lands below it and prunes nothing.
+    let late = turn(sid, d[5], "interactive", "bot");
+    store
+        .save_session(&session, Some(&late), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        vec![d[6], d[5], d[4], d[3], d[0]],
+        "a late decision keeps the history"
+    );
     // A new latest with the same turn replaces the old latest, which was no turning point.
     let next = turn(sid, d[7], "interactive", "bot");
     store
@@ -4092,7 +4103,17 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
         .unwrap();
     assert_eq!(
         decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
-        vec![d[7], d[4], d[3], d[0]]
+        vec![d[7], d[5], d[4], d[3], d[0]]
+    );
+    // And the next after it, the same again.
+    let last = turn(sid, d[8], "interactive", "bot");
+    store
+        .save_session(&session, Some(&last), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        vec![d[8], d[5], d[4], d[3], d[0]]
     );
 }
 

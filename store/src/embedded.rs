@@ -121,8 +121,9 @@ struct Inner {
     cache: RowCache,
 }
 
-#[derive(Default)]
 struct WriterState {
+    /// The stored place of the sessions saved lately (see [`SessionMark`]).
+    session_marks: SessionMarks,
     /// Where `purge_expired`'s walk of `idempotency_records` resumes (that table has no time
     /// order, so it is walked a bounded step at a time); `None`: from the start.
     idempotency_cursor: Option<Vec<u8>>,
@@ -130,6 +131,43 @@ struct WriterState {
     handoff_cursor: Option<Vec<u8>>,
     /// Where the indexing of rows written before the read and expiry indexes existed stands.
     backfill: Backfill,
+}
+
+impl Default for WriterState {
+    fn default() -> Self {
+        WriterState {
+            session_marks: SessionMarks::new(SESSION_MARKS),
+            idempotency_cursor: None,
+            handoff_cursor: None,
+            backfill: Backfill::default(),
+        }
+    }
+}
+
+/// How many sessions' marks the writer keeps: a few megabytes, and more than the sessions a
+/// busy processor saves between two visits of the same session.
+const SESSION_MARKS: usize = 65_536;
+
+type SessionMarks = quick_cache::unsync::Cache<SessionId, SessionMark>;
+
+/// A session's newest `session_decisions` row: its key and its turn.
+type NewestDecision = ([u8; 32], DecisionTurn);
+
+/// What replacing a session's rows must know of the rows stored before: where its index rows
+/// are and which of its decisions the new one may prune. Read from the store the first time,
+/// then kept by the writer for the sessions it saved lately: every fold of a session saves it
+/// again, and reading its row (some 13 KB, for three small columns) and scanning its decisions
+/// each time took a tenth of the processor's store writes. Exact because the writer is the
+/// store's only writer and updates a mark only once its batch is committed; a purged session
+/// loses its mark.
+#[derive(Clone)]
+struct SessionMark {
+    updated_at: Timestamp,
+    finalized: bool,
+    verdict: Option<String>,
+    /// The newest `session_decisions` row, and the turn of the one before.
+    newest: Option<NewestDecision>,
+    before: Option<DecisionTurn>,
 }
 
 /// The one-time indexing of rows stored before `sessions_by_verdict`, the visitor order tables
@@ -613,6 +651,7 @@ impl EmbeddedStore {
     pub fn open(dir: &Path) -> Result<Self> {
         let db = Database::builder(dir)
             .max_journaling_size(schemas::disk::JOURNAL_BYTES)
+            .worker_threads(schemas::disk::WORKER_THREADS)
             .open()
             .map_err(unavailable)?;
         let keyspace = |name: &str| {
@@ -879,6 +918,7 @@ impl Inner {
     fn purge_retained(
         &self,
         batch: &mut OwnedWriteBatch,
+        marks: &mut SessionMarks,
         keep_since: Timestamp,
         budget: usize,
     ) -> Result<bool> {
@@ -892,7 +932,7 @@ impl Inner {
                 continue;
             };
             if kind == Expiring::Session as u8 {
-                self.purge_session(batch, target, keep_since)?;
+                self.purge_session(batch, marks, target, keep_since)?;
             } else if kind == Expiring::Visitor as u8 {
                 self.purge_visitor(batch, target, keep_since)?;
             } else if kind == Expiring::Event as u8 {
@@ -910,6 +950,7 @@ impl Inner {
     fn purge_session(
         &self,
         batch: &mut OwnedWriteBatch,
+        marks: &mut SessionMarks,
         k: &[u8],
         keep_since: Timestamp,
     ) -> Result<()> {
@@ -923,6 +964,7 @@ impl Inner {
             table: EXPIRY_QUEUE,
             detail: "a queued session key of the wrong length".into(),
         })?;
+        marks.remove(&id);
         if !place.finalized {
             batch.remove(&self.sessions_idle, key::idle(id, place.updated_at));
         }
@@ -979,27 +1021,31 @@ impl Inner {
     /// Adds to `batch` the pruning of `session`'s decision history that appending `decision`
     /// calls for (D23): the stored latest goes unless it is a turning point, that is unless
     /// its phase or verdict differs from the decision kept before it (or none was).
-    fn prune_decisions(
+    /// The session's two newest decision rows as [`SessionMark`] holds them, read from the store.
+    fn newest_decisions(
         &self,
-        batch: &mut OwnedWriteBatch,
-        decision: &DecisionRecord,
-    ) -> Result<()> {
-        let partition = key::decision_partition(decision.session_id);
-        let mut newest = Vec::with_capacity(2);
+        session: SessionId,
+    ) -> Result<(Option<NewestDecision>, Option<DecisionTurn>)> {
+        let partition = key::decision_partition(session);
+        let mut newest = None;
+        let mut before = None;
         for guard in self.session_decisions.prefix(partition).take(2) {
             let (k, v) = guard.into_inner().map_err(unavailable)?;
-            let place: DecisionPlace = decode(SESSION_DECISIONS, &v)?;
-            newest.push((k, place.decision.unwrap_or_default()));
+            let turn = decode::<DecisionPlace>(SESSION_DECISIONS, &v)?
+                .decision
+                .unwrap_or_default();
+            match newest {
+                None => {
+                    let k: [u8; 32] = k.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                        table: SESSION_DECISIONS,
+                        detail: "a decision key of the wrong length".into(),
+                    })?;
+                    newest = Some((k, turn));
+                }
+                Some(_) => before = Some(turn),
+            }
         }
-        let [(latest_key, latest), (_, before)] = newest.as_slice() else {
-            return Ok(());
-        };
-        // Only a newer decision replaces the latest; a redelivered or late one prunes nothing.
-        let is_newer = key::trailing_id(latest_key).is_some_and(|id| decision.id.ulid().0 > id);
-        if is_newer && latest == before {
-            batch.remove(&self.session_decisions, latest_key.clone());
-        }
-        Ok(())
+        Ok((newest, before))
     }
 
     /// Adds one session's save to `batch` (see `save_sessions`). Callers hold the writer mutex,
@@ -1061,11 +1107,34 @@ impl Inner {
         Ok(())
     }
 
-    fn add_session_save(&self, batch: &mut OwnedWriteBatch, save: &SessionSave) -> Result<()> {
+    ///
+    /// Returns the session's mark as the batch leaves it, for the caller to keep once the batch
+    /// is committed; `None` when it is not known (a late decision landed below the newest).
+    fn add_session_save(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        save: &SessionSave,
+        marks: &SessionMarks,
+    ) -> Result<Option<SessionMark>> {
         let session = &save.session;
         let (org, env, id) = (session.organization_id, session.environment, session.id);
         let k = key::session(org, env, id);
-        let stored: Option<SessionPlace> = decode_row(SESSIONS, self.sessions.get(k))?;
+        let stored = match marks.get(&id) {
+            Some(mark) => Some(mark.clone()),
+            None => match decode_row::<SessionPlace>(SESSIONS, self.sessions.get(k))? {
+                Some(place) => {
+                    let (newest, before) = self.newest_decisions(id)?;
+                    Some(SessionMark {
+                        updated_at: place.updated_at,
+                        finalized: place.finalized,
+                        verdict: place.verdict().map(str::to_owned),
+                        newest,
+                        before,
+                    })
+                }
+                None => None,
+            },
+        };
         if let Some(stored) = &stored {
             if !stored.finalized {
                 batch.remove(&self.sessions_idle, key::idle(id, stored.updated_at));
@@ -1078,7 +1147,7 @@ impl Inner {
             }
         }
         let verdict = session.verdict();
-        let stored_verdict = stored.as_ref().and_then(|s| s.verdict());
+        let stored_verdict = stored.as_ref().and_then(|s| s.verdict.as_deref());
         if stored_verdict != verdict.as_deref()
             && let Some(old) = stored_verdict.and_then(|v| key::session_by_verdict(org, env, v, id))
         {
@@ -1107,13 +1176,33 @@ impl Inner {
             );
         }
         batch.insert(&self.sessions, k, encode(SESSIONS, session)?);
+        let (mut newest, mut before) = match stored {
+            Some(s) => (s.newest, s.before),
+            None => (None, None),
+        };
+        let mut known = true;
         if let Some(d) = &save.decision {
-            self.prune_decisions(batch, d)?;
-            batch.insert(
-                &self.session_decisions,
-                key::decision(d.session_id, d.id),
-                encode(SESSION_DECISIONS, d)?,
-            );
+            let dk = key::decision(d.session_id, d.id);
+            let turn = DecisionTurn::of(&d.decision);
+            // Only a newer decision replaces the newest; a redelivered or late one prunes
+            // nothing, and lands somewhere below (the mark is then read again next time).
+            let is_newer = newest.as_ref().is_none_or(|(latest_key, _)| {
+                key::trailing_id(latest_key).is_some_and(|latest| d.id.ulid().0 > latest)
+            });
+            batch.insert(&self.session_decisions, dk, encode(SESSION_DECISIONS, d)?);
+            if is_newer {
+                // The newest row is kept only if it was a turning point: unlike the one before.
+                match (newest.take(), &before) {
+                    (Some((latest_key, latest)), Some(prior)) if latest == *prior => {
+                        batch.remove(&self.session_decisions, latest_key);
+                    }
+                    (Some((_, latest)), _) => before = Some(latest),
+                    (None, _) => {}
+                }
+                newest = Some((dk, turn));
+            } else {
+                known = false;
+            }
         }
         for e in &save.events {
             let ek = key::event(e.organization_id, e.environment, e.id);
@@ -1126,7 +1215,13 @@ impl Inner {
             );
             batch.insert(&self.events, ek, encode(EVENTS, e)?);
         }
-        Ok(())
+        Ok(known.then_some(SessionMark {
+            updated_at: session.updated_at,
+            finalized: session.finalized,
+            verdict,
+            newest,
+            before,
+        }))
     }
 
     fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
@@ -1288,7 +1383,7 @@ impl Inner {
             batch.commit().map_err(unavailable)?;
             return Ok(true);
         }
-        let mut more = self.purge_retained(&mut batch, keep_since, budget)?;
+        let mut more = self.purge_retained(&mut batch, &mut state.session_marks, keep_since, budget)?;
         more |= self.purge_expired_collect_sessions(&mut batch, now, budget)?;
         more |= self.sweep_step(
             &mut batch,
@@ -1852,12 +1947,24 @@ impl StoreBackend for EmbeddedStore {
     async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
         crate::check_session_saves(saves)?;
         let saves = saves.to_vec();
-        self.write(move |db, _| {
+        self.write(move |db, state| {
             let mut batch = db.batch();
+            let mut marks = Vec::with_capacity(saves.len());
             for save in &saves {
-                db.add_session_save(&mut batch, save)?;
+                let mark = db.add_session_save(&mut batch, save, &state.session_marks)?;
+                marks.push((save.session.id, mark));
             }
-            batch.commit().map_err(unavailable)
+            // Marks change only with what is stored: a batch that fails leaves them unknown.
+            let committed = batch.commit().map_err(unavailable);
+            for (id, mark) in marks {
+                match (mark, &committed) {
+                    (Some(mark), Ok(())) => state.session_marks.insert(id, mark),
+                    _ => {
+                        state.session_marks.remove(&id);
+                    }
+                }
+            }
+            committed
         })
         .await
     }

@@ -58,6 +58,7 @@ pub struct ApiKeyRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {
     /// SHA-256 of method, path and body: a retry must send the same request.
+    #[serde(with = "bytes_text")]
     pub request_fingerprint: [u8; 32],
     pub expires_at: Timestamp,
     /// `None` while the first request is still being answered.
@@ -68,6 +69,7 @@ pub struct IdempotencyRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredResponse {
     pub status: u16,
+    #[serde(with = "bytes_text")]
     pub sealed_body: Vec<u8>,
     /// The scope the route demanded of the first request's key (its name), if any: a replay
     /// is answered only while the key still holds it.
@@ -101,11 +103,13 @@ pub struct CollectSessionRecord {
     /// The publishable key that opened it.
     pub key_id: KeyId,
     /// The AES-256-GCM batch key, sealed under the server secret (never stored in the clear).
+    #[serde(with = "bytes_text")]
     pub sealed_batch_key: Vec<u8>,
     /// The HMAC-SHA256 key of the session's call proofs (pings, network checks, results), sealed
     /// under the server secret. Empty in a session opened before calls were proven, which can
     /// then prove none.
     #[serde(default)]
+    #[serde(with = "bytes_text")]
     pub sealed_proof_key: Vec<u8>,
     pub page_url: String,
     pub sdk_version: String,
@@ -120,6 +124,7 @@ pub struct CollectSessionRecord {
     /// The session's pings, in the order the SDK is to send them.
     pub pings: Vec<PingRecord>,
     /// SHA-256 of the one-time token that lets the SDK open the network-check WebSocket.
+    #[serde(with = "bytes_text")]
     pub network_check_token_hash: [u8; 32],
     /// What the WebSocket connection showed of the client (address, forwarding chain, header
     /// names), once it connected.
@@ -429,5 +434,67 @@ mod tests {
             assert!(s.has_processed(seq));
         }
         assert!(!s.has_processed(7));
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Row {
+        #[serde(with = "bytes_text")]
+        sealed: Vec<u8>,
+        #[serde(with = "bytes_text")]
+        hash: [u8; 32],
+    }
+
+    #[test]
+    fn byte_columns_are_written_as_text_and_read_in_either_form() {
+        let row = Row {
+            sealed: vec![0, 1, 254, 255],
+            hash: [7; 32],
+        };
+        let text = serde_json::to_string(&row).unwrap();
+        assert!(text.starts_with(r#"{"sealed":"AAH+/w","hash":"BwcH"#), "{text}");
+        assert_eq!(serde_json::from_str::<Row>(&text).unwrap(), row);
+        let legacy = serde_json::json!({"sealed": [0, 1, 254, 255], "hash": vec![7; 32]});
+        assert_eq!(serde_json::from_value::<Row>(legacy).unwrap(), row);
+        let short = serde_json::json!({"sealed": "", "hash": vec![7; 31]});
+        assert!(serde_json::from_value::<Row>(short).is_err());
+    }
+}
+
+/// Byte columns (sealed keys, hashes) as base64 text in the JSON rows of the embedded store.
+/// serde writes bytes as an array of numbers, four times the size and a parse per number, and
+/// ingest reads a collect session for every batch. Rows written as arrays still read.
+mod bytes_text {
+    use std::fmt;
+
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD_NO_PAD;
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer, T: AsRef<[u8]>>(bytes: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD_NO_PAD.encode(bytes.as_ref()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<Vec<u8>>>(d: D) -> Result<T, D::Error> {
+        struct Bytes;
+        impl<'de> Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("base64 text or an array of bytes")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<u8>, E> {
+                STANDARD_NO_PAD.decode(v).map_err(E::custom)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(b) = seq.next_element::<u8>()? {
+                    bytes.push(b);
+                }
+                Ok(bytes)
+            }
+        }
+        let bytes = d.deserialize_any(Bytes)?;
+        let len = bytes.len();
+        T::try_from(bytes).map_err(|_| de::Error::invalid_length(len, &"the column's byte length"))
     }
 }
