@@ -1,8 +1,10 @@
-//! Vigil's management API: organizations and their API keys (interface "Organizations", D1,
-//! D6, D8). One module per resource, each with its `router()`, merged here.
+//! Vigil's management API: organizations, their API keys and their events (interface
+//! "Organizations" and "Events", D1, D6, D8, D12). One module per resource, each with its
+//! `router()`, merged here.
 
 pub mod api_keys;
 pub mod bootstrap;
+pub mod events;
 pub mod organizations;
 
 use std::sync::Arc;
@@ -22,6 +24,7 @@ pub fn router(state: AdminState) -> Router {
     Router::new()
         .merge(organizations::router())
         .merge(api_keys::router())
+        .merge(events::router())
         .with_state(state)
 }
 

@@ -56,6 +56,9 @@ policies! {
     ManageApiKeys => ApiKeysManage, organization_route: true, live_only: false, while_suspended: Refused;
     /// `DELETE .../api-keys/{keyId}`: revoking a leaked key is what an incident needs first.
     RevokeApiKey => ApiKeysManage, organization_route: true, live_only: false, while_suspended: LiveKeysOnly;
+    /// `GET /v1/organizations/{organizationId}/events` (D3: `organizations:read`). The events
+    /// carry sessions' results, which a suspended organization's keys no longer read.
+    ListEvents => OrganizationsRead, organization_route: true, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions` (D3).
     ListSessions => SessionsList, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions/{sessionId}` (D3).

@@ -64,7 +64,12 @@ impl OpenedSessions {
         id: SessionId,
     ) -> Result<Arc<Opened>, ApiError> {
         if let Some(opened) = self.cache.get(&id) {
-            check_owned(ctx, opened.organization_id, opened.environment, opened.expires_at)?;
+            check_owned(
+                ctx,
+                opened.organization_id,
+                opened.environment,
+                opened.expires_at,
+            )?;
             return Ok(opened);
         }
         let session = own_session(state, ctx, id).await?;

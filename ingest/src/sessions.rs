@@ -165,7 +165,12 @@ pub async fn own_session(
         .get_collect_session(id)
         .await?
         .ok_or_else(|| ApiError::not_found("collect session"))?;
-    check_owned(ctx, session.organization_id, session.environment, session.expires_at)?;
+    check_owned(
+        ctx,
+        session.organization_id,
+        session.environment,
+        session.expires_at,
+    )?;
     Ok(session)
 }
 

@@ -939,7 +939,8 @@ mod tests {
 
     #[test]
     fn states_stored_with_event_rows_still_read() {
-        let stored = serde_json::json!({"events": [[15, 1, 30, 40, true], [null, 4, null, -5, null]]});
+        let stored =
+            serde_json::json!({"events": [[15, 1, 30, 40, true], [null, 4, null, -5, null]]});
         let read: SessionObservations = serde_json::from_value(stored).unwrap();
         assert_eq!(
             read.events,

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::routing::get;
 use edge::body::PathParams;
 use edge::body::{QueryParams, Reply, path_param};
-use edge::pagination::{decode_cursor, encode_cursor};
+use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ListFingerprints, ReadFingerprint};
 use edge::{ApiError, SecretKey};
 use schemas::resources::Pagination;
@@ -122,7 +122,7 @@ async fn list(
     let (org, env) = (caller.organization.id, caller.environment());
     // The position only means something in one order, so the cursor is bound to it.
     let binding = format!("fingerprints:{org}:{env}:{}", sort_name(order));
-    let mut position = match query.get("cursor") {
+    let position = match query.get("cursor") {
         None => None,
         Some(c) => {
             let position = decode_cursor(&state.auth.secret, &binding, c)?;
@@ -133,45 +133,19 @@ async fn list(
         }
     };
 
-    // One row past the page says whether more follow. A search filters the index's rows and
-    // reads at most SCAN_BUDGET of them.
+    // A search filters the index's rows and reads at most SCAN_BUDGET of them.
     let store = &state.auth.store;
-    let mut found: Vec<VisitorRecord> = Vec::with_capacity(limit + 1);
-    let mut scanned = 0;
-    let mut exhausted = false;
-    while found.len() <= limit && scanned < SCAN_BUDGET {
-        let want = match search {
-            None => limit + 1 - found.len(),
-            Some(_) => 200.min(SCAN_BUDGET - scanned),
-        };
-        let page = store
-            .list_visitors_by(org, env, order, position, want)
-            .await?;
-        exhausted = page.len() < want;
-        for v in page {
-            scanned += 1;
-            position = Some((order.value(&v), v.id));
-            if matches(&v, search) {
-                found.push(v);
-                if found.len() > limit {
-                    break;
-                }
-            }
-        }
-        if exhausted {
-            break;
-        }
-    }
-    let (has_more, next) = if found.len() > limit {
-        found.truncate(limit);
-        (true, found.last().map(|v| (order.value(v), v.id)))
-    } else if exhausted {
-        (false, None)
-    } else {
-        // The search budget ran out: more follow if the index has rows past the last read.
-        let probe = store.list_visitors_by(org, env, order, position, 1).await?;
-        (!probe.is_empty(), position)
-    };
+    let page = scan_page(
+        limit,
+        search.is_some(),
+        SCAN_BUDGET,
+        position,
+        move |after, n| store.list_visitors_by(org, env, order, after, n),
+        |v: &VisitorRecord| (order.value(v), v.id),
+        |v| matches(v, search),
+    )
+    .await?;
+    let (has_more, next) = (page.has_more, page.next);
     let next_cursor = match (has_more, next) {
         (true, Some((value, id))) => Some(encode_cursor(
             &state.auth.secret,
@@ -180,8 +154,7 @@ async fn list(
         )),
         _ => None,
     };
-    let page = &found;
-    let rows: Vec<Fingerprint<'_>> = page.iter().map(fingerprint).collect();
+    let rows: Vec<Fingerprint<'_>> = page.rows.iter().map(fingerprint).collect();
     Ok(Reply::list(
         rows,
         Pagination {

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::routing::get;
 use edge::body::PathParams;
 use edge::body::{QueryParams, Reply, path_param};
-use edge::pagination::{decode_cursor, encode_cursor};
+use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ListSessions, ReadSession};
 use edge::{ApiError, SecretKey};
 use schemas::SessionId;
@@ -123,7 +123,7 @@ async fn list(
     let search = query.get("search").filter(|s| !s.is_empty());
     let (org, env) = (caller.organization.id, caller.environment());
     let binding = format!("sessions:{org}:{env}");
-    let mut after = match query.get("cursor") {
+    let after = match query.get("cursor") {
         None => None,
         Some(c) => Some(
             decode_cursor(&state.auth.secret, &binding, c)?
@@ -132,62 +132,27 @@ async fn list(
         ),
     };
     // A verdict is read from its index table (`sessions_by_verdict`), so its pages are full
-    // until the last; only `search` filters, reading at most SCAN_BUDGET rows. One row past the
-    // page says whether more follow.
+    // until the last; only `search` filters, reading at most SCAN_BUDGET rows.
     let store = &state.auth.store;
-    let mut found: Vec<SessionRecord> = Vec::with_capacity(limit + 1);
-    let mut scanned = 0;
-    let mut exhausted = false;
-    while found.len() <= limit && scanned < SCAN_BUDGET {
-        let want = match search {
-            None => limit + 1 - found.len(),
-            Some(_) => 200.min(SCAN_BUDGET - scanned),
-        };
-        let page = match verdict {
-            Some(v) => {
-                store
-                    .list_sessions_by_verdict(org, env, v, after, want)
-                    .await?
-            }
-            None => store.list_sessions(org, env, after, want).await?,
-        };
-        exhausted = page.len() < want;
-        for s in page {
-            scanned += 1;
-            after = Some(s.id);
-            if matches(&s, verdict, search) {
-                found.push(s);
-                if found.len() > limit {
-                    break;
-                }
-            }
-        }
-        if exhausted {
-            break;
-        }
-    }
-    let (has_more, next) = if found.len() > limit {
-        found.truncate(limit);
-        (true, found.last().map(|s| s.id))
-    } else if exhausted {
-        (false, None)
-    } else {
-        // The search budget ran out: more follow if rows exist past the last one read.
-        let probe = match verdict {
-            Some(v) => {
-                store
-                    .list_sessions_by_verdict(org, env, v, after, 1)
-                    .await?
-            }
-            None => store.list_sessions(org, env, after, 1).await?,
-        };
-        (!probe.is_empty(), after)
-    };
+    let page = scan_page(
+        limit,
+        search.is_some(),
+        SCAN_BUDGET,
+        after,
+        move |after, n| match verdict {
+            Some(v) => store.list_sessions_by_verdict(org, env, v, after, n),
+            None => store.list_sessions(org, env, after, n),
+        },
+        |s: &SessionRecord| s.id,
+        |s| matches(s, verdict, search),
+    )
+    .await?;
+    let (has_more, next) = (page.has_more, page.next);
     let next_cursor = match (has_more, next) {
         (true, Some(id)) => Some(encode_cursor(&state.auth.secret, &binding, &id.to_string())),
         _ => None,
     };
-    let rows: Vec<SessionRow> = found.iter().map(row).collect();
+    let rows: Vec<SessionRow> = page.rows.iter().map(row).collect();
     Ok(Reply::list(
         rows,
         Pagination {

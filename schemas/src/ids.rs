@@ -194,6 +194,10 @@ id_type!(
     /// One event recorded for an organization (D12), delivered to its webhooks.
     EventId, "wevt_", spell_hex, parse_hex_id
 );
+id_type!(
+    /// A webhook endpoint of an organization (D13).
+    WebhookEndpointId, "we_", spell_hex, parse_hex_id
+);
 
 #[cfg(test)]
 mod tests {

@@ -1383,7 +1383,8 @@ impl Inner {
             batch.commit().map_err(unavailable)?;
             return Ok(true);
         }
-        let mut more = self.purge_retained(&mut batch, &mut state.session_marks, keep_since, budget)?;
+        let mut more =
+            self.purge_retained(&mut batch, &mut state.session_marks, keep_since, budget)?;
         more |= self.purge_expired_collect_sessions(&mut batch, now, budget)?;
         more |= self.sweep_step(
             &mut batch,

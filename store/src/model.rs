@@ -451,7 +451,10 @@ mod tests {
             hash: [7; 32],
         };
         let text = serde_json::to_string(&row).unwrap();
-        assert!(text.starts_with(r#"{"sealed":"AAH+/w","hash":"BwcH"#), "{text}");
+        assert!(
+            text.starts_with(r#"{"sealed":"AAH+/w","hash":"BwcH"#),
+            "{text}"
+        );
         assert_eq!(serde_json::from_str::<Row>(&text).unwrap(), row);
         let legacy = serde_json::json!({"sealed": [0, 1, 254, 255], "hash": vec![7; 32]});
         assert_eq!(serde_json::from_value::<Row>(legacy).unwrap(), row);
@@ -475,7 +478,9 @@ mod bytes_text {
         s.serialize_str(&STANDARD_NO_PAD.encode(bytes.as_ref()))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<Vec<u8>>>(d: D) -> Result<T, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<Vec<u8>>>(
+        d: D,
+    ) -> Result<T, D::Error> {
         struct Bytes;
         impl<'de> Visitor<'de> for Bytes {
             type Value = Vec<u8>;

@@ -521,3 +521,20 @@ pub fn data_member_order(text: &str) -> Vec<String> {
     let mut de = serde_json::Deserializer::from_str(&text[start..]);
     de.deserialize_map(Keys).expect("data is an object")
 }
+
+/// Runs a real client program and returns what it printed, failing loudly if it cannot run.
+pub fn run_client(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{program} must be installed (scripts/test.sh installs it): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "{program} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

@@ -6,29 +6,11 @@
 //! credentials stay cheap (D20).
 
 use std::collections::HashSet;
-use std::process::Command;
 
 use reqwest::Method;
 use schemas::credential::Environment;
 use vigil_tests::collect::{open_session, score_session};
-use vigil_tests::{TestServer, json};
-
-/// Runs a real client program and returns what it printed, failing loudly if it cannot run.
-fn run_client(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("{program} must be installed (scripts/test.sh installs it): {e}")
-        });
-    assert!(
-        out.status.success(),
-        "{program} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
+use vigil_tests::{TestServer, json, run_client};
 
 // ---- D17: secret keys are revoked on browser routes only ----
 

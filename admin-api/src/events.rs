@@ -1,0 +1,123 @@
+//! `GET /v1/organizations/{organizationId}/events` (interface "Events", D3, D4, D7, D12): the
+//! organization's events in the calling key's environment, newest first, filtered by type and
+//! by the webhook endpoint they were delivered to, each with its webhook deliveries.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use edge::body::{PathParams, QueryParams, Reply};
+use edge::pagination::{decode_cursor, encode_cursor, scan_page};
+use edge::policy::ListEvents;
+use edge::{ApiError, SecretKey};
+use schemas::EventId;
+use schemas::events::EventType;
+use schemas::ids::WebhookEndpointId;
+use schemas::resources::Pagination;
+use serde_json::Value;
+use store::EventRecord;
+
+use crate::{AdminState, own_organization};
+
+/// How many stored events one filtered request reads at most, so a filter that matches little
+/// cannot make a request scan a whole partition; the cursor resumes after them.
+const SCAN_BUDGET: usize = 2_000;
+
+pub fn router() -> Router<AdminState> {
+    Router::new().route("/v1/organizations/{organizationId}/events", get(list))
+}
+
+/// The filters of one request.
+struct Filter {
+    event_type: Option<EventType>,
+    endpoint: Option<WebhookEndpointId>,
+}
+
+impl Filter {
+    fn is_empty(&self) -> bool {
+        self.event_type.is_none() && self.endpoint.is_none()
+    }
+
+    fn matches(&self, event: &EventRecord, deliveries: &[Value]) -> bool {
+        let endpoint = self.endpoint.map(|e| e.to_string());
+        self.event_type.is_none_or(|t| event.event_type == t)
+            && endpoint.is_none_or(|e| {
+                deliveries
+                    .iter()
+                    .any(|d| d.get("endpoint_id").and_then(Value::as_str) == Some(e.as_str()))
+            })
+    }
+}
+
+/// The webhook deliveries an event produced. None are made yet: webhook endpoints and the
+/// dispatcher that delivers to them come next, and until then an event has none.
+fn deliveries(_event: &EventRecord) -> Vec<Value> {
+    Vec::new()
+}
+
+async fn list(
+    State(state): State<AdminState>,
+    caller: SecretKey<ListEvents>,
+    params: PathParams,
+    query: QueryParams,
+) -> Result<Reply, ApiError> {
+    let org = own_organization(&caller, &params)?;
+    query.only(&["limit", "cursor", "type", "endpoint_id"])?;
+    let limit = query.limit(50, 200)? as usize;
+    let event_type = query
+        .one_of("type", &EventType::ALL)?
+        .and_then(EventType::parse);
+    let endpoint = match query.get("endpoint_id") {
+        None => None,
+        Some(raw) => Some(raw.parse::<WebhookEndpointId>().map_err(|e| {
+            ApiError::invalid_field(
+                "endpoint_id",
+                format!("{e} (pattern ^we_[0-9a-f]{{32}}$)"),
+                Some(Value::String(raw.into())),
+            )
+            .with_parameter_set("query")
+        })?),
+    };
+    let filter = Filter {
+        event_type,
+        endpoint,
+    };
+    let env = caller.environment();
+    let binding = format!("events:{org}:{env}");
+    let after = match query.get("cursor") {
+        None => None,
+        Some(c) => Some(
+            decode_cursor(&state.auth.secret, &binding, c)?
+                .parse::<EventId>()
+                .map_err(|e| ApiError::internal("cursor position", e))?,
+        ),
+    };
+    let store = &state.auth.store;
+    let page = scan_page(
+        limit,
+        !filter.is_empty(),
+        SCAN_BUDGET,
+        after,
+        move |after, n| store.list_events(org, env, after, n),
+        |e: &EventRecord| e.id,
+        |e| filter.matches(e, &deliveries(e)),
+    )
+    .await?;
+    let (has_more, next) = (page.has_more, page.next);
+    let next_cursor = match (has_more, next) {
+        (true, Some(id)) => Some(encode_cursor(&state.auth.secret, &binding, &id.to_string())),
+        _ => None,
+    };
+    let events = page
+        .rows
+        .iter()
+        .map(|event| event.to_event(deliveries(event)))
+        .collect();
+    Ok(Reply::list(
+        events,
+        Pagination {
+            limit: limit as u32,
+            has_more,
+            next_cursor,
+        },
+    ))
+}
