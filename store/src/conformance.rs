@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use chrono::TimeDelta;
 use schemas::credential::{Environment, KeyType};
 use schemas::events::{EventSubject, EventType};
-use schemas::ids::{KeyId, OrgId};
+use schemas::ids::{KeyId, OrgId, WebhookEndpointId};
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
 use schemas::time::{self, Timestamp};
@@ -24,10 +24,11 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EventRecord,
-    IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord,
-    PingRecord, RawJson, Result, SessionRecord, SessionSave, Store, StoreError, StoredResponse,
-    VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest, VisitorStorage, VisitorTraits,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EndpointStatus,
+    EventRecord, IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession,
+    OrganizationRecord, PingRecord, PreviousSecret, RawJson, Result, SessionRecord, SessionSave,
+    Store, StoreError, StoredResponse, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest,
+    VisitorStorage, VisitorTraits, WebhookEndpointRecord,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -120,6 +121,9 @@ macro_rules! store_conformance_suite {
             sessions_by_verdict_follow_the_latest_decision,
             visitors_list_in_each_order_across_pages,
             purge_expired_drops_rows_past_retention_in_bounded_steps,
+            webhook_endpoint_round_trip_and_update,
+            webhook_endpoint_create_conflict_writes_nothing,
+            webhook_endpoints_list_newest_first_paginated_and_isolated,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -4429,5 +4433,165 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
     assert!(
         !store.purge_expired(now, keep_since, 100).await.unwrap(),
         "nothing remains"
+    );
+}
+
+fn webhook_endpoint(org: OrgId, env: Environment, id: WebhookEndpointId) -> WebhookEndpointRecord {
+    let now = time::now();
+    WebhookEndpointRecord {
+        id,
+        organization_id: org,
+        environment: env,
+        name: "orders".into(),
+        url: "https://hooks.shop.example/vigil".into(),
+        status: EndpointStatus::Active,
+        event_types: vec![EventType::SessionResultPersisted],
+        sealed_secret: vec![1, 2, 3, 255],
+        previous_secret: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// An endpoint reads back as written, and an update replaces it, a rotation's previous secret
+/// included; an update of an endpoint that does not exist (or is another organization's or
+/// environment's) writes nothing.
+pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let mut endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
+    store.create_webhook_endpoint(&endpoint).await.unwrap();
+    assert_eq!(
+        store
+            .get_webhook_endpoint(org, env, endpoint.id)
+            .await
+            .unwrap(),
+        Some(endpoint.clone())
+    );
+    assert_eq!(
+        store
+            .get_webhook_endpoint(org, Environment::Test, endpoint.id)
+            .await
+            .unwrap(),
+        None,
+        "the other environment's"
+    );
+    endpoint.status = EndpointStatus::Disabled;
+    endpoint.event_types = vec![
+        EventType::WebhookTest,
+        EventType::SessionFingerprintCalculated,
+    ];
+    endpoint.previous_secret = Some(PreviousSecret {
+        sealed: endpoint.sealed_secret.clone(),
+        until: time::now(),
+    });
+    endpoint.sealed_secret = vec![9; 60];
+    assert!(store.update_webhook_endpoint(&endpoint).await.unwrap());
+    assert_eq!(
+        store
+            .get_webhook_endpoint(org, env, endpoint.id)
+            .await
+            .unwrap(),
+        Some(endpoint.clone())
+    );
+    for missing in [
+        webhook_endpoint(org, env, WebhookEndpointId::generate()),
+        webhook_endpoint(OrgId::generate(), env, endpoint.id),
+        webhook_endpoint(org, Environment::Test, endpoint.id),
+    ] {
+        assert!(!store.update_webhook_endpoint(&missing).await.unwrap());
+        assert_eq!(
+            store
+                .get_webhook_endpoint(missing.organization_id, missing.environment, missing.id)
+                .await
+                .unwrap(),
+            None,
+            "an update created nothing"
+        );
+    }
+}
+
+/// A second create with a taken id is a conflict and leaves the first row as it was.
+pub async fn webhook_endpoint_create_conflict_writes_nothing(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let first = webhook_endpoint(org, env, WebhookEndpointId::generate());
+    store.create_webhook_endpoint(&first).await.unwrap();
+    let mut second = first.clone();
+    second.name = "other".into();
+    assert!(matches!(
+        store.create_webhook_endpoint(&second).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store
+            .get_webhook_endpoint(org, env, first.id)
+            .await
+            .unwrap(),
+        Some(first)
+    );
+}
+
+/// Endpoints list newest first, page by `after`, and never show a neighbour's.
+pub async fn webhook_endpoints_list_newest_first_paginated_and_isolated(store: Store) {
+    let a = OrgId::generate();
+    let empty = OrgId::generate();
+    let b = OrgId::generate();
+    let ids = sorted_ids(5, WebhookEndpointId::generate);
+    for id in &ids {
+        store
+            .create_webhook_endpoint(&webhook_endpoint(a, Environment::Live, *id))
+            .await
+            .unwrap();
+    }
+    store
+        .create_webhook_endpoint(&webhook_endpoint(
+            a,
+            Environment::Test,
+            WebhookEndpointId::generate(),
+        ))
+        .await
+        .unwrap();
+    store
+        .create_webhook_endpoint(&webhook_endpoint(
+            b,
+            Environment::Live,
+            WebhookEndpointId::generate(),
+        ))
+        .await
+        .unwrap();
+    let newest_first: Vec<_> = ids.iter().rev().copied().collect();
+    let first = store
+        .list_webhook_endpoints(a, Environment::Live, None, 3)
+        .await
+        .unwrap();
+    let rest = store
+        .list_webhook_endpoints(a, Environment::Live, first.last().map(|e| e.id), 3)
+        .await
+        .unwrap();
+    let listed: Vec<_> = first.iter().chain(&rest).map(|e| e.id).collect();
+    assert_eq!(listed, newest_first);
+    assert_eq!(
+        store
+            .list_webhook_endpoints(a, Environment::Test, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    for env in [Environment::Live, Environment::Test] {
+        assert!(
+            store
+                .list_webhook_endpoints(empty, env, None, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "a neighbour's endpoints leaked"
+        );
+    }
+    assert!(
+        store
+            .list_webhook_endpoints(a, Environment::Live, None, 0)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

@@ -40,7 +40,7 @@ use fjall::{
 };
 use schemas::credential::Environment;
 use schemas::disk::DiskReserve;
-use schemas::ids::{EventId, KeyId, OrgId, PingId, SessionId, VisitorId};
+use schemas::ids::{EventId, KeyId, OrgId, PingId, SessionId, VisitorId, WebhookEndpointId};
 use schemas::time::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -50,7 +50,7 @@ use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, DecisionTurn, EventRecord,
     IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord, Result,
     SessionRecord, SessionSave, StoreBackend, StoreError, VisitorAnchors, VisitorOrder,
-    VisitorRecord,
+    VisitorRecord, WebhookEndpointRecord,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -67,6 +67,7 @@ const SESSIONS: &str = "sessions";
 const SESSION_DECISIONS: &str = "session_decisions";
 const SESSIONS_IDLE: &str = "sessions_idle";
 const EVENTS: &str = "events";
+const WEBHOOK_ENDPOINTS: &str = "webhook_endpoints";
 const VISITORS: &str = "visitors";
 const VISITORS_BY_ANCHOR: &str = "visitors_by_anchor";
 const SESSIONS_BY_VERDICT: &str = "sessions_by_verdict";
@@ -107,6 +108,7 @@ struct Inner {
     session_decisions: Keyspace,
     sessions_idle: Keyspace,
     events: Keyspace,
+    webhook_endpoints: Keyspace,
     visitors: Keyspace,
     visitors_by_anchor: Keyspace,
     sessions_by_verdict: Keyspace,
@@ -286,7 +288,9 @@ struct AnchorRow {
 /// final variable-length text part, so no separator is needed and prefixes never collide.
 mod key {
     use schemas::credential::Environment;
-    use schemas::ids::{DecisionId, EventId, KeyId, OrgId, PingId, SessionId, VisitorId};
+    use schemas::ids::{
+        DecisionId, EventId, KeyId, OrgId, PingId, SessionId, VisitorId, WebhookEndpointId,
+    };
     use schemas::time::Timestamp;
 
     use crate::{AnchorDigest, CredentialHash, IdempotencyScope};
@@ -442,6 +446,19 @@ mod key {
     pub fn event(org: OrgId, env: Environment, id: EventId) -> [u8; 33] {
         let mut k = [0; 33];
         k[..17].copy_from_slice(&event_partition(org, env));
+        k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
+        k
+    }
+
+    /// The `webhook_endpoints` partition `(organization_id, environment)`, as `api_keys`.
+    pub fn webhook_endpoint_partition(org: OrgId, env: Environment) -> [u8; 17] {
+        api_key_partition(org, env)
+    }
+
+    /// Partition, then the id's ULID inverted: clustering `id DESC`, newest endpoint first.
+    pub fn webhook_endpoint(org: OrgId, env: Environment, id: WebhookEndpointId) -> [u8; 33] {
+        let mut k = [0; 33];
+        k[..17].copy_from_slice(&webhook_endpoint_partition(org, env));
         k[17..].copy_from_slice(&(!id.ulid().0).to_be_bytes());
         k
     }
@@ -675,6 +692,7 @@ impl EmbeddedStore {
             session_decisions: keyspace(SESSION_DECISIONS)?,
             sessions_idle: keyspace(SESSIONS_IDLE)?,
             events: keyspace(EVENTS)?,
+            webhook_endpoints: keyspace(WEBHOOK_ENDPOINTS)?,
             visitors: keyspace(VISITORS)?,
             visitors_by_anchor: keyspace(VISITORS_BY_ANCHOR)?,
             sessions_by_verdict: keyspace(SESSIONS_BY_VERDICT)?,
@@ -2129,6 +2147,87 @@ impl StoreBackend for EmbeddedStore {
             prefix_end(&partition),
             limit,
         )
+    }
+
+    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
+        let endpoint = endpoint.clone();
+        self.write(move |db, _| {
+            let k =
+                key::webhook_endpoint(endpoint.organization_id, endpoint.environment, endpoint.id);
+            if db.contains(&db.webhook_endpoints, &k)? {
+                return Err(StoreError::Conflict(format!(
+                    "webhook endpoint {} exists",
+                    endpoint.id
+                )));
+            }
+            let mut batch = db.batch();
+            batch.insert(
+                &db.webhook_endpoints,
+                k,
+                encode(WEBHOOK_ENDPOINTS, &endpoint)?,
+            );
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_webhook_endpoint(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: WebhookEndpointId,
+    ) -> Result<Option<WebhookEndpointRecord>> {
+        decode_row(
+            WEBHOOK_ENDPOINTS,
+            self.inner
+                .webhook_endpoints
+                .get(key::webhook_endpoint(org, env, id)),
+        )
+    }
+
+    async fn list_webhook_endpoints(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<WebhookEndpointId>,
+        limit: usize,
+    ) -> Result<Vec<WebhookEndpointRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let partition = key::webhook_endpoint_partition(org, env);
+        let start = match after {
+            Some(after) => Bound::Excluded(key::webhook_endpoint(org, env, after).to_vec()),
+            None => Bound::Included(partition.to_vec()),
+        };
+        scan(
+            WEBHOOK_ENDPOINTS,
+            &self.inner.db.snapshot(),
+            &self.inner.webhook_endpoints,
+            start,
+            prefix_end(&partition),
+            limit,
+        )
+    }
+
+    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
+        let endpoint = endpoint.clone();
+        self.write(move |db, _| {
+            let k =
+                key::webhook_endpoint(endpoint.organization_id, endpoint.environment, endpoint.id);
+            if !db.contains(&db.webhook_endpoints, &k)? {
+                return Ok(false);
+            }
+            let mut batch = db.batch();
+            batch.insert(
+                &db.webhook_endpoints,
+                k,
+                encode(WEBHOOK_ENDPOINTS, &endpoint)?,
+            );
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
     }
 
     /// One batch under the writer mutex: the visitor row, an index row per digest of its

@@ -277,6 +277,28 @@ pub trait StoreBackend: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<EventRecord>>;
 
+    // webhook_endpoints
+
+    /// Inserts a new endpoint; `Conflict` if its id is taken (nothing is written then).
+    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()>;
+    async fn get_webhook_endpoint(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::ids::WebhookEndpointId,
+    ) -> Result<Option<WebhookEndpointRecord>>;
+    /// Endpoints of one organization and environment, newest first, strictly after `after`.
+    async fn list_webhook_endpoints(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::ids::WebhookEndpointId>,
+        limit: usize,
+    ) -> Result<Vec<WebhookEndpointRecord>>;
+    /// Replaces a stored endpoint; false (and nothing written) if there is none with its id in
+    /// its organization and environment.
+    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool>;
+
     // visitors, visitors_by_anchor
 
     /// Writes the visitor (insert or replace) and its anchor index rows in one step: a

@@ -271,6 +271,47 @@ impl EventRecord {
     }
 }
 
+/// `webhook_endpoints`, partition key `(organization_id, environment)`, clustering key `id DESC`
+/// (ULIDs, so newest first): where an organization's events of one environment are delivered
+/// (D13).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookEndpointRecord {
+    pub id: schemas::ids::WebhookEndpointId,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub name: String,
+    pub url: String,
+    pub status: EndpointStatus,
+    /// The event types delivered to it.
+    pub event_types: Vec<schemas::events::EventType>,
+    /// The signing secret (`whsec_…`), sealed under the server secret: the dispatcher needs it
+    /// to sign, so it cannot be stored as a hash.
+    #[serde(with = "bytes_text")]
+    pub sealed_secret: Vec<u8>,
+    /// While a rotated-out secret still signs beside the new one.
+    #[serde(default)]
+    pub previous_secret: Option<PreviousSecret>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// A webhook endpoint's signing secret before its rotation, sealed, and when it stops signing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviousSecret {
+    #[serde(with = "bytes_text")]
+    pub sealed: Vec<u8>,
+    pub until: Timestamp,
+}
+
+/// Whether a webhook endpoint is delivered to. Deleting an endpoint disables it (D13), and so
+/// does a 410 answer to a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointStatus {
+    Active,
+    Disabled,
+}
+
 /// `visitors`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs,
 /// so newest first): a visitor fingerprint (D11) as the processor links it and the reads show it.
 /// Its anchors are indexed in `visitors_by_anchor`, written with the row.

@@ -411,6 +411,39 @@ impl StoreBackend for FlakyStore {
         self.inner.list_events(org, env, after, limit).await
     }
 
+    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
+        self.fault("create_webhook_endpoint")?;
+        self.inner.create_webhook_endpoint(endpoint).await
+    }
+
+    async fn get_webhook_endpoint(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::ids::WebhookEndpointId,
+    ) -> Result<Option<WebhookEndpointRecord>> {
+        self.fault("get_webhook_endpoint")?;
+        self.inner.get_webhook_endpoint(org, env, id).await
+    }
+
+    async fn list_webhook_endpoints(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<schemas::ids::WebhookEndpointId>,
+        limit: usize,
+    ) -> Result<Vec<WebhookEndpointRecord>> {
+        self.fault("list_webhook_endpoints")?;
+        self.inner
+            .list_webhook_endpoints(org, env, after, limit)
+            .await
+    }
+
+    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
+        self.fault("update_webhook_endpoint")?;
+        self.inner.update_webhook_endpoint(endpoint).await
+    }
+
     async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
         self.fault("save_visitors")?;
         self.inner.save_visitors(visitors).await
