@@ -21,6 +21,8 @@ const COLLECT_BODY_LIMIT: usize = 96 * 1024;
 pub struct AppParts {
     pub auth: Arc<Authenticator>,
     pub rotation_grace: chrono::Duration,
+    /// `--allow-private-webhooks`.
+    pub allow_private_webhooks: bool,
     pub log: bus::Log,
     /// Whether the log's topics are prepared (they are, in the background: `log_roles`).
     pub log_preparation: crate::log_roles::LogPreparation,
@@ -35,6 +37,7 @@ pub fn router(parts: AppParts) -> Router {
     let admin = admin_api::router(admin_api::AdminState {
         auth: parts.auth.clone(),
         rotation_grace: parts.rotation_grace,
+        allow_private_webhooks: parts.allow_private_webhooks,
     })
     // Set here, inside the credential layer, so that a wrong method on an API route is counted
     // and carries the key's rate-limit headers like any other answer.

@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// How long a rotated key keeps working.
     #[arg(long, env = "VIGIL_ROTATION_GRACE", default_value = "24h", value_parser = humantime::parse_duration)]
     pub rotation_grace: std::time::Duration,
+    /// Let webhook endpoints use plain http and loopback or private addresses (D13). For local
+    /// stacks and tests only: it lets an organization make the server call its own network.
+    #[arg(long, env = "VIGIL_ALLOW_PRIVATE_WEBHOOKS")]
+    pub allow_private_webhooks: bool,
     /// How long a session goes without a batch before its decision is made final.
     #[arg(long, env = "VIGIL_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
     pub session_idle: std::time::Duration,

@@ -170,6 +170,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         batches,
         auth,
         rotation_grace,
+        allow_private_webhooks: args.allow_private_webhooks,
         agents,
     });
 

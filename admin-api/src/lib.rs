@@ -6,6 +6,7 @@ pub mod api_keys;
 pub mod bootstrap;
 pub mod events;
 pub mod organizations;
+pub mod webhook_endpoints;
 
 use std::sync::Arc;
 
@@ -18,6 +19,9 @@ pub struct AdminState {
     pub auth: Arc<Authenticator>,
     /// How long a rotated key keeps working (D6, `--rotation-grace`).
     pub rotation_grace: chrono::Duration,
+    /// Webhook endpoints may use plain http and private addresses (`--allow-private-webhooks`,
+    /// D13: local stacks and tests only).
+    pub allow_private_webhooks: bool,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -25,6 +29,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(organizations::router())
         .merge(api_keys::router())
         .merge(events::router())
+        .merge(webhook_endpoints::router())
         .with_state(state)
 }
 

@@ -59,6 +59,11 @@ policies! {
     /// `GET /v1/organizations/{organizationId}/events` (D3: `organizations:read`). The events
     /// carry sessions' results, which a suspended organization's keys no longer read.
     ListEvents => OrganizationsRead, organization_route: true, live_only: false, while_suspended: Refused;
+    /// Reading webhook endpoints (D3: `organizations:read`).
+    ReadWebhooks => OrganizationsRead, organization_route: true, live_only: false, while_suspended: Refused;
+    /// Creating, updating and deleting webhook endpoints (D3: `organizations:update`). Each
+    /// environment has its own endpoints, so a test key manages the test ones.
+    ManageWebhooks => OrganizationsUpdate, organization_route: true, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions` (D3).
     ListSessions => SessionsList, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions/{sessionId}` (D3).

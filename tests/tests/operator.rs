@@ -242,6 +242,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--tls-key", "VIGIL_TLS_KEY"),
         ("--trusted-proxy", "VIGIL_TRUSTED_PROXY"),
         ("--rotation-grace", "VIGIL_ROTATION_GRACE"),
+        ("--allow-private-webhooks", "VIGIL_ALLOW_PRIVATE_WEBHOOKS"),
         ("--session-idle", "VIGIL_SESSION_IDLE"),
         ("--retention", "VIGIL_RETENTION"),
         ("--processor-cache-mb", "VIGIL_PROCESSOR_CACHE_MB"),
@@ -274,7 +275,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 23,
+        flags, 24,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

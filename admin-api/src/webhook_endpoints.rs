@@ -1,0 +1,323 @@
+//! Webhook endpoints under `/v1/organizations/{organizationId}/webhooks/endpoints` (interface
+//! "Events and webhook endpoints", D3, D7, D13): create, list, get, update and delete (which
+//! disables), in the calling key's environment. The signing secret (`whsec_` then the base64
+//! of 32 random bytes) is shown in full once, in the create answer; reads show its last four
+//! characters. It is stored sealed under the server secret, because the dispatcher signs with
+//! it.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param};
+use edge::outbound;
+use edge::pagination::{decode_cursor, encode_cursor};
+use edge::policy::{ManageWebhooks, ReadWebhooks};
+use edge::{ApiError, AuthContext, SecretKey};
+use rand::TryRngCore;
+use rand::rngs::OsRng;
+use schemas::credential::Environment;
+use schemas::events::EventType;
+use schemas::ids::WebhookEndpointId;
+use schemas::resources::Pagination;
+use schemas::time::{self, Timestamp};
+use schemas::validate;
+use serde::Serialize;
+use store::{EndpointStatus, WebhookEndpointRecord};
+
+use crate::{AdminState, own_organization};
+
+const SECRET_PREFIX: &str = "whsec_";
+
+pub fn router() -> Router<AdminState> {
+    Router::new()
+        .route(
+            "/v1/organizations/{organizationId}/webhooks/endpoints",
+            get(list).post(create),
+        )
+        .route(
+            "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}",
+            get(read).patch(update).delete(disable),
+        )
+}
+
+/// A webhook endpoint in the interface's shape.
+#[derive(Serialize)]
+struct Endpoint {
+    id: WebhookEndpointId,
+    object: &'static str,
+    environment: Environment,
+    name: String,
+    url: String,
+    status: EndpointStatus,
+    event_types: Vec<EventType>,
+    /// In full in the create answer only; afterwards `whsec_••••` and its last four characters.
+    signing_secret: String,
+    #[serde(serialize_with = "time::ser")]
+    created_at: Timestamp,
+    #[serde(serialize_with = "time::ser")]
+    updated_at: Timestamp,
+}
+
+fn resource(state: &AdminState, e: &WebhookEndpointRecord, secret: Option<&str>) -> Endpoint {
+    Endpoint {
+        id: e.id,
+        object: "webhook_endpoint",
+        environment: e.environment,
+        name: e.name.clone(),
+        url: e.url.clone(),
+        status: e.status,
+        event_types: e.event_types.clone(),
+        signing_secret: match secret {
+            Some(s) => s.to_owned(),
+            None => masked(state, e),
+        },
+        created_at: e.created_at,
+        updated_at: e.updated_at,
+    }
+}
+
+/// What the seal of a signing secret is bound to, so it opens only as this endpoint's.
+fn seal_context(org: schemas::OrgId, id: WebhookEndpointId) -> Vec<u8> {
+    format!("webhook-endpoint:{org}:{id}").into_bytes()
+}
+
+/// `whsec_••••` and the secret's last four characters, enough to tell two secrets apart.
+fn masked(state: &AdminState, e: &WebhookEndpointRecord) -> String {
+    let opened = state
+        .auth
+        .secret
+        .open(&e.sealed_secret, &seal_context(e.organization_id, e.id))
+        .and_then(|s| String::from_utf8(s).ok());
+    let tail = opened
+        .as_deref()
+        .and_then(|s| s.get(s.len().saturating_sub(4)..))
+        .unwrap_or("");
+    format!("{SECRET_PREFIX}••••{tail}")
+}
+
+fn new_secret() -> String {
+    let mut bytes = [0u8; 32];
+    OsRng
+        .try_fill_bytes(&mut bytes)
+        .expect("the OS random source is readable");
+    format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes))
+}
+
+/// The event types of an endpoint: at least one, each known, none twice.
+fn event_types(f: &mut Fields, required: bool) -> Option<Vec<EventType>> {
+    if !f.has("event_types") {
+        if required {
+            f.issue("event_types", "is required", Some("array"), None);
+        }
+        return None;
+    }
+    let types = f.enum_array("event_types", &EventType::ALL, EventType::parse)?;
+    if types.is_empty() {
+        f.issue(
+            "event_types",
+            "must name at least one event type",
+            Some("array"),
+            None,
+        );
+        return None;
+    }
+    let mut unique = types.clone();
+    unique.sort_by_key(|t| t.as_str());
+    unique.dedup();
+    if unique.len() != types.len() {
+        f.issue(
+            "event_types",
+            "must not name a type twice",
+            Some("array"),
+            None,
+        );
+        return None;
+    }
+    Some(types)
+}
+
+/// The URL member, its form checked (the destination is checked by [`destination`]).
+fn url_member(f: &mut Fields, required: bool, allow_private: bool) -> Option<url::Url> {
+    f.parsed_string("url", required, |s| outbound::check_url(s, allow_private))
+}
+
+/// Refuses a URL whose host resolves to a non-public address (D13), as a 422 on `url`.
+async fn destination(url: &url::Url, allow_private: bool) -> Result<(), ApiError> {
+    outbound::resolve_public(url, allow_private)
+        .await
+        .map(|_| ())
+        .map_err(|issue| {
+            ApiError::invalid_field(
+                "url",
+                issue,
+                Some(serde_json::Value::String(url.to_string())),
+            )
+        })
+}
+
+async fn stored(
+    state: &AdminState,
+    ctx: &AuthContext,
+    params: &PathParams,
+) -> Result<WebhookEndpointRecord, ApiError> {
+    let org = own_organization(ctx, params)?;
+    let id: WebhookEndpointId = path_param(params, "endpointId")?;
+    state
+        .auth
+        .store
+        .get_webhook_endpoint(org, ctx.environment(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("webhook endpoint"))
+}
+
+async fn create(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageWebhooks>,
+    params: PathParams,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let org = own_organization(&caller, &params)?;
+    let mut f = Fields::new(body);
+    let name = f.checked_string("name", true, validate::name);
+    let url = url_member(&mut f, true, state.allow_private_webhooks);
+    let types = event_types(&mut f, true);
+    f.finish()?;
+    let (Some(name), Some(url), Some(event_types)) = (name, url, types) else {
+        return Err(ApiError::internal(
+            "webhook endpoint create",
+            "validated fields missing",
+        ));
+    };
+    destination(&url, state.allow_private_webhooks).await?;
+    let id = WebhookEndpointId::generate();
+    let secret = new_secret();
+    let now = time::now();
+    let endpoint = WebhookEndpointRecord {
+        id,
+        organization_id: org,
+        environment: caller.environment(),
+        name,
+        url: url.to_string(),
+        status: EndpointStatus::Active,
+        event_types,
+        sealed_secret: state
+            .auth
+            .secret
+            .seal(secret.as_bytes(), &seal_context(org, id)),
+        previous_secret: None,
+        created_at: now,
+        updated_at: now,
+    };
+    state.auth.store.create_webhook_endpoint(&endpoint).await?;
+    Ok(Reply::created(resource(&state, &endpoint, Some(&secret))))
+}
+
+async fn list(
+    State(state): State<AdminState>,
+    caller: SecretKey<ReadWebhooks>,
+    params: PathParams,
+    query: QueryParams,
+) -> Result<Reply, ApiError> {
+    let org = own_organization(&caller, &params)?;
+    query.only(&["limit", "cursor"])?;
+    let limit = query.limit(50, 200)? as usize;
+    let env = caller.environment();
+    let binding = format!("webhook_endpoints:{org}:{env}");
+    let after = match query.get("cursor") {
+        None => None,
+        Some(c) => Some(
+            decode_cursor(&state.auth.secret, &binding, c)?
+                .parse::<WebhookEndpointId>()
+                .map_err(|e| ApiError::internal("cursor position", e))?,
+        ),
+    };
+    let mut rows = state
+        .auth
+        .store
+        .list_webhook_endpoints(org, env, after, limit + 1)
+        .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = match (has_more, rows.last()) {
+        (true, Some(last)) => Some(encode_cursor(
+            &state.auth.secret,
+            &binding,
+            &last.id.to_string(),
+        )),
+        _ => None,
+    };
+    Ok(Reply::list(
+        rows.iter().map(|e| resource(&state, e, None)).collect(),
+        Pagination {
+            limit: limit as u32,
+            has_more,
+            next_cursor,
+        },
+    ))
+}
+
+async fn read(
+    State(state): State<AdminState>,
+    caller: SecretKey<ReadWebhooks>,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let endpoint = stored(&state, &caller, &params).await?;
+    Ok(Reply::ok(resource(&state, &endpoint, None)))
+}
+
+async fn update(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageWebhooks>,
+    params: PathParams,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut endpoint = stored(&state, &caller, &params).await?;
+    let mut f = Fields::new(body);
+    let name = f.checked_string("name", false, validate::name);
+    let url = url_member(&mut f, false, state.allow_private_webhooks);
+    let types = event_types(&mut f, false);
+    let status = f.enumerated("status", false, &["active", "disabled"], |s| match s {
+        "active" => Some(EndpointStatus::Active),
+        "disabled" => Some(EndpointStatus::Disabled),
+        _ => None,
+    });
+    f.forbid("signing_secret", "is made by the server");
+    f.finish()?;
+    if let Some(url) = &url {
+        destination(url, state.allow_private_webhooks).await?;
+        endpoint.url = url.to_string();
+    }
+    if let Some(name) = name {
+        endpoint.name = name;
+    }
+    if let Some(types) = types {
+        endpoint.event_types = types;
+    }
+    if let Some(status) = status {
+        endpoint.status = status;
+    }
+    endpoint.updated_at = time::now();
+    if !state.auth.store.update_webhook_endpoint(&endpoint).await? {
+        return Err(ApiError::not_found("webhook endpoint"));
+    }
+    Ok(Reply::ok(resource(&state, &endpoint, None)))
+}
+
+/// `DELETE`: the endpoint is disabled, not erased (D13), so its deliveries stay readable.
+async fn disable(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageWebhooks>,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let mut endpoint = stored(&state, &caller, &params).await?;
+    if endpoint.status != EndpointStatus::Disabled {
+        endpoint.status = EndpointStatus::Disabled;
+        endpoint.updated_at = time::now();
+        if !state.auth.store.update_webhook_endpoint(&endpoint).await? {
+            return Err(ApiError::not_found("webhook endpoint"));
+        }
+    }
+    Ok(Reply::ok(resource(&state, &endpoint, None)))
+}

@@ -1,0 +1,179 @@
+//! Where Vigil may send requests on an organization's behalf (webhook deliveries, D13): over
+//! https, and never to loopback, private, link-local or cloud-metadata addresses. Without this,
+//! an endpoint URL would make the server call into its own network (SSRF). The address rule is
+//! checked on every address a name resolves to: at creation here, and again by the dispatcher
+//! on the address it connects to, since DNS can change in between.
+//! `--allow-private-webhooks` (local stacks and tests) lifts both rules.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use url::Url;
+
+/// The longest endpoint URL accepted.
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// A URL's form: absolute, `https` (or `http` when private destinations are allowed), with a
+/// host, and without credentials in it.
+pub fn check_url(raw: &str, allow_private: bool) -> Result<Url, String> {
+    if raw.len() > MAX_URL_BYTES {
+        return Err(format!("must be at most {MAX_URL_BYTES} bytes"));
+    }
+    let url = Url::parse(raw).map_err(|e| format!("must be an absolute URL ({e})"))?;
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_private => {}
+        "http" => return Err("must use https".into()),
+        _ => return Err("must be an https URL".into()),
+    }
+    if url.host().is_none() {
+        return Err("must name a host".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials".into());
+    }
+    if url.fragment().is_some() {
+        return Err("must not have a fragment".into());
+    }
+    Ok(url)
+}
+
+/// The addresses `url` resolves to, each one public (unless private destinations are allowed).
+/// A name that does not resolve is refused too: nothing could be delivered to it.
+pub async fn resolve_public(url: &Url, allow_private: bool) -> Result<Vec<SocketAddr>, String> {
+    let host = url.host_str().ok_or("must name a host")?;
+    let port = url.port_or_known_default().ok_or("must have a port")?;
+    // `Url` keeps IPv6 literals in brackets; the resolver wants them bare.
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|_| format!("host `{host}` does not resolve"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("host `{host}` does not resolve"));
+    }
+    if !allow_private && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+        return Err(format!(
+            "resolves to {}, a loopback, private, link-local or reserved address",
+            bad.ip()
+        ));
+    }
+    Ok(addrs)
+}
+
+/// Whether `ip` is a public unicast address: not loopback, private, shared (carrier NAT),
+/// link-local (where cloud metadata services live), documentation, benchmarking, multicast,
+/// broadcast, unspecified or reserved.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_public_v4(v4),
+            None => is_public_v6(v6),
+        },
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b))
+        || (a == 192 && b == 0 && c == 0)
+        || (a == 198 && (b == 18 || b == 19))
+        || a >= 240)
+}
+
+fn is_public_v6(ip: Ipv6Addr) -> bool {
+    let first = ip.segments()[0];
+    !(ip.is_loopback()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || ip.is_unique_local()
+        || ip.is_unicast_link_local()
+        || (first == 0x2001 && ip.segments()[1] == 0x0db8)
+        || first == 0x0064)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_unicast_addresses_are_public() {
+        for public in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "198.18.0.1",
+            "192.0.2.1",
+            "240.0.0.1",
+            "::1",
+            "::",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "2001:db8::1",
+            "64:ff9b::7f00:1",
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+    }
+
+    #[test]
+    fn urls_must_be_https_with_a_host_and_no_credentials() {
+        assert!(check_url("https://hooks.example.com/vigil?x=1", false).is_ok());
+        assert!(check_url("http://hooks.example.com/", true).is_ok());
+        for (bad, allow) in [
+            ("http://hooks.example.com/", false),
+            ("ftp://hooks.example.com/", true),
+            ("hooks.example.com/vigil", false),
+            ("https://user:pw@hooks.example.com/", false),
+            ("https://hooks.example.com/#frag", false),
+            ("file:///etc/passwd", true),
+        ] {
+            assert!(check_url(bad, allow).is_err(), "{bad}");
+        }
+        let long = format!("https://h.example.com/{}", "a".repeat(MAX_URL_BYTES));
+        assert!(check_url(&long, false).is_err());
+    }
+
+    #[tokio::test]
+    async fn names_and_literals_that_land_on_private_addresses_are_refused() {
+        for bad in [
+            "https://localhost/",
+            "https://127.0.0.1:8443/",
+            "https://[::1]/",
+            "https://169.254.169.254/latest",
+        ] {
+            let url = check_url(bad, false).unwrap();
+            assert!(resolve_public(&url, false).await.is_err(), "{bad}");
+            assert!(
+                resolve_public(&url, true).await.is_ok(),
+                "{bad} with the flag"
+            );
+        }
+        let public = check_url("https://93.184.216.34/hook", false).unwrap();
+        assert_eq!(
+            resolve_public(&public, false).await.unwrap(),
+            vec!["93.184.216.34:443".parse().unwrap()]
+        );
+        let nowhere = check_url("https://does-not-exist.invalid/", false).unwrap();
+        assert!(resolve_public(&nowhere, false).await.is_err());
+    }
+}

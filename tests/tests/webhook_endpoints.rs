@@ -1,0 +1,288 @@
+//! Webhook endpoints through the real interface (D3, D7, D13): create (the signing secret shown
+//! once), list, get, update and delete (which disables), per environment of the key; the URL
+//! rules (https, no loopback, private, link-local or metadata address, by literal or by name)
+//! and `--allow-private-webhooks`; the interface's errors and scopes.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::Value;
+use vigil_tests::{TestServer, json};
+
+/// A public address literal: accepted without resolving a name, so the test needs no DNS.
+const PUBLIC_URL: &str = "https://93.184.216.34/hooks/vigil";
+
+fn endpoints(s: &TestServer) -> String {
+    format!("{}/webhooks/endpoints", s.org_path())
+}
+
+async fn create(s: &TestServer, key: &str, body: Value) -> vigil_tests::Resp {
+    s.post(&endpoints(s)).key(key).json(body).send().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_is_created_read_listed_updated_and_disabled() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let r = create(
+        &s,
+        sk,
+        json!({"name": "orders", "url": PUBLIC_URL, "event_types": ["session.result.persisted"]}),
+    )
+    .await;
+    let made = r.ok(201).clone();
+    let id = made["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("we_") && id.len() == 35, "{id}");
+    assert_eq!(made["object"], "webhook_endpoint");
+    assert_eq!(made["status"], "active");
+    assert_eq!(made["url"], PUBLIC_URL);
+    assert_eq!(made["event_types"], json!(["session.result.persisted"]));
+    let secret = made["signing_secret"].as_str().unwrap().to_owned();
+    let raw = STANDARD
+        .decode(secret.strip_prefix("whsec_").expect("whsec_ prefix"))
+        .unwrap();
+    assert_eq!(raw.len(), 32, "whsec_ then the base64 of 32 random bytes");
+
+    // Reads never show the secret again, only its last four characters.
+    let read = s
+        .get(&format!("{}/{id}", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await;
+    let shown = read.ok(200)["signing_secret"].as_str().unwrap().to_owned();
+    assert_eq!(shown, format!("whsec_••••{}", &secret[secret.len() - 4..]));
+    assert!(!read.body.to_string().contains(&secret));
+
+    // Newest first across pages.
+    let mut ids = vec![id.clone()];
+    for name in ["second", "third"] {
+        let r = create(
+            &s,
+            sk,
+            json!({"name": name, "url": PUBLIC_URL, "event_types": ["webhook.test"]}),
+        )
+        .await;
+        ids.push(r.ok(201)["id"].as_str().unwrap().to_owned());
+    }
+    let pages = s.pages(sk, &format!("{}?limit=2", endpoints(&s))).await;
+    assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
+    let listed: Vec<&str> = pages
+        .iter()
+        .flatten()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        ids.iter().rev().map(String::as_str).collect::<Vec<_>>()
+    );
+
+    // Updates replace what they name.
+    let r = s
+        .patch(&format!("{}/{id}", endpoints(&s)))
+        .key(sk)
+        .json(json!({"name": "orders v2", "event_types": ["session.result.persisted", "session.fingerprint.calculated"]}))
+        .send()
+        .await;
+    let updated = r.ok(200);
+    assert_eq!(updated["name"], "orders v2");
+    assert_eq!(updated["event_types"].as_array().unwrap().len(), 2);
+    assert_eq!(updated["url"], PUBLIC_URL);
+
+    // DELETE disables and answers the endpoint; it stays readable, and can be set active again.
+    let r = s
+        .delete(&format!("{}/{id}", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(r.ok(200)["status"], "disabled");
+    let read = s
+        .get(&format!("{}/{id}", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(read.ok(200)["status"], "disabled");
+    let r = s
+        .patch(&format!("{}/{id}", endpoints(&s)))
+        .key(sk)
+        .json(json!({"status": "active"}))
+        .send()
+        .await;
+    assert_eq!(r.ok(200)["status"], "active");
+
+    // The other environment and other organizations do not see it.
+    s.get(&format!("{}/{id}", endpoints(&s)))
+        .key(&s.creds.keys.secret_live)
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    let live = s
+        .get(&endpoints(&s))
+        .key(&s.creds.keys.secret_live)
+        .send()
+        .await;
+    assert_eq!(live.ok(200), &json!([]));
+    let other = s.second_organization("webhooks-elsewhere").await;
+    s.get(&format!(
+        "/v1/organizations/{}/webhooks/endpoints/{id}",
+        other.org_id()
+    ))
+    .key(sk)
+    .send()
+    .await
+    .err(404, "resource.not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_urls_must_be_https_and_public() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    for url in [
+        "http://93.184.216.34/hooks",
+        "https://localhost/hooks",
+        "https://127.0.0.1:8443/hooks",
+        "https://10.0.0.7/hooks",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::1]/hooks",
+        "https://user:pw@93.184.216.34/hooks",
+        "ftp://93.184.216.34/hooks",
+        "not a url",
+        "https://does-not-exist.invalid/hooks",
+    ] {
+        let r = create(
+            &s,
+            sk,
+            json!({"name": "x", "url": url, "event_types": ["webhook.test"]}),
+        )
+        .await;
+        let e = r.err(422, "request.validation_failed");
+        assert_eq!(e["details"]["fields"][0]["name"], "url", "{url}: {e}");
+    }
+    // An update is held to the same rules.
+    let made = create(
+        &s,
+        sk,
+        json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test"]}),
+    )
+    .await;
+    let id = made.ok(201)["id"].as_str().unwrap().to_owned();
+    let r = s
+        .patch(&format!("{}/{id}", endpoints(&s)))
+        .key(sk)
+        .json(json!({"url": "https://localhost/"}))
+        .send()
+        .await;
+    r.err(422, "request.validation_failed");
+    assert_eq!(
+        s.get(&format!("{}/{id}", endpoints(&s)))
+            .key(sk)
+            .send()
+            .await
+            .ok(200)["url"],
+        PUBLIC_URL
+    );
+
+    // With --allow-private-webhooks, a local receiver over plain http is fine.
+    let local = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
+    let r = create(
+        &local,
+        &local.creds.keys.secret_test,
+        json!({"name": "local", "url": "http://127.0.0.1:9/hooks", "event_types": ["webhook.test"]}),
+    )
+    .await;
+    assert_eq!(r.ok(201)["url"], "http://127.0.0.1:9/hooks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_and_missing_scopes_are_refused() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let r = create(&s, sk, json!({})).await;
+    let e = r.err(422, "request.validation_failed");
+    let named: Vec<&str> = e["details"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    for field in ["name", "url", "event_types"] {
+        assert!(named.contains(&field), "{field} in {e}");
+    }
+    for (body, field) in [
+        (
+            json!({"name": "x", "url": PUBLIC_URL, "event_types": ["session.created"]}),
+            "event_types[0]",
+        ),
+        (
+            json!({"name": "x", "url": PUBLIC_URL, "event_types": []}),
+            "event_types",
+        ),
+        (
+            json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test", "webhook.test"]}),
+            "event_types",
+        ),
+        (
+            json!({"name": "", "url": PUBLIC_URL, "event_types": ["webhook.test"]}),
+            "name",
+        ),
+        (
+            json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test"], "signing_secret": "whsec_x"}),
+            "signing_secret",
+        ),
+        (
+            json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test"], "color": "red"}),
+            "color",
+        ),
+    ] {
+        let r = create(&s, sk, body.clone()).await;
+        let e = r.err(422, "request.validation_failed");
+        assert_eq!(e["details"]["fields"][0]["name"], field, "{body}: {e}");
+    }
+    let r = create(
+        &s,
+        sk,
+        json!({"name": "x", "url": PUBLIC_URL, "event_types": ["nope"]}),
+    )
+    .await;
+    assert_eq!(
+        r.err(422, "request.validation_failed")["details"]["allowed_values"],
+        json!(schemas::events::EventType::ALL)
+    );
+    s.get(&format!("{}/we_00", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await
+        .err(422, "request.validation_failed");
+    s.get(&format!("{}/we_{}", endpoints(&s), "0".repeat(32)))
+        .key(sk)
+        .send()
+        .await
+        .err(404, "resource.not_found");
+
+    // D3: reads need organizations:read, writes organizations:update.
+    let reader = s
+        .create_key(
+            &s.creds.keys.secret_live,
+            json!({"name": "reader", "environment": "test", "scopes": ["organizations:read"]}),
+        )
+        .await;
+    let reader = reader["revealed_key"].as_str().unwrap();
+    s.get(&endpoints(&s)).key(reader).send().await.ok(200);
+    create(
+        &s,
+        reader,
+        json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test"]}),
+    )
+    .await
+    .err(403, "auth.insufficient_scope");
+    let narrow = s
+        .create_key(
+            &s.creds.keys.secret_live,
+            json!({"name": "sessions", "environment": "test", "scopes": ["sessions:list"]}),
+        )
+        .await;
+    let narrow = narrow["revealed_key"].as_str().unwrap();
+    s.get(&endpoints(&s))
+        .key(narrow)
+        .send()
+        .await
+        .err(403, "auth.insufficient_scope");
+}
