@@ -1,13 +1,13 @@
 //! Webhook endpoints under `/v1/organizations/{organizationId}/webhooks/endpoints` (interface
 //! "Events and webhook endpoints", D3, D7, D13): create, list, get, update and delete (which
-//! disables), in the calling key's environment. The signing secret (`whsec_` then the base64
-//! of 32 random bytes) is shown in full once, in the create answer; reads show its last four
-//! characters. It is stored sealed under the server secret, because the dispatcher signs with
+//! disables), and signing-secret rotation, in the calling key's environment. The signing secret
+//! (`whsec_` then the base64 of 32 random bytes) is shown in full once, in the create or
+//! rotation answer; reads show its last four characters. It is stored sealed under the server secret, because the dispatcher signs with
 //! it.
 
 use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
+use axum::routing::{get, post};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param};
@@ -24,7 +24,7 @@ use schemas::resources::Pagination;
 use schemas::time::{self, Timestamp};
 use schemas::validate;
 use serde::Serialize;
-use store::{EndpointStatus, WebhookEndpointRecord};
+use store::{EndpointStatus, PreviousSecret, WebhookEndpointRecord};
 
 use crate::{AdminState, own_organization};
 
@@ -39,6 +39,10 @@ pub fn router() -> Router<AdminState> {
         .route(
             "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}",
             get(read).patch(update).delete(disable),
+        )
+        .route(
+            "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/rotations",
+            post(rotate),
         )
 }
 
@@ -320,4 +324,31 @@ async fn disable(
         }
     }
     Ok(Reply::ok(resource(&state, &endpoint, None)))
+}
+
+/// `POST …/{endpointId}/rotations`: a new signing secret, shown in full in the answer only.
+/// The one it replaces keeps signing beside it for `--rotation-grace`, so a receiver can
+/// deploy the new secret while deliveries carry both signatures (D13); a secret still in its
+/// overlap from an earlier rotation stops signing at once.
+async fn rotate(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageWebhooks>,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let mut endpoint = stored(&state, &caller, &params).await?;
+    let secret = new_secret();
+    let now = time::now();
+    let sealed = state.auth.secret.seal(
+        secret.as_bytes(),
+        &seal_context(endpoint.organization_id, endpoint.id),
+    );
+    endpoint.previous_secret = Some(PreviousSecret {
+        sealed: std::mem::replace(&mut endpoint.sealed_secret, sealed),
+        until: now + state.rotation_grace,
+    });
+    endpoint.updated_at = now;
+    if !state.auth.store.update_webhook_endpoint(&endpoint).await? {
+        return Err(ApiError::not_found("webhook endpoint"));
+    }
+    Ok(Reply::ok(resource(&state, &endpoint, Some(&secret))))
 }

@@ -286,3 +286,90 @@ async fn bad_bodies_and_missing_scopes_are_refused() {
         .await
         .err(403, "auth.insufficient_scope");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_secret_is_shown_once_and_the_old_one_is_kept_for_the_grace() {
+    let s =
+        TestServer::start_with(|a| a.rotation_grace = std::time::Duration::from_secs(600)).await;
+    let sk = &s.creds.keys.secret_test;
+    let made = create(
+        &s,
+        sk,
+        json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test"]}),
+    )
+    .await;
+    let made = made.ok(201).clone();
+    let (id, first) = (
+        made["id"].as_str().unwrap().to_owned(),
+        made["signing_secret"].as_str().unwrap().to_owned(),
+    );
+    let org: schemas::OrgId = s.creds.org_id().parse().unwrap();
+    let endpoint_id: schemas::ids::WebhookEndpointId = id.parse().unwrap();
+    let env = schemas::credential::Environment::Test;
+    let before = s
+        .store()
+        .get_webhook_endpoint(org, env, endpoint_id)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let r = s
+        .post(&format!("{}/{id}/rotations", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await;
+    let second = r.ok(200)["signing_secret"].as_str().unwrap().to_owned();
+    assert!(second.starts_with("whsec_") && second != first);
+    let read = s
+        .get(&format!("{}/{id}", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(
+        read.ok(200)["signing_secret"],
+        format!("whsec_••••{}", &second[second.len() - 4..])
+    );
+
+    // The replaced secret is kept, sealed, until the grace ends.
+    let after = s
+        .store()
+        .get_webhook_endpoint(org, env, endpoint_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let previous = after.previous_secret.expect("the previous secret is kept");
+    assert_eq!(previous.sealed, before.sealed_secret);
+    assert_ne!(after.sealed_secret, before.sealed_secret);
+    let left = previous.until - schemas::time::now();
+    assert!(
+        left.num_seconds() > 590 && left.num_seconds() <= 600,
+        "{left}"
+    );
+
+    // Another rotation replaces the overlap: only the newest two secrets ever sign.
+    s.post(&format!("{}/{id}/rotations", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await
+        .ok(200);
+    let again = s
+        .store()
+        .get_webhook_endpoint(org, env, endpoint_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.previous_secret.unwrap().sealed, after.sealed_secret);
+
+    // Rotation is a write: a reader cannot.
+    let reader = s
+        .create_key(
+            &s.creds.keys.secret_live,
+            json!({"name": "reader", "environment": "test", "scopes": ["organizations:read"]}),
+        )
+        .await;
+    s.post(&format!("{}/{id}/rotations", endpoints(&s)))
+        .key(reader["revealed_key"].as_str().unwrap())
+        .send()
+        .await
+        .err(403, "auth.insufficient_scope");
+}
