@@ -34,10 +34,13 @@ pub struct AppParts {
 }
 
 pub fn router(parts: AppParts) -> Router {
+    let admin_preparation = parts.log_preparation.clone();
     let admin = admin_api::router(admin_api::AdminState {
         auth: parts.auth.clone(),
         rotation_grace: parts.rotation_grace,
         allow_private_webhooks: parts.allow_private_webhooks,
+        log: parts.log.clone(),
+        log_ready: Arc::new(move || admin_preparation.status().is_ok()),
     })
     // Set here, inside the credential layer, so that a wrong method on an API route is counted
     // and carries the key's rate-limit headers like any other answer.

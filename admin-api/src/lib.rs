@@ -22,6 +22,12 @@ pub struct AdminState {
     /// Webhook endpoints may use plain http and private addresses (`--allow-private-webhooks`,
     /// D13: local stacks and tests only).
     pub allow_private_webhooks: bool,
+    /// Where a webhook endpoint's test event is published (`events.v1`), as the processor
+    /// publishes session events.
+    pub log: bus::Log,
+    /// Whether the log's topics are prepared (the server prepares them in the background);
+    /// until they are, a test event is a retryable 503.
+    pub log_ready: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 pub fn router(state: AdminState) -> Router {

@@ -17,14 +17,16 @@ use edge::policy::{ManageWebhooks, ReadWebhooks};
 use edge::{ApiError, AuthContext, SecretKey};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
+use schemas::EventId;
 use schemas::credential::Environment;
 use schemas::events::EventType;
+use schemas::events::{EventSubject, LoggedEvent};
 use schemas::ids::WebhookEndpointId;
 use schemas::resources::Pagination;
 use schemas::time::{self, Timestamp};
 use schemas::validate;
 use serde::Serialize;
-use store::{EndpointStatus, PreviousSecret, WebhookEndpointRecord};
+use store::{EndpointStatus, EventRecord, PreviousSecret, WebhookEndpointRecord};
 
 use crate::{AdminState, own_organization};
 
@@ -43,6 +45,10 @@ pub fn router() -> Router<AdminState> {
         .route(
             "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/rotations",
             post(rotate),
+        )
+        .route(
+            "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/test",
+            post(test),
         )
 }
 
@@ -351,4 +357,63 @@ async fn rotate(
         return Err(ApiError::not_found("webhook endpoint"));
     }
     Ok(Reply::ok(resource(&state, &endpoint, Some(&secret))))
+}
+
+/// `POST …/{endpointId}/test`: emits a `webhook.test` event for this endpoint only (its
+/// `data.endpoint_id` names it; D12). The event is published to `events.v1` first and then
+/// recorded, as the processor does with session events, so one that is listed was published.
+/// Answers the event (201). A disabled endpoint's test event is recorded but not delivered.
+async fn test(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageWebhooks>,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let endpoint = stored(&state, &caller, &params).await?;
+    let event = EventRecord {
+        id: EventId::generate(),
+        organization_id: endpoint.organization_id,
+        environment: endpoint.environment,
+        event_type: EventType::WebhookTest,
+        subject: EventSubject {
+            kind: "webhook_endpoint".into(),
+            id: endpoint.id.to_string(),
+        },
+        data: serde_json::json!({
+            "endpoint_id": endpoint.id,
+            "message": "A test event from Vigil: this endpoint is reachable and verifies its signature.",
+        }),
+        created_at: time::now(),
+    };
+    if !(state.log_ready)() {
+        return Err(ApiError::log_unavailable());
+    }
+    let logged = LoggedEvent::new(
+        event.organization_id,
+        event.environment,
+        event.to_event(Vec::new()),
+    );
+    let payload = serde_json::to_vec(&logged).map_err(|e| ApiError::internal("test event", e))?;
+    let topic = bus::Topic::from_static(schemas::events::EVENTS_TOPIC);
+    state
+        .log
+        .append(
+            &topic,
+            event.organization_id.to_string().as_bytes(),
+            &payload,
+        )
+        .await
+        .map_err(|e| {
+            if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) {
+                tracing::error!(error = %e, "publishing a test event");
+                ApiError::log_unavailable()
+            } else {
+                ApiError::internal("publishing a test event", e)
+            }
+        })?;
+    state
+        .auth
+        .store
+        .record_events(std::slice::from_ref(&event))
+        .await?;
+    Ok(Reply::created(event.to_event(Vec::new())))
 }

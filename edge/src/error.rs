@@ -34,6 +34,17 @@ impl ApiError {
         Self::new(ErrorCode::NotFound, format!("{what} not found"))
     }
 
+    /// The retryable 503 of a record the log cannot take now (it is down, or its topics are
+    /// not prepared yet).
+    pub fn log_unavailable() -> Self {
+        let mut err = Self::new(
+            ErrorCode::ServiceUnavailable,
+            "the log is unavailable; retry shortly",
+        );
+        err.retry_after = Some(1);
+        err
+    }
+
     pub fn validation(fields: Vec<FieldIssue>) -> Self {
         let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
         let message = format!("invalid request: {}", names.join(", "));

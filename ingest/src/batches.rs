@@ -132,7 +132,7 @@ pub async fn accept(
     };
     let payload = serde_json::to_vec(&record).map_err(|e| ApiError::internal("batch record", e))?;
     if !(state.log_ready)() {
-        return Err(log_unavailable());
+        return Err(ApiError::log_unavailable());
     }
     // The log first: a batch the log does not have is never acknowledged. A crash between the
     // two steps lets the SDK's retry append it again, which the processor ignores by (session,
@@ -142,7 +142,7 @@ pub async fn accept(
         // background while the log is unreachable): as retryable as the log being down.
         if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) {
             tracing::error!(request_id = %edge::context::request_id(), error = %e, "appending a batch");
-            log_unavailable()
+            ApiError::log_unavailable()
         } else {
             ApiError::internal("appending a batch", e)
         }
@@ -160,16 +160,6 @@ pub async fn accept(
             accepted: true,
         },
     ))
-}
-
-/// The retryable 503 of a batch the log cannot take now.
-fn log_unavailable() -> ApiError {
-    let mut err = ApiError::new(
-        ErrorCode::ServiceUnavailable,
-        "the log is unavailable; retry shortly",
-    );
-    err.retry_after = Some(1);
-    err
 }
 
 fn replayed() -> ApiError {

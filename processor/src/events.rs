@@ -14,28 +14,15 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use store::{EventRecord, SessionRecord, VisitorRecord};
 
-/// The version of [`LoggedEvent`] this build writes.
-pub const LOGGED_EVENT_SCHEMA: u32 = 1;
+pub use schemas::events::{LOGGED_EVENT_SCHEMA, LoggedEvent};
 
-/// A record of `events.v1`: the event in the interface's shape, with the tenancy the
-/// dispatcher needs to find the organization's endpoints (the event shape itself has none).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoggedEvent {
-    pub schema: u32,
-    pub organization_id: schemas::OrgId,
-    pub environment: schemas::credential::Environment,
-    pub event: schemas::events::Event,
-}
-
-impl LoggedEvent {
-    pub fn of(record: &EventRecord) -> Self {
-        LoggedEvent {
-            schema: LOGGED_EVENT_SCHEMA,
-            organization_id: record.organization_id,
-            environment: record.environment,
-            event: record.to_event(Vec::new()),
-        }
-    }
+/// An event as `events.v1` carries it.
+pub fn logged(record: &EventRecord) -> LoggedEvent {
+    LoggedEvent::new(
+        record.organization_id,
+        record.environment,
+        record.to_event(Vec::new()),
+    )
 }
 
 /// How a session found its visitor (D11's order), reported in the fingerprint event.

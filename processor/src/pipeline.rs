@@ -805,7 +805,7 @@ async fn publish_retried(
 /// Appends each event to `events.v1`, keyed by its organization.
 async fn publish(pipeline: &Pipeline, recorded: &[EventRecord]) -> Result<(), Failure> {
     for event in recorded {
-        let payload = serde_json::to_vec(&events::LoggedEvent::of(event))
+        let payload = serde_json::to_vec(&events::logged(event))
             .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
         pipeline
             .log

@@ -77,3 +77,31 @@ pub struct Event {
     #[serde(serialize_with = "time::ser")]
     pub created_at: Timestamp,
 }
+
+/// The version of [`LoggedEvent`] this build writes.
+pub const LOGGED_EVENT_SCHEMA: u32 = 1;
+
+/// A record of `events.v1`: the event in the interface's shape, with the tenancy the
+/// dispatcher needs to find the organization's endpoints (the event shape itself has none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggedEvent {
+    pub schema: u32,
+    pub organization_id: crate::OrgId,
+    pub environment: crate::credential::Environment,
+    pub event: Event,
+}
+
+impl LoggedEvent {
+    pub fn new(
+        organization_id: crate::OrgId,
+        environment: crate::credential::Environment,
+        event: Event,
+    ) -> Self {
+        LoggedEvent {
+            schema: LOGGED_EVENT_SCHEMA,
+            organization_id,
+            environment,
+            event,
+        }
+    }
+}

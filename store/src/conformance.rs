@@ -121,6 +121,7 @@ macro_rules! store_conformance_suite {
             sessions_by_verdict_follow_the_latest_decision,
             visitors_list_in_each_order_across_pages,
             purge_expired_drops_rows_past_retention_in_bounded_steps,
+            events_recorded_alone_are_listed_and_isolated,
             webhook_endpoint_round_trip_and_update,
             webhook_endpoint_create_conflict_writes_nothing,
             webhook_endpoints_list_newest_first_paginated_and_isolated,
@@ -4593,5 +4594,48 @@ pub async fn webhook_endpoints_list_newest_first_paginated_and_isolated(store: S
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// Events recorded without a session (a webhook endpoint's test event) read and list like a
+/// session's, in their own organization and environment only; recorded again, one row.
+pub async fn events_recorded_alone_are_listed_and_isolated(store: Store) {
+    let org = OrgId::generate();
+    let live = session_record(org, Environment::Live, SessionId::generate());
+    let test = session_record(org, Environment::Test, SessionId::generate());
+    let ids = sorted_ids(3, EventId::generate);
+    let mut recorded = vec![
+        event_record(&live, ids[0], EventType::WebhookTest),
+        event_record(&live, ids[1], EventType::WebhookTest),
+        event_record(&test, ids[2], EventType::WebhookTest),
+    ];
+    store.record_events(&recorded).await.unwrap();
+    store.record_events(&[]).await.unwrap();
+    recorded[1].data = json!({"again": true});
+    store.record_events(&recorded[1..2]).await.unwrap();
+    let listed = store
+        .list_events(org, Environment::Live, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(event_ids(&listed), vec![ids[1], ids[0]]);
+    assert_eq!(
+        listed[0].data,
+        json!({"again": true}),
+        "recorded again, replaced"
+    );
+    assert_eq!(
+        store
+            .get_event(org, Environment::Test, ids[2])
+            .await
+            .unwrap(),
+        Some(recorded[2].clone())
+    );
+    assert_eq!(
+        store
+            .get_event(org, Environment::Test, ids[0])
+            .await
+            .unwrap(),
+        None,
+        "the other environment's"
     );
 }

@@ -1222,7 +1222,19 @@ impl Inner {
                 known = false;
             }
         }
-        for e in &save.events {
+        self.add_events(batch, &save.events)?;
+        Ok(known.then_some(SessionMark {
+            updated_at: session.updated_at,
+            finalized: session.finalized,
+            verdict,
+            newest,
+            before,
+        }))
+    }
+
+    /// Adds events (insert or replace by id) and their expiry queue rows to `batch`.
+    fn add_events(&self, batch: &mut OwnedWriteBatch, events: &[EventRecord]) -> Result<()> {
+        for e in events {
             let ek = key::event(e.organization_id, e.environment, e.id);
             // Saved again with another time, the event keeps a stale queue row too; the purge
             // checks the row's own time before dropping it.
@@ -1233,13 +1245,7 @@ impl Inner {
             );
             batch.insert(&self.events, ek, encode(EVENTS, e)?);
         }
-        Ok(known.then_some(SessionMark {
-            updated_at: session.updated_at,
-            finalized: session.finalized,
-            verdict,
-            newest,
-            before,
-        }))
+        Ok(())
     }
 
     fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
@@ -2147,6 +2153,19 @@ impl StoreBackend for EmbeddedStore {
             prefix_end(&partition),
             limit,
         )
+    }
+
+    async fn record_events(&self, events: &[EventRecord]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let events = events.to_vec();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            db.add_events(&mut batch, &events)?;
+            batch.commit().map_err(unavailable)
+        })
+        .await
     }
 
     async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {

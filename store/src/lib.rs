@@ -268,6 +268,9 @@ pub trait StoreBackend: Send + Sync + 'static {
         env: Environment,
         id: schemas::EventId,
     ) -> Result<Option<EventRecord>>;
+    /// Records events that belong to no session save (a webhook endpoint's test event), in
+    /// one step: insert or replace by id, kept for the retention like a session's events.
+    async fn record_events(&self, events: &[EventRecord]) -> Result<()>;
     /// Events of one organization and environment, newest first, strictly after `after`.
     async fn list_events(
         &self,

@@ -411,6 +411,11 @@ impl StoreBackend for FlakyStore {
         self.inner.list_events(org, env, after, limit).await
     }
 
+    async fn record_events(&self, events: &[EventRecord]) -> Result<()> {
+        self.fault("record_events")?;
+        self.inner.record_events(events).await
+    }
+
     async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
         self.fault("create_webhook_endpoint")?;
         self.inner.create_webhook_endpoint(endpoint).await

@@ -15,6 +15,17 @@ fn endpoints(s: &TestServer) -> String {
     format!("{}/webhooks/endpoints", s.org_path())
 }
 
+/// A test secret key that may read the organization but change nothing.
+async fn reader_key(s: &TestServer) -> String {
+    let made = s
+        .create_key(
+            &s.creds.keys.secret_live,
+            json!({"name": "reader", "environment": "test", "scopes": ["organizations:read"]}),
+        )
+        .await;
+    made["revealed_key"].as_str().unwrap().to_owned()
+}
+
 async fn create(s: &TestServer, key: &str, body: Value) -> vigil_tests::Resp {
     s.post(&endpoints(s)).key(key).json(body).send().await
 }
@@ -258,17 +269,11 @@ async fn bad_bodies_and_missing_scopes_are_refused() {
         .err(404, "resource.not_found");
 
     // D3: reads need organizations:read, writes organizations:update.
-    let reader = s
-        .create_key(
-            &s.creds.keys.secret_live,
-            json!({"name": "reader", "environment": "test", "scopes": ["organizations:read"]}),
-        )
-        .await;
-    let reader = reader["revealed_key"].as_str().unwrap();
-    s.get(&endpoints(&s)).key(reader).send().await.ok(200);
+    let reader = reader_key(&s).await;
+    s.get(&endpoints(&s)).key(&reader).send().await.ok(200);
     create(
         &s,
-        reader,
+        &reader,
         json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test"]}),
     )
     .await
@@ -361,14 +366,75 @@ async fn a_rotated_secret_is_shown_once_and_the_old_one_is_kept_for_the_grace() 
     assert_eq!(again.previous_secret.unwrap().sealed, after.sealed_secret);
 
     // Rotation is a write: a reader cannot.
-    let reader = s
-        .create_key(
-            &s.creds.keys.secret_live,
-            json!({"name": "reader", "environment": "test", "scopes": ["organizations:read"]}),
-        )
-        .await;
+    let reader = reader_key(&s).await;
     s.post(&format!("{}/{id}/rotations", endpoints(&s)))
-        .key(reader["revealed_key"].as_str().unwrap())
+        .key(&reader)
+        .send()
+        .await
+        .err(403, "auth.insufficient_scope");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_event_is_published_recorded_and_listed_for_its_endpoint() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let made = create(
+        &s,
+        sk,
+        json!({"name": "x", "url": PUBLIC_URL, "event_types": ["webhook.test"]}),
+    )
+    .await;
+    let id = made.ok(201)["id"].as_str().unwrap().to_owned();
+
+    let r = s
+        .post(&format!("{}/{id}/test", endpoints(&s)))
+        .key(sk)
+        .send()
+        .await;
+    let event = r.ok(201).clone();
+    assert_eq!(event["object"], "event");
+    assert_eq!(event["type"], "webhook.test");
+    assert_eq!(
+        event["subject"],
+        json!({"type": "webhook_endpoint", "id": id})
+    );
+    assert_eq!(event["data"]["endpoint_id"], id.as_str());
+    assert_eq!(event["webhook_deliveries"], json!([]));
+    let event_id = event["id"].as_str().unwrap();
+
+    // Listed by the events API, in this environment only.
+    let listed = s
+        .get(&format!("{}/events?type=webhook.test", s.org_path()))
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(listed.ok(200)[0]["id"], event_id);
+    let live = s
+        .get(&format!("{}/events?type=webhook.test", s.org_path()))
+        .key(&s.creds.keys.secret_live)
+        .send()
+        .await;
+    assert_eq!(live.ok(200), &json!([]));
+
+    // And on events.v1 for the dispatcher, with its tenancy.
+    let logged = vigil_tests::collect::logged_events(&s).await;
+    let record = logged
+        .iter()
+        .find(|r| r["event"]["id"] == event_id)
+        .expect("the test event is on events.v1");
+    assert_eq!(record["environment"], "test");
+    assert_eq!(record["organization_id"], s.creds.org_id());
+    assert_eq!(record["event"]["type"], "webhook.test");
+
+    // Another environment's endpoint id is not found; a reader may not send tests.
+    s.post(&format!("{}/{id}/test", endpoints(&s)))
+        .key(&s.creds.keys.secret_live)
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    let reader = reader_key(&s).await;
+    s.post(&format!("{}/{id}/test", endpoints(&s)))
+        .key(&reader)
         .send()
         .await
         .err(403, "auth.insufficient_scope");
