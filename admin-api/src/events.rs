@@ -1,6 +1,7 @@
 //! `GET /v1/organizations/{organizationId}/events` (interface "Events", D3, D4, D7, D12): the
 //! organization's events in the calling key's environment, newest first, filtered by type and
-//! by the webhook endpoint they were delivered to, each with its webhook deliveries.
+//! by the webhook endpoint they were delivered to, each with its webhook deliveries (those the
+//! store has: the dispatcher that makes them comes next).
 
 use axum::Router;
 use axum::extract::State;
@@ -13,8 +14,9 @@ use schemas::EventId;
 use schemas::events::EventType;
 use schemas::ids::WebhookEndpointId;
 use schemas::resources::Pagination;
+use schemas::time;
 use serde_json::Value;
-use store::EventRecord;
+use store::{EventRecord, WebhookDeliveryRecord};
 
 use crate::{AdminState, own_organization};
 
@@ -48,10 +50,22 @@ impl Filter {
     }
 }
 
-/// The webhook deliveries an event produced. None are made yet: webhook endpoints and the
-/// dispatcher that delivers to them come next, and until then an event has none.
-fn deliveries(_event: &EventRecord) -> Vec<Value> {
-    Vec::new()
+/// A delivery in the interface's shape (`webhook_delivery`).
+fn delivery(d: &WebhookDeliveryRecord) -> Value {
+    serde_json::json!({
+        "id": d.id,
+        "object": "webhook_delivery",
+        "event_id": d.event_id,
+        "endpoint_id": d.endpoint_id,
+        "event_type": d.event_type,
+        "status": d.status,
+        "attempts": d.attempts,
+        "response_status": d.response_status,
+        "response_body": d.response_body,
+        "error": d.error,
+        "created_at": time::format(&d.created_at),
+        "updated_at": time::format(&d.updated_at),
+    })
 }
 
 async fn list(
@@ -91,15 +105,25 @@ async fn list(
                 .map_err(|e| ApiError::internal("cursor position", e))?,
         ),
     };
+    // Each event is read with its deliveries, which the endpoint filter looks at.
     let store = &state.auth.store;
     let page = scan_page(
         limit,
         !filter.is_empty(),
         SCAN_BUDGET,
         after,
-        move |after, n| store.list_events(org, env, after, n),
-        |e: &EventRecord| e.id,
-        |e| filter.matches(e, &deliveries(e)),
+        move |after, n| async move {
+            let events = store.list_events(org, env, after, n).await?;
+            let mut read = Vec::with_capacity(events.len());
+            for event in events {
+                let deliveries = store.list_event_deliveries(org, env, event.id).await?;
+                let deliveries: Vec<Value> = deliveries.iter().map(delivery).collect();
+                read.push((event, deliveries));
+            }
+            Ok::<_, store::StoreError>(read)
+        },
+        |(e, _): &(EventRecord, Vec<Value>)| e.id,
+        |(e, deliveries)| filter.matches(e, deliveries),
     )
     .await?;
     let (has_more, next) = (page.has_more, page.next);
@@ -109,8 +133,8 @@ async fn list(
     };
     let events = page
         .rows
-        .iter()
-        .map(|event| event.to_event(deliveries(event)))
+        .into_iter()
+        .map(|(event, deliveries)| event.to_event(deliveries))
         .collect();
     Ok(Reply::list(
         events,

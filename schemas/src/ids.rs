@@ -198,6 +198,10 @@ id_type!(
     /// A webhook endpoint of an organization (D13).
     WebhookEndpointId, "we_", spell_hex, parse_hex_id
 );
+id_type!(
+    /// The delivery of one event to one webhook endpoint, with its attempts (D13).
+    WebhookDeliveryId, "wdlv_", spell_hex, parse_hex_id
+);
 
 #[cfg(test)]
 mod tests {

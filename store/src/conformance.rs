@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use chrono::TimeDelta;
 use schemas::credential::{Environment, KeyType};
 use schemas::events::{EventSubject, EventType};
-use schemas::ids::{KeyId, OrgId, WebhookEndpointId};
+use schemas::ids::{KeyId, OrgId, WebhookDeliveryId, WebhookEndpointId};
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
 use schemas::time::{self, Timestamp};
@@ -24,11 +24,11 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::{
-    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, EndpointStatus,
-    EventRecord, IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession,
-    OrganizationRecord, PingRecord, PreviousSecret, RawJson, Result, SessionRecord, SessionSave,
-    Store, StoreError, StoredResponse, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest,
-    VisitorStorage, VisitorTraits, WebhookEndpointRecord,
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, DeliveryStatus,
+    EndpointStatus, EventRecord, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
+    IdleSession, OrganizationRecord, PingRecord, PreviousSecret, RawJson, Result, SessionRecord,
+    SessionSave, Store, StoreError, StoredResponse, VisitorAnchors, VisitorOrder, VisitorRecord,
+    VisitorRequest, VisitorStorage, VisitorTraits, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -122,6 +122,8 @@ macro_rules! store_conformance_suite {
             visitors_list_in_each_order_across_pages,
             purge_expired_drops_rows_past_retention_in_bounded_steps,
             events_recorded_alone_are_listed_and_isolated,
+            webhook_deliveries_are_created_once_listed_and_due_in_order,
+            a_webhook_delivery_update_moves_it_in_the_due_index,
             webhook_endpoint_round_trip_and_update,
             webhook_endpoint_create_conflict_writes_nothing,
             webhook_endpoints_list_newest_first_paginated_and_isolated,
@@ -4637,5 +4639,160 @@ pub async fn events_recorded_alone_are_listed_and_isolated(store: Store) {
             .unwrap(),
         None,
         "the other environment's"
+    );
+}
+
+fn delivery(
+    org: OrgId,
+    event: EventId,
+    endpoint: WebhookEndpointId,
+    due: Option<Timestamp>,
+) -> WebhookDeliveryRecord {
+    let now = time::now();
+    WebhookDeliveryRecord {
+        id: WebhookDeliveryId::generate(),
+        organization_id: org,
+        environment: Environment::Live,
+        event_id: event,
+        endpoint_id: endpoint,
+        event_type: EventType::SessionResultPersisted,
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        response_status: None,
+        response_body: None,
+        error: None,
+        next_attempt_at: due,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// A fan-out stores each (event, endpoint) once however often it runs; an event's deliveries
+/// list by endpoint; pending ones come back from the due index earliest first, only once due.
+pub async fn webhook_deliveries_are_created_once_listed_and_due_in_order(store: Store) {
+    let org = OrgId::generate();
+    let (event, other_event) = (EventId::generate(), EventId::generate());
+    let endpoints = sorted_ids(3, WebhookEndpointId::generate);
+    let now = time::now();
+    let later = |s: i64| now + TimeDelta::seconds(s);
+    let fan_out = vec![
+        delivery(org, event, endpoints[0], Some(later(-30))),
+        delivery(org, event, endpoints[1], Some(later(-60))),
+        delivery(org, event, endpoints[2], Some(later(3_600))),
+        delivery(org, event, endpoints[2], Some(later(3_600))),
+    ];
+    assert_eq!(store.create_webhook_deliveries(&fan_out).await.unwrap(), 3);
+    let again: Vec<_> = fan_out
+        .iter()
+        .map(|d| delivery(org, event, d.endpoint_id, Some(later(-90))))
+        .collect();
+    assert_eq!(
+        store.create_webhook_deliveries(&again).await.unwrap(),
+        0,
+        "a second fan-out of the same event creates nothing"
+    );
+    store
+        .create_webhook_deliveries(&[delivery(org, other_event, endpoints[0], None)])
+        .await
+        .unwrap();
+
+    let listed = store
+        .list_event_deliveries(org, Environment::Live, event)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|d| d.endpoint_id).collect::<Vec<_>>(),
+        endpoints
+    );
+    assert_eq!(listed[0], fan_out[0], "the first fan-out's rows are kept");
+    assert!(
+        store
+            .list_event_deliveries(org, Environment::Test, event)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let due = store.due_webhook_deliveries(now, 10).await.unwrap();
+    assert_eq!(
+        due.iter().map(|d| d.endpoint_id).collect::<Vec<_>>(),
+        vec![endpoints[1], endpoints[0]],
+        "earliest first, and only those due"
+    );
+    assert_eq!(store.due_webhook_deliveries(now, 1).await.unwrap().len(), 1);
+}
+
+/// An attempt's update replaces the row and moves it in the due index: a retry is due at its
+/// new time, a finished delivery is due never again; a delivery not stored is not created.
+pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
+    let org = OrgId::generate();
+    let event = EventId::generate();
+    let now = time::now();
+    let mut d = delivery(
+        org,
+        event,
+        WebhookEndpointId::generate(),
+        Some(now - TimeDelta::seconds(1)),
+    );
+    store
+        .create_webhook_deliveries(std::slice::from_ref(&d))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.due_webhook_deliveries(now, 10).await.unwrap(),
+        vec![d.clone()]
+    );
+
+    d.attempts = 1;
+    d.response_status = Some(500);
+    d.response_body = Some("upstream down".into());
+    d.next_attempt_at = Some(now + TimeDelta::seconds(5));
+    assert!(store.update_webhook_delivery(&d).await.unwrap());
+    assert!(
+        store
+            .due_webhook_deliveries(now, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let later = now + TimeDelta::seconds(6);
+    assert_eq!(
+        store.due_webhook_deliveries(later, 10).await.unwrap(),
+        vec![d.clone()]
+    );
+
+    d.attempts = 2;
+    d.status = DeliveryStatus::Succeeded;
+    d.response_status = Some(204);
+    d.next_attempt_at = None;
+    assert!(store.update_webhook_delivery(&d).await.unwrap());
+    assert!(
+        store
+            .due_webhook_deliveries(later, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .list_event_deliveries(org, Environment::Live, event)
+            .await
+            .unwrap(),
+        vec![d]
+    );
+
+    let stranger = delivery(
+        org,
+        EventId::generate(),
+        WebhookEndpointId::generate(),
+        Some(now),
+    );
+    assert!(!store.update_webhook_delivery(&stranger).await.unwrap());
+    assert!(
+        store
+            .list_event_deliveries(org, Environment::Live, stranger.event_id)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

@@ -50,7 +50,7 @@ use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, DecisionTurn, EventRecord,
     IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, OrganizationRecord, Result,
     SessionRecord, SessionSave, StoreBackend, StoreError, VisitorAnchors, VisitorOrder,
-    VisitorRecord, WebhookEndpointRecord,
+    VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -68,6 +68,10 @@ const SESSION_DECISIONS: &str = "session_decisions";
 const SESSIONS_IDLE: &str = "sessions_idle";
 const EVENTS: &str = "events";
 const WEBHOOK_ENDPOINTS: &str = "webhook_endpoints";
+const WEBHOOK_DELIVERIES: &str = "webhook_deliveries";
+/// Embedded only: the pending deliveries by when their next attempt is due (where ScyllaDB
+/// would use a bucketed table of its own).
+const WEBHOOK_DELIVERIES_DUE: &str = "webhook_deliveries_due";
 const VISITORS: &str = "visitors";
 const VISITORS_BY_ANCHOR: &str = "visitors_by_anchor";
 const SESSIONS_BY_VERDICT: &str = "sessions_by_verdict";
@@ -109,6 +113,8 @@ struct Inner {
     sessions_idle: Keyspace,
     events: Keyspace,
     webhook_endpoints: Keyspace,
+    webhook_deliveries: Keyspace,
+    webhook_deliveries_due: Keyspace,
     visitors: Keyspace,
     visitors_by_anchor: Keyspace,
     sessions_by_verdict: Keyspace,
@@ -463,6 +469,44 @@ mod key {
         k
     }
 
+    /// The `webhook_deliveries` partition `(organization_id, environment, event_id)`: the
+    /// event's key (its id inverted, as in `events`).
+    pub fn delivery_partition(org: OrgId, env: Environment, event: EventId) -> [u8; 33] {
+        self::event(org, env, event)
+    }
+
+    /// Partition, then the endpoint's ULID.
+    pub fn delivery(
+        org: OrgId,
+        env: Environment,
+        event: EventId,
+        endpoint: WebhookEndpointId,
+    ) -> [u8; 49] {
+        let mut k = [0; 49];
+        k[..33].copy_from_slice(&delivery_partition(org, env, event));
+        k[33..].copy_from_slice(&endpoint.ulid().to_bytes());
+        k
+    }
+
+    /// `webhook_deliveries_due`: when the attempt is due in milliseconds (8, big-endian, so
+    /// earliest first), then the delivery's key.
+    pub fn delivery_due(at: Timestamp, delivery: &[u8; 49]) -> [u8; 57] {
+        let mut k = [0; 57];
+        k[..8].copy_from_slice(&millis(at).to_be_bytes());
+        k[8..].copy_from_slice(delivery);
+        k
+    }
+
+    /// The delivery key at the end of a due-index key.
+    pub fn delivery_of_due(k: &[u8]) -> Option<&[u8]> {
+        k.get(8..).filter(|d| d.len() == 49)
+    }
+
+    /// The due-index keys of attempts due before `at`.
+    pub fn delivery_due_before(at: Timestamp) -> [u8; 8] {
+        millis(at).to_be_bytes()
+    }
+
     /// The `visitors` partition `(organization_id, environment)`: 16 + 1 bytes, as `sessions`.
     pub fn visitor_partition(org: OrgId, env: Environment) -> [u8; 17] {
         api_key_partition(org, env)
@@ -693,6 +737,8 @@ impl EmbeddedStore {
             sessions_idle: keyspace(SESSIONS_IDLE)?,
             events: keyspace(EVENTS)?,
             webhook_endpoints: keyspace(WEBHOOK_ENDPOINTS)?,
+            webhook_deliveries: keyspace(WEBHOOK_DELIVERIES)?,
+            webhook_deliveries_due: keyspace(WEBHOOK_DELIVERIES_DUE)?,
             visitors: keyspace(VISITORS)?,
             visitors_by_anchor: keyspace(VISITORS_BY_ANCHOR)?,
             sessions_by_verdict: keyspace(SESSIONS_BY_VERDICT)?,
@@ -2166,6 +2212,107 @@ impl StoreBackend for EmbeddedStore {
             batch.commit().map_err(unavailable)
         })
         .await
+    }
+
+    async fn create_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+    ) -> Result<usize> {
+        if deliveries.is_empty() {
+            return Ok(0);
+        }
+        let deliveries = deliveries.to_vec();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            let mut created = std::collections::HashSet::new();
+            for d in &deliveries {
+                let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
+                if db.contains(&db.webhook_deliveries, &k)? || !created.insert(k) {
+                    continue;
+                }
+                batch.insert(&db.webhook_deliveries, k, encode(WEBHOOK_DELIVERIES, d)?);
+                if let Some(at) = d.next_attempt_at {
+                    batch.insert(&db.webhook_deliveries_due, key::delivery_due(at, &k), []);
+                }
+            }
+            batch.commit().map_err(unavailable)?;
+            Ok(created.len())
+        })
+        .await
+    }
+
+    async fn update_webhook_delivery(&self, delivery: &WebhookDeliveryRecord) -> Result<bool> {
+        let d = delivery.clone();
+        self.write(move |db, _| {
+            let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
+            let Some(stored) = decode_row::<WebhookDeliveryRecord>(
+                WEBHOOK_DELIVERIES,
+                db.webhook_deliveries.get(k),
+            )?
+            else {
+                return Ok(false);
+            };
+            let mut batch = db.batch();
+            if let Some(at) = stored.next_attempt_at {
+                batch.remove(&db.webhook_deliveries_due, key::delivery_due(at, &k));
+            }
+            if let Some(at) = d.next_attempt_at {
+                batch.insert(&db.webhook_deliveries_due, key::delivery_due(at, &k), []);
+            }
+            batch.insert(&db.webhook_deliveries, k, encode(WEBHOOK_DELIVERIES, &d)?);
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn list_event_deliveries(
+        &self,
+        org: OrgId,
+        env: Environment,
+        event: EventId,
+    ) -> Result<Vec<WebhookDeliveryRecord>> {
+        let partition = key::delivery_partition(org, env, event);
+        scan(
+            WEBHOOK_DELIVERIES,
+            &self.inner.db.snapshot(),
+            &self.inner.webhook_deliveries,
+            Bound::Included(partition.to_vec()),
+            prefix_end(&partition),
+            usize::MAX,
+        )
+    }
+
+    async fn due_webhook_deliveries(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<WebhookDeliveryRecord>> {
+        let db = &self.inner;
+        let snapshot = db.db.snapshot();
+        let end = key::delivery_due_before(before).to_vec();
+        let mut due = Vec::new();
+        for guard in snapshot
+            .range(&db.webhook_deliveries_due, ..end)
+            .take(limit)
+        {
+            let k = guard.key().map_err(unavailable)?;
+            let delivery = key::delivery_of_due(&k).ok_or_else(|| StoreError::Corrupt {
+                table: WEBHOOK_DELIVERIES_DUE,
+                detail: "a due key of the wrong length".into(),
+            })?;
+            // Written in one batch with the index, so a missing row is damage.
+            let row = decode_row(
+                WEBHOOK_DELIVERIES,
+                snapshot.get(&db.webhook_deliveries, delivery),
+            )?
+            .ok_or_else(|| StoreError::Corrupt {
+                table: WEBHOOK_DELIVERIES_DUE,
+                detail: "a due row names no delivery".into(),
+            })?;
+            due.push(row);
+        }
+        Ok(due)
     }
 
     async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {

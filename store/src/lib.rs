@@ -302,6 +302,33 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// its organization and environment.
     async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool>;
 
+    // webhook_deliveries, webhook_deliveries_due
+
+    /// Stores the deliveries not stored yet (one per event and endpoint), pending ones in the
+    /// due index too, in one step; a delivery already stored is left as it is, so fanning an
+    /// event out again creates nothing twice. How many were new.
+    async fn create_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+    ) -> Result<usize>;
+    /// Replaces a stored delivery (after an attempt) and moves its due-index row to its new
+    /// `next_attempt_at` (none once it succeeded or failed); false, with nothing written, if it
+    /// is not stored.
+    async fn update_webhook_delivery(&self, delivery: &WebhookDeliveryRecord) -> Result<bool>;
+    /// One event's deliveries, by endpoint id.
+    async fn list_event_deliveries(
+        &self,
+        org: OrgId,
+        env: Environment,
+        event: schemas::EventId,
+    ) -> Result<Vec<WebhookDeliveryRecord>>;
+    /// Deliveries whose next attempt is due before `before`, earliest first, at most `limit`.
+    async fn due_webhook_deliveries(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<WebhookDeliveryRecord>>;
+
     // visitors, visitors_by_anchor
 
     /// Writes the visitor (insert or replace) and its anchor index rows in one step: a

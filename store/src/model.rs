@@ -312,6 +312,39 @@ pub enum EndpointStatus {
     Disabled,
 }
 
+/// `webhook_deliveries`, partition key `(organization_id, environment, event_id)`, clustering
+/// key `endpoint_id`: one event's delivery to one endpoint and its attempts so far (D13, D24).
+/// Pending ones are also in `webhook_deliveries_due`, by when their next attempt is due, so a
+/// restarted dispatcher resumes the schedule from the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookDeliveryRecord {
+    pub id: schemas::ids::WebhookDeliveryId,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub event_id: schemas::EventId,
+    pub endpoint_id: schemas::ids::WebhookEndpointId,
+    pub event_type: schemas::events::EventType,
+    pub status: DeliveryStatus,
+    pub attempts: u32,
+    pub response_status: Option<u16>,
+    /// The endpoint's answer, at most 4 KiB of it.
+    pub response_body: Option<String>,
+    pub error: Option<String>,
+    /// When the next attempt is due; `None` once the delivery succeeded or failed for good.
+    pub next_attempt_at: Option<Timestamp>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Where a delivery stands (D13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    Pending,
+    Succeeded,
+    Failed,
+}
+
 /// `visitors`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs,
 /// so newest first): a visitor fingerprint (D11) as the processor links it and the reads show it.
 /// Its anchors are indexed in `visitors_by_anchor`, written with the row.

@@ -411,6 +411,38 @@ impl StoreBackend for FlakyStore {
         self.inner.list_events(org, env, after, limit).await
     }
 
+    async fn create_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+    ) -> Result<usize> {
+        self.fault("create_webhook_deliveries")?;
+        self.inner.create_webhook_deliveries(deliveries).await
+    }
+
+    async fn update_webhook_delivery(&self, delivery: &WebhookDeliveryRecord) -> Result<bool> {
+        self.fault("update_webhook_delivery")?;
+        self.inner.update_webhook_delivery(delivery).await
+    }
+
+    async fn list_event_deliveries(
+        &self,
+        org: OrgId,
+        env: Environment,
+        event: schemas::EventId,
+    ) -> Result<Vec<WebhookDeliveryRecord>> {
+        self.fault("list_event_deliveries")?;
+        self.inner.list_event_deliveries(org, env, event).await
+    }
+
+    async fn due_webhook_deliveries(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<WebhookDeliveryRecord>> {
+        self.fault("due_webhook_deliveries")?;
+        self.inner.due_webhook_deliveries(before, limit).await
+    }
+
     async fn record_events(&self, events: &[EventRecord]) -> Result<()> {
         self.fault("record_events")?;
         self.inner.record_events(events).await

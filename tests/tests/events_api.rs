@@ -153,14 +153,65 @@ async fn events_filter_by_type_and_endpoint() {
     assert_eq!(none.ok(200), &json!([]));
     assert_eq!(none.body["pagination"]["has_more"], false);
 
-    // No webhook endpoint exists, so no event was delivered to the one named.
-    let endpoint = format!("we_{}", "0123456789abcdef".repeat(2));
+    // No delivery was made to an endpoint nobody has.
+    let nobody = format!("we_{}", "0123456789abcdef".repeat(2));
+    let by_nobody = s
+        .get(&format!("{}?endpoint_id={nobody}", events_path(&s)))
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(by_nobody.ok(200), &json!([]));
+
+    // Deliveries the store has are listed with their events, and filter them by endpoint.
+    let org: schemas::ids::OrgId = s.creds.org_id().parse().unwrap();
+    let endpoint = schemas::ids::WebhookEndpointId::generate();
+    let now = schemas::time::now();
+    let delivered: Vec<store::WebhookDeliveryRecord> = [0usize, 3]
+        .iter()
+        .map(|&i| store::WebhookDeliveryRecord {
+            id: schemas::ids::WebhookDeliveryId::generate(),
+            organization_id: org,
+            environment: Environment::Test,
+            event_id: test_ids[i].parse().unwrap(),
+            endpoint_id: endpoint,
+            event_type: EventType::SessionResultPersisted,
+            status: store::DeliveryStatus::Succeeded,
+            attempts: 2,
+            response_status: Some(204),
+            response_body: Some(String::new()),
+            error: None,
+            next_attempt_at: None,
+            created_at: now,
+            updated_at: now,
+        })
+        .collect();
+    s.store()
+        .create_webhook_deliveries(&delivered)
+        .await
+        .unwrap();
     let by_endpoint = s
         .get(&format!("{}?endpoint_id={endpoint}", events_path(&s)))
         .key(sk)
         .send()
         .await;
-    assert_eq!(by_endpoint.ok(200), &json!([]));
+    let rows = by_endpoint.ok(200).as_array().unwrap().clone();
+    assert_eq!(ids(&rows), vec![test_ids[3].clone(), test_ids[0].clone()]);
+    let d = &rows[0]["webhook_deliveries"][0];
+    assert_eq!(d["object"], "webhook_delivery");
+    assert_eq!(d["id"], delivered[1].id.to_string());
+    assert_eq!(d["endpoint_id"], endpoint.to_string());
+    assert_eq!(d["event_id"], test_ids[3]);
+    assert_eq!(d["status"], "succeeded");
+    assert_eq!(d["attempts"], 2);
+    assert_eq!(d["response_status"], 204);
+    assert!(d["created_at"].as_str().unwrap().ends_with('Z'));
+    // The other environment's key sees none of it.
+    let live = s
+        .get(&format!("{}?endpoint_id={endpoint}", events_path(&s)))
+        .key(&s.creds.keys.secret_live)
+        .send()
+        .await;
+    assert_eq!(live.ok(200), &json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
