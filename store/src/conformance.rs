@@ -4343,6 +4343,19 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
         .await
         .unwrap();
 
+    // A pending delivery of an old event goes with it; the fresh event's stays.
+    let old_delivery = delivery(
+        org,
+        old_sessions[0].1.id,
+        WebhookEndpointId::generate(),
+        Some(long_ago),
+    );
+    let fresh_delivery = delivery(org, fresh_event.id, WebhookEndpointId::generate(), None);
+    store
+        .create_webhook_deliveries(&[old_delivery.clone(), fresh_delivery.clone()])
+        .await
+        .unwrap();
+
     let old_visitor = VisitorRecord {
         first_seen_at: long_ago,
         last_seen_at: long_ago,
@@ -4381,6 +4394,9 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
         );
         assert_eq!(store.get_event(org, env, event.id).await.unwrap(), None);
     }
+    // Newest first; the two ids may share a millisecond, so their order is the ids' own.
+    let mut kept = vec![fresh.id, revived_id];
+    kept.sort_by(|a, b| b.cmp(a));
     assert_eq!(
         session_ids(
             &store
@@ -4388,12 +4404,12 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
                 .await
                 .unwrap()
         ),
-        vec![fresh.id, revived_id],
+        kept.clone(),
         "the verdict index keeps only the kept sessions"
     );
     assert_eq!(
         session_ids(&store.list_sessions(org, env, None, 100).await.unwrap()),
-        vec![fresh.id, revived_id]
+        kept.clone()
     );
     assert!(
         idle_of(&store, org, now + TimeDelta::days(1))
@@ -4408,7 +4424,31 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
     );
     assert_eq!(
         store.get_event(org, env, fresh_event.id).await.unwrap(),
-        Some(fresh_event)
+        Some(fresh_event.clone())
+    );
+    assert!(
+        store
+            .list_event_deliveries(org, env, old_delivery.event_id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "an expired event's deliveries go with it"
+    );
+    assert!(
+        store
+            .due_webhook_deliveries(now, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|d| d.id != old_delivery.id),
+        "and leave nothing due"
+    );
+    assert_eq!(
+        store
+            .list_event_deliveries(org, env, fresh_event.id)
+            .await
+            .unwrap(),
+        vec![fresh_delivery]
     );
 
     assert_eq!(

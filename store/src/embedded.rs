@@ -1003,6 +1003,7 @@ impl Inner {
                 let row: Option<EventPlace> = decode_row(EVENTS, self.events.get(target))?;
                 if row.is_some_and(|e| e.created_at < keep_since) {
                     batch.remove(&self.events, target.to_vec());
+                    self.purge_deliveries(batch, target)?;
                 }
             }
         }
@@ -1043,6 +1044,22 @@ impl Inner {
             batch.remove(&self.session_decisions, guard.key().map_err(unavailable)?);
         }
         batch.remove(&self.sessions, k.to_vec());
+        Ok(())
+    }
+
+    /// Drops the deliveries of the event at `event_key` (their partition is the event's key),
+    /// with their due-index rows: they go with their event (D23). An event has one per
+    /// endpoint it went to, a handful.
+    fn purge_deliveries(&self, batch: &mut OwnedWriteBatch, event_key: &[u8]) -> Result<()> {
+        for guard in self.webhook_deliveries.prefix(event_key) {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            let delivery: WebhookDeliveryRecord = decode(WEBHOOK_DELIVERIES, &v)?;
+            if let (Some(at), Ok(dk)) = (delivery.next_attempt_at, <[u8; 49]>::try_from(k.as_ref()))
+            {
+                batch.remove(&self.webhook_deliveries_due, key::delivery_due(at, &dk));
+            }
+            batch.remove(&self.webhook_deliveries, k);
+        }
         Ok(())
     }
 
