@@ -41,7 +41,7 @@ async fn main() {
         let profile = Profile::new();
         let browser = driver.session(&profile).await;
         version.clone_from(&browser.browser_version);
-        browser.goto(&format!("{}/checkout", page.base)).await;
+        browser.open_shop(&format!("{}/checkout", page.base)).await;
         let r: Value = browser.eval_async("window.__vigilLoad()").await;
         assert_eq!(r["ok"], true, "Vigil.load failed: {r}");
         if let Some(e) = r["long_task_error"].as_str() {

@@ -263,6 +263,27 @@ impl Session {
             .unwrap_or_else(|e| panic!("navigating to {url}: {e}"));
     }
 
+    /// Opens the shop page of [`sdk_page`] and waits until its `window.__vigilLoad` is
+    /// defined. A navigation can report the load done while another document is still showing
+    /// (seen once under load, with a reused profile): the page is then opened once more, and if
+    /// it still is not there, the panic says what the browser shows instead.
+    pub async fn open_shop(&self, url: &str) {
+        let ready = "(async () => { for (let i = 0; i < 100; i++) { \
+            if (typeof window.__vigilLoad === 'function') return true; \
+            await new Promise((r) => setTimeout(r, 50)); } \
+            return { url: location.href, title: document.title, state: document.readyState }; })()";
+        for _ in 0..2 {
+            self.goto(url).await;
+            let shown = self.eval_async(ready).await;
+            if shown == Value::Bool(true) {
+                return;
+            }
+            eprintln!("{url} did not show the shop page: {shown}; opening it again");
+        }
+        let shown = self.eval_async(ready).await;
+        panic!("{url} never showed the shop page; the browser shows {shown}");
+    }
+
     /// Runs `script` as an async function body; it finishes by calling
     /// `arguments[arguments.length - 1](value)`, and `value` (JSON) is returned.
     pub async fn execute_async(&self, script: &str, args: Vec<Value>) -> Value {

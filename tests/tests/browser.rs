@@ -38,7 +38,7 @@ async fn probes_record(s: &TestServer, session_id: &str) -> Value {
 
 /// Opens the shop page in this browser and runs `Vigil.load`; returns what the page reported.
 async fn visit(browser: &Session, page: &PageServer) -> Value {
-    browser.goto(&format!("{}/checkout", page.base)).await;
+    browser.open_shop(&format!("{}/checkout", page.base)).await;
     let loaded = browser.eval_async("window.__vigilLoad()").await;
     assert_eq!(
         loaded["ok"], true,
@@ -407,7 +407,7 @@ async fn a_secret_key_put_into_a_page_is_revoked_on_its_first_call() {
     let driver = ChromeDriver::start().await;
     let profile = Profile::new();
     let browser = driver.session(&profile).await;
-    browser.goto(&format!("{}/checkout", page.base)).await;
+    browser.open_shop(&format!("{}/checkout", page.base)).await;
     let loaded = browser.eval_async("window.__vigilLoad()").await;
     browser.quit().await;
     assert_eq!(loaded["ok"], false, "{loaded}");
