@@ -31,7 +31,8 @@ pub fn router() -> Router<AdminState> {
 /// The filters of one request.
 struct Filter {
     event_type: Option<EventType>,
-    endpoint: Option<WebhookEndpointId>,
+    /// The endpoint id as deliveries spell it.
+    endpoint: Option<String>,
 }
 
 impl Filter {
@@ -40,12 +41,11 @@ impl Filter {
     }
 
     fn matches(&self, event: &EventRecord, deliveries: &[Value]) -> bool {
-        let endpoint = self.endpoint.map(|e| e.to_string());
         self.event_type.is_none_or(|t| event.event_type == t)
-            && endpoint.is_none_or(|e| {
+            && self.endpoint.as_deref().is_none_or(|e| {
                 deliveries
                     .iter()
-                    .any(|d| d.get("endpoint_id").and_then(Value::as_str) == Some(e.as_str()))
+                    .any(|d| d.get("endpoint_id").and_then(Value::as_str) == Some(e))
             })
     }
 }
@@ -93,7 +93,7 @@ async fn list(
     };
     let filter = Filter {
         event_type,
-        endpoint,
+        endpoint: endpoint.map(|e| e.to_string()),
     };
     let env = caller.environment();
     let binding = format!("events:{org}:{env}");

@@ -12,7 +12,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param};
 use edge::outbound;
-use edge::pagination::{decode_cursor, encode_cursor};
+use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ManageWebhooks, ReadWebhooks};
 use edge::{ApiError, AuthContext, SecretKey};
 use rand::TryRngCore;
@@ -243,26 +243,29 @@ async fn list(
                 .map_err(|e| ApiError::internal("cursor position", e))?,
         ),
     };
-    let mut rows = state
-        .auth
-        .store
-        .list_webhook_endpoints(org, env, after, limit + 1)
-        .await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let next_cursor = match (has_more, rows.last()) {
-        (true, Some(last)) => Some(encode_cursor(
-            &state.auth.secret,
-            &binding,
-            &last.id.to_string(),
-        )),
+    let store = &state.auth.store;
+    let page = scan_page(
+        limit,
+        false,
+        limit + 1,
+        after,
+        move |after, n| store.list_webhook_endpoints(org, env, after, n),
+        |e: &WebhookEndpointRecord| e.id,
+        |_| true,
+    )
+    .await?;
+    let next_cursor = match (page.has_more, page.next) {
+        (true, Some(id)) => Some(encode_cursor(&state.auth.secret, &binding, &id.to_string())),
         _ => None,
     };
     Ok(Reply::list(
-        rows.iter().map(|e| resource(&state, e, None)).collect(),
+        page.rows
+            .iter()
+            .map(|e| resource(&state, e, None))
+            .collect(),
         Pagination {
             limit: limit as u32,
-            has_more,
+            has_more: page.has_more,
             next_cursor,
         },
     ))

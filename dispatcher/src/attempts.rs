@@ -143,27 +143,21 @@ fn truncated(mut body: String) -> String {
 mod tests {
     use schemas::credential::Environment;
     use schemas::events::EventType;
-    use schemas::ids::{OrgId, WebhookDeliveryId, WebhookEndpointId};
+    use schemas::ids::{OrgId, WebhookEndpointId};
 
     use super::*;
 
     fn pending(now: Timestamp) -> WebhookDeliveryRecord {
-        WebhookDeliveryRecord {
-            id: WebhookDeliveryId::generate(),
-            organization_id: OrgId::generate(),
-            environment: Environment::Live,
-            event_id: schemas::EventId::generate(),
-            endpoint_id: WebhookEndpointId::generate(),
-            event_type: EventType::SessionResultPersisted,
-            status: DeliveryStatus::Pending,
-            attempts: 0,
-            response_status: None,
-            response_body: None,
-            error: None,
-            next_attempt_at: Some(now),
-            created_at: now,
-            updated_at: now,
-        }
+        WebhookDeliveryRecord::pending(
+            OrgId::generate(),
+            Environment::Live,
+            (
+                schemas::EventId::generate(),
+                EventType::SessionResultPersisted,
+            ),
+            WebhookEndpointId::generate(),
+            now,
+        )
     }
 
     fn answered(status: u16, retry_after: Option<u64>) -> Outcome {

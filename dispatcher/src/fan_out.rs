@@ -5,9 +5,8 @@
 //! again, after a redelivery from the log, creates nothing twice).
 
 use schemas::events::{EventType, LoggedEvent};
-use schemas::ids::WebhookDeliveryId;
 use schemas::time::Timestamp;
-use store::{DeliveryStatus, EndpointStatus, WebhookDeliveryRecord, WebhookEndpointRecord};
+use store::{EndpointStatus, WebhookDeliveryRecord, WebhookEndpointRecord};
 
 /// The pending deliveries of `logged`, first attempt due at `now`.
 pub fn fan_out(
@@ -32,21 +31,14 @@ pub fn fan_out(
             Some(target) => target == Some(e.id.to_string().as_str()),
             None => e.event_types.contains(&event.event_type),
         })
-        .map(|e| WebhookDeliveryRecord {
-            id: WebhookDeliveryId::generate(),
-            organization_id: logged.organization_id,
-            environment: logged.environment,
-            event_id: event.id,
-            endpoint_id: e.id,
-            event_type: event.event_type,
-            status: DeliveryStatus::Pending,
-            attempts: 0,
-            response_status: None,
-            response_body: None,
-            error: None,
-            next_attempt_at: Some(now),
-            created_at: now,
-            updated_at: now,
+        .map(|e| {
+            WebhookDeliveryRecord::pending(
+                logged.organization_id,
+                logged.environment,
+                (event.id, event.event_type),
+                e.id,
+                now,
+            )
         })
         .collect()
 }
@@ -57,6 +49,7 @@ mod tests {
     use schemas::events::{Event, EventSubject};
     use schemas::ids::{OrgId, WebhookEndpointId};
     use serde_json::json;
+    use store::DeliveryStatus;
 
     use super::*;
 

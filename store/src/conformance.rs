@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use chrono::TimeDelta;
 use schemas::credential::{Environment, KeyType};
 use schemas::events::{EventSubject, EventType};
-use schemas::ids::{KeyId, OrgId, WebhookDeliveryId, WebhookEndpointId};
+use schemas::ids::{KeyId, OrgId, WebhookEndpointId};
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
 use schemas::time::{self, Timestamp};
@@ -4688,22 +4688,15 @@ fn delivery(
     endpoint: WebhookEndpointId,
     due: Option<Timestamp>,
 ) -> WebhookDeliveryRecord {
-    let now = time::now();
     WebhookDeliveryRecord {
-        id: WebhookDeliveryId::generate(),
-        organization_id: org,
-        environment: Environment::Live,
-        event_id: event,
-        endpoint_id: endpoint,
-        event_type: EventType::SessionResultPersisted,
-        status: DeliveryStatus::Pending,
-        attempts: 0,
-        response_status: None,
-        response_body: None,
-        error: None,
         next_attempt_at: due,
-        created_at: now,
-        updated_at: now,
+        ..WebhookDeliveryRecord::pending(
+            org,
+            Environment::Live,
+            (event, EventType::SessionResultPersisted),
+            endpoint,
+            time::now(),
+        )
     }
 }
 

@@ -336,6 +336,34 @@ pub struct WebhookDeliveryRecord {
     pub updated_at: Timestamp,
 }
 
+impl WebhookDeliveryRecord {
+    /// A new delivery of `event` to `endpoint`, not yet attempted, its first attempt due `at`.
+    pub fn pending(
+        organization_id: OrgId,
+        environment: Environment,
+        event: (schemas::EventId, schemas::events::EventType),
+        endpoint_id: schemas::ids::WebhookEndpointId,
+        at: Timestamp,
+    ) -> Self {
+        WebhookDeliveryRecord {
+            id: schemas::ids::WebhookDeliveryId::generate(),
+            organization_id,
+            environment,
+            event_id: event.0,
+            endpoint_id,
+            event_type: event.1,
+            status: DeliveryStatus::Pending,
+            attempts: 0,
+            response_status: None,
+            response_body: None,
+            error: None,
+            next_attempt_at: Some(at),
+            created_at: at,
+            updated_at: at,
+        }
+    }
+}
+
 /// Where a delivery stands (D13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -169,20 +169,21 @@ async fn events_filter_by_type_and_endpoint() {
     let delivered: Vec<store::WebhookDeliveryRecord> = [0usize, 3]
         .iter()
         .map(|&i| store::WebhookDeliveryRecord {
-            id: schemas::ids::WebhookDeliveryId::generate(),
-            organization_id: org,
-            environment: Environment::Test,
-            event_id: test_ids[i].parse().unwrap(),
-            endpoint_id: endpoint,
-            event_type: EventType::SessionResultPersisted,
             status: store::DeliveryStatus::Succeeded,
             attempts: 2,
             response_status: Some(204),
             response_body: Some(String::new()),
-            error: None,
             next_attempt_at: None,
-            created_at: now,
-            updated_at: now,
+            ..store::WebhookDeliveryRecord::pending(
+                org,
+                Environment::Test,
+                (
+                    test_ids[i].parse().unwrap(),
+                    EventType::SessionResultPersisted,
+                ),
+                endpoint,
+                now,
+            )
         })
         .collect();
     s.store()
