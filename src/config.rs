@@ -66,7 +66,8 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Roles to run, comma-separated: all, admin-api.
+    /// Roles to run, comma-separated: all, admin-api, dispatcher. The webhook dispatcher runs
+    /// with `all` or `dispatcher`; the other roles run in every process for now.
     #[arg(
         long,
         env = "VIGIL_ROLES",
@@ -108,6 +109,15 @@ pub struct ServeArgs {
     /// stacks and tests only: it lets an organization make the server call its own network.
     #[arg(long, env = "VIGIL_ALLOW_PRIVATE_WEBHOOKS")]
     pub allow_private_webhooks: bool,
+    /// The waits between webhook delivery attempts, comma-separated (D24): a failed delivery is
+    /// attempted again after each in turn (at least as long as a `Retry-After` asks), then
+    /// fails. Empty: no retries.
+    #[arg(long, env = "VIGIL_WEBHOOK_RETRY_SCHEDULE", default_value = dispatcher::attempts::DEFAULT_SCHEDULE, value_parser = dispatcher::attempts::RetrySchedule::parse)]
+    pub webhook_retry_schedule: dispatcher::attempts::RetrySchedule,
+    /// How long a webhook endpoint has to answer a delivery (D13: 15 s) before the attempt
+    /// fails and is retried.
+    #[arg(long, env = "VIGIL_WEBHOOK_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub webhook_timeout: std::time::Duration,
     /// How long a session goes without a batch before its decision is made final.
     #[arg(long, env = "VIGIL_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
     pub session_idle: std::time::Duration,
@@ -167,13 +177,21 @@ const MAX_CONNECTIONS: usize = 10_000_000;
 
 impl ServeArgs {
     /// Cross-field rules, checked once before anything starts.
+    /// Whether this process runs the webhook dispatcher.
+    pub fn runs_dispatcher(&self) -> bool {
+        self.roles.iter().any(|r| r == "all" || r == "dispatcher")
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         for role in &self.roles {
-            if !matches!(role.as_str(), "all" | "admin-api") {
+            if !matches!(role.as_str(), "all" | "admin-api" | "dispatcher") {
                 return Err(format!(
-                    "unknown role `{role}`: this build serves `all` or `admin-api`"
+                    "unknown role `{role}`: this build serves `all`, `admin-api` or `dispatcher`"
                 ));
             }
+        }
+        if self.webhook_timeout.is_zero() {
+            return Err("--webhook-timeout must be more than 0s".into());
         }
         if !(self.limiter == "local"
             || self.limiter.starts_with("redis://")

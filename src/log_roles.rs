@@ -1,5 +1,5 @@
-//! The roles that need the log before they can work (the topics ingest and the processor use,
-//! then the processor itself), started in the background so that the server answers at once
+//! The roles that need the log before they can work (the topics ingest, the processor and the
+//! dispatcher use, then the processor and the dispatcher themselves), started in the background so that the server answers at once
 //! even when the log is not there yet: `/healthz` is 200, `/readyz` names the log as the
 //! missing dependency, and a collect batch answers a retryable 503 until the log is back.
 //! Preparation retries with backoff until it succeeds or the server stops.
@@ -60,9 +60,11 @@ pub struct ProcessorSettings {
 }
 
 /// Starts the background task: prepares the topics (retrying with backoff), then runs the
-/// processor until `shutdown`. The handle ends when both have stopped.
+/// processor, and the dispatcher when it is given, until `shutdown`. The handle ends when all
+/// have stopped.
 pub fn start(
     settings: ProcessorSettings,
+    dispatcher: Option<dispatcher::Settings>,
     shutdown: CancellationToken,
 ) -> (LogPreparation, tokio::task::JoinHandle<()>) {
     let preparation = LogPreparation::new();
@@ -72,7 +74,18 @@ pub fn start(
             return;
         };
         status.set(Ok(()));
-        tracing::info!("the log's topics are ready; the processor starts");
+        tracing::info!(
+            dispatcher = dispatcher.is_some(),
+            "the log's topics are ready; the processor starts"
+        );
+        // The dispatcher role: delivers the events the processor and the admin API append.
+        let dispatching = dispatcher.map(|settings| {
+            tokio::spawn(dispatcher::run(
+                settings,
+                topics.events.clone(),
+                shutdown.clone(),
+            ))
+        });
         // The processor role: consumes the batches ingest appends, stores decisions and events.
         processor::pipeline::run(
             processor::pipeline::Pipeline {
@@ -89,6 +102,9 @@ pub fn start(
             shutdown,
         )
         .await;
+        if let Some(dispatching) = dispatching {
+            let _ = dispatching.await;
+        }
     });
     (preparation, task)
 }

@@ -146,6 +146,14 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
             retention: args.retention,
             cache_bytes: args.processor_cache_mb * 1024 * 1024,
         },
+        args.runs_dispatcher().then(|| dispatcher::Settings {
+            store: store.clone(),
+            log: log.clone(),
+            secret: secret.clone(),
+            schedule: args.webhook_retry_schedule.clone(),
+            allow_private: args.allow_private_webhooks,
+            attempt_timeout: args.webhook_timeout,
+        }),
         shutdown.clone(),
     );
     if !log_preparation.wait_ready(LOG_READY_BOUND).await {

@@ -88,17 +88,15 @@ fn resource(state: &AdminState, e: &WebhookEndpointRecord, secret: Option<&str>)
     }
 }
 
-/// What the seal of a signing secret is bound to, so it opens only as this endpoint's.
-fn seal_context(org: schemas::OrgId, id: WebhookEndpointId) -> Vec<u8> {
-    format!("webhook-endpoint:{org}:{id}").into_bytes()
-}
-
 /// `whsec_••••` and the secret's last four characters, enough to tell two secrets apart.
 fn masked(state: &AdminState, e: &WebhookEndpointRecord) -> String {
     let opened = state
         .auth
         .secret
-        .open(&e.sealed_secret, &seal_context(e.organization_id, e.id))
+        .open(
+            &e.sealed_secret,
+            &WebhookEndpointRecord::secret_context(e.organization_id, e.id),
+        )
         .and_then(|s| String::from_utf8(s).ok());
     let tail = opened
         .as_deref()
@@ -212,10 +210,10 @@ async fn create(
         url: url.to_string(),
         status: EndpointStatus::Active,
         event_types,
-        sealed_secret: state
-            .auth
-            .secret
-            .seal(secret.as_bytes(), &seal_context(org, id)),
+        sealed_secret: state.auth.secret.seal(
+            secret.as_bytes(),
+            &WebhookEndpointRecord::secret_context(org, id),
+        ),
         previous_secret: None,
         created_at: now,
         updated_at: now,
@@ -349,7 +347,7 @@ async fn rotate(
     let now = time::now();
     let sealed = state.auth.secret.seal(
         secret.as_bytes(),
-        &seal_context(endpoint.organization_id, endpoint.id),
+        &WebhookEndpointRecord::secret_context(endpoint.organization_id, endpoint.id),
     );
     endpoint.previous_secret = Some(PreviousSecret {
         sealed: std::mem::replace(&mut endpoint.sealed_secret, sealed),

@@ -22,6 +22,7 @@ pub mod embedded;
 pub mod kafka;
 mod names;
 mod partition;
+pub mod retry;
 
 use std::sync::Arc;
 use std::time::Duration;

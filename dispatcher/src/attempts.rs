@@ -51,6 +51,9 @@ pub enum Outcome {
     },
     /// No answer: a timeout, a refused connection or address, a TLS failure.
     NoAnswer(String),
+    /// Nothing was sent, and nothing ever will be: the endpoint was disabled or deleted, or
+    /// the event is no longer kept. The delivery fails without retries.
+    Undeliverable(String),
 }
 
 /// The delivery after an attempt, and whether its endpoint is to be disabled (a 410).
@@ -101,6 +104,15 @@ pub fn record_attempt(
                 };
             }
             asked
+        }
+        Outcome::Undeliverable(error) => {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.error = Some(error);
+            delivery.next_attempt_at = None;
+            return Attempted {
+                delivery,
+                disable_endpoint,
+            };
         }
         Outcome::NoAnswer(error) => {
             delivery.response_status = None;
@@ -235,6 +247,15 @@ mod tests {
         assert_eq!(last.delivery.error.as_deref(), Some("timed out after 15 s"));
         assert_eq!(last.delivery.response_status, None);
         assert!(!last.disable_endpoint);
+        let nowhere = record_attempt(
+            pending(now),
+            Outcome::Undeliverable("the endpoint is disabled".into()),
+            &schedule,
+            now,
+        );
+        assert_eq!(nowhere.delivery.status, DeliveryStatus::Failed);
+        assert_eq!(nowhere.delivery.next_attempt_at, None);
+        assert!(!nowhere.disable_endpoint);
     }
 
     #[test]

@@ -1,9 +1,111 @@
-//! The dispatcher role (D13, D24): it is to consume `events.v1`, fan each event out to its
-//! organization's subscribed webhook endpoints, and deliver it signed, with retries kept in the
-//! store. What is here so far: which deliveries an event is to have ([`fan_out`]), what an
-//! attempt's outcome does to a delivery ([`attempts`]) and the signature every delivery
-//! carries ([`signing`]).
+//! The dispatcher role (D13, D24): it consumes `events.v1`, fans each event out to its
+//! organization's subscribed webhook endpoints ([`fan_out`], [`consuming`]), and delivers it
+//! signed ([`signing`], [`sending`]), with every pending attempt kept in the store
+//! ([`scheduling`]) and each outcome applied per the retry schedule ([`attempts`]).
 
 pub mod attempts;
+pub mod consuming;
 pub mod fan_out;
+pub mod scheduling;
+pub mod sending;
 pub mod signing;
+mod telemetry;
+
+use std::time::Duration;
+
+use bus::{Log, Topic};
+use edge::secrets::ServerSecret;
+use store::{Store, StoreError};
+use tokio_util::sync::CancellationToken;
+
+use crate::attempts::RetrySchedule;
+use crate::scheduling::Dispatch;
+
+/// How long a stopping dispatcher lets running attempts finish and be recorded; those still
+/// running after it are abandoned, and attempted again after the restart.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// What the dispatcher role runs with.
+pub struct Settings {
+    pub store: Store,
+    pub log: Log,
+    /// Opens the endpoints' sealed signing secrets.
+    pub secret: ServerSecret,
+    /// `--webhook-retry-schedule`.
+    pub schedule: RetrySchedule,
+    /// `--allow-private-webhooks`: plain http and private addresses are delivered to.
+    pub allow_private: bool,
+    /// How long an endpoint has to answer (D13: 15 s).
+    pub attempt_timeout: Duration,
+}
+
+/// A failure of the store or the log in the dispatcher's loops.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Log(#[from] bus::BusError),
+}
+
+impl bus::retry::Transience for Failure {
+    fn is_transient(&self) -> bool {
+        match self {
+            // A conflict or an invalid request is a bug, a corrupt row damage: neither goes away.
+            Failure::Store(e) => matches!(e, StoreError::Unavailable(_)),
+            Failure::Log(e) => e.is_transient(),
+        }
+    }
+}
+
+/// Creates the topic the dispatcher reads (the processor and the admin API append to it).
+pub async fn prepare_log(log: &Log) -> Result<Topic, bus::BusError> {
+    let events = Topic::from_static(schemas::events::EVENTS_TOPIC);
+    log.create_topic(&events, schemas::events::EVENTS_PARTITIONS)
+        .await?;
+    Ok(events)
+}
+
+/// Runs the dispatcher until `shutdown`: the consumer, the due scan and the recorder. On
+/// shutdown, attempts running get [`DRAIN`] to finish and be recorded.
+pub async fn run(settings: Settings, events: Topic, shutdown: CancellationToken) {
+    telemetry::init();
+    let sender = sending::Sender::new(settings.allow_private, settings.attempt_timeout);
+    let (dispatch, outcomes) = Dispatch::new(
+        settings.store.clone(),
+        settings.secret,
+        settings.schedule,
+        sender,
+    );
+    // The recorder stops on its own once every attempt has ended; its retries stop at
+    // `stop_recording`, cancelled only after the drain.
+    let stop_recording = CancellationToken::new();
+    let recorder = tokio::spawn(scheduling::recorder(
+        settings.store,
+        dispatch.in_flight.clone(),
+        outcomes,
+        stop_recording.clone(),
+    ));
+    let scan = tokio::spawn(scheduling::scan_due(dispatch.clone(), shutdown.clone()));
+    consuming::consume(&dispatch, &settings.log, &events, &shutdown).await;
+    let _ = scan.await;
+    dispatch.tasks.close();
+    if tokio::time::timeout(DRAIN, dispatch.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "dispatcher: abandoning attempts still running; they are retried after the restart"
+        );
+        dispatch.abandon.cancel();
+        dispatch.tasks.wait().await;
+    }
+    drop(dispatch);
+    let recorded = tokio::time::timeout(DRAIN, recorder).await;
+    stop_recording.cancel();
+    if recorded.is_err() {
+        tracing::warn!(
+            "dispatcher: outcomes not recorded in time; those deliveries are attempted again after the restart"
+        );
+    }
+}

@@ -4714,14 +4714,18 @@ pub async fn webhook_deliveries_are_created_once_listed_and_due_in_order(store: 
         delivery(org, event, endpoints[2], Some(later(3_600))),
         delivery(org, event, endpoints[2], Some(later(3_600))),
     ];
-    assert_eq!(store.create_webhook_deliveries(&fan_out).await.unwrap(), 3);
+    assert_eq!(
+        store.create_webhook_deliveries(&fan_out).await.unwrap(),
+        vec![fan_out[0].id, fan_out[1].id, fan_out[2].id],
+        "the second delivery to endpoint 2 is the first one's twin"
+    );
     let again: Vec<_> = fan_out
         .iter()
         .map(|d| delivery(org, event, d.endpoint_id, Some(later(-90))))
         .collect();
     assert_eq!(
         store.create_webhook_deliveries(&again).await.unwrap(),
-        0,
+        vec![],
         "a second fan-out of the same event creates nothing"
     );
     store
@@ -4755,8 +4759,9 @@ pub async fn webhook_deliveries_are_created_once_listed_and_due_in_order(store: 
     assert_eq!(store.due_webhook_deliveries(now, 1).await.unwrap().len(), 1);
 }
 
-/// An attempt's update replaces the row and moves it in the due index: a retry is due at its
-/// new time, a finished delivery is due never again; a delivery not stored is not created.
+/// A recorded attempt replaces the row and moves it in the due index: a retry is due at its
+/// new time, a finished delivery is due never again; a delivery not stored is not created, and
+/// an outcome recorded twice (or racing another attempt's) changes nothing.
 pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
     let org = OrgId::generate();
     let event = EventId::generate();
@@ -4780,7 +4785,17 @@ pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
     d.response_status = Some(500);
     d.response_body = Some("upstream down".into());
     d.next_attempt_at = Some(now + TimeDelta::seconds(5));
-    assert!(store.update_webhook_delivery(&d).await.unwrap());
+    let mut raced = d.clone();
+    raced.response_status = Some(502);
+    assert_eq!(
+        store
+            .record_webhook_attempts(&[d.clone(), raced.clone()])
+            .await
+            .unwrap(),
+        1,
+        "the second outcome of the same attempt lost"
+    );
+    assert_eq!(store.record_webhook_attempts(&[raced]).await.unwrap(), 0);
     assert!(
         store
             .due_webhook_deliveries(now, 10)
@@ -4798,7 +4813,13 @@ pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
     d.status = DeliveryStatus::Succeeded;
     d.response_status = Some(204);
     d.next_attempt_at = None;
-    assert!(store.update_webhook_delivery(&d).await.unwrap());
+    assert_eq!(
+        store
+            .record_webhook_attempts(std::slice::from_ref(&d))
+            .await
+            .unwrap(),
+        1
+    );
     assert!(
         store
             .due_webhook_deliveries(later, 10)
@@ -4814,13 +4835,20 @@ pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
         vec![d]
     );
 
-    let stranger = delivery(
+    let mut stranger = delivery(
         org,
         EventId::generate(),
         WebhookEndpointId::generate(),
         Some(now),
     );
-    assert!(!store.update_webhook_delivery(&stranger).await.unwrap());
+    stranger.attempts = 1;
+    assert_eq!(
+        store
+            .record_webhook_attempts(&[stranger.clone()])
+            .await
+            .unwrap(),
+        0
+    );
     assert!(
         store
             .list_event_deliveries(org, Environment::Live, stranger.event_id)

@@ -2234,51 +2234,73 @@ impl StoreBackend for EmbeddedStore {
     async fn create_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
-    ) -> Result<usize> {
+    ) -> Result<Vec<schemas::ids::WebhookDeliveryId>> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let deliveries = deliveries.to_vec();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            let mut keys = std::collections::HashSet::new();
+            let mut created = Vec::new();
+            for d in &deliveries {
+                let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
+                if db.contains(&db.webhook_deliveries, &k)? || !keys.insert(k) {
+                    continue;
+                }
+                created.push(d.id);
+                batch.insert(&db.webhook_deliveries, k, encode(WEBHOOK_DELIVERIES, d)?);
+                if let Some(at) = d.next_attempt_at {
+                    batch.insert(&db.webhook_deliveries_due, key::delivery_due(at, &k), []);
+                }
+            }
+            if !created.is_empty() {
+                batch.commit().map_err(unavailable)?;
+            }
+            Ok(created)
+        })
+        .await
+    }
+
+    async fn record_webhook_attempts(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize> {
         if deliveries.is_empty() {
             return Ok(0);
         }
         let deliveries = deliveries.to_vec();
         self.write(move |db, _| {
             let mut batch = db.batch();
-            let mut created = std::collections::HashSet::new();
+            // Rows this call writes: a second outcome of one delivery in the same call started
+            // from the same stored row as the first, so it is a race the first one won.
+            let mut written = std::collections::HashSet::new();
             for d in &deliveries {
                 let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
-                if db.contains(&db.webhook_deliveries, &k)? || !created.insert(k) {
+                let Some(stored) = decode_row::<WebhookDeliveryRecord>(
+                    WEBHOOK_DELIVERIES,
+                    db.webhook_deliveries.get(k),
+                )?
+                else {
+                    continue;
+                };
+                if written.contains(&k)
+                    || stored.id != d.id
+                    || stored.attempts.checked_add(1) != Some(d.attempts)
+                {
                     continue;
                 }
-                batch.insert(&db.webhook_deliveries, k, encode(WEBHOOK_DELIVERIES, d)?);
+                if let Some(at) = stored.next_attempt_at {
+                    batch.remove(&db.webhook_deliveries_due, key::delivery_due(at, &k));
+                }
                 if let Some(at) = d.next_attempt_at {
                     batch.insert(&db.webhook_deliveries_due, key::delivery_due(at, &k), []);
                 }
+                batch.insert(&db.webhook_deliveries, k, encode(WEBHOOK_DELIVERIES, d)?);
+                written.insert(k);
+            }
+            if written.is_empty() {
+                return Ok(0);
             }
             batch.commit().map_err(unavailable)?;
-            Ok(created.len())
-        })
-        .await
-    }
-
-    async fn update_webhook_delivery(&self, delivery: &WebhookDeliveryRecord) -> Result<bool> {
-        let d = delivery.clone();
-        self.write(move |db, _| {
-            let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
-            let Some(stored) = decode_row::<WebhookDeliveryRecord>(
-                WEBHOOK_DELIVERIES,
-                db.webhook_deliveries.get(k),
-            )?
-            else {
-                return Ok(false);
-            };
-            let mut batch = db.batch();
-            if let Some(at) = stored.next_attempt_at {
-                batch.remove(&db.webhook_deliveries_due, key::delivery_due(at, &k));
-            }
-            if let Some(at) = d.next_attempt_at {
-                batch.insert(&db.webhook_deliveries_due, key::delivery_due(at, &k), []);
-            }
-            batch.insert(&db.webhook_deliveries, k, encode(WEBHOOK_DELIVERIES, &d)?);
-            batch.commit().map_err(unavailable)?;
-            Ok(true)
+            Ok(written.len())
         })
         .await
     }

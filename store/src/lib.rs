@@ -306,15 +306,18 @@ pub trait StoreBackend: Send + Sync + 'static {
 
     /// Stores the deliveries not stored yet (one per event and endpoint), pending ones in the
     /// due index too, in one step; a delivery already stored is left as it is, so fanning an
-    /// event out again creates nothing twice. How many were new.
+    /// event out again creates nothing twice. The ids of those that were new, in the order
+    /// given (the dispatcher attempts those; the others are already someone's).
     async fn create_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
-    ) -> Result<usize>;
-    /// Replaces a stored delivery (after an attempt) and moves its due-index row to its new
-    /// `next_attempt_at` (none once it succeeded or failed); false, with nothing written, if it
-    /// is not stored.
-    async fn update_webhook_delivery(&self, delivery: &WebhookDeliveryRecord) -> Result<bool>;
+    ) -> Result<Vec<schemas::ids::WebhookDeliveryId>>;
+    /// Records attempts, in one step: each delivery replaces its stored row and moves its
+    /// due-index row to its new `next_attempt_at` (none once it succeeded or failed). A
+    /// delivery is written only if the stored row is the one its attempt started from (its
+    /// `attempts` one less), so an outcome recorded twice, or one that raced another attempt's,
+    /// changes nothing. How many were written.
+    async fn record_webhook_attempts(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize>;
     /// One event's deliveries, by endpoint id.
     async fn list_event_deliveries(
         &self,

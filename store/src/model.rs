@@ -257,6 +257,19 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
+    /// The record of an event as the events log carries it.
+    pub fn of_logged(logged: &schemas::events::LoggedEvent) -> Self {
+        EventRecord {
+            id: logged.event.id,
+            organization_id: logged.organization_id,
+            environment: logged.environment,
+            event_type: logged.event.event_type,
+            subject: logged.event.subject.clone(),
+            data: logged.event.data.clone(),
+            created_at: logged.event.created_at,
+        }
+    }
+
     /// The event in the interface's shape, with the deliveries made so far.
     pub fn to_event(&self, webhook_deliveries: Vec<serde_json::Value>) -> schemas::events::Event {
         schemas::events::Event {
@@ -301,6 +314,14 @@ pub struct PreviousSecret {
     #[serde(with = "bytes_text")]
     pub sealed: Vec<u8>,
     pub until: Timestamp,
+}
+
+impl WebhookEndpointRecord {
+    /// What the seal of an endpoint's signing secret is bound to (the admin API seals it, the
+    /// dispatcher opens it), so it opens only as that endpoint's.
+    pub fn secret_context(org: OrgId, id: schemas::ids::WebhookEndpointId) -> Vec<u8> {
+        format!("webhook-endpoint:{org}:{id}").into_bytes()
+    }
 }
 
 /// Whether a webhook endpoint is delivered to. Deleting an endpoint disables it (D13), and so

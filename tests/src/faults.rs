@@ -73,6 +73,12 @@ const WRITES: &[&str] = &[
     "mark_collect_results",
     "save_sessions",
     "save_visitor",
+    "save_visitors",
+    "record_events",
+    "create_webhook_endpoint",
+    "update_webhook_endpoint",
+    "create_webhook_deliveries",
+    "record_webhook_attempts",
     "purge_expired",
     "put_setting_if_absent",
 ];
@@ -414,14 +420,14 @@ impl StoreBackend for FlakyStore {
     async fn create_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
-    ) -> Result<usize> {
+    ) -> Result<Vec<schemas::ids::WebhookDeliveryId>> {
         self.fault("create_webhook_deliveries")?;
         self.inner.create_webhook_deliveries(deliveries).await
     }
 
-    async fn update_webhook_delivery(&self, delivery: &WebhookDeliveryRecord) -> Result<bool> {
-        self.fault("update_webhook_delivery")?;
-        self.inner.update_webhook_delivery(delivery).await
+    async fn record_webhook_attempts(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize> {
+        self.fault("record_webhook_attempts")?;
+        self.inner.record_webhook_attempts(deliveries).await
     }
 
     async fn list_event_deliveries(

@@ -17,6 +17,7 @@ pub use serde_json::json;
 pub mod browser;
 pub mod collect;
 pub mod faults;
+pub mod receiver;
 
 /// Creates the topics Vigil uses on a mock Kafka cluster, which does not answer topic creation
 /// over the admin API (its own call does).
@@ -276,6 +277,9 @@ impl TestServer {
         let mut args = ServeArgs::for_tests(dir.to_path_buf());
         // Tests make many requests without a key from one address; the IP limit has its own test.
         args.anonymous_rate_limit = 100_000;
+        // Endpoints at public addresses this machine cannot reach would hold a stopping server
+        // for the whole attempt timeout; tests that time deliveries out set their own.
+        args.webhook_timeout = std::time::Duration::from_secs(2);
         configure(&mut args);
         let running = vigil::server::start_wrapped(args, wrap)
             .await

@@ -337,3 +337,111 @@ async fn sigterm_finishes_a_slow_request_and_commits_the_processors_position() {
         .unwrap();
     assert_eq!(sessions["data"].as_array().unwrap().len(), 3);
 }
+
+/// A webhook delivery's first attempt failed (recorded, a retry due in 3 s), then SIGKILL:
+/// after the restart the schedule resumes from the store, the retry carries the same
+/// `webhook-id`, and the delivery completes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_retry_schedule_survives_a_sigkill() {
+    let receiver = vigil_tests::receiver::Receiver::start().await;
+    receiver.then(vigil_tests::receiver::Answer::status(500));
+    let flags = ["--allow-private-webhooks", "--webhook-retry-schedule", "3s"];
+    let mut s = Served::start(&flags);
+    let temp = s.dir.take().unwrap();
+    let client = http_client();
+    let key = s.creds().keys.secret_test.clone();
+    let endpoints = format!(
+        "{}/v1/organizations/{}/webhooks/endpoints",
+        s.base,
+        s.creds().org_id()
+    );
+    let made: Value = client
+        .post(&endpoints)
+        .bearer_auth(&key)
+        .json(&json!({"name": "r", "url": receiver.base, "event_types": ["webhook.test"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let endpoint = made["data"]["id"].as_str().unwrap().to_owned();
+    let test: Value = client
+        .post(format!("{endpoints}/{endpoint}/test"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let event = test["data"]["id"].as_str().unwrap().to_owned();
+    receiver.wait_for(1, Duration::from_secs(10)).await;
+    // The failed attempt is recorded (one attempt, pending) before the kill.
+    let org = s.creds().org_id().to_owned();
+    let listed = format!("/v1/organizations/{org}/events");
+    let d = await_delivery(&client, &key, &format!("{}{listed}", s.base), &event, |d| {
+        d["attempts"] == 1
+    })
+    .await;
+    assert_eq!(d["status"], "pending", "{d}");
+    s.kill();
+
+    let s = Served::start_in_with(temp.path(), &flags);
+    let got = receiver.wait_for(2, Duration::from_secs(15)).await;
+    assert_eq!(got[0].header("webhook-id"), event);
+    assert_eq!(
+        got[1].header("webhook-id"),
+        event,
+        "the same webhook-id on the retry"
+    );
+    assert_eq!(got[1].answered, 204);
+    let d = await_delivery(&client, &key, &format!("{}{listed}", s.base), &event, |d| {
+        d["status"] == "succeeded"
+    })
+    .await;
+    assert_eq!(d["attempts"], 2, "{d}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        receiver.received().len(),
+        2,
+        "delivered once after the restart"
+    );
+}
+
+/// The first delivery of `event` as the events list at `url` shows it, once it satisfies
+/// `done` (10 s at most).
+async fn await_delivery(
+    client: &reqwest::Client,
+    key: &str,
+    url: &str,
+    event: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed: Value = client
+            .get(url)
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let delivery = listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == event)
+            .map_or(Value::Null, |e| e["webhook_deliveries"][0].clone());
+        if done(&delivery) {
+            return delivery;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the delivery did not get there: {delivery}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

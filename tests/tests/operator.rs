@@ -255,6 +255,8 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--public-url", "VIGIL_PUBLIC_URL"),
         ("--log-format", "VIGIL_LOG_FORMAT"),
         ("--demo", "VIGIL_DEMO"),
+        ("--webhook-retry-schedule", "VIGIL_WEBHOOK_RETRY_SCHEDULE"),
+        ("--webhook-timeout", "VIGIL_WEBHOOK_TIMEOUT"),
     ] {
         // clap prints a flag on one line and its help, ending in `[env: NAME=…]`, on the next.
         let lines: Vec<&str> = help.lines().collect();
@@ -275,7 +277,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 24,
+        flags, 26,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

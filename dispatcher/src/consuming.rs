@@ -1,0 +1,257 @@
+//! The dispatcher's consumer loop: reads `events.v1`, fans each event out to its endpoints
+//! ([`crate::fan_out`]), stores the deliveries, commits its position, and hands the new
+//! deliveries to [`crate::scheduling`] for their first attempt.
+//!
+//! Nothing is lost and nothing doubled by a crash: the deliveries are stored before the
+//! position is committed, so a crash redelivers the events, and a second fan-out of an event
+//! creates nothing (the store keeps one delivery per event and endpoint). Before its deliveries
+//! are stored, the event itself is made sure of in the store (the processor publishes an event
+//! before it stores it), so a retry after a restart can read what to send.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bus::retry::{Retried, retry};
+use bus::{Group, Log, Record, Topic};
+use schemas::OrgId;
+use schemas::credential::Environment;
+use schemas::events::{LOGGED_EVENT_SCHEMA, LoggedEvent};
+use store::{EventRecord, Store, WebhookEndpointRecord};
+use tokio_util::sync::CancellationToken;
+
+use crate::Failure;
+use crate::scheduling::{Dispatch, LEASE, QUEUED_MAX};
+use crate::telemetry;
+
+/// The consumer group of the dispatcher role.
+pub const GROUP: &str = "dispatcher";
+/// The most events one poll takes: their deliveries are stored in one write.
+const POLL_EVENTS: usize = 512;
+/// How long a poll waits for events before the loop looks at shutdown again.
+const POLL_WAIT: Duration = Duration::from_millis(500);
+/// The most endpoints read per page of an organization's endpoints.
+const ENDPOINT_PAGE: usize = 500;
+
+/// Consumes `events` until `shutdown`.
+pub async fn consume(
+    dispatch: &Arc<Dispatch>,
+    log: &Log,
+    events: &Topic,
+    shutdown: &CancellationToken,
+) {
+    let group = Group::from_static(GROUP);
+    let opened = retry(
+        "opening the events consumer",
+        telemetry::retried,
+        shutdown,
+        &mut (log, &group, events),
+        |(log, group, events)| {
+            Box::pin(async move { Ok::<_, Failure>(log.consumer_of_all(group, events).await?) })
+        },
+    )
+    .await;
+    let Retried::Done(mut consumer) = opened else {
+        return;
+    };
+    loop {
+        let polled = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            polled = consumer.poll(POLL_EVENTS, POLL_WAIT) => polled,
+        };
+        let records = match polled {
+            Ok(records) => records,
+            Err(e) => {
+                telemetry::retried("polling events", &e, 1);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(POLL_WAIT) => {}
+                }
+                continue;
+            }
+        };
+        if records.is_empty() {
+            continue;
+        }
+        if !handle(dispatch, &records, shutdown).await {
+            return;
+        }
+        let positions: Vec<bus::Position> = records.iter().map(Record::position).collect();
+        let committed = retry(
+            "committing the events position",
+            telemetry::retried,
+            shutdown,
+            &mut (&mut *consumer, &positions),
+            |(consumer, positions)| {
+                Box::pin(async move { Ok::<_, Failure>(consumer.commit(positions).await?) })
+            },
+        )
+        .await;
+        if !matches!(committed, Retried::Done(())) {
+            return;
+        }
+    }
+}
+
+/// Fans a poll's events out and stores their deliveries; false if shutdown came first.
+async fn handle(
+    dispatch: &Arc<Dispatch>,
+    records: &[Record],
+    shutdown: &CancellationToken,
+) -> bool {
+    let events: Vec<LoggedEvent> = records.iter().filter_map(readable).collect();
+    let now = schemas::time::now();
+    let mut endpoints: HashMap<(OrgId, Environment), Vec<WebhookEndpointRecord>> = HashMap::new();
+    let mut deliveries = Vec::new();
+    let mut delivered = Vec::new();
+    for logged in &events {
+        let tenancy = (logged.organization_id, logged.environment);
+        if let std::collections::hash_map::Entry::Vacant(slot) = endpoints.entry(tenancy) {
+            match all_endpoints(&dispatch.store, tenancy, shutdown).await {
+                Retried::Done(found) => slot.insert(found),
+                Retried::Failed(e) => {
+                    telemetry::unreadable(&format!("reading the endpoints of {}: {e}", tenancy.0));
+                    slot.insert(Vec::new())
+                }
+                Retried::ShuttingDown => return false,
+            };
+        }
+        let fanned = crate::fan_out::fan_out(logged, &endpoints[&tenancy], now);
+        if !fanned.is_empty() {
+            delivered.push(EventRecord::of_logged(logged));
+            deliveries.extend(fanned);
+        }
+    }
+    if deliveries.is_empty() {
+        return true;
+    }
+    match keep_events(&dispatch.store, &delivered, shutdown).await {
+        Retried::Done(()) => {}
+        Retried::Failed(e) => {
+            telemetry::unreadable(&format!("keeping the events: {e}"));
+            return true;
+        }
+        Retried::ShuttingDown => return false,
+    }
+    // Those handed over in memory are due in the store only a lease later (see scheduling).
+    let room = QUEUED_MAX.saturating_sub(dispatch.in_flight.running());
+    let lease = now + chrono::TimeDelta::from_std(LEASE).expect("a short lease");
+    for delivery in deliveries.iter_mut().take(room) {
+        delivery.next_attempt_at = Some(lease);
+    }
+    let created = retry(
+        "creating deliveries",
+        telemetry::retried,
+        shutdown,
+        &mut (&dispatch.store, &deliveries),
+        |(store, deliveries)| {
+            Box::pin(
+                async move { Ok::<_, Failure>(store.create_webhook_deliveries(deliveries).await?) },
+            )
+        },
+    )
+    .await;
+    let created = match created {
+        Retried::Done(created) => created,
+        Retried::Failed(e) => {
+            telemetry::unreadable(&format!("creating deliveries: {e}"));
+            return true;
+        }
+        Retried::ShuttingDown => return false,
+    };
+    telemetry::created(created.len());
+    let created: std::collections::HashSet<_> = created.into_iter().collect();
+    let bodies: HashMap<schemas::EventId, Arc<Vec<u8>>> = delivered
+        .iter()
+        .map(|e| (e.id, Arc::new(crate::sending::body(e))))
+        .collect();
+    for delivery in deliveries.into_iter().take(room) {
+        if created.contains(&delivery.id) {
+            let body = bodies.get(&delivery.event_id).cloned();
+            dispatch.start(delivery, body, None);
+        }
+    }
+    true
+}
+
+/// The event a record carries, if it is one this build reads; others are counted and passed.
+fn readable(record: &Record) -> Option<LoggedEvent> {
+    match serde_json::from_slice::<LoggedEvent>(&record.payload) {
+        Ok(logged) if logged.schema <= LOGGED_EVENT_SCHEMA => Some(logged),
+        Ok(logged) => {
+            telemetry::unreadable(&format!(
+                "event {} is of schema {}, newer than this build's {LOGGED_EVENT_SCHEMA}",
+                logged.event.id, logged.schema
+            ));
+            None
+        }
+        Err(e) => {
+            telemetry::unreadable(&format!("a record of events.v1 does not decode: {e}"));
+            None
+        }
+    }
+}
+
+/// Every endpoint of a tenancy, page by page.
+async fn all_endpoints(
+    store: &Store,
+    (org, env): (OrgId, Environment),
+    shutdown: &CancellationToken,
+) -> Retried<Vec<WebhookEndpointRecord>, Failure> {
+    retry(
+        "reading endpoints",
+        telemetry::retried,
+        shutdown,
+        &mut (store,),
+        |(store,)| {
+            Box::pin(async move {
+                let mut all = Vec::new();
+                loop {
+                    let after = all.last().map(|e: &WebhookEndpointRecord| e.id);
+                    let page = store
+                        .list_webhook_endpoints(org, env, after, ENDPOINT_PAGE)
+                        .await?;
+                    let full = page.len() == ENDPOINT_PAGE;
+                    all.extend(page);
+                    if !full {
+                        return Ok::<_, Failure>(all);
+                    }
+                }
+            })
+        },
+    )
+    .await
+}
+
+/// Stores the events the store does not have yet (published but not yet stored, or stored by a
+/// processor that crashed before it could), so every delivery's event can be read back.
+async fn keep_events(
+    store: &Store,
+    events: &[EventRecord],
+    shutdown: &CancellationToken,
+) -> Retried<(), Failure> {
+    retry(
+        "keeping events",
+        telemetry::retried,
+        shutdown,
+        &mut (store, events),
+        |(store, events)| {
+            Box::pin(async move {
+                let mut missing = Vec::new();
+                for event in events.iter() {
+                    let stored = store
+                        .get_event(event.organization_id, event.environment, event.id)
+                        .await?;
+                    if stored.is_none() {
+                        missing.push(event.clone());
+                    }
+                }
+                if !missing.is_empty() {
+                    store.record_events(&missing).await?;
+                }
+                Ok::<_, Failure>(())
+            })
+        },
+    )
+    .await
+}

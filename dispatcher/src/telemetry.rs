@@ -1,0 +1,154 @@
+//! The dispatcher's telemetry (STYLE 14): each event below both logs and counts. The metrics
+//! are registered into the registry `/metrics` serves (`edge::metrics`); every label is bounded
+//! (an attempt's result from a closed set, a retried operation's static name).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
+use store::{DeliveryStatus, WebhookDeliveryRecord};
+
+struct Metrics {
+    created: IntCounter,
+    attempts: IntCounterVec,
+    attempt_seconds: Histogram,
+    first_attempt_seconds: Histogram,
+    retries: IntCounterVec,
+    unreadable: IntCounter,
+    disabled: IntCounter,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let created = IntCounter::new(
+        "vigil_dispatcher_deliveries_created_total",
+        "Webhook deliveries the dispatcher created by fanning events out to endpoints",
+    )
+    .expect("valid metric");
+    let attempts = IntCounterVec::new(
+        Opts::new(
+            "vigil_dispatcher_attempts_total",
+            "Delivery attempts, by what they left the delivery as: succeeded, retrying \
+             (pending, another attempt scheduled) or failed",
+        ),
+        &["result"],
+    )
+    .expect("valid metric");
+    let attempt_seconds = Histogram::with_opts(
+        HistogramOpts::new(
+            "vigil_dispatcher_attempt_duration_seconds",
+            "Time from sending a delivery to having the endpoint's answer (or giving up)",
+        )
+        .buckets(vec![
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0,
+        ]),
+    )
+    .expect("valid metric");
+    let first_attempt_seconds = Histogram::with_opts(
+        HistogramOpts::new(
+            "vigil_dispatcher_event_to_first_attempt_seconds",
+            "Time from an event's creation to the first attempt of a delivery of it",
+        )
+        .buckets(vec![
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        ]),
+    )
+    .expect("valid metric");
+    let retries = IntCounterVec::new(
+        Opts::new(
+            "vigil_dispatcher_retries_total",
+            "Transient store or log failures the dispatcher retried, by operation",
+        ),
+        &["operation"],
+    )
+    .expect("valid metric");
+    let unreadable = IntCounter::new(
+        "vigil_dispatcher_unreadable_events_total",
+        "Records of events.v1 the dispatcher could not read (or fan out) and passed over",
+    )
+    .expect("valid metric");
+    let disabled = IntCounter::new(
+        "vigil_dispatcher_endpoints_disabled_total",
+        "Webhook endpoints disabled because a delivery was answered 410 Gone",
+    )
+    .expect("valid metric");
+    for c in [
+        Box::new(created.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(attempts.clone()),
+        Box::new(attempt_seconds.clone()),
+        Box::new(first_attempt_seconds.clone()),
+        Box::new(retries.clone()),
+        Box::new(unreadable.clone()),
+        Box::new(disabled.clone()),
+    ] {
+        if let Err(e) = edge::metrics::register(c) {
+            tracing::error!(error = %e, "dispatcher: registering a metric");
+        }
+    }
+    for result in ["succeeded", "retrying", "failed"] {
+        attempts.with_label_values(&[result]);
+    }
+    Metrics {
+        created,
+        attempts,
+        attempt_seconds,
+        first_attempt_seconds,
+        retries,
+        unreadable,
+        disabled,
+    }
+});
+
+/// Registers the metrics, so `/metrics` shows them before the first event arrives.
+pub fn init() {
+    LazyLock::force(&METRICS);
+}
+
+pub fn created(deliveries: usize) {
+    METRICS.created.inc_by(deliveries as u64);
+}
+
+/// An attempt that took `took` left `delivery` as it is.
+pub fn attempted(delivery: &WebhookDeliveryRecord, took: Duration) {
+    let result = match delivery.status {
+        DeliveryStatus::Succeeded => "succeeded",
+        DeliveryStatus::Pending => "retrying",
+        DeliveryStatus::Failed => "failed",
+    };
+    METRICS.attempts.with_label_values(&[result]).inc();
+    METRICS.attempt_seconds.observe(took.as_secs_f64());
+    if delivery.status != DeliveryStatus::Succeeded {
+        tracing::info!(
+            delivery = %delivery.id,
+            endpoint = %delivery.endpoint_id,
+            attempts = delivery.attempts,
+            result,
+            error = delivery.error.as_deref().unwrap_or(""),
+            "dispatcher: a delivery attempt did not succeed"
+        );
+    }
+}
+
+/// The first attempt of a delivery started `since` its event was created.
+pub fn first_attempt(since: Duration) {
+    METRICS.first_attempt_seconds.observe(since.as_secs_f64());
+}
+
+/// A transient failure of `what`, about to be retried (the `failures`th in a row).
+pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32) {
+    METRICS.retries.with_label_values(&[what]).inc();
+    if failures <= 3 || failures.is_multiple_of(10) {
+        tracing::warn!(what, failures, %error, "dispatcher: transient failure; retrying");
+    }
+}
+
+/// A record of `events.v1` that could not be read or fanned out, passed over.
+pub fn unreadable(error: &dyn std::fmt::Display) {
+    METRICS.unreadable.inc();
+    tracing::error!(%error, "dispatcher: passing over an event it cannot deliver");
+}
+
+/// An endpoint disabled after a 410.
+pub fn disabled(endpoint: &schemas::ids::WebhookEndpointId) {
+    METRICS.disabled.inc();
+    tracing::warn!(%endpoint, "dispatcher: the endpoint answered 410 Gone; disabled");
+}
