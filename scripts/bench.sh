@@ -3,7 +3,8 @@
 # Redis on a free port, and runs the API benchmark (full stack versus a bare handler), the
 # ingest benchmark (batches/s and batch-to-decision latency on the embedded log and on Kafka),
 # the SDK's cost in headless Chromium, and the many-sessions benchmark (4,096 sessions at once,
-# then a 10-minute soak of 100,000 sessions against a `vigil serve` process); stops Redis
+# then a 10-minute soak of 100,000 sessions against a `vigil serve` process), and the webhook
+# delivery benchmark (deliveries/s to a local receiver, event to first attempt); stops Redis
 # whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,4 +19,4 @@ export VIGIL_BENCH_REDIS_URL="$REDIS_URL"
 
 # The soak runs the release executable as its own process.
 cargo build --release --bin vigil
-cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions "$@"
+cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries "$@"

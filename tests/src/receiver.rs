@@ -52,6 +52,8 @@ pub struct Received {
     pub headers: HeaderMap,
     pub body: Bytes,
     pub at: Instant,
+    /// When it arrived by the wall clock, to compare with an event's creation.
+    pub wall: std::time::SystemTime,
     /// The status it was answered with.
     pub answered: u16,
 }
@@ -162,6 +164,7 @@ async fn answer(state: &State, path: String, headers: HeaderMap, body: Bytes) ->
         headers,
         body,
         at,
+        wall: std::time::SystemTime::now(),
         answered: answer.status,
     });
     state.arrived.notify_waiters();
