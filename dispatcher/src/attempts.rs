@@ -12,6 +12,10 @@ use store::{DeliveryStatus, WebhookDeliveryRecord};
 /// The most of an endpoint's answer kept on the delivery.
 pub const MAX_RESPONSE_BODY: usize = 4 * 1024;
 
+/// The longest wait before a retry, whatever the schedule or a `Retry-After` says: an endpoint
+/// cannot park a delivery for years.
+pub const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// `--webhook-retry-schedule`'s default: the waits before the 2nd, 3rd, … attempt.
 pub const DEFAULT_SCHEDULE: &str = "5s,5m,30m,2h,5h,10h,10h";
 
@@ -125,8 +129,11 @@ pub fn record_attempt(
         Some(wait) => {
             let wait = retry_after.map_or(*wait, |asked| asked.max(*wait));
             delivery.status = DeliveryStatus::Pending;
-            delivery.next_attempt_at =
-                Some(now + chrono::TimeDelta::from_std(wait).unwrap_or(chrono::TimeDelta::MAX));
+            let wait = wait.min(MAX_WAIT);
+            delivery.next_attempt_at = Some(
+                now.checked_add_signed(chrono::TimeDelta::from_std(wait).unwrap_or_default())
+                    .unwrap_or(now),
+            );
         }
         None => {
             delivery.status = DeliveryStatus::Failed;
@@ -226,6 +233,12 @@ mod tests {
         assert_eq!(
             asked.next_attempt_at,
             Some(now + chrono::TimeDelta::seconds(120))
+        );
+        let forever = record_attempt(first.clone(), answered(503, Some(u64::MAX)), &schedule, now);
+        assert_eq!(
+            forever.delivery.next_attempt_at,
+            Some(now + chrono::TimeDelta::from_std(MAX_WAIT).unwrap()),
+            "a Retry-After past any sense waits the longest wait"
         );
         let short = record_attempt(first.clone(), answered(429, Some(1)), &schedule, now).delivery;
         assert_eq!(

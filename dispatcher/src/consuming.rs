@@ -133,12 +133,28 @@ async fn handle(
         }
         Retried::ShuttingDown => return false,
     }
-    // Those handed over in memory are due in the store only a lease later (see scheduling).
-    let room = QUEUED_MAX.saturating_sub(dispatch.in_flight.running());
-    let lease = now + chrono::TimeDelta::from_std(LEASE).expect("a short lease");
-    for delivery in deliveries.iter_mut().take(room) {
-        delivery.next_attempt_at = Some(lease);
+    // Those handed over in memory are due in the store only a lease later (see scheduling):
+    // as many as there is room for, overall and per endpoint. The others are due now, for the
+    // due scan.
+    let mut room = QUEUED_MAX.saturating_sub(dispatch.in_flight.running());
+    let lease = schemas::time::now() + chrono::TimeDelta::from_std(LEASE).expect("a short lease");
+    let mut per_endpoint: HashMap<_, usize> = HashMap::new();
+    let mut handed = Vec::with_capacity(deliveries.len());
+    for delivery in deliveries.iter_mut() {
+        let queued = per_endpoint.entry(delivery.endpoint_id).or_default();
+        let hand = room > 0
+            && *queued < crate::scheduling::ENDPOINT_QUEUE
+            && dispatch.has_room(delivery.endpoint_id);
+        if hand {
+            delivery.next_attempt_at = Some(lease);
+            room -= 1;
+            *queued += 1;
+        }
+        handed.push(hand);
     }
+    // A delivery the due scan reads from now on is judged against this instant (see
+    // `InFlight::claim`), so a lease that ran out before the hand-off cannot start it twice.
+    let read_at = std::time::Instant::now();
     let created = retry(
         "creating deliveries",
         telemetry::retried,
@@ -165,10 +181,10 @@ async fn handle(
         .iter()
         .map(|e| (e.id, Arc::new(crate::sending::body(e))))
         .collect();
-    for delivery in deliveries.into_iter().take(room) {
-        if created.contains(&delivery.id) {
+    for (delivery, hand) in deliveries.into_iter().zip(handed) {
+        if hand && created.contains(&delivery.id) {
             let body = bodies.get(&delivery.event_id).cloned();
-            dispatch.start(delivery, body, None);
+            dispatch.start(delivery, body, Some(read_at));
         }
     }
     true

@@ -21,8 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::attempts::RetrySchedule;
 use crate::scheduling::Dispatch;
 
-/// How long a stopping dispatcher lets running attempts finish and be recorded; those still
-/// running after it are abandoned, and attempted again after the restart.
+/// How long a stopping dispatcher waits for its last outcomes to be written.
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// What the dispatcher role runs with.
@@ -67,7 +66,8 @@ pub async fn prepare_log(log: &Log) -> Result<Topic, bus::BusError> {
 }
 
 /// Runs the dispatcher until `shutdown`: the consumer, the due scan and the recorder. On
-/// shutdown, attempts running get [`DRAIN`] to finish and be recorded.
+/// shutdown, attempts not yet sent are dropped (they stay due in the store); those sent get
+/// the attempt timeout to be answered, and their outcomes [`DRAIN`] to be written.
 pub async fn run(settings: Settings, events: Topic, shutdown: CancellationToken) {
     telemetry::init();
     let sender = sending::Sender::new(settings.allow_private, settings.attempt_timeout);
@@ -80,7 +80,7 @@ pub async fn run(settings: Settings, events: Topic, shutdown: CancellationToken)
     // The recorder stops on its own once every attempt has ended; its retries stop at
     // `stop_recording`, cancelled only after the drain.
     let stop_recording = CancellationToken::new();
-    let recorder = tokio::spawn(scheduling::recorder(
+    let mut recorder = tokio::spawn(scheduling::recorder(
         settings.store,
         dispatch.in_flight.clone(),
         outcomes,
@@ -89,8 +89,10 @@ pub async fn run(settings: Settings, events: Topic, shutdown: CancellationToken)
     let scan = tokio::spawn(scheduling::scan_due(dispatch.clone(), shutdown.clone()));
     consuming::consume(&dispatch, &settings.log, &events, &shutdown).await;
     let _ = scan.await;
+    dispatch.stopping.cancel();
     dispatch.tasks.close();
-    if tokio::time::timeout(DRAIN, dispatch.tasks.wait())
+    let answered = settings.attempt_timeout + Duration::from_secs(1);
+    if tokio::time::timeout(answered, dispatch.tasks.wait())
         .await
         .is_err()
     {
@@ -101,11 +103,11 @@ pub async fn run(settings: Settings, events: Topic, shutdown: CancellationToken)
         dispatch.tasks.wait().await;
     }
     drop(dispatch);
-    let recorded = tokio::time::timeout(DRAIN, recorder).await;
-    stop_recording.cancel();
-    if recorded.is_err() {
+    if tokio::time::timeout(DRAIN, &mut recorder).await.is_err() {
         tracing::warn!(
             "dispatcher: outcomes not recorded in time; those deliveries are attempted again after the restart"
         );
+        stop_recording.cancel();
+        let _ = recorder.await;
     }
 }

@@ -1,9 +1,11 @@
 //! When and how many attempts run (D13, D24). A delivery is attempted when the consumer hands
 //! it over just after creating it, or when the store says it is due (a retry, or one left by a
-//! restart). Attempts take turns per endpoint ([`PER_ENDPOINT`] at once) under a global cap
-//! ([`GLOBAL`]), so a slow or dead endpoint holds its own turns and never the others'. Each
-//! outcome is recorded in the store by the [`recorder`], many per write, before the delivery
-//! may be claimed again.
+//! restart). Attempts take turns per endpoint ([`PER_ENDPOINT`] at once), per organization
+//! ([`PER_ORGANIZATION`]) and overall ([`GLOBAL`]), and at most [`ENDPOINT_QUEUE`] of one
+//! endpoint's deliveries wait in memory: a slow or dead endpoint holds its own turns and
+//! places, never the others'. Its due deliveries past that are put off in the store
+//! ([`DEFERRAL`]) so the due scan reaches everyone else's. Each outcome is recorded in the
+//! store by the [`recorder`], many per write, before the delivery may be claimed again.
 //!
 //! The store is the schedule; memory only says which deliveries are being attempted now
 //! ([`InFlight`]), so the due scan does not start a second attempt beside a running one. A
@@ -27,8 +29,14 @@ use crate::telemetry;
 
 /// Attempts to one endpoint at once.
 pub const PER_ENDPOINT: usize = 16;
+/// Attempts at once for one organization, over all its endpoints.
+pub const PER_ORGANIZATION: usize = 64;
 /// Attempts at once, over all endpoints.
 pub const GLOBAL: usize = 512;
+/// The most deliveries of one endpoint waiting for or in an attempt in memory.
+pub const ENDPOINT_QUEUE: usize = 256;
+/// How long a due delivery of an endpoint with a full queue is put off.
+pub const DEFERRAL: Duration = Duration::from_secs(30);
 /// The most deliveries waiting for or in an attempt in memory; past it, new deliveries wait in
 /// the store until the due scan finds room.
 pub const QUEUED_MAX: usize = 20_000;
@@ -49,55 +57,113 @@ const FINISHED_MEMORY: Duration = Duration::from_secs(30);
 /// Where an attempt stands in memory.
 #[derive(Clone, Copy)]
 enum Slot {
-    Running,
+    Running(WebhookEndpointId),
     /// Its outcome was written at this instant.
     Finished(Instant),
 }
 
 /// The deliveries being attempted, and those whose outcome was written lately.
 #[derive(Default)]
-pub struct InFlight(Mutex<HashMap<WebhookDeliveryId, Slot>>);
+pub struct InFlight(Mutex<Slots>);
+
+#[derive(Default)]
+struct Slots {
+    slots: HashMap<WebhookDeliveryId, Slot>,
+    /// Running deliveries per endpoint.
+    per_endpoint: HashMap<WebhookEndpointId, usize>,
+    running: usize,
+}
+
+/// Why a delivery was not claimed.
+#[derive(Debug, PartialEq)]
+enum Unclaimed {
+    /// Running, or read before its outcome was written: someone has it.
+    Taken,
+    /// Its endpoint has [`ENDPOINT_QUEUE`] deliveries in memory already.
+    EndpointFull,
+}
 
 impl InFlight {
-    /// Claims `id` for an attempt; false if it is running, or if it finished after
-    /// `read_at` (when the caller read it from the store as due): that read is stale.
-    fn claim(&self, id: WebhookDeliveryId, read_at: Option<Instant>) -> bool {
-        let mut slots = self.0.lock().expect("in-flight table");
-        match (slots.get(&id), read_at) {
-            (Some(Slot::Running), _) => false,
-            (Some(Slot::Finished(at)), Some(read_at)) if *at >= read_at => false,
-            _ => {
-                slots.insert(id, Slot::Running);
-                true
+    /// Claims `delivery` for an attempt. Refused if it is running, or if it finished after
+    /// `read_at` (when the caller read it from the store as due: that read is stale), or if
+    /// its endpoint's queue is full.
+    fn claim(
+        &self,
+        delivery: &WebhookDeliveryRecord,
+        read_at: Option<Instant>,
+    ) -> Result<(), Unclaimed> {
+        let mut table = self.0.lock().expect("in-flight table");
+        match (table.slots.get(&delivery.id), read_at) {
+            (Some(Slot::Running(_)), _) => return Err(Unclaimed::Taken),
+            (Some(Slot::Finished(at)), Some(read_at)) if *at >= read_at => {
+                return Err(Unclaimed::Taken);
             }
+            _ => {}
         }
+        let queued = table.per_endpoint.entry(delivery.endpoint_id).or_default();
+        if *queued >= ENDPOINT_QUEUE {
+            return Err(Unclaimed::EndpointFull);
+        }
+        *queued += 1;
+        table.running += 1;
+        table
+            .slots
+            .insert(delivery.id, Slot::Running(delivery.endpoint_id));
+        Ok(())
     }
 
     /// Its outcome is written (or there was none to write): it may be claimed from the next
     /// read of the store on.
     fn finish(&self, ids: impl IntoIterator<Item = WebhookDeliveryId>) {
         let now = Instant::now();
-        let mut slots = self.0.lock().expect("in-flight table");
+        let mut table = self.0.lock().expect("in-flight table");
         for id in ids {
-            slots.insert(id, Slot::Finished(now));
+            if let Some(Slot::Running(endpoint)) = table.slots.insert(id, Slot::Finished(now)) {
+                table.running -= 1;
+                if let Some(queued) = table.per_endpoint.get_mut(&endpoint) {
+                    *queued -= 1;
+                    if *queued == 0 {
+                        table.per_endpoint.remove(&endpoint);
+                    }
+                }
+            }
         }
     }
 
     /// How many are running.
     pub fn running(&self) -> usize {
-        let slots = self.0.lock().expect("in-flight table");
-        slots
-            .values()
-            .filter(|s| matches!(s, Slot::Running))
-            .count()
+        self.0.lock().expect("in-flight table").running
+    }
+
+    /// Whether `endpoint` has room for another delivery in memory.
+    fn has_room(&self, endpoint: WebhookEndpointId) -> bool {
+        let table = self.0.lock().expect("in-flight table");
+        table.per_endpoint.get(&endpoint).copied().unwrap_or(0) < ENDPOINT_QUEUE
     }
 
     fn forget_finished(&self) {
-        let mut slots = self.0.lock().expect("in-flight table");
-        slots.retain(|_, s| match s {
-            Slot::Running => true,
+        let mut table = self.0.lock().expect("in-flight table");
+        table.slots.retain(|_, s| match s {
+            Slot::Running(_) => true,
             Slot::Finished(at) => at.elapsed() < FINISHED_MEMORY,
         });
+    }
+}
+
+/// A claimed delivery: finished when dropped, unless its outcome went to the recorder (which
+/// finishes it once written). So an attempt that ends any other way (no outcome, abandoned,
+/// a panic) never leaves its delivery claimed.
+struct Claim {
+    in_flight: Arc<InFlight>,
+    id: WebhookDeliveryId,
+    handed_to_recorder: bool,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.handed_to_recorder {
+            self.in_flight.finish([self.id]);
+        }
     }
 }
 
@@ -108,13 +174,46 @@ pub struct Dispatch {
     pub schedule: RetrySchedule,
     pub sender: Sender,
     pub in_flight: Arc<InFlight>,
-    endpoint_turns: Mutex<HashMap<WebhookEndpointId, Arc<Semaphore>>>,
+    endpoint_turns: Turns<WebhookEndpointId>,
+    organization_turns: Turns<schemas::OrgId>,
     global_turns: Semaphore,
     outcomes: mpsc::UnboundedSender<Attempted>,
     /// Attempt tasks, waited for on shutdown.
     pub tasks: TaskTracker,
+    /// Cancelled when the dispatcher stops: attempts not yet sent are not sent.
+    pub stopping: CancellationToken,
     /// Cancelled when attempts still running at shutdown are to be abandoned.
     pub abandon: CancellationToken,
+}
+
+/// A semaphore of [`PER_ENDPOINT`]-like size per key, made when first needed and dropped when
+/// nobody holds or waits on it.
+struct Turns<K> {
+    each: usize,
+    by_key: Mutex<HashMap<K, Arc<Semaphore>>>,
+}
+
+impl<K: std::hash::Hash + Eq + Copy> Turns<K> {
+    fn new(each: usize) -> Self {
+        Turns {
+            each,
+            by_key: Mutex::default(),
+        }
+    }
+
+    fn of(&self, key: K) -> Arc<Semaphore> {
+        let mut by_key = self.by_key.lock().expect("turns");
+        Arc::clone(
+            by_key
+                .entry(key)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.each))),
+        )
+    }
+
+    fn forget_idle(&self) {
+        let mut by_key = self.by_key.lock().expect("turns");
+        by_key.retain(|_, t| Arc::strong_count(t) > 1);
+    }
 }
 
 impl Dispatch {
@@ -132,46 +231,79 @@ impl Dispatch {
             schedule,
             sender,
             in_flight: Arc::default(),
-            endpoint_turns: Mutex::default(),
+            endpoint_turns: Turns::new(PER_ENDPOINT),
+            organization_turns: Turns::new(PER_ORGANIZATION),
             global_turns: Semaphore::new(GLOBAL),
             outcomes,
             tasks: TaskTracker::new(),
+            stopping: CancellationToken::new(),
             abandon: CancellationToken::new(),
         };
         (Arc::new(dispatch), received)
     }
 
     /// Starts an attempt of `delivery` unless one is running (or `read_at` is stale, see
-    /// [`InFlight::claim`]). `body` is the event's payload when the caller has it.
+    /// [`InFlight::claim`]); `body` is the event's payload when the caller has it. False if
+    /// it was not started because its endpoint's queue is full.
     pub fn start(
         self: &Arc<Self>,
         delivery: WebhookDeliveryRecord,
         body: Option<Arc<Vec<u8>>>,
         read_at: Option<Instant>,
-    ) {
-        if !self.in_flight.claim(delivery.id, read_at) {
-            return;
+    ) -> bool {
+        match self.in_flight.claim(&delivery, read_at) {
+            Ok(()) => {}
+            Err(Unclaimed::Taken) => return true,
+            Err(Unclaimed::EndpointFull) => return false,
         }
+        let claim = Claim {
+            in_flight: Arc::clone(&self.in_flight),
+            id: delivery.id,
+            handed_to_recorder: false,
+        };
         let dispatch = Arc::clone(self);
         self.tasks.spawn(async move {
-            let id = delivery.id;
+            let mut claim = claim;
             tokio::select! {
-                _ = dispatch.abandon.cancelled() => dispatch.in_flight.finish([id]),
-                _ = dispatch.attempt(delivery, body) => {}
+                _ = dispatch.abandon.cancelled() => {}
+                _ = dispatch.attempt(delivery, body, &mut claim) => {}
             }
         });
+        true
     }
 
-    /// Waits for the endpoint's turn and a global one, attempts, and hands the outcome to the
-    /// recorder. A store failure before sending leaves the delivery as it is, to be found due.
-    async fn attempt(&self, delivery: WebhookDeliveryRecord, body: Option<Arc<Vec<u8>>>) {
-        let turns = self.endpoint_turns(delivery.endpoint_id);
-        let Ok(_endpoint_turn) = turns.acquire().await else {
-            return;
+    /// Whether `endpoint` has room for another delivery in memory.
+    pub fn has_room(&self, endpoint: WebhookEndpointId) -> bool {
+        self.in_flight.has_room(endpoint)
+    }
+
+    /// Waits for the endpoint's, the organization's and a global turn, attempts, and hands the
+    /// outcome to the recorder. A store failure before sending leaves the delivery as it is,
+    /// to be found due; so does a stop before sending.
+    async fn attempt(
+        &self,
+        delivery: WebhookDeliveryRecord,
+        body: Option<Arc<Vec<u8>>>,
+        claim: &mut Claim,
+    ) {
+        let endpoint_turns = self.endpoint_turns.of(delivery.endpoint_id);
+        let organization_turns = self.organization_turns.of(delivery.organization_id);
+        let turns = async {
+            let endpoint = endpoint_turns.acquire().await.ok()?;
+            let organization = organization_turns.acquire().await.ok()?;
+            let global = self.global_turns.acquire().await.ok()?;
+            Some((endpoint, organization, global))
         };
-        let Ok(_turn) = self.global_turns.acquire().await else {
-            return;
+        let _turns = tokio::select! {
+            _ = self.stopping.cancelled() => return,
+            turns = turns => match turns {
+                Some(turns) => turns,
+                None => return,
+            },
         };
+        if self.stopping.is_cancelled() {
+            return;
+        }
         let started = Instant::now();
         if delivery.attempts == 0 {
             // An event id's time part is when the event happened (`schemas/events.md`).
@@ -183,14 +315,15 @@ impl Dispatch {
             Ok(outcome) => outcome,
             Err(e) => {
                 tracing::warn!(delivery = %delivery.id, error = %e, "dispatcher: could not read what an attempt needs; it stays due");
-                self.in_flight.finish([delivery.id]);
                 return;
             }
         };
         let attempted = record_attempt(delivery, outcome, &self.schedule, schemas::time::now());
         telemetry::attempted(&attempted.delivery, started.elapsed());
         // The recorder outlives every attempt task (it ends when they all have).
-        let _ = self.outcomes.send(attempted);
+        if self.outcomes.send(attempted).is_ok() {
+            claim.handed_to_recorder = true;
+        }
     }
 
     /// Reads the endpoint (and the event, if not given) and sends.
@@ -253,24 +386,16 @@ impl Dispatch {
             .collect()
     }
 
-    fn endpoint_turns(&self, endpoint: WebhookEndpointId) -> Arc<Semaphore> {
-        let mut turns = self.endpoint_turns.lock().expect("endpoint turns");
-        Arc::clone(
-            turns
-                .entry(endpoint)
-                .or_insert_with(|| Arc::new(Semaphore::new(PER_ENDPOINT))),
-        )
-    }
-
-    /// Drops the turns of endpoints nobody is waiting on or attempting.
-    fn forget_idle_endpoints(&self) {
-        let mut turns = self.endpoint_turns.lock().expect("endpoint turns");
-        turns.retain(|_, t| Arc::strong_count(t) > 1);
+    /// Drops the turns of endpoints and organizations nobody is waiting on or attempting.
+    fn forget_idle_turns(&self) {
+        self.endpoint_turns.forget_idle();
+        self.organization_turns.forget_idle();
     }
 }
 
 /// Asks the store for due deliveries every [`DUE_SCAN_EVERY`] and starts them, until
-/// `shutdown`. A failed scan is logged and tried again at the next tick.
+/// `shutdown`; those of endpoints whose queue is full are put off by [`DEFERRAL`]. A failed
+/// scan is logged and tried again at the next tick.
 pub async fn scan_due(dispatch: Arc<Dispatch>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
@@ -278,7 +403,7 @@ pub async fn scan_due(dispatch: Arc<Dispatch>, shutdown: CancellationToken) {
             _ = tokio::time::sleep(DUE_SCAN_EVERY) => {}
         }
         dispatch.in_flight.forget_finished();
-        dispatch.forget_idle_endpoints();
+        dispatch.forget_idle_turns();
         let running = dispatch.in_flight.running();
         if running >= QUEUED_MAX {
             continue;
@@ -287,17 +412,30 @@ pub async fn scan_due(dispatch: Arc<Dispatch>, shutdown: CancellationToken) {
         // Running deliveries may be due too (queued past their lease); asking for that many
         // more keeps them from hiding the others.
         let limit = DUE_BATCH + running;
-        match dispatch
+        let due = match dispatch
             .store
             .due_webhook_deliveries(schemas::time::now(), limit)
             .await
         {
-            Ok(due) => {
-                for delivery in due {
-                    dispatch.start(delivery, None, Some(read_at));
-                }
+            Ok(due) => due,
+            Err(e) => {
+                telemetry::retried("scanning due deliveries", &e, 1);
+                continue;
             }
-            Err(e) => telemetry::retried("scanning due deliveries", &e, 1),
+        };
+        let mut full = Vec::new();
+        for delivery in due {
+            if !dispatch.start(delivery.clone(), None, Some(read_at)) {
+                full.push(delivery);
+            }
+        }
+        if !full.is_empty() {
+            let until = schemas::time::now()
+                + chrono::TimeDelta::from_std(DEFERRAL).expect("a short deferral");
+            match dispatch.store.defer_webhook_deliveries(&full, until).await {
+                Ok(deferred) => telemetry::deferred(deferred),
+                Err(e) => telemetry::retried("putting off deliveries", &e, 1),
+            }
         }
     }
 }
@@ -327,14 +465,33 @@ pub async fn recorder(
             },
         )
         .await;
-        if let bus::retry::Retried::Done(_) = written {
-            for gone in batch.iter().filter(|a| a.disable_endpoint) {
-                disable(&store, &gone.delivery, &shutdown).await;
+        let unwritten = match written {
+            bus::retry::Retried::Done(_) | bus::retry::Retried::ShuttingDown => Vec::new(),
+            // A row that will not take the write (one that no longer decodes): written one by
+            // one, so the others land; those that still fail stay claimed until a restart,
+            // rather than be attempted again and again.
+            bus::retry::Retried::Failed(e) => {
+                tracing::error!(error = %e, "dispatcher: recording attempts failed; recording them one by one");
+                let mut unwritten = Vec::new();
+                for d in &deliveries {
+                    if let Err(e) = store.record_webhook_attempts(std::slice::from_ref(d)).await {
+                        tracing::error!(delivery = %d.id, error = %e, "dispatcher: an attempt's outcome cannot be recorded; the delivery is held until a restart");
+                        unwritten.push(d.id);
+                    }
+                }
+                unwritten
             }
+        };
+        for gone in batch.iter().filter(|a| a.disable_endpoint) {
+            disable(&store, &gone.delivery, &shutdown).await;
         }
-        // Written or not (shutting down, or a row that will not decode), they are no longer
-        // running; what was not written is found due again.
-        in_flight.finish(deliveries.iter().map(|d| d.id));
+        // No longer running; what was not written (shutting down) is found due again.
+        in_flight.finish(
+            deliveries
+                .iter()
+                .map(|d| d.id)
+                .filter(|id| !unwritten.contains(id)),
+        );
         batch.clear();
     }
 }

@@ -48,6 +48,13 @@ pub fn body(event: &EventRecord) -> Vec<u8> {
     .expect("an event serialises")
 }
 
+/// Name lookups running at once, over all endpoints.
+const LOOKUPS: usize = 4;
+static LOOKUP_THREADS: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(LOOKUPS)));
+/// How long a name lookup may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Resolves endpoint names to their public addresses only (all of them when private
 /// destinations are allowed); a name with none is an error, so nothing is connected to.
 struct PublicOnly {
@@ -59,7 +66,24 @@ impl Resolve for PublicOnly {
         let allow_private = self.allow_private;
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            // The system resolver blocks a thread of the pool the store's writes run on; the
+            // permit travels with the lookup and is released only when its thread is done, so
+            // names that never answer tie up at most LOOKUPS threads.
+            let permit = LOOKUP_THREADS
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| "the resolver is closed")?;
+            let name = host.clone();
+            let lookup = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), 0))
+                    .map(Iterator::collect::<Vec<SocketAddr>>)
+            });
+            let all = tokio::time::timeout(LOOKUP_TIMEOUT, lookup)
+                .await
+                .map_err(|_| format!("`{host}` did not resolve within {LOOKUP_TIMEOUT:?}"))??;
+            let all = all?;
             let kept: Vec<SocketAddr> = all
                 .iter()
                 .copied()

@@ -16,6 +16,7 @@ struct Metrics {
     retries: IntCounterVec,
     unreadable: IntCounter,
     disabled: IntCounter,
+    deferred: IntCounter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -71,8 +72,14 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Webhook endpoints disabled because a delivery was answered 410 Gone",
     )
     .expect("valid metric");
+    let deferred = IntCounter::new(
+        "vigil_dispatcher_deferred_total",
+        "Due deliveries put off because their endpoint had its most attempts waiting already",
+    )
+    .expect("valid metric");
     for c in [
         Box::new(created.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(deferred.clone()),
         Box::new(attempts.clone()),
         Box::new(attempt_seconds.clone()),
         Box::new(first_attempt_seconds.clone()),
@@ -95,6 +102,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         retries,
         unreadable,
         disabled,
+        deferred,
     }
 });
 
@@ -151,4 +159,9 @@ pub fn unreadable(error: &dyn std::fmt::Display) {
 pub fn disabled(endpoint: &schemas::ids::WebhookEndpointId) {
     METRICS.disabled.inc();
     tracing::warn!(%endpoint, "dispatcher: the endpoint answered 410 Gone; disabled");
+}
+
+/// Due deliveries put off, their endpoint's queue full.
+pub fn deferred(deliveries: usize) {
+    METRICS.deferred.inc_by(deliveries as u64);
 }

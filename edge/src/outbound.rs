@@ -90,13 +90,25 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
+    let [first, second, ..] = ip.segments();
+    // IPv4-compatible addresses (`::a.b.c.d`, deprecated) reach the IPv4 address they embed
+    // on some stacks: judged as that address.
+    if ip.segments()[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
+        return is_public_v4(Ipv4Addr::from_bits(ip.to_bits() as u32));
+    }
     !(ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
         || ip.is_unique_local()
         || ip.is_unicast_link_local()
-        || (first == 0x2001 && ip.segments()[1] == 0x0db8)
+        // Documentation.
+        || (first == 0x2001 && second == 0x0db8)
+        // Teredo and 6to4 tunnel to IPv4 addresses the rule cannot see.
+        || (first == 0x2001 && second == 0x0000)
+        || first == 0x2002
+        // Site-local (deprecated, still routed inside some networks).
+        || (first & 0xffc0) == 0xfec0
+        // NAT64 prefixes.
         || first == 0x0064)
 }
 
@@ -106,7 +118,12 @@ mod tests {
 
     #[test]
     fn only_public_unicast_addresses_are_public() {
-        for public in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"] {
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700:4700::1111",
+            "::8.8.8.8",
+        ] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }
         for private in [
@@ -130,6 +147,11 @@ mod tests {
             "::ffff:169.254.169.254",
             "2001:db8::1",
             "64:ff9b::7f00:1",
+            "::127.0.0.1",
+            "::169.254.169.254",
+            "2002:7f00:1::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "fec0::1",
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }

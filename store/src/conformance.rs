@@ -4809,8 +4809,44 @@ pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
         vec![d.clone()]
     );
 
+    // Putting it off moves it in the due index and nothing else; a stale copy is not put off.
+    let put_off = now + TimeDelta::seconds(30);
+    assert_eq!(
+        store
+            .defer_webhook_deliveries(std::slice::from_ref(&d), put_off)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store
+            .due_webhook_deliveries(later, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    d.next_attempt_at = Some(put_off);
+    let after_put_off = put_off + TimeDelta::seconds(1);
+    assert_eq!(
+        store
+            .due_webhook_deliveries(after_put_off, 10)
+            .await
+            .unwrap(),
+        vec![d.clone()]
+    );
+    let mut stale = d.clone();
+    stale.attempts = 0;
+    assert_eq!(
+        store
+            .defer_webhook_deliveries(&[stale], later)
+            .await
+            .unwrap(),
+        0
+    );
+
     d.attempts = 2;
     d.status = DeliveryStatus::Succeeded;
+    let later = after_put_off;
     d.response_status = Some(204);
     d.next_attempt_at = None;
     assert_eq!(

@@ -2305,6 +2305,51 @@ impl StoreBackend for EmbeddedStore {
         .await
     }
 
+    async fn defer_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+        until: Timestamp,
+    ) -> Result<usize> {
+        if deliveries.is_empty() {
+            return Ok(0);
+        }
+        let deliveries = deliveries.to_vec();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            let mut deferred = std::collections::HashSet::new();
+            for d in &deliveries {
+                let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
+                let Some(mut stored) = decode_row::<WebhookDeliveryRecord>(
+                    WEBHOOK_DELIVERIES,
+                    db.webhook_deliveries.get(k),
+                )?
+                else {
+                    continue;
+                };
+                let Some(due) = stored.next_attempt_at else {
+                    continue;
+                };
+                if deferred.contains(&k) || stored.id != d.id || stored.attempts != d.attempts {
+                    continue;
+                }
+                batch.remove(&db.webhook_deliveries_due, key::delivery_due(due, &k));
+                batch.insert(&db.webhook_deliveries_due, key::delivery_due(until, &k), []);
+                stored.next_attempt_at = Some(until);
+                batch.insert(
+                    &db.webhook_deliveries,
+                    k,
+                    encode(WEBHOOK_DELIVERIES, &stored)?,
+                );
+                deferred.insert(k);
+            }
+            if !deferred.is_empty() {
+                batch.commit().map_err(unavailable)?;
+            }
+            Ok(deferred.len())
+        })
+        .await
+    }
+
     async fn list_event_deliveries(
         &self,
         org: OrgId,

@@ -86,7 +86,11 @@ async fn delivered(s: &TestServer, receiver: &Receiver, n: usize) -> (Duration, 
     let started = Instant::now();
     receiver.wait_for(n, Duration::from_secs(600)).await;
     let arrived = started.elapsed();
-    while (s.metric("vigil_dispatcher_attempts_total{result=\"succeeded\"}").await as usize) < n {
+    while (s
+        .metric("vigil_dispatcher_attempts_total{result=\"succeeded\"}")
+        .await as usize)
+        < n
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     (arrived, started.elapsed())
@@ -117,7 +121,8 @@ async fn ceiling(url: &str, body: Vec<u8>, concurrency: usize, for_: Duration) -
     let deadline = Instant::now() + for_;
     let tasks: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (client, done, body, url) = (client.clone(), done.clone(), body.clone(), url.to_owned());
+            let (client, done, body, url) =
+                (client.clone(), done.clone(), body.clone(), url.to_owned());
             tokio::spawn(async move {
                 while Instant::now() < deadline {
                     let r = client

@@ -79,6 +79,7 @@ const WRITES: &[&str] = &[
     "update_webhook_endpoint",
     "create_webhook_deliveries",
     "record_webhook_attempts",
+    "defer_webhook_deliveries",
     "purge_expired",
     "put_setting_if_absent",
 ];
@@ -438,6 +439,15 @@ impl StoreBackend for FlakyStore {
     ) -> Result<Vec<WebhookDeliveryRecord>> {
         self.fault("list_event_deliveries")?;
         self.inner.list_event_deliveries(org, env, event).await
+    }
+
+    async fn defer_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+        until: Timestamp,
+    ) -> Result<usize> {
+        self.fault("defer_webhook_deliveries")?;
+        self.inner.defer_webhook_deliveries(deliveries, until).await
     }
 
     async fn due_webhook_deliveries(

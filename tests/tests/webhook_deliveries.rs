@@ -426,8 +426,9 @@ async fn loopback_destinations_are_refused_at_creation_and_at_delivery() {
     );
 }
 
-/// One endpoint that answers slowly holds its own turns only: another endpoint's deliveries
-/// of the same moment arrive at once.
+/// One endpoint that answers slowly holds its own turns and its own places in memory only:
+/// with more of its deliveries due than it may queue (the rest are put off in the store),
+/// another endpoint's deliveries of the same moment arrive at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_endpoint_does_not_delay_another() {
     let s = TestServer::start_with(|a| {
@@ -440,10 +441,10 @@ async fn a_slow_endpoint_does_not_delay_another() {
     let fast = Receiver::start().await;
     let (slow_id, _) = register(&s, &slow.base, &["webhook.test"]).await;
     let (fast_id, _) = register(&s, &fast.base, &["webhook.test"]).await;
-    let n = 40;
-    for _ in 0..n {
+    for _ in 0..dispatcher::scheduling::ENDPOINT_QUEUE + 50 {
         test_event(&s, &slow_id).await;
     }
+    let n = 40;
     let started = Instant::now();
     for _ in 0..n {
         test_event(&s, &fast_id).await;
@@ -458,4 +459,10 @@ async fn a_slow_endpoint_does_not_delay_another() {
         slow_got <= dispatcher::scheduling::PER_ENDPOINT,
         "the slow endpoint has at most its own turns in flight: {slow_got}"
     );
+    // Its deliveries past its queue were put off by the due scan, not held in memory.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.metric("vigil_dispatcher_deferred_total").await < 1.0 {
+        assert!(Instant::now() < deadline, "nothing was put off");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
