@@ -203,3 +203,43 @@ pub fn verify(secret: &str, received: &Received) -> bool {
         .split(' ')
         .any(|s| s.strip_prefix("v1,") == Some(expected.as_str()))
 }
+
+/// The README's verification snippet, run by Node on a delivery: whether it says valid.
+pub fn readme_snippet_verifies(secret: &str, received: &Received, body: &[u8]) -> bool {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let marker = readme
+        .find("<!-- webhook-verification-snippet -->")
+        .expect("the README marks its verification snippet");
+    let block = &readme[marker..];
+    let start = block.find("```js\n").expect("a js block after the marker") + 6;
+    let snippet = &block[start..start + block[start..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("verify.js");
+    let body_file = dir.path().join("body");
+    std::fs::write(&body_file, body).unwrap();
+    std::fs::write(
+        &script,
+        format!(
+            "{snippet}\nconst fs = require('node:fs');\n\
+             const [secret, headers, bodyFile] = process.argv.slice(2);\n\
+             console.log(verifyVigilWebhook(secret, JSON.parse(headers), fs.readFileSync(bodyFile)) ? 'valid' : 'invalid');\n"
+        ),
+    )
+    .unwrap();
+    let headers = serde_json::json!({
+        "webhook-id": received.header("webhook-id"),
+        "webhook-timestamp": received.header("webhook-timestamp"),
+        "webhook-signature": received.header("webhook-signature"),
+    });
+    let said = crate::run_client(
+        "node",
+        &[
+            script.to_str().unwrap(),
+            secret,
+            &headers.to_string(),
+            body_file.to_str().unwrap(),
+        ],
+    );
+    said == "valid"
+}

@@ -431,3 +431,63 @@ async fn a_secret_key_put_into_a_page_is_revoked_on_its_first_call() {
     assert_eq!(read.ok(200)["status"], "revoked");
     assert_eq!(s.metric("vigil_secret_keys_exposed_total").await, 1.0);
 }
+
+/// The whole customer path in a real browser: an endpoint registered through the API, a visit
+/// by headless Chromium through the SDK, `agent.result()`, and the session's final result
+/// arriving at the site's receiver as a signed `session.result.persisted` delivery, which the
+/// README's snippet verifies, and which reads back through the events API.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_browser_session_ends_in_a_signed_session_result_delivery() {
+    use vigil_tests::receiver::{Receiver, readme_snippet_verifies, verify};
+    let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
+    let receiver = Receiver::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let made = s
+        .post(&format!("{}/webhooks/endpoints", s.org_path()))
+        .key(sk)
+        .json(
+            serde_json::json!({"name": "shop backend", "url": format!("{}/vigil", receiver.base),
+                                 "event_types": ["session.result.persisted"]}),
+        )
+        .send()
+        .await;
+    let made = made.ok(201).clone();
+    let secret = made["signing_secret"].as_str().unwrap();
+    let page = PageServer::start(sdk_page(&s.base, &s.creds.keys.publishable_test)).await;
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+    let browser = driver.session(&profile).await;
+    let loaded = visit(&browser, &page).await;
+    let sid = loaded["session_id"].as_str().unwrap().to_owned();
+    let result = browser.eval_async("window.__vigilResult()").await;
+    assert_eq!(result["ok"], true, "agent.result() failed: {result}");
+    browser.quit().await;
+
+    let got = receiver.wait_for(1, Duration::from_secs(15)).await;
+    let delivery = &got[0];
+    assert_eq!(delivery.path, "/vigil");
+    let body = delivery.json();
+    assert_eq!(body["type"], "session.result.persisted");
+    assert_eq!(body["data"]["session_id"], sid.as_str());
+    assert_eq!(body["data"]["decision"]["decision_status"], "final");
+    assert_eq!(delivery.header("webhook-id"), body["id"].as_str().unwrap());
+    assert!(verify(secret, delivery), "the receiver's HMAC verifies it");
+    assert!(readme_snippet_verifies(secret, delivery, &delivery.body));
+
+    // The delivery reads back, succeeded, on its event.
+    let path = format!("{}/events?type=session.result.persisted", s.org_path());
+    for _ in 0..200 {
+        let listed = s.get(&path).key(sk).send().await;
+        let listed = listed.ok(200).clone();
+        let deliveries = &listed[0]["webhook_deliveries"];
+        if deliveries[0]["status"] == "succeeded" {
+            assert_eq!(listed[0]["id"], body["id"]);
+            assert_eq!(deliveries[0]["endpoint_id"], made["id"]);
+            assert_eq!(deliveries[0]["attempts"], 1);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the delivery was not recorded as succeeded");
+}

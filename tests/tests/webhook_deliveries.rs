@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use store::{EndpointStatus, WebhookEndpointRecord};
 use vigil_tests::collect::score_session;
-use vigil_tests::receiver::{Answer, Received, Receiver, verify};
-use vigil_tests::{TestServer, json, run_client};
+use vigil_tests::receiver::{Answer, Received, Receiver, readme_snippet_verifies, verify};
+use vigil_tests::{TestServer, json};
 
 /// A server that delivers to the receiver's loopback address, with `schedule` between
 /// attempts and a one-second attempt timeout.
@@ -87,46 +87,6 @@ async fn delivery_of(
 /// A probes batch that scores as automated (enough for a final result).
 fn webdriver_probes() -> Value {
     json!({"kind": "probes", "automation": {"webdriver": true}})
-}
-
-/// The README's verification snippet, run by Node on a delivery: whether it says valid.
-fn readme_snippet_verifies(secret: &str, received: &Received, body: &[u8]) -> bool {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
-    let marker = readme
-        .find("<!-- webhook-verification-snippet -->")
-        .expect("the README marks its verification snippet");
-    let block = &readme[marker..];
-    let start = block.find("```js\n").expect("a js block after the marker") + 6;
-    let snippet = &block[start..start + block[start..].find("```").unwrap()];
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("verify.js");
-    let body_file = dir.path().join("body");
-    std::fs::write(&body_file, body).unwrap();
-    std::fs::write(
-        &script,
-        format!(
-            "{snippet}\nconst fs = require('node:fs');\n\
-             const [secret, headers, bodyFile] = process.argv.slice(2);\n\
-             console.log(verifyVigilWebhook(secret, JSON.parse(headers), fs.readFileSync(bodyFile)) ? 'valid' : 'invalid');\n"
-        ),
-    )
-    .unwrap();
-    let headers = json!({
-        "webhook-id": received.header("webhook-id"),
-        "webhook-timestamp": received.header("webhook-timestamp"),
-        "webhook-signature": received.header("webhook-signature"),
-    });
-    let said = run_client(
-        "node",
-        &[
-            script.to_str().unwrap(),
-            secret,
-            &headers.to_string(),
-            body_file.to_str().unwrap(),
-        ],
-    );
-    said == "valid"
 }
 
 /// What every delivery carries: the Standard Webhooks headers, signed by `secret` (checked by

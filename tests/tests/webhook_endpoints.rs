@@ -439,3 +439,50 @@ async fn a_test_event_is_published_recorded_and_listed_for_its_endpoint() {
         .await
         .err(403, "auth.insufficient_scope");
 }
+
+/// The endpoint routes as customer backends call them: Node's `fetch` registers one, Python's
+/// `requests` lists it, curl sends it a test event, which arrives at the receiver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_fetch_python_requests_and_curl_manage_an_endpoint() {
+    use vigil_tests::run_client;
+    let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
+    let receiver = vigil_tests::receiver::Receiver::start().await;
+    let sk = s.creds.keys.secret_test.clone();
+    let url = format!("{}{}", s.base, endpoints(&s));
+    let node = r#"
+        const [url, key, target] = process.argv.slice(1);
+        fetch(url, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+                     body: JSON.stringify({ name: "node", url: target, event_types: ["webhook.test"] }) })
+          .then(async (r) => { const b = await r.json(); console.log(r.status, b.data.id, b.data.signing_secret.slice(0, 6)); })
+          .catch((e) => { console.error(e); process.exit(1); });
+    "#;
+    let made = run_client("node", &["-e", node, &url, &sk, &receiver.base]);
+    let parts: Vec<&str> = made.split(' ').collect();
+    assert_eq!((parts[0], parts[2]), ("201", "whsec_"), "{made}");
+    let id = parts[1].to_owned();
+    let python = r#"
+import sys, requests
+url, key = sys.argv[1:]
+r = requests.get(url, headers={"Authorization": "Bearer " + key})
+e = r.json()["data"][0]
+print(r.status_code, e["id"], e["signing_secret"][:10])
+"#;
+    assert_eq!(
+        run_client("python3", &["-c", python, &url, &sk]),
+        format!("{} {id} whsec_••••", 200)
+    );
+    let auth = format!("authorization: Bearer {sk}");
+    let tested = run_client(
+        "curl",
+        &["-s", "-X", "POST", "-H", &auth, &format!("{url}/{id}/test")],
+    );
+    let tested: Value = serde_json::from_str(&tested).unwrap();
+    assert_eq!(tested["data"]["type"], "webhook.test");
+    let got = receiver
+        .wait_for(1, std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        got[0].header("webhook-id"),
+        tested["data"]["id"].as_str().unwrap()
+    );
+}
