@@ -138,17 +138,18 @@ async fn handle(
     // due scan.
     let mut room = QUEUED_MAX.saturating_sub(dispatch.in_flight.running());
     let lease = schemas::time::now() + chrono::TimeDelta::from_std(LEASE).expect("a short lease");
-    let mut per_endpoint: HashMap<_, usize> = HashMap::new();
+    let mut endpoint_room: HashMap<_, usize> = HashMap::new();
     let mut handed = Vec::with_capacity(deliveries.len());
     for delivery in deliveries.iter_mut() {
-        let queued = per_endpoint.entry(delivery.endpoint_id).or_default();
-        let hand = room > 0
-            && *queued < crate::scheduling::ENDPOINT_QUEUE
-            && dispatch.has_room(delivery.endpoint_id);
+        let endpoint = delivery.endpoint_id;
+        let fits = endpoint_room
+            .entry(endpoint)
+            .or_insert_with(|| dispatch.room(endpoint));
+        let hand = room > 0 && *fits > 0;
         if hand {
             delivery.next_attempt_at = Some(lease);
             room -= 1;
-            *queued += 1;
+            *fits -= 1;
         }
         handed.push(hand);
     }
@@ -181,11 +182,23 @@ async fn handle(
         .iter()
         .map(|e| (e.id, Arc::new(crate::sending::body(e))))
         .collect();
-    for (delivery, hand) in deliveries.into_iter().zip(handed) {
+    // The due scan may have filled an endpoint's places meanwhile: what did not fit is made
+    // due now, not at the end of its lease.
+    let mut unstarted = Vec::new();
+    for (mut delivery, hand) in deliveries.into_iter().zip(handed) {
         if hand && created.contains(&delivery.id) {
             let body = bodies.get(&delivery.event_id).cloned();
-            dispatch.start(delivery, body, Some(read_at));
+            if !dispatch.start(delivery.clone(), body, Some(read_at)) {
+                delivery.next_attempt_at = Some(schemas::time::now());
+                unstarted.push(delivery);
+            }
         }
+    }
+    if !unstarted.is_empty()
+        && let Err(e) = dispatch.store.defer_webhook_deliveries(&unstarted).await
+    {
+        // They stay due at the end of their lease.
+        telemetry::retried("making deliveries due", &e, 1);
     }
     true
 }

@@ -3,8 +3,9 @@
 //! restart). Attempts take turns per endpoint ([`PER_ENDPOINT`] at once), per organization
 //! ([`PER_ORGANIZATION`]) and overall ([`GLOBAL`]), and at most [`ENDPOINT_QUEUE`] of one
 //! endpoint's deliveries wait in memory: a slow or dead endpoint holds its own turns and
-//! places, never the others'. Its due deliveries past that are put off in the store
-//! ([`DEFERRAL`]) so the due scan reaches everyone else's. Each outcome is recorded in the
+//! places, never the others'. Its due deliveries past that are put off in the store, in waves
+//! of a queue's worth per scan, so the due scan reaches everyone else's and a busy endpoint
+//! gets a full queue again at every scan. Each outcome is recorded in the
 //! store by the [`recorder`], many per write, before the delivery may be claimed again.
 //!
 //! The store is the schedule; memory only says which deliveries are being attempted now
@@ -34,9 +35,7 @@ pub const PER_ORGANIZATION: usize = 64;
 /// Attempts at once, over all endpoints.
 pub const GLOBAL: usize = 512;
 /// The most deliveries of one endpoint waiting for or in an attempt in memory.
-pub const ENDPOINT_QUEUE: usize = 256;
-/// How long a due delivery of an endpoint with a full queue is put off.
-pub const DEFERRAL: Duration = Duration::from_secs(30);
+pub const ENDPOINT_QUEUE: usize = 1_024;
 /// The most deliveries waiting for or in an attempt in memory; past it, new deliveries wait in
 /// the store until the due scan finds room.
 pub const QUEUED_MAX: usize = 20_000;
@@ -135,10 +134,10 @@ impl InFlight {
         self.0.lock().expect("in-flight table").running
     }
 
-    /// Whether `endpoint` has room for another delivery in memory.
-    fn has_room(&self, endpoint: WebhookEndpointId) -> bool {
+    /// How many more of `endpoint`'s deliveries fit in memory.
+    fn room(&self, endpoint: WebhookEndpointId) -> usize {
         let table = self.0.lock().expect("in-flight table");
-        table.per_endpoint.get(&endpoint).copied().unwrap_or(0) < ENDPOINT_QUEUE
+        ENDPOINT_QUEUE.saturating_sub(table.per_endpoint.get(&endpoint).copied().unwrap_or(0))
     }
 
     fn forget_finished(&self) {
@@ -272,9 +271,9 @@ impl Dispatch {
         true
     }
 
-    /// Whether `endpoint` has room for another delivery in memory.
-    pub fn has_room(&self, endpoint: WebhookEndpointId) -> bool {
-        self.in_flight.has_room(endpoint)
+    /// How many more of `endpoint`'s deliveries fit in memory.
+    pub fn room(&self, endpoint: WebhookEndpointId) -> usize {
+        self.in_flight.room(endpoint)
     }
 
     /// Waits for the endpoint's, the organization's and a global turn, attempts, and hands the
@@ -394,8 +393,9 @@ impl Dispatch {
 }
 
 /// Asks the store for due deliveries every [`DUE_SCAN_EVERY`] and starts them, until
-/// `shutdown`; those of endpoints whose queue is full are put off by [`DEFERRAL`]. A failed
-/// scan is logged and tried again at the next tick.
+/// `shutdown`. Those of an endpoint whose queue is full are put off: the first
+/// [`ENDPOINT_QUEUE`] of them to the next scan, the next as many to the one after, and so on.
+/// A failed scan is logged and tried again at the next tick.
 pub async fn scan_due(dispatch: Arc<Dispatch>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
@@ -412,27 +412,31 @@ pub async fn scan_due(dispatch: Arc<Dispatch>, shutdown: CancellationToken) {
         // Running deliveries may be due too (queued past their lease); asking for that many
         // more keeps them from hiding the others.
         let limit = DUE_BATCH + running;
-        let due = match dispatch
-            .store
-            .due_webhook_deliveries(schemas::time::now(), limit)
-            .await
-        {
+        let now = schemas::time::now();
+        let due = match dispatch.store.due_webhook_deliveries(now, limit).await {
             Ok(due) => due,
             Err(e) => {
                 telemetry::retried("scanning due deliveries", &e, 1);
                 continue;
             }
         };
-        let mut full = Vec::new();
+        let mut overflow: HashMap<WebhookEndpointId, u32> = HashMap::new();
+        let mut put_off = Vec::new();
         for delivery in due {
-            if !dispatch.start(delivery.clone(), None, Some(read_at)) {
-                full.push(delivery);
+            if dispatch.start(delivery.clone(), None, Some(read_at)) {
+                continue;
             }
+            let behind = overflow.entry(delivery.endpoint_id).or_default();
+            let wave = 1 + *behind / ENDPOINT_QUEUE as u32;
+            *behind += 1;
+            let mut later = delivery;
+            later.next_attempt_at = Some(
+                now + chrono::TimeDelta::from_std(DUE_SCAN_EVERY * wave).expect("a short wait"),
+            );
+            put_off.push(later);
         }
-        if !full.is_empty() {
-            let until = schemas::time::now()
-                + chrono::TimeDelta::from_std(DEFERRAL).expect("a short deferral");
-            match dispatch.store.defer_webhook_deliveries(&full, until).await {
+        if !put_off.is_empty() {
+            match dispatch.store.defer_webhook_deliveries(&put_off).await {
                 Ok(deferred) => telemetry::deferred(deferred),
                 Err(e) => telemetry::retried("putting off deliveries", &e, 1),
             }

@@ -2308,7 +2308,6 @@ impl StoreBackend for EmbeddedStore {
     async fn defer_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
-        until: Timestamp,
     ) -> Result<usize> {
         if deliveries.is_empty() {
             return Ok(0);
@@ -2326,7 +2325,7 @@ impl StoreBackend for EmbeddedStore {
                 else {
                     continue;
                 };
-                let Some(due) = stored.next_attempt_at else {
+                let (Some(due), Some(until)) = (stored.next_attempt_at, d.next_attempt_at) else {
                     continue;
                 };
                 if deferred.contains(&k) || stored.id != d.id || stored.attempts != d.attempts {

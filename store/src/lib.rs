@@ -318,15 +318,12 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// `attempts` one less), so an outcome recorded twice, or one that raced another attempt's,
     /// changes nothing. How many were written.
     async fn record_webhook_attempts(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize>;
-    /// Puts off the next attempt of pending deliveries to `until` without attempting them (their
-    /// endpoint has as many attempts waiting as the dispatcher lets it have), moving their due
-    /// rows; a delivery whose stored row has moved on (attempted since, or finished) is left
-    /// as it is. How many were put off.
-    async fn defer_webhook_deliveries(
-        &self,
-        deliveries: &[WebhookDeliveryRecord],
-        until: Timestamp,
-    ) -> Result<usize>;
+    /// Puts off the next attempt of pending deliveries, each to its `next_attempt_at`, without
+    /// attempting them (their endpoint has as many attempts waiting as the dispatcher lets it
+    /// have), moving their due rows; a delivery whose stored row has moved on (attempted since,
+    /// or finished) is left as it is. How many were put off.
+    async fn defer_webhook_deliveries(&self, deliveries: &[WebhookDeliveryRecord])
+    -> Result<usize>;
     /// One event's deliveries, by endpoint id.
     async fn list_event_deliveries(
         &self,

@@ -444,10 +444,9 @@ impl StoreBackend for FlakyStore {
     async fn defer_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
-        until: Timestamp,
     ) -> Result<usize> {
         self.fault("defer_webhook_deliveries")?;
-        self.inner.defer_webhook_deliveries(deliveries, until).await
+        self.inner.defer_webhook_deliveries(deliveries).await
     }
 
     async fn due_webhook_deliveries(

@@ -401,6 +401,7 @@ async fn a_slow_endpoint_does_not_delay_another() {
     let fast = Receiver::start().await;
     let (slow_id, _) = register(&s, &slow.base, &["webhook.test"]).await;
     let (fast_id, _) = register(&s, &fast.base, &["webhook.test"]).await;
+    s.unlimit(&s.creds.keys.secret_test).await;
     for _ in 0..dispatcher::scheduling::ENDPOINT_QUEUE + 50 {
         test_event(&s, &slow_id).await;
     }
