@@ -55,6 +55,7 @@ error_codes! {
     SessionProofInvalid => ("collect.session_proof_invalid", 401, false),
     Conflict => ("resource.conflict", 409, false),
     HandoffAlreadyOpened => ("handoff.already_opened", 409, false),
+    GateServiceLimitReached => ("gate.service_limit_reached", 409, false),
     RateLimited => ("rate.limited", 429, true),
     ServiceUnavailable => ("service.unavailable", 503, true),
     Internal => ("internal.error", 500, true),

@@ -8,6 +8,7 @@ pub mod credential;
 pub mod disk;
 pub mod error;
 pub mod events;
+pub mod gate;
 pub mod ids;
 pub mod raw;
 pub mod redact;

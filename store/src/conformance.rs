@@ -127,6 +127,8 @@ macro_rules! store_conformance_suite {
             webhook_endpoint_round_trip_and_update,
             webhook_endpoint_create_conflict_writes_nothing,
             webhook_endpoints_list_newest_first_paginated_and_isolated,
+            gate_services_claim_ids_everywhere_and_keep_to_the_cap,
+            gate_service_updates_rename_and_follow_the_registry,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -4886,5 +4888,187 @@ pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+fn gate_service(id: &str, org: OrgId, env: Environment) -> crate::GateServiceRecord {
+    let now = time::now();
+    crate::GateServiceRecord {
+        id: id.to_owned(),
+        organization_id: org,
+        environment: env,
+        status: crate::GateServiceStatus::Active,
+        discoverable: true,
+        name: format!("Service {id}"),
+        description: String::new(),
+        website: "https://acme.example".into(),
+        dashboard_login_url: None,
+        webhook_url: None,
+        sealed_webhook_secret: vec![1, 2, 3],
+        env_vars: vec![crate::GateEnvVar {
+            name: "API key".into(),
+            key: "ACME_API_KEY".into(),
+            secret: true,
+        }],
+        docs_url: None,
+        sdks: Vec::new(),
+        branding: crate::GateBranding::default(),
+        consent: crate::GateConsent::default(),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// A Gate service id is claimed over every organization and environment; an organization has
+/// at most `cap` services over both environments, disabled ones included; a refused create
+/// writes nothing.
+pub async fn gate_services_claim_ids_everywhere_and_keep_to_the_cap(store: Store) {
+    use crate::GateServiceWrite::*;
+    let (org, other) = (OrgId::generate(), OrgId::generate());
+    let live = gate_service("acme", org, Environment::Live);
+    assert_eq!(store.create_gate_service(&live, 3).await.unwrap(), Written);
+    assert_eq!(
+        store.get_gate_service("acme").await.unwrap(),
+        Some(live.clone())
+    );
+    for taken in [
+        gate_service("acme", other, Environment::Live),
+        gate_service("acme", org, Environment::Test),
+    ] {
+        assert_eq!(store.create_gate_service(&taken, 3).await.unwrap(), IdTaken);
+    }
+    let mut disabled = gate_service("acme-two", org, Environment::Test);
+    disabled.status = crate::GateServiceStatus::Disabled;
+    assert_eq!(
+        store.create_gate_service(&disabled, 3).await.unwrap(),
+        Written
+    );
+    assert_eq!(
+        store
+            .create_gate_service(&gate_service("acme-three", org, Environment::Live), 3)
+            .await
+            .unwrap(),
+        Written
+    );
+    assert_eq!(
+        store
+            .create_gate_service(&gate_service("acme-four", org, Environment::Test), 3)
+            .await
+            .unwrap(),
+        CapReached,
+        "both environments and disabled services count"
+    );
+    assert_eq!(store.get_gate_service("acme-four").await.unwrap(), None);
+    assert_eq!(
+        store
+            .create_gate_service(&gate_service("other-one", other, Environment::Live), 3)
+            .await
+            .unwrap(),
+        Written,
+        "another organization has its own cap"
+    );
+    let listed: Vec<String> = store
+        .list_gate_services(org, Environment::Live)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, vec!["acme", "acme-three"]);
+    assert_eq!(
+        store
+            .list_gate_services(org, Environment::Test)
+            .await
+            .unwrap(),
+        vec![disabled]
+    );
+}
+
+/// An update replaces the service whole; a rename claims the new id and frees the old one; the
+/// registry lists exactly the published services of an environment, by id, in pages.
+pub async fn gate_service_updates_rename_and_follow_the_registry(store: Store) {
+    use crate::GateServiceWrite::*;
+    let org = OrgId::generate();
+    let env = Environment::Test;
+    let ids = |services: Vec<crate::GateServiceRecord>| {
+        services.into_iter().map(|s| s.id).collect::<Vec<_>>()
+    };
+    for id in ["reg-a", "reg-b", "reg-c"] {
+        store
+            .create_gate_service(&gate_service(id, org, env), 10)
+            .await
+            .unwrap();
+    }
+    store
+        .create_gate_service(&gate_service("reg-live", org, Environment::Live), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(store.list_gate_registry(env, None, 10).await.unwrap()),
+        ["reg-a", "reg-b", "reg-c"]
+    );
+    assert_eq!(
+        ids(store
+            .list_gate_registry(env, Some("reg-a"), 1)
+            .await
+            .unwrap()),
+        ["reg-b"]
+    );
+
+    let mut hidden = gate_service("reg-b", org, env);
+    hidden.discoverable = false;
+    assert_eq!(
+        store.update_gate_service("reg-b", &hidden).await.unwrap(),
+        Written
+    );
+    let mut disabled = gate_service("reg-c", org, env);
+    disabled.status = crate::GateServiceStatus::Disabled;
+    assert_eq!(
+        store.update_gate_service("reg-c", &disabled).await.unwrap(),
+        Written
+    );
+    assert_eq!(
+        ids(store.list_gate_registry(env, None, 10).await.unwrap()),
+        ["reg-a"]
+    );
+    assert_eq!(store.get_gate_service("reg-b").await.unwrap(), Some(hidden));
+
+    let renamed = gate_service("reg-z", org, env);
+    assert_eq!(
+        store.update_gate_service("reg-a", &renamed).await.unwrap(),
+        Written
+    );
+    assert_eq!(store.get_gate_service("reg-a").await.unwrap(), None);
+    assert_eq!(
+        ids(store.list_gate_registry(env, None, 10).await.unwrap()),
+        ["reg-z"]
+    );
+    assert_eq!(
+        ids(store.list_gate_services(org, env).await.unwrap()),
+        ["reg-b", "reg-c", "reg-z"]
+    );
+    let onto_taken = gate_service("reg-live", org, env);
+    assert_eq!(
+        store
+            .update_gate_service("reg-z", &onto_taken)
+            .await
+            .unwrap(),
+        IdTaken
+    );
+    let stranger = gate_service("reg-z", OrgId::generate(), env);
+    assert_eq!(
+        store.update_gate_service("reg-z", &stranger).await.unwrap(),
+        Missing
+    );
+    assert_eq!(
+        store
+            .update_gate_service("nowhere", &gate_service("nowhere", org, env))
+            .await
+            .unwrap(),
+        Missing
+    );
+    assert_eq!(
+        store.get_gate_service("reg-z").await.unwrap(),
+        Some(renamed)
     );
 }

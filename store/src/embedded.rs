@@ -29,6 +29,7 @@
 
 mod row_cache;
 
+use crate::{GateServiceRecord, GateServiceWrite};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -81,6 +82,9 @@ const VISITORS_BY_FIRST_SEEN: &str = "visitors_by_first_seen";
 /// Embedded only: where ScyllaDB expires rows by TTL, this time-ordered index of the rows
 /// retention bounds lets `purge_expired` find the expired ones without reading the tables.
 const EXPIRY_QUEUE: &str = "expiry_queue";
+const GATE_SERVICES: &str = "gate_services";
+const GATE_SERVICES_BY_OWNER: &str = "gate_services_by_owner";
+const GATE_REGISTRY: &str = "gate_registry";
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
 /// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
@@ -122,6 +126,9 @@ struct Inner {
     visitors_by_seen_count: Keyspace,
     visitors_by_first_seen: Keyspace,
     expiry_queue: Keyspace,
+    gate_services: Keyspace,
+    gate_services_by_owner: Keyspace,
+    gate_registry: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -309,11 +316,25 @@ mod key {
         slug.as_bytes()
     }
 
+    pub fn environment_byte(env: Environment) -> u8 {
+        environment(env)
+    }
+
     fn environment(env: Environment) -> u8 {
         match env {
             Environment::Live => 0,
             Environment::Test => 1,
         }
+    }
+
+    /// `gate_services_by_owner`: the owner's partition, then the service id.
+    pub fn gate_service_of_owner(org: OrgId, env: Environment, id: &str) -> Vec<u8> {
+        [&api_key_partition(org, env)[..], id.as_bytes()].concat()
+    }
+
+    /// `gate_registry`: the environment, then the service id.
+    pub fn gate_registry(env: Environment, id: &str) -> Vec<u8> {
+        [&[environment(env)][..], id.as_bytes()].concat()
     }
 
     /// The `api_keys` partition `(organization_id, environment)`: 16 + 1 bytes.
@@ -697,6 +718,33 @@ fn decode<T: DeserializeOwned>(table: &'static str, bytes: &[u8]) -> Result<T> {
 }
 
 /// Decodes the answer of a point read (from a keyspace or a snapshot).
+/// The rows of a Gate service: its own, its owner's index row, and its registry row when it
+/// is published (any stale registry row is removed by the caller).
+fn write_gate_service(
+    db: &Inner,
+    batch: &mut OwnedWriteBatch,
+    service: &GateServiceRecord,
+) -> Result<()> {
+    batch.insert(
+        &db.gate_services,
+        service.id.as_bytes(),
+        encode(GATE_SERVICES, service)?,
+    );
+    batch.insert(
+        &db.gate_services_by_owner,
+        key::gate_service_of_owner(service.organization_id, service.environment, &service.id),
+        [],
+    );
+    if service.is_published() {
+        batch.insert(
+            &db.gate_registry,
+            key::gate_registry(service.environment, &service.id),
+            [],
+        );
+    }
+    Ok(())
+}
+
 fn decode_row<T: DeserializeOwned>(
     table: &'static str,
     read: fjall::Result<Option<fjall::Slice>>,
@@ -746,6 +794,9 @@ impl EmbeddedStore {
             visitors_by_seen_count: keyspace(VISITORS_BY_SEEN_COUNT)?,
             visitors_by_first_seen: keyspace(VISITORS_BY_FIRST_SEEN)?,
             expiry_queue: keyspace(EXPIRY_QUEUE)?,
+            gate_services: keyspace(GATE_SERVICES)?,
+            gate_services_by_owner: keyspace(GATE_SERVICES_BY_OWNER)?,
+            gate_registry: keyspace(GATE_REGISTRY)?,
             writer: Mutex::new(WriterState::default()),
             cache: RowCache::default(),
             space: DiskReserve::new(dir),
@@ -2396,6 +2447,138 @@ impl StoreBackend for EmbeddedStore {
             due.push(row);
         }
         Ok(due)
+    }
+
+    async fn create_gate_service(
+        &self,
+        service: &GateServiceRecord,
+        cap: usize,
+    ) -> Result<GateServiceWrite> {
+        let service = service.clone();
+        self.write(move |db, _| {
+            if db.contains(&db.gate_services, service.id.as_bytes())? {
+                return Ok(GateServiceWrite::IdTaken);
+            }
+            // Both environments' services count toward the organization's cap.
+            let org = service.organization_id.ulid().to_bytes();
+            let owned = db
+                .db
+                .snapshot()
+                .prefix(&db.gate_services_by_owner, org)
+                .take(cap)
+                .count();
+            if owned >= cap {
+                return Ok(GateServiceWrite::CapReached);
+            }
+            let mut batch = db.batch();
+            write_gate_service(db, &mut batch, &service)?;
+            batch.commit().map_err(unavailable)?;
+            Ok(GateServiceWrite::Written)
+        })
+        .await
+    }
+
+    async fn get_gate_service(&self, id: &str) -> Result<Option<GateServiceRecord>> {
+        decode_row(GATE_SERVICES, self.inner.gate_services.get(id.as_bytes()))
+    }
+
+    async fn list_gate_services(
+        &self,
+        org: OrgId,
+        env: Environment,
+    ) -> Result<Vec<GateServiceRecord>> {
+        let snapshot = self.inner.db.snapshot();
+        let partition = key::api_key_partition(org, env);
+        let mut services = Vec::new();
+        for guard in snapshot.prefix(&self.inner.gate_services_by_owner, partition) {
+            let k = guard.key().map_err(unavailable)?;
+            let service = decode_row::<GateServiceRecord>(
+                GATE_SERVICES,
+                snapshot.get(&self.inner.gate_services, &k[partition.len()..]),
+            )?
+            .ok_or_else(|| StoreError::Corrupt {
+                table: GATE_SERVICES_BY_OWNER,
+                detail: "an owner row names no service".into(),
+            })?;
+            services.push(service);
+        }
+        Ok(services)
+    }
+
+    async fn update_gate_service(
+        &self,
+        previous_id: &str,
+        service: &GateServiceRecord,
+    ) -> Result<GateServiceWrite> {
+        let (previous_id, service) = (previous_id.to_owned(), service.clone());
+        self.write(move |db, _| {
+            let Some(stored) = decode_row::<GateServiceRecord>(
+                GATE_SERVICES,
+                db.gate_services.get(previous_id.as_bytes()),
+            )?
+            else {
+                return Ok(GateServiceWrite::Missing);
+            };
+            if (stored.organization_id, stored.environment)
+                != (service.organization_id, service.environment)
+            {
+                return Ok(GateServiceWrite::Missing);
+            }
+            let mut batch = db.batch();
+            if service.id != previous_id {
+                if db.contains(&db.gate_services, service.id.as_bytes())? {
+                    return Ok(GateServiceWrite::IdTaken);
+                }
+                batch.remove(&db.gate_services, previous_id.as_bytes());
+                batch.remove(
+                    &db.gate_services_by_owner,
+                    key::gate_service_of_owner(
+                        stored.organization_id,
+                        stored.environment,
+                        &previous_id,
+                    ),
+                );
+            }
+            batch.remove(
+                &db.gate_registry,
+                key::gate_registry(stored.environment, &previous_id),
+            );
+            write_gate_service(db, &mut batch, &service)?;
+            batch.commit().map_err(unavailable)?;
+            Ok(GateServiceWrite::Written)
+        })
+        .await
+    }
+
+    async fn list_gate_registry(
+        &self,
+        env: Environment,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<GateServiceRecord>> {
+        let snapshot = self.inner.db.snapshot();
+        let partition = [key::environment_byte(env)];
+        let start = match after {
+            Some(after) => Bound::Excluded(key::gate_registry(env, after)),
+            None => Bound::Included(partition.to_vec()),
+        };
+        let mut services = Vec::new();
+        for guard in snapshot
+            .range(&self.inner.gate_registry, (start, prefix_end(&partition)))
+            .take(limit)
+        {
+            let k = guard.key().map_err(unavailable)?;
+            let service = decode_row::<GateServiceRecord>(
+                GATE_SERVICES,
+                snapshot.get(&self.inner.gate_services, &k[1..]),
+            )?
+            .ok_or_else(|| StoreError::Corrupt {
+                table: GATE_REGISTRY,
+                detail: "a registry row names no service".into(),
+            })?;
+            services.push(service);
+        }
+        Ok(services)
     }
 
     async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {

@@ -338,6 +338,41 @@ pub trait StoreBackend: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<WebhookDeliveryRecord>>;
 
+    // gate_services, gate_services_by_owner, gate_registry
+
+    /// Inserts a new service, claiming its id over every organization and environment, unless
+    /// the id is taken or the organization has `cap` services already (both environments,
+    /// disabled ones included); checked and written in one step.
+    async fn create_gate_service(
+        &self,
+        service: &GateServiceRecord,
+        cap: usize,
+    ) -> Result<GateServiceWrite>;
+    /// The service with this id, whoever owns it.
+    async fn get_gate_service(&self, id: &str) -> Result<Option<GateServiceRecord>>;
+    /// The services of one organization and environment, by id.
+    async fn list_gate_services(
+        &self,
+        org: OrgId,
+        env: Environment,
+    ) -> Result<Vec<GateServiceRecord>>;
+    /// Replaces the stored service `previous_id` (same owner) with `service`, in one step; a
+    /// changed id is claimed (`IdTaken` if another service has it) and the old one freed.
+    /// The registry index follows whether it is published.
+    async fn update_gate_service(
+        &self,
+        previous_id: &str,
+        service: &GateServiceRecord,
+    ) -> Result<GateServiceWrite>;
+    /// Published services (active and discoverable) of one environment, by id, strictly
+    /// after `after`.
+    async fn list_gate_registry(
+        &self,
+        env: Environment,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<GateServiceRecord>>;
+
     // visitors, visitors_by_anchor
 
     /// Writes the visitor (insert or replace) and its anchor index rows in one step: a

@@ -626,3 +626,95 @@ mod bytes_text {
         T::try_from(bytes).map_err(|_| de::Error::invalid_length(len, &"the column's byte length"))
     }
 }
+
+/// A Gate service (interface `gate_service`, D14), owned by one organization in one
+/// environment; its id is unique over every organization and environment, since Gate's
+/// no-key routes (signup, the registry by id) name a service by its id alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateServiceRecord {
+    pub id: String,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub status: GateServiceStatus,
+    pub discoverable: bool,
+    pub name: String,
+    pub description: String,
+    /// Stored as given, never derived from the other URLs.
+    pub website: String,
+    pub dashboard_login_url: Option<String>,
+    pub webhook_url: Option<String>,
+    /// The `webhook_secret`, sealed under the server secret (Gate signs with it).
+    #[serde(with = "bytes_text")]
+    pub sealed_webhook_secret: Vec<u8>,
+    pub env_vars: Vec<GateEnvVar>,
+    pub docs_url: Option<String>,
+    /// In the order given.
+    pub sdks: Vec<GateSdk>,
+    pub branding: GateBranding,
+    pub consent: GateConsent,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl GateServiceRecord {
+    /// What the seal of a service's webhook secret is bound to.
+    pub fn secret_context(id: &str) -> Vec<u8> {
+        format!("gate-service:{id}").into_bytes()
+    }
+
+    /// Whether the registry lists it and signups and logins may start.
+    pub fn is_published(&self) -> bool {
+        self.status == GateServiceStatus::Active && self.discoverable
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateServiceStatus {
+    Active,
+    /// Soft-disabled by DELETE: kept, still counted toward the cap.
+    Disabled,
+}
+
+/// An environment variable a signup delivers; its value comes from the service's webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateEnvVar {
+    pub name: String,
+    pub key: String,
+    pub secret: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateSdk {
+    pub label: String,
+    pub install: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateBranding {
+    pub logo_url: Option<String>,
+    pub primary_color: Option<String>,
+    pub secondary_color: Option<String>,
+    pub ascii_art: Option<String>,
+    /// Set by Vigil only.
+    pub verified: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateConsent {
+    pub terms_url: Option<String>,
+    pub privacy_url: Option<String>,
+}
+
+/// How creating (or renaming) a Gate service went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateServiceWrite {
+    Written,
+    /// Another service (of any organization or environment) has the id; nothing written.
+    IdTaken,
+    /// The organization has its cap of services already; nothing written.
+    CapReached,
+    /// An update of a service that is not stored; nothing written.
+    Missing,
+}

@@ -80,6 +80,8 @@ const WRITES: &[&str] = &[
     "create_webhook_deliveries",
     "record_webhook_attempts",
     "defer_webhook_deliveries",
+    "create_gate_service",
+    "update_gate_service",
     "purge_expired",
     "put_setting_if_absent",
 ];
@@ -439,6 +441,48 @@ impl StoreBackend for FlakyStore {
     ) -> Result<Vec<WebhookDeliveryRecord>> {
         self.fault("list_event_deliveries")?;
         self.inner.list_event_deliveries(org, env, event).await
+    }
+
+    async fn create_gate_service(
+        &self,
+        service: &GateServiceRecord,
+        cap: usize,
+    ) -> Result<GateServiceWrite> {
+        self.fault("create_gate_service")?;
+        self.inner.create_gate_service(service, cap).await
+    }
+
+    async fn get_gate_service(&self, id: &str) -> Result<Option<GateServiceRecord>> {
+        self.fault("get_gate_service")?;
+        self.inner.get_gate_service(id).await
+    }
+
+    async fn list_gate_services(
+        &self,
+        org: OrgId,
+        env: Environment,
+    ) -> Result<Vec<GateServiceRecord>> {
+        self.fault("list_gate_services")?;
+        self.inner.list_gate_services(org, env).await
+    }
+
+    async fn update_gate_service(
+        &self,
+        previous_id: &str,
+        service: &GateServiceRecord,
+    ) -> Result<GateServiceWrite> {
+        self.fault("update_gate_service")?;
+        self.inner.update_gate_service(previous_id, service).await
+    }
+
+    async fn list_gate_registry(
+        &self,
+        env: Environment,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<GateServiceRecord>> {
+        self.fault("list_gate_registry")?;
+        self.inner.list_gate_registry(env, after, limit).await
     }
 
     async fn defer_webhook_deliveries(
