@@ -5,6 +5,7 @@
 pub mod api_keys;
 pub mod bootstrap;
 pub mod events;
+pub mod gate_services;
 pub mod organizations;
 pub mod webhook_endpoints;
 
@@ -36,6 +37,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(api_keys::router())
         .merge(events::router())
         .merge(webhook_endpoints::router())
+        .merge(gate_services::router())
         .with_state(state)
 }
 

@@ -460,3 +460,24 @@ impl<S: Send + Sync> FromRequestParts<S> for PublishableKey {
         Ok(PublishableKey { ctx })
     }
 }
+
+/// Any valid key, publishable or secret: for the few reads both kinds may make (the Gate
+/// registry). A secret key needs no scope here; a publishable one passed the origin check.
+pub struct AnyKey {
+    pub ctx: Arc<AuthContext>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for AnyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let ctx = context(parts)?;
+        if ctx.organization.status == OrgStatus::Suspended {
+            return Err(ApiError::new(
+                ErrorCode::OrganizationSuspended,
+                "the organization is suspended",
+            ));
+        }
+        Ok(AnyKey { ctx })
+    }
+}

@@ -64,6 +64,11 @@ policies! {
     /// Creating, updating and deleting webhook endpoints (D3: `organizations:update`). Each
     /// environment has its own endpoints, so a test key manages the test ones.
     ManageWebhooks => OrganizationsUpdate, organization_route: true, live_only: false, while_suspended: Refused;
+    /// `GET /v1/gate/services` and `GET /v1/gate/services/{serviceId}` (D3).
+    ReadGateServices => GateServicesRead, organization_route: false, live_only: false, while_suspended: Refused;
+    /// Creating, updating and deleting Gate services (D3). Gate state is per environment, so a
+    /// test key manages the test services.
+    ManageGateServices => GateServicesManage, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions` (D3).
     ListSessions => SessionsList, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions/{sessionId}` (D3).

@@ -3,6 +3,7 @@
 //! their recent linked sessions. One module per resource.
 
 pub mod fingerprints;
+pub mod gate_registry;
 pub mod sessions;
 
 use std::sync::Arc;
@@ -19,5 +20,6 @@ pub fn router(state: QueryState) -> Router {
     Router::new()
         .merge(sessions::router())
         .merge(fingerprints::router())
+        .merge(gate_registry::router())
         .with_state(state)
 }

@@ -662,6 +662,37 @@ impl GateServiceRecord {
         format!("gate-service:{id}").into_bytes()
     }
 
+    /// The built-in system service (D14) in `env`: Vigil's own, at `website`, owned by no
+    /// organization (the nil id), always published, never stored.
+    pub fn system(env: Environment, website: &str) -> Self {
+        let epoch = Timestamp::UNIX_EPOCH;
+        GateServiceRecord {
+            id: schemas::gate::SYSTEM_SERVICE_ID.to_owned(),
+            organization_id: OrgId::from_parts(0, 0),
+            environment: env,
+            status: GateServiceStatus::Active,
+            discoverable: true,
+            name: "Vigil".into(),
+            description: "Sign up to this Vigil and log in to its dashboard from a developer \
+                          tool."
+                .into(),
+            website: website.to_owned(),
+            dashboard_login_url: None,
+            webhook_url: None,
+            sealed_webhook_secret: Vec::new(),
+            env_vars: Vec::new(),
+            docs_url: None,
+            sdks: Vec::new(),
+            branding: GateBranding {
+                verified: true,
+                ..GateBranding::default()
+            },
+            consent: GateConsent::default(),
+            created_at: epoch,
+            updated_at: epoch,
+        }
+    }
+
     /// Whether the registry lists it and signups and logins may start.
     pub fn is_published(&self) -> bool {
         self.status == GateServiceStatus::Active && self.discoverable

@@ -1,0 +1,758 @@
+//! Gate services under `/v1/gate/services` (interface "Gate services", D3, D7, D14): create,
+//! list, get, update and delete (a soft disable), in the calling key's environment.
+//!
+//! Only the interface's writable allowlist is accepted; any other member, nested ones included
+//! (`branding.verified`, `status`, …), is a 422 naming it. A PATCH replaces each nested object
+//! or array it names wholesale. The `webhook_secret` (at least 32 characters; `whsec_` and the
+//! base64 of 32 random bytes when omitted) is shown in full only in the answer of the call
+//! that set it, then as its last four characters; it is stored sealed, because Gate signs with
+//! it. An organization has at most 5 services over both environments, disabled ones included
+//! (`gate.service_limit_reached`). The built-in `vigil` service reads like any other and
+//! cannot be changed.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use edge::body::{Fields, JsonObject, PathParams, Reply, path_param};
+use edge::outbound;
+use edge::policy::{ManageGateServices, ReadGateServices};
+use edge::{ApiError, AuthContext, SecretKey};
+use rand::TryRngCore;
+use rand::rngs::OsRng;
+use schemas::credential::Environment;
+use schemas::error::ErrorCode;
+use schemas::gate;
+use schemas::resources::Pagination;
+use schemas::time::{self, Timestamp};
+use schemas::validate;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use store::{
+    GateBranding, GateConsent, GateEnvVar, GateSdk, GateServiceRecord, GateServiceStatus,
+    GateServiceWrite,
+};
+
+use crate::AdminState;
+
+/// The longest URI accepted in a service.
+const MAX_URI_BYTES: usize = 2048;
+/// The most `env_vars` and `sdks` items.
+const MAX_ITEMS: usize = 20;
+/// The longest `description`, `install` line and `ascii_art`.
+const MAX_DESCRIPTION_CHARS: usize = 1_000;
+const MAX_INSTALL_CHARS: usize = 500;
+const MAX_ASCII_ART_CHARS: usize = 4_000;
+/// The longest `webhook_secret`.
+const MAX_SECRET_CHARS: usize = 256;
+
+pub fn router() -> Router<AdminState> {
+    Router::new()
+        .route("/v1/gate/services", get(list).post(create))
+        .route(
+            "/v1/gate/services/{serviceId}",
+            get(read).patch(update).delete(disable),
+        )
+}
+
+/// A Gate service in the interface's shape.
+#[derive(Serialize)]
+pub struct Service {
+    id: String,
+    object: &'static str,
+    environment: Environment,
+    status: GateServiceStatus,
+    discoverable: bool,
+    name: String,
+    description: String,
+    website: String,
+    dashboard_login_url: Option<String>,
+    webhook_url: Option<String>,
+    /// In full in the answer of the call that set it; otherwise `••••` and its last four.
+    webhook_secret: String,
+    env_vars: Vec<GateEnvVar>,
+    docs_url: Option<String>,
+    sdks: Vec<GateSdk>,
+    branding: GateBranding,
+    consent: GateConsent,
+    #[serde(serialize_with = "time::ser")]
+    created_at: Timestamp,
+    #[serde(serialize_with = "time::ser")]
+    updated_at: Timestamp,
+}
+
+fn resource(state: &AdminState, s: &GateServiceRecord, secret: Option<&str>) -> Service {
+    let webhook_secret = match secret {
+        Some(secret) => secret.to_owned(),
+        None => {
+            let opened = state
+                .auth
+                .secret
+                .open(
+                    &s.sealed_webhook_secret,
+                    &GateServiceRecord::secret_context(&s.id),
+                )
+                .and_then(|s| String::from_utf8(s).ok())
+                .unwrap_or_default();
+            let tail: String = opened
+                .chars()
+                .rev()
+                .take(4)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            format!("••••{tail}")
+        }
+    };
+    Service {
+        id: s.id.clone(),
+        object: "gate_service",
+        environment: s.environment,
+        status: s.status,
+        discoverable: s.discoverable,
+        name: s.name.clone(),
+        description: s.description.clone(),
+        website: s.website.clone(),
+        dashboard_login_url: s.dashboard_login_url.clone(),
+        webhook_url: s.webhook_url.clone(),
+        webhook_secret,
+        env_vars: s.env_vars.clone(),
+        docs_url: s.docs_url.clone(),
+        sdks: s.sdks.clone(),
+        branding: s.branding.clone(),
+        consent: s.consent.clone(),
+        created_at: s.created_at,
+        updated_at: s.updated_at,
+    }
+}
+
+/// The built-in system service (D14) in `env`.
+pub fn system_service(env: Environment) -> GateServiceRecord {
+    GateServiceRecord::system(env, edge::context::public_url())
+}
+
+fn new_secret() -> String {
+    let mut bytes = [0u8; 32];
+    OsRng
+        .try_fill_bytes(&mut bytes)
+        .expect("the OS random source is readable");
+    format!("whsec_{}", STANDARD.encode(bytes))
+}
+
+/// An absolute `http` or `https` URI, stored as given.
+fn uri(s: &str) -> Result<(), String> {
+    if s.len() > MAX_URI_BYTES {
+        return Err(format!("must be at most {MAX_URI_BYTES} bytes"));
+    }
+    let url = url::Url::parse(s).map_err(|e| format!("must be an absolute URI ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("must be an http or https URI with a host".into());
+    }
+    Ok(())
+}
+
+fn text(max: usize) -> impl Fn(&str) -> Result<(), String> {
+    move |s: &str| {
+        if s.chars().count() > max {
+            Err(format!("must be at most {max} characters"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn nonempty_text(max: usize) -> impl Fn(&str) -> Result<(), String> {
+    move |s: &str| {
+        if s.trim().is_empty() {
+            Err("must not be empty".into())
+        } else {
+            text(max)(s)
+        }
+    }
+}
+
+/// The writable members read from a body: `None` for each member absent.
+#[derive(Default)]
+struct Draft {
+    id: Option<String>,
+    name: Option<String>,
+    description: Option<String>,
+    website: Option<String>,
+    discoverable: Option<bool>,
+    /// `Some(None)`: set to null.
+    dashboard_login_url: Option<Option<String>>,
+    webhook_url: Option<Option<String>>,
+    webhook_secret: Option<String>,
+    env_vars: Option<Vec<GateEnvVar>>,
+    docs_url: Option<Option<String>>,
+    sdks: Option<Vec<GateSdk>>,
+    branding: Option<GateBranding>,
+    consent: Option<GateConsent>,
+}
+
+/// Reads the allowlist from `f`; every problem is recorded on `f` (reported by `finish`).
+fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
+    let mut d = Draft {
+        id: f.checked_string("id", creating, gate::service_id),
+        name: f.checked_string("name", creating, validate::name),
+        description: f.checked_string("description", false, text(MAX_DESCRIPTION_CHARS)),
+        website: f.checked_string("website", creating, uri),
+        webhook_secret: f.checked_string("webhook_secret", false, |s| {
+            let n = s.chars().count();
+            if n < gate::MIN_WEBHOOK_SECRET_CHARS {
+                Err(format!(
+                    "must be at least {} characters",
+                    gate::MIN_WEBHOOK_SECRET_CHARS
+                ))
+            } else if n > MAX_SECRET_CHARS {
+                Err(format!("must be at most {MAX_SECRET_CHARS} characters"))
+            } else {
+                Ok(())
+            }
+        }),
+        ..Draft::default()
+    };
+    if let Some(v) = f.take("discoverable") {
+        match v {
+            Value::Bool(b) => d.discoverable = Some(b),
+            other => f.issue(
+                "discoverable",
+                "must be a boolean",
+                Some("boolean"),
+                Some(other),
+            ),
+        }
+    }
+    // Gate calls these on the service's behalf, so they follow the outbound rule (D13).
+    let outbound_uri = |s: &str| outbound::check_url(s, allow_private).map(|_| ());
+    d.dashboard_login_url = nullable(f, "dashboard_login_url", &outbound_uri);
+    d.webhook_url = nullable(f, "webhook_url", &outbound_uri);
+    d.docs_url = nullable(f, "docs_url", &uri);
+    if let Some(v) = f.take("env_vars") {
+        d.env_vars = env_vars(f, v);
+    }
+    if let Some(v) = f.take("sdks") {
+        d.sdks = sdks(f, v);
+    }
+    if let Some(v) = f.take("branding") {
+        d.branding = branding(f, v);
+    }
+    if let Some(v) = f.take("consent") {
+        d.consent = consent(f, v);
+    }
+    d
+}
+
+/// A member that is a string checked by `rule`, or null.
+fn nullable(
+    f: &mut Fields,
+    name: &str,
+    rule: &dyn Fn(&str) -> Result<(), String>,
+) -> Option<Option<String>> {
+    match f.take(name)? {
+        Value::Null => Some(None),
+        v => checked(f, name, v, rule).map(Some),
+    }
+}
+
+/// A string value checked by `rule`; `None` (with the issue recorded) otherwise.
+fn checked(
+    f: &mut Fields,
+    name: &str,
+    v: Value,
+    rule: &dyn Fn(&str) -> Result<(), String>,
+) -> Option<String> {
+    match v {
+        Value::String(s) => match rule(&s) {
+            Ok(()) => Some(s),
+            Err(issue) => {
+                f.issue(name, issue, None, Some(Value::String(s)));
+                None
+            }
+        },
+        other => {
+            f.issue(name, "must be a string", Some("string"), Some(other));
+            None
+        }
+    }
+}
+
+/// The members of a nested object: each allowed one taken out and checked by `read`, any
+/// other reported as not writable (`forbidden` ones with their reason).
+fn object(
+    f: &mut Fields,
+    name: &str,
+    v: Value,
+    forbidden: &[(&str, &str)],
+) -> Option<Map<String, Value>> {
+    match v {
+        Value::Object(map) => {
+            let mut map = map;
+            for (member, why) in forbidden {
+                if let Some(v) = map.remove(*member) {
+                    f.issue(&format!("{name}.{member}"), *why, None, Some(v));
+                }
+            }
+            Some(map)
+        }
+        other => {
+            f.issue(name, "must be an object", Some("object"), Some(other));
+            None
+        }
+    }
+}
+
+fn leftovers(f: &mut Fields, name: &str, map: Map<String, Value>) -> bool {
+    let clean = map.is_empty();
+    for (member, v) in map {
+        f.issue(
+            &format!("{name}.{member}"),
+            "is not a writable field",
+            None,
+            Some(v),
+        );
+    }
+    clean
+}
+
+/// A nullable string member of a nested object.
+fn member(
+    f: &mut Fields,
+    map: &mut Map<String, Value>,
+    name: &str,
+    rule: &dyn Fn(&str) -> Result<(), String>,
+) -> Result<Option<String>, ()> {
+    match map.remove(name.rsplit('.').next().unwrap_or(name)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => checked(f, name, v, rule).map(Some).ok_or(()),
+    }
+}
+
+fn required_member(
+    f: &mut Fields,
+    map: &mut Map<String, Value>,
+    name: &str,
+    rule: &dyn Fn(&str) -> Result<(), String>,
+) -> Result<String, ()> {
+    match member(f, map, name, rule)? {
+        Some(s) => Ok(s),
+        None => {
+            f.issue(name, "is required", Some("string"), None);
+            Err(())
+        }
+    }
+}
+
+fn array(f: &mut Fields, name: &str, v: Value) -> Option<Vec<Value>> {
+    match v {
+        Value::Array(items) if items.len() <= MAX_ITEMS => Some(items),
+        Value::Array(_) => {
+            f.issue(
+                name,
+                format!("must have at most {MAX_ITEMS} items"),
+                Some("array"),
+                None,
+            );
+            None
+        }
+        other => {
+            f.issue(name, "must be an array", Some("array"), Some(other));
+            None
+        }
+    }
+}
+
+fn env_vars(f: &mut Fields, v: Value) -> Option<Vec<GateEnvVar>> {
+    let items = array(f, "env_vars", v)?;
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, item) in items.into_iter().enumerate() {
+        let at = format!("env_vars[{i}]");
+        let Some(mut map) = object(f, &at, item, &[]) else {
+            ok = false;
+            continue;
+        };
+        let name = required_member(f, &mut map, &format!("{at}.name"), &validate::name);
+        let key = required_member(f, &mut map, &format!("{at}.key"), &gate::env_var_key);
+        let secret = match map.remove("secret") {
+            Some(Value::Bool(b)) => Some(b),
+            None => {
+                f.issue(
+                    &format!("{at}.secret"),
+                    "is required",
+                    Some("boolean"),
+                    None,
+                );
+                None
+            }
+            Some(other) => {
+                f.issue(
+                    &format!("{at}.secret"),
+                    "must be a boolean",
+                    Some("boolean"),
+                    Some(other),
+                );
+                None
+            }
+        };
+        let clean = leftovers(f, &at, map);
+        match (name, key, secret) {
+            (Ok(name), Ok(key), Some(secret)) if clean => {
+                if out.iter().any(|e: &GateEnvVar| e.key == key) {
+                    f.issue(
+                        &format!("{at}.key"),
+                        "must not repeat another variable's key",
+                        None,
+                        Some(Value::String(key)),
+                    );
+                    ok = false;
+                } else {
+                    out.push(GateEnvVar { name, key, secret });
+                }
+            }
+            _ => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+fn sdks(f: &mut Fields, v: Value) -> Option<Vec<GateSdk>> {
+    let items = array(f, "sdks", v)?;
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, item) in items.into_iter().enumerate() {
+        let at = format!("sdks[{i}]");
+        let Some(mut map) = object(f, &at, item, &[]) else {
+            ok = false;
+            continue;
+        };
+        let label = required_member(f, &mut map, &format!("{at}.label"), &validate::name);
+        let install = required_member(
+            f,
+            &mut map,
+            &format!("{at}.install"),
+            &nonempty_text(MAX_INSTALL_CHARS),
+        );
+        let url = required_member(f, &mut map, &format!("{at}.url"), &uri);
+        let clean = leftovers(f, &at, map);
+        match (label, install, url) {
+            (Ok(label), Ok(install), Ok(url)) if clean => out.push(GateSdk {
+                label,
+                install,
+                url,
+            }),
+            _ => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+fn branding(f: &mut Fields, v: Value) -> Option<GateBranding> {
+    let mut map = object(
+        f,
+        "branding",
+        v,
+        &[("verified", "is managed by Vigil and cannot be written")],
+    )?;
+    let logo_url = member(f, &mut map, "branding.logo_url", &uri);
+    let primary = member(f, &mut map, "branding.primary_color", &gate::color);
+    let secondary = member(f, &mut map, "branding.secondary_color", &gate::color);
+    let art = member(
+        f,
+        &mut map,
+        "branding.ascii_art",
+        &text(MAX_ASCII_ART_CHARS),
+    );
+    let clean = leftovers(f, "branding", map);
+    match (logo_url, primary, secondary, art) {
+        (Ok(logo_url), Ok(primary_color), Ok(secondary_color), Ok(ascii_art)) if clean => {
+            Some(GateBranding {
+                logo_url,
+                primary_color,
+                secondary_color,
+                ascii_art,
+                verified: false,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn consent(f: &mut Fields, v: Value) -> Option<GateConsent> {
+    let mut map = object(f, "consent", v, &[])?;
+    let terms = member(f, &mut map, "consent.terms_url", &uri);
+    let privacy = member(f, &mut map, "consent.privacy_url", &uri);
+    let clean = leftovers(f, "consent", map);
+    match (terms, privacy) {
+        (Ok(terms_url), Ok(privacy_url)) if clean => Some(GateConsent {
+            terms_url,
+            privacy_url,
+        }),
+        _ => None,
+    }
+}
+
+/// Refuses a webhook or dashboard URL whose host resolves to a non-public address (D13).
+async fn destinations(draft: &Draft, allow_private: bool) -> Result<(), ApiError> {
+    for (name, value) in [
+        ("webhook_url", &draft.webhook_url),
+        ("dashboard_login_url", &draft.dashboard_login_url),
+    ] {
+        if let Some(Some(raw)) = value {
+            let url = url::Url::parse(raw)
+                .map_err(|e| ApiError::invalid_field(name, e.to_string(), None))?;
+            outbound::resolve_public(&url, allow_private)
+                .await
+                .map_err(|issue| {
+                    ApiError::invalid_field(name, issue, Some(Value::String(raw.clone())))
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies a draft's members to `service`; a nested object or array replaces the stored one.
+fn apply(service: &mut GateServiceRecord, d: Draft) {
+    if let Some(id) = d.id {
+        service.id = id;
+    }
+    if let Some(v) = d.name {
+        service.name = v;
+    }
+    if let Some(v) = d.description {
+        service.description = v;
+    }
+    if let Some(v) = d.website {
+        service.website = v;
+    }
+    if let Some(v) = d.discoverable {
+        service.discoverable = v;
+    }
+    if let Some(v) = d.dashboard_login_url {
+        service.dashboard_login_url = v;
+    }
+    if let Some(v) = d.webhook_url {
+        service.webhook_url = v;
+    }
+    if let Some(v) = d.env_vars {
+        service.env_vars = v;
+    }
+    if let Some(v) = d.docs_url {
+        service.docs_url = v;
+    }
+    if let Some(v) = d.sdks {
+        service.sdks = v;
+    }
+    if let Some(mut v) = d.branding {
+        v.verified = service.branding.verified;
+        service.branding = v;
+    }
+    if let Some(v) = d.consent {
+        service.consent = v;
+    }
+}
+
+/// The agent-token variable is Gate's: no declared variable may take its name.
+fn check_variables(service: &GateServiceRecord) -> Result<(), ApiError> {
+    let reserved = gate::agent_token_variable(&service.id);
+    match service.env_vars.iter().position(|e| e.key == reserved) {
+        Some(i) => Err(ApiError::invalid_field(
+            &format!("env_vars[{i}].key"),
+            format!("`{reserved}` is where Gate delivers the agent token"),
+            Some(Value::String(reserved)),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The caller's service `serviceId` in its environment; the system service is read-only.
+async fn stored(
+    state: &AdminState,
+    ctx: &AuthContext,
+    params: &PathParams,
+) -> Result<GateServiceRecord, ApiError> {
+    let id: String = path_param(params, "serviceId")?;
+    if id == gate::SYSTEM_SERVICE_ID {
+        return Ok(system_service(ctx.environment()));
+    }
+    state
+        .auth
+        .store
+        .get_gate_service(&id)
+        .await?
+        .filter(|s| s.organization_id == ctx.organization.id && s.environment == ctx.environment())
+        .ok_or_else(|| ApiError::not_found("gate service"))
+}
+
+fn read_only_system_service() -> ApiError {
+    ApiError::new(
+        ErrorCode::Conflict,
+        "the built-in `vigil` service belongs to Vigil and cannot be changed",
+    )
+}
+
+async fn create(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageGateServices>,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut f = Fields::new(body);
+    let draft = read_draft(&mut f, true, state.allow_private_webhooks);
+    f.finish()?;
+    destinations(&draft, state.allow_private_webhooks).await?;
+    let now = time::now();
+    let secret = draft.webhook_secret.clone().unwrap_or_else(new_secret);
+    let mut service = GateServiceRecord {
+        id: String::new(),
+        organization_id: caller.organization.id,
+        environment: caller.environment(),
+        status: GateServiceStatus::Active,
+        discoverable: false,
+        name: String::new(),
+        description: String::new(),
+        website: String::new(),
+        dashboard_login_url: None,
+        webhook_url: None,
+        sealed_webhook_secret: Vec::new(),
+        env_vars: Vec::new(),
+        docs_url: None,
+        sdks: Vec::new(),
+        branding: GateBranding::default(),
+        consent: GateConsent::default(),
+        created_at: now,
+        updated_at: now,
+    };
+    apply(&mut service, draft);
+    check_variables(&service)?;
+    service.sealed_webhook_secret = state.auth.secret.seal(
+        secret.as_bytes(),
+        &GateServiceRecord::secret_context(&service.id),
+    );
+    match state
+        .auth
+        .store
+        .create_gate_service(&service, gate::MAX_SERVICES_PER_ORGANIZATION)
+        .await?
+    {
+        GateServiceWrite::Written => Ok(Reply::created(resource(&state, &service, Some(&secret)))),
+        GateServiceWrite::IdTaken | GateServiceWrite::Missing => Err(id_taken(&service.id)),
+        GateServiceWrite::CapReached => Err(ApiError::new(
+            ErrorCode::GateServiceLimitReached,
+            format!(
+                "the organization has {} Gate services already (disabled ones count)",
+                gate::MAX_SERVICES_PER_ORGANIZATION
+            ),
+        )),
+    }
+}
+
+fn id_taken(id: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::Conflict,
+        format!("the Gate service id `{id}` is taken"),
+    )
+}
+
+async fn list(
+    State(state): State<AdminState>,
+    caller: SecretKey<ReadGateServices>,
+) -> Result<Reply, ApiError> {
+    let services = state
+        .auth
+        .store
+        .list_gate_services(caller.organization.id, caller.environment())
+        .await?;
+    let limit = gate::MAX_SERVICES_PER_ORGANIZATION as u32;
+    Ok(Reply::list(
+        services.iter().map(|s| resource(&state, s, None)).collect(),
+        Pagination {
+            limit,
+            has_more: false,
+            next_cursor: None,
+        },
+    ))
+}
+
+async fn read(
+    State(state): State<AdminState>,
+    caller: SecretKey<ReadGateServices>,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let service = stored(&state, &caller, &params).await?;
+    Ok(Reply::ok(resource(&state, &service, None)))
+}
+
+async fn update(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageGateServices>,
+    params: PathParams,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut service = stored(&state, &caller, &params).await?;
+    if service.id == gate::SYSTEM_SERVICE_ID {
+        return Err(read_only_system_service());
+    }
+    let mut f = Fields::new(body);
+    let draft = read_draft(&mut f, false, state.allow_private_webhooks);
+    f.finish()?;
+    destinations(&draft, state.allow_private_webhooks).await?;
+    let previous_id = service.id.clone();
+    let old_secret = state.auth.secret.open(
+        &service.sealed_webhook_secret,
+        &GateServiceRecord::secret_context(&previous_id),
+    );
+    let new_secret = draft.webhook_secret.clone();
+    apply(&mut service, draft);
+    check_variables(&service)?;
+    // The seal is bound to the id: a new secret, or a new id, seals again.
+    let secret = new_secret.clone().map(String::into_bytes).or(old_secret);
+    if new_secret.is_some() || service.id != previous_id {
+        let Some(secret) = &secret else {
+            return Err(ApiError::internal(
+                "gate service update",
+                "the stored webhook secret does not open",
+            ));
+        };
+        service.sealed_webhook_secret = state
+            .auth
+            .secret
+            .seal(secret, &GateServiceRecord::secret_context(&service.id));
+    }
+    service.updated_at = time::now();
+    match state
+        .auth
+        .store
+        .update_gate_service(&previous_id, &service)
+        .await?
+    {
+        GateServiceWrite::Written => {
+            Ok(Reply::ok(resource(&state, &service, new_secret.as_deref())))
+        }
+        GateServiceWrite::IdTaken => Err(id_taken(&service.id)),
+        GateServiceWrite::Missing | GateServiceWrite::CapReached => {
+            Err(ApiError::not_found("gate service"))
+        }
+    }
+}
+
+async fn disable(
+    State(state): State<AdminState>,
+    caller: SecretKey<ManageGateServices>,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let mut service = stored(&state, &caller, &params).await?;
+    if service.id == gate::SYSTEM_SERVICE_ID {
+        return Err(read_only_system_service());
+    }
+    if service.status != GateServiceStatus::Disabled {
+        service.status = GateServiceStatus::Disabled;
+        service.updated_at = time::now();
+        let id = service.id.clone();
+        if state.auth.store.update_gate_service(&id, &service).await? != GateServiceWrite::Written {
+            return Err(ApiError::not_found("gate service"));
+        }
+    }
+    Ok(Reply::ok(resource(&state, &service, None)))
+}
