@@ -186,7 +186,7 @@ impl Credential {
 }
 
 /// CRC32 of `body`, written as six base62 digits.
-fn checksum(body: &str) -> String {
+pub(crate) fn checksum(body: &str) -> String {
     let mut n = crc32fast::hash(body.as_bytes()) as u64;
     let mut out = [b'0'; CHECKSUM_LEN];
     for slot in out.iter_mut().rev() {

@@ -31,6 +31,88 @@ pub const RESERVED_IDS: &[&str] = &[
     "consent",
 ];
 
+/// A Gate workflow credential's prefix (D1, D14): each is single-purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// `gtpoll_`: polls one Gate session.
+    Poll,
+    /// `agt_`: an account's agent token; starts login sessions, and nothing else.
+    Agent,
+    /// `ack_`: acknowledges one signup's delivery.
+    Ack,
+    /// `gtc_`: opens one Gate session's consent page (it travels in the consent URL).
+    Consent,
+}
+
+impl TokenKind {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            TokenKind::Poll => "gtpoll_",
+            TokenKind::Agent => "agt_",
+            TokenKind::Ack => "ack_",
+            TokenKind::Consent => "gtc_",
+        }
+    }
+
+    /// The kind a presented token claims by its prefix.
+    pub fn of(token: &str) -> Option<Self> {
+        [
+            TokenKind::Poll,
+            TokenKind::Agent,
+            TokenKind::Ack,
+            TokenKind::Consent,
+        ]
+        .into_iter()
+        .find(|k| token.starts_with(k.prefix()))
+    }
+}
+
+/// Random characters of a workflow token (base62: about 238 bits).
+const TOKEN_RANDOM_LEN: usize = 40;
+
+/// Mints a token of `kind` from the OS random source: the prefix, 40 base62 characters and a
+/// six-character checksum (so a mistyped token is refused without a store lookup).
+pub fn mint(kind: TokenKind) -> String {
+    use rand::TryRngCore;
+    use rand::distr::{Alphanumeric, SampleString};
+    use rand::rngs::OsRng;
+    let mut rng = OsRng.unwrap_err();
+    let body = format!(
+        "{}{}",
+        kind.prefix(),
+        Alphanumeric.sample_string(&mut rng, TOKEN_RANDOM_LEN)
+    );
+    let sum = crate::credential::checksum(&body);
+    format!("{body}{sum}")
+}
+
+/// Whether `token` is a well-formed token of `kind` (its checksum holds).
+pub fn well_formed(kind: TokenKind, token: &str) -> bool {
+    let Some(rest) = token.strip_prefix(kind.prefix()) else {
+        return false;
+    };
+    if rest.len() != TOKEN_RANDOM_LEN + 6 || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return false;
+    }
+    let (body, sum) = token.split_at(token.len() - 6);
+    crate::credential::checksum(body) == sum
+}
+
+/// How long a signup or login waits for its approval.
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// The polling interval a Gate session starts with (RFC 8628's default).
+pub const POLL_INTERVAL_SECS: u32 = 5;
+/// What a poll sooner than the interval adds to it (RFC 8628 `slow_down`).
+pub const SLOW_DOWN_SECS: u32 = 5;
+/// The most polls one Gate session answers.
+pub const MAX_POLLS: u32 = 200;
+/// How long an agent token is valid (D14).
+pub const AGENT_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(90 * 24 * 3600);
+/// Login sessions one agent token may start per hour.
+pub const LOGINS_PER_HOUR: usize = 10;
+/// How long a login code is valid, and how many wrong codes a service may present per minute.
+pub const LOGIN_CODE_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
 /// The shortest `webhook_secret` a service may set.
 pub const MIN_WEBHOOK_SECRET_CHARS: usize = 32;
 
@@ -117,6 +199,22 @@ mod tests {
         for reserved in ["gate", "vigil", "webhooks", "api", "system"] {
             assert_eq!(service_id(reserved), Err("is reserved".into()));
         }
+    }
+
+    #[test]
+    fn tokens_carry_their_kind_and_a_checksum() {
+        let t = mint(TokenKind::Agent);
+        assert!(t.starts_with("agt_") && t.len() == 4 + 46, "{t}");
+        assert!(well_formed(TokenKind::Agent, &t));
+        assert!(!well_formed(TokenKind::Poll, &t));
+        assert_eq!(TokenKind::of(&t), Some(TokenKind::Agent));
+        let mut typo = t.clone().into_bytes();
+        typo[10] = if typo[10] == b'a' { b'b' } else { b'a' };
+        assert!(!well_formed(
+            TokenKind::Agent,
+            &String::from_utf8(typo).unwrap()
+        ));
+        assert_ne!(mint(TokenKind::Poll), mint(TokenKind::Poll));
     }
 
     #[test]

@@ -191,6 +191,14 @@ pub fn parse_hex_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
 }
 
 id_type!(
+    /// A Gate session: one signup or login waiting for, or past, a person's approval (D14).
+    GateSessionId, "gate_", spell_base32, parse_ulid_id
+);
+id_type!(
+    /// An account a Gate signup made at a service, which its agent token acts for (D14).
+    GateAccountId, "gacct_", spell_base32, parse_ulid_id
+);
+id_type!(
     /// One event recorded for an organization (D12), delivered to its webhooks.
     EventId, "wevt_", spell_hex, parse_hex_id
 );

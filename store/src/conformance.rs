@@ -129,6 +129,7 @@ macro_rules! store_conformance_suite {
             webhook_endpoints_list_newest_first_paginated_and_isolated,
             gate_services_claim_ids_everywhere_and_keep_to_the_cap,
             gate_service_updates_rename_and_follow_the_registry,
+            a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -5071,4 +5072,104 @@ pub async fn gate_service_updates_rename_and_follow_the_registry(store: Store) {
         store.get_gate_service("reg-z").await.unwrap(),
         Some(renamed)
     );
+}
+
+/// A Gate session moves from a status once: a second approval (or an approval of a denied
+/// session) writes nothing; an approval writes the account and the agent token with it.
+pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token(
+    store: Store,
+) {
+    use crate::{
+        AgentTokenRecord, GateAccountRecord, GateFlow, GateSessionRecord, GateSessionStatus,
+    };
+    let now = time::now();
+    let org = OrgId::generate();
+    let pending = GateSessionRecord {
+        id: schemas::ids::GateSessionId::generate(),
+        flow: GateFlow::Signup,
+        service_id: "acme".into(),
+        organization_id: org,
+        environment: Environment::Test,
+        status: GateSessionStatus::Pending,
+        consent_token: CredentialHash([1; 32]),
+        poll_token: Some(CredentialHash([2; 32])),
+        interval_secs: 5,
+        polls: 0,
+        last_poll_at: None,
+        account_id: None,
+        sealed_delivery: Vec::new(),
+        ack_token: None,
+        login_code: None,
+        code_expires_at: None,
+        created_at: now,
+        expires_at: now + TimeDelta::minutes(15),
+    };
+    store.create_gate_session(&pending).await.unwrap();
+    assert!(
+        store.create_gate_session(&pending).await.is_err(),
+        "an id is made once"
+    );
+    let account = GateAccountRecord {
+        id: schemas::ids::GateAccountId::generate(),
+        service_id: "acme".into(),
+        organization_id: org,
+        environment: Environment::Test,
+        name: "dev".into(),
+        created_at: now,
+    };
+    let token = AgentTokenRecord {
+        hash: CredentialHash([3; 32]),
+        account_id: account.id,
+        service_id: "acme".into(),
+        organization_id: org,
+        environment: Environment::Test,
+        created_at: now,
+        expires_at: now + TimeDelta::days(90),
+        revoked_at: None,
+        recent_logins: Vec::new(),
+    };
+    let mut approved = pending.clone();
+    approved.status = GateSessionStatus::Approved;
+    approved.account_id = Some(account.id);
+    approved.sealed_delivery = vec![9, 9];
+    assert!(
+        store
+            .transition_gate_session(
+                &approved,
+                GateSessionStatus::Pending,
+                Some((&account, &token))
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .transition_gate_session(&approved, GateSessionStatus::Pending, None)
+            .await
+            .unwrap(),
+        "approved once"
+    );
+    assert_eq!(
+        store.get_gate_session(pending.id).await.unwrap(),
+        Some(approved.clone())
+    );
+    assert_eq!(
+        store.get_gate_account(account.id).await.unwrap(),
+        Some(account)
+    );
+    assert_eq!(
+        store.get_agent_token(&token.hash).await.unwrap(),
+        Some(token.clone())
+    );
+    let mut revoked = token.clone();
+    revoked.revoked_at = Some(now);
+    assert!(store.update_agent_token(&revoked).await.unwrap());
+    assert_eq!(
+        store.get_agent_token(&token.hash).await.unwrap(),
+        Some(revoked)
+    );
+    let mut stranger = token;
+    stranger.hash = CredentialHash([4; 32]);
+    assert!(!store.update_agent_token(&stranger).await.unwrap());
+    assert_eq!(store.get_agent_token(&stranger.hash).await.unwrap(), None);
 }

@@ -29,7 +29,10 @@
 
 mod row_cache;
 
-use crate::{GateServiceRecord, GateServiceWrite};
+use crate::{
+    AgentTokenRecord, GateAccountRecord, GateServiceRecord, GateServiceWrite, GateSessionRecord,
+    GateSessionStatus,
+};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -85,6 +88,9 @@ const EXPIRY_QUEUE: &str = "expiry_queue";
 const GATE_SERVICES: &str = "gate_services";
 const GATE_SERVICES_BY_OWNER: &str = "gate_services_by_owner";
 const GATE_REGISTRY: &str = "gate_registry";
+const GATE_SESSIONS: &str = "gate_sessions";
+const GATE_ACCOUNTS: &str = "gate_accounts";
+const AGENT_TOKENS: &str = "agent_tokens";
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
 /// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
@@ -129,6 +135,9 @@ struct Inner {
     gate_services: Keyspace,
     gate_services_by_owner: Keyspace,
     gate_registry: Keyspace,
+    gate_sessions: Keyspace,
+    gate_accounts: Keyspace,
+    agent_tokens: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -797,6 +806,9 @@ impl EmbeddedStore {
             gate_services: keyspace(GATE_SERVICES)?,
             gate_services_by_owner: keyspace(GATE_SERVICES_BY_OWNER)?,
             gate_registry: keyspace(GATE_REGISTRY)?,
+            gate_sessions: keyspace(GATE_SESSIONS)?,
+            gate_accounts: keyspace(GATE_ACCOUNTS)?,
+            agent_tokens: keyspace(AGENT_TOKENS)?,
             writer: Mutex::new(WriterState::default()),
             cache: RowCache::default(),
             space: DiskReserve::new(dir),
@@ -2579,6 +2591,99 @@ impl StoreBackend for EmbeddedStore {
             services.push(service);
         }
         Ok(services)
+    }
+
+    async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
+        let session = session.clone();
+        self.write(move |db, _| {
+            let k = session.id.ulid().to_bytes();
+            if db.contains(&db.gate_sessions, &k)? {
+                return Err(StoreError::Conflict(format!(
+                    "gate session {} exists",
+                    session.id
+                )));
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get_gate_session(
+        &self,
+        id: schemas::ids::GateSessionId,
+    ) -> Result<Option<GateSessionRecord>> {
+        decode_row(
+            GATE_SESSIONS,
+            self.inner.gate_sessions.get(id.ulid().to_bytes()),
+        )
+    }
+
+    async fn transition_gate_session(
+        &self,
+        session: &GateSessionRecord,
+        expected: GateSessionStatus,
+        made: Option<(&GateAccountRecord, &AgentTokenRecord)>,
+    ) -> Result<bool> {
+        let session = session.clone();
+        let made = made.map(|(a, t)| (a.clone(), t.clone()));
+        self.write(move |db, _| {
+            let k = session.id.ulid().to_bytes();
+            let Some(stored) =
+                decode_row::<GateSessionRecord>(GATE_SESSIONS, db.gate_sessions.get(k))?
+            else {
+                return Ok(false);
+            };
+            if stored.status != expected {
+                return Ok(false);
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            if let Some((account, token)) = &made {
+                batch.insert(
+                    &db.gate_accounts,
+                    account.id.ulid().to_bytes(),
+                    encode(GATE_ACCOUNTS, account)?,
+                );
+                batch.insert(&db.agent_tokens, token.hash.0, encode(AGENT_TOKENS, token)?);
+            }
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn get_gate_account(
+        &self,
+        id: schemas::ids::GateAccountId,
+    ) -> Result<Option<GateAccountRecord>> {
+        decode_row(
+            GATE_ACCOUNTS,
+            self.inner.gate_accounts.get(id.ulid().to_bytes()),
+        )
+    }
+
+    async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>> {
+        decode_row(AGENT_TOKENS, self.inner.agent_tokens.get(hash.0))
+    }
+
+    async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool> {
+        let token = token.clone();
+        self.write(move |db, _| {
+            if !db.contains(&db.agent_tokens, &token.hash.0)? {
+                return Ok(false);
+            }
+            let mut batch = db.batch();
+            batch.insert(
+                &db.agent_tokens,
+                token.hash.0,
+                encode(AGENT_TOKENS, &token)?,
+            );
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
     }
 
     async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {

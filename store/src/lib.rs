@@ -373,6 +373,31 @@ pub trait StoreBackend: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<GateServiceRecord>>;
 
+    // gate_sessions, gate_accounts, agent_tokens
+
+    async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()>;
+    async fn get_gate_session(
+        &self,
+        id: schemas::ids::GateSessionId,
+    ) -> Result<Option<GateSessionRecord>>;
+    /// Replaces the stored session if its status is still `expected` (so an approval, a
+    /// denial, an acknowledgement or a consumption happens once); false, with nothing
+    /// written, otherwise. With an approved signup, its account and agent token are written in
+    /// the same step.
+    async fn transition_gate_session(
+        &self,
+        session: &GateSessionRecord,
+        expected: GateSessionStatus,
+        made: Option<(&GateAccountRecord, &AgentTokenRecord)>,
+    ) -> Result<bool>;
+    async fn get_gate_account(
+        &self,
+        id: schemas::ids::GateAccountId,
+    ) -> Result<Option<GateAccountRecord>>;
+    async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>>;
+    /// Replaces a stored agent token (a revocation, a login counted); false if none.
+    async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool>;
+
     // visitors, visitors_by_anchor
 
     /// Writes the visitor (insert or replace) and its anchor index rows in one step: a

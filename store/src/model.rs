@@ -749,3 +749,82 @@ pub enum GateServiceWrite {
     /// An update of a service that is not stored; nothing written.
     Missing,
 }
+
+/// Which flow a Gate session runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateFlow {
+    Signup,
+    Login,
+}
+
+/// Where a Gate session stands. Expiry is read from `expires_at`, not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateSessionStatus {
+    /// Waiting for a person on the consent page.
+    Pending,
+    /// Approved: a signup's delivery waits for its acknowledgement; a login's code waits to be
+    /// consumed.
+    Approved,
+    Denied,
+    /// A signup's delivery was acknowledged (its secrets are gone), or a login's code consumed.
+    Completed,
+}
+
+/// A Gate session (D14): a signup or a login, from its start to its approval and after. Every
+/// token it involves is stored as a keyed hash; a signup's delivery is sealed until it is
+/// acknowledged, then dropped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateSessionRecord {
+    pub id: schemas::ids::GateSessionId,
+    pub flow: GateFlow,
+    pub service_id: String,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub status: GateSessionStatus,
+    /// The `gtc_` token of the consent URL.
+    pub consent_token: CredentialHash,
+    /// Signup: the `gtpoll_` token.
+    pub poll_token: Option<CredentialHash>,
+    pub interval_secs: u32,
+    pub polls: u32,
+    pub last_poll_at: Option<Timestamp>,
+    /// The account: made on a signup's approval; a login's from its agent token.
+    pub account_id: Option<schemas::ids::GateAccountId>,
+    /// Signup: the variables and the `ack_` token, sealed, until acknowledged.
+    #[serde(with = "bytes_text")]
+    pub sealed_delivery: Vec<u8>,
+    pub ack_token: Option<CredentialHash>,
+    /// Login: the one-time code's hash, until consumed.
+    pub login_code: Option<CredentialHash>,
+    pub code_expires_at: Option<Timestamp>,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
+/// An account a signup made at a service (D14).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateAccountRecord {
+    pub id: schemas::ids::GateAccountId,
+    pub service_id: String,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub name: String,
+    pub created_at: Timestamp,
+}
+
+/// An agent token (`agt_`), stored by its keyed hash only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentTokenRecord {
+    pub hash: CredentialHash,
+    pub account_id: schemas::ids::GateAccountId,
+    pub service_id: String,
+    pub organization_id: OrgId,
+    pub environment: Environment,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+    /// When it started its recent login sessions (the last hour's), for the hourly cap.
+    pub recent_logins: Vec<Timestamp>,
+}

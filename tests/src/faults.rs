@@ -82,6 +82,9 @@ const WRITES: &[&str] = &[
     "defer_webhook_deliveries",
     "create_gate_service",
     "update_gate_service",
+    "create_gate_session",
+    "transition_gate_session",
+    "update_agent_token",
     "purge_expired",
     "put_setting_if_absent",
 ];
@@ -441,6 +444,49 @@ impl StoreBackend for FlakyStore {
     ) -> Result<Vec<WebhookDeliveryRecord>> {
         self.fault("list_event_deliveries")?;
         self.inner.list_event_deliveries(org, env, event).await
+    }
+
+    async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
+        self.fault("create_gate_session")?;
+        self.inner.create_gate_session(session).await
+    }
+
+    async fn get_gate_session(
+        &self,
+        id: schemas::ids::GateSessionId,
+    ) -> Result<Option<GateSessionRecord>> {
+        self.fault("get_gate_session")?;
+        self.inner.get_gate_session(id).await
+    }
+
+    async fn transition_gate_session(
+        &self,
+        session: &GateSessionRecord,
+        expected: GateSessionStatus,
+        made: Option<(&GateAccountRecord, &AgentTokenRecord)>,
+    ) -> Result<bool> {
+        self.fault("transition_gate_session")?;
+        self.inner
+            .transition_gate_session(session, expected, made)
+            .await
+    }
+
+    async fn get_gate_account(
+        &self,
+        id: schemas::ids::GateAccountId,
+    ) -> Result<Option<GateAccountRecord>> {
+        self.fault("get_gate_account")?;
+        self.inner.get_gate_account(id).await
+    }
+
+    async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>> {
+        self.fault("get_agent_token")?;
+        self.inner.get_agent_token(hash).await
+    }
+
+    async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool> {
+        self.fault("update_agent_token")?;
+        self.inner.update_agent_token(token).await
     }
 
     async fn create_gate_service(
