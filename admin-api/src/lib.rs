@@ -2,9 +2,12 @@
 //! "Organizations" and "Events", D1, D6, D8, D12). One module per resource, each with its
 //! `router()`, merged here.
 
+pub mod agent_tokens;
 pub mod api_keys;
 pub mod bootstrap;
+pub mod consent;
 pub mod events;
+pub mod gate_flows;
 pub mod gate_services;
 pub mod organizations;
 pub mod webhook_endpoints;
@@ -38,6 +41,9 @@ pub fn router(state: AdminState) -> Router {
         .merge(events::router())
         .merge(webhook_endpoints::router())
         .merge(gate_services::router())
+        .merge(gate_flows::router())
+        .merge(agent_tokens::router())
+        .merge(consent::router())
         .with_state(state)
 }
 
@@ -52,4 +58,46 @@ pub(crate) fn own_organization(
         return Err(edge::ApiError::not_found("organization"));
     }
     Ok(id)
+}
+
+/// Emits an event the admin API makes (a webhook endpoint's test, a Gate approval): published
+/// to `events.v1` first, then recorded, as the processor does with session events, so one
+/// that is listed was published. A log that is not ready is a retryable 503.
+pub(crate) async fn emit_event(
+    state: &AdminState,
+    event: &store::EventRecord,
+) -> Result<(), edge::ApiError> {
+    use edge::ApiError;
+    if !(state.log_ready)() {
+        return Err(ApiError::log_unavailable());
+    }
+    let logged = schemas::events::LoggedEvent::new(
+        event.organization_id,
+        event.environment,
+        event.to_event(Vec::new()),
+    );
+    let payload = serde_json::to_vec(&logged).map_err(|e| ApiError::internal("an event", e))?;
+    let topic = bus::Topic::from_static(schemas::events::EVENTS_TOPIC);
+    state
+        .log
+        .append(
+            &topic,
+            event.organization_id.to_string().as_bytes(),
+            &payload,
+        )
+        .await
+        .map_err(|e| {
+            if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) {
+                tracing::error!(error = %e, "publishing an event");
+                ApiError::log_unavailable()
+            } else {
+                ApiError::internal("publishing an event", e)
+            }
+        })?;
+    state
+        .auth
+        .store
+        .record_events(std::slice::from_ref(event))
+        .await?;
+    Ok(())
 }

@@ -19,8 +19,8 @@ use rand::TryRngCore;
 use rand::rngs::OsRng;
 use schemas::EventId;
 use schemas::credential::Environment;
+use schemas::events::EventSubject;
 use schemas::events::EventType;
-use schemas::events::{EventSubject, LoggedEvent};
 use schemas::ids::WebhookEndpointId;
 use schemas::resources::Pagination;
 use schemas::time::{self, Timestamp};
@@ -385,36 +385,6 @@ async fn test(
         }),
         created_at: time::now(),
     };
-    if !(state.log_ready)() {
-        return Err(ApiError::log_unavailable());
-    }
-    let logged = LoggedEvent::new(
-        event.organization_id,
-        event.environment,
-        event.to_event(Vec::new()),
-    );
-    let payload = serde_json::to_vec(&logged).map_err(|e| ApiError::internal("test event", e))?;
-    let topic = bus::Topic::from_static(schemas::events::EVENTS_TOPIC);
-    state
-        .log
-        .append(
-            &topic,
-            event.organization_id.to_string().as_bytes(),
-            &payload,
-        )
-        .await
-        .map_err(|e| {
-            if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) {
-                tracing::error!(error = %e, "publishing a test event");
-                ApiError::log_unavailable()
-            } else {
-                ApiError::internal("publishing a test event", e)
-            }
-        })?;
-    state
-        .auth
-        .store
-        .record_events(std::slice::from_ref(&event))
-        .await?;
+    crate::emit_event(&state, &event).await?;
     Ok(Reply::created(event.to_event(Vec::new())))
 }

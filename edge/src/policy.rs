@@ -69,6 +69,12 @@ policies! {
     /// Creating, updating and deleting Gate services (D3). Gate state is per environment, so a
     /// test key manages the test services.
     ManageGateServices => GateServicesManage, organization_route: false, live_only: false, while_suspended: Refused;
+    /// `POST /v1/gate/agent-tokens/verify`.
+    VerifyAgentTokens => GateAgentTokensVerify, organization_route: false, live_only: false, while_suspended: Refused;
+    /// `POST /v1/gate/agent-tokens/revoke`: revoking is what an incident needs, suspended or not.
+    RevokeAgentTokens => GateAgentTokensRevoke, organization_route: false, live_only: false, while_suspended: Answered;
+    /// `POST /v1/gate/login-sessions/consume`.
+    ConsumeLoginSessions => GateLoginSessionsConsume, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions` (D3).
     ListSessions => SessionsList, organization_route: false, live_only: false, while_suspended: Refused;
     /// `GET /v1/sessions/{sessionId}` (D3).

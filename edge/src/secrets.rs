@@ -99,6 +99,13 @@ impl ServerSecret {
         CredentialHash(mac.finalize().into_bytes().into())
     }
 
+    /// The keyed hash of a Gate workflow token or login code, as credentials are stored.
+    pub fn hash_token(&self, token: &str) -> CredentialHash {
+        let mut mac = self.pepper.clone();
+        mac.update(token.as_bytes());
+        CredentialHash(mac.finalize().into_bytes().into())
+    }
+
     /// Encrypts `plain` bound to `context`; the output carries its random nonce.
     pub fn seal(&self, plain: &[u8], context: &[u8]) -> Vec<u8> {
         let cipher = XChaCha20Poly1305::new((&self.sealing).into());

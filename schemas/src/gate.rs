@@ -110,8 +110,13 @@ pub const MAX_POLLS: u32 = 200;
 pub const AGENT_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(90 * 24 * 3600);
 /// Login sessions one agent token may start per hour.
 pub const LOGINS_PER_HOUR: usize = 10;
-/// How long a login code is valid, and how many wrong codes a service may present per minute.
+/// How long a login code is valid.
 pub const LOGIN_CODE_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+/// Digits of a login code.
+pub const LOGIN_CODE_DIGITS: usize = 8;
+/// Unknown login codes an organization may present per minute: with at most a few codes live
+/// at once among 10^8, guessing one takes years.
+pub const WRONG_CODES_PER_MINUTE: u32 = 10;
 
 /// The shortest `webhook_secret` a service may set.
 pub const MIN_WEBHOOK_SECRET_CHARS: usize = 32;

@@ -91,6 +91,7 @@ const GATE_REGISTRY: &str = "gate_registry";
 const GATE_SESSIONS: &str = "gate_sessions";
 const GATE_ACCOUNTS: &str = "gate_accounts";
 const AGENT_TOKENS: &str = "agent_tokens";
+const GATE_LOGIN_CODES: &str = "gate_login_codes";
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
 /// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
@@ -138,6 +139,7 @@ struct Inner {
     gate_sessions: Keyspace,
     gate_accounts: Keyspace,
     agent_tokens: Keyspace,
+    gate_login_codes: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -809,6 +811,7 @@ impl EmbeddedStore {
             gate_sessions: keyspace(GATE_SESSIONS)?,
             gate_accounts: keyspace(GATE_ACCOUNTS)?,
             agent_tokens: keyspace(AGENT_TOKENS)?,
+            gate_login_codes: keyspace(GATE_LOGIN_CODES)?,
             writer: Mutex::new(WriterState::default()),
             cache: RowCache::default(),
             space: DiskReserve::new(dir),
@@ -2640,6 +2643,12 @@ impl StoreBackend for EmbeddedStore {
             }
             let mut batch = db.batch();
             batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            if let Some(old) = stored.login_code.filter(|c| session.login_code != Some(*c)) {
+                batch.remove(&db.gate_login_codes, old.0);
+            }
+            if let Some(code) = session.login_code {
+                batch.insert(&db.gate_login_codes, code.0, k);
+            }
             if let Some((account, token)) = &made {
                 batch.insert(
                     &db.gate_accounts,
@@ -2666,6 +2675,17 @@ impl StoreBackend for EmbeddedStore {
 
     async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>> {
         decode_row(AGENT_TOKENS, self.inner.agent_tokens.get(hash.0))
+    }
+
+    async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>> {
+        let snapshot = self.inner.db.snapshot();
+        let Some(id) = snapshot
+            .get(&self.inner.gate_login_codes, code.0)
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        decode_row(GATE_SESSIONS, snapshot.get(&self.inner.gate_sessions, &id))
     }
 
     async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool> {

@@ -394,6 +394,9 @@ pub trait StoreBackend: Send + Sync + 'static {
         &self,
         id: schemas::ids::GateAccountId,
     ) -> Result<Option<GateAccountRecord>>;
+    /// The login session whose one-time code has this hash, while it has one (the index
+    /// follows `login_code` through every transition).
+    async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>>;
     async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>>;
     /// Replaces a stored agent token (a revocation, a login counted); false if none.
     async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool>;

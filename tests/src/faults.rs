@@ -479,6 +479,11 @@ impl StoreBackend for FlakyStore {
         self.inner.get_gate_account(id).await
     }
 
+    async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>> {
+        self.fault("get_login_by_code")?;
+        self.inner.get_login_by_code(code).await
+    }
+
     async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>> {
         self.fault("get_agent_token")?;
         self.inner.get_agent_token(hash).await

@@ -23,6 +23,7 @@ pub struct Answer {
     pub headers: Vec<(&'static str, String)>,
     /// Waited before answering (longer than the dispatcher's timeout: no answer).
     pub delay: Duration,
+    pub body: String,
 }
 
 impl Answer {
@@ -31,7 +32,16 @@ impl Answer {
             status,
             headers: Vec::new(),
             delay: Duration::ZERO,
+            body: "received".into(),
         }
+    }
+
+    /// Answers JSON `body`.
+    pub fn json(mut self, body: serde_json::Value) -> Self {
+        self.body = body.to_string();
+        self.headers
+            .push(("content-type", "application/json".into()));
+        self
     }
 
     pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
@@ -171,7 +181,7 @@ async fn answer(state: &State, path: String, headers: HeaderMap, body: Bytes) ->
     if !answer.delay.is_zero() {
         tokio::time::sleep(answer.delay).await;
     }
-    let mut response = (StatusCode::from_u16(answer.status).unwrap(), "received").into_response();
+    let mut response = (StatusCode::from_u16(answer.status).unwrap(), answer.body).into_response();
     for (name, value) in answer.headers {
         response
             .headers_mut()

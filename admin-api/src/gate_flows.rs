@@ -1,0 +1,493 @@
+//! Gate's flows (D14): a developer tool signs up to a service, or logs its person in to the
+//! service's dashboard, and a person approves each on a consent page ([`crate::consent`]).
+//!
+//! - Signup: `POST /v1/gate/services/{serviceId}/signups` (no key; the client address's limit)
+//!   answers a `gate_` session, its consent URL, a `gtpoll_` token and the poll interval. The
+//!   tool polls `GET /v1/gate/sessions/{id}` with the poll token, per RFC 8628: `pending`, a
+//!   `gate.slow_down` (and 5 s more) when it polls sooner than the interval, then `approved`
+//!   with the variables, the agent token and an `ack_` token; after
+//!   `POST /v1/gate/sessions/{id}/ack` they are gone and the session reads `acknowledged`.
+//! - Login: `POST /v1/gate/login-sessions` with `Bearer agt_…` answers a pending login session
+//!   and its consent URL; the approval sends the browser to the service's
+//!   `dashboard_login_url` with a one-time numeric code, which the service's backend exchanges
+//!   once, within 5 minutes, at `POST /v1/gate/login-sessions/consume`.
+//!
+//! Every token is single-purpose, stored as a keyed hash, and shown once.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use edge::body::{Fields, JsonObject, PathParams, Reply, path_param};
+use edge::policy::ConsumeLoginSessions;
+use edge::{ApiError, SecretKey};
+use schemas::error::ErrorCode;
+use schemas::gate::{self, TokenKind};
+use schemas::ids::{GateAccountId, GateSessionId};
+use schemas::time::{self, Timestamp};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use store::{
+    AgentTokenRecord, CredentialHash, GateFlow, GateServiceRecord, GateSessionRecord,
+    GateSessionStatus,
+};
+
+use crate::AdminState;
+
+pub fn router() -> Router<AdminState> {
+    Router::new()
+        .route("/v1/gate/services/{serviceId}/signups", post(start_signup))
+        .route("/v1/gate/sessions/{gateSessionId}", get(poll))
+        .route("/v1/gate/sessions/{gateSessionId}/ack", post(acknowledge))
+        .route("/v1/gate/login-sessions", post(start_login))
+        .route("/v1/gate/login-sessions/consume", post(consume_login))
+}
+
+/// A started signup (`object: gate_signup`): everything the tool needs, shown once.
+#[derive(Serialize)]
+struct Signup {
+    id: GateSessionId,
+    object: &'static str,
+    service_id: String,
+    status: &'static str,
+    consent_url: String,
+    poll_token: String,
+    interval: u32,
+    #[serde(serialize_with = "time::ser")]
+    expires_at: Timestamp,
+}
+
+/// A started login (`object: gate_login_session`).
+#[derive(Serialize)]
+struct LoginSession {
+    id: GateSessionId,
+    object: &'static str,
+    status: &'static str,
+    consent_url: String,
+    #[serde(serialize_with = "time::ser")]
+    expires_at: Timestamp,
+}
+
+/// The bearer token of `kind` on the request, well formed; 401 otherwise.
+pub(crate) fn bearer_token(headers: &HeaderMap, kind: TokenKind) -> Result<String, ApiError> {
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    match token {
+        Some(t) if gate::well_formed(kind, t) => Ok(t.to_owned()),
+        Some(_) => Err(invalid_token(kind)),
+        None => Err(ApiError::new(
+            ErrorCode::MissingCredentials,
+            format!(
+                "this route needs `Authorization: Bearer {}…`",
+                kind.prefix()
+            ),
+        )
+        .with_header_name("Authorization")),
+    }
+}
+
+pub(crate) fn invalid_token(kind: TokenKind) -> ApiError {
+    ApiError::new(
+        ErrorCode::InvalidCredentials,
+        format!(
+            "the {}… token is not valid here (unknown, expired, revoked or for another session)",
+            kind.prefix()
+        ),
+    )
+}
+
+/// The consent page's address for a session and its `gtc_` token.
+fn consent_url(id: GateSessionId, token: &str) -> String {
+    format!(
+        "{}/gate/consent/{id}?token={token}",
+        edge::context::public_url().trim_end_matches('/')
+    )
+}
+
+/// A published service by id (the system service is not one a tool signs up to here).
+async fn published(state: &AdminState, id: &str) -> Result<GateServiceRecord, ApiError> {
+    gate::service_id(id).map_err(|issue| {
+        ApiError::invalid_field("service_id", issue, Some(Value::String(id.to_owned())))
+    })?;
+    state
+        .auth
+        .store
+        .get_gate_service(id)
+        .await?
+        .filter(GateServiceRecord::is_published)
+        .ok_or_else(|| ApiError::not_found("gate service"))
+}
+
+fn new_session(
+    flow: GateFlow,
+    service: &GateServiceRecord,
+    consent: &CredentialHash,
+    now: Timestamp,
+) -> GateSessionRecord {
+    GateSessionRecord {
+        id: GateSessionId::generate(),
+        flow,
+        service_id: service.id.clone(),
+        organization_id: service.organization_id,
+        environment: service.environment,
+        status: GateSessionStatus::Pending,
+        consent_token: *consent,
+        poll_token: None,
+        interval_secs: gate::POLL_INTERVAL_SECS,
+        polls: 0,
+        last_poll_at: None,
+        account_id: None,
+        sealed_delivery: Vec::new(),
+        ack_token: None,
+        login_code: None,
+        code_expires_at: None,
+        created_at: now,
+        expires_at: now + chrono::TimeDelta::from_std(gate::SESSION_TTL).expect("a short ttl"),
+    }
+}
+
+/// `POST /v1/gate/services/{serviceId}/signups`: no key; limited per client address by the
+/// credential layer, like every request without one.
+async fn start_signup(
+    State(state): State<AdminState>,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let id: String = path_param(&params, "serviceId")?;
+    let service = published(&state, &id).await?;
+    let (consent, poll) = (gate::mint(TokenKind::Consent), gate::mint(TokenKind::Poll));
+    let now = time::now();
+    let secret = &state.auth.secret;
+    let mut session = new_session(
+        GateFlow::Signup,
+        &service,
+        &secret.hash_token(&consent),
+        now,
+    );
+    session.poll_token = Some(secret.hash_token(&poll));
+    state.auth.store.create_gate_session(&session).await?;
+    Ok(Reply::created(Signup {
+        id: session.id,
+        object: "gate_signup",
+        service_id: service.id,
+        status: "pending",
+        consent_url: consent_url(session.id, &consent),
+        poll_token: poll,
+        interval: session.interval_secs,
+        expires_at: session.expires_at,
+    }))
+}
+
+/// The session the path names, if `token` is its token of `kind`.
+async fn session_for(
+    state: &AdminState,
+    params: &PathParams,
+    kind: TokenKind,
+    token: &str,
+) -> Result<GateSessionRecord, ApiError> {
+    let id: GateSessionId = path_param(params, "gateSessionId")?;
+    let hash = state.auth.secret.hash_token(token);
+    let session = state.auth.store.get_gate_session(id).await?;
+    let held = |s: &GateSessionRecord| match kind {
+        TokenKind::Poll => s.poll_token == Some(hash),
+        TokenKind::Ack => s.ack_token == Some(hash),
+        TokenKind::Consent => s.consent_token == hash,
+        TokenKind::Agent => false,
+    };
+    session.filter(held).ok_or_else(|| invalid_token(kind))
+}
+
+/// What a signup delivers once approved: the variables (the agent token among them) and the
+/// token that acknowledges them. Sealed in the session until acknowledged.
+#[derive(Serialize, serde::Deserialize)]
+pub(crate) struct Delivery {
+    pub env_vars: Map<String, Value>,
+    pub ack_token: String,
+}
+
+pub(crate) fn delivery_context(id: GateSessionId) -> Vec<u8> {
+    format!("gate-delivery:{id}").into_bytes()
+}
+
+/// `GET /v1/gate/sessions/{gateSessionId}` with `Bearer gtpoll_…`, per RFC 8628.
+async fn poll(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    params: PathParams,
+) -> Result<Reply, ApiError> {
+    let token = bearer_token(&headers, TokenKind::Poll)?;
+    let mut session = session_for(&state, &params, TokenKind::Poll, &token).await?;
+    let now = time::now();
+    if session.polls >= gate::MAX_POLLS {
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "a Gate session answers {} polls; start a new one",
+                gate::MAX_POLLS
+            ),
+        ));
+    }
+    let too_soon = session.last_poll_at.is_some_and(|last| {
+        now < last + chrono::TimeDelta::seconds(i64::from(session.interval_secs))
+    });
+    let expected = session.status;
+    session.polls += 1;
+    session.last_poll_at = Some(now);
+    if too_soon {
+        session.interval_secs += gate::SLOW_DOWN_SECS;
+    }
+    // A poll racing another (or the approval) loses its bookkeeping, nothing else.
+    state
+        .auth
+        .store
+        .transition_gate_session(&session, expected, None)
+        .await?;
+    if too_soon {
+        let mut e = ApiError::new(
+            ErrorCode::GateSlowDown,
+            format!(
+                "polled sooner than the interval; poll every {} s",
+                session.interval_secs
+            ),
+        )
+        .with_next_action("retry");
+        e.retry_after = Some(u64::from(session.interval_secs));
+        return Err(e);
+    }
+    let mut answer = json!({
+        "id": session.id,
+        "object": "gate_session",
+        "service_id": session.service_id,
+        "status": status_text(&session, now),
+        "interval": session.interval_secs,
+        "expires_at": time::format(&session.expires_at),
+    });
+    if session.status == GateSessionStatus::Approved {
+        let opened = state
+            .auth
+            .secret
+            .open(&session.sealed_delivery, &delivery_context(session.id))
+            .and_then(|d| serde_json::from_slice::<Delivery>(&d).ok())
+            .ok_or_else(|| {
+                ApiError::internal("gate delivery", "the sealed delivery does not open")
+            })?;
+        answer["env_vars"] = Value::Object(opened.env_vars);
+        answer["ack_token"] = Value::String(opened.ack_token);
+        answer["gate_account_id"] = json!(session.account_id);
+    }
+    Ok(Reply::ok(answer))
+}
+
+fn status_text(session: &GateSessionRecord, now: Timestamp) -> &'static str {
+    match session.status {
+        GateSessionStatus::Pending if now >= session.expires_at => "expired",
+        GateSessionStatus::Pending => "pending",
+        GateSessionStatus::Approved => "approved",
+        GateSessionStatus::Denied => "denied",
+        GateSessionStatus::Completed => "acknowledged",
+    }
+}
+
+/// `POST /v1/gate/sessions/{gateSessionId}/ack` with `{ "ack_token": "ack_…" }`: the delivery
+/// is dropped and never shown again.
+async fn acknowledge(
+    State(state): State<AdminState>,
+    params: PathParams,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut f = Fields::new(body);
+    let token = f.checked_string("ack_token", true, |t| {
+        if gate::well_formed(TokenKind::Ack, t) {
+            Ok(())
+        } else {
+            Err("must be the ack_ token the approved poll answered".into())
+        }
+    });
+    f.finish()?;
+    let token = token.ok_or_else(|| ApiError::internal("ack", "validated token missing"))?;
+    let mut session = session_for(&state, &params, TokenKind::Ack, &token).await?;
+    if session.status == GateSessionStatus::Approved {
+        session.status = GateSessionStatus::Completed;
+        session.sealed_delivery = Vec::new();
+        state
+            .auth
+            .store
+            .transition_gate_session(&session, GateSessionStatus::Approved, None)
+            .await?;
+    }
+    Ok(Reply::ok(json!({
+        "gate_session_id": session.id,
+        "object": "gate_session_delivery",
+        "status": "acknowledged",
+    })))
+}
+
+/// The agent token on the request: known, active, not expired.
+pub(crate) async fn agent_token(
+    state: &AdminState,
+    token: &str,
+) -> Result<Option<AgentTokenRecord>, ApiError> {
+    let hash = state.auth.secret.hash_token(token);
+    let now = time::now();
+    Ok(state
+        .auth
+        .store
+        .get_agent_token(&hash)
+        .await?
+        .filter(|t| t.revoked_at.is_none() && t.expires_at > now))
+}
+
+/// `POST /v1/gate/login-sessions` with `Bearer agt_…` and `{ "service_id": … }`: a login
+/// waiting for a person's approval. An agent token alone never logs anyone in.
+async fn start_login(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let token = bearer_token(&headers, TokenKind::Agent)?;
+    let mut f = Fields::new(body);
+    let service_id = f.checked_string("service_id", true, gate::service_id);
+    f.finish()?;
+    let service_id =
+        service_id.ok_or_else(|| ApiError::internal("login", "validated service id missing"))?;
+    let mut agent = agent_token(&state, &token)
+        .await?
+        .ok_or_else(|| invalid_token(TokenKind::Agent))?;
+    // The token acts for its own service's account only.
+    if agent.service_id != service_id {
+        return Err(invalid_token(TokenKind::Agent));
+    }
+    let service = published(&state, &service_id).await?;
+    if service.environment != agent.environment || service.organization_id != agent.organization_id
+    {
+        return Err(invalid_token(TokenKind::Agent));
+    }
+    let now = time::now();
+    let hour_ago = now - chrono::TimeDelta::hours(1);
+    agent.recent_logins.retain(|t| *t > hour_ago);
+    if agent.recent_logins.len() >= gate::LOGINS_PER_HOUR {
+        let mut e = ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "an agent token starts at most {} login sessions an hour",
+                gate::LOGINS_PER_HOUR
+            ),
+        )
+        .with_next_action("retry");
+        e.retry_after = agent.recent_logins.first().map(|t| {
+            (*t + chrono::TimeDelta::hours(1) - now)
+                .num_seconds()
+                .max(1) as u64
+        });
+        return Err(e);
+    }
+    agent.recent_logins.push(now);
+    state.auth.store.update_agent_token(&agent).await?;
+    let consent = gate::mint(TokenKind::Consent);
+    let mut session = new_session(
+        GateFlow::Login,
+        &service,
+        &state.auth.secret.hash_token(&consent),
+        now,
+    );
+    session.account_id = Some(agent.account_id);
+    state.auth.store.create_gate_session(&session).await?;
+    Ok(Reply::created(LoginSession {
+        id: session.id,
+        object: "gate_login_session",
+        status: "pending",
+        consent_url: consent_url(session.id, &consent),
+        expires_at: session.expires_at,
+    }))
+}
+
+/// `POST /v1/gate/login-sessions/consume` with a secret key and `{ "code": … }`: the account
+/// the approved login is for, once; a wrong code is as unknown as a used one.
+async fn consume_login(
+    State(state): State<AdminState>,
+    caller: SecretKey<ConsumeLoginSessions>,
+    body: JsonObject,
+) -> Result<Reply, ApiError> {
+    let mut f = Fields::new(body);
+    let code = f.checked_string("code", true, |c| {
+        if crate::consent::is_login_code(c) {
+            Ok(())
+        } else {
+            Err("must be the numeric login code Gate sent to the dashboard".into())
+        }
+    });
+    f.finish()?;
+    let code = code.ok_or_else(|| ApiError::internal("consume", "validated code missing"))?;
+    let unknown = || {
+        ApiError::new(
+            ErrorCode::InvalidCredentials,
+            "the login code is unknown, used or expired",
+        )
+    };
+    // Guessing codes is bounded per organization: a few wrong ones a minute.
+    let bucket = format!("gate-codes:{}", caller.organization.id);
+    let now = time::now();
+    let found = state
+        .auth
+        .store
+        .get_login_by_code(&state.auth.secret.hash_token(&code))
+        .await?
+        .filter(|s| {
+            s.flow == GateFlow::Login
+                && s.status == GateSessionStatus::Approved
+                && s.organization_id == caller.organization.id
+                && s.environment == caller.environment()
+                && s.code_expires_at.is_some_and(|at| at > now)
+        });
+    let Some(mut session) = found else {
+        let decision = state
+            .auth
+            .limiter
+            .check(&bucket, gate::WRONG_CODES_PER_MINUTE)
+            .await;
+        if !decision.allowed {
+            let mut e = ApiError::new(
+                ErrorCode::RateLimited,
+                "too many unknown login codes; wait before trying again",
+            )
+            .with_next_action("retry");
+            e.retry_after = Some(decision.retry_after_secs);
+            return Err(e);
+        }
+        return Err(unknown());
+    };
+    let account_id = session.account_id.ok_or_else(unknown)?;
+    session.status = GateSessionStatus::Completed;
+    session.login_code = None;
+    if !state
+        .auth
+        .store
+        .transition_gate_session(&session, GateSessionStatus::Approved, None)
+        .await?
+    {
+        return Err(unknown());
+    }
+    let account = state
+        .auth
+        .store
+        .get_gate_account(account_id)
+        .await?
+        .ok_or_else(unknown)?;
+    Ok(Reply::ok(json!({
+        "object": "gate_dashboard_login",
+        "gate_account_id": account.id,
+        "account_name": account.name,
+        "service_id": account.service_id,
+    })))
+}
+
+/// A new account's name: the service's and a short part of its id, until the person names it.
+pub(crate) fn account_name(service: &GateServiceRecord, id: GateAccountId) -> String {
+    let id = id.to_string();
+    format!("{} account {}", service.name, &id[id.len() - 6..])
+}

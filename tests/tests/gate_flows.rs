@@ -1,0 +1,379 @@
+//! Gate's signup and login flows over HTTP (D14): a published service whose webhook is a test
+//! receiver (it checks the signature with the service's `webhook_secret` and answers the
+//! variables' values), a tool's calls with no key and its workflow tokens, the consent page
+//! approved as a browser posts it (its cookie and form token), RFC 8628 polling, the
+//! acknowledgement, agent-token verification and revocation, and the login code the service's
+//! backend consumes once. Negative paths: unpublished services, a cross-site post, a denial,
+//! polling too fast, wrong and reused tokens and codes, another environment's key.
+
+use std::time::Duration;
+
+use reqwest::header;
+use serde_json::Value;
+use vigil_tests::receiver::{Answer, Receiver, verify};
+use vigil_tests::{TestServer, json};
+
+const SERVICES: &str = "/v1/gate/services";
+
+/// A server delivering to loopback, and a published service `acme-cli` whose webhook and
+/// dashboard are the receiver; the service's webhook secret.
+async fn published() -> (TestServer, Receiver, String) {
+    let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
+    let receiver = Receiver::start().await;
+    receiver
+        .answer(Answer::status(200).json(json!({"env_vars": {"ACME_API_KEY": "acme-key-123"}})));
+    let made = s
+        .post(SERVICES)
+        .key(&s.creds.keys.secret_test)
+        .json(json!({
+            "id": "acme-cli", "name": "Acme CLI", "website": "https://acme.example",
+            "description": "Deploys from your terminal.", "discoverable": true,
+            "webhook_url": format!("{}/gate-hook", receiver.base),
+            "dashboard_login_url": format!("{}/dashboard/login", receiver.base),
+            "env_vars": [{"name": "API key", "key": "ACME_API_KEY", "secret": true}],
+            "consent": {"terms_url": "https://acme.example/terms", "privacy_url": "https://acme.example/privacy"},
+            "branding": {"primary_color": "#0a7"}
+        }))
+        .send()
+        .await;
+    let secret = made.ok(201)["webhook_secret"].as_str().unwrap().to_owned();
+    (s, receiver, secret)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Opens the consent page as a browser does and posts `decision` from it (with its cookie and
+/// form token); the answer.
+async fn decide(consent_url: &str, decision: &str) -> reqwest::Response {
+    let c = client();
+    let page = c.get(consent_url).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let cookie = page.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.contains("SameSite=Strict") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+    let html = page.text().await.unwrap();
+    let csrf = hidden(&html, "csrf");
+    let token = hidden(&html, "token");
+    let action = consent_url.split('?').next().unwrap();
+    c.post(action)
+        .header(header::COOKIE, cookie.split(';').next().unwrap())
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={token}&csrf={csrf}&decision={decision}"))
+        .send()
+        .await
+        .unwrap()
+}
+
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!(r#"name="{name}" value=""#);
+    let at = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in the form"))
+        + marker.len();
+    html[at..at + html[at..].find('"').unwrap()].to_owned()
+}
+
+async fn poll(s: &TestServer, id: &str, token: &str) -> vigil_tests::Resp {
+    s.get(&format!("/v1/gate/sessions/{id}"))
+        .header("authorization", &format!("Bearer {token}"))
+        .send()
+        .await
+}
+
+async fn start_signup(s: &TestServer, service: &str) -> vigil_tests::Resp {
+    s.post(&format!("{SERVICES}/{service}/signups"))
+        .send()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signup_then_a_login_end_to_end() {
+    let (s, receiver, service_secret) = published().await;
+    let sk = &s.creds.keys.secret_test;
+
+    // The tool starts a signup without a key.
+    let started = start_signup(&s, "acme-cli").await;
+    let started = started.ok(201).clone();
+    assert_eq!(started["object"], "gate_signup");
+    assert_eq!(started["interval"], 5);
+    let id = started["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("gate_"), "{id}");
+    let poll_token = started["poll_token"].as_str().unwrap().to_owned();
+    assert!(poll_token.starts_with("gtpoll_"));
+    let consent = started["consent_url"].as_str().unwrap().to_owned();
+    assert_eq!(
+        poll(&s, &id, &poll_token).await.ok(200)["status"],
+        "pending"
+    );
+
+    // The consent page is a real page that cannot be framed.
+    let page = client().get(&consent).send().await.unwrap();
+    let csp = page.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(page.headers()[header::X_FRAME_OPTIONS], "DENY");
+    let html = page.text().await.unwrap();
+    for shown in [
+        "Acme CLI",
+        "ACME_API_KEY",
+        "ACME_CLI_GATE_AGENT_TOKEN",
+        "https://acme.example/terms",
+        "Approve",
+        "Deny",
+    ] {
+        assert!(html.contains(shown), "{shown} on the page");
+    }
+    let approved = decide(&consent, "approve").await;
+    assert_eq!(approved.status(), 200);
+    assert!(approved.text().await.unwrap().contains("Approved"));
+
+    // The service's webhook was asked, signed with its secret.
+    let hook = &receiver.received()[0];
+    assert_eq!(hook.path, "/gate-hook");
+    assert!(
+        verify(&service_secret, hook),
+        "signed with the service's webhook_secret"
+    );
+    let event = hook.json();
+    assert_eq!(event["type"], "gate.session.approved");
+    assert_eq!(event["data"]["gate_session_id"], id.as_str());
+    assert_eq!(event["data"]["flow"], "signup");
+
+    // The next poll, an interval later, delivers once.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let delivered = poll(&s, &id, &poll_token).await;
+    let delivered = delivered.ok(200).clone();
+    assert_eq!(delivered["status"], "approved");
+    assert_eq!(delivered["env_vars"]["ACME_API_KEY"], "acme-key-123");
+    let agent = delivered["env_vars"]["ACME_CLI_GATE_AGENT_TOKEN"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(agent.starts_with("agt_"), "{agent}");
+    let account = delivered["gate_account_id"].as_str().unwrap().to_owned();
+    let ack = delivered["ack_token"].as_str().unwrap().to_owned();
+
+    // The organization's backend verifies the token; another environment's key does not see it.
+    let verified = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(sk)
+        .json(json!({"agent_token": agent}))
+        .send()
+        .await;
+    let verified = verified.ok(200).clone();
+    assert_eq!(verified["valid"], true);
+    assert_eq!(verified["status"], "active");
+    assert_eq!(verified["gate_account_id"], account.as_str());
+    let live = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(&s.creds.keys.secret_live)
+        .json(json!({"agent_token": agent}))
+        .send()
+        .await;
+    assert_eq!(live.ok(200)["valid"], false);
+
+    // Acknowledged, the delivery is gone.
+    let wrong = s
+        .post(&format!("/v1/gate/sessions/{id}/ack"))
+        .json(json!({"ack_token": "ack_x"}))
+        .send()
+        .await;
+    wrong.err(422, "request.validation_failed");
+    let acked = s
+        .post(&format!("/v1/gate/sessions/{id}/ack"))
+        .json(json!({"ack_token": ack}))
+        .send()
+        .await;
+    assert_eq!(acked.ok(200)["status"], "acknowledged");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = poll(&s, &id, &poll_token).await;
+    let after = after.ok(200).clone();
+    assert_eq!(after["status"], "acknowledged");
+    assert!(
+        after.get("env_vars").is_none() && after.get("ack_token").is_none(),
+        "{after}"
+    );
+
+    // Login: the agent token starts it, a person approves, the dashboard gets a code.
+    let login = s
+        .post("/v1/gate/login-sessions")
+        .header("authorization", &format!("Bearer {agent}"))
+        .json(json!({"service_id": "acme-cli"}))
+        .send()
+        .await;
+    let login = login.ok(201).clone();
+    assert_eq!(login["object"], "gate_login_session");
+    assert_eq!(login["status"], "pending");
+    let redirected = decide(login["consent_url"].as_str().unwrap(), "approve").await;
+    assert_eq!(redirected.status(), 303);
+    let location =
+        reqwest::Url::parse(redirected.headers()[header::LOCATION].to_str().unwrap()).unwrap();
+    assert_eq!(location.path(), "/dashboard/login");
+    let code = location
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
+    assert!(
+        code.len() == 8 && code.bytes().all(|b| b.is_ascii_digit()),
+        "{code}"
+    );
+    let consumed = s
+        .post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(json!({"code": code}))
+        .send()
+        .await;
+    let consumed = consumed.ok(200).clone();
+    assert_eq!(consumed["object"], "gate_dashboard_login");
+    assert_eq!(consumed["gate_account_id"], account.as_str());
+    assert!(
+        consumed["account_name"]
+            .as_str()
+            .unwrap()
+            .starts_with("Acme CLI account")
+    );
+    let again = s
+        .post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(json!({"code": code}))
+        .send()
+        .await;
+    again.err(401, "auth.invalid_credentials");
+
+    // Revoked, the token starts nothing and verifies as revoked.
+    let revoked = s
+        .post("/v1/gate/agent-tokens/revoke")
+        .key(sk)
+        .json(json!({"agent_token": agent}))
+        .send()
+        .await;
+    assert_eq!(revoked.ok(200)["revoked"], true);
+    s.post("/v1/gate/login-sessions")
+        .header("authorization", &format!("Bearer {agent}"))
+        .json(json!({"service_id": "acme-cli"}))
+        .send()
+        .await
+        .err(401, "auth.invalid_credentials");
+    let verified = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(sk)
+        .json(json!({"agent_token": agent}))
+        .send()
+        .await;
+    assert_eq!(verified.ok(200)["status"], "revoked");
+
+    // Both approvals are events of the organization.
+    let events = s
+        .get(&format!(
+            "{}/events?type=gate.session.approved",
+            s.org_path()
+        ))
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(events.ok(200).as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_slow_down_denial_and_forged_approvals() {
+    let (s, _receiver, _) = published().await;
+    let sk = &s.creds.keys.secret_test;
+    // Unpublished, unknown, reserved and malformed services have no signup.
+    s.post(SERVICES)
+        .key(sk)
+        .json(json!({"id": "hidden-cli", "name": "Hidden", "website": "https://h.example"}))
+        .send()
+        .await
+        .ok(201);
+    for id in ["hidden-cli", "nowhere"] {
+        start_signup(&s, id).await.err(404, "resource.not_found");
+    }
+    for id in ["Bad!", "ab"] {
+        start_signup(&s, id)
+            .await
+            .err(422, "request.validation_failed");
+    }
+
+    let started = start_signup(&s, "acme-cli").await;
+    let started = started.ok(201).clone();
+    let id = started["id"].as_str().unwrap();
+    let token = started["poll_token"].as_str().unwrap();
+    poll(&s, id, token).await.ok(200);
+    let fast = poll(&s, id, token).await;
+    fast.err(429, "gate.slow_down");
+    assert_eq!(
+        fast.header("retry-after").as_deref(),
+        Some("10"),
+        "the interval grew by 5 s"
+    );
+    // Another session's poll token, or none, reads nothing.
+    let other = start_signup(&s, "acme-cli").await;
+    let other_token = other.ok(201)["poll_token"].as_str().unwrap().to_owned();
+    poll(&s, id, &other_token)
+        .await
+        .err(401, "auth.invalid_credentials");
+    s.get(&format!("/v1/gate/sessions/{id}"))
+        .send()
+        .await
+        .err(401, "auth.missing_credentials");
+
+    // A post from another site (no cookie, a foreign Origin) approves nothing.
+    let consent = started["consent_url"].as_str().unwrap();
+    let c = client();
+    let page = c.get(consent).send().await.unwrap().text().await.unwrap();
+    let forged = c
+        .post(consent.split('?').next().unwrap())
+        .header(header::ORIGIN, "https://evil.example")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!(
+            "token={}&csrf={}&decision=approve",
+            hidden(&page, "token"),
+            hidden(&page, "csrf")
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+
+    // Denied, the tool learns it and nothing is delivered.
+    assert_eq!(decide(consent, "deny").await.status(), 200);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let denied = poll(&s, id, token).await;
+    let denied = denied.ok(200).clone();
+    assert_eq!(denied["status"], "denied");
+    assert!(denied.get("env_vars").is_none());
+    // The page says the request was decided.
+    assert_eq!(client().get(consent).send().await.unwrap().status(), 409);
+
+    // An unknown or malformed agent token starts no login.
+    for bad in ["agt_nope", "sk_test_x"] {
+        s.post("/v1/gate/login-sessions")
+            .header("authorization", &format!("Bearer {bad}"))
+            .json(json!({"service_id": "acme-cli"}))
+            .send()
+            .await
+            .err(401, "auth.invalid_credentials");
+    }
+    let unknown = s
+        .post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(json!({"code": "12345678"}))
+        .send()
+        .await;
+    unknown.err(401, "auth.invalid_credentials");
+    let _: Value = Value::Null;
+}
