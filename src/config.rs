@@ -30,6 +30,44 @@ pub enum Command {
     /// Operator commands for API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// The developer-tool side of Gate: sign up to a service, log in to its dashboard.
+    #[command(subcommand)]
+    Gate(GateCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GateCommand {
+    /// Sign up to a service: approve in a browser, get its variables in an `.env` file.
+    Signup(GateSignupArgs),
+    /// Log in to a service's dashboard with the agent token a signup delivered.
+    Login(GateLoginArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GateSignupArgs {
+    /// The service's id.
+    pub service_id: String,
+    /// The Vigil to talk to.
+    #[arg(long, env = "VIGIL_ENDPOINT", default_value = "http://127.0.0.1:8080")]
+    pub endpoint: String,
+    /// Where the delivered variables are written (created readable by you only).
+    #[arg(long, default_value = ".env")]
+    pub env_file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct GateLoginArgs {
+    /// The service's id.
+    pub service_id: String,
+    /// The Vigil to talk to.
+    #[arg(long, env = "VIGIL_ENDPOINT", default_value = "http://127.0.0.1:8080")]
+    pub endpoint: String,
+    /// The `.env` file the signup wrote, where the agent token is read from.
+    #[arg(long, default_value = ".env")]
+    pub env_file: PathBuf,
+    /// The agent token, instead of reading it from the `.env` file.
+    #[arg(long, env = "VIGIL_GATE_AGENT_TOKEN", hide_env_values = true)]
+    pub agent_token: Option<String>,
 }
 
 /// Where the data lives; shared by every command.

@@ -7,7 +7,7 @@
 //! `SameSite=Strict`, `HttpOnly` cookie set with the page (a cross-site post carries neither),
 //! and a post whose `Origin` or `Sec-Fetch-Site` says it came from elsewhere is refused. The
 //! page cannot be framed (`frame-ancestors 'none'`, `X-Frame-Options: DENY`), is never cached,
-//! and sends no referrer (its URL holds the consent token).
+//! and sends no referrer to other sites (its URL holds the consent token).
 //!
 //! Approving a signup makes the account and its agent token, asks the service's `webhook_url`
 //! (a signed `gate.session.approved`) for the values of its variables, and seals the delivery
@@ -89,9 +89,12 @@ fn html(status: StatusCode, body: String) -> Response {
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // `same-origin`: the consent token in the page's URL never reaches another site (its
+    // terms or website links), while the form's own post still carries a real `Origin`
+    // (under `no-referrer` it would be `null`).
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(
         "x-content-type-options",
@@ -383,6 +386,15 @@ fn same_site_post(headers: &HeaderMap, form_csrf: Option<&str>) -> bool {
                 .as_ref()
                 .is_some_and(|p| p.origin().ascii_serialization() == o)
         });
+    if !(tokens_match && site_ok && origin_ok) {
+        tracing::info!(
+            tokens_match,
+            site_ok,
+            origin_ok,
+            origin = ?headers.get(header::ORIGIN),
+            "gate: a consent post that did not come from its page"
+        );
+    }
     tokens_match && site_ok && origin_ok
 }
 

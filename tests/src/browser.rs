@@ -284,6 +284,40 @@ impl Session {
         panic!("{url} never showed the shop page; the browser shows {shown}");
     }
 
+    /// Clicks the element `css` selects, as a person would (WebDriver's element click: it is
+    /// scrolled into view and must be the element at that point), and waits for a navigation
+    /// it starts.
+    pub async fn click(&self, css: &str) {
+        let found = self
+            .post("element", json!({ "using": "css selector", "value": css }))
+            .await
+            .unwrap_or_else(|e| panic!("finding {css}: {e}"));
+        let element = found
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no element id for {css}: {found}"))
+            .to_owned();
+        self.post(&format!("element/{element}/click"), json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+    }
+
+    /// The page's address now.
+    pub async fn current_url(&self) -> String {
+        command(
+            &self.client,
+            reqwest::Method::GET,
+            &format!("{}/url", self.base),
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("reading the url: {e}"))
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
     /// Runs `script` as an async function body; it finishes by calling
     /// `arguments[arguments.length - 1](value)`, and `value` (JSON) is returned.
     pub async fn execute_async(&self, script: &str, args: Vec<Value>) -> Value {

@@ -58,6 +58,7 @@ impl Answer {
 /// A request as the receiver got it.
 #[derive(Clone, Debug)]
 pub struct Received {
+    /// The path and query.
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -110,7 +111,10 @@ impl Receiver {
         let app = axum::Router::new().fallback(
             move |uri: axum::http::Uri, headers: HeaderMap, body: Bytes| {
                 let state = shared.clone();
-                async move { answer(&state, uri.path().to_owned(), headers, body).await }
+                async move {
+                    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+                    answer(&state, path, headers, body).await
+                }
             },
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -491,3 +491,135 @@ async fn a_browser_session_ends_in_a_signed_session_result_delivery() {
     }
     panic!("the delivery was not recorded as succeeded");
 }
+
+/// Gate end to end with its real clients: `vigil gate signup` runs as a process, a person
+/// approves on the consent page in headless Chromium (the test clicks Approve), the service's
+/// webhook (a receiver checking the signature) supplies the variables, and the process writes
+/// them to an `.env` readable by its owner only. Then `vigil gate login` prints a consent URL,
+/// Chromium approves it and lands on the service's dashboard with a code, which the service's
+/// backend consumes for the account.
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::{Command, Stdio};
+    use vigil_tests::receiver::{Answer, Receiver, verify};
+
+    let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
+    let receiver = Receiver::start().await;
+    receiver.answer(
+        Answer::status(200).json(serde_json::json!({"env_vars": {"ACME_API_KEY": "acme-key-123"}})),
+    );
+    let sk = &s.creds.keys.secret_test;
+    let made = s
+        .post("/v1/gate/services")
+        .key(sk)
+        .json(serde_json::json!({
+            "id": "acme-cli", "name": "Acme CLI", "website": "https://acme.example",
+            "discoverable": true,
+            "webhook_url": format!("{}/gate-hook", receiver.base),
+            "dashboard_login_url": format!("{}/dashboard/login", receiver.base),
+            "env_vars": [{"name": "API key", "key": "ACME_API_KEY", "secret": true}]
+        }))
+        .send()
+        .await;
+    let service_secret = made.ok(201)["webhook_secret"].as_str().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join(".env");
+
+    // Runs a `vigil gate` command; its stdout's first URL, and the process.
+    let run = |args: &[&str]| {
+        let mut child = Command::new(vigil_tests::vigil_binary())
+            .arg("gate")
+            .args(args)
+            .args([
+                "--endpoint",
+                &s.base,
+                "--env-file",
+                env_file.to_str().unwrap(),
+            ])
+            .env_remove("DISPLAY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("vigil gate runs");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut lines = stdout.lines().map_while(Result::ok);
+        let url = lines
+            .find(|l| l.starts_with("http"))
+            .expect("the consent URL is printed");
+        let rest = std::thread::spawn(move || lines.collect::<Vec<_>>());
+        (url, child, rest)
+    };
+
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+    let browser = driver.session(&profile).await;
+
+    let (consent, mut signup, said) = run(&["signup", "acme-cli"]);
+    browser.goto(&consent).await;
+    browser.click("button.approve").await;
+    // The click submits the form; the tool's next poll sees the approval and finishes.
+    let status = tokio::task::spawn_blocking(move || signup.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        status.success(),
+        "vigil gate signup: {:?}",
+        said.join().unwrap()
+    );
+    let shown = browser.eval_async("document.body.innerText").await;
+    assert!(shown.as_str().unwrap().contains("Approved"), "{shown}");
+    let hook = &receiver.received()[0];
+    assert!(
+        verify(&service_secret, hook),
+        "the service checks Gate's signature"
+    );
+    let written = std::fs::read_to_string(&env_file).unwrap();
+    assert!(
+        written.contains("ACME_API_KEY=\"acme-key-123\""),
+        "{written}"
+    );
+    assert!(
+        written.contains("ACME_CLI_GATE_AGENT_TOKEN=\"agt_"),
+        "{written}"
+    );
+    let mode = std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, ".env is readable by its owner only");
+
+    let (consent, mut login, _) = run(&["login", "acme-cli"]);
+    assert!(login.wait().unwrap().success());
+    browser.goto(&consent).await;
+    browser.click("button.approve").await;
+    // The browser is at the dashboard now, with the code; the service's backend consumes it.
+    let landed = receiver
+        .wait_for(2, Duration::from_secs(10))
+        .await
+        .pop()
+        .unwrap();
+    assert!(
+        landed.path.starts_with("/dashboard/login?code="),
+        "{}",
+        landed.path
+    );
+    assert!(
+        browser
+            .current_url()
+            .await
+            .contains("/dashboard/login?code=")
+    );
+    let code = landed.path["/dashboard/login?code=".len()..]
+        .split('&')
+        .next()
+        .unwrap()
+        .to_owned();
+    let consumed = s
+        .post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(serde_json::json!({"code": code}))
+        .send()
+        .await;
+    assert_eq!(consumed.ok(200)["object"], "gate_dashboard_login");
+    browser.quit().await;
+}

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use reqwest::header;
-use serde_json::Value;
 use vigil_tests::receiver::{Answer, Receiver, verify};
 use vigil_tests::{TestServer, json};
 
@@ -375,5 +374,4 @@ async fn refusals_slow_down_denial_and_forged_approvals() {
         .send()
         .await;
     unknown.err(401, "auth.invalid_credentials");
-    let _: Value = Value::Null;
 }

@@ -1,0 +1,227 @@
+//! The reference Gate client (D14): the developer-tool side of a signup and a login, against
+//! any Vigil. `vigil gate signup <serviceId>` starts a signup, prints the consent URL (and opens
+//! a browser when one is there), polls as RFC 8628 says, writes the delivered variables to an
+//! `.env` file readable by its owner only, and acknowledges. `vigil gate login <serviceId>`
+//! starts a login with the agent token from that file (or `--agent-token`) and prints the
+//! consent URL; approving it takes the person's browser to the service's dashboard.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::config::{GateLoginArgs, GateSignupArgs};
+
+fn client() -> anyhow::Result<reqwest::Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .user_agent(concat!("vigil-gate/", env!("CARGO_PKG_VERSION")))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .context("building the HTTP client")
+}
+
+/// The `data` of a Vigil answer, or the error envelope's message.
+async fn data(response: reqwest::Response) -> anyhow::Result<(u16, Value)> {
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body: Value = response.json().await.context("reading Vigil's answer")?;
+    if let Some(error) = body.get("error") {
+        let code = error["code"].as_str().unwrap_or("");
+        if code == "gate.slow_down" {
+            return Ok((429, json!({"retry_after": retry_after.unwrap_or(10)})));
+        }
+        bail!(
+            "{} ({code})",
+            error["message"]
+                .as_str()
+                .unwrap_or("Vigil refused the request")
+        );
+    }
+    Ok((status, body["data"].clone()))
+}
+
+/// Opens `url` in a browser when this machine has one to show; whether it tried.
+fn open_browser(url: &str) -> bool {
+    let has_display = std::env::var_os("DISPLAY").is_some()
+        || std::env::var_os("WAYLAND_DISPLAY").is_some()
+        || cfg!(target_os = "macos");
+    if !has_display {
+        return false;
+    }
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    std::process::Command::new(opener)
+        .arg(url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .is_ok()
+}
+
+fn show_consent(url: &str) {
+    println!("Open this address to approve, in a browser where you are you:");
+    println!("{url}");
+    if open_browser(url) {
+        println!("(a browser was asked to open it)");
+    }
+    let _ = std::io::stdout().flush();
+}
+
+/// Writes `variables` into the `.env` file at `path`, replacing lines of the same names and
+/// keeping the others; the file is made readable and writable by its owner only.
+fn write_env(path: &Path, variables: &serde_json::Map<String, Value>) -> anyhow::Result<()> {
+    let existing = std::fs::read_to_string(path).unwrap_or_default();
+    let mut lines: Vec<String> = existing
+        .lines()
+        .filter(|l| {
+            let name = l.split('=').next().unwrap_or("").trim();
+            !variables.contains_key(name)
+        })
+        .map(str::to_owned)
+        .collect();
+    for (name, value) in variables {
+        let value = value.as_str().unwrap_or_default();
+        // Quoted, so a value with spaces or `#` reads back whole.
+        lines.push(format!(
+            "{name}=\"{}\"",
+            value.replace('\\', "\\\\").replace('"', "\\\"")
+        ));
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // An existing file keeps its mode on open: narrowed here too.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    file.write_all((lines.join("\n") + "\n").as_bytes())?;
+    Ok(())
+}
+
+fn base(endpoint: &str) -> String {
+    endpoint.trim_end_matches('/').to_owned()
+}
+
+pub async fn signup(args: GateSignupArgs) -> anyhow::Result<()> {
+    let http = client()?;
+    let base = base(&args.endpoint);
+    let (_, started) = data(
+        http.post(format!(
+            "{base}/v1/gate/services/{}/signups",
+            args.service_id
+        ))
+        .send()
+        .await
+        .context("reaching Vigil")?,
+    )
+    .await?;
+    let id = started["id"].as_str().context("no session id")?.to_owned();
+    let token = started["poll_token"]
+        .as_str()
+        .context("no poll token")?
+        .to_owned();
+    let mut interval = started["interval"].as_u64().unwrap_or(5);
+    show_consent(started["consent_url"].as_str().context("no consent URL")?);
+    let delivered = loop {
+        tokio::time::sleep(Duration::from_secs(interval)).await;
+        let (status, answer) = data(
+            http.get(format!("{base}/v1/gate/sessions/{id}"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .context("polling Vigil")?,
+        )
+        .await?;
+        if status == 429 {
+            interval = answer["retry_after"].as_u64().unwrap_or(interval + 5);
+            continue;
+        }
+        interval = answer["interval"].as_u64().unwrap_or(interval);
+        match answer["status"].as_str() {
+            Some("pending") => continue,
+            Some("approved") => break answer,
+            Some("denied") => bail!("the signup was denied; nothing was shared"),
+            Some("expired") => bail!("the signup expired before it was approved; start again"),
+            other => bail!("the signup ended as {other:?}"),
+        }
+    };
+    let variables = delivered["env_vars"]
+        .as_object()
+        .context("no variables delivered")?;
+    write_env(&args.env_file, variables)?;
+    let ack = delivered["ack_token"].as_str().context("no ack token")?;
+    data(
+        http.post(format!("{base}/v1/gate/sessions/{id}/ack"))
+            .json(&json!({"ack_token": ack}))
+            .send()
+            .await
+            .context("acknowledging")?,
+    )
+    .await?;
+    println!(
+        "Signed up to {}: {} variables written to {} (readable by you only).",
+        args.service_id,
+        variables.len(),
+        args.env_file.display()
+    );
+    Ok(())
+}
+
+/// The agent token: `--agent-token`, else the variable Gate delivered it under in the `.env`.
+fn agent_token(args: &GateLoginArgs) -> anyhow::Result<String> {
+    if let Some(token) = &args.agent_token {
+        return Ok(token.clone());
+    }
+    let name = schemas::gate::agent_token_variable(&args.service_id);
+    let text = std::fs::read_to_string(&args.env_file)
+        .with_context(|| format!("reading {}", args.env_file.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .with_context(|| {
+            format!(
+                "{name} is not in {}; run `vigil gate signup` first",
+                args.env_file.display()
+            )
+        })
+}
+
+pub async fn login(args: GateLoginArgs) -> anyhow::Result<()> {
+    let http = client()?;
+    let base = base(&args.endpoint);
+    let token = agent_token(&args)?;
+    let (_, started) = data(
+        http.post(format!("{base}/v1/gate/login-sessions"))
+            .bearer_auth(&token)
+            .json(&json!({"service_id": args.service_id}))
+            .send()
+            .await
+            .context("reaching Vigil")?,
+    )
+    .await?;
+    show_consent(started["consent_url"].as_str().context("no consent URL")?);
+    println!(
+        "Approving it takes your browser to the {} dashboard, logged in.",
+        args.service_id
+    );
+    Ok(())
+}
