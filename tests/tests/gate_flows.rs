@@ -375,3 +375,112 @@ async fn refusals_slow_down_denial_and_forged_approvals() {
         .await;
     unknown.err(401, "auth.invalid_credentials");
 }
+
+/// Time passing, done to the stored records: an expired agent token verifies as expired and
+/// starts no login; an expired login code is not accepted; a well-formed ack token of another
+/// session acknowledges nothing; a disabled service takes no signups; and the signup call is
+/// limited per client address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
+    let (s, _receiver, _) = published().await;
+    let sk = &s.creds.keys.secret_test;
+    let started = start_signup(&s, "acme-cli").await;
+    let started = started.ok(201).clone();
+    let id = started["id"].as_str().unwrap().to_owned();
+    let consent = started["consent_url"].as_str().unwrap().to_owned();
+    assert_eq!(decide(&consent, "approve").await.status(), 200);
+    let delivered = poll(&s, &id, started["poll_token"].as_str().unwrap()).await;
+    let delivered = delivered.ok(200).clone();
+    let agent = delivered["env_vars"]["ACME_CLI_GATE_AGENT_TOKEN"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A well-formed ack token that is not this session's.
+    s.post(&format!("/v1/gate/sessions/{id}/ack"))
+        .json(json!({"ack_token": schemas::gate::mint(schemas::gate::TokenKind::Ack)}))
+        .send()
+        .await
+        .err(401, "auth.invalid_credentials");
+
+    // A login whose code has run out.
+    let login = s
+        .post("/v1/gate/login-sessions")
+        .header("authorization", &format!("Bearer {agent}"))
+        .json(json!({"service_id": "acme-cli"}))
+        .send()
+        .await;
+    let login = login.ok(201).clone();
+    let redirected = decide(login["consent_url"].as_str().unwrap(), "approve").await;
+    let location =
+        reqwest::Url::parse(redirected.headers()[header::LOCATION].to_str().unwrap()).unwrap();
+    let code = location
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
+    let store = s.store();
+    let login_id: schemas::ids::GateSessionId = login["id"].as_str().unwrap().parse().unwrap();
+    let mut session = store.get_gate_session(login_id).await.unwrap().unwrap();
+    session.code_expires_at = Some(schemas::time::now() - chrono::TimeDelta::seconds(1));
+    assert!(
+        store
+            .transition_gate_session(&session, store::GateSessionStatus::Approved, None)
+            .await
+            .unwrap()
+    );
+    s.post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(json!({"code": code}))
+        .send()
+        .await
+        .err(401, "auth.invalid_credentials");
+
+    // An agent token past its expiry.
+    let secret = &s.running.as_ref().unwrap().secret;
+    let mut token = store
+        .get_agent_token(&secret.hash_token(&agent))
+        .await
+        .unwrap()
+        .unwrap();
+    token.expires_at = schemas::time::now() - chrono::TimeDelta::seconds(1);
+    assert!(store.update_agent_token(&token).await.unwrap());
+    let verified = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(sk)
+        .json(json!({"agent_token": agent}))
+        .send()
+        .await;
+    let verified = verified.ok(200).clone();
+    assert_eq!(
+        (verified["valid"].clone(), verified["status"].clone()),
+        (json!(false), json!("expired"))
+    );
+    s.post("/v1/gate/login-sessions")
+        .header("authorization", &format!("Bearer {agent}"))
+        .json(json!({"service_id": "acme-cli"}))
+        .send()
+        .await
+        .err(401, "auth.invalid_credentials");
+
+    // A disabled service takes no signup.
+    s.delete(&format!("{SERVICES}/acme-cli"))
+        .key(sk)
+        .send()
+        .await
+        .ok(200);
+    start_signup(&s, "acme-cli")
+        .await
+        .err(404, "resource.not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signups_are_limited_per_client_address() {
+    let s = TestServer::start_with(|a| a.anonymous_rate_limit = 3).await;
+    for _ in 0..3 {
+        start_signup(&s, "nowhere")
+            .await
+            .err(404, "resource.not_found");
+    }
+    start_signup(&s, "nowhere").await.err(429, "rate.limited");
+}
