@@ -68,10 +68,16 @@ fn open_browser(url: &str) -> bool {
         .is_ok()
 }
 
-fn show_consent(url: &str) {
-    println!("Open this address to approve, in a browser where you are you:");
+/// Prints the consent URL, and opens it in a browser only if it is on the Vigil the command
+/// talks to (a server's answer never makes this open anything else).
+fn show_consent(url: &str, endpoint: &str) {
+    println!("Open this address to approve, in your own browser:");
     println!("{url}");
-    if open_browser(url) {
+    let same_origin = match (reqwest::Url::parse(url), reqwest::Url::parse(endpoint)) {
+        (Ok(u), Ok(e)) => matches!(u.scheme(), "http" | "https") && u.origin() == e.origin(),
+        _ => false,
+    };
+    if same_origin && open_browser(url) {
         println!("(a browser was asked to open it)");
     }
     let _ = std::io::stdout().flush();
@@ -91,11 +97,14 @@ fn write_env(path: &Path, variables: &serde_json::Map<String, Value>) -> anyhow:
         .collect();
     for (name, value) in variables {
         let value = value.as_str().unwrap_or_default();
-        // Quoted, so a value with spaces or `#` reads back whole.
-        lines.push(format!(
-            "{name}=\"{}\"",
-            value.replace('\\', "\\\\").replace('"', "\\\"")
-        ));
+        // Quoted and escaped, so a value with spaces or `#` reads back whole and one with a
+        // line break cannot set other variables.
+        let escaped = value
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+            .replace('\r', "\\r");
+        lines.push(format!("{name}=\"{escaped}\""));
     }
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -140,7 +149,10 @@ pub async fn signup(args: GateSignupArgs) -> anyhow::Result<()> {
         .context("no poll token")?
         .to_owned();
     let mut interval = started["interval"].as_u64().unwrap_or(5);
-    show_consent(started["consent_url"].as_str().context("no consent URL")?);
+    show_consent(
+        started["consent_url"].as_str().context("no consent URL")?,
+        &base,
+    );
     let delivered = loop {
         tokio::time::sleep(Duration::from_secs(interval)).await;
         let (status, answer) = data(
@@ -218,10 +230,43 @@ pub async fn login(args: GateLoginArgs) -> anyhow::Result<()> {
             .context("reaching Vigil")?,
     )
     .await?;
-    show_consent(started["consent_url"].as_str().context("no consent URL")?);
+    show_consent(
+        started["consent_url"].as_str().context("no consent URL")?,
+        &base,
+    );
     println!(
         "Approving it takes your browser to the {} dashboard, logged in.",
         args.service_id
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_values_stay_on_their_line_and_the_file_is_private() {
+        let path = std::env::temp_dir().join(format!("vigil-gate-env-{}", std::process::id()));
+        std::fs::write(&path, "KEEP=1\nACME_API_KEY=old\n").unwrap();
+        let mut vars = serde_json::Map::new();
+        vars.insert(
+            "ACME_API_KEY".into(),
+            Value::String("new\"\nOTHER_GATE_AGENT_TOKEN=agt_stolen".into()),
+        );
+        write_env(&path, &vars).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            ["KEEP=1", r#"ACME_API_KEY="new\"\nOTHER_GATE_AGENT_TOKEN=agt_stolen""#]
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -168,6 +168,13 @@ async fn waiting(
         .map_err(|_| unavailable())?
         .filter(|s| s.consent_token == state.auth.secret.hash_token(token))
         .ok_or_else(refused)?;
+    if session.status == GateSessionStatus::Approving {
+        return Err(notice(
+            StatusCode::CONFLICT,
+            "Being approved",
+            "This request is being approved now. Return to your tool.",
+        ));
+    }
     if session.status != GateSessionStatus::Pending {
         return Err(notice(
             StatusCode::CONFLICT,
@@ -233,6 +240,14 @@ async fn page(
         Ok(s) => s,
         Err(page) => return page,
     };
+    // A login names the account it logs in to, so a person sent someone else's link sees it.
+    let account = match session.account_id {
+        Some(id) => match state.auth.store.get_gate_account(id).await {
+            Ok(found) => found.map(|a| a.name),
+            Err(_) => return unavailable(),
+        },
+        None => None,
+    };
     let mut csrf = [0u8; 32];
     OsRng
         .try_fill_bytes(&mut csrf)
@@ -240,7 +255,13 @@ async fn page(
     let csrf = hex::encode(csrf);
     let mut response = html(
         StatusCode::OK,
-        consent_html(&session, &service, token.as_deref().unwrap_or(""), &csrf),
+        consent_html(
+            &session,
+            &service,
+            account.as_deref(),
+            token.as_deref().unwrap_or(""),
+            &csrf,
+        ),
     );
     let secure = if edge::context::public_url().starts_with("https://") {
         "; Secure"
@@ -260,6 +281,7 @@ async fn page(
 fn consent_html(
     session: &GateSessionRecord,
     service: &GateServiceRecord,
+    account: Option<&str>,
     token: &str,
     csrf: &str,
 ) -> String {
@@ -286,6 +308,10 @@ fn consent_html(
         .as_deref()
         .map(|a| format!("<pre aria-hidden=\"true\">{}</pre>", escape(a)))
         .unwrap_or_default();
+    let title = match session.flow {
+        GateFlow::Signup => format!("Sign up to {}", service.name),
+        GateFlow::Login => format!("Log in to {}", service.name),
+    };
     let (heading, what) = match session.flow {
         GateFlow::Signup => {
             let mut shared: Vec<String> = service
@@ -316,9 +342,10 @@ fn consent_html(
         GateFlow::Login => (
             format!("Log in to {name}?"),
             format!(
-                "<p>A tool you signed up with asks to log you in to the {name} dashboard. If you \
-                 approve, this browser is sent to {name} with a one-time code, valid for 5 \
-                 minutes.</p>"
+                "<p>A tool you signed up with asks to log you in to the {name} dashboard as \
+                 <strong>{}</strong>. If that is not your account, deny. If you approve, this \
+                 browser is sent to {name} with a one-time code, valid for 5 minutes.</p>",
+                escape(account.unwrap_or("an account"))
             ),
         ),
     };
@@ -352,7 +379,7 @@ fn consent_html(
         token = escape(token),
         csrf = escape(csrf),
     );
-    layout(&heading, &accent, &main)
+    layout(&title, &accent, &main)
 }
 
 /// Whether the post came from this page: its form token equals the cookie set with the page,
@@ -373,29 +400,38 @@ fn same_site_post(headers: &HeaderMap, form_csrf: Option<&str>) -> bool {
         }
         _ => false,
     };
-    let site_ok = headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_none_or(|v| v == "same-origin" || v == "none");
+    // What a browser sends when a person presses a button of this page's own form. Browsers
+    // do not let a page set these headers, so another site's script cannot fake them; a
+    // program outside a browser can, which is why the approval is worth only what the
+    // person's own browser session is (see the README).
+    let header_is = |name: &str, want: &[&str]| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| want.contains(&v))
+    };
+    let from_the_page = header_is("sec-fetch-site", &["same-origin"])
+        && header_is("sec-fetch-mode", &["navigate"])
+        && header_is("sec-fetch-user", &["?1"]);
     let public = url::Url::parse(edge::context::public_url()).ok();
     let origin_ok = headers
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
-        .is_none_or(|o| {
+        .is_some_and(|o| {
             public
                 .as_ref()
                 .is_some_and(|p| p.origin().ascii_serialization() == o)
         });
-    if !(tokens_match && site_ok && origin_ok) {
+    let ok = tokens_match && from_the_page && origin_ok;
+    if !ok {
         tracing::info!(
             tokens_match,
-            site_ok,
+            from_the_page,
             origin_ok,
-            origin = ?headers.get(header::ORIGIN),
             "gate: a consent post that did not come from its page"
         );
     }
-    tokens_match && site_ok && origin_ok
+    ok
 }
 
 async fn decide(
@@ -570,10 +606,35 @@ async fn approve_signup(
         ..account
     };
     let event = approved_event(&session, service, account.id);
+    // Claimed first, so a second approval (a double click) asks the service nothing.
+    let mut approving = session.clone();
+    approving.status = GateSessionStatus::Approving;
+    match state
+        .auth
+        .store
+        .transition_gate_session(&approving, GateSessionStatus::Pending, None)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            return notice(
+                StatusCode::CONFLICT,
+                "Already decided",
+                "This request was approved or denied already.",
+            );
+        }
+        Err(_) => return unavailable(),
+    }
     let mut env_vars = match values_from_service(state, service, &event).await {
         Ok(values) => values,
         Err(why) => {
             tracing::warn!(service = %service.id, error = %why, "gate: the service did not confirm a signup");
+            // Back to waiting: the person may try again.
+            let _ = state
+                .auth
+                .store
+                .transition_gate_session(&session, GateSessionStatus::Approving, None)
+                .await;
             return notice(
                 StatusCode::BAD_GATEWAY,
                 "The service did not confirm",
@@ -608,7 +669,11 @@ async fn approve_signup(
         revoked_at: None,
         recent_logins: Vec::new(),
     };
-    let mut approved = session.clone();
+    // The stored session as polls left it, with the approval's fields set.
+    let mut approved = match state.auth.store.get_gate_session(session.id).await {
+        Ok(Some(stored)) => stored,
+        _ => return unavailable(),
+    };
     approved.status = GateSessionStatus::Approved;
     approved.account_id = Some(account.id);
     approved.ack_token = Some(state.auth.secret.hash_token(&ack));
@@ -621,7 +686,7 @@ async fn approve_signup(
         .store
         .transition_gate_session(
             &approved,
-            GateSessionStatus::Pending,
+            GateSessionStatus::Approving,
             Some((&account, &token)),
         )
         .await
@@ -666,27 +731,55 @@ async fn approve_login(
     let Some(account) = session.account_id else {
         return unavailable();
     };
-    let code = new_login_code();
-    let mut approved = session.clone();
-    approved.status = GateSessionStatus::Approved;
-    approved.login_code = Some(state.auth.secret.hash_token(&code));
-    approved.code_expires_at =
-        Some(time::now() + chrono::TimeDelta::from_std(gate::LOGIN_CODE_TTL).expect("5 minutes"));
-    match state
-        .auth
-        .store
-        .transition_gate_session(&approved, GateSessionStatus::Pending, None)
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
-            return notice(
-                StatusCode::CONFLICT,
-                "Already decided",
-                "This request was approved or denied already.",
-            );
+    // A revocation since the login started stops it.
+    if let Some(hash) = &session.agent_token {
+        let now = time::now();
+        match state.auth.store.get_agent_token(hash).await {
+            Ok(Some(t)) if t.revoked_at.is_none() && t.expires_at > now => {}
+            Ok(_) => {
+                return notice(
+                    StatusCode::GONE,
+                    "This login is no longer possible",
+                    "The tool's access was revoked or has expired. Sign up again from your tool.",
+                );
+            }
+            Err(_) => return unavailable(),
         }
-        Err(_) => return unavailable(),
+    }
+    // A new code is drawn in the rare case one is another live login's.
+    let mut code = new_login_code();
+    let mut attempts = 0;
+    loop {
+        let mut approved = session.clone();
+        approved.status = GateSessionStatus::Approved;
+        approved.login_code = Some(state.auth.secret.hash_token(&code));
+        approved.code_expires_at = Some(
+            time::now() + chrono::TimeDelta::from_std(gate::LOGIN_CODE_TTL).expect("5 minutes"),
+        );
+        match state
+            .auth
+            .store
+            .transition_gate_session(&approved, GateSessionStatus::Pending, None)
+            .await
+        {
+            Ok(true) => break,
+            Ok(false) => {
+                let still_waiting = matches!(
+                    state.auth.store.get_gate_session(session.id).await,
+                    Ok(Some(s)) if s.status == GateSessionStatus::Pending
+                );
+                attempts += 1;
+                if !still_waiting || attempts >= 5 {
+                    return notice(
+                        StatusCode::CONFLICT,
+                        "Already decided",
+                        "This request was approved or denied already.",
+                    );
+                }
+                code = new_login_code();
+            }
+            Err(_) => return unavailable(),
+        }
     }
     announce(state, &approved_event(&session, service, account)).await;
     let mut target = dashboard;

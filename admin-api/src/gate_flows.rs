@@ -28,7 +28,7 @@ use schemas::time::{self, Timestamp};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use store::{
-    AgentTokenRecord, CredentialHash, GateFlow, GateServiceRecord, GateSessionRecord,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateFlow, GateServiceRecord, GateSessionRecord,
     GateSessionStatus,
 };
 
@@ -112,6 +112,9 @@ fn consent_url(id: GateSessionId, token: &str) -> String {
 
 /// A published service by id (the system service is not one a tool signs up to here).
 async fn published(state: &AdminState, id: &str) -> Result<GateServiceRecord, ApiError> {
+    if id == gate::SYSTEM_SERVICE_ID {
+        return Err(ApiError::not_found("gate service"));
+    }
     gate::service_id(id).map_err(|issue| {
         ApiError::invalid_field("service_id", issue, Some(Value::String(id.to_owned())))
     })?;
@@ -146,6 +149,7 @@ fn new_session(
         sealed_delivery: Vec::new(),
         ack_token: None,
         login_code: None,
+        agent_token: None,
         code_expires_at: None,
         created_at: now,
         expires_at: now + chrono::TimeDelta::from_std(gate::SESSION_TTL).expect("a short ttl"),
@@ -267,7 +271,7 @@ async fn poll(
         "interval": session.interval_secs,
         "expires_at": time::format(&session.expires_at),
     });
-    if session.status == GateSessionStatus::Approved {
+    if session.status == GateSessionStatus::Approved && !delivery_expired(&session, now) {
         let opened = state
             .auth
             .secret
@@ -283,10 +287,18 @@ async fn poll(
     Ok(Reply::ok(answer))
 }
 
+/// An approved signup's delivery is shown until its session is twice its lifetime old; a tool
+/// that never acknowledges does not leave the secrets readable for ever.
+fn delivery_expired(session: &GateSessionRecord, now: Timestamp) -> bool {
+    let ttl = chrono::TimeDelta::from_std(gate::SESSION_TTL).expect("a short ttl");
+    session.flow == GateFlow::Signup && now >= session.expires_at + ttl
+}
+
 fn status_text(session: &GateSessionRecord, now: Timestamp) -> &'static str {
     match session.status {
         GateSessionStatus::Pending if now >= session.expires_at => "expired",
-        GateSessionStatus::Pending => "pending",
+        GateSessionStatus::Pending | GateSessionStatus::Approving => "pending",
+        GateSessionStatus::Approved if delivery_expired(session, now) => "expired",
         GateSessionStatus::Approved => "approved",
         GateSessionStatus::Denied => "denied",
         GateSessionStatus::Completed => "acknowledged",
@@ -355,7 +367,8 @@ async fn start_login(
     f.finish()?;
     let service_id =
         service_id.ok_or_else(|| ApiError::internal("login", "validated service id missing"))?;
-    let mut agent = agent_token(&state, &token)
+    let hash = state.auth.secret.hash_token(&token);
+    let agent = agent_token(&state, &token)
         .await?
         .ok_or_else(|| invalid_token(TokenKind::Agent))?;
     // The token acts for its own service's account only.
@@ -367,27 +380,40 @@ async fn start_login(
     {
         return Err(invalid_token(TokenKind::Agent));
     }
-    let now = time::now();
-    let hour_ago = now - chrono::TimeDelta::hours(1);
-    agent.recent_logins.retain(|t| *t > hour_ago);
-    if agent.recent_logins.len() >= gate::LOGINS_PER_HOUR {
-        let mut e = ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "an agent token starts at most {} login sessions an hour",
-                gate::LOGINS_PER_HOUR
-            ),
-        )
-        .with_next_action("retry");
-        e.retry_after = agent.recent_logins.first().map(|t| {
-            (*t + chrono::TimeDelta::hours(1) - now)
-                .num_seconds()
-                .max(1) as u64
-        });
-        return Err(e);
+    if service.dashboard_login_url.is_none() {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "this service offers no dashboard login",
+        ));
     }
-    agent.recent_logins.push(now);
-    state.auth.store.update_agent_token(&agent).await?;
+    let now = time::now();
+    // Checked and counted in one step, so parallel starts cannot pass the cap and a
+    // revocation is never undone.
+    let agent = match state
+        .auth
+        .store
+        .count_agent_login(&hash, now, gate::LOGINS_PER_HOUR)
+        .await?
+    {
+        AgentLogin::Counted(agent) => agent,
+        AgentLogin::Unusable => return Err(invalid_token(TokenKind::Agent)),
+        AgentLogin::CapReached(oldest) => {
+            let mut e = ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "an agent token starts at most {} login sessions an hour",
+                    gate::LOGINS_PER_HOUR
+                ),
+            )
+            .with_next_action("retry");
+            e.retry_after = Some(
+                (oldest + chrono::TimeDelta::hours(1) - now)
+                    .num_seconds()
+                    .max(1) as u64,
+            );
+            return Err(e);
+        }
+    };
     let consent = gate::mint(TokenKind::Consent);
     let mut session = new_session(
         GateFlow::Login,
@@ -396,6 +422,7 @@ async fn start_login(
         now,
     );
     session.account_id = Some(agent.account_id);
+    session.agent_token = Some(hash);
     state.auth.store.create_gate_session(&session).await?;
     Ok(Reply::created(LoginSession {
         id: session.id,
@@ -421,6 +448,7 @@ async fn consume_login(
             Err("must be the numeric login code Gate sent to the dashboard".into())
         }
     });
+    let service_id = f.checked_string("service_id", false, gate::service_id);
     f.finish()?;
     let code = code.ok_or_else(|| ApiError::internal("consume", "validated code missing"))?;
     let unknown = || {
@@ -429,10 +457,26 @@ async fn consume_login(
             "the login code is unknown, used or expired",
         )
     };
-    // Guessing codes is bounded per organization: a few wrong ones a minute.
-    let bucket = format!("gate-codes:{}", caller.organization.id);
+    // Every attempt counts, before any lookup: guessing is bounded per organization.
+    let decision = state
+        .auth
+        .limiter
+        .check(
+            &format!("gate-codes:{}", caller.organization.id),
+            gate::CODE_ATTEMPTS_PER_MINUTE,
+        )
+        .await;
+    if !decision.allowed {
+        let mut e = ApiError::new(
+            ErrorCode::RateLimited,
+            "too many login codes presented; wait before trying again",
+        )
+        .with_next_action("retry");
+        e.retry_after = Some(decision.retry_after_secs);
+        return Err(e);
+    }
     let now = time::now();
-    let found = state
+    let mut session = state
         .auth
         .store
         .get_login_by_code(&state.auth.secret.hash_token(&code))
@@ -443,24 +487,21 @@ async fn consume_login(
                 && s.organization_id == caller.organization.id
                 && s.environment == caller.environment()
                 && s.code_expires_at.is_some_and(|at| at > now)
-        });
-    let Some(mut session) = found else {
-        let decision = state
+                && service_id.as_ref().is_none_or(|id| *id == s.service_id)
+        })
+        .ok_or_else(unknown)?;
+    // A revocation since the login started stops it here too.
+    if let Some(hash) = &session.agent_token {
+        let usable = state
             .auth
-            .limiter
-            .check(&bucket, gate::WRONG_CODES_PER_MINUTE)
-            .await;
-        if !decision.allowed {
-            let mut e = ApiError::new(
-                ErrorCode::RateLimited,
-                "too many unknown login codes; wait before trying again",
-            )
-            .with_next_action("retry");
-            e.retry_after = Some(decision.retry_after_secs);
-            return Err(e);
+            .store
+            .get_agent_token(hash)
+            .await?
+            .is_some_and(|t| t.revoked_at.is_none() && t.expires_at > now);
+        if !usable {
+            return Err(unknown());
         }
-        return Err(unknown());
-    };
+    }
     let account_id = session.account_id.ok_or_else(unknown)?;
     session.status = GateSessionStatus::Completed;
     session.login_code = None;

@@ -5,7 +5,7 @@
 //! (`branding.verified`, `status`, …), is a 422 naming it. A PATCH replaces each nested object
 //! or array it names wholesale. The `webhook_secret` (at least 32 characters; `whsec_` and the
 //! base64 of 32 random bytes when omitted) is shown in full only in the answer of the call
-//! that set it, then as its last four characters; it is stored sealed, because Gate signs with
+//! that set it, then as its last four characters; the id is fixed at creation; it is stored sealed, because Gate signs with
 //! it. An organization has at most 5 services over both environments, disabled ones included
 //! (`gate.service_limit_reached`). The built-in `vigil` service reads like any other and
 //! cannot be changed.
@@ -554,8 +554,16 @@ fn apply(service: &mut GateServiceRecord, d: Draft) {
     }
 }
 
-/// The agent-token variable is Gate's: no declared variable may take its name.
+/// The agent-token variable is Gate's: no declared variable may take its name; and declared
+/// variables need the webhook their values come from.
 fn check_variables(service: &GateServiceRecord) -> Result<(), ApiError> {
+    if !service.env_vars.is_empty() && service.webhook_url.is_none() {
+        return Err(ApiError::invalid_field(
+            "webhook_url",
+            "is required when env_vars are declared: their values come from it at each signup",
+            None,
+        ));
+    }
     let reserved = gate::agent_token_variable(&service.id);
     match service.env_vars.iter().position(|e| e.key == reserved) {
         Some(i) => Err(ApiError::invalid_field(
@@ -695,6 +703,10 @@ async fn update(
         return Err(read_only_system_service());
     }
     let mut f = Fields::new(body);
+    f.forbid(
+        "id",
+        "cannot be changed after creation: agent tokens and the registry name the service by it",
+    );
     let draft = read_draft(&mut f, false, state.allow_private_webhooks);
     f.finish()?;
     destinations(&draft, state.allow_private_webhooks).await?;

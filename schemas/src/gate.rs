@@ -114,9 +114,9 @@ pub const LOGINS_PER_HOUR: usize = 10;
 pub const LOGIN_CODE_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 /// Digits of a login code.
 pub const LOGIN_CODE_DIGITS: usize = 8;
-/// Unknown login codes an organization may present per minute: with at most a few codes live
-/// at once among 10^8, guessing one takes years.
-pub const WRONG_CODES_PER_MINUTE: u32 = 10;
+/// Login codes an organization may present per minute, right or wrong: with at most a few
+/// codes live at once among 10^8, guessing one would take years.
+pub const CODE_ATTEMPTS_PER_MINUTE: u32 = 20;
 
 /// The shortest `webhook_secret` a service may set.
 pub const MIN_WEBHOOK_SECRET_CHARS: usize = 32;

@@ -5100,6 +5100,7 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
         sealed_delivery: Vec::new(),
         ack_token: None,
         login_code: None,
+        agent_token: None,
         code_expires_at: None,
         created_at: now,
         expires_at: now + TimeDelta::minutes(15),
@@ -5155,7 +5156,7 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
     );
     assert_eq!(
         store.get_gate_account(account.id).await.unwrap(),
-        Some(account)
+        Some(account.clone())
     );
     assert_eq!(
         store.get_agent_token(&token.hash).await.unwrap(),
@@ -5166,7 +5167,78 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
     assert!(store.update_agent_token(&revoked).await.unwrap());
     assert_eq!(
         store.get_agent_token(&token.hash).await.unwrap(),
-        Some(revoked)
+        Some(revoked.clone())
+    );
+    // Counting logins checks the token and the cap in one step; revoking is for good.
+    let mut second = pending.clone();
+    second.id = schemas::ids::GateSessionId::generate();
+    store.create_gate_session(&second).await.unwrap();
+    let mut fresh = revoked.clone();
+    fresh.hash = CredentialHash([5; 32]);
+    fresh.revoked_at = None;
+    let mut approved_too = second.clone();
+    approved_too.status = GateSessionStatus::Approved;
+    let other_account = GateAccountRecord {
+        id: schemas::ids::GateAccountId::generate(),
+        ..account.clone()
+    };
+    assert!(
+        store
+            .transition_gate_session(
+                &approved_too,
+                GateSessionStatus::Pending,
+                Some((&other_account, &fresh))
+            )
+            .await
+            .unwrap()
+    );
+    for _ in 0..2 {
+        assert!(matches!(
+            store.count_agent_login(&fresh.hash, now, 2).await.unwrap(),
+            crate::AgentLogin::Counted(_)
+        ));
+    }
+    assert_eq!(
+        store.count_agent_login(&fresh.hash, now, 2).await.unwrap(),
+        crate::AgentLogin::CapReached(now)
+    );
+    let later = now + TimeDelta::hours(2);
+    assert!(matches!(
+        store
+            .count_agent_login(&fresh.hash, later, 2)
+            .await
+            .unwrap(),
+        crate::AgentLogin::Counted(_)
+    ));
+    let gone = store
+        .revoke_agent_token(&fresh.hash, later)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(gone.revoked_at, Some(later));
+    let again = store
+        .revoke_agent_token(&fresh.hash, later + TimeDelta::hours(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.revoked_at,
+        Some(later),
+        "revoked once, when first revoked"
+    );
+    assert_eq!(
+        store
+            .count_agent_login(&fresh.hash, later, 2)
+            .await
+            .unwrap(),
+        crate::AgentLogin::Unusable
+    );
+    assert_eq!(
+        store
+            .revoke_agent_token(&CredentialHash([6; 32]), later)
+            .await
+            .unwrap(),
+        None
     );
     let mut stranger = token;
     stranger.hash = CredentialHash([4; 32]);

@@ -30,8 +30,8 @@
 mod row_cache;
 
 use crate::{
-    AgentTokenRecord, GateAccountRecord, GateServiceRecord, GateServiceWrite, GateSessionRecord,
-    GateSessionStatus,
+    AgentLogin, AgentTokenRecord, GateAccountRecord, GateServiceRecord, GateServiceWrite,
+    GateSessionRecord, GateSessionStatus,
 };
 use std::ops::Bound;
 use std::path::Path;
@@ -2641,6 +2641,12 @@ impl StoreBackend for EmbeddedStore {
             if stored.status != expected {
                 return Ok(false);
             }
+            if let Some(code) = session.login_code
+                && let Some(holder) = db.gate_login_codes.get(code.0).map_err(unavailable)?
+                && *holder != k[..]
+            {
+                return Ok(false);
+            }
             let mut batch = db.batch();
             batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
             if let Some(old) = stored.login_code.filter(|c| session.login_code != Some(*c)) {
@@ -2675,6 +2681,59 @@ impl StoreBackend for EmbeddedStore {
 
     async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>> {
         decode_row(AGENT_TOKENS, self.inner.agent_tokens.get(hash.0))
+    }
+
+    async fn count_agent_login(
+        &self,
+        hash: &CredentialHash,
+        now: Timestamp,
+        per_hour: usize,
+    ) -> Result<AgentLogin> {
+        let hash = *hash;
+        self.write(move |db, _| {
+            let Some(mut token) =
+                decode_row::<AgentTokenRecord>(AGENT_TOKENS, db.agent_tokens.get(hash.0))?
+            else {
+                return Ok(AgentLogin::Unusable);
+            };
+            if token.revoked_at.is_some() || token.expires_at <= now {
+                return Ok(AgentLogin::Unusable);
+            }
+            let hour_ago = now - chrono::TimeDelta::hours(1);
+            token.recent_logins.retain(|t| *t > hour_ago);
+            if token.recent_logins.len() >= per_hour {
+                return Ok(AgentLogin::CapReached(token.recent_logins[0]));
+            }
+            token.recent_logins.push(now);
+            let mut batch = db.batch();
+            batch.insert(&db.agent_tokens, hash.0, encode(AGENT_TOKENS, &token)?);
+            batch.commit().map_err(unavailable)?;
+            Ok(AgentLogin::Counted(token))
+        })
+        .await
+    }
+
+    async fn revoke_agent_token(
+        &self,
+        hash: &CredentialHash,
+        at: Timestamp,
+    ) -> Result<Option<AgentTokenRecord>> {
+        let hash = *hash;
+        self.write(move |db, _| {
+            let Some(mut token) =
+                decode_row::<AgentTokenRecord>(AGENT_TOKENS, db.agent_tokens.get(hash.0))?
+            else {
+                return Ok(None);
+            };
+            if token.revoked_at.is_none() {
+                token.revoked_at = Some(at);
+                let mut batch = db.batch();
+                batch.insert(&db.agent_tokens, hash.0, encode(AGENT_TOKENS, &token)?);
+                batch.commit().map_err(unavailable)?;
+            }
+            Ok(Some(token))
+        })
+        .await
     }
 
     async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>> {

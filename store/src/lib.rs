@@ -381,8 +381,8 @@ pub trait StoreBackend: Send + Sync + 'static {
         id: schemas::ids::GateSessionId,
     ) -> Result<Option<GateSessionRecord>>;
     /// Replaces the stored session if its status is still `expected` (so an approval, a
-    /// denial, an acknowledgement or a consumption happens once); false, with nothing
-    /// written, otherwise. With an approved signup, its account and agent token are written in
+    /// denial, an acknowledgement or a consumption happens once), and if its login code (when
+    /// it has one) is no other session's; false, with nothing written, otherwise. With an approved signup, its account and agent token are written in
     /// the same step.
     async fn transition_gate_session(
         &self,
@@ -398,8 +398,23 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// follows `login_code` through every transition).
     async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>>;
     async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>>;
-    /// Replaces a stored agent token (a revocation, a login counted); false if none.
+    /// Replaces a stored agent token; false if none.
     async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool>;
+    /// Counts a login session started at `now` against the token, in one step with the checks
+    /// that it is usable (not revoked, not expired) and under `per_hour` logins in the hour.
+    async fn count_agent_login(
+        &self,
+        hash: &CredentialHash,
+        now: Timestamp,
+        per_hour: usize,
+    ) -> Result<AgentLogin>;
+    /// Revokes the token at `at` unless it is revoked already, in one step; the token as
+    /// stored after, or `None` if there is none.
+    async fn revoke_agent_token(
+        &self,
+        hash: &CredentialHash,
+        at: Timestamp,
+    ) -> Result<Option<AgentTokenRecord>>;
 
     // visitors, visitors_by_anchor
 

@@ -764,6 +764,9 @@ pub enum GateFlow {
 pub enum GateSessionStatus {
     /// Waiting for a person on the consent page.
     Pending,
+    /// A person approved; the service's webhook is being asked (so a second approval, a
+    /// double click, asks nothing again).
+    Approving,
     /// Approved: a signup's delivery waits for its acknowledgement; a login's code waits to be
     /// consumed.
     Approved,
@@ -798,6 +801,10 @@ pub struct GateSessionRecord {
     pub ack_token: Option<CredentialHash>,
     /// Login: the one-time code's hash, until consumed.
     pub login_code: Option<CredentialHash>,
+    /// Login: the agent token that started it, checked again at approval and consumption, so
+    /// a revocation stops logins under way.
+    #[serde(default)]
+    pub agent_token: Option<CredentialHash>,
     pub code_expires_at: Option<Timestamp>,
     pub created_at: Timestamp,
     pub expires_at: Timestamp,
@@ -827,4 +834,16 @@ pub struct AgentTokenRecord {
     pub revoked_at: Option<Timestamp>,
     /// When it started its recent login sessions (the last hour's), for the hourly cap.
     pub recent_logins: Vec<Timestamp>,
+}
+
+/// How counting a login against an agent token went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentLogin {
+    /// Counted: the token as stored now.
+    Counted(AgentTokenRecord),
+    /// Unknown, revoked or expired.
+    Unusable,
+    /// The token started its hourly cap of logins; the oldest of them, which leaves the hour
+    /// first.
+    CapReached(Timestamp),
 }

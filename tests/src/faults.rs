@@ -85,6 +85,8 @@ const WRITES: &[&str] = &[
     "create_gate_session",
     "transition_gate_session",
     "update_agent_token",
+    "count_agent_login",
+    "revoke_agent_token",
     "purge_expired",
     "put_setting_if_absent",
 ];
@@ -477,6 +479,25 @@ impl StoreBackend for FlakyStore {
     ) -> Result<Option<GateAccountRecord>> {
         self.fault("get_gate_account")?;
         self.inner.get_gate_account(id).await
+    }
+
+    async fn count_agent_login(
+        &self,
+        hash: &CredentialHash,
+        now: Timestamp,
+        per_hour: usize,
+    ) -> Result<AgentLogin> {
+        self.fault("count_agent_login")?;
+        self.inner.count_agent_login(hash, now, per_hour).await
+    }
+
+    async fn revoke_agent_token(
+        &self,
+        hash: &CredentialHash,
+        at: Timestamp,
+    ) -> Result<Option<AgentTokenRecord>> {
+        self.fault("revoke_agent_token")?;
+        self.inner.revoke_agent_token(hash, at).await
     }
 
     async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>> {

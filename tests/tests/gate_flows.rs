@@ -65,7 +65,16 @@ async fn decide(consent_url: &str, decision: &str) -> reqwest::Response {
     let csrf = hidden(&html, "csrf");
     let token = hidden(&html, "token");
     let action = consent_url.split('?').next().unwrap();
+    // What a browser sends when its person presses the page's button.
+    let origin = reqwest::Url::parse(action)
+        .unwrap()
+        .origin()
+        .ascii_serialization();
     c.post(action)
+        .header(header::ORIGIN, origin)
+        .header("sec-fetch-site", "same-origin")
+        .header("sec-fetch-mode", "navigate")
+        .header("sec-fetch-user", "?1")
         .header(header::COOKIE, cookie.split(';').next().unwrap())
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(format!("token={token}&csrf={csrf}&decision={decision}"))
@@ -294,11 +303,14 @@ async fn refusals_slow_down_denial_and_forged_approvals() {
     // Unpublished, unknown, reserved and malformed services have no signup.
     s.post(SERVICES)
         .key(sk)
-        .json(json!({"id": "hidden-cli", "name": "Hidden", "website": "https://h.example"}))
+        .json(
+            json!({"id": "hidden-cli", "name": "Hidden", "website": "https://h.example",
+                     "discoverable": false}),
+        )
         .send()
         .await
         .ok(201);
-    for id in ["hidden-cli", "nowhere"] {
+    for id in ["hidden-cli", "nowhere", "vigil"] {
         start_signup(&s, id).await.err(404, "resource.not_found");
     }
     for id in ["Bad!", "ab"] {
@@ -483,4 +495,92 @@ async fn signups_are_limited_per_client_address() {
             .err(404, "resource.not_found");
     }
     start_signup(&s, "nowhere").await.err(429, "rate.limited");
+}
+
+/// Signs up to `acme-cli` and returns the delivered agent token.
+async fn signed_up(s: &TestServer) -> String {
+    let started = start_signup(s, "acme-cli").await;
+    let started = started.ok(201).clone();
+    assert_eq!(
+        decide(started["consent_url"].as_str().unwrap(), "approve")
+            .await
+            .status(),
+        200
+    );
+    let id = started["id"].as_str().unwrap();
+    let delivered = poll(s, id, started["poll_token"].as_str().unwrap()).await;
+    delivered.ok(200)["env_vars"]["ACME_CLI_GATE_AGENT_TOKEN"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn start_login(s: &TestServer, agent: &str) -> vigil_tests::Resp {
+    s.post("/v1/gate/login-sessions")
+        .header("authorization", &format!("Bearer {agent}"))
+        .json(json!({"service_id": "acme-cli"}))
+        .send()
+        .await
+}
+
+/// The caps of D14: ten login sessions an hour per agent token, 200 polls per Gate session,
+/// and the login codes an organization may present per minute; and a revocation stops a login
+/// that had already started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
+    let (s, _receiver, _) = published().await;
+    let sk = &s.creds.keys.secret_test;
+    let agent = signed_up(&s).await;
+
+    // A login started, then the token revoked: the approval and the code both fail.
+    let login = start_login(&s, &agent).await;
+    let consent = login.ok(201)["consent_url"].as_str().unwrap().to_owned();
+    let revoked = s
+        .post("/v1/gate/agent-tokens/revoke")
+        .key(sk)
+        .json(json!({"agent_token": agent}))
+        .send()
+        .await;
+    revoked.ok(200);
+    assert_eq!(decide(&consent, "approve").await.status(), 410);
+
+    // Ten logins an hour, the eleventh refused.
+    let agent = signed_up(&s).await;
+    for _ in 0..schemas::gate::LOGINS_PER_HOUR {
+        start_login(&s, &agent).await.ok(201);
+    }
+    start_login(&s, &agent).await.err(429, "rate.limited");
+
+    // A session past its polls.
+    let started = start_signup(&s, "acme-cli").await;
+    let started = started.ok(201).clone();
+    let id: schemas::ids::GateSessionId = started["id"].as_str().unwrap().parse().unwrap();
+    let store = s.store();
+    let mut session = store.get_gate_session(id).await.unwrap().unwrap();
+    session.polls = schemas::gate::MAX_POLLS;
+    assert!(
+        store
+            .transition_gate_session(&session, store::GateSessionStatus::Pending, None)
+            .await
+            .unwrap()
+    );
+    poll(&s, &id.to_string(), started["poll_token"].as_str().unwrap())
+        .await
+        .err(429, "rate.limited");
+
+    // Codes presented past the minute's allowance are refused before any lookup.
+    for _ in 0..schemas::gate::CODE_ATTEMPTS_PER_MINUTE {
+        s.post("/v1/gate/login-sessions/consume")
+            .key(sk)
+            .json(json!({"code": "00000000"}))
+            .send()
+            .await
+            .err(401, "auth.invalid_credentials");
+    }
+    s.post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(json!({"code": "00000000"}))
+        .send()
+        .await
+        .err(429, "rate.limited");
 }

@@ -110,31 +110,42 @@ async fn a_service_is_created_read_listed_updated_and_disabled() {
         "the secret was not changed"
     );
 
-    // A new secret is shown once; a rename moves the service and keeps its secret.
-    let new_secret = "s".repeat(40);
+    // The id is fixed at creation; a new secret is shown once, then masked.
     let renamed = s
         .patch(&format!("{SERVICES}/acme-cli"))
         .key(sk)
-        .json(json!({"id": "acme-tool", "webhook_secret": new_secret}))
+        .json(json!({"id": "acme-tool"}))
         .send()
         .await;
-    assert_eq!(renamed.ok(200)["webhook_secret"], new_secret.as_str());
-    s.get(&format!("{SERVICES}/acme-cli"))
+    assert_eq!(field_names(&renamed), ["id"]);
+    let new_secret = "s".repeat(40);
+    let replaced = s
+        .patch(&format!("{SERVICES}/acme-cli"))
         .key(sk)
+        .json(json!({"webhook_secret": new_secret}))
         .send()
-        .await
-        .err(404, "resource.not_found");
-    let moved = s.get(&format!("{SERVICES}/acme-tool")).key(sk).send().await;
-    assert_eq!(moved.ok(200)["webhook_secret"], "••••ssss");
+        .await;
+    assert_eq!(replaced.ok(200)["webhook_secret"], new_secret.as_str());
+    let reread = s.get(&format!("{SERVICES}/acme-cli")).key(sk).send().await;
+    assert_eq!(reread.ok(200)["webhook_secret"], "••••ssss");
+
+    // Variables need the webhook their values come from.
+    let unhooked = s
+        .patch(&format!("{SERVICES}/acme-cli"))
+        .key(sk)
+        .json(json!({"webhook_url": null}))
+        .send()
+        .await;
+    assert_eq!(field_names(&unhooked), ["webhook_url"]);
 
     // DELETE disables and answers the service.
     let gone = s
-        .delete(&format!("{SERVICES}/acme-tool"))
+        .delete(&format!("{SERVICES}/acme-cli"))
         .key(sk)
         .send()
         .await;
     assert_eq!(gone.ok(200)["status"], "disabled");
-    let still = s.get(&format!("{SERVICES}/acme-tool")).key(sk).send().await;
+    let still = s.get(&format!("{SERVICES}/acme-cli")).key(sk).send().await;
     assert_eq!(still.ok(200)["status"], "disabled");
 }
 
@@ -248,6 +259,7 @@ async fn ids_fields_and_the_allowlist_are_validated() {
 
     // The agent token's variable is Gate's; a loopback webhook is refused by name too.
     let mut clash = minimal("acme-x");
+    clash["webhook_url"] = json!("https://93.184.216.34/gate");
     clash["env_vars"] = json!([{"name": "t", "key": "ACME_X_GATE_AGENT_TOKEN", "secret": true}]);
     assert_eq!(
         field_names(&create(&s, sk, clash).await),
