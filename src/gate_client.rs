@@ -259,7 +259,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines,
-            ["KEEP=1", r#"ACME_API_KEY="new\"\nOTHER_GATE_AGENT_TOKEN=agt_stolen""#]
+            [
+                "KEEP=1",
+                r#"ACME_API_KEY="new\"\nOTHER_GATE_AGENT_TOKEN=agt_stolen""#
+            ]
         );
         #[cfg(unix)]
         {

@@ -130,6 +130,7 @@ macro_rules! store_conformance_suite {
             gate_services_claim_ids_everywhere_and_keep_to_the_cap,
             gate_service_updates_rename_and_follow_the_registry,
             a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token,
+            gate_sessions_are_purged_a_retention_after_they_started,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -5244,4 +5245,67 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
     stranger.hash = CredentialHash([4; 32]);
     assert!(!store.update_agent_token(&stranger).await.unwrap());
     assert_eq!(store.get_agent_token(&stranger.hash).await.unwrap(), None);
+}
+
+/// Gate sessions are dropped by `purge_expired` once they started before the retention, with
+/// their login code's index row; a recent one stays.
+pub async fn gate_sessions_are_purged_a_retention_after_they_started(store: Store) {
+    use crate::{GateFlow, GateSessionRecord, GateSessionStatus};
+    let long_ago = Timestamp::from_timestamp_millis(1_000_000_000_000).unwrap();
+    let now = time::now();
+    let session = |created_at: Timestamp, code: u8| GateSessionRecord {
+        id: schemas::ids::GateSessionId::generate(),
+        flow: GateFlow::Login,
+        service_id: "acme".into(),
+        organization_id: OrgId::generate(),
+        environment: Environment::Live,
+        status: GateSessionStatus::Pending,
+        consent_token: CredentialHash([code; 32]),
+        poll_token: None,
+        interval_secs: 5,
+        polls: 0,
+        last_poll_at: None,
+        account_id: None,
+        sealed_delivery: Vec::new(),
+        ack_token: None,
+        login_code: None,
+        agent_token: None,
+        code_expires_at: None,
+        created_at,
+        expires_at: created_at + TimeDelta::minutes(15),
+    };
+    let (old, recent) = (session(long_ago, 7), session(now, 8));
+    for s in [&old, &recent] {
+        store.create_gate_session(s).await.unwrap();
+    }
+    let mut approved = old.clone();
+    approved.status = GateSessionStatus::Approved;
+    approved.login_code = Some(CredentialHash([9; 32]));
+    assert!(
+        store
+            .transition_gate_session(&approved, GateSessionStatus::Pending, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .get_login_by_code(&CredentialHash([9; 32]))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let keep_since = long_ago + TimeDelta::days(90);
+    while store.purge_expired(now, keep_since, 1).await.unwrap() {}
+    assert_eq!(store.get_gate_session(old.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .get_login_by_code(&CredentialHash([9; 32]))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get_gate_session(recent.id).await.unwrap(),
+        Some(recent)
+    );
 }

@@ -259,6 +259,8 @@ enum Expiring {
     Session = 0,
     Visitor = 1,
     Event = 2,
+    /// A Gate session: dropped a retention after it started (its tokens are long useless).
+    GateSession = 3,
 }
 
 /// `sessions_idle`: where an unfinalised session is (its id and time are in the key).
@@ -1065,6 +1067,15 @@ impl Inner {
                 self.purge_session(batch, marks, target, keep_since)?;
             } else if kind == Expiring::Visitor as u8 {
                 self.purge_visitor(batch, target, keep_since)?;
+            } else if kind == Expiring::GateSession as u8 {
+                let row: Option<GateSessionRecord> =
+                    decode_row(GATE_SESSIONS, self.gate_sessions.get(target))?;
+                if let Some(session) = row {
+                    if let Some(code) = session.login_code {
+                        batch.remove(&self.gate_login_codes, code.0);
+                    }
+                    batch.remove(&self.gate_sessions, target.to_vec());
+                }
             } else if kind == Expiring::Event as u8 {
                 let row: Option<EventPlace> = decode_row(EVENTS, self.events.get(target))?;
                 if row.is_some_and(|e| e.created_at < keep_since) {
@@ -2608,6 +2619,11 @@ impl StoreBackend for EmbeddedStore {
             }
             let mut batch = db.batch();
             batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            batch.insert(
+                &db.expiry_queue,
+                key::expiry(session.created_at, Expiring::GateSession as u8, &k),
+                [],
+            );
             batch.commit().map_err(unavailable)
         })
         .await
