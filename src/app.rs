@@ -87,6 +87,17 @@ pub fn router(parts: AppParts) -> Router {
         parts.auth.clone(),
         edge::auth::authenticate,
     ));
+    // Read by pages (publishable key) and backends (secret key): CORS, but not a browser-only
+    // route, so a secret key here is not taken for exposed.
+    let registry = query_api::registry_router(query_api::QueryState {
+        auth: parts.auth.clone(),
+    })
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(from_fn_with_state(
+        parts.auth.clone(),
+        edge::auth::authenticate,
+    ))
+    .layer(from_fn_with_state(parts.auth.clone(), ingest::cors::cors));
     let collect = ingest::router(ingest_state)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(
@@ -114,6 +125,7 @@ pub fn router(parts: AppParts) -> Router {
         .merge(collect)
         .merge(backend)
         .merge(reads)
+        .merge(registry)
         .fallback(move |req: Request| route_not_found(parts.auth.clone(), req))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn(edge::context::observe))

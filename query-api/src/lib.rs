@@ -20,6 +20,11 @@ pub fn router(state: QueryState) -> Router {
     Router::new()
         .merge(sessions::router())
         .merge(fingerprints::router())
-        .merge(gate_registry::router())
         .with_state(state)
+}
+
+/// The Gate registry's routes, apart: pages call them with a publishable key, so the server
+/// wraps them in CORS, which the secret-key reads never get.
+pub fn registry_router(state: QueryState) -> Router {
+    gate_registry::router().with_state(state)
 }

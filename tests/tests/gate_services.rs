@@ -377,6 +377,35 @@ async fn the_registry_shows_published_services_without_secrets() {
     let paged = s.pages(pk, "/v1/gate/registry?limit=1").await;
     assert_eq!(paged.len(), 2);
 
+    // Pages on other origins read it: preflights are answered without a key, answers name
+    // the origin.
+    let c = vigil_tests::http_client();
+    let preflight = c
+        .request(reqwest::Method::OPTIONS, format!("{}/v1/gate/registry", s.base))
+        .header("origin", "https://shop.example")
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "authorization")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 204);
+    assert_eq!(
+        preflight.headers()["access-control-allow-origin"],
+        "https://shop.example"
+    );
+    let from_page = c
+        .get(format!("{}/v1/gate/registry", s.base))
+        .header("origin", "https://shop.example")
+        .bearer_auth(pk)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_page.status(), 200);
+    assert_eq!(
+        from_page.headers()["access-control-allow-origin"],
+        "https://shop.example"
+    );
+
     // From Node's fetch, Python's requests and curl, as clients call it.
     let url = format!("{}/v1/gate/registry/acme-cli", s.base);
     let node = r#"
