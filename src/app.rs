@@ -19,6 +19,8 @@ const ADMIN_BODY_LIMIT: usize = 64 * 1024;
 const COLLECT_BODY_LIMIT: usize = 96 * 1024;
 
 pub struct AppParts {
+    /// The roles whose routes are served; the probes are always.
+    pub roles: crate::config::Roles,
     pub auth: Arc<Authenticator>,
     pub rotation_grace: chrono::Duration,
     /// `--allow-private-webhooks`.
@@ -58,6 +60,7 @@ pub fn router(parts: AppParts) -> Router {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
         log_preparation: parts.log_preparation.clone(),
+        roles: parts.roles,
     };
     let preparation = parts.log_preparation.clone();
     let ingest_state = ingest::IngestState {
@@ -114,19 +117,29 @@ pub fn router(parts: AppParts) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(probe_state)
-        .route("/metrics", get(edge::metrics::render))
-        .route("/docs/errors", get(error_docs))
-        .route("/sdk/v1/vigil.js", get(ingest::sdk::script));
+        .route("/metrics", get(edge::metrics::render));
+    // The error reference goes with any API role (errors link to it), the SDK with ingest.
+    let docs = Router::new().route("/docs/errors", get(error_docs));
+    let sdk = Router::new().route("/sdk/v1/vigil.js", get(ingest::sdk::script));
     let demo = parts.demo.unwrap_or_default();
-    Router::new()
-        .merge(probes)
-        .merge(demo)
-        .merge(admin)
-        .merge(collect)
-        .merge(backend)
-        .merge(reads)
-        .merge(registry)
-        .fallback(move |req: Request| route_not_found(parts.auth.clone(), req))
+    let roles = parts.roles;
+    let mut app = Router::new().merge(probes);
+    if roles.serves_http() {
+        app = app.merge(docs);
+    }
+    if roles.ingest {
+        app = app.merge(sdk);
+    }
+    if roles.admin {
+        app = app.merge(demo).merge(admin);
+    }
+    if roles.ingest {
+        app = app.merge(collect).merge(backend);
+    }
+    if roles.query {
+        app = app.merge(reads).merge(registry);
+    }
+    app.fallback(move |req: Request| route_not_found(parts.auth.clone(), req))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn(edge::context::observe))
 }
@@ -143,6 +156,8 @@ async fn healthz() -> Response {
 /// What `/readyz` checks.
 #[derive(Clone)]
 struct Probes {
+    /// Named in `/readyz`.
+    roles: crate::config::Roles,
     auth: Arc<Authenticator>,
     log: bus::Log,
     log_preparation: crate::log_roles::LogPreparation,
@@ -186,6 +201,7 @@ async fn readyz(State(probes): State<Probes>) -> Response {
         "store": state(store, "store"),
         "bus": state(log, "bus"),
         "limiter": limiter,
+        "roles": probes.roles.names(),
     });
     let mut response = (
         if ready {

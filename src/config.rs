@@ -104,8 +104,9 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Roles to run, comma-separated: all, admin-api, dispatcher. The webhook dispatcher runs
-    /// with `all` or `dispatcher`; the other roles run in every process for now.
+    /// Roles to run, comma-separated: `all`, or any of ingest, processor, query, admin,
+    /// dispatcher. A process runs only those; with no HTTP role (ingest, query, admin) it
+    /// serves only /healthz, /readyz and /metrics.
     #[arg(
         long,
         env = "VIGIL_ROLES",
@@ -204,6 +205,80 @@ pub struct ServeArgs {
     pub log_format: String,
 }
 
+/// The roles of one process (DESIGN.md "Shape"): each is a part of the service a fleet can run
+/// in its own processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Roles {
+    /// The Collect API and the SDK's routes: writes batches to the log.
+    pub ingest: bool,
+    /// Folds batches into decisions, links visitors, records session events; the idle sweep.
+    pub processor: bool,
+    /// The customer backend's reads and the Gate registry.
+    pub query: bool,
+    /// Organizations, keys, events, webhook endpoints, Gate services and flows, the demo.
+    pub admin: bool,
+    /// Delivers events to webhook endpoints.
+    pub dispatcher: bool,
+}
+
+impl Roles {
+    pub const NAMES: [&'static str; 5] = ["ingest", "processor", "query", "admin", "dispatcher"];
+
+    /// `all`, or any of [`Roles::NAMES`] (`admin-api`, the earlier name, is `admin`).
+    pub fn parse(names: &[String]) -> Result<Roles, String> {
+        let mut roles = Roles::default();
+        if names.is_empty() {
+            return Err("--roles names no role".into());
+        }
+        for name in names {
+            match name.trim() {
+                "all" => {
+                    roles = Roles {
+                        ingest: true,
+                        processor: true,
+                        query: true,
+                        admin: true,
+                        dispatcher: true,
+                    }
+                }
+                "ingest" => roles.ingest = true,
+                "processor" => roles.processor = true,
+                "query" => roles.query = true,
+                "admin" | "admin-api" => roles.admin = true,
+                "dispatcher" => roles.dispatcher = true,
+                other => {
+                    return Err(format!(
+                        "unknown role `{other}`: the roles are all, {}",
+                        Roles::NAMES.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(roles)
+    }
+
+    /// The names of the roles that run, in [`Roles::NAMES`]'s order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let on = [
+            self.ingest,
+            self.processor,
+            self.query,
+            self.admin,
+            self.dispatcher,
+        ];
+        Roles::NAMES
+            .iter()
+            .zip(on)
+            .filter_map(|(name, on)| on.then_some(*name))
+            .collect()
+    }
+
+    /// Whether the process answers API routes at all.
+    pub fn serves_http(&self) -> bool {
+        self.ingest || self.query || self.admin
+    }
+}
+
 /// 1 TiB: beyond any machine this runs on, and far from overflowing a byte count.
 const MAX_PROCESSOR_CACHE_MB: u64 = 1 << 20;
 
@@ -215,19 +290,18 @@ const MAX_CONNECTIONS: usize = 10_000_000;
 
 impl ServeArgs {
     /// Cross-field rules, checked once before anything starts.
+    /// The roles this process runs (`--roles`, checked by `validate`).
+    pub fn role_set(&self) -> Roles {
+        Roles::parse(&self.roles).unwrap_or_default()
+    }
+
     /// Whether this process runs the webhook dispatcher.
     pub fn runs_dispatcher(&self) -> bool {
-        self.roles.iter().any(|r| r == "all" || r == "dispatcher")
+        self.role_set().dispatcher
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        for role in &self.roles {
-            if !matches!(role.as_str(), "all" | "admin-api" | "dispatcher") {
-                return Err(format!(
-                    "unknown role `{role}`: this build serves `all`, `admin-api` or `dispatcher`"
-                ));
-            }
-        }
+        Roles::parse(&self.roles)?;
         if self.webhook_timeout.is_zero() {
             return Err("--webhook-timeout must be more than 0s".into());
         }

@@ -27,7 +27,8 @@ impl LogPreparation {
         ))))
     }
 
-    /// `Ok` once the topics exist and the processor runs; else the last failure.
+    /// `Ok` once the topics exist (and the log roles of this process run); else the last
+    /// failure.
     pub fn status(&self) -> Result<(), String> {
         self.0.borrow().clone()
     }
@@ -60,23 +61,25 @@ pub struct ProcessorSettings {
 }
 
 /// Starts the background task: prepares the topics (retrying with backoff), then runs the
-/// processor, and the dispatcher when it is given, until `shutdown`. The handle ends when all
+/// processor and the dispatcher, each when given, until `shutdown`. The handle ends when all
 /// have stopped.
 pub fn start(
-    settings: ProcessorSettings,
+    log: bus::Log,
+    processor: Option<ProcessorSettings>,
     dispatcher: Option<dispatcher::Settings>,
     shutdown: CancellationToken,
 ) -> (LogPreparation, tokio::task::JoinHandle<()>) {
     let preparation = LogPreparation::new();
     let status = preparation.clone();
     let task = tokio::spawn(async move {
-        let Some((batches, topics)) = prepare(&settings.log, &status, &shutdown).await else {
+        let Some((batches, topics)) = prepare(&log, &status, &shutdown).await else {
             return;
         };
         status.set(Ok(()));
         tracing::info!(
+            processor = processor.is_some(),
             dispatcher = dispatcher.is_some(),
-            "the log's topics are ready; the processor starts"
+            "the log's topics are ready"
         );
         // The dispatcher role: delivers the events the processor and the admin API append.
         let dispatching = dispatcher.map(|settings| {
@@ -87,21 +90,23 @@ pub fn start(
             ))
         });
         // The processor role: consumes the batches ingest appends, stores decisions and events.
-        processor::pipeline::run(
-            processor::pipeline::Pipeline {
-                store: settings.store,
-                log: settings.log,
-                batches,
-                events: topics.events,
-                dead: topics.dead,
-                secret: settings.secret,
-                idle_after: settings.idle_after,
-                retention: settings.retention,
-                cache_bytes: settings.cache_bytes,
-            },
-            shutdown,
-        )
-        .await;
+        if let Some(settings) = processor {
+            processor::pipeline::run(
+                processor::pipeline::Pipeline {
+                    store: settings.store,
+                    log: settings.log,
+                    batches,
+                    events: topics.events,
+                    dead: topics.dead,
+                    secret: settings.secret,
+                    idle_after: settings.idle_after,
+                    retention: settings.retention,
+                    cache_bytes: settings.cache_bytes,
+                },
+                shutdown.clone(),
+            )
+            .await;
+        }
         if let Some(dispatching) = dispatching {
             let _ = dispatching.await;
         }

@@ -137,16 +137,18 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         Some(wrap) => wrap(log),
         None => log,
     };
+    let roles = args.role_set();
     let (log_preparation, processor) = crate::log_roles::start(
-        crate::log_roles::ProcessorSettings {
+        log.clone(),
+        roles.processor.then(|| crate::log_roles::ProcessorSettings {
             store: store.clone(),
             log: log.clone(),
             secret: secret.clone(),
             idle_after: args.session_idle,
             retention: args.retention,
             cache_bytes: args.processor_cache_mb * 1024 * 1024,
-        },
-        args.runs_dispatcher().then(|| dispatcher::Settings {
+        }),
+        roles.dispatcher.then(|| dispatcher::Settings {
             store: store.clone(),
             log: log.clone(),
             secret: secret.clone(),
@@ -167,11 +169,12 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         shutdown.clone(),
     ));
     // The demo exists only beside the embedded development organization (D22).
-    let demo = match args.demo && args.store.is_embedded() {
+    let demo = match args.demo && args.store.is_embedded() && roles.admin {
         true => crate::demo::router(auth.clone(), &credentials_path).await,
         false => None,
     };
     let app = crate::app::router(crate::app::AppParts {
+        roles,
         demo,
         log: log.clone(),
         log_preparation,
@@ -214,7 +217,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         let _ = sweep.await;
         served
     });
-    tracing::info!(%addr, store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");
+    tracing::info!(%addr, roles = ?roles.names(), store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");
     Ok(RunningServer {
         addr,
         store,

@@ -1,0 +1,92 @@
+//! `--roles` (DESIGN.md "Shape"): a process runs only the roles it names. Its routes are those
+//! roles' (others are the envelope's 404), a process with no HTTP role answers only the probes
+//! and metrics, and `/readyz` and the startup log name the roles that run.
+
+use serde_json::Value;
+use vigil_tests::served::Served;
+use vigil_tests::{TestServer, json};
+
+async fn with_roles(roles: &[&str]) -> TestServer {
+    let roles: Vec<String> = roles.iter().map(|r| (*r).to_owned()).collect();
+    TestServer::start_with(move |a| a.roles = roles.clone()).await
+}
+
+async fn ready_roles(s: &TestServer) -> Value {
+    let r = s.get("/readyz").send().await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["roles"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_process_serves_reads_only() {
+    let s = with_roles(&["query"]).await;
+    assert_eq!(ready_roles(&s).await, json!(["query"]));
+    s.get("/v1/sessions")
+        .key(&s.creds.keys.secret_test)
+        .send()
+        .await
+        .ok(200);
+    s.get("/v1/gate/registry")
+        .key(&s.creds.keys.publishable_test)
+        .send()
+        .await
+        .ok(200);
+    for (method, path) in [
+        (reqwest::Method::POST, "/v1/collect/sessions".to_owned()),
+        (reqwest::Method::GET, s.org_path()),
+        (reqwest::Method::GET, "/v1/gate/services".to_owned()),
+        (reqwest::Method::GET, "/sdk/v1/vigil.js".to_owned()),
+    ] {
+        let r = s
+            .call(method, &path)
+            .key(&s.creds.keys.secret_test)
+            .send()
+            .await;
+        r.err(404, "request.route_not_found");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_and_admin_together_and_no_reads() {
+    let s = with_roles(&["ingest", "admin"]).await;
+    assert_eq!(ready_roles(&s).await, json!(["ingest", "admin"]));
+    s.get(&s.org_path())
+        .key(&s.creds.keys.secret_live)
+        .send()
+        .await
+        .ok(200);
+    let sdk = s.get("/sdk/v1/vigil.js").send().await;
+    assert_eq!(sdk.status, 200);
+    s.get("/v1/sessions")
+        .key(&s.creds.keys.secret_test)
+        .send()
+        .await
+        .err(404, "request.route_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_without_an_http_role_answers_only_probes_and_metrics() {
+    let s = with_roles(&["processor", "dispatcher"]).await;
+    assert_eq!(ready_roles(&s).await, json!(["processor", "dispatcher"]));
+    assert_eq!(s.get("/healthz").send().await.status, 200);
+    assert_eq!(s.get("/metrics").send().await.status, 200);
+    for path in [s.org_path(), "/v1/sessions".into(), "/docs/errors".into()] {
+        let r = s.get(&path).key(&s.creds.keys.secret_live).send().await;
+        assert_eq!(r.status, 404, "{path}: {}", r.body);
+    }
+}
+
+#[test]
+fn the_startup_log_names_the_roles_and_unknown_roles_are_refused() {
+    let mut s = Served::start(&["--roles", "query,admin"]);
+    let line = s.wait_for("vigil is serving");
+    assert!(line.contains(r#"roles=["query", "admin"]"#), "{line}");
+    s.kill();
+    let out = std::process::Command::new(vigil_tests::vigil_binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--roles", "ingest,bogus"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("unknown role `bogus`"), "{said}");
+}
