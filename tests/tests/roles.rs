@@ -31,6 +31,13 @@ async fn a_query_process_serves_reads_only() {
         .send()
         .await
         .ok(200);
+    // Handoffs open here: a malformed one is refused by the handler, not the router.
+    s.post("/v1/handoffs/open")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({"handoff": "vh1.nothing"}))
+        .send()
+        .await
+        .err(422, "request.validation_failed");
     for (method, path) in [
         (reqwest::Method::POST, "/v1/collect/sessions".to_owned()),
         (reqwest::Method::GET, s.org_path()),
@@ -57,11 +64,18 @@ async fn ingest_and_admin_together_and_no_reads() {
         .ok(200);
     let sdk = s.get("/sdk/v1/vigil.js").send().await;
     assert_eq!(sdk.status, 200);
-    s.get("/v1/sessions")
-        .key(&s.creds.keys.secret_test)
-        .send()
-        .await
-        .err(404, "request.route_not_found");
+    for path in ["/v1/sessions", "/v1/handoffs/open"] {
+        let method = if path.ends_with("open") {
+            reqwest::Method::POST
+        } else {
+            reqwest::Method::GET
+        };
+        s.call(method, path)
+            .key(&s.creds.keys.secret_test)
+            .send()
+            .await
+            .err(404, "request.route_not_found");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
