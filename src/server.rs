@@ -140,14 +140,16 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     let roles = args.role_set();
     let (log_preparation, processor) = crate::log_roles::start(
         log.clone(),
-        roles.processor.then(|| crate::log_roles::ProcessorSettings {
-            store: store.clone(),
-            log: log.clone(),
-            secret: secret.clone(),
-            idle_after: args.session_idle,
-            retention: args.retention,
-            cache_bytes: args.processor_cache_mb * 1024 * 1024,
-        }),
+        roles
+            .processor
+            .then(|| crate::log_roles::ProcessorSettings {
+                store: store.clone(),
+                log: log.clone(),
+                secret: secret.clone(),
+                idle_after: args.session_idle,
+                retention: args.retention,
+                cache_bytes: args.processor_cache_mb * 1024 * 1024,
+            }),
         roles.dispatcher.then(|| dispatcher::Settings {
             store: store.clone(),
             log: log.clone(),

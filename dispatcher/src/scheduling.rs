@@ -500,7 +500,8 @@ pub async fn recorder(
     }
 }
 
-/// Disables the endpoint `delivery` went to, after its 410.
+/// Disables the endpoint `delivery` went to, after its 410: its status only, so an update
+/// made meanwhile (a rotation, say) stands.
 async fn disable(store: &Store, delivery: &WebhookDeliveryRecord, shutdown: &CancellationToken) {
     let (org, env, id) = (
         delivery.organization_id,
@@ -514,15 +515,11 @@ async fn disable(store: &Store, delivery: &WebhookDeliveryRecord, shutdown: &Can
         &mut (store,),
         |(store,)| {
             Box::pin(async move {
-                let Some(mut endpoint) = store.get_webhook_endpoint(org, env, id).await? else {
-                    return Ok::<_, crate::Failure>(false);
-                };
-                if endpoint.status == EndpointStatus::Disabled {
-                    return Ok(false);
-                }
-                endpoint.status = EndpointStatus::Disabled;
-                endpoint.updated_at = schemas::time::now();
-                Ok(store.update_webhook_endpoint(&endpoint).await?)
+                Ok::<_, crate::Failure>(
+                    store
+                        .disable_webhook_endpoint(org, env, id, schemas::time::now())
+                        .await?,
+                )
             })
         },
     )

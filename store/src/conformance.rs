@@ -131,6 +131,7 @@ macro_rules! store_conformance_suite {
             gate_service_updates_rename_and_follow_the_registry,
             a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token,
             gate_sessions_are_purged_a_retention_after_they_started,
+            disabling_an_endpoint_changes_its_status_only,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -5307,5 +5308,43 @@ pub async fn gate_sessions_are_purged_a_retention_after_they_started(store: Stor
     assert_eq!(
         store.get_gate_session(recent.id).await.unwrap(),
         Some(recent)
+    );
+}
+
+/// Disabling changes the status (and `updated_at`) and nothing else, once.
+pub async fn disabling_an_endpoint_changes_its_status_only(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let mut endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
+    store.create_webhook_endpoint(&endpoint).await.unwrap();
+    endpoint.sealed_secret = vec![7; 60];
+    assert!(store.update_webhook_endpoint(&endpoint).await.unwrap());
+    let at = time::now() + TimeDelta::seconds(5);
+    assert!(
+        store
+            .disable_webhook_endpoint(org, env, endpoint.id, at)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .disable_webhook_endpoint(org, env, endpoint.id, at)
+            .await
+            .unwrap()
+    );
+    endpoint.status = EndpointStatus::Disabled;
+    endpoint.updated_at = at;
+    assert_eq!(
+        store
+            .get_webhook_endpoint(org, env, endpoint.id)
+            .await
+            .unwrap(),
+        Some(endpoint.clone()),
+        "the secret written before stands"
+    );
+    assert!(
+        !store
+            .disable_webhook_endpoint(org, Environment::Live, endpoint.id, at)
+            .await
+            .unwrap()
     );
 }

@@ -2842,6 +2842,39 @@ impl StoreBackend for EmbeddedStore {
         )
     }
 
+    async fn disable_webhook_endpoint(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: WebhookEndpointId,
+        at: Timestamp,
+    ) -> Result<bool> {
+        self.write(move |db, _| {
+            let k = key::webhook_endpoint(org, env, id);
+            let Some(mut endpoint) = decode_row::<WebhookEndpointRecord>(
+                WEBHOOK_ENDPOINTS,
+                db.webhook_endpoints.get(k),
+            )?
+            else {
+                return Ok(false);
+            };
+            if endpoint.status == crate::EndpointStatus::Disabled {
+                return Ok(false);
+            }
+            endpoint.status = crate::EndpointStatus::Disabled;
+            endpoint.updated_at = at;
+            let mut batch = db.batch();
+            batch.insert(
+                &db.webhook_endpoints,
+                k,
+                encode(WEBHOOK_ENDPOINTS, &endpoint)?,
+            );
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
+    }
+
     async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
         let endpoint = endpoint.clone();
         self.write(move |db, _| {

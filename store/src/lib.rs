@@ -301,6 +301,16 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// Replaces a stored endpoint; false (and nothing written) if there is none with its id in
     /// its organization and environment.
     async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool>;
+    /// Sets a stored endpoint's status to disabled (and its `updated_at` to `at`), changing
+    /// nothing else, in one step: a 410's consequence must not undo an update made meanwhile.
+    /// False if it is not stored or was disabled already.
+    async fn disable_webhook_endpoint(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::ids::WebhookEndpointId,
+        at: Timestamp,
+    ) -> Result<bool>;
 
     // webhook_deliveries, webhook_deliveries_due
 

@@ -77,6 +77,7 @@ const WRITES: &[&str] = &[
     "record_events",
     "create_webhook_endpoint",
     "update_webhook_endpoint",
+    "disable_webhook_endpoint",
     "create_webhook_deliveries",
     "record_webhook_attempts",
     "defer_webhook_deliveries",
@@ -446,6 +447,17 @@ impl StoreBackend for FlakyStore {
     ) -> Result<Vec<WebhookDeliveryRecord>> {
         self.fault("list_event_deliveries")?;
         self.inner.list_event_deliveries(org, env, event).await
+    }
+
+    async fn disable_webhook_endpoint(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: schemas::ids::WebhookEndpointId,
+        at: Timestamp,
+    ) -> Result<bool> {
+        self.fault("disable_webhook_endpoint")?;
+        self.inner.disable_webhook_endpoint(org, env, id, at).await
     }
 
     async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {

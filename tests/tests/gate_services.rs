@@ -381,7 +381,10 @@ async fn the_registry_shows_published_services_without_secrets() {
     // the origin.
     let c = vigil_tests::http_client();
     let preflight = c
-        .request(reqwest::Method::OPTIONS, format!("{}/v1/gate/registry", s.base))
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/v1/gate/registry", s.base),
+        )
         .header("origin", "https://shop.example")
         .header("access-control-request-method", "GET")
         .header("access-control-request-headers", "authorization")

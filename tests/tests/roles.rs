@@ -97,7 +97,13 @@ fn the_startup_log_names_the_roles_and_unknown_roles_are_refused() {
     assert!(line.contains(r#"roles=["query", "admin"]"#), "{line}");
     s.kill();
     let out = std::process::Command::new(vigil_tests::vigil_binary())
-        .args(["serve", "--listen", "127.0.0.1:0", "--roles", "ingest,bogus"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--roles",
+            "ingest,bogus",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
