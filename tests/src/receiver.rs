@@ -84,6 +84,9 @@ impl Received {
 
 #[derive(Default)]
 struct State {
+    /// Requests being answered now, and the most there were at once.
+    answering: std::sync::atomic::AtomicUsize,
+    most_at_once: std::sync::atomic::AtomicUsize,
     queue: Mutex<VecDeque<Answer>>,
     standing: Mutex<Option<Answer>>,
     received: Mutex<Vec<Received>>,
@@ -137,6 +140,13 @@ impl Receiver {
         self.state.queue.lock().unwrap().push_back(answer);
     }
 
+    /// The most requests it was answering at once.
+    pub fn most_at_once(&self) -> usize {
+        self.state
+            .most_at_once
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn received(&self) -> Vec<Received> {
         self.state.received.lock().unwrap().clone()
     }
@@ -182,9 +192,13 @@ async fn answer(state: &State, path: String, headers: HeaderMap, body: Bytes) ->
         answered: answer.status,
     });
     state.arrived.notify_waiters();
+    use std::sync::atomic::Ordering::SeqCst;
+    let now = state.answering.fetch_add(1, SeqCst) + 1;
+    state.most_at_once.fetch_max(now, SeqCst);
     if !answer.delay.is_zero() {
         tokio::time::sleep(answer.delay).await;
     }
+    state.answering.fetch_sub(1, SeqCst);
     let mut response = (StatusCode::from_u16(answer.status).unwrap(), answer.body).into_response();
     for (name, value) in answer.headers {
         response
