@@ -28,8 +28,8 @@ use schemas::time::{self, Timestamp};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use store::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateFlow, GateServiceRecord, GateSessionRecord,
-    GateSessionStatus,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateFlow, GatePoll, GateServiceRecord,
+    GateSessionRecord, GateSessionStatus,
 };
 
 use crate::AdminState;
@@ -225,43 +225,45 @@ async fn poll(
     params: PathParams,
 ) -> Result<Reply, ApiError> {
     let token = bearer_token(&headers, TokenKind::Poll)?;
-    let mut session = session_for(&state, &params, TokenKind::Poll, &token).await?;
+    let id: GateSessionId = path_param(&params, "gateSessionId")?;
     let now = time::now();
-    if session.polls >= gate::MAX_POLLS {
-        return Err(ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "a Gate session answers {} polls; start a new one",
-                gate::MAX_POLLS
-            ),
-        ));
-    }
-    let too_soon = session.last_poll_at.is_some_and(|last| {
-        now < last + chrono::TimeDelta::seconds(i64::from(session.interval_secs))
-    });
-    let expected = session.status;
-    session.polls += 1;
-    session.last_poll_at = Some(now);
-    if too_soon {
-        session.interval_secs += gate::SLOW_DOWN_SECS;
-    }
-    // A poll racing another (or the approval) loses its bookkeeping, nothing else.
-    state
+    // Counted in one step with its checks, so parallel polls pass neither the interval nor
+    // the cap.
+    let (session, counted) = state
         .auth
         .store
-        .transition_gate_session(&session, expected, None)
-        .await?;
-    if too_soon {
-        let mut e = ApiError::new(
-            ErrorCode::GateSlowDown,
-            format!(
-                "polled sooner than the interval; poll every {} s",
-                session.interval_secs
-            ),
+        .count_gate_poll(
+            id,
+            &state.auth.secret.hash_token(&token),
+            now,
+            gate::SLOW_DOWN_SECS,
+            gate::MAX_POLLS,
         )
-        .with_next_action("retry");
-        e.retry_after = Some(u64::from(session.interval_secs));
-        return Err(e);
+        .await?
+        .ok_or_else(|| invalid_token(TokenKind::Poll))?;
+    match counted {
+        GatePoll::Counted => {}
+        GatePoll::Exhausted => {
+            return Err(ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "a Gate session answers {} polls; start a new one",
+                    gate::MAX_POLLS
+                ),
+            ));
+        }
+        GatePoll::TooSoon => {
+            let mut e = ApiError::new(
+                ErrorCode::GateSlowDown,
+                format!(
+                    "polled sooner than the interval; poll every {} s",
+                    session.interval_secs
+                ),
+            )
+            .with_next_action("retry");
+            e.retry_after = Some(u64::from(session.interval_secs));
+            return Err(e);
+        }
     }
     let mut answer = json!({
         "id": session.id,

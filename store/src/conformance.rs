@@ -132,6 +132,7 @@ macro_rules! store_conformance_suite {
             a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token,
             gate_sessions_are_purged_a_retention_after_they_started,
             disabling_an_endpoint_changes_its_status_only,
+            gate_polls_are_counted_with_their_interval_and_cap_in_one_step,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -5346,5 +5347,71 @@ pub async fn disabling_an_endpoint_changes_its_status_only(store: Store) {
             .disable_webhook_endpoint(org, Environment::Live, endpoint.id, at)
             .await
             .unwrap()
+    );
+}
+
+/// A poll is counted by the holder of the poll token only; one sooner than the interval grows
+/// it; past the cap nothing is written.
+pub async fn gate_polls_are_counted_with_their_interval_and_cap_in_one_step(store: Store) {
+    use crate::{GateFlow, GatePoll, GateSessionRecord, GateSessionStatus};
+    let now = time::now();
+    let token = CredentialHash([3; 32]);
+    let session = GateSessionRecord {
+        id: schemas::ids::GateSessionId::generate(),
+        flow: GateFlow::Signup,
+        service_id: "acme".into(),
+        organization_id: OrgId::generate(),
+        environment: Environment::Test,
+        status: GateSessionStatus::Pending,
+        consent_token: CredentialHash([1; 32]),
+        poll_token: Some(token),
+        interval_secs: 5,
+        polls: 0,
+        last_poll_at: None,
+        account_id: None,
+        sealed_delivery: Vec::new(),
+        ack_token: None,
+        login_code: None,
+        agent_token: None,
+        code_expires_at: None,
+        created_at: now,
+        expires_at: now + TimeDelta::minutes(15),
+    };
+    store.create_gate_session(&session).await.unwrap();
+    let poll = |at, cap| store.count_gate_poll(session.id, &token, at, 5, cap);
+    assert_eq!(
+        store
+            .count_gate_poll(session.id, &CredentialHash([4; 32]), now, 5, 10)
+            .await
+            .unwrap(),
+        None,
+        "another token counts nothing"
+    );
+    let (first, how) = poll(now, 10).await.unwrap().unwrap();
+    assert_eq!(
+        (how, first.polls, first.interval_secs),
+        (GatePoll::Counted, 1, 5)
+    );
+    let (soon, how) = poll(now + TimeDelta::seconds(1), 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (how, soon.polls, soon.interval_secs),
+        (GatePoll::TooSoon, 2, 10)
+    );
+    let (later, how) = poll(now + TimeDelta::seconds(12), 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((how, later.interval_secs), (GatePoll::Counted, 10));
+    let (spent, how) = poll(now + TimeDelta::seconds(30), 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((how, spent.polls), (GatePoll::Exhausted, 3));
+    assert_eq!(
+        store.get_gate_session(session.id).await.unwrap(),
+        Some(spent)
     );
 }

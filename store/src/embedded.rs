@@ -30,7 +30,7 @@
 mod row_cache;
 
 use crate::{
-    AgentLogin, AgentTokenRecord, GateAccountRecord, GateServiceRecord, GateServiceWrite,
+    AgentLogin, AgentTokenRecord, GateAccountRecord, GatePoll, GateServiceRecord, GateServiceWrite,
     GateSessionRecord, GateSessionStatus,
 };
 use std::ops::Bound;
@@ -2681,6 +2681,49 @@ impl StoreBackend for EmbeddedStore {
             }
             batch.commit().map_err(unavailable)?;
             Ok(true)
+        })
+        .await
+    }
+
+    async fn count_gate_poll(
+        &self,
+        id: schemas::ids::GateSessionId,
+        token: &CredentialHash,
+        now: Timestamp,
+        slow_down_secs: u32,
+        max_polls: u32,
+    ) -> Result<Option<(GateSessionRecord, GatePoll)>> {
+        let token = *token;
+        self.write(move |db, _| {
+            let k = id.ulid().to_bytes();
+            let Some(mut session) =
+                decode_row::<GateSessionRecord>(GATE_SESSIONS, db.gate_sessions.get(k))?
+            else {
+                return Ok(None);
+            };
+            if session.poll_token != Some(token) {
+                return Ok(None);
+            }
+            if session.polls >= max_polls {
+                return Ok(Some((session, GatePoll::Exhausted)));
+            }
+            let too_soon = session.last_poll_at.is_some_and(|last| {
+                now < last + chrono::TimeDelta::seconds(i64::from(session.interval_secs))
+            });
+            session.polls += 1;
+            session.last_poll_at = Some(now);
+            if too_soon {
+                session.interval_secs += slow_down_secs;
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            batch.commit().map_err(unavailable)?;
+            let verdict = if too_soon {
+                GatePoll::TooSoon
+            } else {
+                GatePoll::Counted
+            };
+            Ok(Some((session, verdict)))
         })
         .await
     }

@@ -400,6 +400,19 @@ pub trait StoreBackend: Send + Sync + 'static {
         expected: GateSessionStatus,
         made: Option<(&GateAccountRecord, &AgentTokenRecord)>,
     ) -> Result<bool>;
+    /// Counts a poll at `now` of the session `id` by the holder of the poll token `token`, in
+    /// one step (so parallel polls cannot pass the interval or the cap): too soon after the
+    /// last one, the interval grows by `slow_down_secs`; past `max_polls`, nothing is written.
+    /// The session as stored after, with how the poll counted; `None` if `token` is not its
+    /// poll token.
+    async fn count_gate_poll(
+        &self,
+        id: schemas::ids::GateSessionId,
+        token: &CredentialHash,
+        now: Timestamp,
+        slow_down_secs: u32,
+        max_polls: u32,
+    ) -> Result<Option<(GateSessionRecord, GatePoll)>>;
     async fn get_gate_account(
         &self,
         id: schemas::ids::GateAccountId,

@@ -847,3 +847,14 @@ pub enum AgentLogin {
     /// first.
     CapReached(Timestamp),
 }
+
+/// How a poll of a Gate session was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatePoll {
+    /// Answer it with the session's state.
+    Counted,
+    /// Sooner than the interval: the interval grew (RFC 8628 `slow_down`).
+    TooSoon,
+    /// The session answered its most polls already; nothing was written.
+    Exhausted,
+}

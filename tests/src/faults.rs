@@ -87,6 +87,7 @@ const WRITES: &[&str] = &[
     "transition_gate_session",
     "update_agent_token",
     "count_agent_login",
+    "count_gate_poll",
     "revoke_agent_token",
     "purge_expired",
     "put_setting_if_absent",
@@ -482,6 +483,20 @@ impl StoreBackend for FlakyStore {
         self.fault("transition_gate_session")?;
         self.inner
             .transition_gate_session(session, expected, made)
+            .await
+    }
+
+    async fn count_gate_poll(
+        &self,
+        id: schemas::ids::GateSessionId,
+        token: &CredentialHash,
+        now: Timestamp,
+        slow_down_secs: u32,
+        max_polls: u32,
+    ) -> Result<Option<(GateSessionRecord, GatePoll)>> {
+        self.fault("count_gate_poll")?;
+        self.inner
+            .count_gate_poll(id, token, now, slow_down_secs, max_polls)
             .await
     }
 
