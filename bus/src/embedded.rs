@@ -160,7 +160,17 @@ impl EmbeddedLog {
             .max_journaling_size(schemas::disk::JOURNAL_BYTES)
             .worker_threads(schemas::disk::WORKER_THREADS)
             .open()
-            .map_err(unavailable)?;
+            .map_err(|e| match e {
+                // The embedded log has one reader per partition, in one process: a second
+                // process (a second processor, say) cannot join it, and is told what to use.
+                fjall::Error::Locked => BusError::Invalid(format!(
+                    "the embedded log in {} is open in another process; it belongs to one \
+                     process (its processor is the only consumer). Processes that share a log \
+                     use Kafka: --bus kafka://…",
+                    dir.display()
+                )),
+                other => unavailable(other),
+            })?;
         let keyspace = |name: &str| {
             db.keyspace(name, || {
                 KeyspaceCreateOptions::default().max_memtable_size(schemas::disk::MEMTABLE_BYTES)

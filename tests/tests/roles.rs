@@ -110,3 +110,33 @@ fn the_startup_log_names_the_roles_and_unknown_roles_are_refused() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("unknown role `bogus`"), "{said}");
 }
+
+/// The embedded log belongs to one process: a second process pointed at it (a second
+/// processor, say) is refused at start and told that a shared log is Kafka.
+#[test]
+fn a_second_process_cannot_join_the_embedded_log() {
+    let log = tempfile::tempdir().unwrap();
+    let bus = format!("embedded:{}", log.path().display());
+    let mut first = Served::start(&["--roles", "processor", "--bus", &bus]);
+    first.wait_for("vigil is serving");
+    let other = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(vigil_tests::vigil_binary())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--roles",
+            "processor",
+            "--bus",
+            &bus,
+        ])
+        .arg("--data-dir")
+        .arg(other.path())
+        .output()
+        .unwrap();
+    first.kill();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("is open in another process"), "{said}");
+    assert!(said.contains("kafka://"), "{said}");
+}
