@@ -37,6 +37,8 @@ use crate::AdminState;
 use crate::gate_flows::{Delivery, account_name, delivery_context};
 
 const CSRF_COOKIE: &str = "vigil_gate_csrf";
+/// The most of the service's answer read: its variables' values.
+const SERVICE_ANSWER_BYTES: usize = 64 * 1024;
 /// How long the service's webhook has to answer an approval.
 const SERVICE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -539,7 +541,8 @@ async fn values_from_service(
         .ok()
         .and_then(dispatcher::signing::secret_key)
         .unwrap_or(secret);
-    let sender = dispatcher::sending::Sender::new(state.allow_private_webhooks, SERVICE_TIMEOUT);
+    let sender = dispatcher::sending::Sender::new(state.allow_private_webhooks, SERVICE_TIMEOUT)
+        .reading_up_to(SERVICE_ANSWER_BYTES);
     let id = event.id.to_string();
     let outcome = sender
         .send(

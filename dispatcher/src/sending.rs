@@ -109,6 +109,8 @@ impl Resolve for PublicOnly {
 pub struct Sender {
     client: reqwest::Client,
     allow_private: bool,
+    /// The most of an answer read: a delivery keeps 4 KiB; Gate reads a service's variables.
+    max_answer: usize,
 }
 
 /// What one attempt sends.
@@ -135,7 +137,14 @@ impl Sender {
         Sender {
             client,
             allow_private,
+            max_answer: MAX_RESPONSE_BODY,
         }
+    }
+
+    /// The same sender reading up to `bytes` of each answer.
+    pub fn reading_up_to(mut self, bytes: usize) -> Self {
+        self.max_answer = bytes;
+        self
     }
 
     /// One attempt, signed at `now`.
@@ -180,7 +189,7 @@ impl Sender {
         // The answer is read up to what is kept, and no further: an endpoint cannot make the
         // dispatcher read (or hold) more.
         let mut body = Vec::new();
-        while body.len() < MAX_RESPONSE_BODY {
+        while body.len() < self.max_answer {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
                 Ok(None) => break,
@@ -188,7 +197,7 @@ impl Sender {
                 Err(_) => break,
             }
         }
-        body.truncate(MAX_RESPONSE_BODY);
+        body.truncate(self.max_answer);
         Outcome::Answered {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),

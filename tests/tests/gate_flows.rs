@@ -584,3 +584,32 @@ async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
         .await
         .err(429, "rate.limited");
 }
+
+/// A service may answer long values (a certificate, say): more than a webhook delivery keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_may_answer_long_values() {
+    let (s, receiver, _) = published().await;
+    let long = "k".repeat(10_000);
+    receiver.answer(Answer::status(200).json(json!({"env_vars": {"ACME_API_KEY": long}})));
+    let started = start_signup(&s, "acme-cli").await;
+    let started = started.ok(201).clone();
+    assert_eq!(
+        decide(started["consent_url"].as_str().unwrap(), "approve")
+            .await
+            .status(),
+        200
+    );
+    let delivered = poll(
+        &s,
+        started["id"].as_str().unwrap(),
+        started["poll_token"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(
+        delivered.ok(200)["env_vars"]["ACME_API_KEY"]
+            .as_str()
+            .unwrap()
+            .len(),
+        10_000
+    );
+}
