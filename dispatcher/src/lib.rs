@@ -14,7 +14,7 @@ mod telemetry;
 use std::time::Duration;
 
 use bus::{Log, Topic};
-use edge::secrets::ServerSecret;
+use secrets::ServerSecret;
 use store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 

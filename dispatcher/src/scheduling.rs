@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use edge::secrets::ServerSecret;
+use secrets::ServerSecret;
 use schemas::ids::{WebhookDeliveryId, WebhookEndpointId};
 use store::{EndpointStatus, Store, StoreError, WebhookDeliveryRecord, WebhookEndpointRecord};
 use tokio::sync::{Semaphore, mpsc};

@@ -1,5 +1,6 @@
 //! The dispatcher's telemetry (STYLE 14): each event below both logs and counts. The metrics
-//! are registered into the registry `/metrics` serves (`edge::metrics`); every label is bounded
+//! are registered in prometheus's default registry, which `/metrics` serves beside the HTTP
+//! layer's (`edge::metrics`); every label is bounded
 //! (an attempt's result from a closed set, a retried operation's static name).
 
 use std::sync::LazyLock;
@@ -87,7 +88,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(unreadable.clone()),
         Box::new(disabled.clone()),
     ] {
-        if let Err(e) = edge::metrics::register(c) {
+        if let Err(e) = prometheus::register(c) {
             tracing::error!(error = %e, "dispatcher: registering a metric");
         }
     }

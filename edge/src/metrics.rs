@@ -91,8 +91,10 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
-/// Adds another component's metrics (the processor's) to the registry `/metrics` serves, so
-/// one scrape sees the whole process. A name already registered is refused.
+/// Adds another component's metrics to the registry `/metrics` serves, so one scrape sees the
+/// whole process. A name already registered is refused. (The processor and the dispatcher,
+/// which do not depend on this crate, register in prometheus's default registry, which
+/// `/metrics` serves too.)
 pub fn register(collector: Box<dyn prometheus::core::Collector>) -> Result<(), prometheus::Error> {
     METRICS.registry.register(collector)
 }
@@ -144,7 +146,10 @@ fn itoa_status(status: u16) -> [u8; 3] {
 /// `GET /metrics`.
 pub async fn render() -> Response {
     let mut out = Vec::new();
-    let families = METRICS.registry.gather();
+    // The HTTP layer's own, and what the roles without HTTP code (the processor, the
+    // dispatcher) registered in the process's default registry.
+    let mut families = METRICS.registry.gather();
+    families.extend(prometheus::gather());
     if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
         tracing::error!(error = %e, "encoding metrics");
     }

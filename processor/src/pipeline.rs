@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
-use edge::secrets::ServerSecret;
+use secrets::ServerSecret;
 use futures::StreamExt;
 use schemas::collect::{BatchRecord, DeadReason};
 use schemas::{DecisionId, VisitorId};

@@ -1,6 +1,6 @@
 //! The processor's telemetry (STYLE 14): each event below both logs and counts, so the two
-//! never disagree. The metrics are registered into the registry `/metrics` serves
-//! (`edge::metrics`); every label is bounded (a dead-letter reason from a closed set, a
+//! never disagree. The metrics are registered in prometheus's default registry, which
+//! `/metrics` serves beside the HTTP layer's (`edge::metrics`); every label is bounded (a dead-letter reason from a closed set, a
 //! partition number below the topic's count, a retried operation's static name).
 
 use std::sync::LazyLock;
@@ -94,7 +94,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(decision_seconds.clone()),
         Box::new(retries.clone()),
     ] {
-        if let Err(e) = edge::metrics::register(c) {
+        if let Err(e) = prometheus::register(c) {
             tracing::error!(error = %e, "processor: registering a metric");
         }
     }
