@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use secrets::ServerSecret;
 use schemas::ids::{WebhookDeliveryId, WebhookEndpointId};
+use secrets::ServerSecret;
 use store::{EndpointStatus, Store, StoreError, WebhookDeliveryRecord, WebhookEndpointRecord};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;

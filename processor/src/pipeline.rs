@@ -26,10 +26,10 @@
 use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
-use secrets::ServerSecret;
 use futures::StreamExt;
 use schemas::collect::{BatchRecord, DeadReason};
 use schemas::{DecisionId, VisitorId};
+use secrets::ServerSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use store::{
@@ -399,14 +399,25 @@ async fn land(
 }
 
 /// The records of a poll grouped by session in log order (a session's records share a
-/// partition, so their order within the poll is the log's). A record that does not decode is
-/// put in `dead`: it can never be processed.
+/// partition, so their order within the poll is the log's). A record that does not decode, or
+/// is of a newer schema than this build's, is put in `dead`: it can never be processed here.
 fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Polled<'a>>> {
     let mut groups: Vec<Vec<Polled<'a>>> = Vec::new();
     let mut index: std::collections::HashMap<schemas::SessionId, usize> =
         std::collections::HashMap::new();
     for record in records {
         match serde_json::from_slice::<BatchRecord>(&record.payload) {
+            // Written by a newer ingest: its fields may mean what this build cannot tell, so
+            // it is set aside, not misread.
+            Ok(batch) if batch.schema > schemas::collect::BATCH_RECORD_SCHEMA => dead.push(Dead {
+                record,
+                reason: DeadReason::UnreadableRecord,
+                message: format!(
+                    "a batch record of schema {}, newer than this build's {}",
+                    batch.schema,
+                    schemas::collect::BATCH_RECORD_SCHEMA
+                ),
+            }),
             Ok(batch) => {
                 let at = *index.entry(batch.session_id).or_insert_with(|| {
                     groups.push(Vec::new());

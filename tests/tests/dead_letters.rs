@@ -244,10 +244,29 @@ async fn unreadable_records_are_dead_lettered_and_the_sessions_behind_them_decid
     )
     .await
     .unwrap();
+    // A record from a newer ingest: set aside, not misread.
+    let newer = BatchRecord {
+        schema: schemas::collect::BATCH_RECORD_SCHEMA + 1,
+        seq: 2,
+        ..record.clone()
+    };
+    log.append(
+        &batches,
+        b.id.as_bytes(),
+        &serde_json::to_vec(&newer).unwrap(),
+    )
+    .await
+    .unwrap();
     send(&s, &b, &other.keys.publishable_test, 1, &probes()).await;
 
     decided(s.store(), other.org_id(), &b, 1).await;
-    let letters = dead_letters(&s, 2).await;
+    let letters = dead_letters(&s, 3).await;
+    assert!(
+        letters
+            .iter()
+            .any(|l| l.message.contains("newer than this build's")),
+        "{letters:?}"
+    );
     assert!(
         letters
             .iter()
@@ -265,7 +284,7 @@ async fn unreadable_records_are_dead_lettered_and_the_sessions_behind_them_decid
             .any(|l| batch_of_opt(l).is_some_and(|r| r == record))
     );
     assert!(letters.iter().all(|l| l.key == base64_of(b.id.as_bytes())));
-    assert_eq!(dead_count(&s, DeadReason::UnreadableRecord).await, 2.0);
+    assert_eq!(dead_count(&s, DeadReason::UnreadableRecord).await, 3.0);
     assert!(s.metric("vigil_processor_records_folded_total").await >= 2.0);
 }
 
