@@ -593,16 +593,28 @@ async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
     browser.goto(&consent).await;
     browser.click("button.approve").await;
     // The browser is at the dashboard now, with the code; the service's backend consumes it.
-    let landed = receiver
-        .wait_for(2, Duration::from_secs(10))
-        .await
-        .pop()
-        .unwrap();
-    assert!(
-        landed.path.starts_with("/dashboard/login?code="),
-        "{}",
-        landed.path
-    );
+    // (The browser may also ask the dashboard's origin for its favicon.)
+    let mut landed = None;
+    for _ in 0..200 {
+        landed = receiver
+            .received()
+            .into_iter()
+            .find(|r| r.path.starts_with("/dashboard/login?code="));
+        if landed.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let landed = landed.unwrap_or_else(|| {
+        panic!(
+            "the browser never reached the dashboard; the receiver saw {:?}",
+            receiver
+                .received()
+                .iter()
+                .map(|r| r.path.clone())
+                .collect::<Vec<_>>()
+        )
+    });
     assert!(
         browser
             .current_url()
