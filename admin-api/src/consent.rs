@@ -178,11 +178,7 @@ async fn waiting(
         ));
     }
     if session.status != GateSessionStatus::Pending {
-        return Err(notice(
-            StatusCode::CONFLICT,
-            "Already decided",
-            "This request was approved or denied already. You can close this page.",
-        ));
+        return Err(already_decided());
     }
     if time::now() >= session.expires_at {
         return Err(notice(
@@ -192,6 +188,14 @@ async fn waiting(
         ));
     }
     Ok(session)
+}
+
+fn already_decided() -> Response {
+    notice(
+        StatusCode::CONFLICT,
+        "Already decided",
+        "This request was approved or denied already. You can close this page.",
+    )
 }
 
 fn unavailable() -> Response {
@@ -620,11 +624,7 @@ async fn approve_signup(
     {
         Ok(true) => {}
         Ok(false) => {
-            return notice(
-                StatusCode::CONFLICT,
-                "Already decided",
-                "This request was approved or denied already.",
-            );
+            return already_decided();
         }
         Err(_) => return unavailable(),
     }
@@ -696,11 +696,7 @@ async fn approve_signup(
     {
         Ok(true) => {}
         Ok(false) => {
-            return notice(
-                StatusCode::CONFLICT,
-                "Already decided",
-                "This request was approved or denied already.",
-            );
+            return already_decided();
         }
         Err(_) => return unavailable(),
     }
@@ -773,11 +769,7 @@ async fn approve_login(
                 );
                 attempts += 1;
                 if !still_waiting || attempts >= 5 {
-                    return notice(
-                        StatusCode::CONFLICT,
-                        "Already decided",
-                        "This request was approved or denied already.",
-                    );
+                    return already_decided();
                 }
                 code = new_login_code();
             }

@@ -187,23 +187,18 @@ async fn start_signup(
     }))
 }
 
-/// The session the path names, if `token` is its token of `kind`.
-async fn session_for(
+/// The session the path names, if `token` is its `ack_` token.
+async fn acknowledged_by(
     state: &AdminState,
     params: &PathParams,
-    kind: TokenKind,
     token: &str,
 ) -> Result<GateSessionRecord, ApiError> {
     let id: GateSessionId = path_param(params, "gateSessionId")?;
     let hash = state.auth.secret.hash_token(token);
     let session = state.auth.store.get_gate_session(id).await?;
-    let held = |s: &GateSessionRecord| match kind {
-        TokenKind::Poll => s.poll_token == Some(hash),
-        TokenKind::Ack => s.ack_token == Some(hash),
-        TokenKind::Consent => s.consent_token == hash,
-        TokenKind::Agent => false,
-    };
-    session.filter(held).ok_or_else(|| invalid_token(kind))
+    session
+        .filter(|s| s.ack_token == Some(hash))
+        .ok_or_else(|| invalid_token(TokenKind::Ack))
 }
 
 /// What a signup delivers once approved: the variables (the agent token among them) and the
@@ -324,7 +319,7 @@ async fn acknowledge(
     });
     f.finish()?;
     let token = token.ok_or_else(|| ApiError::internal("ack", "validated token missing"))?;
-    let mut session = session_for(&state, &params, TokenKind::Ack, &token).await?;
+    let mut session = acknowledged_by(&state, &params, &token).await?;
     if session.status == GateSessionStatus::Approved {
         session.status = GateSessionStatus::Completed;
         session.sealed_delivery = Vec::new();

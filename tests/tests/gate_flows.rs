@@ -270,10 +270,7 @@ async fn a_signup_then_a_login_end_to_end() {
         .send()
         .await;
     assert_eq!(revoked.ok(200)["revoked"], true);
-    s.post("/v1/gate/login-sessions")
-        .header("authorization", &format!("Bearer {agent}"))
-        .json(json!({"service_id": "acme-cli"}))
-        .send()
+    start_login(&s, &agent)
         .await
         .err(401, "auth.invalid_credentials");
     let verified = s
@@ -468,10 +465,7 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
         (verified["valid"].clone(), verified["status"].clone()),
         (json!(false), json!("expired"))
     );
-    s.post("/v1/gate/login-sessions")
-        .header("authorization", &format!("Bearer {agent}"))
-        .json(json!({"service_id": "acme-cli"}))
-        .send()
+    start_login(&s, &agent)
         .await
         .err(401, "auth.invalid_credentials");
 
@@ -515,6 +509,7 @@ async fn signed_up(s: &TestServer) -> String {
         .to_owned()
 }
 
+/// Starts a login to `acme-cli` with the agent token `agent`.
 async fn start_login(s: &TestServer, agent: &str) -> vigil_tests::Resp {
     s.post("/v1/gate/login-sessions")
         .header("authorization", &format!("Bearer {agent}"))
