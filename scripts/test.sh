@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
-# (redis-server, nodejs, curl, chromium and chromium-driver from Debian's packages, Python's
-# requests from PyPI, cargo-nextest from crates.io), starts Redis on a free port, checks the
-# lints (clippy, warnings denied), runs every test of the workspace, and stops Redis whatever
+# (redis-server, postgresql, nodejs, curl, chromium and chromium-driver from Debian's packages, Python's
+# requests from PyPI, cargo-nextest from crates.io), starts Redis and PostgreSQL on free ports, checks the
+# lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
 # happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,9 @@ command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 
 start_redis
 export VIGIL_TEST_REDIS_URL="$REDIS_URL"
+# The PostgreSQL store's conformance suite and the fleet test run against a throwaway cluster.
+start_postgres
+export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 
 # The browser SDK's own tests (crypto vectors, the protocol against a mock server) run in Node.
 need_deb node nodejs

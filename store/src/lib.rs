@@ -5,6 +5,7 @@
 pub mod conformance;
 pub mod embedded;
 pub mod model;
+pub mod postgres;
 
 use std::sync::Arc;
 
@@ -605,7 +606,8 @@ fn check_organization_keys(org: &OrganizationRecord, keys: &[ApiKeyRecord]) -> R
 /// The store every role shares.
 pub type Store = Arc<dyn StoreBackend>;
 
-/// Opens the backend a store URL names: `embedded:<dir>` (default) or `scylla://...`.
+/// Opens the backend a store URL names: `embedded:<dir>` (default), `postgres://...` (or
+/// `postgresql://...`), or `scylla://...`.
 pub async fn open(url: &str) -> Result<Store> {
     if let Some(dir) = url.strip_prefix("embedded:") {
         let dir = std::path::PathBuf::from(dir);
@@ -613,14 +615,22 @@ pub async fn open(url: &str) -> Result<Store> {
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))??;
         Ok(Arc::new(store))
+    } else if is_postgres(url) {
+        Ok(Arc::new(postgres::PostgresStore::open(url).await?))
     } else if url.starts_with("scylla://") {
         Err(StoreError::NotEnabled(
             "the ScyllaDB backend is not in this build yet; use embedded:<dir>".into(),
         ))
     } else {
         Err(StoreError::NotEnabled(format!(
-            "unknown store URL `{}`: expected embedded:<dir> or scylla://host:9042/keyspace",
+            "unknown store URL `{}`: expected embedded:<dir>, postgres://user@host:5432/db or \
+             scylla://host:9042/keyspace",
             schemas::redact::redact_url(url)
         )))
     }
+}
+
+/// Whether a store URL names the PostgreSQL backend.
+pub fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }

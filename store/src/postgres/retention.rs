@@ -1,0 +1,100 @@
+//! Expiry in PostgreSQL (D23): each kind of row past its retention is deleted by its indexed
+//! time, at most `budget` rows a statement, each statement its own short transaction, so a
+//! step never holds locks for long and a fleet's replicas may purge side by side (a row two of
+//! them pick is deleted once; the other's delete finds nothing).
+
+use std::time::Duration;
+
+use schemas::time::Timestamp;
+
+use super::{PostgresStore, limit, row};
+use crate::Result;
+
+/// How long a collect session (and its pings' rows) is kept after its id was minted, as the
+/// embedded store and ScyllaDB's TTL keep it.
+const COLLECT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// Each statement deletes up to `$2` rows and answers how many.
+const SESSIONS: &str = "WITH gone AS (
+        DELETE FROM sessions WHERE id IN (
+            SELECT id FROM sessions WHERE updated_at < $1 LIMIT $2)
+        RETURNING id),
+    decisions AS (
+        DELETE FROM session_decisions WHERE session_id IN (SELECT id FROM gone))
+    SELECT count(*) FROM gone";
+
+const EVENTS: &str = "WITH gone AS (
+        DELETE FROM events WHERE (organization_id, environment, id) IN (
+            SELECT organization_id, environment, id FROM events WHERE created_at < $1 LIMIT $2)
+        RETURNING organization_id, environment, id),
+    deliveries AS (
+        DELETE FROM webhook_deliveries d USING gone g
+        WHERE d.organization_id = g.organization_id AND d.environment = g.environment
+          AND d.event_id = g.id)
+    SELECT count(*) FROM gone";
+
+/// Their anchor index rows go by cascade.
+const VISITORS: &str = "WITH gone AS (
+        DELETE FROM visitors WHERE (organization_id, environment, id) IN (
+            SELECT organization_id, environment, id FROM visitors WHERE last_seen_at < $1 LIMIT $2)
+        RETURNING 1)
+    SELECT count(*) FROM gone";
+
+const GATE_SESSIONS: &str = "WITH gone AS (
+        DELETE FROM gate_sessions WHERE id IN (
+            SELECT id FROM gate_sessions WHERE created_at < $1 LIMIT $2)
+        RETURNING 1)
+    SELECT count(*) FROM gone";
+
+const IDEMPOTENCY: &str = "WITH gone AS (
+        DELETE FROM idempotency_records WHERE scope IN (
+            SELECT scope FROM idempotency_records WHERE expires_at <= $1 LIMIT $2)
+        RETURNING 1)
+    SELECT count(*) FROM gone";
+
+const HANDOFFS: &str = "WITH gone AS (
+        DELETE FROM handoff_openings WHERE handoff IN (
+            SELECT handoff FROM handoff_openings WHERE expires_at <= $1 LIMIT $2)
+        RETURNING 1)
+    SELECT count(*) FROM gone";
+
+/// Collect session ids are ULIDs, minted in time order: those below the id of the cutoff's
+/// millisecond are older. Their pings' rows go by cascade.
+const COLLECT: &str = "WITH gone AS (
+        DELETE FROM collect_sessions WHERE id IN (
+            SELECT id FROM collect_sessions WHERE id < $1 LIMIT $2)
+        RETURNING 1)
+    SELECT count(*) FROM gone";
+
+pub async fn purge_expired(
+    store: &PostgresStore,
+    now: Timestamp,
+    keep_since: Timestamp,
+    budget: usize,
+) -> Result<bool> {
+    let client = store.client().await?;
+    let budget = limit(budget.max(1));
+    let mut more = false;
+    for (sql, before) in [
+        (SESSIONS, keep_since),
+        (EVENTS, keep_since),
+        (VISITORS, keep_since),
+        (GATE_SESSIONS, keep_since),
+        (IDEMPOTENCY, now),
+        (HANDOFFS, now),
+    ] {
+        let deleted: i64 = row(&client, sql, &[&before, &budget])
+            .await?
+            .map_or(0, |r| r.get(0));
+        more |= deleted >= budget;
+    }
+    let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap_or_default();
+    if let Ok(cutoff) = u64::try_from((now - retention).timestamp_millis()) {
+        let below = ulid::Ulid::from_parts(cutoff, 0).to_bytes().to_vec();
+        let deleted: i64 = row(&client, COLLECT, &[&below, &budget])
+            .await?
+            .map_or(0, |r| r.get(0));
+        more |= deleted >= budget;
+    }
+    Ok(more)
+}

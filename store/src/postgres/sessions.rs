@@ -1,0 +1,304 @@
+//! Scored sessions, their decision history and events in PostgreSQL. The verdict and idle
+//! indexes are indexes on `sessions` itself (its `verdict`, `updated_at` and `finalized`
+//! columns), so they move with the row in the same statement; the decision history's pruning
+//! reads the session's newest decisions under the session row's lock.
+
+use deadpool_postgres::GenericClient;
+use schemas::credential::Environment;
+use schemas::ids::{EventId, OrgId, SessionId};
+use schemas::time::Timestamp;
+use serde::Deserialize;
+
+use super::{
+    PostgresStore, db_error, decode, decode_all, decode_opt, env_code, env_of, execute, json,
+    limit, row, rows, ulid_bytes, ulid_of,
+};
+use crate::{
+    DecisionRecord, DecisionTurn, EventRecord, IdleSession, Result, SessionRecord, SessionSave,
+};
+
+const SESSIONS: &str = "sessions";
+const SESSION_DECISIONS: &str = "session_decisions";
+const EVENTS: &str = "events";
+
+/// The member of a stored decision that says whether it is a turning point.
+#[derive(Deserialize)]
+struct DecisionPlace {
+    decision: Option<DecisionTurn>,
+}
+
+/// The member of a stored session that the idle sweep needs, exactly as the record has it
+/// (the `updated_at` column is rounded to microseconds).
+#[derive(Deserialize)]
+struct SessionClock {
+    updated_at: Timestamp,
+}
+
+/// One transaction for the whole list, sessions in id order (so two savers of overlapping
+/// lists lock rows in the same order and cannot deadlock).
+pub async fn save_sessions(store: &PostgresStore, saves: &[SessionSave]) -> Result<()> {
+    crate::check_session_saves(saves)?;
+    if saves.is_empty() {
+        return Ok(());
+    }
+    let mut ordered: Vec<&SessionSave> = saves.iter().collect();
+    ordered.sort_by_key(|s| s.session.id);
+    let mut client = store.client().await?;
+    let tx = client.transaction().await.map_err(db_error)?;
+    for save in ordered {
+        save_one(&tx, save).await?;
+    }
+    tx.commit().await.map_err(db_error)
+}
+
+async fn save_one(tx: &impl GenericClient, save: &SessionSave) -> Result<()> {
+    let session = &save.session;
+    let id = ulid_bytes(session.id.ulid());
+    // The upsert locks the session's row, so the decisions read below cannot change under it.
+    execute(
+        tx,
+        "INSERT INTO sessions (organization_id, environment, id, updated_at, finalized, verdict, body)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (organization_id, environment, id) DO UPDATE SET
+             updated_at = excluded.updated_at, finalized = excluded.finalized,
+             verdict = excluded.verdict, body = excluded.body",
+        &[
+            &ulid_bytes(session.organization_id.ulid()),
+            &env_code(session.environment),
+            &id,
+            &session.updated_at,
+            &session.finalized,
+            &session.verdict(),
+            &json(session),
+        ],
+    )
+    .await?;
+    if let Some(decision) = &save.decision {
+        append_decision(tx, &id, decision).await?;
+    }
+    insert_events(tx, &save.events).await
+}
+
+/// Appends a decision and prunes the history (D23): the stored latest is dropped when the new
+/// decision is newer and the latest was no turning point (its phase and verdict are those of
+/// the decision kept before it). A redelivered or late decision prunes nothing.
+async fn append_decision(
+    tx: &impl GenericClient,
+    session: &Vec<u8>,
+    decision: &DecisionRecord,
+) -> Result<()> {
+    let newest = rows(
+        tx,
+        "SELECT id, body FROM session_decisions WHERE session_id = $1 ORDER BY id DESC LIMIT 2",
+        &[session],
+    )
+    .await?;
+    let id = ulid_bytes(decision.id.ulid());
+    execute(
+        tx,
+        "INSERT INTO session_decisions (session_id, id, body) VALUES ($1, $2, $3)
+         ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body",
+        &[session, &id, &json(decision)],
+    )
+    .await?;
+    let turn = |r: &tokio_postgres::Row| -> Result<DecisionTurn> {
+        Ok(decode::<DecisionPlace>(SESSION_DECISIONS, r, 1)?
+            .decision
+            .unwrap_or_default())
+    };
+    if let [latest, before] = newest.as_slice() {
+        let latest_id: Vec<u8> = latest.get(0);
+        if id > latest_id && turn(latest)? == turn(before)? {
+            execute(
+                tx,
+                "DELETE FROM session_decisions WHERE session_id = $1 AND id = $2",
+                &[session, &latest_id],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Inserts or replaces events by id.
+async fn insert_events(tx: &impl GenericClient, events: &[EventRecord]) -> Result<()> {
+    for e in events {
+        execute(
+            tx,
+            "INSERT INTO events (organization_id, environment, id, created_at, body)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (organization_id, environment, id) DO UPDATE SET
+                 created_at = excluded.created_at, body = excluded.body",
+            &[
+                &ulid_bytes(e.organization_id.ulid()),
+                &env_code(e.environment),
+                &ulid_bytes(e.id.ulid()),
+                &e.created_at,
+                &json(e),
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+pub async fn get_session(
+    store: &PostgresStore,
+    org: OrgId,
+    env: Environment,
+    id: SessionId,
+) -> Result<Option<SessionRecord>> {
+    let found = row(
+        &store.client().await?,
+        "SELECT body FROM sessions WHERE organization_id = $1 AND environment = $2 AND id = $3",
+        &[
+            &ulid_bytes(org.ulid()),
+            &env_code(env),
+            &ulid_bytes(id.ulid()),
+        ],
+    )
+    .await?;
+    decode_opt(SESSIONS, found)
+}
+
+pub async fn list_sessions(
+    store: &PostgresStore,
+    org: OrgId,
+    env: Environment,
+    after: Option<SessionId>,
+    count: usize,
+) -> Result<Vec<SessionRecord>> {
+    let found = rows(
+        &store.client().await?,
+        "SELECT body FROM sessions
+         WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
+         ORDER BY id DESC LIMIT $4",
+        &[
+            &ulid_bytes(org.ulid()),
+            &env_code(env),
+            &after.map(|a| ulid_bytes(a.ulid())),
+            &limit(count),
+        ],
+    )
+    .await?;
+    decode_all(SESSIONS, &found)
+}
+
+pub async fn list_sessions_by_verdict(
+    store: &PostgresStore,
+    org: OrgId,
+    env: Environment,
+    verdict: &str,
+    after: Option<SessionId>,
+    count: usize,
+) -> Result<Vec<SessionRecord>> {
+    let found = rows(
+        &store.client().await?,
+        "SELECT body FROM sessions
+         WHERE organization_id = $1 AND environment = $2 AND verdict = $3
+           AND ($4::bytea IS NULL OR id < $4)
+         ORDER BY id DESC LIMIT $5",
+        &[
+            &ulid_bytes(org.ulid()),
+            &env_code(env),
+            &verdict,
+            &after.map(|a| ulid_bytes(a.ulid())),
+            &limit(count),
+        ],
+    )
+    .await?;
+    decode_all(SESSIONS, &found)
+}
+
+pub async fn list_decisions(
+    store: &PostgresStore,
+    session: SessionId,
+    count: usize,
+) -> Result<Vec<DecisionRecord>> {
+    let found = rows(
+        &store.client().await?,
+        "SELECT body FROM session_decisions WHERE session_id = $1 ORDER BY id DESC LIMIT $2",
+        &[&ulid_bytes(session.ulid()), &limit(count)],
+    )
+    .await?;
+    decode_all(SESSION_DECISIONS, &found)
+}
+
+pub async fn list_idle_sessions(
+    store: &PostgresStore,
+    before: Timestamp,
+    count: usize,
+) -> Result<Vec<IdleSession>> {
+    let found = rows(
+        &store.client().await?,
+        "SELECT body, organization_id, environment, id FROM sessions
+         WHERE NOT finalized AND updated_at < $1
+         ORDER BY updated_at, id LIMIT $2",
+        &[&before, &limit(count)],
+    )
+    .await?;
+    found
+        .iter()
+        .map(|r| {
+            let clock: SessionClock = decode(SESSIONS, r, 0)?;
+            Ok(IdleSession {
+                organization_id: schemas::ids::OrgId::from_ulid(ulid_of(SESSIONS, r.get(1))?),
+                environment: env_of(SESSIONS, r.get(2))?,
+                session_id: SessionId::from_ulid(ulid_of(SESSIONS, r.get(3))?),
+                idle_since: clock.updated_at,
+            })
+        })
+        .collect()
+}
+
+pub async fn get_event(
+    store: &PostgresStore,
+    org: OrgId,
+    env: Environment,
+    id: EventId,
+) -> Result<Option<EventRecord>> {
+    let found = row(
+        &store.client().await?,
+        "SELECT body FROM events WHERE organization_id = $1 AND environment = $2 AND id = $3",
+        &[
+            &ulid_bytes(org.ulid()),
+            &env_code(env),
+            &ulid_bytes(id.ulid()),
+        ],
+    )
+    .await?;
+    decode_opt(EVENTS, found)
+}
+
+pub async fn record_events(store: &PostgresStore, events: &[EventRecord]) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let mut client = store.client().await?;
+    let tx = client.transaction().await.map_err(db_error)?;
+    insert_events(&tx, events).await?;
+    tx.commit().await.map_err(db_error)
+}
+
+pub async fn list_events(
+    store: &PostgresStore,
+    org: OrgId,
+    env: Environment,
+    after: Option<EventId>,
+    count: usize,
+) -> Result<Vec<EventRecord>> {
+    let found = rows(
+        &store.client().await?,
+        "SELECT body FROM events
+         WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
+         ORDER BY id DESC LIMIT $4",
+        &[
+            &ulid_bytes(org.ulid()),
+            &env_code(env),
+            &after.map(|a| ulid_bytes(a.ulid())),
+            &limit(count),
+        ],
+    )
+    .await?;
+    decode_all(EVENTS, &found)
+}

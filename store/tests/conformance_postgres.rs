@@ -1,0 +1,98 @@
+//! The conformance suite against the PostgreSQL backend, on the throwaway cluster the test
+//! command starts (`VIGIL_TEST_POSTGRES_URL`). Each case gets a schema of its own, migrated by
+//! `vigil migrate`'s code, so cases that list whole tables (idle sessions, due deliveries,
+//! purges) see only their own rows.
+
+use store::Store;
+
+/// The database the test command started. Without it the suite fails: a skipped suite would
+/// pass for the wrong reason.
+fn postgres_url() -> String {
+    std::env::var("VIGIL_TEST_POSTGRES_URL").expect(
+        "VIGIL_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which starts PostgreSQL",
+    )
+}
+
+/// The URL of a fresh schema in the test database (its `search_path`).
+async fn fresh_schema() -> String {
+    let url = postgres_url();
+    let schema = format!(
+        "conformance_{}",
+        schemas::ids::OrgId::generate()
+            .ulid()
+            .to_string()
+            .to_ascii_lowercase()
+    );
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .expect("create the case's schema");
+    drop(client);
+    let _ = driver.await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+async fn postgres_store() -> (Store, ()) {
+    let url = fresh_schema().await;
+    let applied = store::postgres::migrations::migrate(&url)
+        .await
+        .expect("migrate the case's schema");
+    assert_eq!(applied, vec![store::postgres::migrations::latest()]);
+    // Through the URL, as the binary opens it.
+    let store = store::open(&url).await.expect("open the PostgreSQL store");
+    (store, ())
+}
+
+store::store_conformance_suite!(postgres_store());
+
+/// `vigil migrate` run again changes nothing, and run by several processes at once applies
+/// each version once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_are_idempotent_and_race_safely() {
+    let url = fresh_schema().await;
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { store::postgres::migrations::migrate(&url).await })
+        })
+        .collect();
+    let mut applied = Vec::new();
+    for run in runs {
+        applied.extend(run.await.unwrap().expect("migrate"));
+    }
+    assert_eq!(applied, vec![store::postgres::migrations::latest()]);
+    assert!(
+        store::postgres::migrations::migrate(&url)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A database without the schema is refused at open with what to run; one that cannot be
+/// reached is not (the server serves and `/readyz` says why), and its `ping` fails.
+#[tokio::test]
+async fn an_unmigrated_database_is_refused_and_an_absent_one_is_reported() {
+    let url = fresh_schema().await;
+    let refused = store::open(&url)
+        .await
+        .err()
+        .expect("an unmigrated schema is refused");
+    assert!(
+        refused.to_string().contains("vigil migrate"),
+        "the error says what to run: {refused}"
+    );
+    let absent = store::open("postgres://vigil@127.0.0.1:9/vigil")
+        .await
+        .expect("an unreachable database does not stop the process");
+    let down = absent
+        .ping()
+        .await
+        .expect_err("ping fails while it is unreachable");
+    assert!(matches!(down, store::StoreError::Unavailable(_)), "{down}");
+}
