@@ -1,5 +1,5 @@
-//! The operator commands: `vigil bootstrap`, `vigil keys set-rate-limit`, and the development
-//! organization that `vigil serve` writes on first start.
+//! The operator commands: `vigil bootstrap`, `vigil migrate`, `vigil keys set-rate-limit`, and
+//! the development organization that `vigil serve` writes on first start.
 
 use std::path::Path;
 
@@ -9,7 +9,7 @@ use schemas::credential::Credential;
 use schemas::{ErrorCode, KeyId};
 use store::Store;
 
-use crate::config::{BootstrapArgs, CreateKeyArgs, SetRateLimitArgs};
+use crate::config::{BootstrapArgs, CreateKeyArgs, MigrateArgs, SetRateLimitArgs};
 use crate::server::open_store;
 
 /// The settings row that records the development organization, once it is fully written.
@@ -30,6 +30,26 @@ pub async fn bootstrap(args: BootstrapArgs) -> anyhow::Result<()> {
         ),
         Err(e) => bail!("bootstrap failed: {}", e.message),
     }
+}
+
+/// Brings a PostgreSQL store's schema to this build's version (`schemas/sql/`).
+pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    if !store::is_postgres(&args.store) {
+        bail!(
+            "`vigil migrate` is for the PostgreSQL store (postgres://...); the embedded store \
+             creates its tables itself"
+        );
+    }
+    let applied = store::postgres::migrations::migrate(&args.store)
+        .await
+        .context("migrating the PostgreSQL store")?;
+    let latest = store::postgres::migrations::latest();
+    if applied.is_empty() {
+        println!("the schema is current (version {latest})");
+    } else {
+        println!("applied {applied:?}; the schema is at version {latest}");
+    }
+    Ok(())
 }
 
 /// On first start with an empty embedded store: an organization with four keys, written to

@@ -27,6 +27,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Create an organization with a live and a test key of each type, and print them as JSON.
     Bootstrap(BootstrapArgs),
+    /// Create or upgrade the PostgreSQL store's schema (idempotent; safe to run from several
+    /// machines at once). The embedded store needs none.
+    Migrate(MigrateArgs),
     /// Operator commands for API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -70,13 +73,21 @@ pub struct GateLoginArgs {
     pub agent_token: Option<String>,
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// The store to migrate: `postgres://user@host:5432/db`.
+    #[arg(long, env = "VIGIL_STORE", hide_env_values = true)]
+    pub store: String,
+}
+
 /// Where the data lives; shared by every command.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
     /// Directory for the embedded store, the server secret and credentials.json.
     #[arg(long, env = "VIGIL_DATA_DIR", default_value = "./vigil-data")]
     pub data_dir: PathBuf,
-    /// Store URL: `embedded:<dir>` (default: embedded in --data-dir) or `scylla://host:9042/keyspace`.
+    /// Store URL: `embedded:<dir>` (default: embedded in --data-dir) or
+    /// `postgres://user@host:5432/db` (a fleet's shared store; run `vigil migrate` first).
     #[arg(long, env = "VIGIL_STORE", hide_env_values = true)]
     pub store: Option<String>,
     /// The 32-byte server secret as 64 hex characters; default: `<data-dir>/server-secret`,

@@ -30,6 +30,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             running.wait().await
         }
         Command::Bootstrap(args) => commands::bootstrap(args).await,
+        Command::Migrate(args) => commands::migrate(args).await,
         Command::Keys(config::KeysCommand::SetRateLimit(args)) => {
             commands::set_rate_limit(args).await
         }

@@ -471,6 +471,45 @@ pub fn redis_url() -> String {
         .expect("VIGIL_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts redis-server")
 }
 
+/// The PostgreSQL the test command started (`VIGIL_TEST_POSTGRES_URL`). A suite that needs it
+/// fails without it; it never passes by skipping.
+pub fn postgres_url() -> String {
+    std::env::var("VIGIL_TEST_POSTGRES_URL").expect(
+        "VIGIL_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which starts PostgreSQL",
+    )
+}
+
+/// A new, empty database in the test PostgreSQL, migrated to this build's schema; its URL.
+pub async fn postgres_database(prefix: &str) -> String {
+    let server = postgres_url();
+    let name = format!(
+        "{prefix}_{}",
+        ulid::Ulid::generate().to_string().to_ascii_lowercase()
+    );
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create a database");
+    drop(client);
+    let _ = driver.await;
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server.as_str(), String::new()),
+    };
+    let url = format!(
+        "{}/{name}{query}",
+        &base[..base.rfind('/').expect("a database path")]
+    );
+    store::postgres::migrations::migrate(&url)
+        .await
+        .expect("migrate the new database");
+    url
+}
+
 /// The `vigil` executable, built by the test command before the tests run; `VIGIL_TEST_BINARY`
 /// names another (a target directory shared by several checkouts holds whichever `vigil` was
 /// built last).
