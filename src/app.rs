@@ -182,7 +182,12 @@ async fn readyz(State(probes): State<Probes>) -> Response {
             Err(_) => Err("store unavailable: no answer in time".to_owned()),
         }
     };
+    let uses_log = probes.roles.use_log();
     let log = async {
+        // A query-only process reads the store alone: a broker outage is not its to report.
+        if !uses_log {
+            return Ok(());
+        }
         probes.log_preparation.status()?;
         match tokio::time::timeout(PROBE_TIMEOUT, probes.log.ping()).await {
             Ok(answer) => answer.map_err(|e| e.to_string()),
@@ -192,6 +197,7 @@ async fn readyz(State(probes): State<Probes>) -> Response {
     let (store, log) = tokio::join!(store, log);
     let ready = store.is_ok() && log.is_ok();
     let state = |checked: Result<(), String>, name: &str| match checked {
+        Ok(()) if name == "bus" && !uses_log => "not used".to_owned(),
         Ok(()) => "ok".to_owned(),
         Err(why) => {
             tracing::warn!(dependency = name, reason = %why, "readiness: a dependency is unavailable");

@@ -235,6 +235,12 @@ pub struct Roles {
 impl Roles {
     pub const NAMES: [&'static str; 5] = ["ingest", "processor", "query", "admin", "dispatcher"];
 
+    /// Whether a role that runs reads or writes the log: every one but the query API (the
+    /// admin API appends endpoints' test events).
+    pub fn use_log(&self) -> bool {
+        self.ingest || self.processor || self.admin || self.dispatcher
+    }
+
     /// `all`, or any of [`Roles::NAMES`] (`admin-api`, the earlier name, is `admin`).
     pub fn parse(names: &[String]) -> Result<Roles, String> {
         let mut roles = Roles::default();

@@ -140,3 +140,32 @@ fn a_second_process_cannot_join_the_embedded_log() {
     assert!(said.contains("is open in another process"), "{said}");
     assert!(said.contains("kafka://"), "{said}");
 }
+
+/// `/readyz` checks what a process's roles use: a query process reads only the store, so a
+/// broker that is down does not take it out of its load balancer, while an ingest process on
+/// the same broker is not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_checks_only_what_the_roles_use() {
+    // Nothing listens on the discard port: the broker is down.
+    let bus = "kafka://127.0.0.1:9";
+    let client = vigil_tests::http_client();
+    let query = Served::start(&["--roles", "query", "--bus", bus]);
+    let r = client
+        .get(format!("{}/readyz", query.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["bus"], "not used", "{body}");
+    assert_eq!(body["store"], "ok", "{body}");
+    let ingest = Served::start(&["--roles", "ingest", "--bus", bus]);
+    let r = client
+        .get(format!("{}/readyz", ingest.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_ne!(body["bus"], "ok", "{body}");
+}
