@@ -284,10 +284,19 @@ impl TestServer {
         let running = vigil::server::start_wrapped(args, wrap)
             .await
             .expect("server starts");
-        let creds: DevCredentials = serde_json::from_slice(
-            &std::fs::read(dir.join("credentials.json")).expect("credentials.json"),
-        )
-        .expect("credentials parse");
+        let creds: DevCredentials = match std::fs::read(dir.join("credentials.json")) {
+            Ok(bytes) => serde_json::from_slice(&bytes).expect("credentials parse"),
+            // A shared store (PostgreSQL) gets no development organization: make one as
+            // `vigil bootstrap` would.
+            Err(_) => {
+                let slug = format!(
+                    "development-{}",
+                    ulid::Ulid::generate().to_string().to_ascii_lowercase()
+                );
+                let out = admin_bootstrap(&running.store, &running.secret, &slug).await;
+                serde_json::from_value(out).expect("bootstrap output")
+            }
+        };
         TestServer {
             base: format!("http://{}", running.addr),
             running: Some(running),
