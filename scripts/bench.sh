@@ -4,8 +4,9 @@
 # ingest benchmark (batches/s and batch-to-decision latency on the embedded log and on Kafka),
 # the SDK's cost in headless Chromium, and the many-sessions benchmark (4,096 sessions at once,
 # then a 10-minute soak of 100,000 sessions against a `vigil serve` process), and the webhook
-# delivery benchmark (deliveries/s to a local receiver, event to first attempt); stops Redis
-# whatever happens.
+# delivery benchmark (deliveries/s to a local receiver, event to first attempt), and the fleet
+# benchmark (one processor process versus two on Kafka and PostgreSQL; the API benchmark also
+# reads through the PostgreSQL store); starts PostgreSQL too, and stops both whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
@@ -16,7 +17,9 @@ need_deb chromedriver chromium chromium-driver
 
 start_redis
 export VIGIL_BENCH_REDIS_URL="$REDIS_URL"
+start_postgres
+export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 
 # The soak runs the release executable as its own process.
 cargo build --release --bin vigil
-cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries "$@"
+cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries --bench fleet "$@"

@@ -2,7 +2,8 @@
 //! metrics, credential lookup, rate limiter, scope check, store read, envelope) over loopback
 //! HTTP, against a bare axum handler answering the same bytes, measured in the same run with
 //! the same load generator (wrk). Prints requests/s and p99 for each and the ratio to the bare
-//! handler, once with the in-process limiter and once with Redis.
+//! handler, once with the in-process limiter, once with Redis, and once on the PostgreSQL store
+//! (no row cache: every request reads the key by its hash index).
 //!
 //! Run with `scripts/bench.sh` (it installs wrk and starts Redis). Settings:
 //! `VIGIL_BENCH_SECONDS` (default 10), `VIGIL_BENCH_CONNECTIONS` (default 64).
@@ -84,9 +85,16 @@ fn parse_duration_ms(s: &str) -> f64 {
 /// A server whose development live key has a limit so high the benchmark never hits it: the
 /// limiter still runs on every request, which is what is measured.
 async fn full_stack(limiter: Option<String>) -> TestServer {
+    full_stack_on(limiter, None).await
+}
+
+async fn full_stack_on(limiter: Option<String>, store: Option<String>) -> TestServer {
     let s = TestServer::start_with(move |a| {
         if let Some(url) = &limiter {
             a.limiter = url.clone();
+        }
+        if let Some(url) = &store {
+            a.store.store = Some(url.clone());
         }
     })
     .await;
@@ -135,6 +143,12 @@ fn main() {
             Some(url) => Some(full_stack(Some(url.clone())).await),
             None => None,
         };
+        let postgres_stack = match std::env::var("VIGIL_TEST_POSTGRES_URL") {
+            Ok(_) => Some(
+                full_stack_on(None, Some(vigil_tests::postgres_database("bench").await)).await,
+            ),
+            Err(_) => None,
+        };
 
         println!("GET /v1/organizations/{{id}}: {} B responses, wrk -t2 -c{connections} -d{seconds}s, loopback, 2 cores shared by server and wrk", body.len());
         let run = |url: String, key: Option<String>| {
@@ -148,6 +162,9 @@ fn main() {
         let mut targets = vec![("vigil, in-process limiter", &local)];
         if let Some(r) = &redis_stack {
             targets.push(("vigil, redis limiter", r));
+        }
+        if let Some(p) = &postgres_stack {
+            targets.push(("vigil, PostgreSQL store", p));
         }
         for (name, server) in targets {
             let url = format!("{}{}", server.base, server.org_path());
@@ -166,6 +183,9 @@ fn main() {
                 f.p99_ms,
                 100.0 * f.requests_per_sec / ceiling.requests_per_sec
             );
+        }
+        if postgres_stack.is_none() {
+            println!("(PostgreSQL store not measured: VIGIL_TEST_POSTGRES_URL is not set; scripts/bench.sh sets it)");
         }
         if redis_stack.is_none() {
             println!("(redis limiter not measured: VIGIL_BENCH_REDIS_URL is not set; scripts/bench.sh sets it)");
