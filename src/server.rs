@@ -68,7 +68,8 @@ pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret
     let store = store::open(&args.store_url())
         .await
         .context("opening the store")?;
-    Ok((store, secret))
+    // Every role's store calls are timed and their failures counted, whatever the backend.
+    Ok((store::instrumented::instrument(store), secret))
 }
 
 /// Wraps the backends once opened: tests inject faults through it (a store that fails some

@@ -4,6 +4,7 @@
 
 pub mod conformance;
 pub mod embedded;
+pub mod instrumented;
 pub mod model;
 pub mod postgres;
 

@@ -59,6 +59,19 @@ async fn a_session_is_scored_read_and_listed_on_postgresql() {
         .collect();
     assert!(types.contains(&"session.result.persisted"), "{types:?}");
 
+    // Every store call is measured, whatever the backend.
+    let metrics = s.get("/metrics").send().await;
+    let metrics = metrics.body.as_str().unwrap_or_default().to_owned();
+    for operation in ["find_api_key_by_hash", "save_sessions", "get_session"] {
+        let sample = format!("vigil_store_operation_seconds_count{{operation=\"{operation}\"}}");
+        let count: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(sample.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {sample} in /metrics"));
+        assert!(count >= 1.0, "{sample} {count}");
+    }
+
     // Revoked through the admin API, refused on the very next request.
     let key = s
         .create_key(
