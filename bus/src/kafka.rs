@@ -38,8 +38,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::types::RDKafkaRespErr;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -608,7 +608,10 @@ impl Drop for KafkaConsumer {
     fn drop(&mut self) {
         // Closing (when the last handle on the client goes) revokes every partition, and
         // nobody polls afterwards to hand them back: they are given up in the callback.
-        self.consumer.context().closing.store(true, Ordering::Release);
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Release);
     }
 }
 

@@ -161,7 +161,11 @@ mod kafka {
             );
         }
         let used: HashSet<u32> = at.iter().map(|p| p.partition).collect();
-        assert_eq!(used.len(), PARTITIONS as usize, "every partition has records");
+        assert_eq!(
+            used.len(),
+            PARTITIONS as usize,
+            "every partition has records"
+        );
         at
     }
 
@@ -213,7 +217,10 @@ mod kafka {
         let mut a = Member::join(&log, &g, &topic).await;
         let mut b = Member::join(&log, &g, &topic).await;
         drive(&mut [&mut a, &mut b], SETTLE, "the split", split).await;
-        assert!(a.read.is_empty() && b.read.is_empty(), "nothing was appended");
+        assert!(
+            a.read.is_empty() && b.read.is_empty(),
+            "nothing was appended"
+        );
 
         let appended: HashSet<Position> = append(&log, &topic, "k", 40).await.into_iter().collect();
         drive(&mut [&mut a, &mut b], ARRIVAL, "reading", |m| {
@@ -232,7 +239,10 @@ mod kafka {
         // `a` commits all it read, `b` the first half of what it read.
         a.consumer.commit(&positions(&a.read)).await.unwrap();
         let half = b.read.len() / 2;
-        b.consumer.commit(&positions(&b.read[..half])).await.unwrap();
+        b.consumer
+            .commit(&positions(&b.read[..half]))
+            .await
+            .unwrap();
         let b_partitions = b.partitions();
         // `a` has no business committing `b`'s partitions: dropped. Had it landed, `a` would
         // find nothing to read there after the takeover.

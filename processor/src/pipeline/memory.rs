@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn the_sessions_of_given_up_partitions_are_forgotten() {
-        let mut memory = Memory::new(1 <<20);
+        let mut memory = Memory::new(1 << 20);
         let (kept, given_up, in_flight) = (session(10), session(10), session(10));
         for (partition, s) in [(0, &kept), (1, &given_up)] {
             memory.hold(partition, s.clone(), SessionState::default());
@@ -258,7 +258,10 @@ mod tests {
         }
         memory.hold(1, in_flight.clone(), SessionState::default());
         memory.forget_partitions(&[1]);
-        assert!(memory.take_stored(kept.id).is_some(), "partition 0 is still ours");
+        assert!(
+            memory.take_stored(kept.id).is_some(),
+            "partition 0 is still ours"
+        );
         assert!(
             memory.take_stored(given_up.id).is_none(),
             "read from the store if partition 1 comes back"
