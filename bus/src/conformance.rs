@@ -48,6 +48,7 @@ macro_rules! log_conformance_suite {
             commit_keeps_the_highest_offset_per_partition,
             uncommitted_records_are_redelivered,
             groups_are_independent,
+            a_lone_member_reads_every_partition_from_the_commit,
             concurrent_appends_are_delivered_once_in_order,
         );
     };
@@ -206,6 +207,10 @@ pub async fn unknown_topics_are_refused_and_never_created(log: Log) {
     assert!(matches!(
         log.consumer_of_all(&group("g"), &missing).await,
         Err(BusError::UnknownTopic(_))
+    ));
+    assert!(matches!(
+        log.member(&group("g"), &missing).await.err(),
+        Some(BusError::UnknownTopic(_))
     ));
     // None of that created it.
     assert!(matches!(
@@ -580,6 +585,53 @@ pub async fn groups_are_independent(log: Log) {
     drop(b);
     let mut a = log.consumer_of_all(&processor, &t).await.unwrap();
     assert_at_end(&log, a.as_mut()).await;
+}
+
+pub async fn a_lone_member_reads_every_partition_from_the_commit(log: Log) {
+    let t = topic(&log, 3).await;
+    let g = group("members");
+    let mut appended = Vec::new();
+    for i in 0..18 {
+        appended.push(
+            log.append(&t, format!("k{i}").as_bytes(), b"v")
+                .await
+                .unwrap(),
+        );
+    }
+    // A member alone in its group gets every partition (on Kafka once it joined, which the
+    // first polls wait for).
+    let mut member = log.member(&g, &t).await.unwrap();
+    assert_eq!(member.group(), &g);
+    assert_eq!(member.topic(), &t);
+    let records = read_exactly(member.as_mut(), appended.len()).await;
+    assert_eq!(member.partitions(), &[0, 1, 2]);
+    let told = member
+        .take_rebalance()
+        .expect("a member is told of its partitions");
+    assert_eq!(told.assigned, [0, 1, 2]);
+    assert!(told.revoked.is_empty(), "{told:?}");
+    assert_eq!(member.take_rebalance(), None, "told once");
+
+    member.commit(&positions(&records[..9])).await.unwrap();
+    drop(member);
+    let committed: HashSet<Position> = records[..9].iter().map(Record::position).collect();
+    let through = |p: u32| {
+        committed
+            .iter()
+            .filter(|c| c.partition == p)
+            .map(|c| c.offset)
+            .max()
+    };
+    let expected: HashSet<Position> = appended
+        .iter()
+        .copied()
+        .filter(|a| through(a.partition).is_none_or(|last| a.offset > last))
+        .collect();
+    // The group's next member resumes after the commit.
+    let mut next = log.member(&g, &t).await.unwrap();
+    let rest = read_exactly(next.as_mut(), expected.len()).await;
+    let rest: HashSet<Position> = rest.iter().map(Record::position).collect();
+    assert_eq!(rest, expected, "the next member resumes after the commit");
 }
 
 pub async fn concurrent_appends_are_delivered_once_in_order(log: Log) {

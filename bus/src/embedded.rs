@@ -15,12 +15,16 @@
 //! only place offsets are assigned, so offsets are dense and a partition's records become
 //! visible in offset order. fjall applies a batch to its memtables only after the fsync
 //! returned, so a reader never sees a record that a crash could still lose.
+//!
+//! The log belongs to one process (fjall locks its directory), so a consumer group has one
+//! member here, which reads every partition; a second member of the same group and topic is
+//! refused while the first lives.
 
 mod writer;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,7 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use self::writer::{Op, Writer};
 use crate::{
-    BusError, Group, LogBackend, LogConsumer, Position, Record, Result, Topic,
+    BusError, Group, LogBackend, LogConsumer, Position, Rebalance, Record, Result, Topic,
     check_partition_count, check_partitions, check_record_size, partition_for, resume_offsets,
 };
 
@@ -60,6 +64,8 @@ struct Shared {
     /// Batches are refused while the disk is nearly full, before fjall sees them (see
     /// `schemas::disk` for why).
     space: DiskReserve,
+    /// The (group, topic) pairs a live member reads: one member each (see [`EmbeddedLog::member`]).
+    members: Mutex<HashSet<(Group, Topic)>>,
 }
 
 struct TopicState {
@@ -200,9 +206,45 @@ impl EmbeddedLog {
             committed,
             catalog: RwLock::new(catalog),
             space: DiskReserve::new(dir),
+            members: Mutex::new(HashSet::new()),
         });
         let writer = Writer::start(Arc::clone(&shared))?;
         Ok(Self { shared, writer })
+    }
+
+    /// A consumer of `partitions`, starting at the group's committed positions.
+    async fn reader(
+        &self,
+        group: &Group,
+        topic: &Topic,
+        partitions: &[u32],
+    ) -> Result<EmbeddedConsumer> {
+        let state = self.shared.topic(topic)?;
+        let partitions = check_partitions(topic, state.partitions, partitions)?;
+        let shared = Arc::clone(&self.shared);
+        let (g, t, ps) = (group.clone(), topic.clone(), partitions.clone());
+        let next = blocking(move || {
+            ps.iter()
+                .map(|&p| match shared.committed.get(key::committed(&g, &t, p)) {
+                    Ok(Some(v)) => key::decode_u64(&v)
+                        .ok_or_else(|| corrupt("a committed offset is not a u64")),
+                    Ok(None) => Ok(0),
+                    Err(e) => Err(unavailable(e)),
+                })
+                .collect::<Result<Vec<u64>>>()
+        })
+        .await?;
+        Ok(EmbeddedConsumer {
+            shared: Arc::clone(&self.shared),
+            writer: self.writer.weak_sender(),
+            group: group.clone(),
+            topic: topic.clone(),
+            appended: state.appended.subscribe(),
+            partitions,
+            next,
+            start: 0,
+            membership: None,
+        })
     }
 
     /// Hands `op` to the writer thread and waits for its answer.
@@ -361,31 +403,39 @@ impl LogBackend for EmbeddedLog {
         topic: &Topic,
         partitions: &[u32],
     ) -> Result<Box<dyn LogConsumer>> {
-        let state = self.shared.topic(topic)?;
-        let partitions = check_partitions(topic, state.partitions, partitions)?;
-        let shared = Arc::clone(&self.shared);
-        let (g, t, ps) = (group.clone(), topic.clone(), partitions.clone());
-        let next = blocking(move || {
-            ps.iter()
-                .map(|&p| match shared.committed.get(key::committed(&g, &t, p)) {
-                    Ok(Some(v)) => key::decode_u64(&v)
-                        .ok_or_else(|| corrupt("a committed offset is not a u64")),
-                    Ok(None) => Ok(0),
-                    Err(e) => Err(unavailable(e)),
-                })
-                .collect::<Result<Vec<u64>>>()
-        })
-        .await?;
-        Ok(Box::new(EmbeddedConsumer {
+        Ok(Box::new(self.reader(group, topic, partitions).await?))
+    }
+
+    /// The embedded log lives in one process, which has nobody to share partitions with: its
+    /// member reads every partition. A second member of the same (group, topic) would read
+    /// every record a second time and race the first on the group's position, so it is
+    /// refused while the first lives (a second process cannot open the log at all).
+    async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
+        let count = self.shared.topic(topic)?.partitions;
+        let key = (group.clone(), topic.clone());
+        if !self
+            .shared
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone())
+        {
+            return Err(BusError::Invalid(format!(
+                "group `{group}` already has a member reading `{topic}`: the embedded log has one \
+                 consumer per group, which reads every partition. Replicas that share a topic's \
+                 partitions use Kafka: --bus kafka://…"
+            )));
+        }
+        // Registered first, so that a failure below releases the place (the guard's drop).
+        let membership = Membership {
             shared: Arc::clone(&self.shared),
-            writer: self.writer.weak_sender(),
-            group: group.clone(),
-            topic: topic.clone(),
-            appended: state.appended.subscribe(),
-            partitions,
-            next,
-            start: 0,
-        }))
+            key,
+            announced: false,
+        };
+        let all: Vec<u32> = (0..count).collect();
+        let mut consumer = self.reader(group, topic, &all).await?;
+        consumer.membership = Some(membership);
+        Ok(Box::new(consumer))
     }
 }
 
@@ -403,6 +453,27 @@ struct EmbeddedConsumer {
     appended: watch::Receiver<u64>,
     /// The entry of `partitions` the next read starts from; rotates every poll.
     start: usize,
+    /// Set when the consumer is its group's member ([`EmbeddedLog::member`]).
+    membership: Option<Membership>,
+}
+
+/// A member's place in `Shared::members`, given up when the member is dropped.
+struct Membership {
+    shared: Arc<Shared>,
+    key: (Group, Topic),
+    /// Whether the member was told of its partitions: once, as a first rebalance, so callers
+    /// learn their partitions alike on both backends.
+    announced: bool,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.shared
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
 }
 
 #[async_trait]
@@ -417,6 +488,17 @@ impl LogConsumer for EmbeddedConsumer {
 
     fn partitions(&self) -> &[u32] {
         &self.partitions
+    }
+
+    fn take_rebalance(&mut self) -> Option<Rebalance> {
+        let membership = self.membership.as_mut()?;
+        if std::mem::replace(&mut membership.announced, true) {
+            return None;
+        }
+        Some(Rebalance {
+            assigned: self.partitions.clone(),
+            revoked: Vec::new(),
+        })
     }
 
     async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>> {

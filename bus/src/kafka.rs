@@ -8,35 +8,43 @@
 //!   record is on every in-sync replica, and librdkafka's retries neither duplicate nor reorder
 //!   records of a partition. The partition is computed here ([`partition_for`]) and passed
 //!   explicitly, so both backends place a key alike.
-//! - Consumers are plain clients `assign()`ed to explicit partitions at the group's committed
-//!   offsets (`Offset::Stored`), with auto-commit off: no group join (which costs seconds and
-//!   rebalances under the processor's feet), and commits are synchronous `OffsetCommit`s that
-//!   Kafka accepts from a group with no active members.
+//! - Members ([`LogBackend::member`]) join their consumer group (`subscribe`) with cooperative
+//!   rebalancing (`cooperative-sticky`): a rebalance moves only the partitions that change
+//!   owner, and the others are read on throughout. A revocation is not handed back to the group
+//!   inside librdkafka's callback but at the member's next `poll`, so the caller first stores
+//!   and commits what it processed of the partitions it loses (see `GroupContext`).
+//! - Explicit consumers ([`LogBackend::consumer`]) are plain clients `assign()`ed to their
+//!   partitions at the group's committed offsets (`Offset::Stored`): no group join, which costs
+//!   seconds; their commits are `OffsetCommit`s that Kafka accepts from a group with no active
+//!   members.
+//! - Auto-commit is off for both, and commits are synchronous.
 //! - Topics are created with the admin API when missing, with the brokers' default replication
 //!   factor. No client may create topics implicitly (`allow.auto.create.topics=false`), so a
 //!   metadata lookup of a missing topic reports it missing instead of creating it.
 
 pub mod mock;
 
-use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::FutureExt;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{
-    BusError, Group, LogBackend, LogConsumer, Position, Record, Result, Topic,
+    BusError, Group, LogBackend, LogConsumer, Position, Rebalance, Record, Result, Topic,
     check_partition_count, check_partitions, check_record_size, partition_for, resume_offsets,
 };
 
@@ -53,6 +61,8 @@ const RESERVED: &[&str] = &[
     "enable.idempotence",
     "allow.auto.create.topics",
     "group.id",
+    "group.protocol",
+    "partition.assignment.strategy",
     "enable.auto.commit",
     "enable.auto.offset.store",
     "partitioner",
@@ -413,18 +423,7 @@ impl LogBackend for KafkaLog {
     ) -> Result<Box<dyn LogConsumer>> {
         let count = self.partitions(topic).await?;
         let partitions = check_partitions(topic, count, partitions)?;
-        let mut config = self.base.clone();
-        config
-            .set("group.id", group.as_str())
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            // A group that never committed starts at the beginning, and so does one whose
-            // committed offset was deleted by retention: at least once, never skipped.
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false");
-        let consumer: StreamConsumer = config
-            .create()
-            .map_err(|e| unavailable("creating a consumer", e))?;
+        let consumer = self.client(group, topic, &self.base)?;
         let mut assignment = TopicPartitionList::new();
         for &p in &partitions {
             assignment
@@ -439,16 +438,224 @@ impl LogBackend for KafkaLog {
             group: group.clone(),
             topic: topic.clone(),
             partitions,
+            member: false,
         }))
+    }
+
+    async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
+        self.partitions(topic).await?;
+        let mut config = self.base.clone();
+        // Cooperative: a rebalance takes away only the partitions that move, so the members
+        // keep reading (and keep their sessions' state for) the others.
+        config.set("partition.assignment.strategy", "cooperative-sticky");
+        let consumer = self.client(group, topic, &config)?;
+        consumer
+            .subscribe(&[topic.as_str()])
+            .map_err(|e| unavailable("joining the group", e))?;
+        Ok(Box::new(KafkaConsumer {
+            consumer: Arc::new(consumer),
+            group: group.clone(),
+            topic: topic.clone(),
+            // None until the group has assigned some.
+            partitions: Vec::new(),
+            member: true,
+        }))
+    }
+}
+
+impl KafkaLog {
+    /// A consumer client of `group`, not yet reading anything.
+    fn client(
+        &self,
+        group: &Group,
+        topic: &Topic,
+        base: &ClientConfig,
+    ) -> Result<StreamConsumer<GroupContext>> {
+        let mut config = base.clone();
+        config
+            .set("group.id", group.as_str())
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            // A group that never committed starts at the beginning, and so does one whose
+            // committed offset was deleted by retention: at least once, never skipped.
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false");
+        config
+            .create_with_context(GroupContext::new(topic))
+            .map_err(|e| unavailable("creating a consumer", e))
+    }
+}
+
+/// What librdkafka's rebalance callback shares with the member it belongs to. The callback runs
+/// on the thread that polls the consumer, inside `recv` (so inside [`LogConsumer::poll`]).
+///
+/// Assignments are taken at once (`incremental_assign`: the partitions start at the group's
+/// committed offsets). A revocation is recorded and handed back to the group
+/// (`incremental_unassign`) only at the start of the member's next poll: until then the member
+/// still owns the partitions, so the caller can land its store writes and commit them, and the
+/// partitions' next owner starts exactly after what was processed. That holds the group's
+/// rebalance for as long as the caller takes between two polls, which is what a caller that
+/// processes a poll before the next one takes anyway. Partitions the group took away (the
+/// member fell silent past `max.poll.interval.ms` or its session) are someone else's already,
+/// and are given up at once, as they are when the member closes.
+struct GroupContext {
+    topic: String,
+    state: Mutex<GroupState>,
+    /// Set when the consumer is dropped: closing revokes every partition, and nobody polls
+    /// after that to hand them back.
+    closing: AtomicBool,
+}
+
+#[derive(Default)]
+struct GroupState {
+    /// Every partition the member holds, including those it is about to give up.
+    owned: BTreeSet<u32>,
+    /// Revoked but not yet handed back to the group.
+    releasing: BTreeSet<u32>,
+    /// Changes the caller did not take yet.
+    assigned: BTreeSet<u32>,
+    revoked: BTreeSet<u32>,
+}
+
+impl GroupContext {
+    fn new(topic: &Topic) -> Self {
+        Self {
+            topic: topic.to_string(),
+            state: Mutex::new(GroupState::default()),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, GroupState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The partitions of our topic in a list from librdkafka.
+    fn ours(&self, tpl: &TopicPartitionList) -> Vec<u32> {
+        tpl.elements_for_topic(&self.topic)
+            .iter()
+            .map(|e| e.partition() as u32)
+            .collect()
+    }
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let partitions = self.ours(tpl);
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Err(e) = consumer.incremental_assign(tpl) {
+                    tracing::error!(topic = %self.topic, error = %e, "kafka: taking assigned partitions");
+                    return;
+                }
+                let mut state = self.state();
+                for p in partitions {
+                    state.owned.insert(p);
+                    state.releasing.remove(&p);
+                    state.assigned.insert(p);
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS
+                if !self.closing.load(Ordering::Acquire) && !consumer.assignment_lost() =>
+            {
+                let mut state = self.state();
+                for p in partitions {
+                    state.releasing.insert(p);
+                    state.revoked.insert(p);
+                }
+                tracing::info!(topic = %self.topic, revoked = ?state.releasing, "kafka: partitions revoked; handed back at the next poll");
+            }
+            // Closing, lost, or a rebalance error (librdkafka then expects the partitions
+            // given up): handed back now.
+            _ => {
+                if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS {
+                    tracing::warn!(topic = %self.topic, error = ?err, "kafka: rebalance error; giving up the partitions");
+                }
+                if let Err(e) = consumer.incremental_unassign(tpl) {
+                    tracing::warn!(topic = %self.topic, error = %e, "kafka: giving up partitions");
+                }
+                let mut state = self.state();
+                for p in partitions {
+                    state.owned.remove(&p);
+                    state.releasing.remove(&p);
+                    state.revoked.insert(p);
+                }
+            }
+        }
     }
 }
 
 struct KafkaConsumer {
     /// Shared with the blocking thread a synchronous commit runs on.
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<StreamConsumer<GroupContext>>,
     group: Group,
     topic: Topic,
+    /// The partitions read: an explicit consumer's, or a member's as of its last poll
+    /// (including those it is giving up, whose records it may still have been given).
     partitions: Vec<u32>,
+    /// A group member (`subscribe`), rather than a consumer of explicit partitions.
+    member: bool,
+}
+
+impl Drop for KafkaConsumer {
+    fn drop(&mut self) {
+        // Closing (when the last handle on the client goes) revokes every partition, and
+        // nobody polls afterwards to hand them back: they are given up in the callback.
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Release);
+    }
+}
+
+impl KafkaConsumer {
+    fn context(&self) -> &GroupContext {
+        self.consumer.context()
+    }
+
+    /// Hands the partitions revoked since the last poll back to the group: the caller has had
+    /// the time between the two polls to store and commit what it processed of them.
+    fn release_revoked(&mut self) {
+        let releasing = std::mem::take(&mut self.context().state().releasing);
+        if releasing.is_empty() {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        for &p in &releasing {
+            list.add_partition(self.topic.as_str(), p as i32);
+        }
+        if let Err(e) = self.consumer.incremental_unassign(&list) {
+            // Lost meanwhile (librdkafka already gave them up), or the client is failing: they
+            // are not read here either way.
+            tracing::warn!(topic = %self.topic, error = %e, "kafka: handing back revoked partitions");
+        }
+        let mut state = self.context().state();
+        for p in &releasing {
+            state.owned.remove(p);
+        }
+        tracing::info!(topic = %self.topic, released = ?releasing, "kafka: revoked partitions handed back");
+    }
+
+    /// Refreshes a member's `partitions` from what the rebalance callback recorded.
+    fn refresh_partitions(&mut self) {
+        if self.member {
+            let held = self.context().state().owned.iter().copied().collect();
+            self.partitions = held;
+        }
+    }
+
+    /// Whether a record is of a partition this consumer reads: a member's queue may still hold
+    /// records fetched before a partition was handed back, which its next owner reads now.
+    fn holds(&self, partition: u32) -> bool {
+        !self.member || self.context().state().owned.contains(&partition)
+    }
 }
 
 fn record(message: &BorrowedMessage<'_>) -> Record {
@@ -459,6 +666,23 @@ fn record(message: &BorrowedMessage<'_>) -> Record {
         key: Bytes::copy_from_slice(message.key().unwrap_or_default()),
         payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
     }
+}
+
+/// Whether a commit failed because the group's membership changed under it (a rebalance in
+/// progress, a newer generation, the member dropped from the group): the partitions' owners
+/// then read on from the group's last commit, so the commit can be given up.
+fn membership_changed(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::RebalanceInProgress
+                | RDKafkaErrorCode::IllegalGeneration
+                | RDKafkaErrorCode::UnknownMemberId
+                | RDKafkaErrorCode::FencedInstanceId
+                | RDKafkaErrorCode::StaleMemberEpoch
+                | RDKafkaErrorCode::AssignmentLost
+        )
+    )
 }
 
 #[async_trait]
@@ -475,34 +699,78 @@ impl LogConsumer for KafkaConsumer {
         &self.partitions
     }
 
+    fn take_rebalance(&mut self) -> Option<Rebalance> {
+        if !self.member {
+            return None;
+        }
+        let rebalance = {
+            let mut state = self.context().state();
+            Rebalance {
+                assigned: std::mem::take(&mut state.assigned).into_iter().collect(),
+                revoked: std::mem::take(&mut state.revoked).into_iter().collect(),
+            }
+        };
+        self.refresh_partitions();
+        (!rebalance.is_empty()).then_some(rebalance)
+    }
+
     async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>> {
         if max == 0 {
             return Err(BusError::Invalid("poll needs max > 0".into()));
         }
-        // `recv` is cancel-safe, and nothing below awaits once a message was taken.
-        let first = match tokio::time::timeout(wait, self.consumer.recv()).await {
-            Err(_) => return Ok(Vec::new()),
-            Ok(Err(e)) => return Err(unavailable("consuming", e)),
-            Ok(Ok(message)) => record(&message),
-        };
-        let mut records = vec![first];
-        while records.len() < max {
-            match self.consumer.recv().now_or_never() {
-                Some(Ok(message)) => records.push(record(&message)),
-                // An error event carries no message, so nothing is lost by reporting it on the
-                // next poll instead (librdkafka retries the fetch itself meanwhile).
-                Some(Err(e)) => {
-                    tracing::warn!(topic = %self.topic, error = %e, "kafka consumer error");
-                    break;
+        self.release_revoked();
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut records = Vec::new();
+        // `recv` is cancel-safe, and nothing below awaits once a message was taken. Records of
+        // partitions no longer held are passed over, so the loop runs until one is held.
+        while records.is_empty() {
+            let first = match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                Err(_) => break,
+                Ok(Err(e)) => return Err(unavailable("consuming", e)),
+                Ok(Ok(message)) => record(&message),
+            };
+            if self.holds(first.partition) {
+                records.push(first);
+            }
+            while records.len() < max {
+                match self.consumer.recv().now_or_never() {
+                    Some(Ok(message)) => {
+                        let next = record(&message);
+                        if self.holds(next.partition) {
+                            records.push(next);
+                        }
+                    }
+                    // An error event carries no message, so nothing is lost by reporting it on
+                    // the next poll instead (librdkafka retries the fetch itself meanwhile).
+                    Some(Err(e)) => {
+                        tracing::warn!(topic = %self.topic, error = %e, "kafka consumer error");
+                        break;
+                    }
+                    None => break,
                 }
-                None => break,
             }
         }
+        self.refresh_partitions();
         Ok(records)
     }
 
     async fn commit(&mut self, processed: &[Position]) -> Result<()> {
-        let resume = resume_offsets(&self.topic, &self.partitions, processed)?;
+        let resume = if self.member {
+            // Partitions revoked and handed back since are someone else's: their positions
+            // are dropped (see the trait). Those being given up are still committed.
+            let owned: Vec<u32> = self.context().state().owned.iter().copied().collect();
+            let held: Vec<Position> = processed
+                .iter()
+                .copied()
+                .filter(|p| owned.binary_search(&p.partition).is_ok())
+                .collect();
+            if held.len() < processed.len() {
+                tracing::info!(topic = %self.topic, dropped = processed.len() - held.len(), "kafka: commit of partitions no longer held dropped");
+            }
+            resume_offsets(&self.topic, &owned, &held)?
+        } else {
+            resume_offsets(&self.topic, &self.partitions, processed)?
+        };
         if resume.is_empty() {
             return Ok(());
         }
@@ -514,9 +782,17 @@ impl LogConsumer for KafkaConsumer {
         }
         let consumer = Arc::clone(&self.consumer);
         // A synchronous commit blocks its thread until the coordinator answers.
-        tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
-            .await
-            .map_err(|e| BusError::Unavailable(format!("kafka: commit: {e}")))?
-            .map_err(|e| unavailable("commit", e))
+        let committed =
+            tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+                .await
+                .map_err(|e| BusError::Unavailable(format!("kafka: commit: {e}")))?;
+        match committed {
+            Ok(()) => Ok(()),
+            Err(e) if self.member && membership_changed(&e) => {
+                tracing::info!(topic = %self.topic, error = %e, "kafka: commit dropped, the group is rebalancing; the records are read again by their partition's owner");
+                Ok(())
+            }
+            Err(e) => Err(unavailable("commit", e)),
+        }
     }
 }

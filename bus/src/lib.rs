@@ -12,9 +12,16 @@
 //!   processed. Delivery is at least once: whatever was read but not committed is read again
 //!   by the group's next consumer, so processing must be idempotent.
 //!
-//! There is no group membership protocol: a consumer is given its partitions explicitly, and the
-//! caller makes sure that one consumer at a time reads a (group, partition). A single process
-//! simply takes every partition ([`LogBackend::consumer_of_all`]).
+//! A consumer gets its partitions in one of two ways:
+//! - as a group member ([`LogBackend::member`]), the way the roles consume: the log shares the
+//!   topic's partitions among the group's live members and moves them as members come and go.
+//!   On Kafka that is the consumer-group protocol with cooperative rebalancing; the embedded log
+//!   belongs to one process and has one member per group, which reads every partition.
+//!   A member learns of moves through [`LogConsumer::take_rebalance`]; a partition it gives up
+//!   stays its own until its next `poll`, so it can store and commit what it processed first.
+//! - explicitly ([`LogBackend::consumer`], [`LogBackend::consumer_of_all`]), for tools and
+//!   tests: no membership at all, and the caller makes sure that one consumer at a time reads a
+//!   (group, partition).
 
 pub mod conformance;
 pub mod embedded;
@@ -138,11 +145,42 @@ pub trait LogBackend: Send + Sync + 'static {
         partitions: &[u32],
     ) -> Result<Box<dyn LogConsumer>>;
 
-    /// A consumer of every partition of `topic`: the single-process case.
+    /// A consumer of every partition of `topic`, outside any membership: for tools and tests
+    /// (the roles use [`LogBackend::member`]).
     async fn consumer_of_all(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
         let count = self.partitions(topic).await?;
         let all: Vec<u32> = (0..count).collect();
         self.consumer(group, topic, &all).await
+    }
+
+    /// A member of `group` reading `topic`: the log decides which partitions it reads, each from
+    /// the group's committed position, and moves them between the group's members as members
+    /// join and leave; [`LogConsumer::take_rebalance`] tells the member what moved.
+    ///
+    /// On Kafka the members of a group share the partitions (a new member has none until the
+    /// group has rebalanced, which takes a few seconds). The embedded log belongs to one
+    /// process, so its one member reads every partition, and a second member of the same
+    /// (group, topic) while the first lives is refused as `Invalid`. `UnknownTopic` if the
+    /// topic does not exist.
+    async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>>;
+}
+
+/// How a member's partitions changed since it last asked ([`LogConsumer::take_rebalance`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebalance {
+    /// Partitions the member now reads, from the group's committed position. Ascending.
+    pub assigned: Vec<u32>,
+    /// Partitions the member gives up, ascending. They stay the member's until its next
+    /// `poll`: what it processed of them may still be committed before then, and their next
+    /// owner starts after that commit. Whatever state the member keeps about them must be
+    /// dropped, since another member changes it from now on. (Partitions the group took away
+    /// because the member fell silent are already someone else's; commits of them are dropped.)
+    pub revoked: Vec<u32>,
+}
+
+impl Rebalance {
+    pub fn is_empty(&self) -> bool {
+        self.assigned.is_empty() && self.revoked.is_empty()
     }
 }
 
@@ -155,8 +193,15 @@ pub trait LogBackend: Send + Sync + 'static {
 pub trait LogConsumer: Send {
     fn group(&self) -> &Group;
     fn topic(&self) -> &Topic;
-    /// The partitions this consumer reads, ascending.
+    /// The partitions this consumer reads, ascending. A member's change as the group
+    /// rebalances (they are updated by `poll`); an explicit consumer's never do.
     fn partitions(&self) -> &[u32];
+
+    /// What changed in a member's partitions since the last call; `None` if nothing did (and
+    /// always for an explicit consumer). Changes are learnt during `poll`, so ask after each.
+    fn take_rebalance(&mut self) -> Option<Rebalance> {
+        None
+    }
 
     /// The next records: waits until at least one is available, then returns up to `max` of
     /// those available at once; answers an empty batch if none arrived within `wait`.
@@ -169,7 +214,13 @@ pub trait LogConsumer: Send {
     /// highest offset given counts) is processed: the group's next consumer starts after them.
     ///
     /// Call it only after the effects of those records are durable. Returns once the commit is
-    /// itself durable. `UnknownPartition` for a partition this consumer does not read.
+    /// itself durable. `UnknownPartition` for a partition an explicit consumer does not read.
+    ///
+    /// A member's commit of a partition it no longer reads (revoked and released by a `poll`
+    /// since, or taken by the group) is dropped, as is a commit the group refuses because its
+    /// membership is changing: that can only make the partition's next owner read some records
+    /// again, never skip one, and failing instead would stall the caller on a partition it
+    /// cannot commit any more.
     async fn commit(&mut self, processed: &[Position]) -> Result<()>;
 }
 

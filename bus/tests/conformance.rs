@@ -119,6 +119,9 @@ mod kafka {
     /// exercised rather than trivially true.
     const BROKERS: i32 = 3;
 
+    /// Group timing for tests on the mock cluster (see `kafka_log`).
+    const GROUP_TIMING: &str = "session.timeout.ms=6000&heartbeat.interval.ms=500";
+
     /// The Kafka log with one difference: the mock cluster has no CreateTopics API, so a topic
     /// is first made on the mock directly, then the backend's own `create_topic` runs and finds
     /// it through its metadata lookup. Everything else goes to the backend untouched.
@@ -166,13 +169,20 @@ mod kafka {
         ) -> Result<Box<dyn LogConsumer>> {
             self.log.consumer(group, topic, partitions).await
         }
+
+        async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
+            self.log.member(group, topic).await
+        }
     }
 
     /// The guard is the cluster, dropped after the log so the clients close before the brokers.
     async fn kafka_log() -> (Log, Arc<MockKafka>) {
         let cluster = Arc::new(MockKafka::start(BROKERS).expect("start the mock cluster"));
-        // Through the URL, as the binary opens it.
-        let log = bus::open(&cluster.url()).await.expect("open the kafka log");
+        // Through the URL, as the binary opens it, with a short group session: the mock
+        // cluster waits up to the session timeout for the members of a group that changed,
+        // and librdkafka's default (45 s) would make every membership case wait that long.
+        let url = format!("{}?{GROUP_TIMING}", cluster.url());
+        let log = bus::open(&url).await.expect("open the kafka log");
         let log: Log = Arc::new(OnMockCluster {
             log,
             cluster: Arc::clone(&cluster),

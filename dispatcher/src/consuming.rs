@@ -4,7 +4,13 @@
 //!
 //! Nothing is lost and nothing doubled by a crash: the deliveries are stored before the
 //! position is committed, so a crash redelivers the events, and a second fan-out of an event
-//! creates nothing (the store keeps one delivery per event and endpoint). Before its deliveries
+//! creates nothing (the store keeps one delivery per event and endpoint).
+//!
+//! Dispatchers are members of one consumer group ([`bus::LogBackend::member`]), so replicas on
+//! Kafka share the partitions of `events.v1`. A poll's events are stored and committed before
+//! the next poll, and a partition taken from this replica is handed over only at that next
+//! poll: its next owner starts after everything this one handled. Nothing is kept in memory
+//! per partition, so a rebalance needs nothing more here. Before its deliveries
 //! are stored, the event itself is made sure of in the store (the processor publishes an event
 //! before it stores it), so a retry after a restart can read what to send.
 
@@ -47,12 +53,17 @@ pub async fn consume(
         shutdown,
         &mut (log, &group, events),
         |(log, group, events)| {
-            Box::pin(async move { Ok::<_, Failure>(log.consumer_of_all(group, events).await?) })
+            Box::pin(async move { Ok::<_, Failure>(log.member(group, events).await?) })
         },
     )
     .await;
-    let Retried::Done(mut consumer) = opened else {
-        return;
+    let mut consumer = match opened {
+        Retried::Done(consumer) => consumer,
+        Retried::Failed(e) => {
+            tracing::error!(error = %e, "dispatcher: cannot consume the events; no webhook is fanned out");
+            return;
+        }
+        Retried::ShuttingDown => return,
     };
     loop {
         let polled = tokio::select! {

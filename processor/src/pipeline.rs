@@ -22,6 +22,12 @@
 //! Events (D12): linking records `session.fingerprint.calculated`, and the first final decision
 //! `session.result.persisted` (see [`crate::events`]). A decision becomes final when `results`
 //! is called or the session goes idle ([`idle`]).
+//!
+//! Processors are members of one consumer group ([`bus::LogBackend::member`]): on Kafka,
+//! replicas share the partitions of `collect.batches.v1`, and a session, whose records share a
+//! partition, is folded by one replica at a time. When a partition moves away, this replica
+//! stores and commits what it folded of it before its next poll hands the partition over, and
+//! forgets the sessions it held of it; the next owner starts after that commit.
 
 use std::time::{Duration, Instant};
 
@@ -183,7 +189,7 @@ pub async fn prepare_log(log: &Log) -> Result<Topics, bus::BusError> {
     Ok(Topics { events, dead })
 }
 
-/// Runs until `shutdown` is cancelled, consuming every partition of the batches topic, with
+/// Runs until `shutdown` is cancelled, consuming its group's share of the batches topic, with
 /// the idle sweep beside it. If the consumer stops on its own (a store write that panicked),
 /// it cancels `shutdown`: the server stops rather than accept batches nobody scores.
 pub async fn run(pipeline: Pipeline, shutdown: CancellationToken) {
@@ -208,17 +214,20 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         &mut (pipeline, &group),
         |(pipeline, group)| {
             Box::pin(async move {
-                pipeline
-                    .log
-                    .consumer_of_all(group, &pipeline.batches)
-                    .await
-                    .map_err(|e| Failure::Transient(e.to_string()))
+                // Retried while the log is unavailable; refused for good (a second processor
+                // on the embedded log, say), the processor stops.
+                pipeline.log.member(group, &pipeline.batches).await
             })
         },
     )
     .await;
-    let Retried::Done(mut consumer) = opened else {
-        return;
+    let mut consumer = match opened {
+        Retried::Done(consumer) => consumer,
+        Retried::Failed(e) => {
+            tracing::error!(error = %e, "processor: cannot consume the batches; nothing is scored");
+            return;
+        }
+        Retried::ShuttingDown => return,
     };
     let mut memory = Memory::new(pipeline.cache_bytes);
     let mut in_flight: Option<InFlight> = None;
@@ -245,11 +254,21 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         let Retried::Done(records) = polled else {
             break;
         };
+        // Partitions moved between the group's processors during the poll: those given up are
+        // still ours until the next poll, which hands them over (see the end of the loop).
+        let revoked = match consumer.take_rebalance() {
+            Some(rebalance) => {
+                tracing::info!(assigned = ?rebalance.assigned, revoked = ?rebalance.revoked, "processor: partitions moved");
+                lag.follow(consumer.partitions());
+                rebalance.revoked
+            }
+            None => Vec::new(),
+        };
         lag.polled(pipeline, &records).await;
         // Idle, unless positions stored earlier still wait for their commit: committed now,
         // rather than at the next batch, so a crash while idle redelivers nothing.
         let commit_due = !uncommitted.is_empty() && last_commit.elapsed() >= COMMIT_INTERVAL;
-        if records.is_empty() && in_flight.is_none() && !commit_due {
+        if records.is_empty() && in_flight.is_none() && !commit_due && revoked.is_empty() {
             continue;
         }
         // One store write per poll, not per record nor per session: each session's state is
@@ -275,7 +294,9 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                     dead.extend(unreadable);
                     if let Some((save, state)) = save {
                         let received = group.iter().map(|p| p.batch.received_at).collect();
-                        pending.push((save.session.clone(), state, received));
+                        // A session's records share a partition (they share its key).
+                        let partition = group[0].record.partition;
+                        pending.push((partition, save.session.clone(), state, received));
                         let sources = group.iter().map(|p| p.record.clone()).collect();
                         saves.push((save, sources));
                     }
@@ -307,9 +328,11 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                 |(save, _): &(SessionSave, Vec<Record>)| save.session.visitor_id == Some(visitor),
             );
             saves = kept;
-            pending.retain(|(session, _, _): &(SessionRecord, SessionState, Vec<_>)| {
-                session.visitor_id != Some(visitor)
-            });
+            pending.retain(
+                |(_, session, _, _): &(u32, SessionRecord, SessionState, Vec<_>)| {
+                    session.visitor_id != Some(visitor)
+                },
+            );
             for (_, sources) in named {
                 let failure = Failure::Permanent(DeadReason::CorruptRow, failure.to_string());
                 if !dead_letter_all(pipeline, &sources, failure, shutdown).await {
@@ -333,8 +356,8 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
                 .map(|(s, _)| (s.session.id, s.session.updated_at))
                 .collect();
             let mut received = Vec::new();
-            for (session, state, accepted) in pending {
-                memory.hold(session, state);
+            for (partition, session, state, accepted) in pending {
+                memory.hold(partition, session, state);
                 received.extend(accepted);
             }
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
@@ -348,7 +371,22 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
         // Positions are committed at most every COMMIT_INTERVAL, not after every poll: the
         // consumer reads on from its own position, and a crash before a commit only redelivers
         // batches the store already has, which are skipped by number.
-        if !uncommitted.is_empty() && last_commit.elapsed() >= COMMIT_INTERVAL {
+        // Partitions given up: before the next poll hands them over, everything folded of them
+        // is stored and committed, so their next owner neither re-folds it nor races a save of
+        // ours still in flight, and what is held of their sessions is forgotten, since the next
+        // owner changes them from now on. (Were the commit to fail, the next owner would re-fold
+        // from the last commit: batches are skipped by number, so that is a repeat, not a
+        // double effect.)
+        if !revoked.is_empty() {
+            if let Some(previous) = in_flight.take()
+                && !land(previous, &mut memory, &mut uncommitted).await
+            {
+                return;
+            }
+            memory.forget_partitions(&revoked);
+        }
+        let commit_now = !revoked.is_empty() || last_commit.elapsed() >= COMMIT_INTERVAL;
+        if !uncommitted.is_empty() && commit_now {
             commit(&mut *consumer, &uncommitted, shutdown).await;
             uncommitted.clear();
             last_commit = Instant::now();

@@ -158,6 +158,13 @@ pub fn lag(partition: u32, records: u64) {
         .set(i64::try_from(records).unwrap_or(i64::MAX));
 }
 
+/// The processor no longer reads `partition` (another replica does, and reports its lag).
+pub fn lag_gone(partition: u32) {
+    let _ = METRICS
+        .lag
+        .remove_label_values(&[partition.to_string().as_str()]);
+}
+
 /// A transient failure of `what`, about to be retried (the `failures`th in a row).
 pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32) {
     METRICS.retries.with_label_values(&[what]).inc();

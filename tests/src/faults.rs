@@ -780,4 +780,8 @@ impl LogBackend for RefusingLog {
     ) -> bus::Result<Box<dyn LogConsumer>> {
         self.inner.consumer(group, topic, partitions).await
     }
+
+    async fn member(&self, group: &Group, topic: &Topic) -> bus::Result<Box<dyn LogConsumer>> {
+        self.inner.member(group, topic).await
+    }
 }

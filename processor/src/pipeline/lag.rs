@@ -1,5 +1,6 @@
 //! The processor's lag per partition of `collect.batches.v1` (`vigil_processor_lag`): how many
-//! records were appended that the processor has not read yet.
+//! records were appended that the processor has not read yet, for the partitions it reads now
+//! (they change as replicas join and leave the group).
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,30 @@ impl Lag {
             partitions: partitions.to_vec(),
             sampled: None,
         }
+    }
+
+    /// Follows the consumer's partitions after a rebalance (`partitions` ascending): those
+    /// kept keep what is known of them, new ones start unknown, and those given up leave the
+    /// gauge (the replica that reads them now reports them).
+    pub(super) fn follow(&mut self, partitions: &[u32]) {
+        for &p in &self.partitions {
+            if partitions.binary_search(&p).is_err() {
+                crate::telemetry::lag_gone(p);
+            }
+        }
+        let next = partitions
+            .iter()
+            .map(|p| {
+                self.partitions
+                    .binary_search(p)
+                    .ok()
+                    .and_then(|i| self.next[i])
+            })
+            .collect();
+        self.next = next;
+        self.partitions = partitions.to_vec();
+        // Sampled at the next poll, so a new partition shows at once.
+        self.sampled = None;
     }
 
     /// Takes note of a poll's records and, at most every [`Lag::EVERY`], samples the log's

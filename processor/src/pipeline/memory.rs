@@ -22,6 +22,8 @@ const WIDENING: u64 = 2;
 
 /// A session as last stored (its `state` column left empty: the decoded state is beside it).
 struct Cached {
+    /// The partition of the batches topic its records are in.
+    partition: u32,
     session: SessionRecord,
     state: SessionState,
     /// The estimated bytes it holds, fixed when it is cached (a weight must never change).
@@ -42,14 +44,15 @@ impl Weighter<SessionId, Cached> for ByBytes {
 /// sessions of confirmed saves with their decoded states, so a session's next batches are
 /// folded without reading its row or decoding its state. That is sound because the processor
 /// that consumes a session's partition is the only writer of its row (ingest and the APIs
-/// never write sessions); a processor that loses a partition must [`Memory::forget`] what it
-/// held of it before it could be given the partition back.
+/// never write sessions); a processor that loses a partition must forget what it held of it
+/// ([`Memory::forget_partitions`]), since another processor writes those sessions from then on
+/// and the partition may come back later.
 ///
 /// `linked`: the visitors this poll's folds linked, saved together (one write) before the
 /// poll's sessions are sent to the store; a later session of the same poll links against them
 /// as it would against the store.
 pub(super) struct Memory {
-    pending: std::collections::HashMap<SessionId, (SessionRecord, SessionState)>,
+    pending: std::collections::HashMap<SessionId, (u32, SessionRecord, SessionState)>,
     states: quick_cache::unsync::Cache<SessionId, Cached, ByBytes>,
     linked: Vec<VisitorRecord>,
 }
@@ -71,12 +74,15 @@ impl Memory {
 
     /// The session and state a save in flight writes, if one does.
     pub(super) fn pending(&self, id: SessionId) -> Option<(SessionRecord, SessionState)> {
-        self.pending.get(&id).cloned()
+        self.pending
+            .get(&id)
+            .map(|(_, session, state)| (session.clone(), state.clone()))
     }
 
-    /// A session folded into the save about to be sent: the next fold reads it from here.
-    pub(super) fn hold(&mut self, session: SessionRecord, state: SessionState) {
-        self.pending.insert(session.id, (session, state));
+    /// A session (whose records are in `partition`) folded into the save about to be sent: the
+    /// next fold reads it from here.
+    pub(super) fn hold(&mut self, partition: u32, session: SessionRecord, state: SessionState) {
+        self.pending.insert(session.id, (partition, session, state));
     }
 
     /// A session as last stored, with its state, taken out (the fold changes both, and the
@@ -86,10 +92,14 @@ impl Memory {
         Some((cached.session, cached.state))
     }
 
-    /// Drops everything held: the sessions' rows are read from the store again.
-    #[allow(dead_code, reason = "for the partition revocation of consumer groups")]
-    pub(super) fn forget(&mut self) {
-        self.states.clear();
+    /// Drops what is held of the sessions of `partitions` (given up to another processor):
+    /// if a partition comes back, its sessions' rows are read from the store again. Call it
+    /// once their saves landed, so that none is pending.
+    pub(super) fn forget_partitions(&mut self, partitions: &[u32]) {
+        self.pending.retain(|_, (p, _, _)| !partitions.contains(p));
+        self.states
+            .retain(|_, cached| !partitions.contains(&cached.partition));
+        crate::telemetry::cache(self.states.len(), self.states.weight());
     }
 
     /// This poll's linked visitors of one organization and environment, the latest first.
@@ -133,8 +143,8 @@ impl Memory {
             if self
                 .pending
                 .get(id)
-                .is_some_and(|(s, _)| s.updated_at == *updated_at)
-                && let Some((mut session, state)) = self.pending.remove(id)
+                .is_some_and(|(_, s, _)| s.updated_at == *updated_at)
+                && let Some((partition, mut session, state)) = self.pending.remove(id)
             {
                 let decision = session
                     .latest_decision
@@ -147,6 +157,7 @@ impl Memory {
                 self.states.insert(
                     *id,
                     Cached {
+                        partition,
                         session,
                         state,
                         bytes,
@@ -191,7 +202,7 @@ mod tests {
         for _ in 0..200 {
             let s = session(2_000);
             ids.push((s.id, s.updated_at));
-            memory.hold(s, SessionState::default());
+            memory.hold(0, s, SessionState::default());
             memory.confirm(&ids[ids.len() - 1..]);
             assert!(
                 memory.states.weight() <= bound,
@@ -223,9 +234,9 @@ mod tests {
         let (id, first) = (s.id, s.updated_at);
         let mut later = s.clone();
         later.updated_at = first + chrono::Duration::seconds(1);
-        memory.hold(s, SessionState::default());
+        memory.hold(0, s, SessionState::default());
         // The next poll folded the session again before the first save landed.
-        memory.hold(later, SessionState::default());
+        memory.hold(0, later, SessionState::default());
         memory.confirm(&[(id, first)]);
         assert!(
             memory.take_stored(id).is_none(),
@@ -235,5 +246,26 @@ mod tests {
             memory.pending(id).is_some(),
             "the later fold is still pending"
         );
+    }
+
+    #[test]
+    fn the_sessions_of_given_up_partitions_are_forgotten() {
+        let mut memory = Memory::new(1 << 20);
+        let (kept, given_up, in_flight) = (session(10), session(10), session(10));
+        for (partition, s) in [(0, &kept), (1, &given_up)] {
+            memory.hold(partition, s.clone(), SessionState::default());
+            memory.confirm(&[(s.id, s.updated_at)]);
+        }
+        memory.hold(1, in_flight.clone(), SessionState::default());
+        memory.forget_partitions(&[1]);
+        assert!(
+            memory.take_stored(kept.id).is_some(),
+            "partition 0 is still ours"
+        );
+        assert!(
+            memory.take_stored(given_up.id).is_none(),
+            "read from the store if partition 1 comes back"
+        );
+        assert!(memory.pending(in_flight.id).is_none());
     }
 }
