@@ -697,11 +697,27 @@ async fn fold<'a>(
             ServerMade::default()
         };
         match server.kind.as_deref() {
+            // Server-made records carry no number, so one delivered again (after a crash, or
+            // when a partition moves to another processor) is recognised by changing nothing:
+            // it is passed over, and makes no second decision.
             Some("network_check") => {
+                if state.context.network_check_consistent.is_some()
+                    && state.context.network_check_consistent == server.consistent
+                {
+                    continue;
+                }
                 state.context.network_check_consistent = server.consistent;
             }
-            Some("results") => state.final_requested = true,
+            Some("results") => {
+                if state.final_requested {
+                    continue;
+                }
+                state.final_requested = true;
+            }
             Some(idle::IDLE_KIND) => {
+                if state.final_requested {
+                    continue;
+                }
                 // Sent by the idle sweep for the session as it stood then; a batch that arrived
                 // since keeps the session open.
                 if idle::still_idle(server.idle_since.as_deref(), session.updated_at) {
