@@ -2,9 +2,10 @@
 //! backend's tests instantiate in one line with [`log_conformance_suite!`](crate::log_conformance_suite).
 //!
 //! Each body takes a fresh [`Log`] but never assumes it is empty: topics and groups carry a
-//! unique suffix, so a backend may share one cluster among all the cases. The module is part of
-//! the normal library, not `cfg(test)`, so other crates' tests can run it; it needs tokio only in
-//! the macro's expansion.
+//! unique suffix, so a backend may share one cluster among all the cases. The module is built
+//! with the `testsuite` feature rather than only under `cfg(test)`, so other crates' tests can
+//! run it by enabling that feature in their dev-dependencies, while the binary never carries it;
+//! it needs tokio only in the macro's expansion.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,8 +21,9 @@ use crate::{
 ///
 /// `$make` is an expression evaluated afresh in every test, yielding a future of
 /// `(Log, guard)`; the guard (a temp dir, a broker to stop, or `()`) is dropped after the log,
-/// so the log can shut down before its files or broker go away. The calling crate needs
-/// `tokio` (with `macros` and `rt-multi-thread`) among its dev-dependencies.
+/// so the log can shut down before its files or broker go away. The calling crate needs this
+/// crate with the `testsuite` feature and `tokio` (with `macros` and `rt-multi-thread`) among its
+/// dev-dependencies.
 ///
 /// ```ignore
 /// async fn embedded() -> (bus::Log, tempfile::TempDir) { /* open in a temp dir */ }

@@ -22,6 +22,7 @@
 //!   factor. No client may create topics implicitly (`allow.auto.create.topics=false`), so a
 //!   metadata lookup of a missing topic reports it missing instead of creating it.
 
+#[cfg(any(test, feature = "testsuite"))]
 pub mod mock;
 
 use std::collections::{BTreeSet, HashMap};

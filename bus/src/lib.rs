@@ -1,6 +1,7 @@
 //! Vigil's log port: an append-only, partitioned, durable log with consumer groups, a backend
 //! chosen by URL (`embedded:<dir>` by default, `kafka://host:port[,host...]`), and one
-//! conformance suite that every backend must pass unchanged (`conformance`).
+//! conformance suite that every backend must pass unchanged (`conformance`, behind the
+//! `testsuite` feature: tests only).
 //!
 //! The contract, shared by both backends:
 //! - [`LogBackend::append`] returns only once the record is durable (embedded: fsynced; Kafka:
@@ -23,6 +24,7 @@
 //!   tests: no membership at all, and the caller makes sure that one consumer at a time reads a
 //!   (group, partition).
 
+#[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod embedded;
 #[cfg(feature = "kafka")]

@@ -4,8 +4,10 @@
 //! Each body takes a fresh [`Store`] but never assumes it is empty: slugs, setting names and
 //! idempotency keys carry a unique suffix and ids are fresh ULIDs, so a backend may share one
 //! database (a ScyllaDB keyspace) among all the cases. Timestamps are whole milliseconds, the
-//! precision of CQL's `timestamp`. The module is part of the normal library, not `cfg(test)`, so
-//! other crates' tests can run it; it needs tokio only in the macro's expansion.
+//! precision of CQL's `timestamp`. The module is built with the `testsuite` feature rather than
+//! only under `cfg(test)`, so other crates' tests can run it by enabling that feature in their
+//! dev-dependencies, while the binary never carries it; it needs tokio only in the macro's
+//! expansion.
 
 use std::fmt::Debug;
 use std::pin::Pin;
@@ -36,7 +38,8 @@ use crate::{
 /// `$make` is an expression evaluated afresh in every test, yielding a future of
 /// `(Store, guard)`; the guard (a temp dir, a keyspace to drop, or `()`) is dropped after the
 /// store, so the backend can shut down before its files or keyspace go away. The calling crate
-/// needs `tokio` (with `macros` and `rt-multi-thread`) among its dev-dependencies.
+/// needs this crate with the `testsuite` feature and `tokio` (with `macros` and
+/// `rt-multi-thread`) among its dev-dependencies.
 ///
 /// ```ignore
 /// async fn embedded() -> (store::Store, tempfile::TempDir) { /* open in a temp dir */ }

@@ -1,7 +1,8 @@
 //! Vigil's storage port: one trait for every table the service keeps, a backend chosen by URL
 //! (`embedded:<dir>` by default; ScyllaDB later), and one conformance suite that every backend
-//! must pass unchanged (`conformance`).
+//! must pass unchanged (`conformance`, behind the `testsuite` feature: tests only).
 
+#[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod embedded;
 pub mod instrumented;

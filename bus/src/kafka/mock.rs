@@ -1,6 +1,7 @@
 //! librdkafka's mock Kafka cluster, for tests and benchmarks: brokers in this process that
 //! speak the real Kafka protocol over loopback TCP, so the Kafka backend runs unchanged against
-//! them (`kafka://` + [`MockKafka::bootstrap_servers`]).
+//! them (`kafka://` + [`MockKafka::bootstrap_servers`]). Built with the `testsuite` feature
+//! only, so the binary never carries it.
 //!
 //! Two things differ from a real cluster (librdkafka marks the mock experimental):
 //! - it has no CreateTopics API, so [`LogBackend::create_topic`](crate::LogBackend::create_topic)

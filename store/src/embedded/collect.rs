@@ -1,0 +1,395 @@
+//! Collect sessions and their pings' lookup rows (`002_collect.cql`): the conditional updates
+//! ingest makes while a browser collects, and the sweep that drops them a day after.
+
+use std::time::Duration;
+
+use fjall::{OwnedWriteBatch, Readable};
+use schemas::ids::{PingId, SessionId};
+use schemas::time::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    COLLECT_PINGS, COLLECT_SESSIONS, EmbeddedStore, Inner, decode, decode_row, encode, key,
+    unavailable,
+};
+use crate::{CollectSessionRecord, Result, StoreError};
+
+/// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
+/// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
+/// after 30 minutes; the log, not the store, keeps what they collected.
+const COLLECT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// `collect_pings`: the session a ping belongs to.
+#[derive(Serialize, Deserialize)]
+struct PingRow {
+    session_id: SessionId,
+}
+
+/// Whether a write is fsynced before it returns.
+#[derive(Clone, Copy)]
+enum Durability {
+    Synced,
+    Buffered,
+}
+
+impl Inner {
+    fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
+        decode_row(
+            COLLECT_SESSIONS,
+            self.collect_sessions.get(key::collect_session(id)),
+        )
+    }
+
+    /// The conditional update of one session: reads the row, lets `change` modify it (returning
+    /// whether it did), and writes it back in one synced batch only if it changed. Callers hold
+    /// the writer mutex, so the check and the write are one step. `None` if the session does
+    /// not exist (nothing is written: no upsert); otherwise whether this call wrote, and the
+    /// row as now stored.
+    fn change_collect_session(
+        &self,
+        id: SessionId,
+        durability: Durability,
+        change: impl FnOnce(&mut CollectSessionRecord) -> bool,
+    ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        let Some(mut session) = self.get_collect_session(id)? else {
+            return Ok(None);
+        };
+        if !change(&mut session) {
+            return Ok(Some((false, session)));
+        }
+        let mut batch = match durability {
+            Durability::Synced => self.batch(),
+            // Written to the OS and fsynced with the next synced batch (or fjall's journal
+            // flush): see `advance_collect_seq` for why that is enough there.
+            Durability::Buffered => self.db.batch(),
+        };
+        batch.insert(
+            &self.collect_sessions,
+            key::collect_session(id),
+            encode(COLLECT_SESSIONS, &session)?,
+        );
+        batch.commit().map_err(unavailable)?;
+        Ok(Some((true, session)))
+    }
+
+    /// Deletes the sessions minted more than `COLLECT_RETENTION` before `now`, with their
+    /// pings' lookup rows: what ScyllaDB's TTL does, judged by the id's time (the moment of the
+    /// insert, give or take the request). Session ids are ULIDs, so those rows are a key prefix
+    /// and nothing younger is read; at most `budget` of them, and whether more may remain.
+    pub(super) fn purge_expired_collect_sessions(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap_or_default();
+        let Ok(cutoff) = u64::try_from((now - retention).timestamp_millis()) else {
+            return Ok(false);
+        };
+        let end = key::collect_sessions_minted_from(cutoff);
+        let mut read = 0;
+        for guard in self.collect_sessions.range(..end).take(budget) {
+            read += 1;
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            match decode::<CollectSessionRecord>(COLLECT_SESSIONS, &v) {
+                Ok(session) => {
+                    for ping in &session.pings {
+                        batch.remove(&self.collect_pings, key::collect_ping(ping.id));
+                    }
+                }
+                // Past retention either way: a damaged row must not block the sweep (and with
+                // it every session open); its ping rows, if any, cannot be found from it.
+                Err(e) => tracing::warn!(error = %e, "dropping an undecodable collect session"),
+            }
+            batch.remove(&self.collect_sessions, k);
+        }
+        Ok(read == budget)
+    }
+}
+
+/// `Conflict` if two of a new session's pings share an id (as if one had been created first);
+/// checked before anything is read, since the stored-row checks cannot see the batch's rows.
+fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
+    let mut ids = std::collections::HashSet::with_capacity(session.pings.len());
+    for ping in &session.pings {
+        if !ids.insert(ping.id) {
+            return Err(StoreError::Conflict(format!(
+                "ping {} is given twice in collect session {}",
+                ping.id, session.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl EmbeddedStore {
+    /// Raises one of a collect session's counters (`counter` picks it) to `to` if `to` is above
+    /// it; whether it did. A missing session: `false`, nothing written.
+    async fn raise_collect_counter(
+        &self,
+        id: SessionId,
+        durability: Durability,
+        to: u64,
+        counter: fn(&mut CollectSessionRecord) -> &mut u64,
+    ) -> Result<bool> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, durability, |s| {
+                let current = counter(s);
+                let above = to > *current;
+                if above {
+                    *current = to;
+                }
+                above
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
+    /// One batch: the session row and a `collect_pings` row per ping, each id checked free under
+    /// the writer mutex first; the first conflict drops the unwritten batch, so a failed call
+    /// writes and claims nothing.
+    pub(super) async fn create_collect_session(
+        &self,
+        session: &CollectSessionRecord,
+    ) -> Result<()> {
+        check_collect_pings(session)?;
+        let session = session.clone();
+        self.write(move |db, _| {
+            let k = key::collect_session(session.id);
+            if db.contains(&db.collect_sessions, &k)? {
+                return Err(StoreError::Conflict(format!(
+                    "collect session {} exists",
+                    session.id
+                )));
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.collect_sessions, k, encode(COLLECT_SESSIONS, &session)?);
+            let row = encode(
+                COLLECT_PINGS,
+                &PingRow {
+                    session_id: session.id,
+                },
+            )?;
+            for ping in &session.pings {
+                let k = key::collect_ping(ping.id);
+                if db.contains(&db.collect_pings, &k)? {
+                    return Err(StoreError::Conflict(format!("ping {} exists", ping.id)));
+                }
+                batch.insert(&db.collect_pings, k, row.clone());
+            }
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    pub(super) async fn get_collect_session(
+        &self,
+        id: SessionId,
+    ) -> Result<Option<CollectSessionRecord>> {
+        self.inner.get_collect_session(id)
+    }
+
+    pub(super) async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
+        let row: Option<PingRow> = decode_row(
+            COLLECT_PINGS,
+            self.inner
+                .db
+                .snapshot()
+                .get(&self.inner.collect_pings, key::collect_ping(ping)),
+        )?;
+        Ok(row.map(|r| r.session_id))
+    }
+
+    /// The only buffered write of this store: ingest calls it for every batch, and an fsync each
+    /// capped ingest at about a thousand batches a second. Losing an advance in a crash only
+    /// lets a replayed batch through once more, and the processor drops batches it has seen by
+    /// number, so durability here would buy nothing.
+    pub(super) async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
+        self.raise_collect_counter(id, Durability::Buffered, seq, |s| &mut s.last_seq)
+            .await
+    }
+
+    /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
+    /// counter lost in a crash would let a seen proof through again.
+    pub(super) async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
+        self.raise_collect_counter(id, Durability::Synced, counter, |s| &mut s.last_call)
+            .await
+    }
+
+    pub(super) async fn record_collect_ping(
+        &self,
+        id: SessionId,
+        ping: PingId,
+        at: Timestamp,
+    ) -> Result<bool> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, Durability::Synced, |s| {
+                match s.pings.iter_mut().find(|p| p.id == ping) {
+                    Some(p) if p.arrived_at.is_none() => {
+                        p.arrived_at = Some(at);
+                        true
+                    }
+                    // Already arrived, or not one of this session's pings.
+                    _ => false,
+                }
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
+    pub(super) async fn record_collect_ws_identity(
+        &self,
+        id: SessionId,
+        identity: &serde_json::Value,
+    ) -> Result<bool> {
+        let identity = identity.clone();
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, Durability::Synced, |s| {
+                if s.ws_identity.is_some() {
+                    return false;
+                }
+                s.ws_identity = Some(identity);
+                true
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
+    }
+
+    pub(super) async fn mark_collect_results(
+        &self,
+        id: SessionId,
+        at: Timestamp,
+    ) -> Result<Option<CollectSessionRecord>> {
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, Durability::Synced, |s| {
+                if s.results_at.is_some() {
+                    return false;
+                }
+                s.results_at = Some(at);
+                true
+            })?;
+            Ok(changed.map(|(_, session)| session))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schemas::credential::Environment;
+    use schemas::ids::{KeyId, OrgId};
+
+    use super::*;
+
+    /// A collect session written before call proofs existed still reads: without a proof key
+    /// (so it can prove no call) and with no counter spent.
+    #[test]
+    fn a_collect_session_row_from_before_call_proofs_decodes() {
+        let token_hash = [0u8; 32];
+        let row = serde_json::json!({
+            "id": SessionId::generate(), "organization_id": OrgId::generate(),
+            "environment": "live", "key_id": KeyId::generate(), "sealed_batch_key": [1, 2],
+            "page_url": "https://shop.example/", "sdk_version": "1.0.0",
+            "opened_at": "2025-01-01T00:00:00Z", "expires_at": "2025-01-01T00:30:00Z",
+            "last_seq": 4, "pings": [], "network_check_token_hash": token_hash,
+            "ws_identity": null, "results_at": null
+        });
+        let session: CollectSessionRecord =
+            decode(COLLECT_SESSIONS, &serde_json::to_vec(&row).unwrap()).unwrap();
+        assert_eq!(
+            (
+                session.sealed_proof_key.len(),
+                session.last_call,
+                session.last_seq
+            ),
+            (0, 0, 4)
+        );
+    }
+
+    /// The sweep drops sessions (and their pings' lookup rows) a day after their id was
+    /// minted, and nothing younger.
+    #[tokio::test]
+    async fn collect_sessions_are_swept_after_their_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let session = |org| {
+            let now = schemas::time::now();
+            CollectSessionRecord {
+                id: SessionId::generate(),
+                organization_id: org,
+                environment: Environment::Live,
+                key_id: KeyId::generate(),
+                sealed_batch_key: vec![1; 60],
+                sealed_proof_key: vec![3; 60],
+                page_url: "https://shop.example/".into(),
+                sdk_version: "1.0.0".into(),
+                opened_at: now,
+                expires_at: now + chrono::TimeDelta::minutes(30),
+                last_seq: 0,
+                last_call: 0,
+                pings: (0..3)
+                    .map(|_| crate::PingRecord {
+                        id: PingId::generate(),
+                        arrived_at: None,
+                    })
+                    .collect(),
+                network_check_token_hash: [2; 32],
+                ws_identity: None,
+                results_at: None,
+            }
+        };
+        let old = session(OrgId::generate());
+        store.create_collect_session(&old).await.unwrap();
+        let young = session(OrgId::generate());
+        store.create_collect_session(&young).await.unwrap();
+        let minted = |s: &CollectSessionRecord| {
+            chrono::DateTime::from_timestamp_millis(s.id.ulid().timestamp_ms() as i64).unwrap()
+        };
+        let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap();
+
+        // Just inside the old session's retention: both stay.
+        let now = minted(&old) + retention;
+        while store
+            .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
+            .await
+            .unwrap()
+        {}
+        assert_eq!(
+            store.get_collect_session(old.id).await.unwrap(),
+            Some(old.clone())
+        );
+
+        // Just past it (and before the young one's, if minted a millisecond later): the old one
+        // goes with its pings.
+        let now = minted(&old) + retention + chrono::TimeDelta::milliseconds(1);
+        while store
+            .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
+            .await
+            .unwrap()
+        {}
+        assert_eq!(store.get_collect_session(old.id).await.unwrap(), None);
+        for ping in &old.pings {
+            assert_eq!(store.find_collect_ping(ping.id).await.unwrap(), None);
+        }
+        if minted(&young) > minted(&old) {
+            assert_eq!(
+                store.get_collect_session(young.id).await.unwrap(),
+                Some(young.clone())
+            );
+        }
+
+        // A day after the young one: the table is empty.
+        let now = minted(&young) + retention + chrono::TimeDelta::milliseconds(1);
+        while store
+            .purge_expired(now, chrono::DateTime::UNIX_EPOCH, 1000)
+            .await
+            .unwrap()
+        {}
+        assert_eq!(store.get_collect_session(young.id).await.unwrap(), None);
+        assert_eq!(store.inner.collect_sessions.iter().count(), 0);
+        assert_eq!(store.inner.collect_pings.iter().count(), 0);
+    }
+}

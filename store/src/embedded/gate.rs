@@ -1,0 +1,403 @@
+//! Gate (`010_gate.cql`): services with their owner and registry indexes, signup and login
+//! sessions with their one-time codes, the accounts they make and the agents' tokens.
+
+use std::ops::Bound;
+
+use fjall::{OwnedWriteBatch, Readable};
+use schemas::credential::Environment;
+use schemas::ids::OrgId;
+use schemas::time::Timestamp;
+
+use super::expiry::Expiring;
+use super::{
+    AGENT_TOKENS, EmbeddedStore, GATE_ACCOUNTS, GATE_REGISTRY, GATE_SERVICES,
+    GATE_SERVICES_BY_OWNER, GATE_SESSIONS, Inner, decode_row, encode, key, prefix_end, unavailable,
+};
+use crate::{
+    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GatePoll, GateServiceRecord,
+    GateServiceWrite, GateSessionRecord, GateSessionStatus, Result, StoreError,
+};
+
+/// The rows of a Gate service: its own, its owner's index row, and its registry row when it
+/// is published (any stale registry row is removed by the caller).
+fn write_gate_service(
+    db: &Inner,
+    batch: &mut OwnedWriteBatch,
+    service: &GateServiceRecord,
+) -> Result<()> {
+    batch.insert(
+        &db.gate_services,
+        service.id.as_bytes(),
+        encode(GATE_SERVICES, service)?,
+    );
+    batch.insert(
+        &db.gate_services_by_owner,
+        key::gate_service_of_owner(service.organization_id, service.environment, &service.id),
+        [],
+    );
+    if service.is_published() {
+        batch.insert(
+            &db.gate_registry,
+            key::gate_registry(service.environment, &service.id),
+            [],
+        );
+    }
+    Ok(())
+}
+
+impl EmbeddedStore {
+    pub(super) async fn create_gate_service(
+        &self,
+        service: &GateServiceRecord,
+        cap: usize,
+    ) -> Result<GateServiceWrite> {
+        let service = service.clone();
+        self.write(move |db, _| {
+            if db.contains(&db.gate_services, service.id.as_bytes())? {
+                return Ok(GateServiceWrite::IdTaken);
+            }
+            // Both environments' services count toward the organization's cap.
+            let org = service.organization_id.ulid().to_bytes();
+            let owned = db
+                .db
+                .snapshot()
+                .prefix(&db.gate_services_by_owner, org)
+                .take(cap)
+                .count();
+            if owned >= cap {
+                return Ok(GateServiceWrite::CapReached);
+            }
+            let mut batch = db.batch();
+            write_gate_service(db, &mut batch, &service)?;
+            batch.commit().map_err(unavailable)?;
+            Ok(GateServiceWrite::Written)
+        })
+        .await
+    }
+
+    pub(super) async fn get_gate_service(&self, id: &str) -> Result<Option<GateServiceRecord>> {
+        decode_row(GATE_SERVICES, self.inner.gate_services.get(id.as_bytes()))
+    }
+
+    pub(super) async fn list_gate_services(
+        &self,
+        org: OrgId,
+        env: Environment,
+    ) -> Result<Vec<GateServiceRecord>> {
+        let snapshot = self.inner.db.snapshot();
+        let partition = key::api_key_partition(org, env);
+        let mut services = Vec::new();
+        for guard in snapshot.prefix(&self.inner.gate_services_by_owner, partition) {
+            let k = guard.key().map_err(unavailable)?;
+            let service = decode_row::<GateServiceRecord>(
+                GATE_SERVICES,
+                snapshot.get(&self.inner.gate_services, &k[partition.len()..]),
+            )?
+            .ok_or_else(|| StoreError::Corrupt {
+                table: GATE_SERVICES_BY_OWNER,
+                detail: "an owner row names no service".into(),
+            })?;
+            services.push(service);
+        }
+        Ok(services)
+    }
+
+    pub(super) async fn update_gate_service(
+        &self,
+        previous_id: &str,
+        service: &GateServiceRecord,
+    ) -> Result<GateServiceWrite> {
+        let (previous_id, service) = (previous_id.to_owned(), service.clone());
+        self.write(move |db, _| {
+            let Some(stored) = decode_row::<GateServiceRecord>(
+                GATE_SERVICES,
+                db.gate_services.get(previous_id.as_bytes()),
+            )?
+            else {
+                return Ok(GateServiceWrite::Missing);
+            };
+            if (stored.organization_id, stored.environment)
+                != (service.organization_id, service.environment)
+            {
+                return Ok(GateServiceWrite::Missing);
+            }
+            let mut batch = db.batch();
+            if service.id != previous_id {
+                if db.contains(&db.gate_services, service.id.as_bytes())? {
+                    return Ok(GateServiceWrite::IdTaken);
+                }
+                batch.remove(&db.gate_services, previous_id.as_bytes());
+                batch.remove(
+                    &db.gate_services_by_owner,
+                    key::gate_service_of_owner(
+                        stored.organization_id,
+                        stored.environment,
+                        &previous_id,
+                    ),
+                );
+            }
+            batch.remove(
+                &db.gate_registry,
+                key::gate_registry(stored.environment, &previous_id),
+            );
+            write_gate_service(db, &mut batch, &service)?;
+            batch.commit().map_err(unavailable)?;
+            Ok(GateServiceWrite::Written)
+        })
+        .await
+    }
+
+    pub(super) async fn list_gate_registry(
+        &self,
+        env: Environment,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<GateServiceRecord>> {
+        let snapshot = self.inner.db.snapshot();
+        let partition = [key::environment_byte(env)];
+        let start = match after {
+            Some(after) => Bound::Excluded(key::gate_registry(env, after)),
+            None => Bound::Included(partition.to_vec()),
+        };
+        let mut services = Vec::new();
+        for guard in snapshot
+            .range(&self.inner.gate_registry, (start, prefix_end(&partition)))
+            .take(limit)
+        {
+            let k = guard.key().map_err(unavailable)?;
+            let service = decode_row::<GateServiceRecord>(
+                GATE_SERVICES,
+                snapshot.get(&self.inner.gate_services, &k[1..]),
+            )?
+            .ok_or_else(|| StoreError::Corrupt {
+                table: GATE_REGISTRY,
+                detail: "a registry row names no service".into(),
+            })?;
+            services.push(service);
+        }
+        Ok(services)
+    }
+
+    pub(super) async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
+        let session = session.clone();
+        self.write(move |db, _| {
+            let k = session.id.ulid().to_bytes();
+            if db.contains(&db.gate_sessions, &k)? {
+                return Err(StoreError::Conflict(format!(
+                    "gate session {} exists",
+                    session.id
+                )));
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            batch.insert(
+                &db.expiry_queue,
+                key::expiry(session.created_at, Expiring::GateSession as u8, &k),
+                [],
+            );
+            batch.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    pub(super) async fn get_gate_session(
+        &self,
+        id: schemas::ids::GateSessionId,
+    ) -> Result<Option<GateSessionRecord>> {
+        decode_row(
+            GATE_SESSIONS,
+            self.inner.gate_sessions.get(id.ulid().to_bytes()),
+        )
+    }
+
+    pub(super) async fn transition_gate_session(
+        &self,
+        session: &GateSessionRecord,
+        expected: GateSessionStatus,
+        made: Option<(&GateAccountRecord, &AgentTokenRecord)>,
+    ) -> Result<bool> {
+        let session = session.clone();
+        let made = made.map(|(a, t)| (a.clone(), t.clone()));
+        self.write(move |db, _| {
+            let k = session.id.ulid().to_bytes();
+            let Some(stored) =
+                decode_row::<GateSessionRecord>(GATE_SESSIONS, db.gate_sessions.get(k))?
+            else {
+                return Ok(false);
+            };
+            if stored.status != expected {
+                return Ok(false);
+            }
+            if let Some(code) = session.login_code
+                && let Some(holder) = db.gate_login_codes.get(code.0).map_err(unavailable)?
+                && *holder != k[..]
+            {
+                return Ok(false);
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            if let Some(old) = stored.login_code.filter(|c| session.login_code != Some(*c)) {
+                batch.remove(&db.gate_login_codes, old.0);
+            }
+            if let Some(code) = session.login_code {
+                batch.insert(&db.gate_login_codes, code.0, k);
+            }
+            if let Some((account, token)) = &made {
+                batch.insert(
+                    &db.gate_accounts,
+                    account.id.ulid().to_bytes(),
+                    encode(GATE_ACCOUNTS, account)?,
+                );
+                batch.insert(&db.agent_tokens, token.hash.0, encode(AGENT_TOKENS, token)?);
+            }
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    pub(super) async fn count_gate_poll(
+        &self,
+        id: schemas::ids::GateSessionId,
+        token: &CredentialHash,
+        now: Timestamp,
+        slow_down_secs: u32,
+        max_polls: u32,
+    ) -> Result<Option<(GateSessionRecord, GatePoll)>> {
+        let token = *token;
+        self.write(move |db, _| {
+            let k = id.ulid().to_bytes();
+            let Some(mut session) =
+                decode_row::<GateSessionRecord>(GATE_SESSIONS, db.gate_sessions.get(k))?
+            else {
+                return Ok(None);
+            };
+            if session.poll_token != Some(token) {
+                return Ok(None);
+            }
+            if session.polls >= max_polls {
+                return Ok(Some((session, GatePoll::Exhausted)));
+            }
+            let too_soon = session.last_poll_at.is_some_and(|last| {
+                now < last + chrono::TimeDelta::seconds(i64::from(session.interval_secs))
+            });
+            session.polls += 1;
+            session.last_poll_at = Some(now);
+            if too_soon {
+                session.interval_secs += slow_down_secs;
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+            batch.commit().map_err(unavailable)?;
+            let verdict = if too_soon {
+                GatePoll::TooSoon
+            } else {
+                GatePoll::Counted
+            };
+            Ok(Some((session, verdict)))
+        })
+        .await
+    }
+
+    pub(super) async fn get_gate_account(
+        &self,
+        id: schemas::ids::GateAccountId,
+    ) -> Result<Option<GateAccountRecord>> {
+        decode_row(
+            GATE_ACCOUNTS,
+            self.inner.gate_accounts.get(id.ulid().to_bytes()),
+        )
+    }
+
+    pub(super) async fn get_agent_token(
+        &self,
+        hash: &CredentialHash,
+    ) -> Result<Option<AgentTokenRecord>> {
+        decode_row(AGENT_TOKENS, self.inner.agent_tokens.get(hash.0))
+    }
+
+    pub(super) async fn count_agent_login(
+        &self,
+        hash: &CredentialHash,
+        now: Timestamp,
+        per_hour: usize,
+    ) -> Result<AgentLogin> {
+        let hash = *hash;
+        self.write(move |db, _| {
+            let Some(mut token) =
+                decode_row::<AgentTokenRecord>(AGENT_TOKENS, db.agent_tokens.get(hash.0))?
+            else {
+                return Ok(AgentLogin::Unusable);
+            };
+            if token.revoked_at.is_some() || token.expires_at <= now {
+                return Ok(AgentLogin::Unusable);
+            }
+            let hour_ago = now - chrono::TimeDelta::hours(1);
+            token.recent_logins.retain(|t| *t > hour_ago);
+            if token.recent_logins.len() >= per_hour {
+                return Ok(AgentLogin::CapReached(token.recent_logins[0]));
+            }
+            token.recent_logins.push(now);
+            let mut batch = db.batch();
+            batch.insert(&db.agent_tokens, hash.0, encode(AGENT_TOKENS, &token)?);
+            batch.commit().map_err(unavailable)?;
+            Ok(AgentLogin::Counted(token))
+        })
+        .await
+    }
+
+    pub(super) async fn revoke_agent_token(
+        &self,
+        hash: &CredentialHash,
+        at: Timestamp,
+    ) -> Result<Option<AgentTokenRecord>> {
+        let hash = *hash;
+        self.write(move |db, _| {
+            let Some(mut token) =
+                decode_row::<AgentTokenRecord>(AGENT_TOKENS, db.agent_tokens.get(hash.0))?
+            else {
+                return Ok(None);
+            };
+            if token.revoked_at.is_none() {
+                token.revoked_at = Some(at);
+                let mut batch = db.batch();
+                batch.insert(&db.agent_tokens, hash.0, encode(AGENT_TOKENS, &token)?);
+                batch.commit().map_err(unavailable)?;
+            }
+            Ok(Some(token))
+        })
+        .await
+    }
+
+    pub(super) async fn get_login_by_code(
+        &self,
+        code: &CredentialHash,
+    ) -> Result<Option<GateSessionRecord>> {
+        let snapshot = self.inner.db.snapshot();
+        let Some(id) = snapshot
+            .get(&self.inner.gate_login_codes, code.0)
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        decode_row(GATE_SESSIONS, snapshot.get(&self.inner.gate_sessions, &id))
+    }
+
+    pub(super) async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool> {
+        let token = token.clone();
+        self.write(move |db, _| {
+            if !db.contains(&db.agent_tokens, &token.hash.0)? {
+                return Ok(false);
+            }
+            let mut batch = db.batch();
+            batch.insert(
+                &db.agent_tokens,
+                token.hash.0,
+                encode(AGENT_TOKENS, &token)?,
+            );
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
+    }
+}
