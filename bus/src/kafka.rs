@@ -330,11 +330,15 @@ impl LogBackend for KafkaLog {
             TopicReplication::Fixed(-1),
         );
         let options = AdminOptions::new().operation_timeout(Some(BROKER_TIMEOUT));
-        let results = self
-            .admin
-            .create_topics([&new], &options)
-            .await
-            .map_err(|e| unavailable("creating a topic", e))?;
+        // Bounded here too: a broker that takes the request and never answers (librdkafka's
+        // mock cluster, for one) must not hold the caller's preparation forever.
+        let results = tokio::time::timeout(
+            BROKER_TIMEOUT * 2,
+            self.admin.create_topics([&new], &options),
+        )
+        .await
+        .map_err(|_| BusError::Unavailable(format!("kafka: creating topic `{topic}`: no answer")))?
+        .map_err(|e| unavailable("creating a topic", e))?;
         for result in results {
             match result {
                 // Another process created it meanwhile: its partition count stands.

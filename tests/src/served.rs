@@ -48,7 +48,10 @@ impl Served {
                 dir.to_str().unwrap(),
             ])
             .args(extra)
-            .env("VIGIL_LOG", "info")
+            .env(
+                "VIGIL_LOG",
+                std::env::var("VIGIL_SERVED_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

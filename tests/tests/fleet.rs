@@ -91,7 +91,16 @@ async fn send_batch(
         .send()
         .await
         .expect("the ingest process answers");
-    r.status() == 202
+    if r.status() == 202 {
+        return true;
+    }
+    eprintln!(
+        "batch {seq} of {} refused: {} {}",
+        session.id,
+        r.status(),
+        r.text().await.unwrap_or_default()
+    );
+    false
 }
 
 /// `POST …/results` as the SDK sends it: the session's decision becomes final.
@@ -184,6 +193,33 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
         _dispatcher: member("dispatcher", &kafka, &["--allow-private-webhooks"]),
     };
     let client = http_client();
+    // As a load balancer does: traffic goes to a process once it says it is ready.
+    let all: Vec<String> = fleet
+        .ingest
+        .iter()
+        .chain(&fleet.processors)
+        .chain([&fleet.api, &fleet._dispatcher])
+        .map(|p| p.base.clone())
+        .collect();
+    eventually(Duration::from_secs(60), "every process is ready", || {
+        let (client, all) = (client.clone(), all.clone());
+        async move {
+            for base in &all {
+                let Ok(ready) = client.get(format!("{base}/readyz")).send().await else {
+                    return false;
+                };
+                if ready.status() != 200 {
+                    eprintln!(
+                        "{base} is not ready: {}",
+                        ready.text().await.unwrap_or_default()
+                    );
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
     let api = fleet.api.base.clone();
     let org_path = format!("/v1/organizations/{}", creds.org_id());
 
