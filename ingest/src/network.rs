@@ -146,8 +146,8 @@ pub async fn check(
         ctx,
         id,
         &ServerRecord::NetworkCheck {
-            http,
-            websocket,
+            http: Box::new(http),
+            websocket: websocket.map(Box::new),
             consistent,
         },
     )

@@ -74,10 +74,11 @@ pub const BATCH_RECORD_SCHEMA: u32 = 1;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ServerRecord {
     /// The network check of §4: what the HTTP request and the WebSocket showed of the client.
+    /// (Boxed: the other records are a few bytes.)
     NetworkCheck {
-        http: ConnectionIdentity,
+        http: Box<ConnectionIdentity>,
         /// `None` when the session never opened its WebSocket.
-        websocket: Option<ConnectionIdentity>,
+        websocket: Option<Box<ConnectionIdentity>>,
         /// Whether the two identities matched.
         consistent: bool,
     },
