@@ -72,7 +72,8 @@ pub fn start(
     let preparation = LogPreparation::new();
     let status = preparation.clone();
     let task = tokio::spawn(async move {
-        let Some((batches, topics)) = prepare(&log, &status, &shutdown).await else {
+        let Some((batches, topics, dispatching_topics)) = prepare(&log, &status, &shutdown).await
+        else {
             return;
         };
         status.set(Ok(()));
@@ -85,7 +86,7 @@ pub fn start(
         let dispatching = dispatcher.map(|settings| {
             tokio::spawn(dispatcher::run(
                 settings,
-                topics.events.clone(),
+                dispatching_topics,
                 shutdown.clone(),
             ))
         });
@@ -114,19 +115,20 @@ pub fn start(
     (preparation, task)
 }
 
-/// The batches topic and the processor's (events, dead letters) once all exist; `None` if the
-/// server stops first.
+/// The batches topic, the processor's (events, dead letters) and the dispatcher's (events, its
+/// dead letters) once all exist; `None` if the server stops first.
 async fn prepare(
     log: &bus::Log,
     status: &LogPreparation,
     shutdown: &CancellationToken,
-) -> Option<(bus::Topic, processor::pipeline::Topics)> {
+) -> Option<(bus::Topic, processor::pipeline::Topics, dispatcher::Topics)> {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let prepared = async {
             let batches = ingest::prepare_log(log).await?;
             let topics = processor::pipeline::prepare_log(log).await?;
-            Ok::<_, bus::BusError>((batches, topics))
+            let dispatching = dispatcher::prepare_log(log).await?;
+            Ok::<_, bus::BusError>((batches, topics, dispatching))
         };
         let failure = tokio::select! {
             _ = shutdown.cancelled() => return None,

@@ -13,22 +13,28 @@
 //! per partition, so a rebalance needs nothing more here. Before its deliveries
 //! are stored, the event itself is made sure of in the store (the processor publishes an event
 //! before it stores it), so a retry after a restart can read what to send.
+//!
+//! A record it cannot read is never passed over silently, nor misread (STYLE 13): one of a
+//! newer schema than this build's, of an event type it does not know, or not an event at all,
+//! goes to `events.dead.v1` with its reason ([`schemas::events::EventDeadLetter`]), is counted,
+//! and is committed past like any delivered event, so the events behind it go on. A newer build
+//! can deliver it once the fleet is upgraded, by appending it again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bus::retry::{Retried, retry};
-use bus::{Group, Log, Record, Topic};
+use bus::{Group, Log, Record};
 use schemas::OrgId;
 use schemas::credential::Environment;
-use schemas::events::{LOGGED_EVENT_SCHEMA, LoggedEvent};
+use schemas::events::{EventDeadLetter, EventDeadReason, LoggedEvent};
 use store::{EventRecord, Store, WebhookEndpointRecord};
 use tokio_util::sync::CancellationToken;
 
-use crate::Failure;
 use crate::scheduling::{Dispatch, LEASE, QUEUED_MAX};
 use crate::telemetry;
+use crate::{Failure, Topics};
 
 /// The consumer group of the dispatcher role.
 pub const GROUP: &str = "dispatcher";
@@ -43,10 +49,11 @@ const ENDPOINT_PAGE: usize = 500;
 pub async fn consume(
     dispatch: &Arc<Dispatch>,
     log: &Log,
-    events: &Topic,
+    topics: &Topics,
     shutdown: &CancellationToken,
 ) {
     let group = Group::from_static(GROUP);
+    let events = &topics.events;
     let opened = retry(
         "opening the events consumer",
         telemetry::retried,
@@ -84,7 +91,7 @@ pub async fn consume(
         if records.is_empty() {
             continue;
         }
-        if !handle(dispatch, &records, shutdown).await {
+        if !handle(dispatch, log, topics, &records, shutdown).await {
             return;
         }
         let positions: Vec<bus::Position> = records.iter().map(Record::position).collect();
@@ -104,13 +111,26 @@ pub async fn consume(
     }
 }
 
-/// Fans a poll's events out and stores their deliveries; false if shutdown came first.
+/// Fans a poll's events out and stores their deliveries, after dead-lettering the records it
+/// cannot read; false if shutdown came first.
 async fn handle(
     dispatch: &Arc<Dispatch>,
+    log: &Log,
+    topics: &Topics,
     records: &[Record],
     shutdown: &CancellationToken,
 ) -> bool {
-    let events: Vec<LoggedEvent> = records.iter().filter_map(readable).collect();
+    let mut events = Vec::with_capacity(records.len());
+    for record in records {
+        match LoggedEvent::read(&record.payload) {
+            Ok(logged) => events.push(logged),
+            Err((reason, message)) => {
+                if !dead_letter(log, topics, record, reason, &message, shutdown).await {
+                    return false;
+                }
+            }
+        }
+    }
     let now = schemas::time::now();
     let mut endpoints: HashMap<(OrgId, Environment), Vec<WebhookEndpointRecord>> = HashMap::new();
     let mut deliveries = Vec::new();
@@ -214,20 +234,63 @@ async fn handle(
     true
 }
 
-/// The event a record carries, if it is one this build reads; others are counted and passed.
-fn readable(record: &Record) -> Option<LoggedEvent> {
-    match serde_json::from_slice::<LoggedEvent>(&record.payload) {
-        Ok(logged) if logged.schema <= LOGGED_EVENT_SCHEMA => Some(logged),
-        Ok(logged) => {
-            telemetry::unreadable(&format!(
-                "event {} is of schema {}, newer than this build's {LOGGED_EVENT_SCHEMA}",
-                logged.event.id, logged.schema
-            ));
-            None
-        }
-        Err(e) => {
-            telemetry::unreadable(&format!("a record of events.v1 does not decode: {e}"));
-            None
+/// Appends the dead letter of `record` to `events.dead.v1`, retrying while the log is
+/// unavailable, and counts it; false if shutdown came first (nothing may be committed then).
+async fn dead_letter(
+    log: &Log,
+    topics: &Topics,
+    record: &Record,
+    reason: EventDeadReason,
+    message: &str,
+    shutdown: &CancellationToken,
+) -> bool {
+    let mut letter = EventDeadLetter::of(
+        topics.events.as_str(),
+        record.partition,
+        record.offset,
+        &record.key,
+        &record.payload,
+        reason,
+        message,
+    );
+    loop {
+        let appended = retry(
+            "dead-lettering an event",
+            telemetry::retried,
+            shutdown,
+            &mut (log, &topics.dead, record, &letter),
+            |(log, dead, record, letter)| {
+                Box::pin(async move {
+                    let payload = serde_json::to_vec(*letter).map_err(|e| {
+                        Failure::Log(bus::BusError::Invalid(format!("a dead letter: {e}")))
+                    })?;
+                    Ok::<_, Failure>(log.append(dead, &record.key, &payload).await?)
+                })
+            },
+        )
+        .await;
+        match appended {
+            Retried::Done(_) => {
+                telemetry::dead_lettered(reason, record.partition, record.offset, message);
+                return true;
+            }
+            // Base64 makes the record a third larger: one near the log's limit is dead-lettered
+            // without its bytes, which stay at their position until retention.
+            Retried::Failed(Failure::Log(bus::BusError::TooLarge { .. }))
+                if letter.record.is_some() =>
+            {
+                letter.record = None;
+            }
+            Retried::Failed(e) => {
+                // Not transient, and not its size: logged, and the record is still not allowed
+                // to stall the events behind it.
+                telemetry::unreadable(&format!(
+                    "dead-lettering the record at {}/{}: {e}",
+                    record.partition, record.offset
+                ));
+                return true;
+            }
+            Retried::ShuttingDown => return false,
         }
     }
 }

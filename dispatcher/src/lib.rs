@@ -1,7 +1,9 @@
 //! The dispatcher role (D13, D24): it consumes `events.v1`, fans each event out to its
 //! organization's subscribed webhook endpoints ([`fan_out`], [`consuming`]), and delivers it
 //! signed ([`signing`], [`sending`]), with every pending attempt kept in the store
-//! ([`scheduling`]) and each outcome applied per the retry schedule ([`attempts`]).
+//! ([`scheduling`]) and each outcome applied per the retry schedule ([`attempts`]). A record of
+//! `events.v1` it cannot read (newer, of an unknown type, or not an event) goes to
+//! `events.dead.v1` ([`consuming`]).
 
 pub mod attempts;
 pub mod consuming;
@@ -57,18 +59,31 @@ impl bus::retry::Transience for Failure {
     }
 }
 
-/// Creates the topic the dispatcher reads (the processor and the admin API append to it).
-pub async fn prepare_log(log: &Log) -> Result<Topic, bus::BusError> {
-    let events = Topic::from_static(schemas::events::EVENTS_TOPIC);
-    log.create_topic(&events, schemas::events::EVENTS_PARTITIONS)
-        .await?;
-    Ok(events)
+/// The topics the dispatcher reads and writes.
+#[derive(Clone)]
+pub struct Topics {
+    /// `events.v1`: read (the processor and the admin API append to it).
+    pub events: Topic,
+    /// `events.dead.v1`: where records of `events.v1` it can never deliver go, with why.
+    pub dead: Topic,
+}
+
+/// Creates the topics the dispatcher reads and writes.
+pub async fn prepare_log(log: &Log) -> Result<Topics, bus::BusError> {
+    use schemas::events::{
+        EVENTS_DEAD_PARTITIONS, EVENTS_DEAD_TOPIC, EVENTS_PARTITIONS, EVENTS_TOPIC,
+    };
+    let events = Topic::from_static(EVENTS_TOPIC);
+    log.create_topic(&events, EVENTS_PARTITIONS).await?;
+    let dead = Topic::from_static(EVENTS_DEAD_TOPIC);
+    log.create_topic(&dead, EVENTS_DEAD_PARTITIONS).await?;
+    Ok(Topics { events, dead })
 }
 
 /// Runs the dispatcher until `shutdown`: the consumer, the due scan and the recorder. On
 /// shutdown, attempts not yet sent are dropped (they stay due in the store); those sent get
 /// the attempt timeout to be answered, and their outcomes [`DRAIN`] to be written.
-pub async fn run(settings: Settings, events: Topic, shutdown: CancellationToken) {
+pub async fn run(settings: Settings, topics: Topics, shutdown: CancellationToken) {
     telemetry::init();
     let sender = sending::Sender::new(settings.allow_private, settings.attempt_timeout);
     let (dispatch, outcomes) = Dispatch::new(
@@ -87,7 +102,7 @@ pub async fn run(settings: Settings, events: Topic, shutdown: CancellationToken)
         stop_recording.clone(),
     ));
     let scan = tokio::spawn(scheduling::scan_due(dispatch.clone(), shutdown.clone()));
-    consuming::consume(&dispatch, &settings.log, &events, &shutdown).await;
+    consuming::consume(&dispatch, &settings.log, &topics, &shutdown).await;
     let _ = scan.await;
     dispatch.stopping.cancel();
     dispatch.tasks.close();

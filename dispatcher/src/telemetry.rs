@@ -1,12 +1,14 @@
 //! The dispatcher's telemetry (STYLE 14): each event below both logs and counts. The metrics
 //! are registered in prometheus's default registry, which `/metrics` serves beside the HTTP
 //! layer's (`edge::metrics`); every label is bounded
-//! (an attempt's result from a closed set, a retried operation's static name).
+//! (an attempt's result from a closed set, a dead letter's reason from a closed set, a retried
+//! operation's static name).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
+use schemas::events::EventDeadReason;
 use store::{DeliveryStatus, WebhookDeliveryRecord};
 
 struct Metrics {
@@ -16,6 +18,7 @@ struct Metrics {
     first_attempt_seconds: Histogram,
     retries: IntCounterVec,
     unreadable: IntCounter,
+    dead_letters: IntCounterVec,
     disabled: IntCounter,
     deferred: IntCounter,
 }
@@ -65,7 +68,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     .expect("valid metric");
     let unreadable = IntCounter::new(
         "vigil_dispatcher_unreadable_events_total",
-        "Records of events.v1 the dispatcher could not read (or fan out) and passed over",
+        "Events the dispatcher could not fan out (their endpoints could not be read, or the \
+         event or its deliveries not stored) and passed over",
+    )
+    .expect("valid metric");
+    let dead_letters = IntCounterVec::new(
+        Opts::new(
+            "vigil_dispatcher_dead_letters_total",
+            "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
+             reason: newer_schema, unknown_event_type or unreadable_record",
+        ),
+        &["reason"],
     )
     .expect("valid metric");
     let disabled = IntCounter::new(
@@ -86,6 +99,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(first_attempt_seconds.clone()),
         Box::new(retries.clone()),
         Box::new(unreadable.clone()),
+        Box::new(dead_letters.clone()),
         Box::new(disabled.clone()),
     ] {
         if let Err(e) = prometheus::register(c) {
@@ -95,6 +109,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     for result in ["succeeded", "retrying", "failed"] {
         attempts.with_label_values(&[result]);
     }
+    for reason in EventDeadReason::ALL {
+        dead_letters.with_label_values(&[reason.as_str()]);
+    }
     Metrics {
         created,
         attempts,
@@ -102,6 +119,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         first_attempt_seconds,
         retries,
         unreadable,
+        dead_letters,
         disabled,
         deferred,
     }
@@ -150,7 +168,23 @@ pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32)
     }
 }
 
-/// A record of `events.v1` that could not be read or fanned out, passed over.
+/// A record of `events.v1` set aside on `events.dead.v1`, at `partition`/`offset`.
+pub fn dead_lettered(reason: EventDeadReason, partition: u32, offset: u64, message: &str) {
+    METRICS
+        .dead_letters
+        .with_label_values(&[reason.as_str()])
+        .inc();
+    tracing::error!(
+        reason = reason.as_str(),
+        partition,
+        offset,
+        message,
+        topic = schemas::events::EVENTS_DEAD_TOPIC,
+        "dispatcher: dead-lettered a record of events.v1 it cannot deliver"
+    );
+}
+
+/// An event that could not be fanned out, passed over.
 pub fn unreadable(error: &dyn std::fmt::Display) {
     METRICS.unreadable.inc();
     tracing::error!(%error, "dispatcher: passing over an event it cannot deliver");

@@ -20,11 +20,11 @@ use edge::secrets::ServerSecret;
 use edge::{ApiError, PublishableKey, SecretKey};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
+use schemas::collect::ServerRecord;
 use schemas::credential::Environment;
 use schemas::time::{self, Timestamp};
 use schemas::{ErrorCode, OrgId, SessionId};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::IngestState;
@@ -140,8 +140,7 @@ pub async fn mint(
     // The first call makes the decision final (D10): recorded on the session, and told to the
     // processor through the session's stream in the log; later calls mint fresh handoffs.
     state.auth.store.mark_collect_results(id, now).await?;
-    crate::network::append_server_record(&state, &caller.ctx, id, json!({"kind": "results"}))
-        .await?;
+    crate::network::append_server_record(&state, &caller.ctx, id, &ServerRecord::Results).await?;
     let claims = HandoffClaims {
         organization_id: session.organization_id,
         environment: session.environment,

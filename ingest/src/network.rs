@@ -12,11 +12,13 @@ use axum::response::Response;
 use edge::body::{Fields, JsonObject, QueryParams, Reply};
 use edge::transport::ClientInfo;
 use edge::{ApiError, AuthContext, PublishableKey};
-use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::collect::{
+    BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, ConnectionIdentity, ServerRecord,
+};
 use schemas::raw::RawJson;
 use schemas::{ErrorCode, SessionId};
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -25,21 +27,22 @@ use crate::proof;
 use crate::sessions::own_session;
 
 /// What one connection shows of its client.
-fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> Value {
-    let text = |name: header::HeaderName| {
+fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> ConnectionIdentity {
+    let text = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned()
     };
-    json!({
-        "ip": client.map(|c| c.ip.to_string()).unwrap_or_default(),
-        "forwarded_for": headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()).unwrap_or(""),
-        "user_agent": text(header::USER_AGENT),
-        "accept_language": text(header::ACCEPT_LANGUAGE),
-        "header_names": headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
-    })
+    ConnectionIdentity {
+        accept_language: text(header::ACCEPT_LANGUAGE.as_str()),
+        forwarded_for: text("x-forwarded-for"),
+        header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
+        ip: client.map(|c| c.ip.to_string()).unwrap_or_default(),
+        user_agent: text(header::USER_AGENT.as_str()),
+        extra: serde_json::Map::new(),
+    }
 }
 
 /// `GET /v1/collect/ws?session=…&token=…`. Browsers cannot put a key on a WebSocket, so the
@@ -85,6 +88,7 @@ pub async fn websocket(
         return Err(ApiError::not_found("collect session"));
     }
     let seen = identity(req.extensions().get::<ClientInfo>(), req.headers());
+    let seen = serde_json::to_value(&seen).map_err(|e| ApiError::internal("ws identity", e))?;
     state
         .auth
         .store
@@ -131,15 +135,21 @@ pub async fn check(
     let session = own_session(&state, ctx, id).await?;
     proof::require(&state, &session, &headers, proof::Call::NetworkCheck).await?;
     let http = identity(Some(&ctx.client), &headers);
-    let consistent = session
+    // Stored by the WebSocket route above, as a `ConnectionIdentity`.
+    let websocket = session
         .ws_identity
         .as_ref()
-        .is_some_and(|ws| ws["ip"] == http["ip"] && ws["user_agent"] == http["user_agent"]);
+        .and_then(|ws| ConnectionIdentity::deserialize(ws).ok());
+    let consistent = websocket.as_ref().is_some_and(|ws| ws.same_client(&http));
     append_server_record(
         &state,
         ctx,
         id,
-        json!({"kind": "network_check", "http": http, "websocket": session.ws_identity, "consistent": consistent}),
+        &ServerRecord::NetworkCheck {
+            http: Box::new(http),
+            websocket: websocket.map(Box::new),
+            consistent,
+        },
     )
     .await?;
     Ok(Reply::ok(Checked {
@@ -155,7 +165,7 @@ pub async fn append_server_record(
     state: &IngestState,
     ctx: &AuthContext,
     id: SessionId,
-    observations: Value,
+    server_record: &ServerRecord,
 ) -> Result<(), ApiError> {
     let record = BatchRecord {
         schema: BATCH_RECORD_SCHEMA,
@@ -171,7 +181,7 @@ pub async fn append_server_record(
             url: String::new(),
             web_bot_auth: None,
         },
-        observations: RawJson::encode(&observations)
+        observations: RawJson::encode(server_record)
             .map_err(|e| ApiError::internal("server record", e))?,
     };
     let payload =

@@ -6,6 +6,7 @@
 //! it), so the processor, redelivered that batch after a crash, mints the same id again: the
 //! store keeps one row, and the log's consumers see the same `webhook-id` twice at worst.
 
+use schemas::decision::{Decision, DecisionStatus};
 use schemas::events::{EventSubject, EventType};
 use schemas::time::Timestamp;
 use schemas::{EventId, SessionId};
@@ -87,35 +88,30 @@ pub fn fingerprint_calculated(
 
 /// `session.result.persisted`: the session's final decision, summarised (the whole decision is
 /// one `GET /v1/sessions/{id}` away).
-pub fn result_persisted(session: &SessionRecord, decision: &Value, at: Timestamp) -> EventRecord {
-    let pick = |name: &str| decision.get(name).cloned().unwrap_or(Value::Null);
+pub fn result_persisted(
+    session: &SessionRecord,
+    decision: &Decision,
+    at: Timestamp,
+) -> EventRecord {
     let data = json!({
         "session_id": session.id,
         "visitor_id": session.visitor_id,
         "decision": {
-            "event_id": pick("event_id"),
-            "automation_status": pick("automation_status"),
-            "verdict": pick("verdict"),
-            "risk_score": pick("risk_score"),
-            "phase": pick("phase"),
-            "decision_status": pick("decision_status"),
-            "manipulation": pick("manipulation"),
+            "event_id": decision.event_id,
+            "automation_status": decision.automation_status,
+            "verdict": decision.verdict,
+            "risk_score": decision.risk_score,
+            "phase": decision.phase,
+            "decision_status": decision.decision_status,
+            "manipulation": decision.manipulation,
         },
     });
     session_event(session, EventType::SessionResultPersisted, at, data)
 }
 
-/// Whether a stored decision (the processor's JSON) is final.
+/// Whether a stored decision is final. One that does not read as a decision is not.
 pub fn is_final(decision: Option<&store::RawJson>) -> bool {
-    #[derive(Deserialize)]
-    struct Status {
-        decision_status: Option<String>,
-    }
-    decision
-        .and_then(|d| d.decode::<Status>().ok())
-        .and_then(|s| s.decision_status)
-        .as_deref()
-        == Some("final")
+    decision.and_then(|d| Decision::status_of(d).ok()) == Some(DecisionStatus::Final)
 }
 
 #[cfg(test)]

@@ -33,11 +33,10 @@ use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
 use futures::StreamExt;
-use schemas::collect::{BatchRecord, DeadReason};
+use schemas::collect::{BatchRecord, DeadReason, ServerRecord};
 use schemas::{DecisionId, VisitorId};
 use secrets::ServerSecret;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use store::{
     CollectSessionRecord, DecisionRecord, EventRecord, RawJson, SessionRecord, SessionSave, Store,
     StoreError, VisitorRecord, VisitorRequest, VisitorStorage,
@@ -92,18 +91,6 @@ struct SessionState {
     context: ServerContext,
     /// The SDK asked for the handoff: the decision is final from then on.
     final_requested: bool,
-}
-
-/// The members of the server-made records (`schemas/collect.md` §6) the processor reads; an
-/// SDK batch reads as its `kind` alone.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct ServerMade {
-    kind: Option<String>,
-    /// `network_check`: whether the WebSocket's identity matched the HTTP requests'.
-    consistent: Option<bool>,
-    /// `idle`: the session's `updated_at` when the sweep found it idle.
-    idle_since: Option<String>,
 }
 
 /// Why a session's records could not be folded or stored.
@@ -690,43 +677,51 @@ async fn fold<'a>(
             continue;
         }
         let mut probes_batch = false;
-        // Only server-made records (number 0) can be one: an SDK batch is read once, below.
-        let server: ServerMade = if batch.seq == 0 {
-            batch.observations.decode().unwrap_or_default()
-        } else {
-            ServerMade::default()
-        };
-        match server.kind.as_deref() {
-            // Server-made records carry no number, so one delivered again (after a crash, or
-            // when a partition moves to another processor) is recognised by changing nothing:
-            // it is passed over, and makes no second decision.
-            Some("network_check") => {
-                if state.context.network_check_consistent.is_some()
-                    && state.context.network_check_consistent == server.consistent
-                {
+        // Numbers from 1 are the SDK's batches; 0 is a server-made record, read as one (a kind
+        // this build does not know, from a newer ingest, does not read: it is set aside below).
+        // Server-made records carry no number, so one delivered again (after a crash, or when a
+        // partition moves to another processor) is recognised by changing nothing: it is
+        // passed over, and makes no second decision.
+        let server = (batch.seq == 0).then(|| batch.observations.decode::<ServerRecord>());
+        match server {
+            Some(Ok(ServerRecord::NetworkCheck { consistent, .. })) => {
+                if state.context.network_check_consistent == Some(consistent) {
                     continue;
                 }
-                state.context.network_check_consistent = server.consistent;
+                state.context.network_check_consistent = Some(consistent);
             }
-            Some("results") => {
+            Some(Ok(ServerRecord::Results)) => {
                 if state.final_requested {
                     continue;
                 }
                 state.final_requested = true;
             }
-            Some(idle::IDLE_KIND) => {
+            Some(Ok(ServerRecord::Idle { idle_since })) => {
                 if state.final_requested {
                     continue;
                 }
                 // Sent by the idle sweep for the session as it stood then; a batch that arrived
                 // since keeps the session open.
-                if idle::still_idle(server.idle_since.as_deref(), session.updated_at) {
+                if idle::still_idle(idle_since, session.updated_at) {
                     state.final_requested = true;
                 } else {
                     continue;
                 }
             }
-            _ => match Batch::from_slice(batch.observations.as_str().as_bytes()) {
+            Some(Err(e)) => {
+                // Folded past and dead-lettered by the caller, like an SDK batch that does not
+                // decode (server-made records are never marked processed: they carry no number).
+                unreadable.push(Dead {
+                    record: polled.record,
+                    reason: DeadReason::UnreadableRecord,
+                    message: format!(
+                        "session {}: not a server-made record this build knows: {e}",
+                        batch.session_id
+                    ),
+                });
+                continue;
+            }
+            None => match Batch::from_slice(batch.observations.as_str().as_bytes()) {
                 Ok(observed) => {
                     probes_batch = matches!(observed, Batch::Probes(_));
                     state.observations.record(observed);
@@ -742,9 +737,7 @@ async fn fold<'a>(
                             batch.session_id, batch.seq
                         ),
                     });
-                    if batch.seq > 0 {
-                        session.mark_processed(batch.seq);
-                    }
+                    session.mark_processed(batch.seq);
                     continue;
                 }
             },
@@ -802,22 +795,13 @@ async fn fold<'a>(
         decision = decision.finalize();
     }
     let id = DecisionId::generate();
-    let mut decision_json = serde_json::to_value(&decision)
-        .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
-    if let Value::Object(map) = &mut decision_json {
-        map.insert("event_id".into(), json!(id));
-        map.insert("evaluated_at".into(), json!(schemas::time::format(&now)));
-        map.insert(
-            "evaluation_duration_ms".into(),
-            json!(started.elapsed().as_secs_f64() * 1000.0),
-        );
-        map.insert("is_provisional".into(), json!(!state.final_requested));
-    }
+    let document = decision.document(id, now, started.elapsed().as_secs_f64() * 1000.0);
     session.updated_at = now;
     session.finalized = state.final_requested;
     session.state = RawJson::encode(&state)
         .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
-    let decision_raw = RawJson::encode(&decision_json)
+    let decision_raw = document
+        .to_raw()
         .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
     session.latest_decision = Some(decision_raw.clone());
     let mut recorded = Vec::new();
@@ -827,7 +811,7 @@ async fn fold<'a>(
         ));
     }
     if session.finalized && !was_final {
-        recorded.push(events::result_persisted(&session, &decision_json, now));
+        recorded.push(events::result_persisted(&session, &document, now));
     }
     let record = DecisionRecord {
         session_id: first.session_id,
@@ -1052,4 +1036,138 @@ async fn link_visitor(
     memory.link(visitor.clone());
     tracing::debug!(session = %session.id, visitor = %visitor.id, ?linked_by, seen_count = visitor.seen_count, "processor: linked a visitor");
     Ok((visitor, linked_by))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observations::{
+        Automation, Browser, Integrity, Locale, Network, Rendering, Screen, WebBotAuth,
+    };
+    use schemas::session_view::{SessionView, WebBotAuthOutcome};
+
+    /// The query API shows the processor's state through `schemas::session_view`: every member
+    /// it shows must read from the state as this build writes it.
+    #[test]
+    fn the_state_reads_as_the_view_the_query_api_shows() {
+        let now = schemas::time::now();
+        let probes = Probes {
+            collected_in_ms: Some(412.5),
+            timed_out: Some(vec!["audio".into()]),
+            automation: Some(Automation {
+                webdriver: Some(true),
+                user_agent: Some("Mozilla/5.0 HeadlessChrome".into()),
+                languages: Some(vec!["en-GB".into()]),
+                ..Automation::default()
+            }),
+            browser: Some(Browser {
+                platform: Some("Win32".into()),
+                max_touch_points: Some(2.0),
+                ..Browser::default()
+            }),
+            rendering: Some(Rendering {
+                webgl_renderer: Some("SwiftShader".into()),
+                ..Rendering::default()
+            }),
+            screen: Some(Screen {
+                width: Some(1920.0),
+                height: Some(1080.0),
+                pixel_ratio: Some(1.25),
+                touch: Some(false),
+                ..Screen::default()
+            }),
+            locale: Some(Locale {
+                timezone: Some("Europe/London".into()),
+                ..Locale::default()
+            }),
+            integrity: Some(Integrity {
+                tampered_natives: Some(vec!["Function.prototype.toString".into()]),
+                descriptor_anomalies: Some(vec!["navigator.webdriver".into()]),
+            }),
+            network: Some(Network {
+                ping_rtts_ms: Some(vec![12.5, 14.0]),
+            }),
+            ..Probes::default()
+        };
+        let mut state = SessionState::default();
+        state
+            .observations
+            .record(Batch::Probes(Box::new(probes.clone())));
+        state.context.request.header_names = vec!["host".into(), "user-agent".into()];
+        state.context.ping_arrivals = vec![now];
+        state.context.network_check_consistent = Some(false);
+        state.context.web_bot_auth = WebBotAuth::Invalid;
+        state.context.signature_agent = Some("https://agent.example".into());
+
+        let view = SessionView::of(&RawJson::encode(&state).unwrap());
+        let shown = view.probes().expect("the probes");
+        assert_eq!(shown.collected_in_ms, probes.collected_in_ms);
+        assert_eq!(shown.timed_out, probes.timed_out);
+        let automation = shown.automation.as_ref().unwrap();
+        assert_eq!(automation.webdriver, Some(true));
+        assert_eq!(
+            automation.user_agent.as_deref(),
+            Some("Mozilla/5.0 HeadlessChrome")
+        );
+        assert_eq!(automation.languages, Some(vec!["en-GB".to_owned()]));
+        let browser = shown.browser.as_ref().unwrap();
+        assert_eq!(
+            (browser.platform.as_deref(), browser.max_touch_points),
+            (Some("Win32"), Some(2.0))
+        );
+        assert_eq!(
+            shown.rendering.as_ref().unwrap().webgl_renderer.as_deref(),
+            Some("SwiftShader")
+        );
+        assert_eq!(
+            shown.locale.as_ref().unwrap().timezone.as_deref(),
+            Some("Europe/London")
+        );
+        let integrity = shown.integrity.as_ref().unwrap();
+        assert_eq!(
+            integrity.tampered_natives,
+            probes.integrity.as_ref().unwrap().tampered_natives
+        );
+        assert_eq!(
+            integrity.descriptor_anomalies,
+            probes.integrity.as_ref().unwrap().descriptor_anomalies
+        );
+        assert_eq!(
+            shown.network.as_ref().unwrap().ping_rtts_ms,
+            Some(vec![12.5, 14.0])
+        );
+        // The screen is shown whole: exactly as the state holds it.
+        assert_eq!(
+            serde_json::to_value(shown.screen.as_ref().unwrap()).unwrap(),
+            serde_json::to_value(probes.screen.as_ref().unwrap()).unwrap()
+        );
+        assert_eq!(
+            shown.screen.as_ref().unwrap().size().as_deref(),
+            Some("1920x1080")
+        );
+
+        let context = view.context().expect("the context");
+        assert_eq!(
+            context.request.as_ref().unwrap().header_names,
+            Some(vec!["host".to_owned(), "user-agent".to_owned()])
+        );
+        assert_eq!(context.ping_arrivals, Some(vec![now]));
+        assert_eq!(context.network_check_consistent, Some(false));
+        assert_eq!(context.web_bot_auth, Some(WebBotAuthOutcome::Invalid));
+        assert_eq!(
+            context.signature_agent.as_deref(),
+            Some("https://agent.example")
+        );
+        // Every outcome the processor writes has its name in the view.
+        for outcome in [
+            WebBotAuth::Verified,
+            WebBotAuth::Invalid,
+            WebBotAuth::Unverified,
+            WebBotAuth::Absent,
+        ] {
+            let written = serde_json::to_value(outcome).unwrap();
+            let read: WebBotAuthOutcome = serde_json::from_value(written.clone()).unwrap();
+            assert_eq!(serde_json::to_value(read).unwrap(), written);
+        }
+    }
 }

@@ -15,58 +15,14 @@
 //! golden test (`tests/golden.rs`) shows every decision that moved.
 
 use crate::signals::{Category, Signal};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// Whether a program or a person drives the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AutomationStatus {
-    Automated,
-    Human,
-    Uncertain,
-}
-
-/// What the customer should make of the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Human,
-    Bot,
-    /// An agent that proved its identity with a valid Web Bot Auth signature.
-    VerifiedBot,
-    Suspicious,
-}
-
-/// How much of the session the decision has seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Static probes only.
-    Snapshot,
-    /// Interaction seen.
-    Behavioral,
-    /// Set by the caller when `results` is called or the session went idle.
-    Final,
-}
-
-/// Preliminary until the caller finalises the decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DecisionStatus {
-    Preliminary,
-    Final,
-}
-
-/// The kind of disguise the signals point to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Manipulation {
-    UserAgentSpoofing,
-    RuntimeTampering,
-    AntiDetectBrowser,
-    EmulatedDevice,
-}
+// The decision's vocabulary is the stored document's (`schemas::decision`): the query API and
+// the handoff read the same enums the rules write.
+pub use schemas::decision::{
+    AutomationStatus, DecisionStatus, HighlightKind, Manipulation, Phase, Verdict,
+};
 
 /// A condition over the fired signals; the small language the tables are written in.
 #[derive(Debug, Clone, Copy)]
@@ -209,20 +165,67 @@ impl Decision {
         self.decision_status = DecisionStatus::Final;
         self
     }
+
+    /// The document the processor stores and the other roles read, for the decision `event_id`
+    /// made at `evaluated_at` in `evaluation_duration_ms`; provisional until it is final.
+    pub fn document(
+        &self,
+        event_id: schemas::DecisionId,
+        evaluated_at: schemas::time::Timestamp,
+        evaluation_duration_ms: f64,
+    ) -> schemas::decision::Decision {
+        use schemas::decision as doc;
+        let no_extra = serde_json::Map::new;
+        doc::Decision {
+            automation_status: self.automation_status,
+            decision_status: self.decision_status,
+            evaluated_at,
+            evaluation_duration_ms,
+            event_id,
+            highlights: self
+                .highlights
+                .iter()
+                .map(|h| doc::Highlight {
+                    evidence: doc::Evidence {
+                        observed: h.evidence.observed.clone(),
+                        signal: h.evidence.signal.to_owned(),
+                        extra: no_extra(),
+                    },
+                    kind: h.kind,
+                    sentence: h.sentence.to_owned(),
+                    extra: no_extra(),
+                })
+                .collect(),
+            is_provisional: self.decision_status != DecisionStatus::Final,
+            manipulation: self.manipulation,
+            phase: self.phase,
+            risk_score: self.risk_score,
+            rule: self.rule.to_owned(),
+            score_breakdown: doc::ScoreBreakdown {
+                categories: self.score_breakdown.categories.clone(),
+                extra: no_extra(),
+            },
+            signals_fired: self
+                .signals_fired
+                .iter()
+                .map(|s| doc::FiredSignal {
+                    category: s.category,
+                    observed: s.observed.clone(),
+                    slug: s.slug.to_owned(),
+                    weight: s.weight,
+                    extra: no_extra(),
+                })
+                .collect(),
+            verdict: self.verdict,
+            extra: no_extra(),
+        }
+    }
 }
 
 /// Per-category scores, 0..=100 each, every category present.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScoreBreakdown {
     pub categories: BTreeMap<Category, u8>,
-}
-
-/// Whether a highlight counts for or against the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HighlightKind {
-    Concerning,
-    Reassuring,
 }
 
 /// One curated line of explanation.

@@ -61,30 +61,12 @@ mod consistency;
 use crate::behavior::{InputSummary, UNTRUSTED_CLICKS_TOLERATED};
 use crate::observations::{Automation, Probes, ServerContext, SessionObservations, WebBotAuth};
 use crate::user_agent::{self, ClaimedBrowser, Engine, Os, UA_TRACES};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-/// The five score categories of D10, in the order the score breakdown lists them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Category {
-    Automation,
-    Integrity,
-    Network,
-    Behavior,
-    Consistency,
-}
-
-impl Category {
-    pub const ALL: [Category; 5] = [
-        Self::Automation,
-        Self::Integrity,
-        Self::Network,
-        Self::Behavior,
-        Self::Consistency,
-    ];
-}
+/// The five score categories of D10: the stored decision's (`schemas::decision`).
+pub use schemas::decision::Category;
 
 /// One finding about a session. Serialised as an entry of `signals_fired`.
 #[derive(Debug, Clone, PartialEq, Serialize)]

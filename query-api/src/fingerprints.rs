@@ -17,16 +17,16 @@ use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ListFingerprints, ReadFingerprint};
 use edge::{ApiError, SecretKey};
 use schemas::resources::Pagination;
+use schemas::session_view::{ScreenView, SessionView};
 use schemas::time::{self, Timestamp};
 use schemas::{SessionId, VisitorId};
 use serde::Serialize;
 use serde_json::{Value, json};
-use store::RawJson;
 use store::{
     SessionRecord, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest, VisitorStorage,
 };
 
-use crate::QueryState;
+use crate::{QueryState, latest_decision};
 
 /// The values of `sort=`; without it, `last_seen`.
 pub const SORTS: [&str; 2] = ["seen_count", "first_seen"];
@@ -167,57 +167,40 @@ async fn list(
 
 /// One recent linked session, in the interface's shape.
 fn linked_session(s: &SessionRecord) -> Value {
-    let d = s
-        .latest_decision
-        .as_ref()
-        .map(RawJson::to_value)
-        .unwrap_or(Value::Null);
-    let field = |k: &str| d.get(k).cloned().unwrap_or(Value::Null);
-    let state = s.state.to_value();
-    let screen = state
-        .pointer("/observations/probes/screen")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let dimension = |k: &str| {
-        screen
-            .get(k)
-            .and_then(Value::as_f64)
-            .map(|n| n.round() as i64)
-    };
-    let screen_size = match (dimension("width"), dimension("height")) {
-        (Some(w), Some(h)) => Value::String(format!("{w}x{h}")),
-        _ => Value::Null,
-    };
-    let touch_points = state
-        .pointer("/observations/probes/browser/max_touch_points")
-        .and_then(Value::as_f64)
+    let decided = latest_decision(s);
+    let d = decided.as_ref();
+    let view = SessionView::of(&s.state);
+    let probes = view.probes();
+    let screen = probes.and_then(|p| p.screen.as_ref());
+    let touch_points = probes
+        .and_then(|p| p.browser.as_ref())
+        .and_then(|b| b.max_touch_points)
         .unwrap_or(0.0);
-    let is_touch_capable = screen
-        .get("touch")
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
-        || touch_points > 0.0;
+    let is_touch_capable = screen.and_then(|s| s.touch).unwrap_or(false) || touch_points > 0.0;
     json!({
         "session_id": s.id,
         "decision": {
-            "event_id": field("event_id"),
-            "verdict": field("verdict"),
-            "risk_score": field("risk_score"),
-            "phase": field("phase"),
-            "is_provisional": field("is_provisional"),
-            "manipulation": field("manipulation"),
-            "evaluation_duration_ms": field("evaluation_duration_ms"),
-            "evaluated_at": field("evaluated_at"),
+            "event_id": d.map(|d| d.event_id),
+            "verdict": d.map(|d| d.verdict),
+            "risk_score": d.map(|d| d.risk_score),
+            "phase": d.map(|d| d.phase),
+            "is_provisional": d.map(|d| d.is_provisional),
+            "manipulation": d.and_then(|d| d.manipulation),
+            "evaluation_duration_ms": d.map(|d| d.evaluation_duration_ms),
+            "evaluated_at": d.map(|d| time::format(&d.evaluated_at)),
         },
         "request": {
             "url": s.page_url,
             "user_agent": s.user_agent,
             "ip_address": s.ip,
-            "screen_size": screen_size,
+            "screen_size": screen.and_then(ScreenView::size),
             "is_touch_capable": is_touch_capable,
         },
         "score_breakdown": {
-            "categories": d.pointer("/score_breakdown/categories").cloned().unwrap_or(json!({})),
+            "categories": match d {
+                Some(d) => json!(d.score_breakdown.categories),
+                None => json!({}),
+            },
         },
     })
 }

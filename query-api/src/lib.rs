@@ -1,6 +1,10 @@
 //! Vigil's reads for the customer backend (secret key): sessions with their latest decision,
 //! one session's detail in the interface's order of importance, and visitor fingerprints with
 //! their recent linked sessions. One module per resource.
+//!
+//! What the processor stores is read through the types it is written with
+//! (`schemas::decision::Decision`, `schemas::session_view::SessionView`), never by pointing
+//! into its JSON: the two run as separate processes, perhaps of different versions.
 
 pub mod fingerprints;
 pub mod gate_registry;
@@ -14,6 +18,17 @@ use edge::Authenticator;
 #[derive(Clone)]
 pub struct QueryState {
     pub auth: Arc<Authenticator>,
+}
+
+/// A session's latest decision; `None` before its first, and (logged) when what is stored does
+/// not read as a decision, which then shows as none rather than failing the read.
+fn latest_decision(session: &store::SessionRecord) -> Option<schemas::decision::Decision> {
+    let raw = session.latest_decision.as_ref()?;
+    schemas::decision::Decision::from_raw(raw)
+        .inspect_err(|e| {
+            tracing::warn!(session = %session.id, error = %e, "query: a stored decision does not read as one; shown as none");
+        })
+        .ok()
 }
 
 pub fn router(state: QueryState) -> Router {

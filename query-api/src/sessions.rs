@@ -11,14 +11,15 @@ use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ListSessions, ReadSession};
 use edge::{ApiError, SecretKey};
 use schemas::SessionId;
+use schemas::decision::{Category, Decision, FiredSignal};
 use schemas::resources::Pagination;
+use schemas::session_view::SessionView;
 use schemas::time::{self, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
-use store::RawJson;
 use store::SessionRecord;
 
-use crate::QueryState;
+use crate::{QueryState, latest_decision};
 
 /// The verdict enumeration (D10), the values of `verdict=`.
 pub const VERDICTS: [&str; 4] = ["human", "bot", "verified_bot", "suspicious"];
@@ -49,22 +50,17 @@ struct SessionRow {
 }
 
 /// The summary of a decision that list rows carry.
-fn summary(decision: &Value) -> Value {
-    let keep = [
-        "event_id",
-        "verdict",
-        "risk_score",
-        "automation_status",
-        "decision_status",
-        "phase",
-        "manipulation",
-        "evaluated_at",
-    ];
-    let mut out = serde_json::Map::new();
-    for k in keep {
-        out.insert(k.into(), decision.get(k).cloned().unwrap_or(Value::Null));
-    }
-    Value::Object(out)
+fn summary(d: &Decision) -> Value {
+    json!({
+        "event_id": d.event_id,
+        "verdict": d.verdict,
+        "risk_score": d.risk_score,
+        "automation_status": d.automation_status,
+        "decision_status": d.decision_status,
+        "phase": d.phase,
+        "manipulation": d.manipulation,
+        "evaluated_at": time::format(&d.evaluated_at),
+    })
 }
 
 fn row(s: &SessionRecord) -> SessionRow {
@@ -77,29 +73,18 @@ fn row(s: &SessionRecord) -> SessionRow {
         user_agent: s.user_agent.clone(),
         created_at: s.opened_at,
         updated_at: s.updated_at,
-        latest_decision: s
-            .latest_decision
-            .as_ref()
-            .map(|d| summary(&d.to_value()))
+        latest_decision: latest_decision(s)
+            .map(|d| summary(&d))
             .unwrap_or(Value::Null),
     }
 }
 
 /// `search` (D4): a session id, a visitor id, an IP address or a URL substring.
 fn matches(s: &SessionRecord, verdict: Option<&str>, search: Option<&str>) -> bool {
-    if let Some(v) = verdict {
-        #[derive(serde::Deserialize)]
-        struct Verdict {
-            verdict: Option<String>,
-        }
-        let stored = s
-            .latest_decision
-            .as_ref()
-            .and_then(|d| d.decode::<Verdict>().ok())
-            .and_then(|d| d.verdict);
-        if stored.as_deref() != Some(v) {
-            return false;
-        }
+    if let Some(v) = verdict
+        && latest_decision(s).map(|d| d.verdict.as_str()) != Some(v)
+    {
+        return false;
     }
     match search {
         None => true,
@@ -185,90 +170,84 @@ struct SessionDetail {
     updated_at: Timestamp,
 }
 
-fn signals_of(decision: &Value, category: &str) -> Value {
-    let fired = decision
-        .get("signals_fired")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    Value::Array(
-        fired
-            .into_iter()
-            .filter(|s| s.get("category").and_then(Value::as_str) == Some(category))
-            .collect(),
-    )
+/// The fired signals of one category; none without a decision.
+fn signals_of(d: Option<&Decision>, category: Category) -> Vec<&FiredSignal> {
+    d.map(|d| d.signals_of(category).collect())
+        .unwrap_or_default()
 }
 
 fn detail(s: &SessionRecord) -> SessionDetail {
-    let d = s
-        .latest_decision
-        .as_ref()
-        .map(RawJson::to_value)
-        .unwrap_or(Value::Null);
-    let state = s.state.to_value();
-    let probes = state
-        .pointer("/observations/probes")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let context = state.get("context").cloned().unwrap_or(Value::Null);
-    let mut decision = serde_json::Map::new();
-    for k in [
-        "event_id",
-        "automation_status",
-        "decision_status",
-        "verdict",
-        "risk_score",
-        "phase",
-        "manipulation",
-        "score_breakdown",
-        "is_provisional",
-        "evaluation_duration_ms",
-        "evaluated_at",
-        "rule",
-    ] {
-        decision.insert(k.into(), d.get(k).cloned().unwrap_or(Value::Null));
-    }
+    let decided = latest_decision(s);
+    let d = decided.as_ref();
+    let view = SessionView::of(&s.state);
+    let probes = view.probes();
+    let automation = probes.and_then(|p| p.automation.as_ref());
+    let integrity = probes.and_then(|p| p.integrity.as_ref());
+    let context = view.context();
     SessionDetail {
         id: s.id,
         object: "session",
-        decision: Value::Object(decision),
-        highlights: d.get("highlights").cloned().unwrap_or(json!([])),
+        decision: json!({
+            "event_id": d.map(|d| d.event_id),
+            "automation_status": d.map(|d| d.automation_status),
+            "decision_status": d.map(|d| d.decision_status),
+            "verdict": d.map(|d| d.verdict),
+            "risk_score": d.map(|d| d.risk_score),
+            "phase": d.map(|d| d.phase),
+            "manipulation": d.and_then(|d| d.manipulation),
+            "score_breakdown": d.map(|d| &d.score_breakdown),
+            "is_provisional": d.map(|d| d.is_provisional),
+            "evaluation_duration_ms": d.map(|d| d.evaluation_duration_ms),
+            "evaluated_at": d.map(|d| time::format(&d.evaluated_at)),
+            "rule": d.map(|d| &d.rule),
+        }),
+        highlights: json!(d.map(|d| &d.highlights[..]).unwrap_or_default()),
         automation: json!({
-            "status": d.get("automation_status"),
-            "webdriver": probes.pointer("/automation/webdriver"),
-            "signals": signals_of(&d, "automation"),
+            "status": d.map(|d| d.automation_status),
+            "webdriver": automation.and_then(|a| a.webdriver),
+            "signals": signals_of(d, Category::Automation),
         }),
         web_bot_auth: json!({
-            "status": context.get("web_bot_auth"),
-            "signature_agent": context.get("signature_agent"),
+            "status": context.and_then(|c| c.web_bot_auth),
+            "signature_agent": context.and_then(|c| c.signature_agent.as_ref()),
         }),
         network: json!({
             "ip_address": s.ip,
-            "ping_rtts_ms": probes.pointer("/network/ping_rtts_ms"),
-            "server_ping_arrivals": context.get("ping_arrivals"),
-            "network_check_consistent": context.get("network_check_consistent"),
-            "signals": signals_of(&d, "network"),
+            "ping_rtts_ms": probes
+                .and_then(|p| p.network.as_ref())
+                .and_then(|n| n.ping_rtts_ms.as_ref()),
+            "server_ping_arrivals": context.and_then(|c| c.ping_arrivals.as_ref()),
+            "network_check_consistent": context.and_then(|c| c.network_check_consistent),
+            "signals": signals_of(d, Category::Network),
         }),
         runtime_integrity: json!({
-            "tampered_natives": probes.pointer("/integrity/tampered_natives"),
-            "descriptor_anomalies": probes.pointer("/integrity/descriptor_anomalies"),
-            "signals": signals_of(&d, "integrity"),
+            "tampered_natives": integrity.and_then(|i| i.tampered_natives.as_ref()),
+            "descriptor_anomalies": integrity.and_then(|i| i.descriptor_anomalies.as_ref()),
+            "signals": signals_of(d, Category::Integrity),
         }),
         visitor_fingerprint: json!({ "id": s.visitor_id.map(|v| v.to_string()) }),
         connection_fingerprint: json!({
             "user_agent": s.user_agent,
-            "header_names": context.pointer("/request/header_names"),
+            "header_names": context
+                .and_then(|c| c.request.as_ref())
+                .and_then(|r| r.header_names.as_ref()),
         }),
-        signals_fired: d.get("signals_fired").cloned().unwrap_or(json!([])),
+        signals_fired: json!(d.map(|d| &d.signals_fired[..]).unwrap_or_default()),
         client_telemetry: json!({
-            "user_agent": probes.pointer("/automation/user_agent"),
-            "platform": probes.pointer("/browser/platform"),
-            "languages": probes.pointer("/automation/languages"),
-            "timezone": probes.pointer("/locale/timezone"),
-            "screen": probes.get("screen"),
-            "webgl_renderer": probes.pointer("/rendering/webgl_renderer"),
-            "collected_in_ms": probes.get("collected_in_ms"),
-            "timed_out": probes.get("timed_out"),
+            "user_agent": automation.and_then(|a| a.user_agent.as_ref()),
+            "platform": probes
+                .and_then(|p| p.browser.as_ref())
+                .and_then(|b| b.platform.as_ref()),
+            "languages": automation.and_then(|a| a.languages.as_ref()),
+            "timezone": probes
+                .and_then(|p| p.locale.as_ref())
+                .and_then(|l| l.timezone.as_ref()),
+            "screen": probes.and_then(|p| p.screen.as_ref()),
+            "webgl_renderer": probes
+                .and_then(|p| p.rendering.as_ref())
+                .and_then(|r| r.webgl_renderer.as_ref()),
+            "collected_in_ms": probes.and_then(|p| p.collected_in_ms),
+            "timed_out": probes.and_then(|p| p.timed_out.as_ref()),
         }),
         created_at: s.opened_at,
         updated_at: s.updated_at,
@@ -288,4 +267,21 @@ async fn read(
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
     Ok(Reply::ok(detail(&session)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_filter_takes_every_verdict_a_decision_can_have() {
+        let verdicts: Vec<_> = schemas::decision::Verdict::ALL
+            .iter()
+            .map(|v| v.as_str())
+            .collect();
+        assert_eq!(verdicts, VERDICTS);
+        for v in schemas::decision::Verdict::ALL {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! The collect pipeline's log contract (`schemas/collect.md`, section 6): topic names, the
-//! versioned record ingest appends for every accepted batch, and the dead-letter record the
+//! versioned record ingest appends for every accepted batch, the records ingest and the idle
+//! sweep append beside the SDK's batches ([`ServerRecord`]), and the dead-letter record the
 //! processor appends for a record it can never process.
 
 use serde::{Deserialize, Serialize};
@@ -65,12 +66,62 @@ pub struct BatchRecord {
 
 pub const BATCH_RECORD_SCHEMA: u32 = 1;
 
+/// The records the server appends to a session's stream beside the SDK's batches (§6): number 0
+/// (the SDK's start at 1), safe to apply more than once, carried in [`BatchRecord::observations`]
+/// and told apart by `kind`. A record of a kind this build does not know does not decode, so
+/// the processor sets it aside rather than misread it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ServerRecord {
+    /// The network check of §4: what the HTTP request and the WebSocket showed of the client.
+    /// (Boxed: the other records are a few bytes.)
+    NetworkCheck {
+        http: Box<ConnectionIdentity>,
+        /// `None` when the session never opened its WebSocket.
+        websocket: Option<Box<ConnectionIdentity>>,
+        /// Whether the two identities matched.
+        consistent: bool,
+    },
+    /// The handoff was minted: the decision is final from now on.
+    Results,
+    /// Sent by the processor's idle sweep: the decision is final unless the session changed
+    /// after `idle_since` (its `updated_at` when the sweep found it idle).
+    Idle {
+        #[serde(serialize_with = "crate::time::ser")]
+        idle_since: Timestamp,
+    },
+}
+
+/// What one connection (the HTTP request or the WebSocket of the network check) shows of its
+/// client. Members default to empty, and members this build does not know are kept, so an
+/// identity written by another version reads and writes back unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConnectionIdentity {
+    pub accept_language: String,
+    /// The `X-Forwarded-For` header as it arrived, empty without one.
+    pub forwarded_for: String,
+    /// Header names in the order they arrived, lower case.
+    pub header_names: Vec<String>,
+    pub ip: String,
+    pub user_agent: String,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ConnectionIdentity {
+    /// Whether two connections show the same client: the same address and the same browser.
+    pub fn same_client(&self, other: &ConnectionIdentity) -> bool {
+        self.ip == other.ip && self.user_agent == other.user_agent
+    }
+}
+
 /// Records the processor could never process, each with why (see [`DeadLetter`]). Keyed like
 /// the record it carries, so one session's dead letters keep their order.
 pub const DEAD_TOPIC: &str = "collect.dead.v1";
 /// Partitions of the dead-letter topic when Vigil creates it: few, it should stay near empty.
 pub const DEAD_PARTITIONS: u32 = 1;
-pub const DEAD_LETTER_SCHEMA: u32 = 1;
+pub use crate::dead::DEAD_LETTER_SCHEMA;
 
 /// Why a record was dead-lettered: a closed set, so it can label a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -101,63 +152,8 @@ impl DeadReason {
     }
 }
 
-/// One record of `collect.dead.v1`: the original record, where it was read, and why it was
-/// given up on. The original is kept byte for byte (base64, since an unreadable record need not
-/// be text), so it can be inspected and, once the cause is fixed, appended again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeadLetter {
-    /// Always [`DEAD_LETTER_SCHEMA`] for this version of the record.
-    pub schema: u32,
-    pub topic: String,
-    pub partition: u32,
-    pub offset: u64,
-    /// The original record's key, base64 (standard alphabet, padded).
-    pub key: String,
-    /// The original record's payload, base64; `None` only when carrying it would put this
-    /// record over the log's size (the original stays at its position until retention).
-    pub record: Option<String>,
-    /// The original payload's size in bytes.
-    pub record_bytes: usize,
-    pub reason: DeadReason,
-    /// What went wrong, for a person.
-    pub message: String,
-    pub dead_at: Timestamp,
-}
-
-impl DeadLetter {
-    /// The dead letter of the record at `topic`/`partition`/`offset`, carrying its bytes.
-    pub fn of(
-        topic: &str,
-        partition: u32,
-        offset: u64,
-        key: &[u8],
-        payload: &[u8],
-        reason: DeadReason,
-        message: impl Into<String>,
-    ) -> Self {
-        use base64::Engine;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        DeadLetter {
-            schema: DEAD_LETTER_SCHEMA,
-            topic: topic.to_owned(),
-            partition,
-            offset,
-            key: b64.encode(key),
-            record: Some(b64.encode(payload)),
-            record_bytes: payload.len(),
-            reason,
-            message: message.into(),
-            dead_at: crate::time::now(),
-        }
-    }
-
-    /// The original payload's bytes, if carried and well-formed.
-    pub fn payload(&self) -> Option<Vec<u8>> {
-        use base64::Engine;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        self.record.as_deref().and_then(|r| b64.decode(r).ok())
-    }
-}
+/// One record of `collect.dead.v1` (see [`crate::dead::DeadLetter`]).
+pub type DeadLetter = crate::dead::DeadLetter<DeadReason>;
 
 #[cfg(test)]
 mod tests {
@@ -181,5 +177,81 @@ mod tests {
         let back: DeadLetter = serde_json::from_value(json).unwrap();
         assert_eq!(back.payload().unwrap(), payload);
         assert_eq!(back.record_bytes, payload.len());
+    }
+
+    /// The server-made records as ingest and the idle sweep wrote them before they had a type
+    /// (hand-built `json!`); records already in a log must still read, and the types must write
+    /// the same documents.
+    #[test]
+    fn server_records_read_and_write_the_documents_written_before_their_type() {
+        use serde_json::json;
+        let identity = |ip: &str| {
+            json!({
+                "ip": ip,
+                "forwarded_for": "",
+                "user_agent": "Mozilla/5.0",
+                "accept_language": "en-GB",
+                "header_names": ["host", "user-agent"],
+            })
+        };
+        let network = json!({
+            "kind": "network_check",
+            "http": identity("192.0.2.1"),
+            "websocket": identity("192.0.2.1"),
+            "consistent": true,
+        });
+        let no_socket = json!({
+            "kind": "network_check",
+            "http": identity("192.0.2.1"),
+            "websocket": null,
+            "consistent": false,
+        });
+        let results = json!({"kind": "results"});
+        let idle = json!({"kind": "idle", "idle_since": "2026-11-21T23:18:46.123Z"});
+        for today in [&network, &no_socket, &results, &idle] {
+            let typed: ServerRecord = serde_json::from_value(today.clone()).unwrap();
+            assert_eq!(&serde_json::to_value(&typed).unwrap(), today);
+            // As text too: the log carries it as `observations`, unparsed.
+            let raw = crate::raw::RawJson::encode(&typed).unwrap();
+            assert_eq!(raw.decode::<ServerRecord>().unwrap(), typed);
+        }
+        let ServerRecord::NetworkCheck {
+            http, websocket, ..
+        } = serde_json::from_value(network).unwrap()
+        else {
+            panic!("a network check")
+        };
+        assert!(http.same_client(&websocket.unwrap()));
+        assert_eq!(
+            serde_json::from_value::<ServerRecord>(idle).unwrap(),
+            ServerRecord::Idle {
+                idle_since: "2026-11-21T23:18:46.123Z".parse().unwrap()
+            }
+        );
+    }
+
+    #[test]
+    fn a_server_record_of_an_unknown_kind_or_shape_does_not_read() {
+        use serde_json::json;
+        for odd in [
+            json!({"kind": "web_check"}),
+            json!({"kind": "idle"}),
+            json!({"kind": "idle", "idle_since": "yesterday"}),
+            json!({"kind": "probes", "automation": {}}),
+            json!({}),
+        ] {
+            assert!(
+                serde_json::from_value::<ServerRecord>(odd.clone()).is_err(),
+                "{odd}"
+            );
+        }
+        // A member a newer ingest added to an identity is kept.
+        let newer = json!({"ip": "192.0.2.1", "tls": {"ja4": "t13d"}});
+        let identity: ConnectionIdentity = serde_json::from_value(newer.clone()).unwrap();
+        let mut back = serde_json::to_value(&identity).unwrap();
+        back.as_object_mut()
+            .unwrap()
+            .retain(|k, _| k == "ip" || k == "tls");
+        assert_eq!(back, newer);
     }
 }

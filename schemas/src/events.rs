@@ -1,5 +1,6 @@
-//! Events (D12): the types the interface names, the event shape of its Resources section, and
-//! the log topic every role appends them to (`schemas/events.md` documents `data` per type).
+//! Events (D12): the types the interface names, the event shape of its Resources section, the
+//! log topic every role appends them to (`schemas/events.md` documents `data` per type), and the
+//! dead-letter topic the dispatcher sets aside the records of it cannot read.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,46 @@ use crate::time::{self, Timestamp};
 pub const EVENTS_TOPIC: &str = "events.v1";
 /// Partitions of the events topic when Vigil creates it.
 pub const EVENTS_PARTITIONS: u32 = 4;
+
+/// Records of `events.v1` the dispatcher can never deliver, each with why
+/// ([`EventDeadLetter`]). Keyed like the record it carries.
+pub const EVENTS_DEAD_TOPIC: &str = "events.dead.v1";
+/// Partitions of the events dead-letter topic when Vigil creates it: few, it should stay near
+/// empty.
+pub const EVENTS_DEAD_PARTITIONS: u32 = 1;
+
+/// Why the dispatcher dead-lettered a record of `events.v1`: a closed set, so it can label a
+/// metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventDeadReason {
+    /// Written by a newer build (`schema` above [`LOGGED_EVENT_SCHEMA`]): its members may mean
+    /// what this build cannot tell.
+    NewerSchema,
+    /// An event type this build does not know, so it cannot tell who subscribed to it.
+    UnknownEventType,
+    /// The record is not a logged event at all.
+    UnreadableRecord,
+}
+
+impl EventDeadReason {
+    pub const ALL: [EventDeadReason; 3] = [
+        EventDeadReason::NewerSchema,
+        EventDeadReason::UnknownEventType,
+        EventDeadReason::UnreadableRecord,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventDeadReason::NewerSchema => "newer_schema",
+            EventDeadReason::UnknownEventType => "unknown_event_type",
+            EventDeadReason::UnreadableRecord => "unreadable_record",
+        }
+    }
+}
+
+/// One record of `events.dead.v1`.
+pub type EventDeadLetter = crate::dead::DeadLetter<EventDeadReason>;
 
 /// The event types of the interface's Events section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -92,6 +133,47 @@ pub struct LoggedEvent {
 }
 
 impl LoggedEvent {
+    /// Reads a record of `events.v1`, telling one this build must not deliver (newer, of an
+    /// unknown type, or not an event) from one it reads, with why and what went wrong.
+    pub fn read(payload: &[u8]) -> Result<Self, (EventDeadReason, String)> {
+        // The envelope first: a newer record, or one of an unknown type, is named as such
+        // rather than reported as whatever part of it fails to decode.
+        #[derive(Deserialize)]
+        struct Envelope<'a> {
+            schema: u32,
+            #[serde(borrow)]
+            event: Head<'a>,
+        }
+        #[derive(Deserialize)]
+        struct Head<'a> {
+            #[serde(rename = "type", borrow)]
+            event_type: std::borrow::Cow<'a, str>,
+        }
+        let unreadable = |e: serde_json::Error| {
+            (
+                EventDeadReason::UnreadableRecord,
+                format!("not a logged event: {e}"),
+            )
+        };
+        let envelope: Envelope<'_> = serde_json::from_slice(payload).map_err(unreadable)?;
+        if envelope.schema > LOGGED_EVENT_SCHEMA {
+            return Err((
+                EventDeadReason::NewerSchema,
+                format!(
+                    "a logged event of schema {}, newer than this build's {LOGGED_EVENT_SCHEMA}",
+                    envelope.schema
+                ),
+            ));
+        }
+        if EventType::parse(&envelope.event.event_type).is_none() {
+            return Err((
+                EventDeadReason::UnknownEventType,
+                format!("an event of unknown type {:?}", envelope.event.event_type),
+            ));
+        }
+        serde_json::from_slice(payload).map_err(unreadable)
+    }
+
     pub fn new(
         organization_id: crate::OrgId,
         environment: crate::credential::Environment,
@@ -103,5 +185,54 @@ impl LoggedEvent {
             environment,
             event,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn logged(schema: u32, event_type: &str) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "schema": schema,
+            "organization_id": crate::OrgId::generate(),
+            "environment": "test",
+            "event": {
+                "id": EventId::generate(),
+                "object": "event",
+                "type": event_type,
+                "subject": {"type": "session", "id": "sid_x"},
+                "data": {},
+                "webhook_deliveries": [],
+                "created_at": "2026-11-21T23:18:46.123Z",
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_this_build_cannot_deliver_is_told_apart_with_why() {
+        let read = LoggedEvent::read(&logged(LOGGED_EVENT_SCHEMA, "webhook.test")).unwrap();
+        assert_eq!(read.event.event_type, EventType::WebhookTest);
+        let reason = |payload: &[u8]| LoggedEvent::read(payload).unwrap_err().0;
+        assert_eq!(
+            reason(&logged(LOGGED_EVENT_SCHEMA + 1, "webhook.test")),
+            EventDeadReason::NewerSchema
+        );
+        // Newer first: a newer build may well have made the type too.
+        assert_eq!(
+            reason(&logged(LOGGED_EVENT_SCHEMA + 1, "visitor.merged")),
+            EventDeadReason::NewerSchema
+        );
+        assert_eq!(
+            reason(&logged(LOGGED_EVENT_SCHEMA, "visitor.merged")),
+            EventDeadReason::UnknownEventType
+        );
+        assert_eq!(reason(b"\xff not json"), EventDeadReason::UnreadableRecord);
+        assert_eq!(
+            reason(b"{\"schema\": 1}"),
+            EventDeadReason::UnreadableRecord
+        );
     }
 }

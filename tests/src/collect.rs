@@ -1,6 +1,7 @@
 //! The browser's side of the collect protocol, for tests and benchmarks: opening a session with
 //! a real ECDH exchange, sealing batches and proving calls as the SDK does, and reading what
-//! reached the log.
+//! reached the log; and a decision document as the processor stores it, for tests that write
+//! sessions straight to the store.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -248,4 +249,34 @@ pub async fn score_session(
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("the session {sid} did not reach the awaited state within 5 s; last stored: {last}");
+}
+
+/// A final snapshot decision with `verdict`, as the processor stores it
+/// (`schemas::decision::Decision`), for sessions written straight to the store.
+pub fn stored_decision(verdict: schemas::decision::Verdict) -> store::RawJson {
+    use schemas::decision::{
+        AutomationStatus, Category, Decision, DecisionStatus, Phase, ScoreBreakdown,
+    };
+    Decision {
+        automation_status: AutomationStatus::Uncertain,
+        decision_status: DecisionStatus::Final,
+        evaluated_at: schemas::time::now(),
+        evaluation_duration_ms: 0.5,
+        event_id: schemas::DecisionId::generate(),
+        highlights: Vec::new(),
+        is_provisional: false,
+        manipulation: None,
+        phase: Phase::Snapshot,
+        risk_score: 50,
+        rule: "test".into(),
+        score_breakdown: ScoreBreakdown {
+            categories: Category::ALL.iter().map(|&c| (c, 0)).collect(),
+            extra: Default::default(),
+        },
+        signals_fired: Vec::new(),
+        verdict,
+        extra: Default::default(),
+    }
+    .to_raw()
+    .expect("a decision encodes")
 }

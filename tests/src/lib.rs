@@ -35,6 +35,10 @@ pub fn create_kafka_topics(cluster: &bus::kafka::mock::MockKafka) {
             schemas::collect::DEAD_TOPIC,
             schemas::collect::DEAD_PARTITIONS,
         ),
+        (
+            schemas::events::EVENTS_DEAD_TOPIC,
+            schemas::events::EVENTS_DEAD_PARTITIONS,
+        ),
     ] {
         cluster
             .create_topic(&bus::Topic::from_static(topic), partitions)

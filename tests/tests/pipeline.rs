@@ -274,6 +274,7 @@ async fn the_demo_page_shows_a_decision_opened_server_side() {
 /// another, every page before the last is full and `has_more` is true exactly while more follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verdict_filtered_session_pages_are_full_until_the_last() {
+    use schemas::decision::Verdict;
     use store::{RawJson, SessionRecord};
     let s = TestServer::start().await;
     let sk = &s.creds.keys.secret_test;
@@ -285,7 +286,11 @@ async fn verdict_filtered_session_pages_are_full_until_the_last() {
     let mut humans = Vec::new();
     for (i, id) in ids.iter().enumerate() {
         // One human in 24: far sparser than a page per scan budget.
-        let verdict = if i % 24 == 0 { "human" } else { "bot" };
+        let verdict = if i % 24 == 0 {
+            Verdict::Human
+        } else {
+            Verdict::Bot
+        };
         let now = schemas::time::now();
         let session = SessionRecord {
             id: *id,
@@ -300,13 +305,11 @@ async fn verdict_filtered_session_pages_are_full_until_the_last() {
             processed_through: 0,
             processed_seqs: Vec::new(),
             state: RawJson::null(),
-            latest_decision: Some(
-                RawJson::encode(&json!({"verdict": verdict, "phase": "snapshot"})).unwrap(),
-            ),
+            latest_decision: Some(vigil_tests::collect::stored_decision(verdict)),
             finalized: true,
         };
         s.store().save_session(&session, None, &[]).await.unwrap();
-        if verdict == "human" {
+        if verdict == Verdict::Human {
             humans.push(id.to_string());
         }
     }

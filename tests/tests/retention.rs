@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use schemas::credential::Environment;
+use schemas::decision::Verdict;
 use schemas::events::{EventSubject, EventType};
 use store::{DecisionRecord, EventRecord, RawJson, SessionRecord, VisitorRecord};
 use vigil_tests::{TestServer, json};
 
 const RETENTION: Duration = Duration::from_secs(3);
 
-fn session(org: schemas::ids::OrgId, verdict: &str) -> SessionRecord {
+fn session(org: schemas::ids::OrgId, verdict: Verdict) -> SessionRecord {
     let now = schemas::time::now();
     SessionRecord {
         id: schemas::SessionId::generate(),
@@ -26,9 +27,7 @@ fn session(org: schemas::ids::OrgId, verdict: &str) -> SessionRecord {
         processed_through: 1,
         processed_seqs: Vec::new(),
         state: RawJson::null(),
-        latest_decision: Some(
-            RawJson::encode(&json!({"verdict": verdict, "phase": "snapshot"})).unwrap(),
-        ),
+        latest_decision: Some(vigil_tests::collect::stored_decision(verdict)),
         finalized: true,
     }
 }
@@ -67,7 +66,7 @@ async fn rows_past_the_retention_are_purged_and_read_404() {
     let org: schemas::ids::OrgId = s.creds.org_id().parse().unwrap();
     let store = s.store();
 
-    let old = session(org, "bot");
+    let old = session(org, Verdict::Bot);
     let decision = DecisionRecord {
         session_id: old.id,
         id: schemas::DecisionId::generate(),
@@ -92,7 +91,7 @@ async fn rows_past_the_retention_are_purged_and_read_404() {
         .unwrap();
     let gone = visitor(org);
     store.save_visitor(&gone).await.unwrap();
-    let mut kept_session = session(org, "bot");
+    let mut kept_session = session(org, Verdict::Bot);
     store.save_session(&kept_session, None, &[]).await.unwrap();
     let mut kept_visitor = visitor(org);
     store.save_visitor(&kept_visitor).await.unwrap();

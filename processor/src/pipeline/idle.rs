@@ -8,25 +8,20 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use schemas::SessionId;
-use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, ServerRecord};
 use schemas::raw::RawJson;
 use schemas::time::Timestamp;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::Pipeline;
 
-/// The `kind` of the record the sweep sends.
-pub const IDLE_KIND: &str = "idle";
 /// How many idle sessions one sweep sends at most; the next sweep takes the rest.
 const SWEEP_LIMIT: usize = 1_000;
 
 /// Whether the session, last changed at `updated_at`, is still as idle as when the sweep sent
 /// its record with `idle_since` (nothing processed for it since).
-pub fn still_idle(idle_since: Option<&str>, updated_at: Timestamp) -> bool {
-    idle_since
-        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-        .is_some_and(|since| updated_at <= since)
+pub fn still_idle(idle_since: Timestamp, updated_at: Timestamp) -> bool {
+    updated_at <= idle_since
 }
 
 /// How often the sweep looks: a tenth of the idle time, between 50 ms and a minute.
@@ -79,11 +74,15 @@ pub async fn sweep(pipeline: Pipeline, shutdown: CancellationToken) {
                     url: String::new(),
                     web_bot_auth: None,
                 },
-                observations: RawJson::encode(&json!({
-                    "kind": IDLE_KIND,
-                    "idle_since": schemas::time::format(&session.idle_since),
-                }))
-                .unwrap_or_else(|_| RawJson::null()),
+                observations: match RawJson::encode(&ServerRecord::Idle {
+                    idle_since: session.idle_since,
+                }) {
+                    Ok(observations) => observations,
+                    Err(e) => {
+                        tracing::error!(error = %e, "processor: encoding an idle record");
+                        continue;
+                    }
+                },
             };
             let Ok(payload) = serde_json::to_vec(&record) else {
                 continue;
@@ -118,12 +117,9 @@ mod tests {
     #[test]
     fn a_session_changed_after_the_sweep_looked_is_not_idle() {
         let since = schemas::time::now();
-        let sent = schemas::time::format(&since);
-        assert!(still_idle(Some(&sent), since));
-        assert!(still_idle(Some(&sent), since - TimeDelta::seconds(1)));
-        assert!(!still_idle(Some(&sent), since + TimeDelta::milliseconds(1)));
-        assert!(!still_idle(None, since), "no time, no finalising");
-        assert!(!still_idle(Some("yesterday"), since));
+        assert!(still_idle(since, since));
+        assert!(still_idle(since, since - TimeDelta::seconds(1)));
+        assert!(!still_idle(since, since + TimeDelta::milliseconds(1)));
     }
 
     #[test]

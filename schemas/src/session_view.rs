@@ -1,0 +1,246 @@
+//! The part of the processor's per-session state (`SessionRecord::state`) that the query API
+//! shows in a session's detail and a fingerprint's linked sessions: the contract between the
+//! two processes, so the query API decodes declared members rather than pointing into the
+//! processor's private document. The processor keeps much more (every event, counters); this
+//! view decodes only what is shown and ignores the rest.
+//!
+//! Read as leniently as the processor reads the browser: every member is optional and a member
+//! of an unexpected shape reads as absent, so a state written by another version never costs the
+//! whole view. `processor`'s tests check its state decodes into this view member by member.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use crate::raw::RawJson;
+use crate::time::Timestamp;
+
+/// Reads a member as `Some(T)` when it has the right shape, and as `None` otherwise.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
+/// Declares a view struct whose members are all optional and lenient.
+macro_rules! view {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            $(
+                $(#[$field_meta])*
+                #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+                pub $field: Option<$ty>,
+            )*
+        }
+    };
+}
+
+view! {
+    /// The processor's state of one session, as far as it is shown.
+    pub struct SessionView {
+        observations: ObservationsView,
+        context: ContextView,
+    }
+}
+
+impl SessionView {
+    /// The view of a stored state; an empty view when the state is not an object.
+    pub fn of(state: &RawJson) -> Self {
+        state.decode().unwrap_or_default()
+    }
+
+    /// The session's first probes batch, if it sent one.
+    pub fn probes(&self) -> Option<&ProbesView> {
+        self.observations.as_ref()?.probes.as_ref()
+    }
+
+    pub fn context(&self) -> Option<&ContextView> {
+        self.context.as_ref()
+    }
+}
+
+view! {
+    /// What the browser reported.
+    pub struct ObservationsView {
+        /// The first probes batch (`schemas/collect.md` §3.1).
+        probes: ProbesView,
+    }
+}
+
+view! {
+    /// The members of the probes batch that are shown.
+    pub struct ProbesView {
+        collected_in_ms: f64,
+        /// The probes that ran out of time.
+        timed_out: Vec<String>,
+        automation: AutomationView,
+        browser: BrowserView,
+        rendering: RenderingView,
+        screen: ScreenView,
+        locale: LocaleView,
+        integrity: IntegrityView,
+        network: NetworkView,
+    }
+}
+
+view! {
+    pub struct AutomationView {
+        /// `navigator.webdriver`.
+        webdriver: bool,
+        user_agent: String,
+        languages: Vec<String>,
+    }
+}
+
+view! {
+    pub struct BrowserView {
+        /// `navigator.platform`.
+        platform: String,
+        max_touch_points: f64,
+    }
+}
+
+view! {
+    pub struct RenderingView {
+        webgl_renderer: String,
+    }
+}
+
+view! {
+    pub struct LocaleView {
+        /// IANA name.
+        timezone: String,
+    }
+}
+
+view! {
+    pub struct IntegrityView {
+        /// Native functions whose `toString` is not native code.
+        tampered_natives: Vec<String>,
+        /// Properties defined on the instance rather than the prototype.
+        descriptor_anomalies: Vec<String>,
+    }
+}
+
+view! {
+    pub struct NetworkView {
+        /// Round trips of the pings as the SDK measured them.
+        ping_rtts_ms: Vec<f64>,
+    }
+}
+
+/// `screen` and `devicePixelRatio`: shown whole, so members this build does not know are kept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScreenView {
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub width: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub height: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub touch: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ScreenView {
+    /// `1920x1080`, when both dimensions are known.
+    pub fn size(&self) -> Option<String> {
+        let round = |n: f64| n.round() as i64;
+        Some(format!("{}x{}", round(self.width?), round(self.height?)))
+    }
+}
+
+/// The outcome of Web Bot Auth verification for the session's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebBotAuthOutcome {
+    Verified,
+    Invalid,
+    Unverified,
+    /// No signature headers.
+    Absent,
+}
+
+view! {
+    /// What the server knows of the session beyond the browser's claims.
+    pub struct ContextView {
+        request: RequestView,
+        /// When each ping reached the server, in arrival order.
+        ping_arrivals: Vec<Timestamp>,
+        /// Whether the WebSocket's identity matched the HTTP request's; absent until the
+        /// network check ran.
+        network_check_consistent: bool,
+        web_bot_auth: WebBotAuthOutcome,
+        signature_agent: String,
+    }
+}
+
+view! {
+    /// The HTTP request that carried the session's first batch.
+    pub struct RequestView {
+        /// Header names in wire order, lower case.
+        header_names: Vec<String>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_member_of_an_unexpected_shape_costs_only_itself() {
+        let state = RawJson::encode(&json!({
+            "observations": {
+                "probes": {
+                    "collected_in_ms": "soon",
+                    "automation": {"webdriver": true},
+                    "screen": {"width": 1920.0, "height": 1080.0, "orientation": "landscape"},
+                },
+                "events": [[1, 2, 3]],
+            },
+            "context": {"web_bot_auth": "telepathic", "signature_agent": "https://a.example"},
+            "final_requested": true,
+        }))
+        .unwrap();
+        let view = SessionView::of(&state);
+        let probes = view.probes().unwrap();
+        assert_eq!(probes.collected_in_ms, None);
+        assert_eq!(probes.automation.as_ref().unwrap().webdriver, Some(true));
+        let screen = probes.screen.as_ref().unwrap();
+        assert_eq!(screen.size().as_deref(), Some("1920x1080"));
+        assert_eq!(
+            serde_json::to_value(screen).unwrap(),
+            json!({"width": 1920.0, "height": 1080.0, "orientation": "landscape"})
+        );
+        let context = view.context().unwrap();
+        assert_eq!(context.web_bot_auth, None);
+        assert_eq!(
+            context.signature_agent.as_deref(),
+            Some("https://a.example")
+        );
+        assert_eq!(SessionView::of(&RawJson::null()), SessionView::default());
+    }
+}
