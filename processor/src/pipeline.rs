@@ -785,9 +785,12 @@ async fn fold<'a>(
         Some(read) => read,
         None => store.get_collect_session(first.session_id).await?,
     };
+    // The decision becomes final when the `results` record is folded, not when the collect
+    // session says `results` was called: the record follows, in the session's order, every batch
+    // sent before the call, so the final decision is made on all of them (and once), where the
+    // collect session's mark would finalise on whatever had been folded so far.
     if let Some(collect) = collect {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
-        state.final_requested |= collect.results_at.is_some();
     }
 
     let mut decision = crate::evaluate(&state.observations, &state.context);

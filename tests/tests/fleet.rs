@@ -368,7 +368,12 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
             .iter()
             .filter(|d| d.decision.to_value()["decision_status"] == "final")
             .count();
-        assert_eq!(finals, 1, "{sid} has one final decision: {decisions:?}");
+        if finals != 1 {
+            let mut survivor = survivor;
+            eprintln!("SURVIVOR LOG:\n{}", survivor.all_logs());
+            eprintln!("KILLED LOG:\n{}", killed[0].all_logs());
+            panic!("{sid} has {finals} final decisions: {decisions:?}");
+        }
     }
     // One `session.result.persisted` per session, read through the query process.
     let events_of = |ids: Vec<String>| {
