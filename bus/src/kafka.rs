@@ -453,6 +453,18 @@ impl LogBackend for KafkaLog {
         // Cooperative: a rebalance takes away only the partitions that move, so the members
         // keep reading (and keep their sessions' state for) the others.
         config.set("partition.assignment.strategy", "cooperative-sticky");
+        // A member that vanished (killed, or cut off by a broker outage) is noticed within ten
+        // seconds, not librdkafka's 45: its partitions wait that long for their next owner, and
+        // a member that reconnects after an outage rejoins once its old self expired. The URL
+        // may set either.
+        for (name, default) in [
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "1000"),
+        ] {
+            if config.get(name).is_none() {
+                config.set(name, default);
+            }
+        }
         let consumer = self.client(group, topic, &config)?;
         consumer
             .subscribe(&[topic.as_str()])
@@ -726,12 +738,22 @@ impl LogConsumer for KafkaConsumer {
         self.release_revoked();
         let deadline = tokio::time::Instant::now() + wait;
         let mut records = Vec::new();
+        // An outage queues an error event per failed connection attempt, and librdkafka
+        // recovers by itself. They are read through to the poll's deadline, not returned one
+        // per poll: a caller backing off between polls would otherwise take minutes to drain
+        // them, and the group's rebalance events queued behind them (the member's assignment
+        // after the broker returns) would wait as long. The last one is reported if the poll
+        // found nothing else.
+        let mut failure = None;
         // `recv` is cancel-safe, and nothing below awaits once a message was taken. Records of
         // partitions no longer held are passed over, so the loop runs until one is held.
         while records.is_empty() {
             let first = match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Err(_) => break,
-                Ok(Err(e)) => return Err(unavailable("consuming", e)),
+                Ok(Err(e)) => {
+                    failure = Some(e);
+                    continue;
+                }
                 Ok(Ok(message)) => record(&message),
             };
             if self.holds(first.partition) {
@@ -756,7 +778,10 @@ impl LogConsumer for KafkaConsumer {
             }
         }
         self.refresh_partitions();
-        Ok(records)
+        match failure {
+            Some(e) if records.is_empty() => Err(unavailable("consuming", e)),
+            _ => Ok(records),
+        }
     }
 
     async fn commit(&mut self, processed: &[Position]) -> Result<()> {
