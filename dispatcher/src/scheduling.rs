@@ -9,7 +9,9 @@
 //! store by the [`recorder`], many per write, before the delivery may be claimed again.
 //!
 //! The store is the schedule; memory only says which deliveries are being attempted now
-//! ([`InFlight`]), so the due scan does not start a second attempt beside a running one. A
+//! ([`InFlight`]), so the due scan does not start a second attempt beside a running one. A due
+//! delivery is claimed in the store for a lease before it is started, so of a fleet's
+//! dispatchers scanning the same rows one attempts it. A
 //! delivery handed over in memory is created due a [`LEASE`] later, not now: if the process
 //! dies before its outcome is recorded, the due scan after the restart attempts it then.
 
@@ -420,9 +422,26 @@ pub async fn scan_due(dispatch: Arc<Dispatch>, shutdown: CancellationToken) {
                 continue;
             }
         };
+        // Claimed in the store before any is started: the other dispatchers of a fleet scan the
+        // same rows, and only the one whose claim lands attempts a delivery. A claim lasts a
+        // lease, like a delivery handed over in memory, so one whose dispatcher dies is due
+        // again after it.
+        let until = now + chrono::TimeDelta::from_std(LEASE).expect("a short lease");
+        let claimed: std::collections::HashSet<WebhookDeliveryId> =
+            match dispatch.store.claim_webhook_deliveries(&due, until).await {
+                Ok(claimed) => claimed.into_iter().collect(),
+                Err(e) => {
+                    telemetry::retried("claiming due deliveries", &e, 1);
+                    continue;
+                }
+            };
         let mut overflow: HashMap<WebhookEndpointId, u32> = HashMap::new();
         let mut put_off = Vec::new();
-        for delivery in due {
+        for mut delivery in due {
+            if !claimed.contains(&delivery.id) {
+                continue;
+            }
+            delivery.next_attempt_at = Some(until);
             if dispatch.start(delivery.clone(), None, Some(read_at)) {
                 continue;
             }

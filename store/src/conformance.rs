@@ -136,6 +136,7 @@ macro_rules! store_conformance_suite {
             gate_sessions_are_purged_a_retention_after_they_started,
             disabling_an_endpoint_changes_its_status_only,
             gate_polls_are_counted_with_their_interval_and_cap_in_one_step,
+            a_due_delivery_is_claimed_by_one_dispatcher,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -4771,6 +4772,80 @@ pub async fn webhook_deliveries_are_created_once_listed_and_due_in_order(store: 
 /// A recorded attempt replaces the row and moves it in the due index: a retry is due at its
 /// new time, a finished delivery is due never again; a delivery not stored is not created, and
 /// an outcome recorded twice (or racing another attempt's) changes nothing.
+/// Two dispatchers whose due scans read the same delivery: exactly one claims it, it is not due
+/// again before the claim runs out, and the attempt started from the claim is recorded.
+pub async fn a_due_delivery_is_claimed_by_one_dispatcher(store: Store) {
+    let org = OrgId::generate();
+    let now = time::now();
+    let d = delivery(
+        org,
+        EventId::generate(),
+        WebhookEndpointId::generate(),
+        Some(now - TimeDelta::seconds(1)),
+    );
+    store
+        .create_webhook_deliveries(std::slice::from_ref(&d))
+        .await
+        .unwrap();
+    let seen = store.due_webhook_deliveries(now, 10).await.unwrap();
+    assert_eq!(seen, vec![d.clone()]);
+    let until = now + TimeDelta::seconds(60);
+    let (first, second) = tokio::join!(
+        store.claim_webhook_deliveries(&seen, until),
+        store.claim_webhook_deliveries(&seen, until)
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(
+        first.len() + second.len(),
+        1,
+        "one claim wins: {first:?} {second:?}"
+    );
+    assert_eq!(first.iter().chain(&second).next(), Some(&d.id));
+    assert!(
+        store
+            .due_webhook_deliveries(now + TimeDelta::seconds(59), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "not due again before the claim runs out"
+    );
+    assert_eq!(
+        store
+            .due_webhook_deliveries(until + TimeDelta::seconds(1), 10)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "due again once it ran out (its claimer died)"
+    );
+    // A stale read claims nothing; the attempt started from the claim is recorded.
+    assert!(
+        store
+            .claim_webhook_deliveries(&seen, until)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mut attempted = d.clone();
+    attempted.attempts = 1;
+    attempted.status = DeliveryStatus::Succeeded;
+    attempted.next_attempt_at = None;
+    assert_eq!(
+        store
+            .record_webhook_attempts(std::slice::from_ref(&attempted))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store
+            .due_webhook_deliveries(until + TimeDelta::seconds(1), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
     let org = OrgId::generate();
     let event = EventId::generate();

@@ -58,7 +58,9 @@ use fjall::{
 };
 use schemas::credential::Environment;
 use schemas::disk::DiskReserve;
-use schemas::ids::{EventId, KeyId, OrgId, PingId, SessionId, VisitorId, WebhookEndpointId};
+use schemas::ids::{
+    EventId, KeyId, OrgId, PingId, SessionId, VisitorId, WebhookDeliveryId, WebhookEndpointId,
+};
 use schemas::time::Timestamp;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -709,6 +711,13 @@ impl StoreBackend for EmbeddedStore {
         deliveries: &[WebhookDeliveryRecord],
     ) -> Result<usize> {
         self.defer_webhook_deliveries(deliveries).await
+    }
+    async fn claim_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+        until: Timestamp,
+    ) -> Result<Vec<WebhookDeliveryId>> {
+        self.claim_webhook_deliveries(deliveries, until).await
     }
 
     async fn list_event_deliveries(

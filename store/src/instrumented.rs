@@ -158,6 +158,7 @@ instrumented! {
     fn create_webhook_deliveries(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<Vec<schemas::ids::WebhookDeliveryId>>;
     fn record_webhook_attempts(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize>;
     fn defer_webhook_deliveries(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize>;
+    fn claim_webhook_deliveries(&self, deliveries: &[WebhookDeliveryRecord], until: Timestamp) -> Result<Vec<schemas::ids::WebhookDeliveryId>>;
     fn list_event_deliveries(&self, org: OrgId, env: Environment, event: EventId) -> Result<Vec<WebhookDeliveryRecord>>;
     fn due_webhook_deliveries(&self, before: Timestamp, limit: usize) -> Result<Vec<WebhookDeliveryRecord>>;
     fn create_gate_service(&self, service: &GateServiceRecord, cap: usize) -> Result<GateServiceWrite>;

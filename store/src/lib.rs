@@ -337,6 +337,16 @@ pub trait StoreBackend: Send + Sync + 'static {
     /// or finished) is left as it is. How many were put off.
     async fn defer_webhook_deliveries(&self, deliveries: &[WebhookDeliveryRecord])
     -> Result<usize>;
+    /// Claims pending deliveries the due scan found, for one dispatcher, until `until`: each
+    /// whose stored row is still the one read (same delivery, same attempts, the same
+    /// `next_attempt_at`) has its next attempt moved to `until`, in one step, so the due scan
+    /// of another dispatcher (or this one's next) does not find it again before then. The ids
+    /// of those claimed; the others were claimed, attempted or put off by someone else since.
+    async fn claim_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+        until: Timestamp,
+    ) -> Result<Vec<schemas::ids::WebhookDeliveryId>>;
     /// One event's deliveries, by endpoint id.
     async fn list_event_deliveries(
         &self,

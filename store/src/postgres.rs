@@ -443,6 +443,13 @@ impl StoreBackend for PostgresStore {
     ) -> Result<usize> {
         webhooks::defer_webhook_deliveries(self, deliveries).await
     }
+    async fn claim_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+        until: Timestamp,
+    ) -> Result<Vec<schemas::ids::WebhookDeliveryId>> {
+        webhooks::claim_webhook_deliveries(self, deliveries, until).await
+    }
     async fn list_event_deliveries(
         &self,
         org: OrgId,

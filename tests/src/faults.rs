@@ -81,6 +81,7 @@ const WRITES: &[&str] = &[
     "create_webhook_deliveries",
     "record_webhook_attempts",
     "defer_webhook_deliveries",
+    "claim_webhook_deliveries",
     "create_gate_service",
     "update_gate_service",
     "create_gate_session",
@@ -590,6 +591,15 @@ impl StoreBackend for FlakyStore {
     ) -> Result<usize> {
         self.fault("defer_webhook_deliveries")?;
         self.inner.defer_webhook_deliveries(deliveries).await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+        until: Timestamp,
+    ) -> Result<Vec<schemas::ids::WebhookDeliveryId>> {
+        self.fault("claim_webhook_deliveries")?;
+        self.inner.claim_webhook_deliveries(deliveries, until).await
     }
 
     async fn due_webhook_deliveries(

@@ -5,7 +5,7 @@ use std::ops::Bound;
 
 use fjall::{OwnedWriteBatch, Readable};
 use schemas::credential::Environment;
-use schemas::ids::{EventId, OrgId, WebhookEndpointId};
+use schemas::ids::{EventId, OrgId, WebhookDeliveryId, WebhookEndpointId};
 use schemas::time::Timestamp;
 use serde::Deserialize;
 
@@ -235,6 +235,57 @@ impl EmbeddedStore {
                 batch.commit().map_err(unavailable)?;
             }
             Ok(deferred.len())
+        })
+        .await
+    }
+
+    pub(super) async fn claim_webhook_deliveries(
+        &self,
+        deliveries: &[WebhookDeliveryRecord],
+        until: Timestamp,
+    ) -> Result<Vec<WebhookDeliveryId>> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let deliveries = deliveries.to_vec();
+        self.write(move |db, _| {
+            let mut batch = db.batch();
+            let mut claimed = Vec::new();
+            let mut keys = std::collections::HashSet::new();
+            for d in &deliveries {
+                let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
+                let Some(mut stored) = decode_row::<WebhookDeliveryRecord>(
+                    WEBHOOK_DELIVERIES,
+                    db.webhook_deliveries.get(k),
+                )?
+                else {
+                    continue;
+                };
+                let Some(due) = stored.next_attempt_at else {
+                    continue;
+                };
+                if keys.contains(&k)
+                    || stored.id != d.id
+                    || stored.attempts != d.attempts
+                    || Some(due) != d.next_attempt_at
+                {
+                    continue;
+                }
+                batch.remove(&db.webhook_deliveries_due, key::delivery_due(due, &k));
+                batch.insert(&db.webhook_deliveries_due, key::delivery_due(until, &k), []);
+                stored.next_attempt_at = Some(until);
+                batch.insert(
+                    &db.webhook_deliveries,
+                    k,
+                    encode(WEBHOOK_DELIVERIES, &stored)?,
+                );
+                keys.insert(k);
+                claimed.push(d.id);
+            }
+            if !claimed.is_empty() {
+                batch.commit().map_err(unavailable)?;
+            }
+            Ok(claimed)
         })
         .await
     }

@@ -297,6 +297,60 @@ pub async fn defer_webhook_deliveries(
     Ok(deferred.len())
 }
 
+/// Each claim is written only over the row the due scan read (same attempts, same due time,
+/// compared exactly on the record: the column is rounded to microseconds), under its lock, so
+/// of two dispatchers claiming one delivery exactly one does.
+pub async fn claim_webhook_deliveries(
+    store: &PostgresStore,
+    deliveries: &[WebhookDeliveryRecord],
+    until: Timestamp,
+) -> Result<Vec<WebhookDeliveryId>> {
+    if deliveries.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut client = store.client().await?;
+    let tx = client.transaction().await.map_err(db_error)?;
+    let mut claimed = Vec::new();
+    let mut seen: HashSet<DeliveryKey> = HashSet::new();
+    for d in in_key_order(deliveries) {
+        let k = delivery_key(d);
+        if !seen.insert(k.clone()) {
+            continue;
+        }
+        let found = row(
+            &tx,
+            "SELECT body FROM webhook_deliveries
+             WHERE organization_id = $1 AND environment = $2 AND event_id = $3
+               AND endpoint_id = $4 FOR UPDATE",
+            &[&k.0, &k.1, &k.2, &k.3],
+        )
+        .await?;
+        let Some(mut stored) = decode_opt::<WebhookDeliveryRecord>(WEBHOOK_DELIVERIES, found)?
+        else {
+            continue;
+        };
+        if stored.next_attempt_at.is_none()
+            || stored.id != d.id
+            || stored.attempts != d.attempts
+            || stored.next_attempt_at != d.next_attempt_at
+        {
+            continue;
+        }
+        stored.next_attempt_at = Some(until);
+        execute(
+            &tx,
+            "UPDATE webhook_deliveries SET next_attempt_at = $5, body = $6
+             WHERE organization_id = $1 AND environment = $2 AND event_id = $3
+               AND endpoint_id = $4",
+            &[&k.0, &k.1, &k.2, &k.3, &until, &json(&stored)],
+        )
+        .await?;
+        claimed.push(d.id);
+    }
+    tx.commit().await.map_err(db_error)?;
+    Ok(claimed)
+}
+
 pub async fn list_event_deliveries(
     store: &PostgresStore,
     org: OrgId,
