@@ -1,20 +1,44 @@
 //! Rate limiting (interface "Limits", D5): a GCRA bucket per key whose capacity is the key's
-//! limit and which refills over a 60-second window. Two backends run the same arithmetic: the
-//! in-process table (default) and Redis (`redis://`), where one Lua script does the whole
-//! check atomically on Redis's clock in one round trip, so a fleet shares each key's bucket.
-//! If Redis stops answering, requests are limited in-process until it answers again, and the
-//! fallback is logged and counted.
+//! limit and which refills over a 60-second window. The limiter is a port like the store and the
+//! log: [`LimiterBackend`] has two backends that run the same arithmetic, the embedded
+//! in-process table (`local`, the default) and Redis (`redis://`), where one Lua script does the
+//! whole check atomically on Redis's clock in one round trip, so a fleet shares each key's
+//! bucket. They pass one conformance suite (`conformance`, behind the `testsuite` feature), and
+//! each is wrapped once in [`Instrumented`] (latency and failures per backend). [`Limiter`] is
+//! the policy on top: if Redis stops answering, requests are limited in-process until it
+//! answers again, and the fallback is logged and counted.
 //!
 //! The arithmetic is written here rather than taken from a crate because the interface wants
 //! denied requests to count (a client hammering through a 429 extends its own cool-down), the
 //! limit varies per key, and the Redis script must match it exactly.
 
+#[cfg(any(test, feature = "testsuite"))]
+pub mod conformance;
+
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use redis::aio::ConnectionManager;
+
+/// Why a backend did not answer a check. The embedded backend always answers; a shared one may
+/// be unreachable or slow, which the caller may retry or, as [`Limiter`] does, fall back from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimiterError {
+    /// The backend did not answer in time or refused the call.
+    #[error("limiter unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The limiter port: counts one request against a bucket and says whether it may proceed.
+#[async_trait]
+pub trait LimiterBackend: Send + Sync + 'static {
+    /// `local` or `redis`: what `/readyz` and the metrics call it.
+    fn name(&self) -> &'static str;
+    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError>;
+}
 
 /// The refill window of every bucket.
 pub const WINDOW: Duration = Duration::from_secs(60);
@@ -75,7 +99,7 @@ fn now_us() -> i64 {
         .unwrap_or(0)
 }
 
-/// Buckets in this process's memory.
+/// The embedded backend: buckets in this process's memory.
 #[derive(Default)]
 pub struct LocalLimiter {
     buckets: Mutex<HashMap<String, i64>>,
@@ -94,6 +118,17 @@ impl LocalLimiter {
         let (stored, decision) = gcra_step(now, tat, limit, window);
         buckets.insert(bucket.to_owned(), stored);
         decision
+    }
+}
+
+#[async_trait]
+impl LimiterBackend for LocalLimiter {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
+        Ok(LocalLimiter::check(self, bucket, limit))
     }
 }
 
@@ -170,10 +205,11 @@ impl RedisLimiter {
         .map_err(|e| e.to_string())
     }
 
-    /// One round trip; `Err` when Redis did not answer in time.
-    pub async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, String> {
+    /// One round trip; `Err` when Redis did not answer in time (and, for a second after a
+    /// failure, without trying: a breaker, so an outage costs requests no timeouts).
+    pub async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
         if (now_us() as u64) < self.skip_until_us.load(Ordering::Relaxed) {
-            return Err("redis recently failed".into());
+            return Err(LimiterError::Unavailable("redis recently failed".into()));
         }
         let result = async {
             let mut conn = self.connection().await?;
@@ -198,34 +234,108 @@ impl RedisLimiter {
                     now_us() as u64 + REDIS_RETRY_AFTER.as_micros() as u64,
                     Ordering::Relaxed,
                 );
-                Err(e)
+                Err(LimiterError::Unavailable(e))
             }
         }
     }
 }
 
-/// The limiter port: in-process, or Redis with the in-process table behind it.
+#[async_trait]
+impl LimiterBackend for RedisLimiter {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
+        RedisLimiter::check(self, bucket, limit).await
+    }
+}
+
+struct Metrics {
+    seconds: prometheus::HistogramVec,
+    errors: prometheus::IntCounterVec,
+}
+
+/// Registered in prometheus's default registry, which `/metrics` serves.
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let seconds = prometheus::HistogramVec::new(
+        prometheus::HistogramOpts::new(
+            "vigil_limiter_check_seconds",
+            "Time of one rate-limit check, by backend.",
+        )
+        .buckets(vec![
+            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05, 0.25,
+        ]),
+        &["backend"],
+    )
+    .expect("a valid histogram");
+    let errors = prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "vigil_limiter_errors_total",
+            "Rate-limit checks a backend did not answer, by backend.",
+        ),
+        &["backend"],
+    )
+    .expect("a valid counter");
+    for metric in [
+        Box::new(seconds.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(errors.clone()),
+    ] {
+        if let Err(e) = prometheus::register(metric) {
+            tracing::error!(error = %e, "limiter: registering a metric");
+        }
+    }
+    Metrics { seconds, errors }
+});
+
+/// Any limiter backend, with its checks' latency and failures measured.
+pub struct Instrumented<B>(pub B);
+
+#[async_trait]
+impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
+        let started = std::time::Instant::now();
+        let answer = self.0.check(bucket, limit).await;
+        let backend = self.0.name();
+        METRICS
+            .seconds
+            .with_label_values(&[backend])
+            .observe(started.elapsed().as_secs_f64());
+        if answer.is_err() {
+            METRICS.errors.with_label_values(&[backend]).inc();
+        }
+        answer
+    }
+}
+
+/// The limiter the API uses: the embedded backend alone, or a shared one with the embedded
+/// table behind it for when the shared one does not answer (D5: limits fail open to the
+/// process's own count, never closed).
 pub struct Limiter {
-    redis: Option<RedisLimiter>,
-    local: LocalLimiter,
+    shared: Option<Arc<dyn LimiterBackend>>,
+    local: Instrumented<LocalLimiter>,
 }
 
 impl Limiter {
     pub fn local() -> Self {
         Limiter {
-            redis: None,
-            local: LocalLimiter::default(),
+            shared: None,
+            local: Instrumented(LocalLimiter::default()),
         }
     }
 
-    /// Chosen by URL: `local`, or `redis://host:port`.
+    /// Chosen by URL: `local` (or `embedded`), or `redis://host:port`.
     pub fn from_url(url: &str) -> Result<Self, String> {
-        if url == "local" {
+        if url == "local" || url == "embedded" {
             Ok(Self::local())
         } else if url.starts_with("redis://") || url.starts_with("rediss://") {
             Ok(Limiter {
-                redis: Some(RedisLimiter::new(url)?),
-                local: LocalLimiter::default(),
+                shared: Some(Arc::new(Instrumented(RedisLimiter::new(url)?))),
+                local: Instrumented(LocalLimiter::default()),
             })
         } else {
             Err(format!(
@@ -236,22 +346,26 @@ impl Limiter {
     }
 
     pub fn backend_name(&self) -> &'static str {
-        if self.redis.is_some() {
-            "redis"
-        } else {
-            "local"
+        match &self.shared {
+            Some(shared) => shared.name(),
+            None => self.local.name(),
         }
     }
 
     /// Counts one request against `bucket` and says whether it may proceed.
     pub async fn check(&self, bucket: &str, limit: u32) -> RateDecision {
-        if let Some(redis) = &self.redis {
-            match redis.check(bucket, limit).await {
+        if let Some(shared) = &self.shared {
+            match shared.check(bucket, limit).await {
                 Ok(decision) => return decision,
-                Err(error) => crate::metrics::limiter_fell_back(&error),
+                Err(error) => crate::metrics::limiter_fell_back(&error.to_string()),
             }
         }
-        self.local.check(bucket, limit)
+        match self.local.check(bucket, limit).await {
+            Ok(decision) => decision,
+            // The embedded backend always answers; were it not to, the request is counted
+            // as the first of a fresh bucket rather than refused.
+            Err(_) => gcra_step(now_us(), 0, limit, WINDOW.as_micros() as i64).1,
+        }
     }
 }
 

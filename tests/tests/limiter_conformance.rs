@@ -1,107 +1,32 @@
-//! The limiter port's conformance suite: the same bodies run against the in-process limiter and
-//! a real Redis, so both backends admit, refuse and refill identically.
+//! The limiter port's conformance suite (`edge::limiter::conformance`) on both backends: the
+//! embedded table and a real Redis, each wrapped as the server wraps it. And the port's typed
+//! failure: a Redis that does not answer is an `Unavailable` error from the backend, which the
+//! policy (`Limiter`) answers from the embedded table instead.
 
-use std::time::Duration;
-
-use edge::limiter::Limiter;
+use edge::limiter::{Instrumented, LimiterBackend, LimiterError, LocalLimiter, RedisLimiter};
 use vigil_tests::redis_url;
 
-fn bucket(name: &str) -> String {
-    format!("conformance:{name}:{}", ulid::Ulid::generate())
-}
+edge::limiter_conformance_suite!(embedded, Instrumented(LocalLimiter::default()));
+edge::limiter_conformance_suite!(
+    redis,
+    Instrumented(RedisLimiter::new(&redis_url()).unwrap())
+);
 
-async fn admits_exactly_the_limit_then_refuses(l: &Limiter) {
-    let b = bucket("exact");
-    for i in 0..5u32 {
-        let d = l.check(&b, 5).await;
-        assert!(d.allowed, "request {i}");
-        assert_eq!(d.limit, 5);
-        assert_eq!(d.remaining, 4 - i);
-        assert_eq!(d.retry_after_secs, 0);
-    }
-    let d = l.check(&b, 5).await;
-    assert!(!d.allowed);
-    assert_eq!(d.remaining, 0);
-    // Interval 12 s; the refused request counted one more.
-    assert_eq!(d.retry_after_secs, 24);
-}
-
-async fn buckets_are_independent(l: &Limiter) {
-    let (a, b) = (bucket("a"), bucket("b"));
-    for _ in 0..2 {
-        assert!(l.check(&a, 2).await.allowed);
-    }
-    assert!(!l.check(&a, 2).await.allowed);
-    assert!(l.check(&b, 2).await.allowed);
-}
-
-async fn refills_over_the_window(l: &Limiter) {
-    // 6000 per minute: one token every 10 ms.
-    let b = bucket("refill");
-    let mut refused = false;
-    // Refills continue while the loop runs (a Redis round trip takes ~100 µs), so allow slack.
-    for _ in 0..20_000 {
-        if !l.check(&b, 6000).await.allowed {
-            refused = true;
-            break;
-        }
-    }
-    assert!(refused, "the bucket empties");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let d = l.check(&b, 6000).await;
-    assert!(d.allowed, "tokens came back");
+#[tokio::test]
+async fn a_redis_that_does_not_answer_is_an_error_and_the_policy_falls_back() {
+    // Nothing listens on the discard port.
+    let gone = RedisLimiter::new("redis://127.0.0.1:9").unwrap();
+    let started = std::time::Instant::now();
+    let answer = LimiterBackend::check(&gone, "conformance:gone", 5).await;
     assert!(
-        d.remaining >= 50,
-        "about 100 tokens in 1.2 s, minus the refusal's: {}",
-        d.remaining
+        matches!(answer, Err(LimiterError::Unavailable(_))),
+        "{answer:?}"
     );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "a failing Redis answers within its timeout"
+    );
+    let limiter = edge::limiter::Limiter::from_url("redis://127.0.0.1:9").unwrap();
+    let d = limiter.check("conformance:gone", 5).await;
+    assert!(d.allowed && d.remaining == 4, "counted in-process: {d:?}");
 }
-
-async fn refused_requests_extend_the_cool_down(l: &Limiter) {
-    let b = bucket("extend");
-    for _ in 0..10 {
-        assert!(l.check(&b, 10).await.allowed);
-    }
-    // Interval 6 s: the first refusal waits two intervals, each further refusal one more.
-    let first = l.check(&b, 10).await.retry_after_secs;
-    let second = l.check(&b, 10).await.retry_after_secs;
-    assert_eq!(first, 12);
-    assert_eq!(second, 18);
-    // Capped: a flood locks a key out for at most a window and an interval.
-    let mut last = 0;
-    for _ in 0..50 {
-        last = l.check(&b, 10).await.retry_after_secs;
-    }
-    assert_eq!(last, 66);
-}
-
-macro_rules! limiter_suite {
-    ($module:ident, $make:expr) => {
-        mod $module {
-            use super::*;
-
-            #[tokio::test]
-            async fn admits_exactly_the_limit_then_refuses() {
-                super::admits_exactly_the_limit_then_refuses(&$make).await;
-            }
-
-            #[tokio::test]
-            async fn buckets_are_independent() {
-                super::buckets_are_independent(&$make).await;
-            }
-
-            #[tokio::test]
-            async fn refills_over_the_window() {
-                super::refills_over_the_window(&$make).await;
-            }
-
-            #[tokio::test]
-            async fn refused_requests_extend_the_cool_down() {
-                super::refused_requests_extend_the_cool_down(&$make).await;
-            }
-        }
-    };
-}
-
-limiter_suite!(in_process, Limiter::local());
-limiter_suite!(redis, Limiter::from_url(&redis_url()).unwrap());
