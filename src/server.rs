@@ -134,6 +134,8 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     let log = bus::open(&args.bus_url())
         .await
         .context("opening the log")?;
+    // Every role's log calls (and its consumers' polls and commits) are timed and counted.
+    let log = bus::instrumented::instrument(log);
     let log = match wrap.log {
         Some(wrap) => wrap(log),
         None => log,

@@ -27,6 +27,7 @@
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod embedded;
+pub mod instrumented;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 mod names;

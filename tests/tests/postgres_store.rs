@@ -59,14 +59,22 @@ async fn a_session_is_scored_read_and_listed_on_postgresql() {
         .collect();
     assert!(types.contains(&"session.result.persisted"), "{types:?}");
 
-    // Every store call is measured, whatever the backend.
+    // Every port's calls are measured, whatever the backend: the store's, the log's (its
+    // consumers' polls and commits too) and the limiter's.
     let metrics = s.get("/metrics").send().await;
     let metrics = metrics.body.as_str().unwrap_or_default().to_owned();
-    for operation in ["find_api_key_by_hash", "save_sessions", "get_session"] {
-        let sample = format!("vigil_store_operation_seconds_count{{operation=\"{operation}\"}}");
+    for sample in [
+        "vigil_store_operation_seconds_count{operation=\"find_api_key_by_hash\"}",
+        "vigil_store_operation_seconds_count{operation=\"save_sessions\"}",
+        "vigil_store_operation_seconds_count{operation=\"get_session\"}",
+        "vigil_log_operation_seconds_count{operation=\"append\"}",
+        "vigil_log_operation_seconds_count{operation=\"poll\"}",
+        "vigil_log_operation_seconds_count{operation=\"commit\"}",
+        "vigil_limiter_check_seconds_count{backend=\"local\"}",
+    ] {
         let count: f64 = metrics
             .lines()
-            .find_map(|l| l.strip_prefix(sample.as_str()))
+            .find_map(|l| l.strip_prefix(sample))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {sample} in /metrics"));
         assert!(count >= 1.0, "{sample} {count}");
