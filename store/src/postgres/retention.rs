@@ -14,10 +14,16 @@ use crate::Result;
 /// embedded store and ScyllaDB's TTL keep it.
 const COLLECT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// Each statement deletes up to `$2` rows and answers how many.
+/// Each statement deletes up to `$2` rows and answers how many. The rows are picked with
+/// `FOR UPDATE SKIP LOCKED` (a row a save holds is left to the next step, and purges and saves
+/// never wait on each other in opposite orders), and the time condition is repeated on the
+/// delete itself: under READ COMMITTED, a row rewritten between the pick and the delete is
+/// re-checked against that condition only, so a session saved, a visitor seen or an
+/// idempotency record claimed again at the boundary is kept.
 const SESSIONS: &str = "WITH gone AS (
         DELETE FROM sessions WHERE id IN (
-            SELECT id FROM sessions WHERE updated_at < $1 LIMIT $2)
+            SELECT id FROM sessions WHERE updated_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+            AND updated_at < $1
         RETURNING id),
     decisions AS (
         DELETE FROM session_decisions WHERE session_id IN (SELECT id FROM gone))
@@ -25,7 +31,9 @@ const SESSIONS: &str = "WITH gone AS (
 
 const EVENTS: &str = "WITH gone AS (
         DELETE FROM events WHERE (organization_id, environment, id) IN (
-            SELECT organization_id, environment, id FROM events WHERE created_at < $1 LIMIT $2)
+            SELECT organization_id, environment, id FROM events WHERE created_at < $1 LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+            AND created_at < $1
         RETURNING organization_id, environment, id),
     deliveries AS (
         DELETE FROM webhook_deliveries d USING gone g
@@ -36,25 +44,32 @@ const EVENTS: &str = "WITH gone AS (
 /// Their anchor index rows go by cascade.
 const VISITORS: &str = "WITH gone AS (
         DELETE FROM visitors WHERE (organization_id, environment, id) IN (
-            SELECT organization_id, environment, id FROM visitors WHERE last_seen_at < $1 LIMIT $2)
+            SELECT organization_id, environment, id FROM visitors WHERE last_seen_at < $1 LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+            AND last_seen_at < $1
         RETURNING 1)
     SELECT count(*) FROM gone";
 
 const GATE_SESSIONS: &str = "WITH gone AS (
         DELETE FROM gate_sessions WHERE id IN (
-            SELECT id FROM gate_sessions WHERE created_at < $1 LIMIT $2)
+            SELECT id FROM gate_sessions WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+            AND created_at < $1
         RETURNING 1)
     SELECT count(*) FROM gone";
 
 const IDEMPOTENCY: &str = "WITH gone AS (
         DELETE FROM idempotency_records WHERE scope IN (
-            SELECT scope FROM idempotency_records WHERE expires_at <= $1 LIMIT $2)
+            SELECT scope FROM idempotency_records WHERE expires_at <= $1 LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+            AND expires_at <= $1
         RETURNING 1)
     SELECT count(*) FROM gone";
 
 const HANDOFFS: &str = "WITH gone AS (
         DELETE FROM handoff_openings WHERE handoff IN (
-            SELECT handoff FROM handoff_openings WHERE expires_at <= $1 LIMIT $2)
+            SELECT handoff FROM handoff_openings WHERE expires_at <= $1 LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+            AND expires_at <= $1
         RETURNING 1)
     SELECT count(*) FROM gone";
 
@@ -62,7 +77,7 @@ const HANDOFFS: &str = "WITH gone AS (
 /// millisecond are older. Their pings' rows go by cascade.
 const COLLECT: &str = "WITH gone AS (
         DELETE FROM collect_sessions WHERE id IN (
-            SELECT id FROM collect_sessions WHERE id < $1 LIMIT $2)
+            SELECT id FROM collect_sessions WHERE id < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
         RETURNING 1)
     SELECT count(*) FROM gone";
 

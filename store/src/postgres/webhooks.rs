@@ -165,8 +165,10 @@ pub async fn create_webhook_deliveries(
     }
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(db_error)?;
-    let mut created = Vec::new();
-    for d in deliveries {
+    // Inserted in key order (two dispatchers fanning out one event cannot wait on each other's
+    // rows in opposite orders), answered in the order given.
+    let mut created = HashSet::new();
+    for d in in_key_order(deliveries) {
         let k = delivery_key(d);
         let new = row(
             &tx,
@@ -188,11 +190,15 @@ pub async fn create_webhook_deliveries(
         )
         .await?;
         if new.is_some() {
-            created.push(d.id);
+            created.insert(d.id);
         }
     }
     tx.commit().await.map_err(db_error)?;
-    Ok(created)
+    Ok(deliveries
+        .iter()
+        .map(|d| d.id)
+        .filter(|id| created.contains(id))
+        .collect())
 }
 
 /// Each outcome is written only over the stored row its attempt started from (same delivery
