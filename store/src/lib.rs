@@ -8,6 +8,7 @@ pub mod embedded;
 pub mod instrumented;
 pub mod model;
 pub mod postgres;
+pub mod rules;
 
 use std::sync::Arc;
 

@@ -275,26 +275,13 @@ impl EmbeddedStore {
             if session.poll_token != Some(token) {
                 return Ok(None);
             }
-            if session.polls >= max_polls {
-                return Ok(Some((session, GatePoll::Exhausted)));
+            let counted = crate::rules::count_poll(&mut session, now, slow_down_secs, max_polls);
+            if counted != GatePoll::Exhausted {
+                let mut batch = db.batch();
+                batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+                batch.commit().map_err(unavailable)?;
             }
-            let too_soon = session.last_poll_at.is_some_and(|last| {
-                now < last + chrono::TimeDelta::seconds(i64::from(session.interval_secs))
-            });
-            session.polls += 1;
-            session.last_poll_at = Some(now);
-            if too_soon {
-                session.interval_secs += slow_down_secs;
-            }
-            let mut batch = db.batch();
-            batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
-            batch.commit().map_err(unavailable)?;
-            let verdict = if too_soon {
-                GatePoll::TooSoon
-            } else {
-                GatePoll::Counted
-            };
-            Ok(Some((session, verdict)))
+            Ok(Some((session, counted)))
         })
         .await
     }
@@ -324,24 +311,18 @@ impl EmbeddedStore {
     ) -> Result<AgentLogin> {
         let hash = *hash;
         self.write(move |db, _| {
-            let Some(mut token) =
+            let Some(token) =
                 decode_row::<AgentTokenRecord>(AGENT_TOKENS, db.agent_tokens.get(hash.0))?
             else {
                 return Ok(AgentLogin::Unusable);
             };
-            if token.revoked_at.is_some() || token.expires_at <= now {
-                return Ok(AgentLogin::Unusable);
+            let counted = crate::rules::count_login(token, now, per_hour);
+            if let AgentLogin::Counted(token) = &counted {
+                let mut batch = db.batch();
+                batch.insert(&db.agent_tokens, hash.0, encode(AGENT_TOKENS, token)?);
+                batch.commit().map_err(unavailable)?;
             }
-            let hour_ago = now - chrono::TimeDelta::hours(1);
-            token.recent_logins.retain(|t| *t > hour_ago);
-            if token.recent_logins.len() >= per_hour {
-                return Ok(AgentLogin::CapReached(token.recent_logins[0]));
-            }
-            token.recent_logins.push(now);
-            let mut batch = db.batch();
-            batch.insert(&db.agent_tokens, hash.0, encode(AGENT_TOKENS, &token)?);
-            batch.commit().map_err(unavailable)?;
-            Ok(AgentLogin::Counted(token))
+            Ok(counted)
         })
         .await
     }

@@ -347,19 +347,14 @@ impl EmbeddedStore {
     /// writes them), a stored revocation is kept and `last_used_at` only moves forward (see the
     /// trait); the writer mutex makes the read and the write one step.
     pub(super) async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        let mut key = key.clone();
+        let given = key.clone();
         self.write(move |db, _| {
-            let Some(stored) = db.get_api_key(key.organization_id, key.environment, key.id)? else {
+            let Some(stored) =
+                db.get_api_key(given.organization_id, given.environment, given.id)?
+            else {
                 return Ok(());
             };
-            key.key_hash = stored.key_hash;
-            key.rotated_at = stored.rotated_at;
-            key.grace_expires_at = stored.grace_expires_at;
-            key.replaced_by = stored.replaced_by;
-            if stored.revoked_at.is_some() {
-                key.revoked_at = stored.revoked_at;
-            }
-            key.last_used_at = key.last_used_at.max(stored.last_used_at);
+            let key = crate::rules::merge_key_update(&stored, &given);
             let mut batch = db.batch();
             batch.insert(
                 &db.api_keys,
@@ -386,29 +381,11 @@ impl EmbeddedStore {
         old: &ApiKeyRecord,
         replacement: &ApiKeyRecord,
     ) -> Result<()> {
-        let mut old = old.clone();
+        let given = old.clone();
         let replacement = replacement.clone();
         self.write(move |db, _| {
-            let Some(stored) = db.get_api_key(old.organization_id, old.environment, old.id)? else {
-                return Err(StoreError::Conflict(format!(
-                    "api key {} does not exist",
-                    old.id
-                )));
-            };
-            if stored.revoked_at.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "api key {} is revoked",
-                    old.id
-                )));
-            }
-            if let Some(by) = stored.replaced_by {
-                return Err(StoreError::Conflict(format!(
-                    "api key {} was already rotated (replaced by {by})",
-                    old.id
-                )));
-            }
-            old.key_hash = stored.key_hash;
-            old.last_used_at = old.last_used_at.max(stored.last_used_at);
+            let stored = db.get_api_key(given.organization_id, given.environment, given.id)?;
+            let old = crate::rules::rotated_key(stored.as_ref(), &given)?;
             let mut batch = db.batch();
             batch.insert(
                 &db.api_keys,

@@ -233,15 +233,7 @@ pub async fn update_api_key(store: &PostgresStore, key: &ApiKeyRecord) -> Result
     else {
         return Ok(());
     };
-    let mut key = key.clone();
-    key.key_hash = stored.key_hash;
-    key.rotated_at = stored.rotated_at;
-    key.grace_expires_at = stored.grace_expires_at;
-    key.replaced_by = stored.replaced_by;
-    if stored.revoked_at.is_some() {
-        key.revoked_at = stored.revoked_at;
-    }
-    key.last_used_at = key.last_used_at.max(stored.last_used_at);
+    let key = crate::rules::merge_key_update(&stored, key);
     write_api_key(&tx, &key).await?;
     tx.commit().await.map_err(db_error)
 }
@@ -253,28 +245,8 @@ pub async fn rotate_api_key(
 ) -> Result<()> {
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(db_error)?;
-    let Some(stored) = lock_api_key(&tx, old.organization_id, old.environment, old.id).await?
-    else {
-        return Err(StoreError::Conflict(format!(
-            "api key {} does not exist",
-            old.id
-        )));
-    };
-    if stored.revoked_at.is_some() {
-        return Err(StoreError::Conflict(format!(
-            "api key {} is revoked",
-            old.id
-        )));
-    }
-    if let Some(by) = stored.replaced_by {
-        return Err(StoreError::Conflict(format!(
-            "api key {} was already rotated (replaced by {by})",
-            old.id
-        )));
-    }
-    let mut old = old.clone();
-    old.key_hash = stored.key_hash;
-    old.last_used_at = old.last_used_at.max(stored.last_used_at);
+    let stored = lock_api_key(&tx, old.organization_id, old.environment, old.id).await?;
+    let old = crate::rules::rotated_key(stored.as_ref(), old)?;
     write_api_key(&tx, &old).await?;
     insert_api_key(&tx, replacement).await?;
     tx.commit().await.map_err(db_error)

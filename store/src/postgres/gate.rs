@@ -281,16 +281,9 @@ pub async fn count_gate_poll(
     if session.poll_token != Some(*token) {
         return Ok(None);
     }
-    if session.polls >= max_polls {
-        return Ok(Some((session, GatePoll::Exhausted)));
-    }
-    let too_soon = session.last_poll_at.is_some_and(|last| {
-        now < last + chrono::TimeDelta::seconds(i64::from(session.interval_secs))
-    });
-    session.polls += 1;
-    session.last_poll_at = Some(now);
-    if too_soon {
-        session.interval_secs += slow_down_secs;
+    let counted = crate::rules::count_poll(&mut session, now, slow_down_secs, max_polls);
+    if counted == GatePoll::Exhausted {
+        return Ok(Some((session, counted)));
     }
     execute(
         &tx,
@@ -299,11 +292,6 @@ pub async fn count_gate_poll(
     )
     .await?;
     tx.commit().await.map_err(db_error)?;
-    let counted = if too_soon {
-        GatePoll::TooSoon
-    } else {
-        GatePoll::Counted
-    };
     Ok(Some((session, counted)))
 }
 
@@ -377,26 +365,20 @@ pub async fn count_agent_login(
 ) -> Result<AgentLogin> {
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(db_error)?;
-    let Some(mut token) = lock_token(&tx, hash).await? else {
+    let Some(token) = lock_token(&tx, hash).await? else {
         return Ok(AgentLogin::Unusable);
     };
-    if token.revoked_at.is_some() || token.expires_at <= now {
-        return Ok(AgentLogin::Unusable);
+    let counted = crate::rules::count_login(token, now, per_hour);
+    if let AgentLogin::Counted(token) = &counted {
+        execute(
+            &tx,
+            "UPDATE agent_tokens SET body = $2 WHERE hash = $1",
+            &[&&hash.0[..], &json(token)],
+        )
+        .await?;
+        tx.commit().await.map_err(db_error)?;
     }
-    let hour_ago = now - chrono::TimeDelta::hours(1);
-    token.recent_logins.retain(|t| *t > hour_ago);
-    if token.recent_logins.len() >= per_hour {
-        return Ok(AgentLogin::CapReached(token.recent_logins[0]));
-    }
-    token.recent_logins.push(now);
-    execute(
-        &tx,
-        "UPDATE agent_tokens SET body = $2 WHERE hash = $1",
-        &[&&hash.0[..], &json(&token)],
-    )
-    .await?;
-    tx.commit().await.map_err(db_error)?;
-    Ok(AgentLogin::Counted(token))
+    Ok(counted)
 }
 
 pub async fn revoke_agent_token(
