@@ -181,8 +181,13 @@ pub async fn prepare_log(log: &Log) -> Result<Topics, bus::BusError> {
 /// it cancels `shutdown`: the server stops rather than accept batches nobody scores.
 pub async fn run(pipeline: Pipeline, shutdown: CancellationToken) {
     crate::telemetry::init();
-    let sweep = tokio::spawn(idle::sweep(pipeline.clone(), shutdown.clone()));
-    consume(&pipeline, &shutdown).await;
+    let owned = idle::Owned::default();
+    let sweep = tokio::spawn(idle::sweep(
+        pipeline.clone(),
+        owned.clone(),
+        shutdown.clone(),
+    ));
+    consume(&pipeline, &owned, &shutdown).await;
     shutdown.cancel();
     let _ = sweep.await;
 }
@@ -193,7 +198,7 @@ struct Polled<'a> {
     batch: BatchRecord,
 }
 
-async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
+async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &CancellationToken) {
     let group = Group::from_static(GROUP);
     let opened = retry(
         "opening the consumer",
@@ -221,6 +226,7 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
     let mut uncommitted = Vec::new();
     let mut last_commit = Instant::now();
     let mut lag = Lag::new(consumer.partitions());
+    owned.set(consumer.partitions());
     'polls: while !shutdown.is_cancelled() {
         // While a save is in flight, only a short wait: the save's confirmation (and its
         // commit) must not hang on the next batch arriving.
@@ -247,6 +253,7 @@ async fn consume(pipeline: &Pipeline, shutdown: &CancellationToken) {
             Some(rebalance) => {
                 tracing::info!(assigned = ?rebalance.assigned, revoked = ?rebalance.revoked, "processor: partitions moved");
                 lag.follow(consumer.partitions());
+                owned.set(consumer.partitions());
                 rebalance.revoked
             }
             None => Vec::new(),

@@ -2,9 +2,12 @@
 //! made final. The sweep finds such sessions in the store's idle index and sends each one an
 //! `idle` record through the batches log, keyed by its session, so the finalisation is processed
 //! in order with the session's batches by whichever processor owns that partition (never beside
-//! it): a batch that arrives before the `idle` record keeps the session open.
+//! it): a batch that arrives before the `idle` record keeps the session open. Each processor of
+//! a fleet sends the records of the sessions of the partitions it holds, so one record goes per
+//! idle session, not one per processor.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use schemas::SessionId;
@@ -29,8 +32,34 @@ fn interval(idle_after: Duration) -> Duration {
     (idle_after / 10).clamp(Duration::from_millis(50), Duration::from_secs(60))
 }
 
+/// The partitions of the batches topic this processor holds, as its consumer last said.
+#[derive(Clone, Default)]
+pub struct Owned(Arc<Mutex<Vec<u32>>>);
+
+impl Owned {
+    pub fn set(&self, partitions: &[u32]) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = partitions.to_vec();
+    }
+
+    fn get(&self) -> Vec<u32> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Whether the session's records go to one of `owned` of the topic's `partitions` (the
+/// partition its key picks, as ingest appends it).
+fn is_owned(session: SessionId, owned: &[u32], partitions: u32) -> bool {
+    owned.contains(&bus::partition_for(
+        session.to_string().as_bytes(),
+        partitions,
+    ))
+}
+
 /// Runs until `shutdown` is cancelled.
-pub async fn sweep(pipeline: Pipeline, shutdown: CancellationToken) {
+pub async fn sweep(pipeline: Pipeline, owned: Owned, shutdown: CancellationToken) {
     let Ok(idle_after) = chrono::TimeDelta::from_std(pipeline.idle_after) else {
         tracing::error!("processor: the idle time is too large; sessions are never idle");
         return;
@@ -43,6 +72,15 @@ pub async fn sweep(pipeline: Pipeline, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(interval(pipeline.idle_after)) => {}
         }
+        // Between a rebalance's revocation and its assignment a processor may hold nothing:
+        // the next sweep sends what this one leaves.
+        let held = owned.get();
+        if held.is_empty() {
+            continue;
+        }
+        let Ok(partitions) = pipeline.log.partitions(&pipeline.batches).await else {
+            continue;
+        };
         let now = schemas::time::now();
         let idle = match pipeline
             .store
@@ -57,6 +95,9 @@ pub async fn sweep(pipeline: Pipeline, shutdown: CancellationToken) {
         };
         sent.retain(|id, _| idle.iter().any(|s| s.session_id == *id));
         for session in idle {
+            if !is_owned(session.session_id, &held, partitions) {
+                continue;
+            }
             if sent.get(&session.session_id) == Some(&session.idle_since) {
                 continue;
             }
@@ -120,6 +161,21 @@ mod tests {
         assert!(still_idle(since, since));
         assert!(still_idle(since, since - TimeDelta::seconds(1)));
         assert!(!still_idle(since, since + TimeDelta::milliseconds(1)));
+    }
+
+    #[test]
+    fn each_session_is_swept_by_the_holder_of_its_partition_only() {
+        let sessions: Vec<SessionId> = (0..200).map(|_| SessionId::generate()).collect();
+        let (first, second) = ([0, 1, 2, 3], [4, 5, 6, 7]);
+        for s in &sessions {
+            assert!(
+                is_owned(*s, &first, 8) != is_owned(*s, &second, 8),
+                "{s} is swept by exactly one of two processors splitting 8 partitions"
+            );
+            assert!(is_owned(*s, &[0, 1, 2, 3, 4, 5, 6, 7], 8));
+        }
+        assert!(sessions.iter().any(|s| is_owned(*s, &first, 8)));
+        assert!(sessions.iter().any(|s| is_owned(*s, &second, 8)));
     }
 
     #[test]
