@@ -22,7 +22,9 @@ use vigil_tests::browser::{ChromeDriver, PageServer, Profile, sdk_page};
 use vigil_tests::collect::{CollectSession, open_session_at};
 use vigil_tests::receiver::Receiver;
 use vigil_tests::served::Served;
-use vigil_tests::{DevCredentials, http_client, postgres_database, redis_url, vigil_binary};
+use vigil_tests::{
+    DevCredentials, http_client, postgres_database, redis_url, run_client, vigil_binary,
+};
 
 /// Runs a `vigil` command to completion and answers its standard output.
 fn vigil(args: &[&str]) -> String {
@@ -469,6 +471,29 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
     assert_eq!(opened.status(), 200);
     let opened: Value = opened.json().await.unwrap();
     assert_eq!(opened["data"]["session_id"], loaded["session_id"]);
+
+    // The site's backend reads the session from the query process with its real clients:
+    // Node's fetch, Python's requests and curl.
+    let sid = loaded["session_id"].as_str().unwrap();
+    let url = format!("{api}/v1/sessions/{sid}");
+    let node = r#"
+        const [url, key] = process.argv.slice(1);
+        fetch(url, { headers: { authorization: `Bearer ${key}` } })
+          .then(async (r) => { const b = await r.json(); console.log(r.status, b.data.id); })
+          .catch((e) => { console.error(e); process.exit(1); });
+    "#;
+    let expected = format!("200 {sid}");
+    assert_eq!(run_client("node", &["-e", node, &url, &sk]), expected);
+    let python = r#"
+import sys, requests
+url, key = sys.argv[1:]
+r = requests.get(url, headers={"Authorization": "Bearer " + key})
+print(r.status_code, r.json()["data"]["id"])
+"#;
+    assert_eq!(run_client("python3", &["-c", python, &url, &sk]), expected);
+    let auth = format!("authorization: Bearer {sk}");
+    let body: Value = serde_json::from_str(&run_client("curl", &["-s", "-H", &auth, &url])).unwrap();
+    assert_eq!(body["data"]["id"], sid);
 
     // ---- a key revoked through the admin process is refused by both ingest processes ----
     let made: Value = client
