@@ -190,6 +190,48 @@ async fn execute(client: &impl GenericClient, sql: &str, params: Params<'_>) -> 
     client.execute(&statement, params).await.map_err(db_error)
 }
 
+/// The row of a table keyed by organization, environment and id: `sql` selects its body with
+/// those three as `$1`, `$2`, `$3`.
+async fn owned_row<T: DeserializeOwned>(
+    store: &PostgresStore,
+    table: &'static str,
+    sql: &str,
+    (org, env, id): (OrgId, Environment, ulid::Ulid),
+) -> Result<Option<T>> {
+    let found = row(
+        &store.client().await?,
+        sql,
+        &[&ulid_bytes(org.ulid()), &env_code(env), &ulid_bytes(id)],
+    )
+    .await?;
+    decode_opt(table, found)
+}
+
+/// A page of one organization's and environment's rows, newest first: `sql` selects bodies
+/// with the organization, the environment, the id to start after (or null) and the limit as
+/// `$1` to `$4`.
+async fn owned_page<T: DeserializeOwned>(
+    store: &PostgresStore,
+    table: &'static str,
+    sql: &str,
+    (org, env): (OrgId, Environment),
+    after: Option<ulid::Ulid>,
+    count: usize,
+) -> Result<Vec<T>> {
+    let found = rows(
+        &store.client().await?,
+        sql,
+        &[
+            &ulid_bytes(org.ulid()),
+            &env_code(env),
+            &after.map(ulid_bytes),
+            &limit(count),
+        ],
+    )
+    .await?;
+    decode_all(table, &found)
+}
+
 /// The records in column 0 of `rows`.
 fn decode_all<T: DeserializeOwned>(table: &'static str, rows: &[Row]) -> Result<Vec<T>> {
     rows.iter().map(|r| decode(table, r, 0)).collect()

@@ -9,8 +9,8 @@ use schemas::ids::{KeyId, OrgId};
 use schemas::time::Timestamp;
 
 use super::{
-    PostgresStore, db_error, decode, decode_all, decode_opt, env_code, execute, json, limit, row,
-    rows, ulid_bytes,
+    PostgresStore, db_error, decode, decode_opt, env_code, execute, json, owned_page, owned_row,
+    row, ulid_bytes,
 };
 use crate::{
     ApiKeyRecord, CredentialHash, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
@@ -130,17 +130,9 @@ pub async fn get_api_key(
     env: Environment,
     id: KeyId,
 ) -> Result<Option<ApiKeyRecord>> {
-    let found = row(
-        &store.client().await?,
-        "SELECT body FROM api_keys WHERE id = $1 AND organization_id = $2 AND environment = $3",
-        &[
-            &ulid_bytes(id.ulid()),
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-        ],
-    )
-    .await?;
-    decode_opt(API_KEYS, found)
+    let sql =
+        "SELECT body FROM api_keys WHERE organization_id = $1 AND environment = $2 AND id = $3";
+    owned_row(store, API_KEYS, sql, (org, env, id.ulid())).await
 }
 
 pub async fn locate_api_key(
@@ -179,20 +171,18 @@ pub async fn list_api_keys(
     after: Option<KeyId>,
     count: usize,
 ) -> Result<Vec<ApiKeyRecord>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body FROM api_keys
+    let sql = "SELECT body FROM api_keys
          WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &after.map(|a| ulid_bytes(a.ulid())),
-            &limit(count),
-        ],
+         ORDER BY id DESC LIMIT $4";
+    owned_page(
+        store,
+        API_KEYS,
+        sql,
+        (org, env),
+        after.map(|a| a.ulid()),
+        count,
     )
-    .await?;
-    decode_all(API_KEYS, &found)
+    .await
 }
 
 /// The key's stored row, locked for the rest of the transaction.

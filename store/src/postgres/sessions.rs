@@ -10,8 +10,8 @@ use schemas::time::Timestamp;
 use serde::Deserialize;
 
 use super::{
-    PostgresStore, db_error, decode, decode_all, decode_opt, env_code, env_of, execute, json,
-    limit, row, rows, ulid_bytes, ulid_of,
+    PostgresStore, db_error, decode, decode_all, env_code, env_of, execute, json, limit,
+    owned_page, owned_row, rows, ulid_bytes, ulid_of,
 };
 use crate::{
     DecisionRecord, DecisionTurn, EventRecord, IdleSession, Result, SessionRecord, SessionSave,
@@ -148,17 +148,9 @@ pub async fn get_session(
     env: Environment,
     id: SessionId,
 ) -> Result<Option<SessionRecord>> {
-    let found = row(
-        &store.client().await?,
-        "SELECT body FROM sessions WHERE organization_id = $1 AND environment = $2 AND id = $3",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &ulid_bytes(id.ulid()),
-        ],
-    )
-    .await?;
-    decode_opt(SESSIONS, found)
+    let sql =
+        "SELECT body FROM sessions WHERE organization_id = $1 AND environment = $2 AND id = $3";
+    owned_row(store, SESSIONS, sql, (org, env, id.ulid())).await
 }
 
 pub async fn list_sessions(
@@ -168,20 +160,18 @@ pub async fn list_sessions(
     after: Option<SessionId>,
     count: usize,
 ) -> Result<Vec<SessionRecord>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body FROM sessions
+    let sql = "SELECT body FROM sessions
          WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &after.map(|a| ulid_bytes(a.ulid())),
-            &limit(count),
-        ],
+         ORDER BY id DESC LIMIT $4";
+    owned_page(
+        store,
+        SESSIONS,
+        sql,
+        (org, env),
+        after.map(|a| a.ulid()),
+        count,
     )
-    .await?;
-    decode_all(SESSIONS, &found)
+    .await
 }
 
 pub async fn list_sessions_by_verdict(
@@ -257,17 +247,8 @@ pub async fn get_event(
     env: Environment,
     id: EventId,
 ) -> Result<Option<EventRecord>> {
-    let found = row(
-        &store.client().await?,
-        "SELECT body FROM events WHERE organization_id = $1 AND environment = $2 AND id = $3",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &ulid_bytes(id.ulid()),
-        ],
-    )
-    .await?;
-    decode_opt(EVENTS, found)
+    let sql = "SELECT body FROM events WHERE organization_id = $1 AND environment = $2 AND id = $3";
+    owned_row(store, EVENTS, sql, (org, env, id.ulid())).await
 }
 
 pub async fn record_events(store: &PostgresStore, events: &[EventRecord]) -> Result<()> {
@@ -287,18 +268,16 @@ pub async fn list_events(
     after: Option<EventId>,
     count: usize,
 ) -> Result<Vec<EventRecord>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body FROM events
+    let sql = "SELECT body FROM events
          WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &after.map(|a| ulid_bytes(a.ulid())),
-            &limit(count),
-        ],
+         ORDER BY id DESC LIMIT $4";
+    owned_page(
+        store,
+        EVENTS,
+        sql,
+        (org, env),
+        after.map(|a| a.ulid()),
+        count,
     )
-    .await?;
-    decode_all(EVENTS, &found)
+    .await
 }

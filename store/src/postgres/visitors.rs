@@ -7,8 +7,8 @@ use schemas::credential::Environment;
 use schemas::ids::{OrgId, VisitorId};
 
 use super::{
-    PostgresStore, db_error, decode_all, decode_opt, env_code, execute, json, limit, row, rows,
-    ulid_bytes,
+    PostgresStore, db_error, decode_all, env_code, execute, json, limit, owned_page, owned_row,
+    rows, ulid_bytes,
 };
 use crate::{Result, VisitorAnchors, VisitorOrder, VisitorRecord};
 
@@ -89,17 +89,9 @@ pub async fn get_visitor(
     env: Environment,
     id: VisitorId,
 ) -> Result<Option<VisitorRecord>> {
-    let found = row(
-        &store.client().await?,
-        "SELECT body FROM visitors WHERE organization_id = $1 AND environment = $2 AND id = $3",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &ulid_bytes(id.ulid()),
-        ],
-    )
-    .await?;
-    decode_opt(VISITORS, found)
+    let sql =
+        "SELECT body FROM visitors WHERE organization_id = $1 AND environment = $2 AND id = $3";
+    owned_row(store, VISITORS, sql, (org, env, id.ulid())).await
 }
 
 /// The index rows and the visitors they name in one statement, so the two agree.
@@ -139,20 +131,18 @@ pub async fn list_visitors(
     after: Option<VisitorId>,
     count: usize,
 ) -> Result<Vec<VisitorRecord>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body FROM visitors
+    let sql = "SELECT body FROM visitors
          WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &after.map(|a| ulid_bytes(a.ulid())),
-            &limit(count),
-        ],
+         ORDER BY id DESC LIMIT $4";
+    owned_page(
+        store,
+        VISITORS,
+        sql,
+        (org, env),
+        after.map(|a| a.ulid()),
+        count,
     )
-    .await?;
-    decode_all(VISITORS, &found)
+    .await
 }
 
 /// Served by the order's index: value descending, then id descending, after a row position.

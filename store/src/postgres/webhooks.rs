@@ -11,8 +11,8 @@ use schemas::ids::{EventId, OrgId, WebhookDeliveryId, WebhookEndpointId};
 use schemas::time::Timestamp;
 
 use super::{
-    PostgresStore, db_error, decode_all, decode_opt, env_code, execute, json, limit, row, rows,
-    ulid_bytes,
+    PostgresStore, db_error, decode_all, decode_opt, env_code, execute, json, limit, owned_page,
+    owned_row, row, rows, ulid_bytes,
 };
 use crate::{EndpointStatus, Result, StoreError, WebhookDeliveryRecord, WebhookEndpointRecord};
 
@@ -62,18 +62,9 @@ pub async fn get_webhook_endpoint(
     env: Environment,
     id: WebhookEndpointId,
 ) -> Result<Option<WebhookEndpointRecord>> {
-    let found = row(
-        &store.client().await?,
-        "SELECT body FROM webhook_endpoints
-         WHERE organization_id = $1 AND environment = $2 AND id = $3",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &ulid_bytes(id.ulid()),
-        ],
-    )
-    .await?;
-    decode_opt(WEBHOOK_ENDPOINTS, found)
+    let sql = "SELECT body FROM webhook_endpoints
+         WHERE organization_id = $1 AND environment = $2 AND id = $3";
+    owned_row(store, WEBHOOK_ENDPOINTS, sql, (org, env, id.ulid())).await
 }
 
 pub async fn list_webhook_endpoints(
@@ -83,20 +74,11 @@ pub async fn list_webhook_endpoints(
     after: Option<WebhookEndpointId>,
     count: usize,
 ) -> Result<Vec<WebhookEndpointRecord>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body FROM webhook_endpoints
+    let sql = "SELECT body FROM webhook_endpoints
          WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &after.map(|a| ulid_bytes(a.ulid())),
-            &limit(count),
-        ],
-    )
-    .await?;
-    decode_all(WEBHOOK_ENDPOINTS, &found)
+         ORDER BY id DESC LIMIT $4";
+    let after = after.map(|a| a.ulid());
+    owned_page(store, WEBHOOK_ENDPOINTS, sql, (org, env), after, count).await
 }
 
 pub async fn update_webhook_endpoint(
