@@ -52,6 +52,8 @@ use crate::{
 /// How long a metadata lookup, a topic creation or a commit may take before the backend is
 /// reported unavailable.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a member's commit waits out a rebalance in progress before it is dropped.
+const REBALANCE_COMMIT_WAIT: Duration = Duration::from_secs(5);
 
 /// Client properties the log's guarantees rest on; a URL may not override them.
 const RESERVED: &[&str] = &[
@@ -810,12 +812,31 @@ impl LogConsumer for KafkaConsumer {
                 .add_partition_offset(self.topic.as_str(), p as i32, Offset::Offset(next as i64))
                 .map_err(|e| unavailable("commit", e))?;
         }
-        let consumer = Arc::clone(&self.consumer);
-        // A synchronous commit blocks its thread until the coordinator answers.
-        let committed =
-            tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
-                .await
-                .map_err(|e| BusError::Unavailable(format!("kafka: commit: {e}")))?;
+        // A rebalance in progress refuses commits until the group's next generation; a member
+        // still holds the partitions it is giving up until its next poll, so the commit is
+        // tried again for a while rather than dropped (their next owner would read again what
+        // was processed). Past that, or for any other membership change, it is dropped.
+        let retry_until = tokio::time::Instant::now() + REBALANCE_COMMIT_WAIT;
+        let committed = loop {
+            let consumer = Arc::clone(&self.consumer);
+            let offsets = offsets.clone();
+            // A synchronous commit blocks its thread until the coordinator answers.
+            let committed =
+                tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+                    .await
+                    .map_err(|e| BusError::Unavailable(format!("kafka: commit: {e}")))?;
+            match committed {
+                Err(e)
+                    if self.member
+                        && e.rdkafka_error_code()
+                            == Some(RDKafkaErrorCode::RebalanceInProgress)
+                        && tokio::time::Instant::now() < retry_until =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => break other,
+            }
+        };
         match committed {
             Ok(()) => Ok(()),
             Err(e) if self.member && membership_changed(&e) => {

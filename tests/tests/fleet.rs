@@ -492,7 +492,8 @@ print(r.status_code, r.json()["data"]["id"])
 "#;
     assert_eq!(run_client("python3", &["-c", python, &url, &sk]), expected);
     let auth = format!("authorization: Bearer {sk}");
-    let body: Value = serde_json::from_str(&run_client("curl", &["-s", "-H", &auth, &url])).unwrap();
+    let body: Value =
+        serde_json::from_str(&run_client("curl", &["-s", "-H", &auth, &url])).unwrap();
     assert_eq!(body["data"]["id"], sid);
 
     // ---- a key revoked through the admin process is refused by both ingest processes ----
