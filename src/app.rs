@@ -120,7 +120,9 @@ pub fn router(parts: AppParts) -> Router {
         .route("/metrics", get(edge::metrics::render));
     // The error reference goes with any API role (errors link to it), the SDK with ingest.
     let docs = Router::new().route("/docs/errors", get(error_docs));
-    let sdk = Router::new().route("/sdk/v1/vigil.js", get(ingest::sdk::script));
+    let sdk = Router::new()
+        .route("/sdk/v1/vigil.js", get(ingest::sdk::script))
+        .route("/sdk/v1/{version}/vigil.js", get(ingest::sdk::versioned_script));
     let demo = parts.demo.unwrap_or_default();
     let roles = parts.roles;
     let mut app = Router::new().merge(probes);
@@ -128,6 +130,7 @@ pub fn router(parts: AppParts) -> Router {
         app = app.merge(docs);
     }
     if roles.ingest {
+        ingest::sdk::warm(); // brotli at quality 11 takes a moment: once, before serving
         app = app.merge(sdk);
     }
     if roles.admin {

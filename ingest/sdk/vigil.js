@@ -29,7 +29,7 @@
 
   // ───────────────────────────── Constants ─────────────────────────────
 
-  const SDK_VERSION = '1.0.0';
+  const SDK_VERSION = '1.1.0';
   const HKDF_INFO = 'vigil/collect/v1';
   const PROOF_HKDF_INFO = 'vigil/collect/v1/proof';
   const PROOF_HEADER = 'Vigil-Session-Proof';
@@ -406,6 +406,7 @@
   class ProbeEnv {
     constructor() {
       this._gl = undefined;
+      this._frame = undefined;
     }
     webgl() {
       if (this._gl === undefined) {
@@ -418,7 +419,27 @@
       }
       return this._gl;
     }
+    /**
+     * A pristine realm: the window of a hidden, same-origin (about:blank) iframe. Its built-ins
+     * are the browser's own unless a tool patches every new frame too, and even then its patches
+     * are its own functions, so page-realm replacements read as script source through it.
+     */
+    pristine() {
+      if (this._frame === undefined) {
+        this._frame = attempt(() => {
+          const frame = global.document.createElement('iframe');
+          frame.setAttribute('aria-hidden', 'true');
+          frame.tabIndex = -1;
+          frame.style.cssText = 'display:none';
+          (global.document.body || global.document.documentElement).appendChild(frame);
+          return frame.contentWindow ? frame : (frame.remove(), null);
+        });
+      }
+      return this._frame ? this._frame.contentWindow : null;
+    }
     release() {
+      if (this._frame) attempt(() => this._frame.remove());
+      this._frame = null;
       // Browsers cap live WebGL contexts per page; give ours back instead of waiting for GC.
       if (this._gl) attempt(() => { const ext = this._gl.getExtension('WEBGL_lose_context'); if (ext) ext.loseContext(); });
       this._gl = null;
@@ -524,6 +545,25 @@
     return globals.some((g) => SELENIUM_NAME.test(g) || g === '_Selenium_IDE_Recorder' || g === 'calledSelenium');
   }
 
+  /**
+   * How many times the console reads an Error's `name` when one is logged. A DevTools-protocol
+   * client with the Runtime domain enabled (Puppeteer, Playwright, chromedriver, an open DevTools
+   * window) has every console call serialised for it, which reads it once more than Chromium's
+   * own logging does. The call goes through the pristine realm's console, so a page script
+   * that wraps `console` (error trackers do) cannot add reads of its own; `debug` is the level
+   * DevTools hides by default.
+   */
+  function devtoolsConsoleReads(env) {
+    const realm = env.pristine();
+    const debug = attempt(() => realm.console.debug);
+    if (typeof debug !== 'function') return null;
+    let reads = 0;
+    const error = new Error('');
+    Object.defineProperty(error, 'name', { configurable: true, get() { reads++; return 'Error'; } });
+    attempt(() => debug.call(realm.console, error));
+    return reads;
+  }
+
   const probeAutomation = {
     name: 'automation',
     budgetMs: 30,
@@ -534,8 +574,9 @@
       'automation.language', 'automation.plugins', 'automation.mime_types', 'automation.plugins_consistent',
       'automation.window_outer', 'automation.window_inner', 'automation.connection_rtt',
       'automation.document_focus', 'automation.electron', 'automation.selenium', 'automation.headless_ua',
+      'automation.devtools_console_reads',
     ],
-    async run() {
+    async run(env) {
       const nav = global.navigator || {};
       const ua = attempt(() => nav.userAgent);
       const globals = findAutomationGlobals();
@@ -561,6 +602,7 @@
         'automation.electron': electronTraces(),
         'automation.selenium': seleniumTraces(globals),
         'automation.headless_ua': typeof ua === 'string' && /HeadlessChrome/.test(ua),
+        'automation.devtools_console_reads': devtoolsConsoleReads(env),
       };
     },
   };
@@ -626,18 +668,48 @@
     },
   };
 
-  // A Worker has its own navigator that most spoofing scripts forget to patch.
+  // A Worker has its own navigator and its own WebGL (OffscreenCanvas), which page-level
+  // spoofing (stealth plugins, hand-written patches, WebGL spoofers) does not reach: the
+  // processor compares each value with the page's.
+  const WORKER_MEMBERS = [
+    'browser.worker_user_agent', 'browser.worker_platform', 'browser.worker_hardware_concurrency',
+    'browser.worker_languages', 'browser.worker_device_memory', 'browser.worker_webgl_vendor',
+    'browser.worker_webgl_renderer',
+  ];
+  // Two messages: the navigator at once, then the GPU, whose context can take longer to make
+  // than the probe may wait (a software renderer's start), so the first is never lost to it.
+  const WORKER_SOURCE = `
+    const n = navigator;
+    postMessage([n.userAgent, n.platform, n.hardwareConcurrency, n.languages ? Array.from(n.languages) : null,
+      typeof n.deviceMemory === 'number' ? n.deviceMemory : null]);
+    let gl = [null, null];
+    try {
+      const c = typeof OffscreenCanvas === 'function' ? new OffscreenCanvas(1, 1).getContext('webgl') : null;
+      const d = c && c.getExtension('WEBGL_debug_renderer_info');
+      if (d) gl = [c.getParameter(d.UNMASKED_VENDOR_WEBGL), c.getParameter(d.UNMASKED_RENDERER_WEBGL)];
+      const lose = c && c.getExtension('WEBGL_lose_context');
+      if (lose) lose.loseContext();
+    } catch (_) {}
+    postMessage(gl);`;
+  const WORKER_GPU_WAIT_MS = 60; // after the navigator arrived
+  const WORKER_BUDGET_MS = 400;
+
+  /** Settles with `promise`'s value, or with `fallback` once `deadline` (a `now()`) passes. */
+  function until(promise, deadline, fallback, signal) {
+    return Promise.race([promise, wait(Math.max(0, deadline - now()), signal).then(() => fallback)]);
+  }
   const probeWorker = {
     name: 'worker',
-    budgetMs: 250,
+    // The worker answers within tens of milliseconds, but its messages wait for the main thread,
+    // which the other probes keep busy: the probe keeps what arrived by its own deadline (so a
+    // busy page loses the GPU pair, not the navigator too) instead of timing out whole.
+    budgetMs: WORKER_BUDGET_MS + 100,
     offMainThread: true, // a cold worker takes 100-200 ms just to start
-    members: ['browser.worker_user_agent', 'browser.worker_platform'],
+    members: WORKER_MEMBERS,
     async run(env, signal) {
-      if (typeof Worker !== 'function' || typeof Blob !== 'function') {
-        return { 'browser.worker_user_agent': null, 'browser.worker_platform': null };
-      }
-      const source = 'postMessage([navigator.userAgent, navigator.platform]);';
-      const url = URL.createObjectURL(new Blob([source], { type: 'text/javascript' }));
+      const deadline = now() + WORKER_BUDGET_MS;
+      if (typeof Worker !== 'function' || typeof Blob !== 'function') return {};
+      const url = URL.createObjectURL(new Blob([WORKER_SOURCE], { type: 'text/javascript' }));
       let worker = null;
       const release = () => {
         if (worker) worker.terminate();
@@ -646,15 +718,29 @@
       };
       if (signal) signal.addEventListener('abort', release);
       try {
-        const [ua, platform] = await new Promise((resolve, reject) => {
+        let gpu = null;
+        let gotGpu;
+        const gpuArrived = new Promise((resolve) => { gotGpu = resolve; });
+        const navigatorValues = await until(new Promise((resolve, reject) => {
           worker = new Worker(url); // a page CSP without blob: in worker-src lands in onerror
-          worker.onmessage = (e) => resolve(Array.isArray(e.data) ? e.data : [null, null]);
+          worker.onmessage = (e) => {
+            const data = Array.isArray(e.data) ? e.data : [];
+            if (data.length === 2) {
+              gpu = data;
+              gotGpu();
+            } else resolve(data);
+          };
           worker.onerror = (e) => {
             if (e && e.preventDefault) e.preventDefault();
             reject(new Error('worker failed'));
           };
-        });
-        return { 'browser.worker_user_agent': ua, 'browser.worker_platform': platform };
+        }), deadline, [], signal);
+        await until(gpuArrived, Math.min(deadline, now() + WORKER_GPU_WAIT_MS), null, signal);
+        const found = navigatorValues.length === 5 ? navigatorValues : [null, null, null, null, null];
+        const values = found.concat(gpu || [null, null]);
+        const out = {};
+        WORKER_MEMBERS.forEach((member, i) => { out[member] = values[i] === undefined ? null : values[i]; });
+        return out;
       } finally {
         release();
       }
@@ -1074,9 +1160,14 @@
     return targets;
   }
 
-  function looksTampered(fn, kind) {
+  /**
+   * `pristineToString` is the pristine realm's `Function.prototype.toString` (or null): a page
+   * that masks its replacements by patching its own `toString` cannot mask them through it.
+   */
+  function looksTampered(fn, kind, pristineToString) {
     const source = attempt(() => fnToString.call(fn), '');
     if (!NATIVE_SOURCE.test(source)) return true;
+    if (pristineToString && !NATIVE_SOURCE.test(attempt(() => pristineToString.call(fn), ''))) return true;
     // A replacement written in JS (and dressed up with a patched toString) usually still has
     // an own `prototype`; native methods and accessors never do.
     if (hasOwn.call(fn, 'prototype')) return true;
@@ -1120,19 +1211,104 @@
     return anomalies.slice(0, 64);
   }
 
+  // Navigator members whose page value is compared with the pristine realm's own getter
+  // applied to the same navigator: a getter replaced in the page answers differently.
+  const REALM_COMPARED = ['webdriver', 'userAgent', 'appVersion', 'platform', 'vendor', 'languages',
+    'hardwareConcurrency', 'deviceMemory', 'maxTouchPoints'];
+
+  function comparable(value) {
+    return value !== null && typeof value === 'object' && typeof value.length === 'number' ? Array.from(value).join(',') : value;
+  }
+
+  /** The compared members whose page value differs from the pristine getter's: `name`. */
+  function realmMismatches(realm) {
+    const proto = attempt(() => realm.Navigator.prototype);
+    const nav = global.navigator;
+    if (!proto || !nav) return null;
+    const mismatches = [];
+    for (const name of REALM_COMPARED) {
+      const get = attempt(() => Object.getOwnPropertyDescriptor(proto, name).get);
+      if (typeof get !== 'function') continue;
+      const pristine = attempt(() => comparable(get.call(nav)), undefined);
+      const page = attempt(() => comparable(nav[name]), undefined);
+      if (pristine !== page) mismatches.push(name);
+    }
+    return mismatches;
+  }
+
   const probeIntegrity = {
     name: 'integrity',
-    budgetMs: 30,
-    members: ['integrity.tampered_natives', 'integrity.descriptor_anomalies'],
-    async run() {
+    budgetMs: 40,
+    members: ['integrity.tampered_natives', 'integrity.descriptor_anomalies', 'integrity.realm_mismatches'],
+    async run(env) {
+      const realm = env.pristine();
+      const pristineToString = attempt(() => realm.Function.prototype.toString);
       const tampered = [];
       const targets = integrityTargets();
       for (let i = 0; i < targets.length; i++) {
         const [label, fn, kind] = targets[i];
-        if (looksTampered(fn, kind)) tampered.push(label);
+        if (looksTampered(fn, kind, pristineToString)) tampered.push(label);
         if (i === 20) await yieldToMain(); // two short slices instead of one
       }
-      return { 'integrity.tampered_natives': tampered, 'integrity.descriptor_anomalies': descriptorAnomalies() };
+      return {
+        'integrity.tampered_natives': tampered,
+        'integrity.descriptor_anomalies': descriptorAnomalies(),
+        'integrity.realm_mismatches': realm ? realmMismatches(realm) : null,
+      };
+    },
+  };
+
+  // ───────────────────────────── Probes: headless residue ─────────────────────────────
+
+  /** Resolves after `ms`, or at once when `signal` aborts. */
+  function wait(ms, signal) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      if (signal) signal.addEventListener('abort', () => { clearTimeout(timer); resolve(); });
+    });
+  }
+
+  /** The speech voices, waiting up to `ms` for the browser to load them (they load lazily). */
+  async function speechVoices(ms, signal) {
+    const synth = global.speechSynthesis;
+    if (!synth || typeof synth.getVoices !== 'function') return null;
+    let voices = synth.getVoices();
+    if (voices.length) return voices.length;
+    await Promise.race([
+      new Promise((resolve) => synth.addEventListener('voiceschanged', resolve, { once: true })),
+      wait(ms, signal),
+    ]);
+    voices = synth.getVoices();
+    return voices.length;
+  }
+
+  const RESIDUE_BUDGET_MS = 250;
+
+  // What a headless browser lacks even when its user agent says otherwise: pointing devices,
+  // speech voices, media devices. Each alone also describes some real machines (a server, a
+  // Linux box without speech), so the processor weighs them only against the claimed platform.
+  const probeResidue = {
+    name: 'residue',
+    budgetMs: RESIDUE_BUDGET_MS + 100, // it keeps what arrived by RESIDUE_BUDGET_MS itself
+    offMainThread: true, // waits for the voices and the browser process's device list
+    members: ['residue.any_fine_pointer', 'residue.any_hover', 'residue.speech_voices', 'residue.media_devices'],
+    async run(env, signal) {
+      const media = (query) => attempt(() => global.matchMedia(query).matches);
+      const deadline = now() + RESIDUE_BUDGET_MS;
+      const devices = attempt(() => global.navigator.mediaDevices.enumerateDevices());
+      // Only Windows and macOS are held to having voices (the processor's rule), so only they
+      // are waited for; they load within tens of milliseconds there.
+      const claimsVoices = attempt(() => /Windows|Macintosh/.test(global.navigator.userAgent), false);
+      const [voices, list] = await Promise.all([
+        until(attempt(() => speechVoices(claimsVoices ? 150 : 0, signal)), deadline, null, signal),
+        devices ? until(devices.catch(() => null), deadline, null, signal) : null,
+      ]);
+      return {
+        'residue.any_fine_pointer': media('(any-pointer: fine)'),
+        'residue.any_hover': media('(any-hover: hover)'),
+        'residue.speech_voices': typeof voices === 'number' ? voices : null,
+        'residue.media_devices': Array.isArray(list) ? list.length : null,
+      };
     },
   };
 
@@ -1141,7 +1317,7 @@
    * hints, permissions) start first so their waits overlap the synchronous ones.
    */
   const PROBES = Object.freeze([
-    probeWorker, probeAudio, probeVisitorToken, probeHighEntropy, probePermissions,
+    probeWorker, probeAudio, probeVisitorToken, probeHighEntropy, probePermissions, probeResidue,
     probeAutomation, probeBrowser, probeWebgl, probeWebglRender, probeCanvas,
     probeScreen, probeLocale, probeStorage, probeIntegrity,
   ]);

@@ -93,6 +93,7 @@ observed! {
         storage: Storage,
         integrity: Integrity,
         network: Network,
+        residue: Residue,
     }
 }
 
@@ -136,6 +137,9 @@ observed! {
         selenium: bool,
         /// "HeadlessChrome" in the user agent, as the SDK saw it.
         headless_ua: bool,
+        /// How many times logging an Error through the console read its `name`: once more
+        /// than Chromium's own logging when a DevTools-protocol client serialises the console.
+        devtools_console_reads: f64,
     }
 }
 
@@ -157,6 +161,12 @@ observed! {
         /// `navigator.userAgent` inside a Worker.
         worker_user_agent: String,
         worker_platform: String,
+        worker_hardware_concurrency: f64,
+        worker_languages: Vec<String>,
+        worker_device_memory: f64,
+        /// The unmasked WebGL vendor and renderer of an `OffscreenCanvas` in the worker.
+        worker_webgl_vendor: String,
+        worker_webgl_renderer: String,
         vendor: String,
         hardware_concurrency: f64,
         device_memory: f64,
@@ -247,6 +257,23 @@ observed! {
         tampered_natives: Vec<String>,
         /// Properties defined on the instance rather than the prototype.
         descriptor_anomalies: Vec<String>,
+        /// Navigator members whose page value differs from what a pristine realm's own getter
+        /// returns for the same navigator.
+        realm_mismatches: Vec<String>,
+    }
+}
+
+observed! {
+    /// What a headless browser lacks even under another user agent.
+    pub struct Residue {
+        /// `matchMedia("(any-pointer: fine)")`: a mouse or touchpad is attached.
+        any_fine_pointer: bool,
+        /// `matchMedia("(any-hover: hover)")`.
+        any_hover: bool,
+        /// `speechSynthesis.getVoices().length`, after waiting briefly for them to load.
+        speech_voices: f64,
+        /// `navigator.mediaDevices.enumerateDevices().length`.
+        media_devices: f64,
     }
 }
 

@@ -1093,6 +1093,7 @@ mod tests {
             integrity: Some(Integrity {
                 tampered_natives: Some(vec!["Function.prototype.toString".into()]),
                 descriptor_anomalies: Some(vec!["navigator.webdriver".into()]),
+                ..Integrity::default()
             }),
             network: Some(Network {
                 ping_rtts_ms: Some(vec![12.5, 14.0]),

@@ -90,6 +90,16 @@ pub const RULES: &[Rule] = &[
     rule("forged_signature",    When::Fired("web_bot_auth_invalid"),   Automated, Verdict::Bot,         (90, 100)),
     // One strong automation marker (webdriver, a framework trace) or several weaker ones.
     rule("automation_markers",  When::Category(A, 60),                 Automated, Verdict::Bot,         (80, 100)),
+    // Tampering policy (issue 11). Patching natives to hide automation is itself the proof:
+    // nobody but an automation toolkit fakes or deletes navigator.webdriver.
+    rule("hidden_automation",   When::Fired("hidden_webdriver"),       Automated, Verdict::Bot,         (85, 100)),
+    // A DevTools-protocol client driving a page whose identity was patched (values that differ
+    // from a pristine realm or a worker, replaced natives): a stealth toolkit. An open DevTools
+    // window alone, or a privacy extension's patches alone, are each only suspicious; together
+    // with headless residue the client reaches "automation_markers" above.
+    rule("patched_devtools_client", When::All(&[When::Fired("devtools_protocol"),
+                                                When::AnyFired(&["realm_mismatch", "tampered_natives", "descriptor_anomalies", "worker_mismatch"])]),
+                                                                       Automated, Verdict::Bot,         (75, 100)),
     // Script-dispatched or machine-drawn input.
     rule("synthetic_input",     When::Category(B, 55),                 Automated, Verdict::Bot,         (75, 100)),
     // A patched runtime plus a headless trait: a stealth-configured automation browser.

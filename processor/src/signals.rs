@@ -13,18 +13,26 @@
 //! | `selenium` | automation | 90 | `$cdc_`/`$wdc_` keys, selenium attributes or globals, "Selenium" in the UA |
 //! | `nightmare` | automation | 90 | the `__nightmare` global or Nightmare in the UA |
 //! | `puppeteer_playwright` | automation | 90 | puppeteer or playwright globals, or their names in the UA |
+//! | `devtools_protocol` | automation | 50 | logging an Error reads its `name` twice (Chromium): a DevTools-protocol client serialises the console |
 //! | `electron` | automation | 60 | `process`/`versions.electron` traces or "Electron/" in the UA |
 //! | `automation_user_agent` | automation | 80 | another automation tool names itself in the UA (SlimerJS, HtmlUnit, CefSharp, ...) |
 //! | `automation_globals` | automation | 70 | other automation globals (`domAutomation`, webdriver helpers, ...) |
 //! | `languages_empty` | automation | 55 | `navigator.languages` is empty or `navigator.language` is blank |
 //! | `plugins_empty` | automation | 40 | desktop Chromium with no plugins |
 //! | `notification_permission_mismatch` | automation | 70 | `Notification.permission` is "denied" while the permissions API says "prompt" |
-//! | `software_renderer` | automation | 45 | WebGL renders with SwiftShader, llvmpipe, softpipe, Mesa OffScreen or Microsoft Basic Render |
+//! | `headless_screen` | automation | 45 | an 800x600 screen (headless Chromium's default) under a larger window |
+//! | `no_pointing_device` | automation | 25 | a desktop claim with no fine pointer, no hover and no touch points |
+//! | `software_renderer` | automation | 25 | WebGL renders with SwiftShader, llvmpipe, softpipe, Mesa OffScreen or Microsoft Basic Render |
 //! | `zero_outer_window` | automation | 60 | `outerWidth` and `outerHeight` are 0 |
 //! | `zero_connection_rtt` | automation | 30 | `navigator.connection.rtt` is 0 outside Android |
+//! | `speech_voices_missing` | automation | 15 | no speech voices under a Windows or macOS claim |
+//! | `media_devices_missing` | automation | 15 | no media devices under a Windows or macOS claim |
 //! | `web_bot_auth_unverified` | automation | 30 | a Web Bot Auth signature was sent but could not be verified |
 //! | `plugins_inconsistent` | integrity | 40 | plugin and mime-type arrays fail their prototype checks or disagree |
-//! | `tampered_natives` | integrity | 50 | native functions whose source is not native code |
+//! | `hidden_webdriver` | integrity | 70 | the `navigator.webdriver` getter replaced, deleted, redefined, or different from a pristine realm's |
+//! | `realm_mismatch` | integrity | 55 | navigator values differ from a pristine iframe's getters, or cores, memory or WebGL differ from a worker's |
+//! | `tampered_natives` | integrity | 50 | native functions other than pixel and sample read-back whose source is not native code (through the page's or a pristine realm's `toString`) |
+//! | `fingerprint_noise` | integrity | 15 | only canvas, WebGL or audio read-back natives were replaced (privacy extensions) |
 //! | `descriptor_anomalies` | integrity | 40 | navigator properties redefined on the instance |
 //! | `probes_missing` | integrity | 30 | interaction batches arrived without the probes batch |
 //! | `probes_repeated` | integrity | 30 | more than one probes batch arrived |
@@ -57,6 +65,7 @@
 //! | `consistent_client_hints` | consistency | -10 | client hints agree with the UA on brand, version, platform and mobile |
 
 mod consistency;
+mod stealth;
 
 use crate::behavior::{InputSummary, UNTRUSTED_CLICKS_TOLERATED};
 use crate::observations::{Automation, Probes, ServerContext, SessionObservations, WebBotAuth};
@@ -137,18 +146,26 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("selenium",                         A, 90,  "Selenium WebDriver traces were found in the page."),
     signal("nightmare",                        A, 90,  "Nightmare automation traces were found in the page."),
     signal("puppeteer_playwright",             A, 90,  "Puppeteer or Playwright traces were found in the page."),
+    signal("devtools_protocol",                A, 50,  "A DevTools-protocol client (Puppeteer, Playwright, WebDriver) is attached to the page."),
     signal("electron",                         A, 60,  "The page runs inside an Electron app, a common host for automation."),
     signal("automation_user_agent",            A, 80,  "The user agent names a browser-automation tool."),
     signal("automation_globals",               A, 70,  "Globals left by automation tooling were found in the page."),
     signal("languages_empty",                  A, 55,  "The browser reports no preferred languages, as headless browsers do."),
     signal("plugins_empty",                    A, 40,  "A desktop Chromium browser reports no plugins, as headless Chrome does."),
     signal("notification_permission_mismatch", A, 70,  "Notification permission reads denied while the permissions API says prompt, a headless Chrome trait."),
-    signal("software_renderer",                A, 45,  "WebGL renders in software (SwiftShader, llvmpipe or Mesa), typical of headless and virtual machines."),
+    signal("headless_screen",                  A, 45,  "The screen is headless Chromium's default 800x600, smaller than the browser window on it."),
+    signal("no_pointing_device",               A, 25,  "A desktop browser with no mouse, touchpad or touch screen, as headless browsers report."),
+    signal("software_renderer",                A, 25,  "WebGL renders in software (SwiftShader, llvmpipe or Mesa), typical of headless and virtual machines."),
     signal("zero_outer_window",                A, 60,  "The browser window has no outer size, as headless browsers report."),
     signal("zero_connection_rtt",              A, 30,  "The network connection reports a round-trip time of zero, a headless trait."),
+    signal("speech_voices_missing",            A, 15,  "No speech voices, which Windows and macOS always have."),
+    signal("media_devices_missing",            A, 15,  "No media devices at all, which Windows and macOS browsers always list."),
     signal("web_bot_auth_unverified",          A, 30,  "The request carries a Web Bot Auth signature that could not be verified."),
     signal("plugins_inconsistent",             I, 40,  "The plugin and MIME-type lists are inconsistent, a sign they were faked."),
+    signal("hidden_webdriver",                 I, 70,  "navigator.webdriver was faked or removed by script, to hide that automation controls the browser."),
+    signal("realm_mismatch",                   I, 55,  "The page's navigator or WebGL values differ from a pristine frame's or a worker's: they were patched in the page."),
     signal("tampered_natives",                 I, 50,  "Native browser functions were overridden by script."),
+    signal("fingerprint_noise",                I, 15,  "Canvas or audio read-back was patched, as privacy extensions do to add noise to fingerprints."),
     signal("descriptor_anomalies",             I, 40,  "Browser properties were redefined on the instance to hide their real values."),
     signal("probes_missing",                   I, 30,  "Interaction data arrived without the device probes the SDK always sends first."),
     signal("probes_repeated",                  I, 30,  "The device probes were sent more than once, which the SDK never does."),
@@ -202,6 +219,7 @@ pub fn detect(session: &SessionObservations, context: &ServerContext) -> Vec<Sig
         consistency::identity_consistency(probes, context, &claimed, &mut fired);
         consistency::locale_consistency(probes, &mut fired);
         runtime_integrity(probes, &mut fired);
+        stealth::detect(probes, &claimed, &mut fired);
         ping_timing(probes, context, &mut fired);
     }
     transport(session, context, &claimed, &mut fired);
@@ -384,16 +402,32 @@ fn automation_markers(
     }
 }
 
+/// Natives whose only use is reading rendered pixels or samples back: what farbling patches.
+const FINGERPRINT_READBACK: &[&str] = &[
+    "HTMLCanvasElement.prototype.toDataURL",
+    "CanvasRenderingContext2D.prototype.getImageData",
+    "WebGLRenderingContext.prototype.readPixels",
+    "AudioBuffer.prototype.getChannelData",
+    "AnalyserNode.prototype.getFloatFrequencyData",
+];
+
 fn runtime_integrity(probes: &Probes, fired: &mut Fired) {
     let Some(integrity) = &probes.integrity else {
         return;
     };
-    if let Some(natives) = integrity
+    // Privacy extensions and anti-fingerprinting modes patch the read-back of canvas, audio and
+    // WebGL pixels to add noise; that is all they patch. Anything else replaced (navigator
+    // getters, toString, permissions) is a spoofing or stealth kit's work.
+    let (noise, other): (Vec<&String>, Vec<&String>) = integrity
         .tampered_natives
-        .as_ref()
-        .filter(|n| !n.is_empty())
-    {
-        fired.fire("tampered_natives", json!({ "natives": natives }));
+        .iter()
+        .flatten()
+        .partition(|native| FINGERPRINT_READBACK.contains(&native.as_str()));
+    if !other.is_empty() {
+        fired.fire("tampered_natives", json!({ "natives": other }));
+    }
+    if !noise.is_empty() {
+        fired.fire("fingerprint_noise", json!({ "natives": noise }));
     }
     if let Some(properties) = integrity
         .descriptor_anomalies

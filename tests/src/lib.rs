@@ -16,6 +16,7 @@ pub use serde_json::json;
 
 pub mod browser;
 pub mod collect;
+pub mod detection;
 pub mod faults;
 pub mod receiver;
 

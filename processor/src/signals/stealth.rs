@@ -1,0 +1,179 @@
+//! Stealth signals: what gives away an automation toolkit that hides its markers. Three kinds of
+//! evidence, each read from probes that compare the page with something the toolkit does not
+//! control:
+//!
+//! - a DevTools-protocol client (Puppeteer, Playwright, chromedriver): the console is
+//!   serialised for it, which reads a logged Error once more than Chromium's own logging;
+//! - patched natives: the page's navigator and WebGL disagree with a pristine realm (a fresh
+//!   iframe's getters) or with a worker, or the `webdriver` flag was faked or removed;
+//! - headless residue: the default headless screen under a larger window, no pointing device
+//!   on a desktop, no speech voices or media devices where the claimed OS always has them.
+//!
+//! Weights keep each residue trait below the "elevated" band on its own (a real machine can
+//! show any one of them); the rules table (`crate::rules`) decides what evidence together means.
+
+use super::Fired;
+use crate::observations::{Browser, Probes, Rendering};
+use crate::user_agent::{ClaimedBrowser, Engine, Os};
+use serde_json::{Value, json};
+
+/// Chromium's own logging reads a logged Error's `name` once; a serialising DevTools client
+/// reads it again (measured on Chromium 148 and 156 with Puppeteer, Playwright and
+/// chromedriver; without a client, always 1).
+const DEVTOOLS_CONSOLE_READS: f64 = 2.0;
+
+/// Headless Chromium's screen when nothing sets one.
+const HEADLESS_SCREEN: (f64, f64) = (800.0, 600.0);
+
+pub(super) fn detect(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired) {
+    devtools_client(probes, claimed, fired);
+    hidden_webdriver(probes, fired);
+    realm_mismatch(probes, fired);
+    headless_residue(probes, claimed, fired);
+}
+
+fn devtools_client(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired) {
+    let reads = probes
+        .automation
+        .as_ref()
+        .and_then(|a| a.devtools_console_reads);
+    // Measured on Blink only: other engines' consoles may read the name differently.
+    if claimed.engine == Engine::Blink
+        && let Some(reads) = reads.filter(|r| *r >= DEVTOOLS_CONSOLE_READS)
+    {
+        fired.fire("devtools_protocol", json!({ "console_reads": reads }));
+    }
+}
+
+/// `navigator.webdriver` is the flag automation sets; a page that replaced its getter, removed
+/// it from the prototype or answers differently from a pristine realm is hiding automation.
+/// Privacy tools have no reason to touch it.
+fn hidden_webdriver(probes: &Probes, fired: &mut Fired) {
+    let Some(integrity) = &probes.integrity else {
+        return;
+    };
+    let mut evidence: Vec<&str> = Vec::new();
+    if integrity
+        .tampered_natives
+        .iter()
+        .flatten()
+        .any(|n| n == "navigator.webdriver getter")
+    {
+        evidence.push("the navigator.webdriver getter was replaced by script");
+    }
+    let anomalies = integrity.descriptor_anomalies.iter().flatten();
+    for anomaly in anomalies {
+        if anomaly == "Navigator.prototype.webdriver (absent)" {
+            evidence.push("navigator.webdriver was deleted from its prototype");
+        } else if anomaly.starts_with("navigator.webdriver")
+            || anomaly.starts_with("Navigator.prototype.webdriver")
+        {
+            evidence.push("navigator.webdriver was redefined");
+        }
+    }
+    if integrity
+        .realm_mismatches
+        .iter()
+        .flatten()
+        .any(|m| m == "webdriver")
+    {
+        evidence.push("navigator.webdriver differs from a pristine realm's");
+    }
+    if !evidence.is_empty() {
+        evidence.dedup();
+        fired.fire("hidden_webdriver", json!({ "evidence": evidence }));
+    }
+}
+
+/// Values that one browser reports once, read in two realms: any difference is a patch in one
+/// of them (the page's, since the pristine realm and the worker are out of a page script's
+/// reach).
+fn realm_mismatch(probes: &Probes, fired: &mut Fired) {
+    let mut differences: Vec<Value> = Vec::new();
+    if let Some(members) = probes.integrity.as_ref().and_then(|i| i.realm_mismatches.as_ref()) {
+        for member in members.iter().filter(|m| *m != "webdriver") {
+            differences.push(json!({ "value": format!("navigator.{member}"), "against": "pristine realm" }));
+        }
+    }
+    if let Some(browser) = &probes.browser {
+        worker_differences(browser, probes.rendering.as_ref(), &mut differences);
+    }
+    if !differences.is_empty() {
+        fired.fire("realm_mismatch", json!({ "differences": differences }));
+    }
+}
+
+/// Page and worker values of the same navigator and GPU. The user agent and platform are
+/// compared by `worker_mismatch` (a consistency signal: a UA switcher also changes them).
+fn worker_differences(browser: &Browser, rendering: Option<&Rendering>, out: &mut Vec<Value>) {
+    let mut differ = |value: &str, page: Value, worker: Value| {
+        if !page.is_null() && !worker.is_null() && page != worker {
+            out.push(json!({ "value": value, "against": "worker", "page": page, "worker": worker }));
+        }
+    };
+    differ(
+        "navigator.hardwareConcurrency",
+        json!(browser.hardware_concurrency),
+        json!(browser.worker_hardware_concurrency),
+    );
+    differ(
+        "navigator.deviceMemory",
+        json!(browser.device_memory),
+        json!(browser.worker_device_memory),
+    );
+    if let Some(rendering) = rendering {
+        differ(
+            "WebGL vendor",
+            json!(rendering.webgl_vendor),
+            json!(browser.worker_webgl_vendor),
+        );
+        differ(
+            "WebGL renderer",
+            json!(rendering.webgl_renderer),
+            json!(browser.worker_webgl_renderer),
+        );
+    }
+}
+
+fn headless_residue(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired) {
+    let desktop = !claimed.mobile && !matches!(claimed.os, Os::Android | Os::Ios);
+    let screen = probes.screen.as_ref();
+    let outer = probes.automation.as_ref().and_then(|a| a.window_outer);
+    if let (Some(screen), Some([outer_width, outer_height])) = (screen, outer)
+        && (screen.width, screen.height) == (Some(HEADLESS_SCREEN.0), Some(HEADLESS_SCREEN.1))
+        && (outer_width > HEADLESS_SCREEN.0 || outer_height > HEADLESS_SCREEN.1)
+    {
+        fired.fire(
+            "headless_screen",
+            json!({ "screen": [HEADLESS_SCREEN.0, HEADLESS_SCREEN.1], "window_outer": [outer_width, outer_height] }),
+        );
+    }
+    let Some(residue) = &probes.residue else {
+        return;
+    };
+    let touch_points = probes
+        .browser
+        .as_ref()
+        .and_then(|b| b.max_touch_points)
+        .unwrap_or(0.0);
+    if desktop
+        && residue.any_fine_pointer == Some(false)
+        && residue.any_hover == Some(false)
+        && touch_points == 0.0
+    {
+        fired.fire(
+            "no_pointing_device",
+            json!({ "any_fine_pointer": false, "any_hover": false, "max_touch_points": 0 }),
+        );
+    }
+    // Windows and macOS ship speech voices and always list at least a default audio device;
+    // Linux often has neither, so only those claims are held to it.
+    if matches!(claimed.os, Os::Windows | Os::MacOs) {
+        if residue.speech_voices == Some(0.0) {
+            fired.fire("speech_voices_missing", json!({ "speech_voices": 0, "os": claimed.os }));
+        }
+        if residue.media_devices == Some(0.0) {
+            fired.fire("media_devices_missing", json!({ "media_devices": 0, "os": claimed.os }));
+        }
+    }
+}

@@ -1,0 +1,463 @@
+// Drives Debian's Chromium through one visit of a shop page that loads the Vigil SDK, in one of
+// the configurations bot operators use (or a normal launch with no automation client), and
+// prints what the page reported as one JSON line: the session id, the SDK's load time, and the
+// browser's user agent.
+//
+//   node drive.mjs --api http://127.0.0.1:8080 --key pk_test_... --config puppeteer_stealth_headless
+//   node drive.mjs --list
+//
+// The page is served by this script on its own loopback port (another origin than the API, so
+// the SDK's calls cross origins as on a real site). It calls `Vigil.load` by itself, waits
+// `dwell` ms (the configuration's input happens then), calls `agent.result()` so the decision
+// becomes final, and posts its report back to this script: no configuration needs an automation
+// client to read the outcome, so the normal launches run with none attached.
+//
+// The recorder (`tests/src/bin/record_fixtures.rs`) and the end-to-end detection test
+// (`tests/tests/detection.rs`) run it.
+
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const CHROMIUM = process.env.VIGIL_CHROMIUM || '/usr/bin/chromium';
+const CHROMEDRIVER = process.env.VIGIL_CHROMEDRIVER || '/usr/bin/chromedriver';
+
+// The flags every launch needs on these machines (../shared/DEPENDENCIES.md): no sandbox as
+// root, and no background networking (the closed network refuses it).
+const BASE_FLAGS = [
+  '--no-sandbox',
+  '--disable-quic',
+  '--no-first-run',
+  '--no-default-browser-check',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--enable-unsafe-swiftshader',
+  '--password-store=basic',
+];
+const HEADLESS = ['--headless=new', '--disable-gpu'];
+
+let majorVersion;
+/** The installed Chromium's major version (the stealth user agent claims the real one). */
+function chromeVersion() {
+  if (!majorVersion) {
+    const m = /(\d+)\.\d+\.\d+\.\d+/.exec(execFileSync(CHROMIUM, ['--version'], { encoding: 'utf8' }));
+    majorVersion = m ? m[1] : '156';
+  }
+  return majorVersion;
+}
+
+/** The user agent a stealth operator presents: desktop Chrome of the real major version. */
+function desktopUserAgent(major) {
+  return `Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/${major}.0.0.0 Safari/537.36`;
+}
+
+// ───────────────────────────── the page ─────────────────────────────
+
+function pageHtml(api, key, dwellMs) {
+  return `<!doctype html>
+<html><head><meta charset="utf-8"><title>Checkout</title>
+<script src="${api}/sdk/v1/vigil.js"></script></head>
+<body><h1>Checkout</h1>
+<form><label>Email <input id="email" autocomplete="off"></label>
+<button id="pay" type="button">Pay</button></form>
+<div style="height:2000px"></div>
+<script>
+(async () => {
+  const report = (body) => fetch('/report', { method: 'POST', body: JSON.stringify(body) });
+  try {
+    const t0 = performance.now();
+    const agent = await Vigil.load({ key: ${JSON.stringify(key)}, endpoint: ${JSON.stringify(api)} });
+    const loadMs = performance.now() - t0;
+    document.title = 'loaded';
+    await new Promise((r) => setTimeout(r, ${dwellMs}));
+    const result = await agent.result();
+    await report({ ok: true, session_id: agent.sessionId, load_ms: loadMs, timings: agent.loadTimings, handoff: result.handoff,
+      user_agent: navigator.userAgent });
+  } catch (e) {
+    await report({ ok: false, code: e && e.code, message: String((e && e.message) || e) });
+  }
+})();
+</script></body></html>`;
+}
+
+/** Serves the page and waits for its report. */
+function startPage(api, key, dwellMs) {
+  let resolveReport;
+  const reported = new Promise((r) => { resolveReport = r; });
+  const server = createServer((req, res) => {
+    if (req.method === 'POST' && req.url === '/report') {
+      let body = '';
+      req.on('data', (c) => { body += c; });
+      req.on('end', () => { res.end('ok'); resolveReport(JSON.parse(body)); });
+      return;
+    }
+    if (req.url.startsWith('/checkout')) {
+      res.setHeader('content-type', 'text/html; charset=utf-8');
+      res.end(pageHtml(api, key, dwellMs));
+      return;
+    }
+    res.statusCode = 404;
+    res.end();
+  });
+  return new Promise((resolve) => {
+    server.listen(0, '127.0.0.1', () => {
+      resolve({ url: `http://127.0.0.1:${server.address().port}/checkout`, reported, close: () => server.close() });
+    });
+  });
+}
+
+// ───────────────────────────── displays and processes ─────────────────────────────
+
+/** A virtual X display (Xvfb) for headful launches; resolves to { display, stop }. */
+function startXvfb() {
+  return new Promise((resolve, reject) => {
+    const xvfb = spawn('Xvfb', ['-displayfd', '1', '-screen', '0', '1920x1080x24', '-nolisten', 'tcp'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    let out = '';
+    xvfb.stdout.on('data', (d) => {
+      out += d;
+      const m = /^(\d+)\n/.exec(out);
+      if (m) resolve({ display: `:${m[1]}`, stop: () => xvfb.kill('SIGTERM') });
+    });
+    xvfb.on('error', reject);
+    xvfb.on('exit', (code) => reject(new Error(`Xvfb exited with ${code}`)));
+  });
+}
+
+/** Runs a command and resolves when it exits (xdotool). */
+function run(cmd, args, env) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: 'ignore', env });
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`${cmd} ${args.join(' ')}: ${code}`))));
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A seeded generator, so a recorded run's input can be replayed the same way. */
+function rng(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+}
+
+/**
+ * Human-like input through the X server (xdotool): curved, uneven pointer paths with pauses,
+ * a click into the field, and typing with irregular gaps. The browser sees trusted OS input and
+ * no automation client is attached.
+ */
+async function humanInput(display) {
+  const env = { ...process.env, DISPLAY: display };
+  const random = rng(7);
+  let [x, y] = [300, 300];
+  const moveTo = async (tx, ty) => {
+    const steps = 18 + Math.floor(random() * 14);
+    const bend = (random() - 0.5) * 160;
+    const [sx, sy] = [x, y];
+    for (let i = 1; i <= steps; i++) {
+      const t = i / steps;
+      const ease = t * t * (3 - 2 * t);
+      const px = sx + (tx - sx) * ease + Math.sin(Math.PI * t) * bend + (random() - 0.5) * 3;
+      const py = sy + (ty - sy) * ease + Math.sin(Math.PI * t) * bend * 0.4 + (random() - 0.5) * 3;
+      await run('xdotool', ['mousemove', String(Math.round(px)), String(Math.round(py))], env);
+      await sleep(6 + random() * 22);
+    }
+    [x, y] = [tx, ty];
+  };
+  await moveTo(620, 410);
+  await sleep(240 + random() * 300);
+  await moveTo(160, 160);
+  await run('xdotool', ['click', '1'], env);
+  await sleep(300 + random() * 200);
+  for (const ch of 'ana.lima@mail.example') {
+    await run('xdotool', ['type', '--delay', '0', ch], env);
+    await sleep(60 + random() * 180 + (random() < 0.15 ? 250 : 0));
+  }
+  await moveTo(480, 260);
+  await run('xdotool', ['click', '4'], env); // wheel
+  await sleep(150 + random() * 200);
+  await moveTo(700, 520);
+}
+
+/**
+ * Scripted input as careful bot operators write it with Puppeteer or Playwright: stepped pointer
+ * moves and typing with randomised gaps, so the rhythm alone does not give it away.
+ */
+async function scriptedInput(page) {
+  const random = rng(11);
+  await page.mouse.move(100, 100);
+  await page.mouse.move(420, 300, { steps: 25 });
+  await page.click('#email');
+  for (const ch of 'ana.lima@mail.example') {
+    await page.keyboard.type(ch);
+    await sleep(50 + random() * 170);
+  }
+  await page.mouse.move(600, 500, { steps: 20 });
+}
+
+/** Launches plain Chromium on the page with no automation client (Xvfb required). */
+function launchPlain(url, display, extraFlags) {
+  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
+  const child = spawn(CHROMIUM, [...BASE_FLAGS, `--user-data-dir=${profile}`, '--window-size=1280,900',
+    '--window-position=0,0', ...extraFlags, url], {
+    stdio: 'ignore', env: { ...process.env, DISPLAY: display }, detached: true,
+  });
+  return { close: () => { try { process.kill(-child.pid, 'SIGKILL'); } catch (_) { /* gone */ } rmSync(profile, { recursive: true, force: true }); } };
+}
+
+// A privacy extension as anti-fingerprinting tools write them: farbling-style noise on canvas
+// and audio reads, from a content script in the page's own world, in every frame.
+const FARBLING_SCRIPT = `(() => {
+  const flip = (data, step) => { for (let i = 0; i < data.length; i += step) data[i] ^= 1; };
+  const getImageData = CanvasRenderingContext2D.prototype.getImageData;
+  CanvasRenderingContext2D.prototype.getImageData = function (...args) {
+    const image = getImageData.apply(this, args);
+    flip(image.data, 97);
+    return image;
+  };
+  const toDataURL = HTMLCanvasElement.prototype.toDataURL;
+  HTMLCanvasElement.prototype.toDataURL = function (...args) {
+    const context = this.getContext('2d');
+    if (context && this.width && this.height) {
+      const pixel = getImageData.call(context, 0, 0, 1, 1);
+      pixel.data[0] ^= 1;
+      context.putImageData(pixel, 0, 0);
+    }
+    return toDataURL.apply(this, args);
+  };
+  const getChannelData = AudioBuffer.prototype.getChannelData;
+  AudioBuffer.prototype.getChannelData = function (...args) {
+    const samples = getChannelData.apply(this, args);
+    for (let i = 0; i < samples.length; i += 101) samples[i] += 1e-7 * Math.random();
+    return samples;
+  };
+})();`;
+
+/** Writes the farbling extension to a temporary directory; returns its path. */
+function farblingExtension() {
+  const dir = mkdtempSync(join(tmpdir(), 'vigil-extension-'));
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({
+    manifest_version: 3,
+    name: 'Fingerprint noise',
+    version: '1.0',
+    content_scripts: [{ matches: ['<all_urls>'], js: ['noise.js'], run_at: 'document_start', world: 'MAIN', all_frames: true }],
+  }));
+  writeFileSync(join(dir, 'noise.js'), FARBLING_SCRIPT);
+  return dir;
+}
+
+// ───────────────────────────── WebDriver over plain HTTP ─────────────────────────────
+
+async function startChromedriver() {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const child = spawn(CHROMEDRIVER, [`--port=${port}`], { stdio: 'ignore' });
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; i++) {
+    try {
+      const r = await fetch(`${base}/status`);
+      if (r.ok) return { base, stop: () => child.kill('SIGKILL') };
+    } catch (_) { /* not yet */ }
+    await sleep(50);
+  }
+  throw new Error('chromedriver did not start');
+}
+
+async function wd(base, method, path, body) {
+  const r = await fetch(base + path, { method, headers: { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  const json = await r.json();
+  if (!r.ok) throw new Error(`WebDriver ${path}: ${JSON.stringify(json)}`);
+  return json.value;
+}
+
+// Stealth patches as written by hand for WebDriver sessions: hide navigator.webdriver, fake the
+// GPU and the core count, and mask the replaced functions' toString.
+const HAND_PATCHES = `(() => {
+  const fakes = new Map();
+  const nativeToString = Function.prototype.toString;
+  const mask = (fn, name) => { fakes.set(fn, 'function ' + name + '() { [native code] }'); return fn; };
+  Function.prototype.toString = mask(function toString() {
+    return fakes.has(this) ? fakes.get(this) : nativeToString.call(this);
+  }, 'toString');
+  Object.defineProperty(Navigator.prototype, 'webdriver', { get: mask(function () { return false; }, 'get webdriver'), configurable: true });
+  Object.defineProperty(Navigator.prototype, 'hardwareConcurrency', { get: mask(function () { return 8; }, 'get hardwareConcurrency'), configurable: true });
+  for (const Ctx of [WebGLRenderingContext, WebGL2RenderingContext]) {
+    const real = Ctx.prototype.getParameter;
+    Ctx.prototype.getParameter = mask(function getParameter(p) {
+      if (p === 37445) return 'Google Inc. (NVIDIA)';
+      if (p === 37446) return 'ANGLE (NVIDIA, NVIDIA GeForce RTX 3060 Direct3D11 vs_5_0 ps_5_0, D3D11)';
+      return real.call(this, p);
+    }, 'getParameter');
+  }
+})();`;
+
+async function webdriverVisit(url, { patches }) {
+  const driver = await startChromedriver();
+  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
+  const major = chromeVersion();
+  const args = [...BASE_FLAGS, ...HEADLESS, `--user-data-dir=${profile}`, '--window-size=1280,900'];
+  if (patches) args.push(`--user-agent=${desktopUserAgent(major)}`);
+  let id;
+  try {
+    const session = await wd(driver.base, 'POST', '/session', {
+      capabilities: { alwaysMatch: { browserName: 'chrome', 'goog:chromeOptions': { binary: CHROMIUM, args } } },
+    });
+    id = session.sessionId;
+    if (patches) {
+      await wd(driver.base, 'POST', `/session/${id}/goog/cdp/execute`, {
+        cmd: 'Page.addScriptToEvaluateOnNewDocument', params: { source: HAND_PATCHES },
+      });
+    }
+    await wd(driver.base, 'POST', `/session/${id}/url`, { url });
+    return {
+      close: async () => {
+        try { await wd(driver.base, 'DELETE', `/session/${id}`); } catch (_) { /* gone */ }
+        driver.stop();
+        rmSync(profile, { recursive: true, force: true });
+      },
+    };
+  } catch (e) {
+    driver.stop();
+    throw e;
+  }
+}
+
+// ───────────────────────────── CDP clients ─────────────────────────────
+
+async function puppeteerVisit(url, { stealth, headful, userAgent, display, input }) {
+  let launcher;
+  if (stealth) {
+    const { default: puppeteer } = await import('puppeteer-extra');
+    const { default: Stealth } = await import('puppeteer-extra-plugin-stealth');
+    puppeteer.use(Stealth());
+    launcher = puppeteer;
+  } else {
+    ({ default: launcher } = await import('puppeteer-core'));
+  }
+  const browser = await launcher.launch({
+    executablePath: CHROMIUM,
+    headless: !headful,
+    args: [...BASE_FLAGS, '--window-size=1280,900'],
+    env: { ...process.env, DISPLAY: display || '' },
+  });
+  const page = await browser.newPage();
+  if (userAgent) await page.setUserAgent(userAgent);
+  await page.goto(url);
+  if (input) {
+    await page.waitForFunction(() => document.title === 'loaded', { timeout: 20000 });
+    await scriptedInput(page);
+  }
+  return { close: () => browser.close() };
+}
+
+async function playwrightVisit(url, { headful, display, input }) {
+  const { chromium } = await import('playwright-core');
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: !headful,
+    args: BASE_FLAGS,
+    env: { ...process.env, DISPLAY: display || '' },
+  });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  await page.goto(url);
+  if (input) {
+    await page.waitForFunction(() => document.title === 'loaded', null, { timeout: 20000 });
+    await scriptedInput(page);
+  }
+  return { close: () => browser.close() };
+}
+
+// ───────────────────────────── configurations ─────────────────────────────
+
+/** Each configuration: whether it needs a display, how long the page dwells, how to launch. */
+const CONFIGS = {
+  webdriver_headless: { dwell: 500, launch: (url) => webdriverVisit(url, { patches: false }) },
+  webdriver_stealth_patches: { dwell: 500, launch: (url) => webdriverVisit(url, { patches: true }) },
+  puppeteer_headless: { dwell: 500, launch: (url) => puppeteerVisit(url, {}) },
+  puppeteer_headless_desktop_ua: {
+    dwell: 500, launch: (url) => puppeteerVisit(url, { userAgent: desktopUserAgent(chromeVersion()) }),
+  },
+  puppeteer_stealth_headless: { dwell: 3000, launch: (url) => puppeteerVisit(url, { stealth: true, input: true }) },
+  puppeteer_stealth_headful: {
+    display: true, dwell: 3000,
+    launch: (url, display) => puppeteerVisit(url, { stealth: true, headful: true, display, input: true }),
+  },
+  playwright_headless: { dwell: 3000, launch: (url) => playwrightVisit(url, { input: true }) },
+  playwright_headful: {
+    display: true, dwell: 3000, launch: (url, display) => playwrightVisit(url, { headful: true, display, input: true }),
+  },
+  // Normal launches: a person's Chromium on a desktop, no automation client attached.
+  chromium_headful_idle: { display: true, dwell: 1500, launch: (url, display) => launchPlain(url, display, []) },
+  chromium_headful_input: {
+    display: true, dwell: 9000, human: true, launch: (url, display) => launchPlain(url, display, []),
+  },
+  // A phone-sized window with touch input enabled, as a person's browser with a touch screen.
+  chromium_farbling_extension: {
+    display: true, dwell: 9000, human: true,
+    launch: (url, display) => {
+      const extension = farblingExtension();
+      const browser = launchPlain(url, display, [`--load-extension=${extension}`, `--disable-extensions-except=${extension}`]);
+      return { close: () => { browser.close(); rmSync(extension, { recursive: true, force: true }); } };
+    },
+  },
+  chromium_mobile_touch: {
+    display: true, dwell: 1500,
+    launch: (url, display) => launchPlain(url, display, ['--touch-events=enabled', '--window-size=412,915',
+      '--force-device-scale-factor=2']),
+  },
+};
+
+function parseArgs(argv) {
+  const out = {};
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === '--list') out.list = true;
+    else if (argv[i].startsWith('--')) out[argv[i].slice(2)] = argv[++i];
+  }
+  return out;
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  if (args.list) {
+    console.log(JSON.stringify(Object.keys(CONFIGS)));
+    return;
+  }
+  const config = CONFIGS[args.config];
+  if (!config || !args.api || !args.key) {
+    throw new Error(`usage: drive.mjs --api URL --key pk_... --config ${Object.keys(CONFIGS).join('|')}`);
+  }
+  const page = await startPage(args.api, args.key, config.dwell);
+  const xvfb = config.display ? await startXvfb() : null;
+  let visit;
+  const timeout = setTimeout(() => {
+    console.error(`${args.config}: no report within 60 s`);
+    process.exit(2);
+  }, 60000);
+  try {
+    visit = await config.launch(page.url, xvfb && xvfb.display);
+    if (config.human) {
+      await sleep(1500); // the page loads and Vigil.load starts listening
+      await humanInput(xvfb.display);
+    }
+    const report = await page.reported;
+    clearTimeout(timeout);
+    console.log(JSON.stringify({ config: args.config, ...report }));
+    if (!report.ok) process.exitCode = 1;
+  } finally {
+    if (visit) await visit.close();
+    if (xvfb) xvfb.stop();
+    page.close();
+  }
+}
+
+main().then(() => process.exit(), (e) => {
+  console.error(String((e && e.stack) || e));
+  process.exit(1);
+});

@@ -1,0 +1,107 @@
+//! Detection end to end (issue 11): Debian's Chromium driven the way bot operators drive it,
+//! loading the SDK from the service on a page of another origin, and the decision read back
+//! through the sessions API with the secret key, as a site's backend reads it. The stealth
+//! configurations must read `automated` with highlights naming the evidence; a person's
+//! browser with no automation client must read `human`.
+//!
+//! The driver is `tests/recorder/drive.mjs` (see `vigil_tests::detection`); the same visits,
+//! recorded, are the processor's `recorded_*` fixtures. Needs Node with the recorder's npm
+//! packages, chromium, chromedriver, Xvfb and xdotool (scripts/test.sh installs them); without
+//! them these tests fail, they never skip.
+
+use serde_json::Value;
+use vigil_tests::TestServer;
+use vigil_tests::detection::{self, Configuration};
+
+/// Visits in `configuration` and checks the final decision against the matrix.
+async fn visit_and_check(name: &str) -> Value {
+    let configuration: &Configuration = detection::configuration(name);
+    let s = TestServer::start().await;
+    let report = detection::drive(&s, name).await;
+    let session_id = report["session_id"].as_str().expect("session id");
+    let session = detection::final_session(&s, session_id).await;
+    let decision = &session["decision"];
+    let fired: Vec<&str> = session["signals_fired"]
+        .as_array()
+        .expect("signals_fired")
+        .iter()
+        .filter_map(|s| s["signal"].as_str())
+        .collect();
+    let context = format!("{name}: {decision} fired {fired:?}");
+    assert_eq!(
+        decision["automation_status"], configuration.automation_status,
+        "{context}"
+    );
+    assert_eq!(decision["verdict"], configuration.verdict, "{context}");
+    for slug in configuration.evidence {
+        assert!(fired.contains(slug), "{slug} should fire in {context}");
+    }
+    for slug in configuration.absent {
+        assert!(!fired.contains(slug), "{slug} should not fire in {context}");
+    }
+    session
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn puppeteer_with_the_stealth_plugin_reads_automated_and_says_why() {
+    let session = visit_and_check("puppeteer_stealth_headless").await;
+    let highlighted: Vec<&str> = session["highlights"]
+        .as_array()
+        .expect("highlights")
+        .iter()
+        .filter(|h| h["kind"] == "concerning")
+        .filter_map(|h| h["evidence"]["signal"].as_str())
+        .collect();
+    assert!(
+        highlighted.contains(&"devtools_protocol") && highlighted.contains(&"realm_mismatch"),
+        "the highlights name the DevTools client and the patched values: {highlighted:?}"
+    );
+    // The patched values are named in the evidence, each with the realm that contradicts it.
+    let realm = session["signals_fired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["signal"] == "realm_mismatch")
+        .expect("realm_mismatch");
+    let values: Vec<&str> = realm["observed"]["differences"]
+        .as_array()
+        .expect("differences")
+        .iter()
+        .filter_map(|d| d["value"].as_str())
+        .collect();
+    assert!(
+        values.contains(&"navigator.hardwareConcurrency") && values.contains(&"WebGL renderer"),
+        "the stealth plugin's core count and WebGL renderer are named: {values:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn puppeteer_with_the_stealth_plugin_in_a_headful_window_reads_automated() {
+    visit_and_check("puppeteer_stealth_headful").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hand_written_stealth_patches_under_webdriver_read_automated() {
+    let session = visit_and_check("webdriver_stealth_patches").await;
+    assert_eq!(session["decision"]["manipulation"], "runtime_tampering");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_with_no_automation_client_reads_human() {
+    visit_and_check("chromium_headful_input").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_whose_extension_adds_fingerprint_noise_is_not_automated() {
+    let session = visit_and_check("chromium_farbling_extension").await;
+    let fired: Vec<&str> = session["signals_fired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["signal"].as_str())
+        .collect();
+    assert!(
+        fired.contains(&"fingerprint_noise") && !fired.contains(&"tampered_natives"),
+        "the extension's canvas and audio patches read as noise, not tampering: {fired:?}"
+    );
+}
