@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
-# (redis-server, postgresql, nodejs, curl, chromium and chromium-driver from Debian's packages, Python's
-# requests from PyPI, cargo-nextest from crates.io), starts Redis and PostgreSQL on free ports, checks the
+# (redis-server, postgresql, nodejs, curl, chromium, chromium-driver, xvfb and xdotool from Debian's
+# packages, Python's requests from PyPI, the detection recorder's packages from npm, cargo-nextest from
+# crates.io), starts Redis and PostgreSQL on free ports, checks the
 # lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
 # happens.
 set -euo pipefail
@@ -23,9 +24,16 @@ export VIGIL_TEST_REDIS_URL="$REDIS_URL"
 start_postgres
 export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 
+# The detection tests drive Chromium as bot operators do (tests/recorder/drive.mjs): puppeteer-core,
+# puppeteer-extra with its stealth plugin and playwright-core from npm, headful windows under
+# Xvfb, and a person's input through the X server with xdotool.
+need_deb Xvfb xvfb
+need_deb xdotool xdotool
+
 # The browser SDK's own tests (crypto vectors, the protocol against a mock server) run in Node.
 need_deb node nodejs
 node --test ingest/sdk/test/
+[ -d tests/recorder/node_modules/puppeteer-extra-plugin-stealth ] || npm ci --prefix tests/recorder --no-audit --no-fund
 
 # Lints first: a warning fails the run, as a failing test does.
 cargo clippy --workspace --all-targets -- -D warnings

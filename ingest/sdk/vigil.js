@@ -33,7 +33,9 @@
   const HKDF_INFO = 'vigil/collect/v1';
   const PROOF_HKDF_INFO = 'vigil/collect/v1/proof';
   const PROOF_HEADER = 'Vigil-Session-Proof';
-  const PROBES_TOTAL_BUDGET_MS = 150;
+  // A cap for a stalled probe (a GPU that hangs), not a pace: the API's responses and other
+  // probes' tasks run between a probe's own, so its wall time is more than its work.
+  const PROBES_TOTAL_BUDGET_MS = 300;
   const INTERACTION_FLUSH_MS = 2000;
   const NETWORK_CHECK_WAIT_MS = 3000; // how long the WebSocket may take to say its one message
   const REQUEST_TIMEOUT_MS = 10000;
@@ -310,8 +312,10 @@
    * Gives the main thread back to the page. A resolved-promise `await` would not: microtasks
    * run inside the same task, so heavy steps chained that way add up to one long task.
    */
+  // A new task at the back of the queue (not `scheduler.yield()`, whose continuation runs
+  // before waiting tasks): the session's and the pings' responses are handled between probes,
+  // so the pings overlap the probes instead of waiting for the last to start.
   function yieldToMain() {
-    if (global.scheduler && typeof global.scheduler.yield === 'function') return global.scheduler.yield();
     if (typeof MessageChannel === 'function') {
       return new Promise((resolve) => {
         const channel = new MessageChannel();
@@ -378,6 +382,9 @@
     const started = now();
     const deadline = started + totalBudgetMs;
     const env = new ProbeEnv();
+    let markLaunched;
+    env.launched = new Promise((resolve) => { markLaunched = resolve; });
+    env.withWorker = probes.includes(probeWorker);
     const out = {};
     const timedOut = [];
     const timings = {}; // per-probe wall time, for tuning budgets (not sent)
@@ -390,6 +397,7 @@
         running.push(runProbe(probe, budget, env, out, timedOut, timings));
         await yieldToMain();
       }
+      markLaunched();
     })();
     const finished = launched.then(() => Promise.all(running)).then(() => {
       env.release();
@@ -407,6 +415,11 @@
     constructor() {
       this._gl = undefined;
       this._frame = undefined;
+      /** Settles once every probe has started (the main-thread part of the set is over). */
+      this.launched = Promise.resolve();
+      /** Whether the set has the worker probe, and the [zone, locale] its worker reports. */
+      this.withWorker = false;
+      this.workerLocale = new Promise((resolve) => { this.resolveWorkerLocale = resolve; });
     }
     webgl() {
       if (this._gl === undefined) {
@@ -566,7 +579,7 @@
 
   const probeAutomation = {
     name: 'automation',
-    budgetMs: 30,
+    budgetMs: 80,
     members: [
       'automation.webdriver', 'automation.globals', 'automation.user_agent', 'automation.app_version',
       'automation.product_sub', 'automation.eval_length', 'automation.error_stack_engine',
@@ -574,9 +587,8 @@
       'automation.language', 'automation.plugins', 'automation.mime_types', 'automation.plugins_consistent',
       'automation.window_outer', 'automation.window_inner', 'automation.connection_rtt',
       'automation.document_focus', 'automation.electron', 'automation.selenium', 'automation.headless_ua',
-      'automation.devtools_console_reads',
     ],
-    async run(env) {
+    async run() {
       const nav = global.navigator || {};
       const ua = attempt(() => nav.userAgent);
       const globals = findAutomationGlobals();
@@ -602,7 +614,6 @@
         'automation.electron': electronTraces(),
         'automation.selenium': seleniumTraces(globals),
         'automation.headless_ua': typeof ua === 'string' && /HeadlessChrome/.test(ua),
-        'automation.devtools_console_reads': devtoolsConsoleReads(env),
       };
     },
   };
@@ -623,7 +634,7 @@
 
   const probeBrowser = {
     name: 'browser',
-    budgetMs: 20,
+    budgetMs: 60,
     members: [
       'browser.user_agent_data', 'browser.platform', 'browser.vendor', 'browser.hardware_concurrency',
       'browser.device_memory', 'browser.max_touch_points',
@@ -678,10 +689,16 @@
   ];
   // Two messages: the navigator at once, then the GPU, whose context can take longer to make
   // than the probe may wait (a software renderer's start), so the first is never lost to it.
+  // The GPU pair is read only when the page asks (once its own probes are launched): a WebGL
+  // context in the worker competes for the same cores as the page's WebGL probes, and the page
+  // waits for its pings then anyway.
   const WORKER_SOURCE = `
     const n = navigator;
+    let zone = [null, null];
+    try { const o = Intl.DateTimeFormat().resolvedOptions(); zone = [o.timeZone, o.locale]; } catch (_) {}
     postMessage([n.userAgent, n.platform, n.hardwareConcurrency, n.languages ? Array.from(n.languages) : null,
-      typeof n.deviceMemory === 'number' ? n.deviceMemory : null]);
+      typeof n.deviceMemory === 'number' ? n.deviceMemory : null, zone]);
+    onmessage = () => {
     let gl = [null, null];
     try {
       const c = typeof OffscreenCanvas === 'function' ? new OffscreenCanvas(1, 1).getContext('webgl') : null;
@@ -690,8 +707,9 @@
       const lose = c && c.getExtension('WEBGL_lose_context');
       if (lose) lose.loseContext();
     } catch (_) {}
-    postMessage(gl);`;
-  const WORKER_GPU_WAIT_MS = 60; // after the navigator arrived
+    postMessage(gl);
+    };`;
+  const WORKER_GPU_WAIT_MS = 80; // after it was asked for
   const WORKER_BUDGET_MS = 400;
 
   /** Settles with `promise`'s value, or with `fallback` once `deadline` (a `now()`) passes. */
@@ -725,7 +743,7 @@
           worker = new Worker(url); // a page CSP without blob: in worker-src lands in onerror
           worker.onmessage = (e) => {
             const data = Array.isArray(e.data) ? e.data : [];
-            if (data.length === 2) {
+            if (data.length === 2 && !Array.isArray(data[1])) {
               gpu = data;
               gotGpu();
             } else resolve(data);
@@ -735,13 +753,17 @@
             reject(new Error('worker failed'));
           };
         }), deadline, [], signal);
+        await until(env.launched, deadline, null, signal);
+        if (worker) worker.postMessage('gpu');
         await until(gpuArrived, Math.min(deadline, now() + WORKER_GPU_WAIT_MS), null, signal);
-        const found = navigatorValues.length === 5 ? navigatorValues : [null, null, null, null, null];
+        env.resolveWorkerLocale(Array.isArray(navigatorValues[5]) ? navigatorValues[5] : null);
+        const found = navigatorValues.length === 6 ? navigatorValues.slice(0, 5) : [null, null, null, null, null];
         const values = found.concat(gpu || [null, null]);
         const out = {};
         WORKER_MEMBERS.forEach((member, i) => { out[member] = values[i] === undefined ? null : values[i]; });
         return out;
       } finally {
+        env.resolveWorkerLocale(null); // no-op once resolved
         release();
       }
     },
@@ -765,7 +787,7 @@
 
   const probeWebgl = {
     name: 'webgl',
-    budgetMs: 60,
+    budgetMs: 150,
     members: ['rendering.webgl_vendor', 'rendering.webgl_renderer', 'rendering.webgl_parameters_hash'],
     async run(env) {
       const gl = env.webgl(); // context creation is the one unsplittable step (~ms, more on SwiftShader)
@@ -804,7 +826,7 @@
   // A small gradient scene: its pixels differ with GPU, driver and rasteriser (SwiftShader, llvmpipe).
   const probeWebglRender = {
     name: 'webgl_render',
-    budgetMs: 60,
+    budgetMs: 150,
     members: ['rendering.webgl_hash'],
     async run(env) {
       const gl = env.webgl();
@@ -850,7 +872,7 @@
 
   const probeCanvas = {
     name: 'canvas',
-    budgetMs: 40,
+    budgetMs: 100,
     members: ['rendering.canvas_hash'],
     async run() {
       const canvas = global.document.createElement('canvas');
@@ -926,7 +948,7 @@
 
   const probeScreen = {
     name: 'screen',
-    budgetMs: 10,
+    budgetMs: 60,
     members: [
       'screen.width', 'screen.height', 'screen.avail_width', 'screen.avail_height', 'screen.color_depth',
       'screen.pixel_ratio', 'screen.touch',
@@ -946,17 +968,27 @@
     },
   };
 
+  // The first Intl call of a realm loads its time-zone and locale data (about 25 ms): the worker
+  // pays it on its own thread and sends the IANA zone and locale with its navigator; the page
+  // reads them itself only when it has no worker. The offset is always the page's own (a
+  // page-level time-zone spoof then disagrees with the worker's zone).
   const probeLocale = {
     name: 'locale',
-    budgetMs: 10,
+    budgetMs: WORKER_BUDGET_MS + 100,
+    offMainThread: true,
     members: ['locale.timezone', 'locale.timezone_offset_min', 'locale.intl_locale'],
-    async run() {
-      const options = attempt(() => Intl.DateTimeFormat().resolvedOptions(), {});
+    async run(env, signal) {
+      // Date#getTimezoneOffset unchanged: minutes from local time to UTC, positive west of UTC.
+      const offset = attempt(() => new Date().getTimezoneOffset());
+      let resolved = env.withWorker ? await until(env.workerLocale, now() + WORKER_BUDGET_MS, null, signal) : null;
+      if (!resolved || !resolved[0]) {
+        const options = attempt(() => Intl.DateTimeFormat().resolvedOptions(), {});
+        resolved = [options.timeZone, options.locale];
+      }
       return {
-        'locale.timezone': options.timeZone || null,
-        // Date#getTimezoneOffset unchanged: minutes from local time to UTC, positive west of UTC.
-        'locale.timezone_offset_min': attempt(() => new Date().getTimezoneOffset()),
-        'locale.intl_locale': options.locale || null,
+        'locale.timezone': resolved[0] || null,
+        'locale.timezone_offset_min': offset,
+        'locale.intl_locale': resolved[1] || null,
       };
     },
   };
@@ -973,7 +1005,7 @@
 
   const probeStorage = {
     name: 'storage',
-    budgetMs: 20,
+    budgetMs: 60,
     members: [
       'storage.cookies_enabled', 'storage.local_storage', 'storage.session_storage', 'storage.indexed_db',
       'storage.service_worker',
@@ -1238,10 +1270,14 @@
 
   const probeIntegrity = {
     name: 'integrity',
-    budgetMs: 40,
-    members: ['integrity.tampered_natives', 'integrity.descriptor_anomalies', 'integrity.realm_mismatches'],
+    budgetMs: 100,
+    // Last of the set: the pristine realm (a new frame) costs the main thread 10 to 20 ms and
+    // slows the page's next tasks; made here, it delays no other probe.
+    members: ['integrity.tampered_natives', 'integrity.descriptor_anomalies', 'integrity.realm_mismatches',
+      'automation.devtools_console_reads'],
     async run(env) {
       const realm = env.pristine();
+      const consoleReads = devtoolsConsoleReads(env);
       const pristineToString = attempt(() => realm.Function.prototype.toString);
       const tampered = [];
       const targets = integrityTargets();
@@ -1254,6 +1290,7 @@
         'integrity.tampered_natives': tampered,
         'integrity.descriptor_anomalies': descriptorAnomalies(),
         'integrity.realm_mismatches': realm ? realmMismatches(realm) : null,
+        'automation.devtools_console_reads': consoleReads,
       };
     },
   };
@@ -1295,12 +1332,13 @@
     async run(env, signal) {
       const media = (query) => attempt(() => global.matchMedia(query).matches);
       const deadline = now() + RESIDUE_BUDGET_MS;
-      const devices = attempt(() => global.navigator.mediaDevices.enumerateDevices());
-      // Only Windows and macOS are held to having voices (the processor's rule), so only they
-      // are waited for; they load within tens of milliseconds there.
-      const claimsVoices = attempt(() => /Windows|Macintosh/.test(global.navigator.userAgent), false);
+      // Only Windows and macOS are held to having voices and devices (the processor's rule), so
+      // only they are asked: the first ask wakes the browser's speech and media-device services,
+      // whose work slows the page's own probes by tens of milliseconds on a small machine.
+      const asked = attempt(() => /Windows|Macintosh/.test(global.navigator.userAgent), false);
+      const devices = asked ? attempt(() => global.navigator.mediaDevices.enumerateDevices()) : null;
       const [voices, list] = await Promise.all([
-        until(attempt(() => speechVoices(claimsVoices ? 150 : 0, signal)), deadline, null, signal),
+        asked ? until(attempt(() => speechVoices(150, signal)), deadline, null, signal) : null,
         devices ? until(devices.catch(() => null), deadline, null, signal) : null,
       ]);
       return {
@@ -1664,13 +1702,21 @@
     return attempt(() => global.location.protocol + '//' + global.location.host + global.location.pathname);
   }
 
+  /**
+   * The pings, one after another (the server's arrival gaps must each contain a whole round
+   * trip). They run while the probes still hold the main thread, so each round trip is read from
+   * the browser's Resource Timing entry (network time, however late the page's script got to the
+   * response), and from the script's own clock only where the browser keeps no entry.
+   */
   async function runPings(calls, pingIds) {
     const rtts = [];
     for (const id of Array.isArray(pingIds) ? pingIds : []) {
       const timing = {};
+      const path = '/v1/collect/pings/' + encodeURIComponent(id);
       // Timed from when the request leaves, so making its proof is not counted as network.
-      await calls.request('GET', '/v1/collect/pings/' + encodeURIComponent(id), undefined, { timing });
-      rtts.push(round1(timing.headersAt - timing.sentAt));
+      await calls.request('GET', path, undefined, { timing });
+      const entry = attempt(() => global.performance.getEntriesByName(calls._conn.endpoint + path, 'resource').pop());
+      rtts.push(round1(entry && entry.responseEnd > 0 ? entry.responseEnd - entry.startTime : timing.headersAt - timing.sentAt));
     }
     return rtts;
   }
@@ -1713,11 +1759,13 @@
       if (!session || typeof session.id !== 'string') throw new VigilError('sdk.invalid_response', 'session has no id');
       const { batchKey, proofKey } = await deriveSessionKeys(keyPair.privateKey, b64uDecode(session.server_public_key), session.id);
       const calls = new ProvenCalls(conn, session.id, proofKey);
-      // Pings once our synchronous probe work is over, so the round trips measure the network
-      // and not our own main-thread time; they overlap the probes that wait on other threads.
+      // The pings overlap the probes: their round trips come from Resource Timing (network
+      // time), so the probes' hold on the main thread does not count in them.
+      const pinging = runPings(calls, session.pings);
+      pinging.catch(noop); // handled below, once the probes are launched; not "unhandled" meanwhile
       await probes.launched;
       mark('probes_launched');
-      const rtts = await runPings(calls, session.pings);
+      const rtts = await pinging;
       mark('pinged');
       const { observations, timedOut, collectedInMs, timings } = await probes.finished;
       mark('probes_finished');

@@ -7,7 +7,8 @@
 //! - `blocking`: main-thread long-task time over 50 ms during that span (PerformanceObserver
 //!   'longtask', each task counting `duration - 50`), and `long tasks`, their whole duration.
 //!
-//! Prints each visit, then the median and max. Goal (issue 3): load under 300 ms, blocking under
+//! Prints each visit, then the median and max. Goal (issue 11, with the stealth probes): a median
+//! load of at most 200 ms (issue 3 asked for 300), blocking under
 //! 50 ms. Needs Debian's `chromium` and `chromium-driver` (scripts/test.sh installs them).
 //! Run with `cargo bench -p vigil-tests --bench sdk_cost`; `VIGIL_BENCH_VISITS` (default 5).
 
@@ -70,7 +71,7 @@ async fn main() {
         "\nSDK cost in headless Chromium {version}, {visits} visits (fresh browser and profile each):"
     );
     println!(
-        "  Vigil.load -> probes batch acknowledged: median {load_med:.1} ms, max {load_max:.1} ms (goal < 300 ms)"
+        "  Vigil.load -> probes batch acknowledged: median {load_med:.1} ms, max {load_max:.1} ms (goal: median <= 200 ms)"
     );
     println!(
         "  main-thread blocking (long-task time over 50 ms): median {block_med:.1} ms, max {block_max:.1} ms (goal < 50 ms)"

@@ -106,8 +106,11 @@ fn realm_mismatch(probes: &Probes, fired: &mut Fired) {
 /// Page and worker values of the same navigator and GPU. The user agent and platform are
 /// compared by `worker_mismatch` (a consistency signal: a UA switcher also changes them).
 fn worker_differences(browser: &Browser, rendering: Option<&Rendering>, out: &mut Vec<Value>) {
+    // An unknown or empty value on either side is no evidence: a page whose WebGL context was
+    // lost (a GPU process restarting) reports empty strings.
+    let known = |v: &Value| !v.is_null() && v.as_str() != Some("");
     let mut differ = |value: &str, page: Value, worker: Value| {
-        if !page.is_null() && !worker.is_null() && page != worker {
+        if known(&page) && known(&worker) && page != worker {
             out.push(json!({ "value": value, "against": "worker", "page": page, "worker": worker }));
         }
     };
