@@ -122,7 +122,10 @@ pub fn router(parts: AppParts) -> Router {
     let docs = Router::new().route("/docs/errors", get(error_docs));
     let sdk = Router::new()
         .route("/sdk/v1/vigil.js", get(ingest::sdk::script))
-        .route("/sdk/v1/{version}/vigil.js", get(ingest::sdk::versioned_script));
+        .route(
+            "/sdk/v1/{version}/vigil.js",
+            get(ingest::sdk::versioned_script),
+        );
     let demo = parts.demo.unwrap_or_default();
     let roles = parts.roles;
     let mut app = Router::new().merge(probes);

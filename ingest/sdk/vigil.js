@@ -398,6 +398,7 @@
         await yieldToMain();
       }
       markLaunched();
+      env.markGpuFree();
     })();
     const finished = launched.then(() => Promise.all(running)).then(() => {
       env.release();
@@ -417,9 +418,13 @@
       this._frame = undefined;
       /** Settles once every probe has started (the main-thread part of the set is over). */
       this.launched = Promise.resolve();
+      /** Settles once the page's WebGL probes are done with the GPU (or the set is launched). */
+      this.gpuFree = new Promise((resolve) => { this.markGpuFree = resolve; });
       /** Whether the set has the worker probe, and the [zone, locale] its worker reports. */
       this.withWorker = false;
       this.workerLocale = new Promise((resolve) => { this.resolveWorkerLocale = resolve; });
+      /** The worker's { vendor, renderer, hash } of the WebGL scene, or null. */
+      this.workerGpu = new Promise((resolve) => { this.resolveWorkerGpu = resolve; });
     }
     webgl() {
       if (this._gl === undefined) {
@@ -689,27 +694,31 @@
   ];
   // Two messages: the navigator at once, then the GPU, whose context can take longer to make
   // than the probe may wait (a software renderer's start), so the first is never lost to it.
-  // The GPU pair is read only when the page asks (once its own probes are launched): a WebGL
-  // context in the worker competes for the same cores as the page's WebGL probes, and the page
-  // waits for its pings then anyway.
+  // Two messages: the navigator (and the IANA zone and locale) at once; then, when the page asks
+  // (once its own WebGL probe is done, so two contexts do not compete for the same cores), the
+  // GPU: its unmasked vendor and renderer and the hash of the scene `renderWebglScene` draws,
+  // which is the same as the page's own rendering would be (same GPU process, same rasteriser)
+  // and costs the page's main thread nothing.
   const WORKER_SOURCE = `
     const n = navigator;
     let zone = [null, null];
     try { const o = Intl.DateTimeFormat().resolvedOptions(); zone = [o.timeZone, o.locale]; } catch (_) {}
-    postMessage([n.userAgent, n.platform, n.hardwareConcurrency, n.languages ? Array.from(n.languages) : null,
-      typeof n.deviceMemory === 'number' ? n.deviceMemory : null, zone]);
-    onmessage = () => {
-    let gl = [null, null];
-    try {
-      const c = typeof OffscreenCanvas === 'function' ? new OffscreenCanvas(1, 1).getContext('webgl') : null;
-      const d = c && c.getExtension('WEBGL_debug_renderer_info');
-      if (d) gl = [c.getParameter(d.UNMASKED_VENDOR_WEBGL), c.getParameter(d.UNMASKED_RENDERER_WEBGL)];
-      const lose = c && c.getExtension('WEBGL_lose_context');
-      if (lose) lose.loseContext();
-    } catch (_) {}
-    postMessage(gl);
+    postMessage({ navigator: [n.userAgent, n.platform, n.hardwareConcurrency, n.languages ? Array.from(n.languages) : null,
+      typeof n.deviceMemory === 'number' ? n.deviceMemory : null], zone });
+    const hex = (d) => Array.from(new Uint8Array(d)).map((b) => b.toString(16).padStart(2, '0')).join('');
+    onmessage = async () => {
+      const gpu = { vendor: null, renderer: null, hash: null };
+      try {
+        const c = typeof OffscreenCanvas === 'function' ? new OffscreenCanvas(64, 64).getContext('webgl') : null;
+        const d = c && c.getExtension('WEBGL_debug_renderer_info');
+        if (d) [gpu.vendor, gpu.renderer] = [c.getParameter(d.UNMASKED_VENDOR_WEBGL), c.getParameter(d.UNMASKED_RENDERER_WEBGL)];
+        const pixels = c && (${fnToString.call(renderWebglScene)})(c);
+        if (pixels) gpu.hash = hex(await crypto.subtle.digest('SHA-256', pixels));
+        const lose = c && c.getExtension('WEBGL_lose_context');
+        if (lose) lose.loseContext();
+      } catch (_) {}
+      postMessage({ gpu });
     };`;
-  const WORKER_GPU_WAIT_MS = 80; // after it was asked for
   const WORKER_BUDGET_MS = 400;
 
   /** Settles with `promise`'s value, or with `fallback` once `deadline` (a `now()`) passes. */
@@ -736,34 +745,33 @@
       };
       if (signal) signal.addEventListener('abort', release);
       try {
-        let gpu = null;
         let gotGpu;
         const gpuArrived = new Promise((resolve) => { gotGpu = resolve; });
-        const navigatorValues = await until(new Promise((resolve, reject) => {
+        const first = await until(new Promise((resolve, reject) => {
           worker = new Worker(url); // a page CSP without blob: in worker-src lands in onerror
           worker.onmessage = (e) => {
-            const data = Array.isArray(e.data) ? e.data : [];
-            if (data.length === 2 && !Array.isArray(data[1])) {
-              gpu = data;
-              gotGpu();
-            } else resolve(data);
+            const data = e.data || {};
+            if (data.gpu) gotGpu(data.gpu);
+            else resolve(data);
           };
           worker.onerror = (e) => {
             if (e && e.preventDefault) e.preventDefault();
             reject(new Error('worker failed'));
           };
-        }), deadline, [], signal);
-        await until(env.launched, deadline, null, signal);
+        }), deadline, {}, signal);
+        env.resolveWorkerLocale(Array.isArray(first.zone) ? first.zone : null);
+        await until(env.gpuFree, deadline, null, signal);
         if (worker) worker.postMessage('gpu');
-        await until(gpuArrived, Math.min(deadline, now() + WORKER_GPU_WAIT_MS), null, signal);
-        env.resolveWorkerLocale(Array.isArray(navigatorValues[5]) ? navigatorValues[5] : null);
-        const found = navigatorValues.length === 6 ? navigatorValues.slice(0, 5) : [null, null, null, null, null];
-        const values = found.concat(gpu || [null, null]);
+        const gpu = await until(gpuArrived, deadline, null, signal);
+        env.resolveWorkerGpu(gpu);
+        const found = Array.isArray(first.navigator) ? first.navigator : [];
+        const values = found.concat(gpu ? [gpu.vendor, gpu.renderer] : []);
         const out = {};
         WORKER_MEMBERS.forEach((member, i) => { out[member] = values[i] === undefined ? null : values[i]; });
         return out;
       } finally {
-        env.resolveWorkerLocale(null); // no-op once resolved
+        env.resolveWorkerLocale(null); // no-ops once resolved
+        env.resolveWorkerGpu(null);
         release();
       }
     },
@@ -809,6 +817,7 @@
           lines.push(shader + '.' + precision + '=' + (format ? [format.rangeMin, format.rangeMax, format.precision].join(',') : 'null'));
         }
       }
+      env.markGpuFree();
       await yieldToMain();
       return {
         'rendering.webgl_vendor': vendor,
@@ -818,55 +827,64 @@
     },
   };
 
-  const WEBGL_VERTEX_SHADER = 'attribute vec2 p;attribute vec3 c;varying vec3 v;' +
-    'void main(){v=c;gl_Position=vec4(p,0.0,1.0);}';
-  const WEBGL_FRAGMENT_SHADER = 'precision mediump float;varying vec3 v;' +
-    'void main(){gl_FragColor=vec4(v*sin(v*9.0)+0.2,1.0);}';
+  /**
+   * Draws a small gradient scene and reads its pixels back: they differ with GPU, driver and
+   * rasteriser (SwiftShader, llvmpipe). Self-contained (its source also runs in the worker), so
+   * it names nothing from the SDK.
+   */
+  function renderWebglScene(gl) {
+    const compile = (type, source) => {
+      const shader = gl.createShader(type);
+      gl.shaderSource(shader, source);
+      gl.compileShader(shader);
+      return shader;
+    };
+    const program = gl.createProgram();
+    gl.attachShader(program, compile(gl.VERTEX_SHADER,
+      'attribute vec2 p;attribute vec3 c;varying vec3 v;void main(){v=c;gl_Position=vec4(p,0.0,1.0);}'));
+    gl.attachShader(program, compile(gl.FRAGMENT_SHADER,
+      'precision mediump float;varying vec3 v;void main(){gl_FragColor=vec4(v*sin(v*9.0)+0.2,1.0);}'));
+    gl.linkProgram(program);
+    if (!gl.getProgramParameter(program, gl.LINK_STATUS)) return null;
+    gl.useProgram(program);
+    // x, y, r, g, b per vertex: two overlapping triangles with odd coordinates, to exercise
+    // rasterisation and colour interpolation.
+    const vertices = new Float32Array([
+      -0.9, -0.8, 1.0, 0.1, 0.3, 0.85, -0.6, 0.2, 0.9, 0.1, -0.2, 0.95, 0.3, 0.2, 1.0,
+      -0.7, 0.7, 0.9, 0.8, 0.0, 0.6, 0.55, 0.0, 0.5, 0.7, 0.1, -0.85, 0.4, 0.8, 0.9,
+    ]);
+    gl.bindBuffer(gl.ARRAY_BUFFER, gl.createBuffer());
+    gl.bufferData(gl.ARRAY_BUFFER, vertices, gl.STATIC_DRAW);
+    const p = gl.getAttribLocation(program, 'p');
+    const c = gl.getAttribLocation(program, 'c');
+    gl.enableVertexAttribArray(p);
+    gl.vertexAttribPointer(p, 2, gl.FLOAT, false, 20, 0);
+    gl.enableVertexAttribArray(c);
+    gl.vertexAttribPointer(c, 3, gl.FLOAT, false, 20, 8);
+    gl.viewport(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight);
+    gl.clearColor(0.05, 0.1, 0.15, 1);
+    gl.clear(gl.COLOR_BUFFER_BIT);
+    gl.drawArrays(gl.TRIANGLES, 0, 6);
+    // Read back in the same task as the draw: without preserveDrawingBuffer the buffer is only
+    // guaranteed until the frame is composited.
+    const pixels = new Uint8Array(gl.drawingBufferWidth * gl.drawingBufferHeight * 4);
+    gl.readPixels(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight, gl.RGBA, gl.UNSIGNED_BYTE, pixels);
+    return pixels;
+  }
 
-  // A small gradient scene: its pixels differ with GPU, driver and rasteriser (SwiftShader, llvmpipe).
+  // The scene's hash comes from the worker (a 64x64 OffscreenCanvas, as the page's canvas), off
+  // the main thread; the page draws it itself only when the worker could not.
   const probeWebglRender = {
     name: 'webgl_render',
-    budgetMs: 150,
+    budgetMs: WORKER_BUDGET_MS + 100,
+    offMainThread: true,
     members: ['rendering.webgl_hash'],
-    async run(env) {
+    async run(env, signal) {
+      const fromWorker = env.withWorker ? await until(env.workerGpu, now() + WORKER_BUDGET_MS, null, signal) : null;
+      if (fromWorker && fromWorker.hash) return { 'rendering.webgl_hash': fromWorker.hash };
       const gl = env.webgl();
-      if (!gl) return {};
-      await yieldToMain();
-      const compile = (type, source) => {
-        const shader = gl.createShader(type);
-        gl.shaderSource(shader, source);
-        gl.compileShader(shader);
-        return shader;
-      };
-      const program = gl.createProgram();
-      gl.attachShader(program, compile(gl.VERTEX_SHADER, WEBGL_VERTEX_SHADER));
-      gl.attachShader(program, compile(gl.FRAGMENT_SHADER, WEBGL_FRAGMENT_SHADER));
-      gl.linkProgram(program);
-      if (!gl.getProgramParameter(program, gl.LINK_STATUS)) return {};
-      gl.useProgram(program);
-      // x, y, r, g, b per vertex: two overlapping triangles with odd coordinates, to exercise
-      // rasterisation and colour interpolation.
-      const vertices = new Float32Array([
-        -0.9, -0.8, 1.0, 0.1, 0.3, 0.85, -0.6, 0.2, 0.9, 0.1, -0.2, 0.95, 0.3, 0.2, 1.0,
-        -0.7, 0.7, 0.9, 0.8, 0.0, 0.6, 0.55, 0.0, 0.5, 0.7, 0.1, -0.85, 0.4, 0.8, 0.9,
-      ]);
-      gl.bindBuffer(gl.ARRAY_BUFFER, gl.createBuffer());
-      gl.bufferData(gl.ARRAY_BUFFER, vertices, gl.STATIC_DRAW);
-      const p = gl.getAttribLocation(program, 'p');
-      const c = gl.getAttribLocation(program, 'c');
-      gl.enableVertexAttribArray(p);
-      gl.vertexAttribPointer(p, 2, gl.FLOAT, false, 20, 0);
-      gl.enableVertexAttribArray(c);
-      gl.vertexAttribPointer(c, 3, gl.FLOAT, false, 20, 8);
-      gl.viewport(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight);
-      gl.clearColor(0.05, 0.1, 0.15, 1);
-      gl.clear(gl.COLOR_BUFFER_BIT);
-      gl.drawArrays(gl.TRIANGLES, 0, 6);
-      // Read back in the same task as the draw: without preserveDrawingBuffer the buffer is
-      // only guaranteed until the frame is composited.
-      const pixels = new Uint8Array(gl.drawingBufferWidth * gl.drawingBufferHeight * 4);
-      gl.readPixels(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight, gl.RGBA, gl.UNSIGNED_BYTE, pixels);
-      return { 'rendering.webgl_hash': await sha256Hex(pixels) };
+      const pixels = gl && renderWebglScene(gl);
+      return { 'rendering.webgl_hash': pixels ? await sha256Hex(pixels) : null };
     },
   };
 

@@ -143,10 +143,16 @@ fn respond(headers: &HeaderMap, cache_control: &'static str) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/javascript; charset=utf-8"),
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache_control));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
     h.insert(header::ETAG, chosen.etag.clone());
     h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     if let Some(coding) = chosen.coding {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static(coding));
     }
@@ -178,11 +184,14 @@ pub async fn script(headers: HeaderMap) -> Response {
 /// `GET /sdk/v1/{version}/vigil.js`.
 pub async fn versioned_script(Path(requested): Path<String>, headers: HeaderMap) -> Response {
     if requested != version() {
-        return edge::error::ApiError::new(schemas::ErrorCode::NotFound, format!(
-            "this server has SDK {} (at {}); version {requested:?} is not served",
-            version(),
-            versioned_path()
-        ))
+        return edge::error::ApiError::new(
+            schemas::ErrorCode::NotFound,
+            format!(
+                "this server has SDK {} (at {}); version {requested:?} is not served",
+                version(),
+                versioned_path()
+            ),
+        )
         .into_response();
     }
     respond(&headers, "public, max-age=31536000, immutable")

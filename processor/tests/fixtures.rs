@@ -28,18 +28,29 @@ fn check(name: &str) {
             .expect("a highlight")
             .evidence
             .signal;
-        assert_eq!(&Value::from(*first), expected, "first highlight of {context}");
+        assert_eq!(
+            &Value::from(*first),
+            expected,
+            "first highlight of {context}"
+        );
     }
     // Every slug an automated decision fires as evidence is named by a highlight.
     if expect["automation_status"] == "automated" {
-        let highlighted: Vec<&str> = decision.highlights.iter().map(|h| h.evidence.signal).collect();
+        let highlighted: Vec<&str> = decision
+            .highlights
+            .iter()
+            .map(|h| h.evidence.signal)
+            .collect();
         let named = expect["fired"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|slug| highlighted.contains(&slug.as_str().unwrap()))
             .count();
-        assert!(named > 0, "{context}: no highlight names the evidence ({highlighted:?})");
+        assert!(
+            named > 0,
+            "{context}: no highlight names the evidence ({highlighted:?})"
+        );
     }
     for slug in expect["fired"].as_array().unwrap() {
         assert!(

@@ -54,21 +54,41 @@ const RULE_CASES: &[(&str, Phase, &[&str])] = &[
     ("tampered_natives_alone", S, &["tampered_natives"]),
     // Issue 11's tampering policy.
     ("webdriver_getter_patched", S, &["hidden_webdriver"]),
-    ("devtools_client_with_patched_values", S, &["devtools_protocol", "realm_mismatch"]),
+    (
+        "devtools_client_with_patched_values",
+        S,
+        &["devtools_protocol", "realm_mismatch"],
+    ),
     ("devtools_window_open_alone", S, &["devtools_protocol"]),
-    ("devtools_client_on_a_headless_screen", S, &["devtools_protocol", "headless_screen"]),
+    (
+        "devtools_client_on_a_headless_screen",
+        S,
+        &["devtools_protocol", "headless_screen"],
+    ),
     ("fingerprint_noise_alone", S, &["fingerprint_noise"]),
     (
         "patched_natives_with_headless_residue",
         S,
-        &["tampered_natives", "no_pointing_device", "software_renderer"],
+        &[
+            "tampered_natives",
+            "no_pointing_device",
+            "software_renderer",
+        ],
     ),
     ("privacy_extension_spoofing_webgl", S, &["realm_mismatch"]),
-    ("privacy_extension_spoofing_webgl_person", B, &["realm_mismatch", "human_like_input"]),
+    (
+        "privacy_extension_spoofing_webgl_person",
+        B,
+        &["realm_mismatch", "human_like_input"],
+    ),
     (
         "headless_residue_without_a_client",
         S,
-        &["no_pointing_device", "speech_voices_missing", "media_devices_missing"],
+        &[
+            "no_pointing_device",
+            "speech_voices_missing",
+            "media_devices_missing",
+        ],
     ),
     (
         "privacy_extension_person",

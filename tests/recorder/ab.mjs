@@ -13,7 +13,7 @@ const server = createServer((req, res) => {
   setTimeout(async () => {
     const t = performance.now();
     const skip = new URL(location.href).searchParams.get('skip'); const r = await Vigil._internal.collectProbes(Vigil._internal.PROBES.filter((p) => p.name !== skip), 150);
-    fetch('/report', { method: 'POST', body: JSON.stringify({ ms: performance.now() - t, timed_out: r.timedOut, timings: r.timings, lt }) });
+    fetch('/report', { method: 'POST', body: JSON.stringify({ ms: performance.now() - t, timed_out: r.timedOut, timings: r.timings, lt, hash: r.observations.rendering && r.observations.rendering.webgl_hash, wr: r.observations.browser && r.observations.browser.worker_webgl_renderer, tz: r.observations.locale }) });
   }, 300);
   </script></body></html>`);
 });
@@ -34,6 +34,7 @@ for (let i = 0; i < 7; i++) {
 }
 for (const v of VARIANTS) {
   const ms = out[v].map((r) => r.ms).sort((a, b) => a - b);
+  console.log(v, 'hashes', [...new Set(out[v].map((r) => r.hash))], [...new Set(out[v].map((r) => r.wr))].length, JSON.stringify(out[v][0].tz));
   console.log(v, 'median', ms[3].toFixed(1), 'all', ms.map((x) => x.toFixed(0)).join(' '), 'timed_out', JSON.stringify(out[v].map((r) => r.timed_out)));
   const keys = Object.keys(out[v][0].timings);
   console.log('  ', keys.map((k) => k + ':' + out[v].map((r) => r.timings[k]).sort((a, b) => a - b)[3]).join(' '));

@@ -142,7 +142,8 @@ pub fn recorder_dir() -> PathBuf {
 pub async fn drive(s: &TestServer, name: &str) -> Value {
     let dir = recorder_dir();
     assert!(
-        dir.join("node_modules/puppeteer-extra-plugin-stealth").is_dir(),
+        dir.join("node_modules/puppeteer-extra-plugin-stealth")
+            .is_dir(),
         "the recorder's npm packages are missing: run `npm ci --prefix tests/recorder` (scripts/test.sh does)"
     );
     let mut command = Command::new("node");

@@ -30,27 +30,51 @@ async fn the_script_is_sent_compressed_as_the_client_accepts() {
     assert_eq!(plain.status(), 200);
     assert_eq!(header(&plain, "content-encoding"), None);
     assert_eq!(header(&plain, "vary").as_deref(), Some("Accept-Encoding"));
-    assert_eq!(header(&plain, "cache-control").as_deref(), Some("public, max-age=300"));
+    assert_eq!(
+        header(&plain, "cache-control").as_deref(),
+        Some("public, max-age=300")
+    );
     let plain_etag = header(&plain, "etag").expect("an ETag");
     let script = plain.bytes().await.unwrap();
-    assert!(std::str::from_utf8(&script).unwrap().contains("global.Vigil"));
+    assert!(
+        std::str::from_utf8(&script)
+            .unwrap()
+            .contains("global.Vigil")
+    );
 
     // A browser's Accept-Encoding: brotli wins.
-    let br = raw(&s, "/sdk/v1/vigil.js", &[("accept-encoding", "gzip, deflate, br, zstd")]).await;
+    let br = raw(
+        &s,
+        "/sdk/v1/vigil.js",
+        &[("accept-encoding", "gzip, deflate, br, zstd")],
+    )
+    .await;
     assert_eq!(header(&br, "content-encoding").as_deref(), Some("br"));
     let br_etag = header(&br, "etag").unwrap();
     let body = br.bytes().await.unwrap();
     let mut decoded = Vec::new();
     brotli_decompress(&body, &mut decoded);
     assert_eq!(decoded, script, "brotli decodes to the script");
-    assert!(body.len() * 3 < script.len(), "brotli: {} of {} bytes", body.len(), script.len());
+    assert!(
+        body.len() * 3 < script.len(),
+        "brotli: {} of {} bytes",
+        body.len(),
+        script.len()
+    );
 
-    let gz = raw(&s, "/sdk/v1/vigil.js", &[("accept-encoding", "gzip;q=1.0, br;q=0")]).await;
+    let gz = raw(
+        &s,
+        "/sdk/v1/vigil.js",
+        &[("accept-encoding", "gzip;q=1.0, br;q=0")],
+    )
+    .await;
     assert_eq!(header(&gz, "content-encoding").as_deref(), Some("gzip"));
     let gz_etag = header(&gz, "etag").unwrap();
     let body = gz.bytes().await.unwrap();
     let mut decoded = Vec::new();
-    flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut decoded).unwrap();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_end(&mut decoded)
+        .unwrap();
     assert_eq!(decoded, script, "gzip decodes to the script");
 
     // Each representation has its own strong validator.
@@ -97,7 +121,10 @@ async fn the_versioned_url_is_immutable_and_names_one_release() {
         Some("public, max-age=31536000, immutable")
     );
     assert_eq!(header(&pinned, "content-encoding").as_deref(), Some("br"));
-    assert_eq!(header(&pinned, "access-control-allow-origin").as_deref(), Some("*"));
+    assert_eq!(
+        header(&pinned, "access-control-allow-origin").as_deref(),
+        Some("*")
+    );
 
     let other = s.get("/sdk/v1/0.9.0/vigil.js").send().await;
     other.err(404, "resource.not_found");
@@ -137,8 +164,17 @@ async fn curl_and_node_fetch_get_the_script_compressed() {
         text.contains("content-encoding: br") || text.contains("content-encoding: gzip"),
         "curl --compressed is sent a compressed script: {text}"
     );
-    let wire: usize = text.split_whitespace().rev().nth(1).unwrap().parse().unwrap();
-    assert!(wire * 3 < plain_len, "curl downloaded {wire} bytes of a {plain_len}-byte script");
+    let wire: usize = text
+        .split_whitespace()
+        .rev()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        wire * 3 < plain_len,
+        "curl downloaded {wire} bytes of a {plain_len}-byte script"
+    );
 
     let script = format!(
         "const r = await fetch({url:?}); const t = await r.text(); \
@@ -155,9 +191,14 @@ async fn curl_and_node_fetch_get_the_script_compressed() {
         report["encoding"] == "br" || report["encoding"] == "gzip",
         "Node's fetch is sent a compressed script: {report}"
     );
-    assert_eq!(report["length"].as_u64(), Some(ingest::sdk::SCRIPT.chars().count() as u64));
+    assert_eq!(
+        report["length"].as_u64(),
+        Some(ingest::sdk::SCRIPT.chars().count() as u64)
+    );
 }
 
 fn brotli_decompress(body: &[u8], out: &mut Vec<u8>) {
-    brotli::Decompressor::new(body, 4096).read_to_end(out).unwrap();
+    brotli::Decompressor::new(body, 4096)
+        .read_to_end(out)
+        .unwrap();
 }

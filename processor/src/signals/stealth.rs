@@ -90,9 +90,15 @@ fn hidden_webdriver(probes: &Probes, fired: &mut Fired) {
 /// reach).
 fn realm_mismatch(probes: &Probes, fired: &mut Fired) {
     let mut differences: Vec<Value> = Vec::new();
-    if let Some(members) = probes.integrity.as_ref().and_then(|i| i.realm_mismatches.as_ref()) {
+    if let Some(members) = probes
+        .integrity
+        .as_ref()
+        .and_then(|i| i.realm_mismatches.as_ref())
+    {
         for member in members.iter().filter(|m| *m != "webdriver") {
-            differences.push(json!({ "value": format!("navigator.{member}"), "against": "pristine realm" }));
+            differences.push(
+                json!({ "value": format!("navigator.{member}"), "against": "pristine realm" }),
+            );
         }
     }
     if let Some(browser) = &probes.browser {
@@ -111,7 +117,9 @@ fn worker_differences(browser: &Browser, rendering: Option<&Rendering>, out: &mu
     let known = |v: &Value| !v.is_null() && v.as_str() != Some("");
     let mut differ = |value: &str, page: Value, worker: Value| {
         if known(&page) && known(&worker) && page != worker {
-            out.push(json!({ "value": value, "against": "worker", "page": page, "worker": worker }));
+            out.push(
+                json!({ "value": value, "against": "worker", "page": page, "worker": worker }),
+            );
         }
     };
     differ(
@@ -173,10 +181,16 @@ fn headless_residue(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired
     // Linux often has neither, so only those claims are held to it.
     if matches!(claimed.os, Os::Windows | Os::MacOs) {
         if residue.speech_voices == Some(0.0) {
-            fired.fire("speech_voices_missing", json!({ "speech_voices": 0, "os": claimed.os }));
+            fired.fire(
+                "speech_voices_missing",
+                json!({ "speech_voices": 0, "os": claimed.os }),
+            );
         }
         if residue.media_devices == Some(0.0) {
-            fired.fire("media_devices_missing", json!({ "media_devices": 0, "os": claimed.os }));
+            fired.fire(
+                "media_devices_missing",
+                json!({ "media_devices": 0, "os": claimed.os }),
+            );
         }
     }
 }

@@ -22,7 +22,10 @@ async fn main() {
         .iter()
         .filter(|c| wanted.is_empty() || wanted.iter().any(|w| w == c.name))
         .collect();
-    assert!(!configurations.is_empty(), "no configuration named {wanted:?}");
+    assert!(
+        !configurations.is_empty(),
+        "no configuration named {wanted:?}"
+    );
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../processor/tests/fixtures");
     let chromium = detection::chromium_version();
     let s = TestServer::start().await;
