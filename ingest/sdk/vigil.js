@@ -1217,6 +1217,7 @@
   function looksTampered(fn, kind, pristineToString) {
     const source = attempt(() => fnToString.call(fn), '');
     if (!NATIVE_SOURCE.test(source)) return true;
+    if (behavesAsProxy(fn)) return true;
     if (pristineToString && !NATIVE_SOURCE.test(attempt(() => pristineToString.call(fn), ''))) return true;
     // A replacement written in JS (and dressed up with a patched toString) usually still has
     // an own `prototype`; native methods and accessors never do.
@@ -1232,6 +1233,28 @@
       }
     }
     return false;
+  }
+
+  /**
+   * A function wrapped in a Proxy (how stealth kits replace natives while keeping their
+   * `toString`, in every realm they reach) accepts an object that inherits from it as its own
+   * prototype: the engine's cycle check stops at a proxy. A real function refuses with a
+   * TypeError. (Through an object made from it, not the function itself: puppeteer-extra's
+   * proxies trap the direct form and fake the TypeError.) The prototype is put back at once.
+   */
+  function behavesAsProxy(fn) {
+    const proto = Object.getPrototypeOf(fn);
+    try {
+      Object.setPrototypeOf(fn, Object.create(fn));
+    } catch (_) {
+      return false;
+    }
+    try {
+      Object.setPrototypeOf(fn, proto);
+    } catch (_) {
+      /* a proxy that took the first change takes this one */
+    }
+    return true;
   }
 
   // Properties that live on Navigator.prototype / Screen.prototype in every engine. An own

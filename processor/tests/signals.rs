@@ -25,16 +25,23 @@ const SET_ONE: &[(&str, &str, &str, &str)] = &[
     ("selenium",                         HUMAN,    "/p/automation/selenium",                   "true"),
     ("nightmare",                        HUMAN,    "/p/automation/globals",                    r#"["__nightmare"]"#),
     ("puppeteer_playwright",             HUMAN,    "/p/automation/globals",                    r#"["__playwright__binding__"]"#),
+    ("devtools_protocol",                HUMAN,    "/p/automation/devtools_console_reads",     "2"),
     ("electron",                         HUMAN,    "/p/automation/electron",                   "true"),
     ("automation_globals",               HUMAN,    "/p/automation/globals",                    r#"["domAutomationController"]"#),
     ("languages_empty",                  HUMAN,    "/p/automation/languages",                  "[]"),
     ("notification_permission_mismatch", HUMAN,    "/p/automation/notification_permission",    r#""denied""#),
     ("software_renderer",                HUMAN,    "/p/rendering/webgl_renderer",              r#""ANGLE (Mesa, llvmpipe (LLVM 15.0.6, 256 bits), OpenGL 4.5)""#),
+    ("no_pointing_device",               HUMAN,    "/p/residue",                               r#"{"any_fine_pointer": false, "any_hover": false}"#),
     ("zero_outer_window",                HUMAN,    "/p/automation/window_outer",               "[0, 0]"),
+    ("speech_voices_missing",            HUMAN,    "/p/residue/speech_voices",                 "0"),
+    ("media_devices_missing",            HUMAN,    "/p/residue/media_devices",                 "0"),
     ("zero_connection_rtt",              HUMAN,    "/p/automation/connection_rtt",             "0"),
     ("web_bot_auth_unverified",          HUMAN,    "/context/web_bot_auth",                    r#""unverified""#),
     ("plugins_inconsistent",             HUMAN,    "/p/automation/plugins_consistent",         "false"),
-    ("tampered_natives",                 HUMAN,    "/p/integrity/tampered_natives",            r#"["navigator.webdriver getter"]"#),
+    ("hidden_webdriver",                 HUMAN,    "/p/integrity/realm_mismatches",            r#"["webdriver"]"#),
+    ("realm_mismatch",                   HUMAN,    "/p/browser/worker_hardware_concurrency",   "4"),
+    ("tampered_natives",                 HUMAN,    "/p/integrity/tampered_natives",            r#"["Function.prototype.toString"]"#),
+    ("fingerprint_noise",                HUMAN,    "/p/integrity/tampered_natives",            r#"["HTMLCanvasElement.prototype.toDataURL"]"#),
     ("descriptor_anomalies",             HUMAN,    "/p/integrity/descriptor_anomalies",        r#"["navigator.languages"]"#),
     ("ping_rtt_mismatch",                HUMAN,    "/p/network/ping_rtts_ms",                  "[480.0, 470.5, 460.0]"),
     ("network_check_mismatch",           HUMAN,    "/context/network_check_consistent",        "false"),
@@ -108,6 +115,14 @@ const RESHAPE: &[(&str, &str, Change)] = &[
         with_events(d, clicks.collect());
     }),
     ("no_input_events", HUMAN, |d| with_events(d, Vec::new())),
+    // Headless Chromium's default screen under a browser window larger than it.
+    ("headless_screen", HUMAN, |d| {
+        set(d, "/batches/0/screen/width", json!(800));
+        set(d, "/batches/0/screen/height", json!(600));
+        set(d, "/batches/0/screen/avail_width", json!(800));
+        set(d, "/batches/0/screen/avail_height", json!(600));
+        set(d, "/batches/0/automation/window_outer", json!([1280, 900]));
+    }),
     ("human_like_input", HEADLESS, |d| {
         let human = load(HUMAN);
         let batches = human["batches"].as_array().unwrap();

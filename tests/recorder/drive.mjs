@@ -331,12 +331,13 @@ async function webdriverVisit(url, { patches }) {
 
 // ───────────────────────────── CDP clients ─────────────────────────────
 
-async function puppeteerVisit(url, { stealth, headful, userAgent, display, input }) {
+async function puppeteerVisit(url, { stealth, evasions, headful, userAgent, display, input }) {
   let launcher;
   if (stealth) {
     const { default: puppeteer } = await import('puppeteer-extra');
     const { default: Stealth } = await import('puppeteer-extra-plugin-stealth');
-    puppeteer.use(Stealth());
+    // `evasions`: only these of the plugin's evasions (the catalogue of what each leaves).
+    puppeteer.use(evasions ? Stealth({ enabledEvasions: new Set(evasions) }) : Stealth());
     launcher = puppeteer;
   } else {
     ({ default: launcher } = await import('puppeteer-core'));
@@ -413,6 +414,22 @@ const CONFIGS = {
       '--force-device-scale-factor=2']),
   },
 };
+
+// One configuration per evasion of puppeteer-extra-plugin-stealth, each alone in headless
+// Chromium, and one with none: what each evasion changes, and the trace it leaves, is the
+// difference between the two (processor/tests/stealth_evasions.rs).
+const STEALTH_EVASIONS = [
+  'chrome.app', 'chrome.csi', 'chrome.loadTimes', 'chrome.runtime', 'defaultArgs', 'iframe.contentWindow',
+  'media.codecs', 'navigator.hardwareConcurrency', 'navigator.languages', 'navigator.permissions',
+  'navigator.plugins', 'navigator.vendor', 'navigator.webdriver', 'sourceurl', 'user-agent-override',
+  'webgl.vendor', 'window.outerdimensions',
+];
+CONFIGS['stealth_evasion_none'] = { dwell: 300, launch: (url) => puppeteerVisit(url, { stealth: true, evasions: [] }) };
+for (const evasion of STEALTH_EVASIONS) {
+  CONFIGS[`stealth_evasion_${evasion.replace(/[.-]/g, '_')}`] = {
+    dwell: 300, launch: (url) => puppeteerVisit(url, { stealth: true, evasions: [evasion] }),
+  };
+}
 
 function parseArgs(argv) {
   const out = {};

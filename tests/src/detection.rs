@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -90,12 +90,17 @@ pub const MATRIX: &[Configuration] = &[
     bot(
         "puppeteer_stealth_headless",
         "Headless Chromium under puppeteer-extra with puppeteer-extra-plugin-stealth (all evasions: Windows Chrome user agent and client hints, faked plugins, WebGL vendor, core count, languages, chrome.runtime; AutomationControlled off), typing with randomised gaps.",
-        &["devtools_protocol", "realm_mismatch", "headless_screen"],
+        &[
+            "devtools_protocol",
+            "realm_mismatch",
+            "tampered_natives",
+            "headless_screen",
+        ],
     ),
     bot(
         "puppeteer_stealth_headful",
         "Headful Chromium under Xvfb, driven by puppeteer-extra with the stealth plugin, typing with randomised gaps.",
-        &["devtools_protocol", "realm_mismatch"],
+        &["devtools_protocol", "realm_mismatch", "tampered_natives"],
     ),
     bot(
         "playwright_headless",
@@ -243,24 +248,10 @@ pub fn fixture(
 /// The session's decision once it is final (the page called `result()`), read through the
 /// sessions API with the secret key, as a site's backend reads it.
 pub async fn final_session(s: &TestServer, session_id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = s
-            .get(&format!("/v1/sessions/{session_id}"))
-            .key(&s.creds.keys.secret_test)
-            .send()
-            .await;
-        if r.status == 200 && r.body["data"]["decision"]["decision_status"] == "final" {
-            return r.body["data"].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{session_id} has no final decision within 30 s: {} {}",
-            r.status,
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    s.session_when(session_id, Duration::from_secs(30), "final decision", |d| {
+        d["decision"]["decision_status"] == "final"
+    })
+    .await
 }
 
 /// The installed Chromium's version line (`Chromium 148.0...`).

@@ -332,6 +332,36 @@ impl TestServer {
         }
     }
 
+    /// Reads `GET /v1/sessions/{id}` with the test secret key until `ready` holds for the
+    /// session (`data`), as a site's backend polls it; panics with the last answer after
+    /// `within`.
+    pub async fn session_when(
+        &self,
+        session_id: &str,
+        within: std::time::Duration,
+        what: &str,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let r = self
+                .get(&format!("/v1/sessions/{session_id}"))
+                .key(&self.creds.keys.secret_test)
+                .send()
+                .await;
+            if r.status == 200 && ready(&r.body["data"]) {
+                return r.body["data"].clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{session_id}: no {what} within {within:?}: {} {}",
+                r.status,
+                r.body
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// Every page of the list at `path` (which has a query), read with `key` by following
     /// `next_cursor` until `has_more` is false; checks a cursor comes exactly with `has_more`.
     pub async fn pages(&self, key: &str, path: &str) -> Vec<Vec<Value>> {

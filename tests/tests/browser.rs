@@ -234,30 +234,17 @@ async fn the_handoff_from_agent_result_opens_to_the_same_session_with_the_secret
     browser.quit().await;
 }
 
-/// Polls `GET /v1/sessions/{id}` (secret key) until the processor has linked the session to a
-/// visitor; returns the `vid_`.
+/// Polls the session (secret key) until the processor has linked it to a visitor; returns the
+/// `vid_`.
 async fn linked_visitor(s: &TestServer, session_id: &str) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = s
-            .get(&format!("/v1/sessions/{session_id}"))
-            .key(&s.creds.keys.secret_test)
-            .send()
-            .await;
-        if r.status == 200
-            && let Some(vid) = r.body["data"]["visitor_fingerprint"]["id"].as_str()
-        {
-            assert!(vid.starts_with("vid_"), "visitor id: {vid}");
-            return vid.to_owned();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{session_id} not linked to a visitor within 15 s: {} {}",
-            r.status,
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let session = s
+        .session_when(session_id, Duration::from_secs(15), "visitor", |d| {
+            d["visitor_fingerprint"]["id"].is_string()
+        })
+        .await;
+    let vid = session["visitor_fingerprint"]["id"].as_str().unwrap();
+    assert!(vid.starts_with("vid_"), "visitor id: {vid}");
+    vid.to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]

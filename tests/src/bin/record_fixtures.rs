@@ -6,7 +6,12 @@
 //! ```sh
 //! cargo run -p vigil-tests --bin record-fixtures                 # every configuration
 //! cargo run -p vigil-tests --bin record-fixtures -- puppeteer_stealth_headless
+//! cargo run -p vigil-tests --bin record-fixtures -- --evasions   # the stealth plugin's evasions
 //! ```
+//!
+//! `--evasions` records headless Chromium under puppeteer-extra with each evasion of the stealth
+//! plugin alone, and with none, into `processor/tests/fixtures/stealth_evasions/`; the
+//! catalogue of what each leaves is `processor/tests/stealth_evasions.rs`.
 //!
 //! Needs what `tests/recorder/drive.mjs` needs (scripts/test.sh installs it).
 
@@ -18,6 +23,9 @@ use vigil_tests::detection::{self, MATRIX};
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let wanted: Vec<String> = std::env::args().skip(1).collect();
+    if wanted.first().map(String::as_str) == Some("--evasions") {
+        return record_evasions().await;
+    }
     let configurations: Vec<_> = MATRIX
         .iter()
         .filter(|c| wanted.is_empty() || wanted.iter().any(|w| w == c.name))
@@ -51,6 +59,49 @@ async fn main() {
                 .as_array()
                 .map(|s| s.iter().map(|x| x["signal"].clone()).collect::<Vec<_>>())
                 .unwrap_or_default(),
+        );
+    }
+}
+
+/// Each `stealth_evasion_*` configuration of `drive.mjs`, recorded alone.
+async fn record_evasions() {
+    let dir = detection::recorder_dir();
+    let list = std::process::Command::new("node")
+        .current_dir(&dir)
+        .args(["drive.mjs", "--list"])
+        .output()
+        .expect("node runs");
+    let names: Vec<String> = serde_json::from_slice(&list.stdout).expect("a JSON list");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../processor/tests/fixtures/stealth_evasions");
+    std::fs::create_dir_all(&fixtures).expect("fixtures directory");
+    let chromium = detection::chromium_version();
+    let s = TestServer::start().await;
+    for name in names.iter().filter(|n| n.starts_with("stealth_evasion_")) {
+        let report = detection::drive(&s, name).await;
+        let session_id = report["session_id"].as_str().expect("session id");
+        let batches = detection::sdk_batches(&s, session_id).await;
+        let pings = detection::ping_arrivals(&s, session_id).await;
+        let configuration = detection::Configuration {
+            name: "stealth_evasion",
+            description: "Headless Chromium under puppeteer-extra with only this evasion of puppeteer-extra-plugin-stealth (none for stealth_evasion_none), no input.",
+            automation_status: "automated",
+            verdict: "bot",
+            evidence: &[],
+            absent: &[],
+        };
+        let fixture = detection::fixture(&configuration, &chromium, &batches, pings);
+        let evasion = name.trim_start_matches("stealth_evasion_");
+        let path = fixtures.join(format!("{evasion}.json"));
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&fixture).expect("json") + "\n",
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        println!(
+            "{evasion}: {} batches, timed out {}",
+            batches.len(),
+            batches[0]["observations"]["timed_out"]
         );
     }
 }
