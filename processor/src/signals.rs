@@ -30,7 +30,7 @@
 //! | `web_bot_auth_unverified` | automation | 30 | a Web Bot Auth signature was sent but could not be verified |
 //! | `plugins_inconsistent` | integrity | 40 | plugin and mime-type arrays fail their prototype checks or disagree |
 //! | `hidden_webdriver` | integrity | 70 | the `navigator.webdriver` getter replaced, deleted, redefined, or different from a pristine realm's |
-//! | `realm_mismatch` | integrity | 55 | navigator values differ from a pristine iframe's getters, or cores, memory or WebGL differ from a worker's |
+//! | `realm_mismatch` | integrity | 55 | navigator values differ from a pristine iframe's getters, or cores, memory, languages or WebGL differ from a worker's |
 //! | `tampered_natives` | integrity | 50 | native functions other than pixel and sample read-back whose source is not native code (through the page's or a pristine realm's `toString`) |
 //! | `fingerprint_noise` | integrity | 15 | only canvas, WebGL or audio read-back natives were replaced (privacy extensions) |
 //! | `descriptor_anomalies` | integrity | 40 | navigator properties redefined on the instance |

@@ -236,3 +236,24 @@ fn a_few_untrusted_clicks_from_the_page_itself_are_tolerated() {
     assert!(!fired.contains(&"untrusted_input"), "{fired:?}");
     assert!(fired.contains(&"human_like_input"), "{fired:?}");
 }
+
+#[test]
+fn languages_patched_in_the_page_differ_from_the_workers() {
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/batches/0/browser/worker_languages",
+        json!(["de-DE", "de"]),
+    );
+    let decision = common::evaluate(&doc);
+    let realm = decision
+        .signals_fired
+        .iter()
+        .find(|s| s.slug == "realm_mismatch")
+        .expect("realm_mismatch fires");
+    let observed = serde_json::to_value(realm).unwrap();
+    assert_eq!(
+        observed["observed"]["differences"][0]["value"], "navigator.languages",
+        "{observed}"
+    );
+}

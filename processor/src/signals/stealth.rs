@@ -103,6 +103,17 @@ fn realm_mismatch(probes: &Probes, fired: &mut Fired) {
     }
     if let Some(browser) = &probes.browser {
         worker_differences(browser, probes.rendering.as_ref(), &mut differences);
+        let page_languages = probes
+            .automation
+            .as_ref()
+            .and_then(|a| a.languages.as_ref());
+        if let (Some(page), Some(worker)) = (page_languages, browser.worker_languages.as_ref())
+            && !page.is_empty()
+            && !worker.is_empty()
+            && page != worker
+        {
+            differences.push(json!({ "value": "navigator.languages", "against": "worker", "page": page, "worker": worker }));
+        }
     }
     if !differences.is_empty() {
         fired.fire("realm_mismatch", json!({ "differences": differences }));
