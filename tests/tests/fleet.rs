@@ -476,6 +476,13 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
     // Node's fetch, Python's requests and curl.
     let sid = loaded["session_id"].as_str().unwrap();
     let url = format!("{api}/v1/sessions/{sid}");
+    // The handoff opens from the collect session; the processed session is stored when a
+    // processor has folded its batches, which a loaded machine can take a moment to do.
+    eventually(Duration::from_secs(20), "the session readable", || async {
+        let r = client.get(&url).bearer_auth(&sk).send().await.unwrap();
+        r.status() == 200
+    })
+    .await;
     let node = r#"
         const [url, key] = process.argv.slice(1);
         fetch(url, { headers: { authorization: `Bearer ${key}` } })
