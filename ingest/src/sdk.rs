@@ -13,6 +13,7 @@
 use std::io::Write;
 use std::sync::LazyLock;
 
+use axum::body::Bytes;
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -35,11 +36,7 @@ pub fn version() -> &'static str {
 
 /// Hex SHA-256 of the script: what `ingest/sdk/RELEASES` pins for its version.
 pub fn digest() -> String {
-    hex_lower(&Sha256::digest(SCRIPT.as_bytes()))
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(SCRIPT.as_bytes()))
 }
 
 /// The path of the immutable copy.
@@ -50,7 +47,8 @@ pub fn versioned_path() -> String {
 /// One content coding of the script.
 struct Encoded {
     coding: Option<&'static str>,
-    body: Vec<u8>,
+    /// Shared, so a response takes a reference rather than a copy of the script.
+    body: Bytes,
     etag: HeaderValue,
 }
 
@@ -76,17 +74,17 @@ static ASSET: LazyLock<Asset> = LazyLock::new(|| {
         encodings: [
             Encoded {
                 coding: Some("br"),
-                body: brotli,
+                body: Bytes::from(brotli),
                 etag: etag("-br"),
             },
             Encoded {
                 coding: Some("gzip"),
-                body: gzip,
+                body: Bytes::from(gzip),
                 etag: etag("-gzip"),
             },
             Encoded {
                 coding: None,
-                body: plain.to_vec(),
+                body: Bytes::from_static(plain),
                 etag: etag(""),
             },
         ],

@@ -13,6 +13,16 @@ use serde_json::Value;
 use vigil_tests::TestServer;
 use vigil_tests::detection::{self, Configuration};
 
+/// The slugs of the session's fired signals.
+fn fired(session: &Value) -> Vec<&str> {
+    session["signals_fired"]
+        .as_array()
+        .expect("signals_fired")
+        .iter()
+        .filter_map(|s| s["signal"].as_str())
+        .collect()
+}
+
 /// Visits in `configuration` and checks the final decision against the matrix.
 async fn visit_and_check(name: &str) -> Value {
     let configuration: &Configuration = detection::configuration(name);
@@ -21,12 +31,7 @@ async fn visit_and_check(name: &str) -> Value {
     let session_id = report["session_id"].as_str().expect("session id");
     let session = detection::final_session(&s, session_id).await;
     let decision = &session["decision"];
-    let fired: Vec<&str> = session["signals_fired"]
-        .as_array()
-        .expect("signals_fired")
-        .iter()
-        .filter_map(|s| s["signal"].as_str())
-        .collect();
+    let fired = fired(&session);
     let context = format!("{name}: {decision} fired {fired:?}");
     assert_eq!(
         decision["automation_status"], configuration.automation_status,
@@ -107,12 +112,7 @@ async fn a_person_with_no_automation_client_reads_human() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_person_whose_extension_adds_fingerprint_noise_is_not_automated() {
     let session = visit_and_check("chromium_farbling_extension").await;
-    let fired: Vec<&str> = session["signals_fired"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["signal"].as_str())
-        .collect();
+    let fired = fired(&session);
     assert!(
         fired.contains(&"fingerprint_noise") && !fired.contains(&"tampered_natives"),
         "the extension's canvas and audio patches read as noise, not tampering: {fired:?}"

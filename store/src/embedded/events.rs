@@ -43,6 +43,36 @@ impl Inner {
         Ok(())
     }
 
+    /// The stored delivery at `k`, if any.
+    fn stored_delivery(&self, k: &[u8; 49]) -> Result<Option<WebhookDeliveryRecord>> {
+        decode_row(WEBHOOK_DELIVERIES, self.webhook_deliveries.get(k))
+    }
+
+    /// Adds to `batch` the delivery at `k` with its next attempt moved from `due` to `until`,
+    /// in its record and in the due index.
+    fn reschedule_delivery(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        k: [u8; 49],
+        stored: &mut WebhookDeliveryRecord,
+        due: Timestamp,
+        until: Timestamp,
+    ) -> Result<()> {
+        batch.remove(&self.webhook_deliveries_due, key::delivery_due(due, &k));
+        batch.insert(
+            &self.webhook_deliveries_due,
+            key::delivery_due(until, &k),
+            [],
+        );
+        stored.next_attempt_at = Some(until);
+        batch.insert(
+            &self.webhook_deliveries,
+            k,
+            encode(WEBHOOK_DELIVERIES, stored)?,
+        );
+        Ok(())
+    }
+
     /// Drops the deliveries of the event at `event_key` (their partition is the event's key),
     /// with their due-index rows: they go with their event (D23). An event has one per
     /// endpoint it went to, a handful.
@@ -164,11 +194,7 @@ impl EmbeddedStore {
             let mut written = std::collections::HashSet::new();
             for d in &deliveries {
                 let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
-                let Some(stored) = decode_row::<WebhookDeliveryRecord>(
-                    WEBHOOK_DELIVERIES,
-                    db.webhook_deliveries.get(k),
-                )?
-                else {
+                let Some(stored) = db.stored_delivery(&k)? else {
                     continue;
                 };
                 if written.contains(&k)
@@ -208,11 +234,7 @@ impl EmbeddedStore {
             let mut deferred = std::collections::HashSet::new();
             for d in &deliveries {
                 let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
-                let Some(mut stored) = decode_row::<WebhookDeliveryRecord>(
-                    WEBHOOK_DELIVERIES,
-                    db.webhook_deliveries.get(k),
-                )?
-                else {
+                let Some(mut stored) = db.stored_delivery(&k)? else {
                     continue;
                 };
                 let (Some(due), Some(until)) = (stored.next_attempt_at, d.next_attempt_at) else {
@@ -221,14 +243,7 @@ impl EmbeddedStore {
                 if deferred.contains(&k) || stored.id != d.id || stored.attempts != d.attempts {
                     continue;
                 }
-                batch.remove(&db.webhook_deliveries_due, key::delivery_due(due, &k));
-                batch.insert(&db.webhook_deliveries_due, key::delivery_due(until, &k), []);
-                stored.next_attempt_at = Some(until);
-                batch.insert(
-                    &db.webhook_deliveries,
-                    k,
-                    encode(WEBHOOK_DELIVERIES, &stored)?,
-                );
+                db.reschedule_delivery(&mut batch, k, &mut stored, due, until)?;
                 deferred.insert(k);
             }
             if !deferred.is_empty() {
@@ -254,11 +269,7 @@ impl EmbeddedStore {
             let mut keys = std::collections::HashSet::new();
             for d in &deliveries {
                 let k = key::delivery(d.organization_id, d.environment, d.event_id, d.endpoint_id);
-                let Some(mut stored) = decode_row::<WebhookDeliveryRecord>(
-                    WEBHOOK_DELIVERIES,
-                    db.webhook_deliveries.get(k),
-                )?
-                else {
+                let Some(mut stored) = db.stored_delivery(&k)? else {
                     continue;
                 };
                 let Some(due) = stored.next_attempt_at else {
@@ -271,14 +282,7 @@ impl EmbeddedStore {
                 {
                     continue;
                 }
-                batch.remove(&db.webhook_deliveries_due, key::delivery_due(due, &k));
-                batch.insert(&db.webhook_deliveries_due, key::delivery_due(until, &k), []);
-                stored.next_attempt_at = Some(until);
-                batch.insert(
-                    &db.webhook_deliveries,
-                    k,
-                    encode(WEBHOOK_DELIVERIES, &stored)?,
-                );
+                db.reschedule_delivery(&mut batch, k, &mut stored, due, until)?;
                 keys.insert(k);
                 claimed.push(d.id);
             }

@@ -255,34 +255,52 @@ pub async fn defer_webhook_deliveries(
         if deferred.contains(&k) {
             continue;
         }
-        let found = row(
-            &tx,
-            "SELECT body FROM webhook_deliveries
-             WHERE organization_id = $1 AND environment = $2 AND event_id = $3
-               AND endpoint_id = $4 FOR UPDATE",
-            &[&k.0, &k.1, &k.2, &k.3],
-        )
-        .await?;
-        let Some(mut stored) = decode_opt::<WebhookDeliveryRecord>(WEBHOOK_DELIVERIES, found)?
-        else {
+        let Some(mut stored) = locked_delivery(&tx, &k).await? else {
             continue;
         };
         if stored.next_attempt_at.is_none() || stored.id != d.id || stored.attempts != d.attempts {
             continue;
         }
-        stored.next_attempt_at = Some(until);
-        execute(
-            &tx,
-            "UPDATE webhook_deliveries SET next_attempt_at = $5, body = $6
-             WHERE organization_id = $1 AND environment = $2 AND event_id = $3
-               AND endpoint_id = $4",
-            &[&k.0, &k.1, &k.2, &k.3, &until, &json(&stored)],
-        )
-        .await?;
+        reschedule(&tx, &k, &mut stored, until).await?;
         deferred.insert(k);
     }
     tx.commit().await.map_err(db_error)?;
     Ok(deferred.len())
+}
+
+/// The stored delivery at `k`, its row locked until the transaction ends.
+async fn locked_delivery(
+    tx: &impl GenericClient,
+    k: &DeliveryKey,
+) -> Result<Option<WebhookDeliveryRecord>> {
+    let found = row(
+        tx,
+        "SELECT body FROM webhook_deliveries
+         WHERE organization_id = $1 AND environment = $2 AND event_id = $3
+           AND endpoint_id = $4 FOR UPDATE",
+        &[&k.0, &k.1, &k.2, &k.3],
+    )
+    .await?;
+    decode_opt(WEBHOOK_DELIVERIES, found)
+}
+
+/// Sets the delivery's next attempt to `until`, in its record and in the indexed column.
+async fn reschedule(
+    tx: &impl GenericClient,
+    k: &DeliveryKey,
+    stored: &mut WebhookDeliveryRecord,
+    until: Timestamp,
+) -> Result<()> {
+    stored.next_attempt_at = Some(until);
+    execute(
+        tx,
+        "UPDATE webhook_deliveries SET next_attempt_at = $5, body = $6
+         WHERE organization_id = $1 AND environment = $2 AND event_id = $3
+           AND endpoint_id = $4",
+        &[&k.0, &k.1, &k.2, &k.3, &until, &json(stored)],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Each claim is written only over the row the due scan read (same attempts, same due time,
@@ -305,16 +323,7 @@ pub async fn claim_webhook_deliveries(
         if !seen.insert(k.clone()) {
             continue;
         }
-        let found = row(
-            &tx,
-            "SELECT body FROM webhook_deliveries
-             WHERE organization_id = $1 AND environment = $2 AND event_id = $3
-               AND endpoint_id = $4 FOR UPDATE",
-            &[&k.0, &k.1, &k.2, &k.3],
-        )
-        .await?;
-        let Some(mut stored) = decode_opt::<WebhookDeliveryRecord>(WEBHOOK_DELIVERIES, found)?
-        else {
+        let Some(mut stored) = locked_delivery(&tx, &k).await? else {
             continue;
         };
         if stored.next_attempt_at.is_none()
@@ -324,15 +333,7 @@ pub async fn claim_webhook_deliveries(
         {
             continue;
         }
-        stored.next_attempt_at = Some(until);
-        execute(
-            &tx,
-            "UPDATE webhook_deliveries SET next_attempt_at = $5, body = $6
-             WHERE organization_id = $1 AND environment = $2 AND event_id = $3
-               AND endpoint_id = $4",
-            &[&k.0, &k.1, &k.2, &k.3, &until, &json(&stored)],
-        )
-        .await?;
+        reschedule(&tx, &k, &mut stored, until).await?;
         claimed.push(d.id);
     }
     tx.commit().await.map_err(db_error)?;
