@@ -92,21 +92,18 @@ pub fn start(
         });
         // The processor role: consumes the batches ingest appends, stores decisions and events.
         if let Some(settings) = processor {
-            processor::pipeline::run(
-                processor::pipeline::Pipeline {
-                    store: settings.store,
-                    log: settings.log,
-                    batches,
-                    events: topics.events,
-                    dead: topics.dead,
-                    secret: settings.secret,
-                    idle_after: settings.idle_after,
-                    retention: settings.retention,
-                    cache_bytes: settings.cache_bytes,
-                },
-                shutdown.clone(),
-            )
-            .await;
+            let pipeline = processor::pipeline::Pipeline {
+                store: settings.store,
+                log: settings.log,
+                batches,
+                events: topics.events,
+                dead: topics.dead,
+                secret: settings.secret,
+                idle_after: settings.idle_after,
+                retention: settings.retention,
+                cache_bytes: settings.cache_bytes,
+            };
+            run_processor(pipeline, shutdown.clone()).await;
         }
         if let Some(dispatching) = dispatching {
             let _ = dispatching.await;
@@ -144,5 +141,42 @@ async fn prepare(
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Runs the processor on a thread of its own, with its own runtime, until it stops.
+///
+/// Why its own thread: on the server's runtime the processor is one task among one per
+/// connection, so when the cores are busy the scheduler gives thousands of connections a turn
+/// for each of its turns, ingest goes on accepting batches, and the processor falls seconds
+/// behind what it was sent. As a thread it gets the operating system's fair share of the
+/// cores beside the runtime's workers: under load, accepting a batch slows down (a longer
+/// round trip) before scoring the batches already accepted does.
+async fn run_processor(pipeline: processor::pipeline::Pipeline, shutdown: CancellationToken) {
+    let (done, stopped) = tokio::sync::oneshot::channel();
+    let started = std::thread::Builder::new()
+        .name("vigil-processor".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .thread_name("vigil-processor-io")
+                .max_blocking_threads(crate::server::BLOCKING_THREADS)
+                .build();
+            match runtime {
+                Ok(runtime) => runtime.block_on(processor::pipeline::run(pipeline, shutdown)),
+                Err(e) => {
+                    tracing::error!(error = %e, "processor: cannot start its runtime; nothing is scored");
+                    shutdown.cancel();
+                }
+            }
+            let _ = done.send(());
+        });
+    match started {
+        Ok(_) => {
+            let _ = stopped.await;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "processor: cannot start its thread; nothing is scored")
+        }
     }
 }

@@ -534,7 +534,10 @@ impl EventKind {
 
 /// What the processor has seen of one collect session so far, folded batch by batch in log
 /// order. It is plain data so the caller can keep it between batches.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Change it through [`SessionObservations::record`]: the JSON of its probes and events is kept
+/// once made ([`Encoded`]), and `record` is what lets go of it when they change.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct SessionObservations {
     /// The first probes batch seen.
@@ -549,6 +552,78 @@ pub struct SessionObservations {
     pub events: Vec<InputEvent>,
     /// Events beyond the cap, counted but not kept.
     pub dropped_events: u64,
+    #[serde(skip)]
+    encoded: Encoded,
+}
+
+/// The JSON of the parts of a session's observations that stop changing: the probes once they
+/// came, the events once [`SessionObservations::MAX_EVENTS`] are kept. The state is encoded
+/// after every fold, and encoding these two was a sixth of the processor's work.
+#[derive(Debug, Clone, Default)]
+struct Encoded {
+    probes: std::sync::OnceLock<Box<serde_json::value::RawValue>>,
+    /// With the number of events it encodes: events are only ever appended.
+    events: std::sync::OnceLock<(usize, Box<serde_json::value::RawValue>)>,
+}
+
+/// A cache: two observations are equal whatever either has encoded.
+impl PartialEq for Encoded {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+fn raw<T: Serialize + ?Sized, E: serde::ser::Error>(
+    value: &T,
+) -> Result<Box<serde_json::value::RawValue>, E> {
+    serde_json::value::to_raw_value(value).map_err(E::custom)
+}
+
+/// The events packed ([`compact_events`]) as the JSON string they are stored as.
+fn packed_events<E: serde::ser::Error>(
+    events: &[InputEvent],
+) -> Result<Box<serde_json::value::RawValue>, E> {
+    struct Packed<'a>(&'a [InputEvent]);
+    impl Serialize for Packed<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            compact_events::serialize(self.0, s)
+        }
+    }
+    raw(&Packed(events))
+}
+
+/// The same members as a derived implementation, with the probes and events written from
+/// [`Encoded`] when it has them.
+impl Serialize for SessionObservations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let probes = match self.encoded.probes.get() {
+            Some(json) => json,
+            None => {
+                let json = raw(&self.probes)?;
+                self.encoded.probes.get_or_init(|| json)
+            }
+        };
+        let events = match self.encoded.events.get() {
+            Some((count, json)) if *count == self.events.len() => json.as_ref(),
+            Some(_) => &*packed_events(&self.events)?,
+            None => {
+                let json = packed_events(&self.events)?;
+                &self
+                    .encoded
+                    .events
+                    .get_or_init(|| (self.events.len(), json))
+                    .1
+            }
+        };
+        let mut st = s.serialize_struct("SessionObservations", 5)?;
+        st.serialize_field("probes", probes)?;
+        st.serialize_field("probes_batches", &self.probes_batches)?;
+        st.serialize_field("interaction_batches", &self.interaction_batches)?;
+        st.serialize_field("events", events)?;
+        st.serialize_field("dropped_events", &self.dropped_events)?;
+        st.end()
+    }
 }
 
 impl SessionObservations {
@@ -566,12 +641,16 @@ impl SessionObservations {
                 self.probes_batches = self.probes_batches.saturating_add(1);
                 if self.probes.is_none() {
                     self.probes = Some(*probes);
+                    self.encoded.probes.take();
                 }
             }
             Batch::Interactions(interactions) => {
                 self.interaction_batches = self.interaction_batches.saturating_add(1);
                 let room = Self::MAX_EVENTS.saturating_sub(self.events.len());
                 let total = interactions.events.len();
+                if room > 0 && total > 0 {
+                    self.encoded.events.take();
+                }
                 self.events
                     .extend(interactions.events.into_iter().take(room).map(quantize));
                 self.dropped_events = self
@@ -932,6 +1011,57 @@ mod tests {
         assert_eq!(session.events.len(), SessionObservations::MAX_EVENTS);
         assert_eq!(session.dropped_events, 10);
         assert!(session.interaction_batches == 1);
+    }
+
+    /// The probes and events encoded once ([`Encoded`]) are let go of when they change: each
+    /// encoding along a session's folds equals that of a copy encoded from scratch.
+    #[test]
+    fn a_kept_encoding_follows_every_change() {
+        let fresh = |session: &SessionObservations| {
+            let copy: SessionObservations =
+                serde_json::from_str(&serde_json::to_string(session).unwrap()).unwrap();
+            let mut rebuilt = SessionObservations::default();
+            rebuilt.probes = copy.probes.clone();
+            rebuilt.probes_batches = copy.probes_batches;
+            rebuilt.interaction_batches = copy.interaction_batches;
+            rebuilt.events = copy.events.clone();
+            rebuilt.dropped_events = copy.dropped_events;
+            serde_json::to_string(&rebuilt).unwrap()
+        };
+        let interactions = |n: usize, t: f64| {
+            Batch::Interactions(InteractionBatch {
+                window_ms: None,
+                events: (0..n)
+                    .map(|i| InputEvent {
+                        t: Some(t + i as f64),
+                        x: Some(i as f64),
+                        ..InputEvent::default()
+                    })
+                    .collect(),
+            })
+        };
+        let mut session = SessionObservations::default();
+        let mut encodings = vec![serde_json::to_string(&session).unwrap()];
+        session.record(interactions(150, 0.0));
+        encodings.push(serde_json::to_string(&session).unwrap());
+        session.record(Batch::from_slice(br#"{"kind": "probes", "collected_in_ms": 2}"#).unwrap());
+        encodings.push(serde_json::to_string(&session).unwrap());
+        for round in 0..4 {
+            session.record(interactions(150, 1000.0 * f64::from(round)));
+            let text = serde_json::to_string(&session).unwrap();
+            assert_eq!(text, fresh(&session), "after interactions batch {round}");
+            encodings.push(text);
+        }
+        assert_eq!(session.events.len(), SessionObservations::MAX_EVENTS);
+        assert!(
+            encodings.windows(2).all(|w| w[0] != w[1]),
+            "each fold changed the encoding"
+        );
+        assert!(
+            encodings[2].contains(r#""collected_in_ms":2"#),
+            "{}",
+            encodings[2]
+        );
     }
 
     #[test]

@@ -647,7 +647,7 @@ async fn fold<'a>(
         None => match memory.take_stored(first.session_id) {
             Some(stored) => stored,
             None => {
-                let session = match store
+                let mut session = match store
                     .get_session(first.organization_id, first.environment, first.session_id)
                     .await?
                 {
@@ -659,6 +659,12 @@ async fn fold<'a>(
                         session
                     }
                 };
+                // A row from before `finalized` was stored says so only in its decision; rows
+                // this build wrote say it in both, so the decision is not parsed for the
+                // sessions held in memory.
+                if events::is_final(session.latest_decision.as_ref()) {
+                    session.finalized = true;
+                }
                 let state = session
                     .state
                     .decode::<Option<SessionState>>()
@@ -673,7 +679,7 @@ async fn fold<'a>(
             }
         },
     };
-    let was_final = session.finalized || events::is_final(session.latest_decision.as_ref());
+    let was_final = session.finalized;
     let mut linked = None;
     let mut changed = false;
     for polled in group {

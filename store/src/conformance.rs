@@ -249,7 +249,7 @@ fn tomorrow() -> Timestamp {
 }
 
 /// A just-opened collect session with `pings` pings: nothing arrived, no batch, no handoff.
-fn collect_session(pings: usize) -> CollectSessionRecord {
+pub(crate) fn collect_session(pings: usize) -> CollectSessionRecord {
     let now = time::now();
     CollectSessionRecord {
         id: SessionId::generate(),

@@ -45,6 +45,7 @@ mod idempotency;
 mod key;
 mod organizations;
 mod row_cache;
+mod seqs;
 mod sessions;
 mod visitors;
 
@@ -116,6 +117,8 @@ const GATE_LOGIN_CODES: &str = "gate_login_codes";
 pub struct EmbeddedStore {
     // Behind an `Arc` so writes can move a handle into `spawn_blocking`.
     inner: Arc<Inner>,
+    /// Raises ingest's batch counters in groups (see `seqs`).
+    seqs: seqs::SeqRaiser,
 }
 
 struct Inner {
@@ -327,9 +330,10 @@ impl EmbeddedStore {
             space: DiskReserve::new(dir),
             db,
         };
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        let seqs = seqs::SeqRaiser::start(Arc::downgrade(&inner))
+            .map_err(|e| StoreError::Unavailable(format!("starting the counter thread: {e}")))?;
+        Ok(Self { inner, seqs })
     }
 
     /// Writes every table's memtable out to its disk tables and waits, so the directory's size

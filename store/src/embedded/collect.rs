@@ -8,6 +8,7 @@ use schemas::ids::{PingId, SessionId};
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::row_cache::{Changes, Lookup};
 use super::{
     COLLECT_PINGS, COLLECT_SESSIONS, EmbeddedStore, Inner, decode, decode_row, encode, key,
     unavailable,
@@ -25,19 +26,24 @@ struct PingRow {
     session_id: SessionId,
 }
 
-/// Whether a write is fsynced before it returns.
-#[derive(Clone, Copy)]
-enum Durability {
-    Synced,
-    Buffered,
-}
-
 impl Inner {
-    fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
-        decode_row(
+    /// From the row cache when it has the session (see `row_cache`), else decoded from fjall.
+    pub(super) fn get_collect_session(
+        &self,
+        id: SessionId,
+    ) -> Result<Option<CollectSessionRecord>> {
+        let ticket = match self.cache.collect_session(id) {
+            Lookup::Hit(row) => return Ok(Some(row)),
+            Lookup::Miss(ticket) => ticket,
+        };
+        let row: Option<CollectSessionRecord> = decode_row(
             COLLECT_SESSIONS,
             self.collect_sessions.get(key::collect_session(id)),
-        )
+        )?;
+        if let Some(row) = &row {
+            self.cache.fill_collect_session(ticket, id, row);
+        }
+        Ok(row)
     }
 
     /// The conditional update of one session: reads the row, lets `change` modify it (returning
@@ -48,7 +54,6 @@ impl Inner {
     fn change_collect_session(
         &self,
         id: SessionId,
-        durability: Durability,
         change: impl FnOnce(&mut CollectSessionRecord) -> bool,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
         let Some(mut session) = self.get_collect_session(id)? else {
@@ -57,18 +62,20 @@ impl Inner {
         if !change(&mut session) {
             return Ok(Some((false, session)));
         }
-        let mut batch = match durability {
-            Durability::Synced => self.batch(),
-            // Written to the OS and fsynced with the next synced batch (or fjall's journal
-            // flush): see `advance_collect_seq` for why that is enough there.
-            Durability::Buffered => self.db.batch(),
-        };
+        let mut batch = self.batch();
         batch.insert(
             &self.collect_sessions,
             key::collect_session(id),
             encode(COLLECT_SESSIONS, &session)?,
         );
-        batch.commit().map_err(unavailable)?;
+        self.commit(
+            batch,
+            Changes {
+                collect_sessions: &[id],
+                ..Changes::default()
+            },
+        )?;
+        self.cache.written_collect_session(session.clone());
         Ok(Some((true, session)))
     }
 
@@ -76,11 +83,13 @@ impl Inner {
     /// pings' lookup rows: what ScyllaDB's TTL does, judged by the id's time (the moment of the
     /// insert, give or take the request). Session ids are ULIDs, so those rows are a key prefix
     /// and nothing younger is read; at most `budget` of them, and whether more may remain.
+    /// The purged sessions' ids are added to `purged`, for the commit to drop from the cache.
     pub(super) fn purge_expired_collect_sessions(
         &self,
         batch: &mut OwnedWriteBatch,
         now: Timestamp,
         budget: usize,
+        purged: &mut Vec<SessionId>,
     ) -> Result<bool> {
         let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap_or_default();
         let Ok(cutoff) = u64::try_from((now - retention).timestamp_millis()) else {
@@ -96,6 +105,7 @@ impl Inner {
                     for ping in &session.pings {
                         batch.remove(&self.collect_pings, key::collect_ping(ping.id));
                     }
+                    purged.push(session.id);
                 }
                 // Past retention either way: a damaged row must not block the sweep (and with
                 // it every session open); its ping rows, if any, cannot be found from it.
@@ -128,12 +138,11 @@ impl EmbeddedStore {
     async fn raise_collect_counter(
         &self,
         id: SessionId,
-        durability: Durability,
         to: u64,
         counter: fn(&mut CollectSessionRecord) -> &mut u64,
     ) -> Result<bool> {
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, durability, |s| {
+            let changed = db.change_collect_session(id, |s| {
                 let current = counter(s);
                 let above = to > *current;
                 if above {
@@ -178,7 +187,15 @@ impl EmbeddedStore {
                 }
                 batch.insert(&db.collect_pings, k, row.clone());
             }
-            batch.commit().map_err(unavailable)
+            db.commit(
+                batch,
+                Changes {
+                    collect_sessions: &[session.id],
+                    ..Changes::default()
+                },
+            )?;
+            db.cache.written_collect_session(session);
+            Ok(())
         })
         .await
     }
@@ -204,16 +221,16 @@ impl EmbeddedStore {
     /// The only buffered write of this store: ingest calls it for every batch, and an fsync each
     /// capped ingest at about a thousand batches a second. Losing an advance in a crash only
     /// lets a replayed batch through once more, and the processor drops batches it has seen by
-    /// number, so durability here would buy nothing.
+    /// number, so durability here would buy nothing. Raised in groups with the other advances
+    /// waiting (see `seqs`).
     pub(super) async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        self.raise_collect_counter(id, Durability::Buffered, seq, |s| &mut s.last_seq)
-            .await
+        self.seqs.advance(id, seq).await
     }
 
     /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
     /// counter lost in a crash would let a seen proof through again.
     pub(super) async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        self.raise_collect_counter(id, Durability::Synced, counter, |s| &mut s.last_call)
+        self.raise_collect_counter(id, counter, |s| &mut s.last_call)
             .await
     }
 
@@ -224,7 +241,7 @@ impl EmbeddedStore {
         at: Timestamp,
     ) -> Result<bool> {
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, Durability::Synced, |s| {
+            let changed = db.change_collect_session(id, |s| {
                 match s.pings.iter_mut().find(|p| p.id == ping) {
                     Some(p) if p.arrived_at.is_none() => {
                         p.arrived_at = Some(at);
@@ -246,7 +263,7 @@ impl EmbeddedStore {
     ) -> Result<bool> {
         let identity = identity.clone();
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, Durability::Synced, |s| {
+            let changed = db.change_collect_session(id, |s| {
                 if s.ws_identity.is_some() {
                     return false;
                 }
@@ -264,7 +281,7 @@ impl EmbeddedStore {
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>> {
         self.write(move |db, _| {
-            let changed = db.change_collect_session(id, Durability::Synced, |s| {
+            let changed = db.change_collect_session(id, |s| {
                 if s.results_at.is_some() {
                     return false;
                 }

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::events::EventPlace;
 use super::idempotency::HandoffOpening;
+use super::row_cache::Changes;
 use super::sessions::{SessionMarks, SessionPlace};
 use super::{
     EVENTS, EmbeddedStore, GATE_SESSIONS, HANDOFF_OPENINGS, IDEMPOTENCY_RECORDS, Inner, SESSIONS,
@@ -77,7 +78,8 @@ impl Inner {
         }
         let mut more =
             self.purge_retained(&mut batch, &mut state.session_marks, keep_since, budget)?;
-        more |= self.purge_expired_collect_sessions(&mut batch, now, budget)?;
+        let mut purged = Vec::new();
+        more |= self.purge_expired_collect_sessions(&mut batch, now, budget, &mut purged)?;
         more |= self.sweep_step(
             &mut batch,
             &self.idempotency_records,
@@ -92,7 +94,13 @@ impl Inner {
             budget,
             |v| Ok(decode::<HandoffOpening>(HANDOFF_OPENINGS, v)?.expires_at <= now),
         )?;
-        batch.commit().map_err(unavailable)?;
+        self.commit(
+            batch,
+            Changes {
+                collect_sessions: &purged,
+                ..Changes::default()
+            },
+        )?;
         Ok(more)
     }
 

@@ -235,6 +235,7 @@ impl EmbeddedStore {
                 Changes {
                     organizations: &[org.id],
                     api_keys: &hashes,
+                    ..Changes::default()
                 },
             )
         })

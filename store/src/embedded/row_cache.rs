@@ -1,6 +1,7 @@
-//! An exact in-memory cache of the decoded rows the authentication hot path reads on every API
-//! request: api keys by credential hash (`find_api_key_by_hash`) and organizations by id
-//! (`get_organization`).
+//! An exact in-memory cache of the decoded rows the hot paths read on every request: api keys
+//! by credential hash (`find_api_key_by_hash`) and organizations by id (`get_organization`),
+//! which authentication reads, and collect sessions by id, which ingest changes for every batch
+//! (its batch counter) and the processor reads for every fold (its pings).
 //!
 //! Exact, never stale, and only because this is the embedded backend: the store directory is
 //! owned by one process (fjall locks it), so every write of these rows passes through this
@@ -18,19 +19,29 @@
 //!   inserted after it: the classic "miss, read old row, writer commits and invalidates, reader
 //!   inserts old row" race loses its last step.
 //!
+//! - A writer that has just committed a collect session, still holding the writer mutex,
+//!   puts the row it wrote in ([`RowCache::written_collect_session`]): no other write can
+//!   change it before the mutex is let go, and a reader's fill from before the commit is
+//!   refused by the generation its commit bumped.
+//!
 //! Unknown credential hashes are never cached (they are attacker-controlled), and each map is
-//! cleared whenever a fill would grow it past [`CAPACITY`] entries, so memory stays bounded.
+//! cleared whenever a fill would grow it past its capacity ([`CAPACITY`],
+//! [`COLLECT_CAPACITY`]), so memory stays bounded.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use schemas::ids::OrgId;
+use schemas::ids::{OrgId, SessionId};
 
-use crate::{ApiKeyRecord, CredentialHash, OrganizationRecord};
+use crate::{ApiKeyRecord, CollectSessionRecord, CredentialHash, OrganizationRecord};
 
-/// The most entries either map holds; a fill into a full map clears it first.
+/// The most entries the api keys or the organizations map holds; a fill into a full map clears
+/// it first.
 pub const CAPACITY: usize = 100_000;
+/// The most collect sessions held (a decoded one weighs about a kilobyte): the sessions
+/// collecting at once on a busy server, not every one of the day.
+pub const COLLECT_CAPACITY: usize = 16_384;
 
 #[derive(Default)]
 pub struct RowCache {
@@ -46,6 +57,7 @@ struct State {
     writes_in_flight: u32,
     api_keys: HashMap<CredentialHash, Arc<ApiKeyRecord>>,
     organizations: HashMap<OrgId, Arc<OrganizationRecord>>,
+    collect_sessions: HashMap<SessionId, Arc<CollectSessionRecord>>,
 }
 
 /// Taken on a miss, before the backing read; lets [`RowCache`] refuse a fill that may be stale.
@@ -65,6 +77,7 @@ pub enum Lookup<T> {
 pub struct Changes<'a> {
     pub api_keys: &'a [CredentialHash],
     pub organizations: &'a [OrgId],
+    pub collect_sessions: &'a [SessionId],
 }
 
 /// A write in flight: no fill is kept until it is dropped (after the commit).
@@ -113,7 +126,15 @@ impl RowCache {
     /// the row's hash.
     pub fn fill_api_key(&self, ticket: Ticket, hash: &CredentialHash, row: &ApiKeyRecord) {
         if row.key_hash == *hash {
-            self.fill(ticket, |state| &mut state.api_keys, row.key_hash, row);
+            // Built before taking the lock, and cheap to drop if refused.
+            let row = Arc::new(row.clone());
+            self.fill(
+                ticket,
+                |state| &mut state.api_keys,
+                CAPACITY,
+                row.key_hash,
+                row,
+            );
         }
     }
 
@@ -135,28 +156,70 @@ impl RowCache {
     /// intervened (and only if it is the row of `id`).
     pub fn fill_organization(&self, ticket: Ticket, id: OrgId, row: &OrganizationRecord) {
         if row.id == id {
-            self.fill(ticket, |state| &mut state.organizations, row.id, row);
+            let row = Arc::new(row.clone());
+            self.fill(ticket, |state| &mut state.organizations, CAPACITY, id, row);
         }
+    }
+
+    pub fn collect_session(&self, id: SessionId) -> Lookup<CollectSessionRecord> {
+        let cached = {
+            let state = self.read_state();
+            match state.collect_sessions.get(&id) {
+                Some(row) => Ok(Arc::clone(row)),
+                None => Err(state.ticket()),
+            }
+        };
+        match cached {
+            Ok(row) => Lookup::Hit(CollectSessionRecord::clone(&row)),
+            Err(ticket) => Lookup::Miss(ticket),
+        }
+    }
+
+    /// Caches `row`, read by `id` from fjall after `ticket` was taken, unless a write
+    /// intervened (and only if it is the row of `id`).
+    pub fn fill_collect_session(&self, ticket: Ticket, id: SessionId, row: &CollectSessionRecord) {
+        if row.id == id {
+            let row = Arc::new(row.clone());
+            self.fill(
+                ticket,
+                |state| &mut state.collect_sessions,
+                COLLECT_CAPACITY,
+                id,
+                row,
+            );
+        }
+    }
+
+    /// Caches the collect session a write has just committed. Only for the writer, after its
+    /// commit's [`WriteInFlight`] ended and before it lets the writer mutex go: then nothing
+    /// but this row can be what fjall holds.
+    pub fn written_collect_session(&self, row: CollectSessionRecord) {
+        let row = Arc::new(row);
+        let mut state = self.write_state();
+        let map = &mut state.collect_sessions;
+        if map.len() >= COLLECT_CAPACITY {
+            map.clear();
+        }
+        map.insert(row.id, row);
     }
 
     fn fill<K: Eq + Hash, V: Clone>(
         &self,
         ticket: Ticket,
         map: impl FnOnce(&mut State) -> &mut HashMap<K, Arc<V>>,
+        capacity: usize,
         key: K,
-        row: &V,
+        row: Arc<V>,
     ) {
         let Ticket(Some(taken)) = ticket else {
             return;
         };
-        // Built before taking the lock, and cheap to drop if refused.
-        let row = Arc::new(row.clone());
         let mut state = self.write_state();
         if state.generation != taken {
             return;
         }
         let map = map(&mut state);
-        if map.len() >= CAPACITY {
+        if map.len() >= capacity {
             map.clear();
         }
         map.insert(key, row);
@@ -172,6 +235,9 @@ impl RowCache {
         }
         for id in changes.organizations {
             state.organizations.remove(id);
+        }
+        for id in changes.collect_sessions {
+            state.collect_sessions.remove(id);
         }
         state.writes_in_flight += 1;
         state.generation += 1;
@@ -294,6 +360,36 @@ mod tests {
         }));
         assert_eq!(hit(&cache, a.id), None);
         assert_eq!(hit(&cache, b.id), Some(b));
+    }
+
+    #[test]
+    fn a_written_collect_session_is_served_and_an_older_fill_refused() {
+        let cache = RowCache::default();
+        let row = crate::conformance::collect_session(2);
+        let id = row.id;
+        // A reader misses and reads the row as it was; the writer commits a change and puts it
+        // in; the reader's fill comes last and must not replace it.
+        let Lookup::Miss(t) = cache.collect_session(id) else {
+            panic!("expected a miss")
+        };
+        let mut raised = row.clone();
+        raised.last_seq = 7;
+        drop(cache.write(Changes {
+            collect_sessions: &[id],
+            ..Changes::default()
+        }));
+        cache.written_collect_session(raised.clone());
+        cache.fill_collect_session(t, id, &row);
+        match cache.collect_session(id) {
+            Lookup::Hit(cached) => assert_eq!(cached, raised),
+            Lookup::Miss(_) => panic!("the written row is cached"),
+        }
+        // A purge (or any other write naming it) drops it.
+        drop(cache.write(Changes {
+            collect_sessions: &[id],
+            ..Changes::default()
+        }));
+        assert!(matches!(cache.collect_session(id), Lookup::Miss(_)));
     }
 
     #[test]

@@ -1,0 +1,152 @@
+//! Ingest's batch counters (`advance_collect_seq`), raised in groups: one thread takes every
+//! advance waiting, raises them under one hold of the writer mutex and commits them as one
+//! batch. Ingest advances a counter for every batch it accepts; one at a time, each took a
+//! blocking-pool thread, the writer mutex and a commit of its own, and at a few thousand
+//! batches a second they queued on the mutex for a quarter of a second.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::{PoisonError, Weak};
+
+use schemas::ids::SessionId;
+use tokio::sync::oneshot;
+
+use super::row_cache::Changes;
+use super::{COLLECT_SESSIONS, Inner, encode, key};
+use crate::{CollectSessionRecord, Result, StoreError};
+
+/// The most advances one commit takes.
+const GROUP: usize = 1024;
+
+/// One advance waiting: raise `id`'s counter to `seq`, and answer whether it rose.
+struct Advance {
+    id: SessionId,
+    seq: u64,
+    answer: oneshot::Sender<Result<bool>>,
+}
+
+/// The handle the store keeps: advances are sent to the raising thread, which stops once the
+/// store (and with it this sender) is dropped.
+pub struct SeqRaiser {
+    advances: Sender<Advance>,
+}
+
+impl SeqRaiser {
+    /// Starts the raising thread. It holds the store weakly, so dropping the store closes it.
+    pub fn start(inner: Weak<Inner>) -> std::io::Result<Self> {
+        let (advances, waiting) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("vigil-store-seqs".into())
+            .spawn(move || raise(inner, waiting))?;
+        Ok(Self { advances })
+    }
+
+    /// Raises `id`'s counter to `seq` if it is below; whether it rose (`false` also when the
+    /// session does not exist).
+    pub async fn advance(&self, id: SessionId, seq: u64) -> Result<bool> {
+        let (answer, answered) = oneshot::channel();
+        let gone = || StoreError::Unavailable("the embedded store is closing".into());
+        self.advances
+            .send(Advance { id, seq, answer })
+            .map_err(|_| gone())?;
+        answered.await.map_err(|_| gone())?
+    }
+}
+
+fn raise(inner: Weak<Inner>, waiting: Receiver<Advance>) {
+    while let Ok(first) = waiting.recv() {
+        let mut group = vec![first];
+        while group.len() < GROUP {
+            match waiting.try_recv() {
+                Ok(next) => group.push(next),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        let answers = match inner.upgrade() {
+            Some(inner) => inner.raise_seqs(&group),
+            None => Err(StoreError::Unavailable(
+                "the embedded store is closed".into(),
+            )),
+        };
+        match answers {
+            Ok(answers) => {
+                for (advance, answer) in group.into_iter().zip(answers) {
+                    let _ = advance.answer.send(answer);
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for advance in group {
+                    let _ = advance
+                        .answer
+                        .send(Err(StoreError::Unavailable(message.clone())));
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Raises each advance's counter under the writer mutex and commits the rows that changed
+    /// in one buffered batch (see `advance_collect_seq` for why buffered). One answer per
+    /// advance, in order; `Err` when nothing could be written (the disk nearly full, a failed
+    /// commit), for all of them.
+    fn raise_seqs(&self, group: &[Advance]) -> Result<Vec<Result<bool>>> {
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        self.space.check().map_err(StoreError::Unavailable)?;
+        // A session advanced twice in the group is raised from its first raise.
+        let mut raised: HashMap<SessionId, CollectSessionRecord> = HashMap::new();
+        let mut answers = Vec::with_capacity(group.len());
+        for advance in group {
+            if let Some(row) = raised.get_mut(&advance.id) {
+                let rose = advance.seq > row.last_seq;
+                if rose {
+                    row.last_seq = advance.seq;
+                }
+                answers.push(Ok(rose));
+                continue;
+            }
+            let mut row = match self.get_collect_session(advance.id) {
+                Ok(Some(row)) => row,
+                Ok(None) => {
+                    answers.push(Ok(false));
+                    continue;
+                }
+                Err(e) => {
+                    answers.push(Err(e));
+                    continue;
+                }
+            };
+            let rose = advance.seq > row.last_seq;
+            if rose {
+                row.last_seq = advance.seq;
+                raised.insert(advance.id, row);
+            }
+            answers.push(Ok(rose));
+        }
+        if raised.is_empty() {
+            return Ok(answers);
+        }
+        // Written to the OS and fsynced with the next synced batch (or fjall's journal flush).
+        let mut batch = self.db.batch();
+        let ids: Vec<SessionId> = raised.keys().copied().collect();
+        for (id, row) in &raised {
+            batch.insert(
+                &self.collect_sessions,
+                key::collect_session(*id),
+                encode(COLLECT_SESSIONS, row)?,
+            );
+        }
+        self.commit(
+            batch,
+            Changes {
+                collect_sessions: &ids,
+                ..Changes::default()
+            },
+        )?;
+        for row in raised.into_values() {
+            self.cache.written_collect_session(row);
+        }
+        Ok(answers)
+    }
+}
