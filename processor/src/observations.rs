@@ -1017,16 +1017,17 @@ mod tests {
     /// encoding along a session's folds equals that of a copy encoded from scratch.
     #[test]
     fn a_kept_encoding_follows_every_change() {
+        // The same members in a value that has encoded nothing yet.
         let fresh = |session: &SessionObservations| {
-            let copy: SessionObservations =
-                serde_json::from_str(&serde_json::to_string(session).unwrap()).unwrap();
-            let mut rebuilt = SessionObservations::default();
-            rebuilt.probes = copy.probes.clone();
-            rebuilt.probes_batches = copy.probes_batches;
-            rebuilt.interaction_batches = copy.interaction_batches;
-            rebuilt.events = copy.events.clone();
-            rebuilt.dropped_events = copy.dropped_events;
-            serde_json::to_string(&rebuilt).unwrap()
+            serde_json::to_string(&SessionObservations {
+                probes: session.probes.clone(),
+                probes_batches: session.probes_batches,
+                interaction_batches: session.interaction_batches,
+                events: session.events.clone(),
+                dropped_events: session.dropped_events,
+                ..SessionObservations::default()
+            })
+            .unwrap()
         };
         let interactions = |n: usize, t: f64| {
             Batch::Interactions(InteractionBatch {
