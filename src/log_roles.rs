@@ -154,6 +154,7 @@ async fn prepare(
 /// round trip) before scoring the batches already accepted does.
 async fn run_processor(pipeline: processor::pipeline::Pipeline, shutdown: CancellationToken) {
     let (done, stopped) = tokio::sync::oneshot::channel();
+    let stop_server = shutdown.clone();
     let started = std::thread::Builder::new()
         .name("vigil-processor".into())
         .spawn(move || {
@@ -175,8 +176,11 @@ async fn run_processor(pipeline: processor::pipeline::Pipeline, shutdown: Cancel
         Ok(_) => {
             let _ = stopped.await;
         }
+        // As when the processor stops on its own: the server stops rather than accept batches
+        // nobody scores.
         Err(e) => {
-            tracing::error!(error = %e, "processor: cannot start its thread; nothing is scored")
+            tracing::error!(error = %e, "processor: cannot start its thread; nothing is scored");
+            stop_server.cancel();
         }
     }
 }

@@ -133,28 +133,6 @@ fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
 }
 
 impl EmbeddedStore {
-    /// Raises one of a collect session's counters (`counter` picks it) to `to` if `to` is above
-    /// it; whether it did. A missing session: `false`, nothing written.
-    async fn raise_collect_counter(
-        &self,
-        id: SessionId,
-        to: u64,
-        counter: fn(&mut CollectSessionRecord) -> &mut u64,
-    ) -> Result<bool> {
-        self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
-                let current = counter(s);
-                let above = to > *current;
-                if above {
-                    *current = to;
-                }
-                above
-            })?;
-            Ok(changed.is_some_and(|(written, _)| written))
-        })
-        .await
-    }
-
     /// One batch: the session row and a `collect_pings` row per ping, each id checked free under
     /// the writer mutex first; the first conflict drops the unwritten batch, so a failed call
     /// writes and claims nothing.
@@ -229,9 +207,19 @@ impl EmbeddedStore {
 
     /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
     /// counter lost in a crash would let a seen proof through again.
+    /// A missing session: `false`, nothing written.
     pub(super) async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        self.raise_collect_counter(id, counter, |s| &mut s.last_call)
-            .await
+        self.write(move |db, _| {
+            let changed = db.change_collect_session(id, |s| {
+                let above = counter > s.last_call;
+                if above {
+                    s.last_call = counter;
+                }
+                above
+            })?;
+            Ok(changed.is_some_and(|(written, _)| written))
+        })
+        .await
     }
 
     pub(super) async fn record_collect_ping(

@@ -106,18 +106,7 @@ impl RowCache {
     }
 
     pub fn api_key(&self, hash: &CredentialHash) -> Lookup<ApiKeyRecord> {
-        let cached = {
-            let state = self.read_state();
-            match state.api_keys.get(hash) {
-                Some(row) => Ok(Arc::clone(row)),
-                None => Err(state.ticket()),
-            }
-        };
-        // Cloned outside the lock.
-        match cached {
-            Ok(row) => Lookup::Hit(ApiKeyRecord::clone(&row)),
-            Err(ticket) => Lookup::Miss(ticket),
-        }
+        self.lookup(|state| &state.api_keys, hash)
     }
 
     /// Caches `row`, found by `hash` in fjall after `ticket` was taken, unless a write
@@ -126,8 +115,6 @@ impl RowCache {
     /// the row's hash.
     pub fn fill_api_key(&self, ticket: Ticket, hash: &CredentialHash, row: &ApiKeyRecord) {
         if row.key_hash == *hash {
-            // Built before taking the lock, and cheap to drop if refused.
-            let row = Arc::new(row.clone());
             self.fill(
                 ticket,
                 |state| &mut state.api_keys,
@@ -139,47 +126,25 @@ impl RowCache {
     }
 
     pub fn organization(&self, id: OrgId) -> Lookup<OrganizationRecord> {
-        let cached = {
-            let state = self.read_state();
-            match state.organizations.get(&id) {
-                Some(row) => Ok(Arc::clone(row)),
-                None => Err(state.ticket()),
-            }
-        };
-        match cached {
-            Ok(row) => Lookup::Hit(OrganizationRecord::clone(&row)),
-            Err(ticket) => Lookup::Miss(ticket),
-        }
+        self.lookup(|state| &state.organizations, &id)
     }
 
     /// Caches `row`, read by `id` from fjall after `ticket` was taken, unless a write
     /// intervened (and only if it is the row of `id`).
     pub fn fill_organization(&self, ticket: Ticket, id: OrgId, row: &OrganizationRecord) {
         if row.id == id {
-            let row = Arc::new(row.clone());
             self.fill(ticket, |state| &mut state.organizations, CAPACITY, id, row);
         }
     }
 
     pub fn collect_session(&self, id: SessionId) -> Lookup<CollectSessionRecord> {
-        let cached = {
-            let state = self.read_state();
-            match state.collect_sessions.get(&id) {
-                Some(row) => Ok(Arc::clone(row)),
-                None => Err(state.ticket()),
-            }
-        };
-        match cached {
-            Ok(row) => Lookup::Hit(CollectSessionRecord::clone(&row)),
-            Err(ticket) => Lookup::Miss(ticket),
-        }
+        self.lookup(|state| &state.collect_sessions, &id)
     }
 
     /// Caches `row`, read by `id` from fjall after `ticket` was taken, unless a write
     /// intervened (and only if it is the row of `id`).
     pub fn fill_collect_session(&self, ticket: Ticket, id: SessionId, row: &CollectSessionRecord) {
         if row.id == id {
-            let row = Arc::new(row.clone());
             self.fill(
                 ticket,
                 |state| &mut state.collect_sessions,
@@ -195,12 +160,31 @@ impl RowCache {
     /// but this row can be what fjall holds.
     pub fn written_collect_session(&self, row: CollectSessionRecord) {
         let row = Arc::new(row);
-        let mut state = self.write_state();
-        let map = &mut state.collect_sessions;
-        if map.len() >= COLLECT_CAPACITY {
-            map.clear();
+        insert_bounded(
+            &mut self.write_state().collect_sessions,
+            COLLECT_CAPACITY,
+            row.id,
+            row,
+        );
+    }
+
+    /// The cached row under `key` in `map`, cloned outside the lock; else a ticket for a fill.
+    fn lookup<K: Eq + Hash, V: Clone>(
+        &self,
+        map: impl FnOnce(&State) -> &HashMap<K, Arc<V>>,
+        key: &K,
+    ) -> Lookup<V> {
+        let cached = {
+            let state = self.read_state();
+            match map(&state).get(key) {
+                Some(row) => Ok(Arc::clone(row)),
+                None => Err(state.ticket()),
+            }
+        };
+        match cached {
+            Ok(row) => Lookup::Hit(V::clone(&row)),
+            Err(ticket) => Lookup::Miss(ticket),
         }
-        map.insert(row.id, row);
     }
 
     fn fill<K: Eq + Hash, V: Clone>(
@@ -209,20 +193,18 @@ impl RowCache {
         map: impl FnOnce(&mut State) -> &mut HashMap<K, Arc<V>>,
         capacity: usize,
         key: K,
-        row: Arc<V>,
+        row: &V,
     ) {
         let Ticket(Some(taken)) = ticket else {
             return;
         };
+        // Built before taking the lock, and cheap to drop if refused.
+        let row = Arc::new(row.clone());
         let mut state = self.write_state();
         if state.generation != taken {
             return;
         }
-        let map = map(&mut state);
-        if map.len() >= capacity {
-            map.clear();
-        }
-        map.insert(key, row);
+        insert_bounded(map(&mut state), capacity, key, row);
     }
 
     /// Begins a write that changes `changes` (which must name every cached row the commit
@@ -243,6 +225,14 @@ impl RowCache {
         state.generation += 1;
         WriteInFlight { cache: self }
     }
+}
+
+/// Inserts into a map that is cleared first when it holds `capacity` entries already.
+fn insert_bounded<K: Eq + Hash, V>(map: &mut HashMap<K, V>, capacity: usize, key: K, row: V) {
+    if map.len() >= capacity {
+        map.clear();
+    }
+    map.insert(key, row);
 }
 
 impl State {

@@ -5,6 +5,7 @@
 //! batches a second they queued on the mutex for a quarter of a second.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{PoisonError, Weak};
 
@@ -94,46 +95,46 @@ impl Inner {
     fn raise_seqs(&self, group: &[Advance]) -> Result<Vec<Result<bool>>> {
         let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
         self.space.check().map_err(StoreError::Unavailable)?;
-        // A session advanced twice in the group is raised from its first raise.
-        let mut raised: HashMap<SessionId, CollectSessionRecord> = HashMap::new();
+        // Each session read once per group, with whether the group raised it: a session
+        // advanced twice is raised from its first raise.
+        let mut read: HashMap<SessionId, (CollectSessionRecord, bool)> = HashMap::new();
         let mut answers = Vec::with_capacity(group.len());
         for advance in group {
-            if let Some(row) = raised.get_mut(&advance.id) {
-                let rose = advance.seq > row.last_seq;
-                if rose {
-                    row.last_seq = advance.seq;
-                }
-                answers.push(Ok(rose));
-                continue;
-            }
-            let mut row = match self.get_collect_session(advance.id) {
-                Ok(Some(row)) => row,
-                Ok(None) => {
-                    answers.push(Ok(false));
-                    continue;
-                }
-                Err(e) => {
-                    answers.push(Err(e));
-                    continue;
-                }
+            let (row, raised) = match read.entry(advance.id) {
+                Entry::Occupied(read) => read.into_mut(),
+                Entry::Vacant(unread) => match self.get_collect_session(advance.id) {
+                    Ok(Some(row)) => unread.insert((row, false)),
+                    Ok(None) => {
+                        answers.push(Ok(false));
+                        continue;
+                    }
+                    Err(e) => {
+                        answers.push(Err(e));
+                        continue;
+                    }
+                },
             };
-            let rose = advance.seq > row.last_seq;
-            if rose {
+            let rises = advance.seq > row.last_seq;
+            if rises {
                 row.last_seq = advance.seq;
-                raised.insert(advance.id, row);
+                *raised = true;
             }
-            answers.push(Ok(rose));
+            answers.push(Ok(rises));
         }
+        let raised: Vec<CollectSessionRecord> = read
+            .into_values()
+            .filter_map(|(row, raised)| raised.then_some(row))
+            .collect();
         if raised.is_empty() {
             return Ok(answers);
         }
         // Written to the OS and fsynced with the next synced batch (or fjall's journal flush).
         let mut batch = self.db.batch();
-        let ids: Vec<SessionId> = raised.keys().copied().collect();
-        for (id, row) in &raised {
+        let ids: Vec<SessionId> = raised.iter().map(|row| row.id).collect();
+        for row in &raised {
             batch.insert(
                 &self.collect_sessions,
-                key::collect_session(*id),
+                key::collect_session(row.id),
                 encode(COLLECT_SESSIONS, row)?,
             );
         }
@@ -144,7 +145,7 @@ impl Inner {
                 ..Changes::default()
             },
         )?;
-        for row in raised.into_values() {
+        for row in raised {
             self.cache.written_collect_session(row);
         }
         Ok(answers)
