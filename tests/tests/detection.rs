@@ -23,6 +23,13 @@ fn fired(session: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// Whether the session's probes carry the worker's GPU answer (its WebGL renderer).
+async fn worker_gpu_answered(s: &TestServer, session_id: &str) -> bool {
+    let batches = detection::sdk_batches(s, session_id).await;
+    let renderer = &batches[0]["observations"]["browser"]["worker_webgl_renderer"];
+    renderer.as_str().is_some_and(|r| !r.is_empty())
+}
+
 /// Visits in `configuration` and checks the final decision against the matrix.
 async fn visit_and_check(name: &str) -> Value {
     let configuration: &Configuration = detection::configuration(name);
@@ -38,7 +45,15 @@ async fn visit_and_check(name: &str) -> Value {
         "{context}"
     );
     assert_eq!(decision["verdict"], configuration.verdict, "{context}");
+    let worker_answered = worker_gpu_answered(&s, session_id).await;
     for slug in configuration.evidence {
+        // The headful stealth launch's `realm_mismatch` is the worker's GPU against the page's
+        // spoofed one, and the SDK keeps the worker's answer only when it comes within its
+        // budget: a loaded machine can miss it by design, and then nothing can be compared.
+        if *slug == "realm_mismatch" && !worker_answered && !fired.contains(slug) {
+            eprintln!("{name}: the worker's GPU answer came late; realm_mismatch not required");
+            continue;
+        }
         assert!(fired.contains(slug), "{slug} should fire in {context}");
     }
     for slug in configuration.absent {
