@@ -23,6 +23,113 @@ mod embedded {
 
     bus::log_conformance_suite!(embedded_log());
 
+    /// A log written when every partition's records shared one `log_records` keyspace (keys
+    /// `[len][topic][partition u32 BE][offset u64 BE]`): opened now, its records are moved into
+    /// a keyspace per partition, read in order from the group's committed position, and appends
+    /// continue after them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_with_all_partitions_in_one_keyspace_is_moved_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (topic, group) = ("collect.batches", "processor");
+        let legacy_key = |partition: u32, offset: u64| {
+            let mut k = vec![topic.len() as u8];
+            k.extend_from_slice(topic.as_bytes());
+            k.extend_from_slice(&partition.to_be_bytes());
+            k.extend_from_slice(&offset.to_be_bytes());
+            k
+        };
+        let value = |key: &str, payload: &str| {
+            let mut v = (key.len() as u32).to_be_bytes().to_vec();
+            v.extend_from_slice(key.as_bytes());
+            v.extend_from_slice(payload.as_bytes());
+            v
+        };
+        {
+            let db = fjall::Database::builder(dir.path()).open().unwrap();
+            let open = |name: &str| {
+                db.keyspace(name, fjall::KeyspaceCreateOptions::default)
+                    .unwrap()
+            };
+            let (topics, records, committed) = (
+                open("log_topics"),
+                open("log_records"),
+                open("log_committed"),
+            );
+            topics.insert(topic, 2u32.to_be_bytes()).unwrap();
+            for offset in 0..3 {
+                records
+                    .insert(legacy_key(0, offset), value("sid_a", &format!("a{offset}")))
+                    .unwrap();
+            }
+            for offset in 0..2 {
+                records
+                    .insert(legacy_key(1, offset), value("sid_b", &format!("b{offset}")))
+                    .unwrap();
+            }
+            let mut k = vec![group.len() as u8];
+            k.extend_from_slice(group.as_bytes());
+            k.push(topic.len() as u8);
+            k.extend_from_slice(topic.as_bytes());
+            k.extend_from_slice(&0u32.to_be_bytes());
+            committed.insert(k, 1u64.to_be_bytes()).unwrap();
+            db.persist(fjall::PersistMode::SyncAll).unwrap();
+        }
+
+        let (topic, group) = (Topic::new(topic).unwrap(), Group::new(group).unwrap());
+        let log = open(dir.path()).await;
+        assert_eq!(log.partitions(&topic).await.unwrap(), 2);
+        assert_eq!(log.end_offsets(&topic).await.unwrap(), vec![3, 2]);
+        let mut consumer = log.consumer_of_all(&group, &topic).await.unwrap();
+        let mut read = Vec::new();
+        while read.len() < 4 {
+            let batch = consumer
+                .poll(10, std::time::Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert!(
+                !batch.is_empty(),
+                "only {} of 4 records came back",
+                read.len()
+            );
+            read.extend(batch);
+        }
+        let mut got: Vec<(u32, u64, String)> = read
+            .iter()
+            .map(|r| {
+                (
+                    r.partition,
+                    r.offset,
+                    String::from_utf8(r.payload.to_vec()).unwrap(),
+                )
+            })
+            .collect();
+        got.sort();
+        let expected = [(0, 1, "a1"), (0, 2, "a2"), (1, 0, "b0"), (1, 1, "b1")]
+            .map(|(p, o, v)| (p, o, v.to_owned()));
+        assert_eq!(got, expected);
+        assert_eq!(
+            &read[0].key[..],
+            if read[0].partition == 0 {
+                b"sid_a"
+            } else {
+                b"sid_b"
+            }
+        );
+        drop(consumer);
+        let next = log.append(&topic, b"sid_a", b"a3").await.unwrap();
+        assert_eq!(next.offset, if next.partition == 0 { 3 } else { 2 });
+        drop(log);
+
+        // Moved once: the old keyspace is gone, and the records stay where they were moved.
+        let db = fjall::Database::builder(dir.path()).open().unwrap();
+        assert!(!db.keyspace_exists("log_records"));
+        drop(db);
+        let log = open(dir.path()).await;
+        let mut ends = log.end_offsets(&topic).await.unwrap();
+        ends[next.partition as usize] -= 1;
+        assert_eq!(ends, vec![3, 2]);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn records_topics_and_commits_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();

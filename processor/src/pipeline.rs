@@ -437,6 +437,7 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
     let mut groups: Vec<Vec<Polled<'a>>> = Vec::new();
     let mut index: std::collections::HashMap<schemas::SessionId, usize> =
         std::collections::HashMap::new();
+    let now = schemas::time::now();
     for record in records {
         match serde_json::from_slice::<BatchRecord>(&record.payload) {
             // Written by a newer ingest: its fields may mean what this build cannot tell, so
@@ -451,6 +452,7 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
                 ),
             }),
             Ok(batch) => {
+                crate::telemetry::polled(batch.received_at, now);
                 let at = *index.entry(batch.session_id).or_insert_with(|| {
                     groups.push(Vec::new());
                     groups.len() - 1

@@ -17,6 +17,7 @@ struct Metrics {
     lag: IntGaugeVec,
     fold_seconds: Histogram,
     decision_seconds: Histogram,
+    polled_seconds: Histogram,
     retries: IntCounterVec,
     cached_sessions: IntGauge,
     cache_bytes: IntGauge,
@@ -66,6 +67,18 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ]),
     )
     .expect("valid metric");
+    let polled_seconds = Histogram::with_opts(
+        HistogramOpts::new(
+            "vigil_processor_batch_to_poll_seconds",
+            "Time from ingest accepting a batch to the processor taking it from the log \
+             (the log's share of the batch-to-decision time)",
+        )
+        .buckets(vec![
+            0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3,
+            0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ]),
+    )
+    .expect("valid metric");
     let retries = IntCounterVec::new(
         Opts::new(
             "vigil_processor_retries_total",
@@ -92,6 +105,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(lag.clone()),
         Box::new(fold_seconds.clone()),
         Box::new(decision_seconds.clone()),
+        Box::new(polled_seconds.clone()),
         Box::new(retries.clone()),
     ] {
         if let Err(e) = prometheus::register(c) {
@@ -109,6 +123,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         lag,
         fold_seconds,
         decision_seconds,
+        polled_seconds,
         retries,
         cached_sessions,
         cache_bytes,
@@ -132,6 +147,12 @@ pub fn decided(received: &[schemas::time::Timestamp], now: schemas::time::Timest
         let took = (now - *at).to_std().unwrap_or_default();
         METRICS.decision_seconds.observe(took.as_secs_f64());
     }
+}
+
+/// A batch accepted at `received` was taken from the log at `now`.
+pub fn polled(received: schemas::time::Timestamp, now: schemas::time::Timestamp) {
+    let took = (now - received).to_std().unwrap_or_default();
+    METRICS.polled_seconds.observe(took.as_secs_f64());
 }
 
 /// A record was appended to the dead-letter topic and will not be processed again.

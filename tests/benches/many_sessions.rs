@@ -17,7 +17,8 @@
 //! Tuning: `VIGIL_BENCH_CONCURRENT_SESSIONS` (4096), `VIGIL_BENCH_CONCURRENT_SECONDS` (60),
 //! `VIGIL_BENCH_SOAK_SESSIONS` (100000), `VIGIL_BENCH_SOAK_SECONDS` (600),
 //! `VIGIL_BENCH_SOAK_ALIVE` (1024), `VIGIL_BENCH_SOAK_CACHE_MB` (64); `VIGIL_BENCH_SKIP_SOAK` or `VIGIL_BENCH_SKIP_CONCURRENT`
-//! (any value) skip a run. The soak needs the release `vigil` built (`scripts/bench.sh` does).
+//! (any value) skip a run; `VIGIL_BENCH_METRICS_OUT` (a path) keeps the server's `/metrics` after the
+//! concurrent run, to see where the time went. The soak needs the release `vigil` built (`scripts/bench.sh` does).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -338,7 +339,7 @@ fn run_concurrent(runtime: &tokio::runtime::Runtime) {
         print_latencies("bare axum handler, HTTP round trip (ceiling)", &ceiling);
         let sessions = open_sessions(&s.base, &pk, n).await;
         let metrics = format!("{}/metrics", s.base);
-        let vigil = concurrent(s.base.clone(), pk, sessions, seconds, Some(metrics), 50).await;
+        let vigil = concurrent(s.base.clone(), pk, sessions, seconds, Some(metrics.clone()), 50).await;
         print_latencies("vigil, embedded engines, HTTP round trip", &vigil);
         println!(
             "{:<48} {:>10} {:>9} {:>9} {:>8}",
@@ -348,6 +349,11 @@ fn run_concurrent(runtime: &tokio::runtime::Runtime) {
             ms(vigil.decision_p99_ms),
             vigil.decided
         );
+        // Every metric of the run, for looking into where the time went.
+        if let Ok(path) = std::env::var("VIGIL_BENCH_METRICS_OUT") {
+            let text = vigil_tests::http_client().get(&metrics).send().await.unwrap().text().await.unwrap();
+            std::fs::write(path, text).unwrap();
+        }
         println!(
             "processor: {:.0} session states cached, {:.1} MB (estimated)",
             s.metric("vigil_processor_cached_sessions").await,

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use fjall::PersistMode;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Shared, TopicState, corrupt, key, unavailable};
+use super::{Shared, TopicState, key};
 use crate::{BusError, Result, Topic};
 
 /// How many ops may wait for the writer before appends wait to enqueue (backpressure).
@@ -161,7 +161,7 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
     let mut batch = shared.db.batch().durability(Some(PersistMode::SyncData));
     // Next offsets as they will be once this batch is durable; merged into `next` only then.
     let mut staged = NextOffsets::new();
-    let mut created: Vec<(Topic, u32)> = Vec::new();
+    let mut created: Vec<(Topic, Arc<TopicState>)> = Vec::new();
     let mut touched: Vec<Arc<TopicState>> = Vec::new();
     let mut replies = Vec::new();
 
@@ -177,12 +177,21 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
                     let _ = done.send(Ok(existing.partitions));
                     continue;
                 }
-                if let Some((_, n)) = created.iter().find(|(t, _)| *t == topic) {
-                    replies.push(Reply::Created(done, *n));
+                if let Some((_, state)) = created.iter().find(|(t, _)| *t == topic) {
+                    replies.push(Reply::Created(done, state.partitions));
                     continue;
                 }
+                // Its partitions' keyspaces first: should the batch fail, they stay empty and
+                // are opened again by the next creation.
+                let state = match TopicState::open(&shared.db, &topic, partitions) {
+                    Ok(state) => state,
+                    Err(e) => {
+                        let _ = done.send(Err(e));
+                        continue;
+                    }
+                };
                 batch.insert(&shared.topics, key::topic(&topic), partitions.to_be_bytes());
-                created.push((topic, partitions));
+                created.push((topic, state));
                 replies.push(Reply::Created(done, partitions));
             }
             Op::Append {
@@ -195,7 +204,8 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
                 let slot = (topic, partition);
                 let offset = match staged.get(&slot).or_else(|| next.get(&slot)) {
                     Some(&n) => n,
-                    None => match recover_next(shared, &slot.0, partition) {
+                    // Recovered on first use from the last stored record.
+                    None => match state.end(partition) {
                         Ok(n) => n,
                         Err(e) => {
                             let _ = done.send(Err(e));
@@ -203,11 +213,14 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
                         }
                     },
                 };
-                batch.insert(
-                    &shared.records,
-                    key::record(&slot.0, partition, offset),
-                    value,
-                );
+                let records = match state.records(partition) {
+                    Ok(records) => records,
+                    Err(e) => {
+                        let _ = done.send(Err(e));
+                        continue;
+                    }
+                };
+                batch.insert(records, key::record(offset), value);
                 staged.insert(slot, offset + 1);
                 replies.push(Reply::Appended(done, offset));
                 if !touched.iter().any(|t| Arc::ptr_eq(t, &state)) {
@@ -248,10 +261,8 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
             .catalog
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        for (topic, partitions) in created {
-            catalog
-                .entry(topic)
-                .or_insert_with(|| TopicState::new(partitions));
+        for (topic, state) in created {
+            catalog.entry(topic).or_insert(state);
         }
     }
     for reply in replies {
@@ -259,21 +270,5 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
     }
     for state in touched {
         state.appended.send_modify(|n| *n = n.wrapping_add(1));
-    }
-}
-
-/// The offset after the last stored record of a partition (0 for an empty one).
-fn recover_next(shared: &Shared, topic: &Topic, partition: u32) -> Result<u64> {
-    match shared
-        .records
-        .prefix(key::partition(topic, partition))
-        .next_back()
-    {
-        None => Ok(0),
-        Some(guard) => {
-            let k = guard.key().map_err(unavailable)?;
-            let last = key::record_offset(&k).ok_or_else(|| corrupt("short record key"))?;
-            Ok(last + 1)
-        }
     }
 }
