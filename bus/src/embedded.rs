@@ -105,6 +105,32 @@ impl TopicState {
         }))
     }
 
+    /// Up to `max` records from `partitions` (each from its `next` offset), visiting the
+    /// partitions from index `start` on so that a busy partition cannot starve the others.
+    fn read(&self, partitions: &[(u32, u64)], start: usize, max: usize) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for i in 0..partitions.len() {
+            let (partition, next) = partitions[(start + i) % partitions.len()];
+            let records = self.records(partition)?;
+            for guard in records.range(key::record(next)..).take(max - out.len()) {
+                let (k, v) = guard.into_inner().map_err(unavailable)?;
+                let offset = key::offset(&k).ok_or_else(|| corrupt("short record key"))?;
+                let (rkey, payload) =
+                    key::split_record_value(&v).ok_or_else(|| corrupt("short record value"))?;
+                out.push(Record {
+                    partition,
+                    offset,
+                    key: Bytes::copy_from_slice(rkey),
+                    payload: Bytes::copy_from_slice(payload),
+                });
+            }
+            if out.len() == max {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     fn records(&self, partition: u32) -> Result<&Keyspace> {
         self.records
             .get(partition as usize)
@@ -286,11 +312,12 @@ impl EmbeddedLog {
         })
         .await?;
         Ok(EmbeddedConsumer {
-            shared: Arc::clone(&self.shared),
+            _shared: Arc::clone(&self.shared),
             writer: self.writer.weak_sender(),
             group: group.clone(),
             topic: topic.clone(),
             appended: state.appended.subscribe(),
+            state,
             partitions,
             next,
             start: 0,
@@ -327,39 +354,6 @@ impl Shared {
             .get(topic)
             .cloned()
             .ok_or_else(|| BusError::UnknownTopic(topic.to_string()))
-    }
-
-    /// Up to `max` records from `partitions` (each from its `next` offset), visiting the
-    /// partitions from index `start` on so that a busy partition cannot starve the others.
-    fn read(
-        &self,
-        topic: &Topic,
-        partitions: &[(u32, u64)],
-        start: usize,
-        max: usize,
-    ) -> Result<Vec<Record>> {
-        let state = self.topic(topic)?;
-        let mut out = Vec::new();
-        for i in 0..partitions.len() {
-            let (partition, next) = partitions[(start + i) % partitions.len()];
-            let records = state.records(partition)?;
-            for guard in records.range(key::record(next)..).take(max - out.len()) {
-                let (k, v) = guard.into_inner().map_err(unavailable)?;
-                let offset = key::offset(&k).ok_or_else(|| corrupt("short record key"))?;
-                let (rkey, payload) =
-                    key::split_record_value(&v).ok_or_else(|| corrupt("short record value"))?;
-                out.push(Record {
-                    partition,
-                    offset,
-                    key: Bytes::copy_from_slice(rkey),
-                    payload: Bytes::copy_from_slice(payload),
-                });
-            }
-            if out.len() == max {
-                break;
-            }
-        }
-        Ok(out)
     }
 }
 
@@ -517,12 +511,16 @@ impl LogBackend for EmbeddedLog {
 
 /// A consumer of the embedded log.
 struct EmbeddedConsumer {
-    shared: Arc<Shared>,
+    /// Held, not used: the database (and its directory) stays open while a consumer reads,
+    /// even after the log itself was dropped.
+    _shared: Arc<Shared>,
     /// Weak, so that live consumers do not keep the writer thread (and the directory) open
     /// after the log itself was dropped; their commits then fail as unavailable.
     writer: mpsc::WeakSender<Op>,
     group: Group,
     topic: Topic,
+    /// The topic's partitions, read without the catalog.
+    state: Arc<TopicState>,
     partitions: Vec<u32>,
     /// The next offset to read, per entry of `partitions`.
     next: Vec<u64>,
@@ -586,8 +584,7 @@ impl LogConsumer for EmbeddedConsumer {
             // Marked seen before reading: a batch that lands after the read then wakes the
             // wait below, and one that landed before it is in the read.
             self.appended.borrow_and_update();
-            let shared = Arc::clone(&self.shared);
-            let topic = self.topic.clone();
+            let state = Arc::clone(&self.state);
             let from: Vec<(u32, u64)> = self
                 .partitions
                 .iter()
@@ -595,7 +592,7 @@ impl LogConsumer for EmbeddedConsumer {
                 .zip(self.next.iter().copied())
                 .collect();
             let start = self.start;
-            let records = blocking(move || shared.read(&topic, &from, start, max)).await?;
+            let records = blocking(move || state.read(&from, start, max)).await?;
             if !records.is_empty() {
                 // Only now, after the last await: a poll cancelled earlier has consumed nothing.
                 for record in &records {

@@ -202,19 +202,16 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
                 done,
             } => {
                 let slot = (topic, partition);
-                let offset = match staged.get(&slot).or_else(|| next.get(&slot)) {
-                    Some(&n) => n,
-                    // Recovered on first use from the last stored record.
-                    None => match state.end(partition) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            let _ = done.send(Err(e));
-                            continue;
-                        }
-                    },
-                };
-                let records = match state.records(partition) {
-                    Ok(records) => records,
+                let placed = state.records(partition).and_then(|records| {
+                    let offset = match staged.get(&slot).or_else(|| next.get(&slot)) {
+                        Some(&n) => n,
+                        // Recovered on first use from the last stored record.
+                        None => state.end(partition)?,
+                    };
+                    Ok((records, offset))
+                });
+                let (records, offset) = match placed {
+                    Ok(placed) => placed,
                     Err(e) => {
                         let _ = done.send(Err(e));
                         continue;
