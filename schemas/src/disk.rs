@@ -18,6 +18,10 @@ pub const JOURNAL_BYTES: u64 = 128 * 1024 * 1024;
 /// The size at which one table's memtable is sealed and written out (fjall's default is
 /// 64 MiB), so a few busy tables cannot hold the whole journal's bound each.
 pub const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+/// The memtable size of the store's tables that every fold of a session rewrites (`sessions`,
+/// `session_decisions`): fewer, larger flushes, so their flushes do not queue up behind a
+/// compaction and halt writes.
+pub const HOT_MEMTABLE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Background threads of each embedded engine (fjall's default is one per core). With more
 /// than one, fjall's first worker hands compaction requests on to the others by sending them
