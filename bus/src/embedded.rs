@@ -240,11 +240,7 @@ impl EmbeddedLog {
         let db = Database::builder(dir)
             .max_journaling_size(schemas::disk::JOURNAL_BYTES)
             .worker_threads(schemas::disk::WORKER_THREADS)
-            // The journal is not compressed (fjall compresses values from 4 KiB by default):
-            // a session's row is larger than that, and compressing it in the writer's thread,
-            // with a zeroed table allocated for each value, took a sixth of the processor's
-            // thread in the many-sessions benchmark. The journal is dropped once flushed; the
-            // flushed tables are compressed as before.
+            // Uncompressed: see `schemas::disk::JOURNAL_BYTES`.
             .journal_compression(fjall::CompressionType::None)
             .open()
             .map_err(|e| match e {

@@ -285,19 +285,12 @@ impl EmbeddedStore {
         let db = Database::builder(dir)
             .max_journaling_size(schemas::disk::JOURNAL_BYTES)
             .worker_threads(schemas::disk::WORKER_THREADS)
-            // The journal is not compressed (fjall compresses values from 4 KiB by default):
-            // a session's row is larger than that, and compressing it in the writer's thread,
-            // with a zeroed table allocated for each value, took a sixth of the processor's
-            // thread in the many-sessions benchmark. The journal is dropped once flushed; the
-            // flushed tables are compressed as before.
+            // Uncompressed: see `schemas::disk::JOURNAL_BYTES`.
             .journal_compression(fjall::CompressionType::None)
             .open()
             .map_err(unavailable)?;
         let keyspace = |name: &str| {
-            // The two tables every fold rewrites get larger memtables: with 16 MiB each sealed
-            // every fraction of a second at 4,096 sessions, and while the one background worker
-            // compacted, four sealed ones queued and fjall halted the processor's writes for
-            // seconds. The journal's bound still bounds what all memtables hold.
+            // The tables every fold rewrites: see `schemas::disk::HOT_MEMTABLE_BYTES`.
             let memtable = if name == SESSIONS || name == SESSION_DECISIONS {
                 schemas::disk::HOT_MEMTABLE_BYTES
             } else {
