@@ -79,8 +79,6 @@ struct InFlight {
     positions: Vec<bus::Position>,
     /// The sessions it writes, with the `updated_at` each is written with.
     saved: Vec<(schemas::SessionId, schemas::time::Timestamp)>,
-    /// When ingest accepted each batch it decides, for the batch-to-decision latency.
-    received: Vec<schemas::time::Timestamp>,
 }
 
 /// What the processor keeps of a session between batches (`SessionRecord::state`).
@@ -356,10 +354,17 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
             }
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
             in_flight = Some(InFlight {
-                task: tokio::spawn(async move { store(&pipeline, saves, &shutdown).await }),
+                task: tokio::spawn(async move {
+                    let stored = store(&pipeline, saves, &shutdown).await;
+                    // Observed as the write returns, not when the loop lands it after folding
+                    // the next poll: the decisions are stored (and readable) from here.
+                    if stored {
+                        crate::telemetry::decided(&received, schemas::time::now());
+                    }
+                    stored
+                }),
                 positions: positions.collect(),
                 saved,
-                received,
             });
         }
         // Positions are committed at most every COMMIT_INTERVAL, not after every poll: the
@@ -416,7 +421,6 @@ async fn land(
 ) -> bool {
     match previous.task.await {
         Ok(true) => {
-            crate::telemetry::decided(&previous.received, schemas::time::now());
             memory.confirm(&previous.saved);
             uncommitted.extend(previous.positions);
             true
