@@ -3037,7 +3037,13 @@ pub async fn session_round_trip(store: Store) {
         None,
         "a missing session"
     );
-    assert!(store.list_decisions(missing, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_decisions(org, Environment::Live, missing, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         store
             .list_sessions(OrgId::generate(), Environment::Live, None, 10)
@@ -3206,7 +3212,11 @@ pub async fn session_decisions_are_kept_newest_first_and_only_when_given(store: 
 
     store.save_session(&session, None, &[]).await.unwrap();
     assert!(
-        store.list_decisions(sid, 10).await.unwrap().is_empty(),
+        store
+            .list_decisions(org, env, sid, 10)
+            .await
+            .unwrap()
+            .is_empty(),
         "a save without a decision records none"
     );
     // Written out of order (d[3] before d[1]): the history's order comes from the ids.
@@ -3238,7 +3248,7 @@ pub async fn session_decisions_are_kept_newest_first_and_only_when_given(store: 
         .await
         .unwrap();
 
-    let history = store.list_decisions(sid, 10).await.unwrap();
+    let history = store.list_decisions(org, env, sid, 10).await.unwrap();
     assert_eq!(
         decision_ids(&history),
         vec![d[3], d[2], d[1], d[0]],
@@ -3248,20 +3258,30 @@ pub async fn session_decisions_are_kept_newest_first_and_only_when_given(store: 
     expected.sort_by_key(|x| std::cmp::Reverse(x.id));
     assert_eq!(history, expected, "decisions are stored whole");
     assert_eq!(
-        decision_ids(&store.list_decisions(sid, 2).await.unwrap()),
+        decision_ids(&store.list_decisions(org, env, sid, 2).await.unwrap()),
         vec![d[3], d[2]],
         "limit"
     );
     assert!(
-        store.list_decisions(sid, 0).await.unwrap().is_empty(),
+        store
+            .list_decisions(org, env, sid, 0)
+            .await
+            .unwrap()
+            .is_empty(),
         "limit 0"
     );
     assert_eq!(
-        store.list_decisions(neighbour, 10).await.unwrap(),
+        store.list_decisions(org, env, neighbour, 10).await.unwrap(),
         vec![other],
         "histories are per session"
     );
-    assert!(store.list_decisions(last, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_decisions(org, env, last, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         store.get_session(org, env, sid).await.unwrap(),
         Some(session),
@@ -3302,7 +3322,7 @@ pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Sto
                 // a decision landed before its session row; older than the second read means a
                 // session row landed before its decision.
                 let before = seq(store.get_session(org, env, sid).await.unwrap());
-                let newest = store.list_decisions(sid, 1).await.unwrap();
+                let newest = store.list_decisions(org, env, sid, 1).await.unwrap();
                 let after = seq(store.get_session(org, env, sid).await.unwrap());
                 let newest = newest[0].decision.to_value()["n"].as_u64().unwrap();
                 assert!(
@@ -3333,7 +3353,7 @@ pub async fn concurrent_reads_see_a_session_and_its_decision_together(store: Sto
     let reads: u64 = readers.join_all().await.into_iter().sum();
     assert!(reads >= READERS as u64);
     assert_eq!(
-        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        decision_ids(&store.list_decisions(org, env, sid, 100).await.unwrap()),
         d.iter().rev().copied().collect::<Vec<_>>(),
         "every save's decision is kept"
     );
@@ -3581,7 +3601,7 @@ pub async fn sessions_saved_together_land_together(store: Store) {
             Some(&save.session)
         );
         assert_eq!(
-            store.list_decisions(id, 10).await.unwrap(),
+            store.list_decisions(org, env, id, 10).await.unwrap(),
             vec![save.decision.clone().unwrap()]
         );
         assert_eq!(
@@ -4087,7 +4107,7 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
         last = Some(decision);
     }
     assert_eq!(
-        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        decision_ids(&store.list_decisions(org, env, sid, 100).await.unwrap()),
         vec![d[6], d[4], d[3], d[0]],
         "turning points plus the latest, newest first"
     );
@@ -4097,7 +4117,7 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
         .await
         .unwrap();
     assert_eq!(
-        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        decision_ids(&store.list_decisions(org, env, sid, 100).await.unwrap()),
         vec![d[6], d[4], d[3], d[0]],
         "a redelivery keeps the history"
     );
@@ -4108,7 +4128,7 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
         .await
         .unwrap();
     assert_eq!(
-        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        decision_ids(&store.list_decisions(org, env, sid, 100).await.unwrap()),
         vec![d[6], d[5], d[4], d[3], d[0]],
         "a late decision keeps the history"
     );
@@ -4119,7 +4139,7 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
         .await
         .unwrap();
     assert_eq!(
-        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        decision_ids(&store.list_decisions(org, env, sid, 100).await.unwrap()),
         vec![d[7], d[5], d[4], d[3], d[0]]
     );
     // And the next after it, the same again.
@@ -4129,7 +4149,7 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
         .await
         .unwrap();
     assert_eq!(
-        decision_ids(&store.list_decisions(sid, 100).await.unwrap()),
+        decision_ids(&store.list_decisions(org, env, sid, 100).await.unwrap()),
         vec![d[8], d[5], d[4], d[3], d[0]]
     );
 }
@@ -4396,7 +4416,7 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
         assert_eq!(store.get_session(org, env, session.id).await.unwrap(), None);
         assert!(
             store
-                .list_decisions(session.id, 10)
+                .list_decisions(org, env, session.id, 10)
                 .await
                 .unwrap()
                 .is_empty(),

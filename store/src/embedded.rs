@@ -631,10 +631,12 @@ impl StoreBackend for EmbeddedStore {
 
     async fn list_decisions(
         &self,
+        org: OrgId,
+        env: Environment,
         session: SessionId,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>> {
-        self.list_decisions(session, limit).await
+        self.list_decisions(org, env, session, limit).await
     }
 
     async fn list_idle_sessions(

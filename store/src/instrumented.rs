@@ -145,7 +145,7 @@ instrumented! {
     fn get_session(&self, org: OrgId, env: Environment, id: SessionId) -> Result<Option<SessionRecord>>;
     fn list_sessions(&self, org: OrgId, env: Environment, after: Option<SessionId>, limit: usize) -> Result<Vec<SessionRecord>>;
     fn list_sessions_by_verdict(&self, org: OrgId, env: Environment, verdict: &str, after: Option<SessionId>, limit: usize) -> Result<Vec<SessionRecord>>;
-    fn list_decisions(&self, session: SessionId, limit: usize) -> Result<Vec<DecisionRecord>>;
+    fn list_decisions(&self, org: OrgId, env: Environment, session: SessionId, limit: usize) -> Result<Vec<DecisionRecord>>;
     fn list_idle_sessions(&self, before: Timestamp, limit: usize) -> Result<Vec<IdleSession>>;
     fn get_event(&self, org: OrgId, env: Environment, id: EventId) -> Result<Option<EventRecord>>;
     fn record_events(&self, events: &[EventRecord]) -> Result<()>;

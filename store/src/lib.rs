@@ -255,9 +255,12 @@ pub trait StoreBackend: Send + Sync + 'static {
         after: Option<schemas::SessionId>,
         limit: usize,
     ) -> Result<Vec<SessionRecord>>;
-    /// A session's kept decisions (see `save_session`), newest first.
+    /// A session's kept decisions (see `save_session`), newest first; none for a session that
+    /// is not this organization's and environment's.
     async fn list_decisions(
         &self,
+        org: OrgId,
+        env: Environment,
         session: schemas::SessionId,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>>;

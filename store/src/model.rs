@@ -233,7 +233,8 @@ impl SessionRecord {
 
 /// `session_decisions`, partition key `session_id`, clustering key `id DESC`: the decisions a
 /// session had where its phase or verdict changed, plus its latest, newest first (D23;
-/// `save_session` prunes the rest in the same write).
+/// `save_session` prunes the rest in the same write). The embedded store keeps the latest in
+/// the session's row instead (see `store/src/embedded/sessions.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     pub session_id: schemas::SessionId,

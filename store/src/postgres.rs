@@ -405,10 +405,12 @@ impl StoreBackend for PostgresStore {
     }
     async fn list_decisions(
         &self,
+        org: OrgId,
+        env: Environment,
         session: SessionId,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>> {
-        sessions::list_decisions(self, session, limit).await
+        sessions::list_decisions(self, org, env, session, limit).await
     }
     async fn list_idle_sessions(
         &self,

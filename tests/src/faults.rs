@@ -391,11 +391,13 @@ impl StoreBackend for FlakyStore {
 
     async fn list_decisions(
         &self,
+        org: OrgId,
+        env: Environment,
         session: schemas::SessionId,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>> {
         self.fault("list_decisions")?;
-        self.inner.list_decisions(session, limit).await
+        self.inner.list_decisions(org, env, session, limit).await
     }
 
     async fn list_idle_sessions(

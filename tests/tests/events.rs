@@ -121,7 +121,12 @@ async fn linking_and_the_final_result_are_recorded_once_and_published() {
     // fold stores a decision, so the event names one of the session's final decisions.
     let history = s
         .store()
-        .list_decisions(sid.parse().unwrap(), 10)
+        .list_decisions(
+            s.creds.org_id().parse().unwrap(),
+            Environment::Test,
+            sid.parse().unwrap(),
+            10,
+        )
         .await
         .unwrap();
     let named = history

@@ -512,7 +512,7 @@ async fn footprint_of_a_session_and_a_visitor_on_disk() {
     let env = schemas::credential::Environment::Test;
     let sid: schemas::SessionId = scored.sid.parse().unwrap();
     let session = s.store().get_session(org, env, sid).await.unwrap().unwrap();
-    let decisions = s.store().list_decisions(sid, 100).await.unwrap();
+    let decisions = s.store().list_decisions(org, env, sid, 100).await.unwrap();
     let events: Vec<_> = s
         .store()
         .list_events(org, env, None, 100)

@@ -363,7 +363,7 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
     .await;
     for sid in &ids {
         let decisions = store
-            .list_decisions(sid.parse().unwrap(), 100)
+            .list_decisions(org, Environment::Test, sid.parse().unwrap(), 100)
             .await
             .unwrap();
         let finals = decisions

@@ -183,7 +183,13 @@ async fn rows_past_the_retention_are_purged_and_read_404() {
             .unwrap(),
         None
     );
-    assert!(store.list_decisions(old.id, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_decisions(org, Environment::Test, old.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         s.metric("vigil_retention_steps_total{outcome=\"done\"}")
             .await

@@ -1,12 +1,20 @@
 //! Scored sessions and their decision history (`003_sessions.cql`), with the indexes a save
 //! moves: `sessions_idle` (`006_sessions_idle.cql`) and `sessions_by_verdict`
 //! (`008_read_indexes.cql`); and the marks by which the writer skips re-reading what it saved.
+//!
+//! A session's newest decision lives in its `sessions` row (`newest_decision`), not in
+//! `session_decisions`, which holds only the turning points before it: a decision becomes a
+//! row when a newer one supersedes it and it was a turning point. Every fold of a session
+//! decides again, and writing each decision as a row of its own (and a tombstone for the one
+//! it replaced) was a fifth of the bytes a fold wrote. Stores written before keep their newest
+//! decision as a row, which the next save prunes or keeps as before.
 
 use std::ops::Bound;
 
 use fjall::{OwnedWriteBatch, Readable};
 use schemas::credential::Environment;
-use schemas::ids::{OrgId, SessionId};
+use schemas::ids::{DecisionId, OrgId, SessionId};
+use schemas::raw::RawJson;
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -25,8 +33,79 @@ pub(super) const SESSION_MARKS: usize = 65_536;
 
 pub(super) type SessionMarks = quick_cache::unsync::Cache<SessionId, SessionMark>;
 
-/// A session's newest `session_decisions` row: its key and its turn.
-type NewestDecision = ([u8; 32], DecisionTurn);
+/// A session's newest decision as the writer's mark keeps it: its id, its turn, and where it
+/// is stored.
+#[derive(Clone)]
+pub(super) struct Newest {
+    id: DecisionId,
+    turn: DecisionTurn,
+    /// A `session_decisions` row, as stores written before the newest moved into the session
+    /// row keep it; otherwise the session row's `newest_decision`.
+    in_row: bool,
+}
+
+/// The `newest_decision` member of a `sessions` row: what makes the session's newest decision a
+/// [`DecisionRecord`] again beside the row's `latest_decision`.
+#[derive(Clone, Serialize, Deserialize)]
+struct NewestDecision {
+    id: DecisionId,
+    evaluated_at: Timestamp,
+    /// Its document when it is not the row's `latest_decision` (a save without a decision, or
+    /// with a late one); absent when it is, as with every save the processor makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decision: Option<RawJson>,
+}
+
+/// A `sessions` row as written: the session and, beside its members, its newest decision.
+#[derive(Serialize)]
+struct SessionRow<'a> {
+    #[serde(flatten)]
+    session: &'a SessionRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    newest_decision: Option<NewestDecision>,
+}
+
+/// The members of a stored `sessions` row that give its newest decision back.
+#[derive(Deserialize)]
+struct StoredNewest {
+    #[serde(default)]
+    latest_decision: Option<RawJson>,
+    #[serde(default)]
+    newest_decision: Option<NewestDecision>,
+}
+
+impl StoredNewest {
+    /// The newest decision of `session` kept in its row, if the row keeps one.
+    fn record(self, session: SessionId) -> Result<Option<DecisionRecord>> {
+        let Some(newest) = self.newest_decision else {
+            return Ok(None);
+        };
+        let decision =
+            newest
+                .decision
+                .or(self.latest_decision)
+                .ok_or_else(|| StoreError::Corrupt {
+                    table: SESSIONS,
+                    detail: "a newest decision without its document".into(),
+                })?;
+        Ok(Some(DecisionRecord {
+            session_id: session,
+            id: newest.id,
+            evaluated_at: newest.evaluated_at,
+            decision,
+        }))
+    }
+}
+
+/// The `newest_decision` of a row whose session is `session`, for the decision `d`.
+fn newest_of(d: &DecisionRecord, session: &SessionRecord) -> NewestDecision {
+    NewestDecision {
+        id: d.id,
+        evaluated_at: d.evaluated_at,
+        decision: (session.latest_decision.as_ref() != Some(&d.decision))
+            .then(|| d.decision.clone()),
+    }
+}
 
 /// What replacing a session's rows must know of the rows stored before: where its index rows
 /// are and which of its decisions the new one may prune. Read from the store the first time,
@@ -40,8 +119,8 @@ pub(super) struct SessionMark {
     updated_at: Timestamp,
     finalized: bool,
     verdict: Option<String>,
-    /// The newest `session_decisions` row, and the turn of the one before.
-    newest: Option<NewestDecision>,
+    /// The newest decision, and the turn of the newest `session_decisions` row before it.
+    newest: Option<Newest>,
     before: Option<DecisionTurn>,
 }
 
@@ -55,6 +134,16 @@ pub(super) struct SessionPlace {
     finalized: bool,
     #[serde(default)]
     latest_decision: Option<DecisionTurn>,
+    #[serde(default)]
+    newest_decision: Option<NewestPlace>,
+}
+
+/// The members of a row's `newest_decision` that place it in the history.
+#[derive(Deserialize)]
+pub(super) struct NewestPlace {
+    id: DecisionId,
+    #[serde(default)]
+    decision: Option<DecisionTurn>,
 }
 
 impl SessionPlace {
@@ -80,10 +169,10 @@ impl Inner {
     /// Adds one session's save to `batch` (see `save_sessions`). Callers hold the writer mutex,
     /// so the stored row read here (which says where its idle-index row is) is current.
     ///
-    /// With a decision newer than the stored latest, it also prunes the session's decision
-    /// history as appending it calls for (D23): the stored latest goes unless it is a turning
-    /// point, that is unless its phase or verdict differs from the decision kept before it (or
-    /// none was).
+    /// With a decision newer than the stored newest, it also prunes the session's decision
+    /// history as appending it calls for (D23): the newest so far becomes a `session_decisions`
+    /// row only if it is a turning point, that is if its phase or verdict differs from the
+    /// decision kept before it (or none was), and the new decision takes its place in the row.
     ///
     /// Returns the session's mark as the batch leaves it, for the caller to keep once the batch
     /// is committed; `None` when it is not known (a late decision landed below the newest).
@@ -98,19 +187,7 @@ impl Inner {
         let k = key::session(org, env, id);
         let stored = match marks.get(&id) {
             Some(mark) => Some(mark.clone()),
-            None => match decode_row::<SessionPlace>(SESSIONS, self.sessions.get(k))? {
-                Some(place) => {
-                    let (newest, before) = self.newest_decisions(id)?;
-                    Some(SessionMark {
-                        updated_at: place.updated_at,
-                        finalized: place.finalized,
-                        verdict: place.verdict().map(str::to_owned),
-                        newest,
-                        before,
-                    })
-                }
-                None => None,
-            },
+            None => self.stored_mark(&k, id)?,
         };
         if let Some(stored) = &stored {
             if !stored.finalized {
@@ -152,35 +229,71 @@ impl Inner {
                 encode(SESSIONS_IDLE, &row)?,
             );
         }
-        batch.insert(&self.sessions, k, encode(SESSIONS, session)?);
         let (mut newest, mut before) = match stored {
             Some(s) => (s.newest, s.before),
             None => (None, None),
         };
         let mut known = true;
-        if let Some(d) = &save.decision {
-            let dk = key::decision(d.session_id, d.id);
-            let turn = DecisionTurn::of(&d.decision);
-            // Only a newer decision replaces the newest; a redelivered or late one prunes
-            // nothing, and lands somewhere below (the mark is then read again next time).
-            let is_newer = newest.as_ref().is_none_or(|(latest_key, _)| {
-                key::trailing_id(latest_key).is_some_and(|latest| d.id.ulid().0 > latest)
-            });
-            batch.insert(&self.session_decisions, dk, encode(SESSION_DECISIONS, d)?);
-            if is_newer {
-                // The newest row is kept only if it was a turning point: unlike the one before.
-                match (newest.take(), &before) {
-                    (Some((latest_key, latest)), Some(prior)) if latest == *prior => {
-                        batch.remove(&self.session_decisions, latest_key);
+        let kept = match &save.decision {
+            // Newer than the newest (or the newest again, redelivered): it becomes the newest.
+            Some(d) if newest.as_ref().is_none_or(|n| d.id >= n.id) => {
+                match newest.take() {
+                    Some(prior) if prior.id != d.id => {
+                        let turning = before.as_ref() != Some(&prior.turn);
+                        match (prior.in_row, turning) {
+                            (true, false) => {
+                                batch.remove(&self.session_decisions, key::decision(id, prior.id));
+                            }
+                            (false, true) => {
+                                let record = self.stored_newest(&k, id)?.ok_or_else(|| {
+                                    StoreError::Corrupt {
+                                        table: SESSIONS,
+                                        detail: "a session whose newest decision is gone".into(),
+                                    }
+                                })?;
+                                batch.insert(
+                                    &self.session_decisions,
+                                    key::decision(id, record.id),
+                                    encode(SESSION_DECISIONS, &record)?,
+                                );
+                            }
+                            (true, true) | (false, false) => {}
+                        }
+                        if turning {
+                            before = Some(prior.turn);
+                        }
                     }
-                    (Some((_, latest)), _) => before = Some(latest),
-                    (None, _) => {}
+                    // The newest redelivered: one copy, in the session row.
+                    Some(prior) if prior.in_row => {
+                        batch.remove(&self.session_decisions, key::decision(id, prior.id));
+                    }
+                    Some(_) | None => {}
                 }
-                newest = Some((dk, turn));
-            } else {
-                known = false;
+                newest = Some(Newest {
+                    id: d.id,
+                    turn: DecisionTurn::of(&d.decision),
+                    in_row: false,
+                });
+                Some(newest_of(d, session))
             }
-        }
+            // A late decision lands below the newest, which stays; what was kept before it may
+            // have changed, so the mark is read again next time.
+            Some(d) => {
+                batch.insert(
+                    &self.session_decisions,
+                    key::decision(id, d.id),
+                    encode(SESSION_DECISIONS, d)?,
+                );
+                known = false;
+                self.carried_newest(&k, id, newest.as_ref(), session)?
+            }
+            None => self.carried_newest(&k, id, newest.as_ref(), session)?,
+        };
+        let row = SessionRow {
+            session,
+            newest_decision: kept,
+        };
+        batch.insert(&self.sessions, k, encode(SESSIONS, &row)?);
         self.add_events(batch, &save.events)?;
         Ok(known.then_some(SessionMark {
             updated_at: session.updated_at,
@@ -191,31 +304,84 @@ impl Inner {
         }))
     }
 
-    /// The session's two newest decision rows as [`SessionMark`] holds them, read from the store.
-    fn newest_decisions(
+    /// The mark of the session stored at `k`, read from its row and its decisions.
+    fn stored_mark(&self, k: &[u8], id: SessionId) -> Result<Option<SessionMark>> {
+        let Some(place) = decode_row::<SessionPlace>(SESSIONS, self.sessions.get(k))? else {
+            return Ok(None);
+        };
+        let rows = self.newest_decision_rows(id)?;
+        let (newest, before) = match &place.newest_decision {
+            Some(n) => (
+                Some(Newest {
+                    id: n.id,
+                    turn: n
+                        .decision
+                        .clone()
+                        .or_else(|| place.latest_decision.clone())
+                        .unwrap_or_default(),
+                    in_row: false,
+                }),
+                rows.first().map(|(_, turn)| turn.clone()),
+            ),
+            None => (
+                rows.first().map(|(id, turn)| Newest {
+                    id: *id,
+                    turn: turn.clone(),
+                    in_row: true,
+                }),
+                rows.get(1).map(|(_, turn)| turn.clone()),
+            ),
+        };
+        Ok(Some(SessionMark {
+            updated_at: place.updated_at,
+            finalized: place.finalized,
+            verdict: place.verdict().map(str::to_owned),
+            newest,
+            before,
+        }))
+    }
+
+    /// The newest decision kept in the row at `k`, read back whole.
+    fn stored_newest(&self, k: &[u8], id: SessionId) -> Result<Option<DecisionRecord>> {
+        match decode_row::<StoredNewest>(SESSIONS, self.sessions.get(k))? {
+            Some(stored) => stored.record(id),
+            None => Ok(None),
+        }
+    }
+
+    /// What a save that does not replace the newest decision writes of it: the stored row's, so
+    /// it stays (with its document whenever the session saved now has another as its latest).
+    fn carried_newest(
         &self,
-        session: SessionId,
-    ) -> Result<(Option<NewestDecision>, Option<DecisionTurn>)> {
+        k: &[u8],
+        id: SessionId,
+        newest: Option<&Newest>,
+        session: &SessionRecord,
+    ) -> Result<Option<NewestDecision>> {
+        if newest.is_none_or(|n| n.in_row) {
+            return Ok(None);
+        }
+        Ok(self
+            .stored_newest(k, id)?
+            .map(|record| newest_of(&record, session)))
+    }
+
+    /// The ids and turns of the session's two newest `session_decisions` rows, newest first.
+    fn newest_decision_rows(&self, session: SessionId) -> Result<Vec<(DecisionId, DecisionTurn)>> {
         let partition = key::decision_partition(session);
-        let mut newest = None;
-        let mut before = None;
+        let mut rows = Vec::with_capacity(2);
         for guard in self.session_decisions.prefix(partition).take(2) {
             let (k, v) = guard.into_inner().map_err(unavailable)?;
             let turn = decode::<DecisionPlace>(SESSION_DECISIONS, &v)?
                 .decision
                 .unwrap_or_default();
-            match newest {
-                None => {
-                    let k: [u8; 32] = k.as_ref().try_into().map_err(|_| StoreError::Corrupt {
-                        table: SESSION_DECISIONS,
-                        detail: "a decision key of the wrong length".into(),
-                    })?;
-                    newest = Some((k, turn));
-                }
-                Some(_) => before = Some(turn),
-            }
+            let id = key::trailing_id(&k).ok_or_else(|| StoreError::Corrupt {
+                table: SESSION_DECISIONS,
+                detail: "a decision key of the wrong length".into(),
+            })?;
+            rows.push((DecisionId::from_ulid(ulid::Ulid(id)), turn));
         }
-        Ok((newest, before))
+        Ok(rows)
     }
 
     /// Drops the session at `k` if it was not updated since `keep_since`, with its decisions
@@ -352,23 +518,42 @@ impl EmbeddedStore {
         )
     }
 
+    /// The session's newest decision (from its row) and the turning points before it, newest
+    /// first, from one snapshot. Nothing for a session that is not this organization's and
+    /// environment's.
     pub(super) async fn list_decisions(
         &self,
+        org: OrgId,
+        env: Environment,
         session: SessionId,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        let snapshot = self.inner.db.snapshot();
+        let Some(stored) = decode_row::<StoredNewest>(
+            SESSIONS,
+            snapshot.get(&self.inner.sessions, key::session(org, env, session)),
+        )?
+        else {
+            return Ok(Vec::new());
+        };
         let partition = key::decision_partition(session);
-        scan(
+        let mut decisions: Vec<DecisionRecord> = stored.record(session)?.into_iter().collect();
+        let rows: Vec<DecisionRecord> = scan(
             SESSION_DECISIONS,
-            &self.inner.db.snapshot(),
+            &snapshot,
             &self.inner.session_decisions,
             Bound::Included(partition.to_vec()),
             prefix_end(&partition),
             limit,
-        )
+        )?;
+        // Rows are older than the row's newest; one left from before it moved there is skipped.
+        let newest = decisions.first().map(|d| d.id);
+        decisions.extend(rows.into_iter().filter(|r| Some(r.id) != newest));
+        decisions.truncate(limit);
+        Ok(decisions)
     }
 
     pub(super) async fn list_idle_sessions(
@@ -404,5 +589,163 @@ impl EmbeddedStore {
             }
         }
         Ok(idle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schemas::time;
+
+    use super::*;
+    use crate::StoreBackend;
+
+    fn decision(session: SessionId, id: DecisionId, phase: &str) -> DecisionRecord {
+        DecisionRecord {
+            session_id: session,
+            id,
+            evaluated_at: time::now(),
+            decision: RawJson::encode(&serde_json::json!({ "phase": phase, "verdict": "human" }))
+                .unwrap(),
+        }
+    }
+
+    fn session(latest: Option<&DecisionRecord>) -> SessionRecord {
+        let now = time::now();
+        SessionRecord {
+            id: SessionId::generate(),
+            organization_id: OrgId::generate(),
+            environment: Environment::Live,
+            visitor_id: None,
+            opened_at: now,
+            updated_at: now,
+            page_url: "https://shop.example/".into(),
+            ip: "203.0.113.7".into(),
+            user_agent: "Mozilla/5.0".into(),
+            processed_through: 1,
+            processed_seqs: Vec::new(),
+            state: RawJson::null(),
+            latest_decision: latest.map(|d| d.decision.clone()),
+            finalized: false,
+        }
+    }
+
+    fn ids(n: usize) -> Vec<DecisionId> {
+        let mut ids: Vec<DecisionId> = (0..n).map(|_| DecisionId::generate()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// The ids of the session's `session_decisions` rows, newest first.
+    fn decision_rows(store: &EmbeddedStore, id: SessionId) -> Vec<DecisionId> {
+        store
+            .inner
+            .session_decisions
+            .prefix(key::decision_partition(id))
+            .map(|guard| {
+                let k = guard.key().unwrap();
+                DecisionId::from_ulid(ulid::Ulid(key::trailing_id(&k).unwrap()))
+            })
+            .collect()
+    }
+
+    async fn save(store: &EmbeddedStore, session: &SessionRecord, d: Option<&DecisionRecord>) {
+        StoreBackend::save_session(store, session, d, &[])
+            .await
+            .unwrap();
+    }
+
+    /// Folds that decide the same again write no decision row: the newest stays in the session
+    /// row, and only a turning point it supersedes becomes a row.
+    #[tokio::test]
+    async fn the_newest_decision_is_kept_in_the_session_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let d = ids(4);
+        let mut s = session(None);
+        let (org, env, sid) = (s.organization_id, s.environment, s.id);
+        let phases = ["snapshot", "snapshot", "snapshot", "interactive"];
+        for (n, phase) in phases.iter().enumerate() {
+            let made = decision(sid, d[n], phase);
+            s.latest_decision = Some(made.decision.clone());
+            save(&store, &s, Some(&made)).await;
+            // The first decision became a row when the second superseded it (it is the first,
+            // so a turning point); the same turn after it never did.
+            let rows = decision_rows(&store, sid);
+            assert_eq!(rows, if n == 0 { vec![] } else { vec![d[0]] }, "after {n}");
+        }
+        let history = store.list_decisions(org, env, sid, 10).await.unwrap();
+        assert_eq!(
+            history.iter().map(|h| h.id).collect::<Vec<_>>(),
+            vec![d[3], d[0]]
+        );
+        assert_eq!(history[0].decision, *s.latest_decision.as_ref().unwrap());
+        // A fold that turns again: the last newest ("interactive" after "snapshot") is kept.
+        let next = decision(sid, DecisionId::generate(), "interactive");
+        s.latest_decision = Some(next.decision.clone());
+        save(&store, &s, Some(&next)).await;
+        assert_eq!(decision_rows(&store, sid), vec![d[3], d[0]]);
+        assert!(
+            store
+                .list_decisions(OrgId::generate(), env, sid, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "another organization's session has no history here"
+        );
+    }
+
+    /// A store written before the newest moved into the session row has it as a row: the next
+    /// save prunes it (not a turning point) or keeps it, as then.
+    #[tokio::test]
+    async fn a_history_written_before_the_newest_moved_into_the_row_is_continued() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let d = ids(3);
+        let s = session(None);
+        let (org, env, sid) = (s.organization_id, s.environment, s.id);
+        let first = decision(sid, d[0], "snapshot");
+        let same = decision(sid, d[1], "snapshot");
+        // As the store wrote it before: the session row without `newest_decision`, and both
+        // decisions (the first, a turning point, and the latest) as rows.
+        let before = SessionRecord {
+            latest_decision: Some(same.decision.clone()),
+            ..s.clone()
+        };
+        let inner = &store.inner;
+        inner
+            .sessions
+            .insert(
+                key::session(org, env, sid),
+                encode(SESSIONS, &before).unwrap(),
+            )
+            .unwrap();
+        for old in [&first, &same] {
+            inner
+                .session_decisions
+                .insert(
+                    key::decision(sid, old.id),
+                    encode(SESSION_DECISIONS, old).unwrap(),
+                )
+                .unwrap();
+        }
+        assert_eq!(
+            store.list_decisions(org, env, sid, 10).await.unwrap(),
+            vec![same.clone(), first.clone()],
+            "read as it was written"
+        );
+        // A save without a decision changes nothing of the history.
+        save(&store, &before, None).await;
+        assert_eq!(decision_rows(&store, sid), vec![d[1], d[0]]);
+        let next = decision(sid, d[2], "snapshot");
+        let after = SessionRecord {
+            latest_decision: Some(next.decision.clone()),
+            ..s
+        };
+        save(&store, &after, Some(&next)).await;
+        assert_eq!(decision_rows(&store, sid), vec![d[0]], "the old latest pruned");
+        assert_eq!(
+            store.list_decisions(org, env, sid, 10).await.unwrap(),
+            vec![next, first]
+        );
     }
 }

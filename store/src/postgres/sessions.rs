@@ -202,13 +202,23 @@ pub async fn list_sessions_by_verdict(
 
 pub async fn list_decisions(
     store: &PostgresStore,
+    org: OrgId,
+    env: Environment,
     session: SessionId,
     count: usize,
 ) -> Result<Vec<DecisionRecord>> {
     let found = rows(
         &store.client().await?,
-        "SELECT body FROM session_decisions WHERE session_id = $1 ORDER BY id DESC LIMIT $2",
-        &[&ulid_bytes(session.ulid()), &limit(count)],
+        "SELECT body FROM session_decisions WHERE session_id = $1
+           AND EXISTS (SELECT 1 FROM sessions
+                       WHERE organization_id = $3 AND environment = $4 AND id = $1)
+         ORDER BY id DESC LIMIT $2",
+        &[
+            &ulid_bytes(session.ulid()),
+            &limit(count),
+            &ulid_bytes(org.ulid()),
+            &env_code(env),
+        ],
     )
     .await?;
     decode_all(SESSION_DECISIONS, &found)
