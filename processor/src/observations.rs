@@ -592,11 +592,13 @@ fn packed_events<E: serde::ser::Error>(
     raw(&Packed(events))
 }
 
-/// The same members as a derived implementation, with the probes and events written from
-/// [`Encoded`] when it has them.
-impl Serialize for SessionObservations {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
+impl SessionObservations {
+    /// The probes and events as JSON, from [`Encoded`] when it has them (and kept there when
+    /// they stopped changing), handed to `write`.
+    fn with_encoded<R, E: serde::ser::Error>(
+        &self,
+        write: impl FnOnce(&serde_json::value::RawValue, &serde_json::value::RawValue) -> Result<R, E>,
+    ) -> Result<R, E> {
         let probes = match self.encoded.probes.get() {
             Some(json) => json,
             None => {
@@ -604,9 +606,13 @@ impl Serialize for SessionObservations {
                 self.encoded.probes.get_or_init(|| json)
             }
         };
+        let fresh;
         let events = match self.encoded.events.get() {
             Some((count, json)) if *count == self.events.len() => json.as_ref(),
-            Some(_) => &*packed_events(&self.events)?,
+            Some(_) => {
+                fresh = packed_events(&self.events)?;
+                &*fresh
+            }
             None => {
                 let json = packed_events(&self.events)?;
                 &self
@@ -616,12 +622,55 @@ impl Serialize for SessionObservations {
                     .1
             }
         };
-        let mut st = s.serialize_struct("SessionObservations", 5)?;
-        st.serialize_field("probes", probes)?;
-        st.serialize_field("probes_batches", &self.probes_batches)?;
-        st.serialize_field("interaction_batches", &self.interaction_batches)?;
-        st.serialize_field("events", events)?;
-        st.serialize_field("dropped_events", &self.dropped_events)?;
+        write(probes, events)
+    }
+}
+
+/// The same members as a derived implementation, with the probes and events written from
+/// [`Encoded`] when it has them.
+impl Serialize for SessionObservations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        self.with_encoded(|probes, events| {
+            let mut st = s.serialize_struct("SessionObservations", 5)?;
+            st.serialize_field("probes", probes)?;
+            st.serialize_field("probes_batches", &self.probes_batches)?;
+            st.serialize_field("interaction_batches", &self.interaction_batches)?;
+            st.serialize_field("events", events)?;
+            st.serialize_field("dropped_events", &self.dropped_events)?;
+            st.end()
+        })
+    }
+}
+
+/// The members of a session's observations that stop changing (the probes once they came, the
+/// events once [`SessionObservations::MAX_EVENTS`] are kept), serialized alone: the processor
+/// stores them apart from the rest of the state (`store::SessionSave::settled`).
+pub struct Settled<'a>(pub &'a SessionObservations);
+
+/// The other members of a session's observations, serialized alone.
+pub struct Unsettled<'a>(pub &'a SessionObservations);
+
+impl Serialize for Settled<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        self.0.with_encoded(|probes, events| {
+            let mut st = s.serialize_struct("SessionObservations", 2)?;
+            st.serialize_field("probes", probes)?;
+            st.serialize_field("events", events)?;
+            st.end()
+        })
+    }
+}
+
+impl Serialize for Unsettled<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let o = self.0;
+        let mut st = s.serialize_struct("SessionObservations", 3)?;
+        st.serialize_field("probes_batches", &o.probes_batches)?;
+        st.serialize_field("interaction_batches", &o.interaction_batches)?;
+        st.serialize_field("dropped_events", &o.dropped_events)?;
         st.end()
     }
 }

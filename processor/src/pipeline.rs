@@ -91,6 +91,35 @@ struct SessionState {
     final_requested: bool,
 }
 
+impl SessionState {
+    /// The state as a save stores it (`SessionSave::settled`): everything but the
+    /// observations' probes and kept events, and those two apart, which stop changing once the
+    /// probes came and 400 events are kept, so the store need not write them with every fold.
+    /// Merged, the two are the state's whole JSON.
+    fn parts(&self) -> serde_json::Result<(RawJson, RawJson)> {
+        #[derive(Serialize)]
+        struct Unsettled<'a> {
+            observations: crate::observations::Unsettled<'a>,
+            context: &'a ServerContext,
+            final_requested: bool,
+        }
+        #[derive(Serialize)]
+        struct Settled<'a> {
+            observations: crate::observations::Settled<'a>,
+        }
+        Ok((
+            RawJson::encode(&Unsettled {
+                observations: crate::observations::Unsettled(&self.observations),
+                context: &self.context,
+                final_requested: self.final_requested,
+            })?,
+            RawJson::encode(&Settled {
+                observations: crate::observations::Settled(&self.observations),
+            })?,
+        ))
+    }
+}
+
 /// Why a session's records could not be folded or stored.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
@@ -288,7 +317,9 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                         let received = group.iter().map(|p| p.batch.received_at).collect();
                         // A session's records share a partition (they share its key).
                         let partition = group[0].record.partition;
-                        pending.push((partition, save.session.clone(), state, received));
+                        let stored = save.session.state.as_str().len()
+                            + save.settled.as_ref().map_or(0, |s| s.as_str().len());
+                        pending.push((partition, save.session.clone(), state, stored, received));
                         let sources = group.iter().map(|p| p.record.clone()).collect();
                         saves.push((save, sources));
                     }
@@ -321,7 +352,7 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
             );
             saves = kept;
             pending.retain(
-                |(_, session, _, _): &(u32, SessionRecord, SessionState, Vec<_>)| {
+                |(_, session, _, _, _): &(u32, SessionRecord, SessionState, usize, Vec<_>)| {
                     session.visitor_id != Some(visitor)
                 },
             );
@@ -348,8 +379,8 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 .map(|(s, _)| (s.session.id, s.session.updated_at))
                 .collect();
             let mut received = Vec::new();
-            for (partition, session, state, accepted) in pending {
-                memory.hold(partition, session, state);
+            for (partition, session, state, stored, accepted) in pending {
+                memory.hold(partition, session, state, stored);
                 received.extend(accepted);
             }
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
@@ -820,8 +851,10 @@ async fn fold<'a>(
     let document = decision.document(id, now, started.elapsed().as_secs_f64() * 1000.0);
     session.updated_at = now;
     session.finalized = state.final_requested;
-    session.state = RawJson::encode(&state)
+    let (unsettled, settled) = state
+        .parts()
         .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
+    session.state = unsettled;
     let decision_raw = document
         .to_raw()
         .map_err(|e| Failure::Permanent(DeadReason::UnreadableRecord, e.to_string()))?;
@@ -848,6 +881,7 @@ async fn fold<'a>(
                 session,
                 decision: Some(record),
                 events: recorded,
+                settled: Some(settled),
             },
             state,
         )),
@@ -1122,7 +1156,19 @@ mod tests {
         state.context.web_bot_auth = WebBotAuth::Invalid;
         state.context.signature_agent = Some("https://agent.example".into());
 
-        let view = SessionView::of(&RawJson::encode(&state).unwrap());
+        // Stored in two parts (`SessionSave::settled`), read back merged: the whole state.
+        let (unsettled, settled) = state.parts().unwrap();
+        assert!(
+            !unsettled.as_str().contains("SwiftShader"),
+            "the probes are apart"
+        );
+        let whole = store::merge_state(&unsettled, &settled).unwrap();
+        assert_eq!(
+            whole.to_value(),
+            RawJson::encode(&state).unwrap().to_value(),
+            "the parts merge into the state"
+        );
+        let view = SessionView::of(&whole);
         let shown = view.probes().expect("the probes");
         assert_eq!(shown.collected_in_ms, probes.collected_in_ms);
         assert_eq!(shown.timed_out, probes.timed_out);

@@ -113,6 +113,7 @@ macro_rules! store_conformance_suite {
             events_are_isolated_per_organization_and_environment,
             events_of_another_organization_are_refused_with_nothing_written,
             sessions_saved_together_land_together,
+            a_state_saved_in_two_parts_reads_whole,
             a_refused_save_in_a_list_writes_nothing,
             the_idle_index_follows_each_save_until_final,
             visitor_round_trip,
@@ -3585,7 +3586,87 @@ fn save_of(session: SessionRecord, n: u64) -> SessionSave {
         session,
         decision: Some(decision),
         events: vec![event],
+        settled: None,
     }
+}
+
+/// A state given in two parts (`SessionSave::settled`) reads back whole, by every read; a later
+/// save that gives the same settled part keeps it, one that gives another replaces it, and one
+/// that gives the state whole leaves nothing of the old part behind.
+pub async fn a_state_saved_in_two_parts_reads_whole(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let mut session = session_record(org, env, SessionId::generate());
+    let id = session.id;
+    session.latest_decision = Some(decision_record(id, DecisionId::generate(), 1).decision);
+    session.state =
+        RawJson::encode(&json!({ "observations": { "batches": 1 }, "final": false })).unwrap();
+    let settled = RawJson::encode(
+        &json!({ "observations": { "probes": { "screen": [1920, 1080] }, "events": "AbC" } }),
+    )
+    .unwrap();
+    let whole = |state: &RawJson, settled: &RawJson| crate::merge_state(state, settled).unwrap();
+    let save = |session: &SessionRecord, settled: Option<&RawJson>| SessionSave {
+        session: session.clone(),
+        decision: None,
+        events: Vec::new(),
+        settled: settled.cloned(),
+    };
+    let expected = whole(&session.state, &settled);
+    assert_eq!(
+        expected.to_value(),
+        json!({
+            "observations": { "batches": 1, "probes": { "screen": [1920, 1080] }, "events": "AbC" },
+            "final": false
+        }),
+        "objects merge member by member"
+    );
+    store
+        .save_sessions(&[save(&session, Some(&settled))])
+        .await
+        .unwrap();
+    let read = |store: Store| async move {
+        let got = store.get_session(org, env, id).await.unwrap().unwrap();
+        let listed = store.list_sessions(org, env, None, 10).await.unwrap();
+        let by_verdict = store
+            .list_sessions_by_verdict(org, env, "allow", None, 10)
+            .await
+            .unwrap();
+        (got, listed, by_verdict)
+    };
+    let (got, listed, by_verdict) = read(store.clone()).await;
+    assert_eq!(got.state.to_value(), expected.to_value());
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state.to_value(), expected.to_value());
+    assert_eq!(by_verdict.len(), 1);
+    assert_eq!(by_verdict[0].state.to_value(), expected.to_value());
+
+    // The next fold: the unsettled part changes, the settled part is the same.
+    session.state =
+        RawJson::encode(&json!({ "observations": { "batches": 2 }, "final": true })).unwrap();
+    store
+        .save_sessions(&[save(&session, Some(&settled))])
+        .await
+        .unwrap();
+    let got = store.get_session(org, env, id).await.unwrap().unwrap();
+    assert_eq!(
+        got.state.to_value(),
+        whole(&session.state, &settled).to_value()
+    );
+    // Another settled part replaces the first.
+    let more = RawJson::encode(&json!({ "observations": { "events": "AbCdE" } })).unwrap();
+    store
+        .save_sessions(&[save(&session, Some(&more))])
+        .await
+        .unwrap();
+    let got = store.get_session(org, env, id).await.unwrap().unwrap();
+    assert_eq!(
+        got.state.to_value(),
+        json!({ "observations": { "batches": 2, "events": "AbCdE" }, "final": true })
+    );
+    // The state given whole: nothing of the settled part is merged in any more.
+    store.save_sessions(&[save(&session, None)]).await.unwrap();
+    let got = store.get_session(org, env, id).await.unwrap().unwrap();
+    assert_eq!(got, session);
 }
 
 pub async fn sessions_saved_together_land_together(store: Store) {

@@ -89,6 +89,9 @@ const COLLECT_SESSIONS: &str = "collect_sessions";
 const COLLECT_PINGS: &str = "collect_pings";
 const SESSIONS: &str = "sessions";
 const SESSION_DECISIONS: &str = "session_decisions";
+/// Embedded only: the settled part of each session's state (`SessionSave::settled`), keyed as
+/// its `sessions` row.
+const SESSION_SETTLED: &str = "session_settled";
 const SESSIONS_IDLE: &str = "sessions_idle";
 const EVENTS: &str = "events";
 const WEBHOOK_ENDPOINTS: &str = "webhook_endpoints";
@@ -138,6 +141,7 @@ struct Inner {
     collect_pings: Keyspace,
     sessions: Keyspace,
     session_decisions: Keyspace,
+    session_settled: Keyspace,
     sessions_idle: Keyspace,
     events: Keyspace,
     webhook_endpoints: Keyspace,
@@ -167,6 +171,8 @@ struct Inner {
 struct WriterState {
     /// The stored place of the sessions saved lately (see [`sessions::SessionMark`]).
     session_marks: SessionMarks,
+    /// Hashes the settled parts of session states (see [`sessions::SessionMark`]).
+    settled_hasher: std::hash::RandomState,
     /// Where `purge_expired`'s walk of `idempotency_records` resumes (that table has no time
     /// order, so it is walked a bounded step at a time); `None`: from the start.
     idempotency_cursor: Option<Vec<u8>>,
@@ -180,6 +186,7 @@ impl Default for WriterState {
     fn default() -> Self {
         WriterState {
             session_marks: SessionMarks::new(SESSION_MARKS),
+            settled_hasher: std::hash::RandomState::new(),
             idempotency_cursor: None,
             handoff_cursor: None,
             backfill: Backfill::default(),
@@ -314,6 +321,7 @@ impl EmbeddedStore {
             collect_pings: keyspace(COLLECT_PINGS)?,
             sessions: keyspace(SESSIONS)?,
             session_decisions: keyspace(SESSION_DECISIONS)?,
+            session_settled: keyspace(SESSION_SETTLED)?,
             sessions_idle: keyspace(SESSIONS_IDLE)?,
             events: keyspace(EVENTS)?,
             webhook_endpoints: keyspace(WEBHOOK_ENDPOINTS)?,
@@ -362,6 +370,7 @@ impl EmbeddedStore {
             &db.collect_pings,
             &db.sessions,
             &db.session_decisions,
+            &db.session_settled,
             &db.sessions_idle,
             &db.events,
             &db.visitors,

@@ -222,6 +222,7 @@ pub trait StoreBackend: Send + Sync + 'static {
             session: session.clone(),
             decision: decision.cloned(),
             events: events.to_vec(),
+            settled: None,
         }])
         .await
     }
@@ -537,6 +538,38 @@ pub struct SessionSave {
     pub session: SessionRecord,
     pub decision: Option<DecisionRecord>,
     pub events: Vec<EventRecord>,
+    /// The members of the session's state that seldom change (the processor's probes and
+    /// kept events), given apart from `session.state` so that a store may write them only when
+    /// they changed: the embedded store keeps them in a row of their own, since rewriting them
+    /// with every fold was most of what a fold wrote. The state stored and read back is
+    /// `session.state` with these merged in ([`merge_state`]). `None`: `session.state` is the
+    /// whole state.
+    pub settled: Option<RawJson>,
+}
+
+/// A state given in two parts (see [`SessionSave::settled`]) made whole: objects merge member
+/// by member, and anywhere else the settled part's value is kept. `Invalid` when either part
+/// is not JSON the merge can read.
+pub fn merge_state(state: &RawJson, settled: &RawJson) -> Result<RawJson> {
+    fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+        match (into, from) {
+            (serde_json::Value::Object(into), serde_json::Value::Object(from)) => {
+                for (name, value) in from {
+                    match into.get_mut(&name) {
+                        Some(member) => merge(member, value),
+                        None => {
+                            into.insert(name, value);
+                        }
+                    }
+                }
+            }
+            (into, from) => *into = from,
+        }
+    }
+    let invalid = |e: serde_json::Error| StoreError::Invalid(format!("a session's state: {e}"));
+    let mut whole: serde_json::Value = state.decode().map_err(invalid)?;
+    merge(&mut whole, settled.decode().map_err(invalid)?);
+    RawJson::encode(&whole).map_err(invalid)
 }
 
 /// The check of `save_visitors` that needs no read, for every backend to run first.

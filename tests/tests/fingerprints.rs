@@ -573,6 +573,7 @@ async fn footprint_of_a_session_and_a_visitor_on_disk() {
                                 ..e.clone()
                             })
                             .collect(),
+                        settled: None,
                     }
                 })
                 .collect();

@@ -52,7 +52,8 @@ impl Weighter<SessionId, Cached> for ByBytes {
 /// poll's sessions are sent to the store; a later session of the same poll links against them
 /// as it would against the store.
 pub(super) struct Memory {
-    pending: std::collections::HashMap<SessionId, (u32, SessionRecord, SessionState)>,
+    /// Per session: its partition, row, state and the bytes of its stored state (both parts).
+    pending: std::collections::HashMap<SessionId, (u32, SessionRecord, SessionState, usize)>,
     states: quick_cache::unsync::Cache<SessionId, Cached, ByBytes>,
     linked: Vec<VisitorRecord>,
 }
@@ -76,13 +77,21 @@ impl Memory {
     pub(super) fn pending(&self, id: SessionId) -> Option<(SessionRecord, SessionState)> {
         self.pending
             .get(&id)
-            .map(|(_, session, state)| (session.clone(), state.clone()))
+            .map(|(_, session, state, _)| (session.clone(), state.clone()))
     }
 
-    /// A session (whose records are in `partition`) folded into the save about to be sent: the
-    /// next fold reads it from here.
-    pub(super) fn hold(&mut self, partition: u32, session: SessionRecord, state: SessionState) {
-        self.pending.insert(session.id, (partition, session, state));
+    /// A session (whose records are in `partition`) folded into the save about to be sent,
+    /// its state stored in `stored_bytes` of JSON (both parts of it): the next fold reads it
+    /// from here.
+    pub(super) fn hold(
+        &mut self,
+        partition: u32,
+        session: SessionRecord,
+        state: SessionState,
+        stored_bytes: usize,
+    ) {
+        self.pending
+            .insert(session.id, (partition, session, state, stored_bytes));
     }
 
     /// A session as last stored, with its state, taken out (the fold changes both, and the
@@ -96,7 +105,8 @@ impl Memory {
     /// if a partition comes back, its sessions' rows are read from the store again. Call it
     /// once their saves landed, so that none is pending.
     pub(super) fn forget_partitions(&mut self, partitions: &[u32]) {
-        self.pending.retain(|_, (p, _, _)| !partitions.contains(p));
+        self.pending
+            .retain(|_, (p, _, _, _)| !partitions.contains(p));
         self.states
             .retain(|_, cached| !partitions.contains(&cached.partition));
         crate::telemetry::cache(self.states.len(), self.states.weight());
@@ -143,16 +153,14 @@ impl Memory {
             if self
                 .pending
                 .get(id)
-                .is_some_and(|(_, s, _)| s.updated_at == *updated_at)
-                && let Some((partition, mut session, state)) = self.pending.remove(id)
+                .is_some_and(|(_, s, _, _)| s.updated_at == *updated_at)
+                && let Some((partition, mut session, state, stored)) = self.pending.remove(id)
             {
                 let decision = session
                     .latest_decision
                     .as_ref()
                     .map_or(0, |d| d.as_str().len());
-                let bytes = ENTRY_OVERHEAD
-                    + WIDENING * session.state.as_str().len() as u64
-                    + decision as u64;
+                let bytes = ENTRY_OVERHEAD + WIDENING * stored as u64 + decision as u64;
                 session.state = store::RawJson::null();
                 self.states.insert(
                     *id,
@@ -202,7 +210,7 @@ mod tests {
         for _ in 0..200 {
             let s = session(2_000);
             ids.push((s.id, s.updated_at));
-            memory.hold(0, s, SessionState::default());
+            memory.hold(0, s, SessionState::default(), 2_002);
             memory.confirm(&ids[ids.len() - 1..]);
             assert!(
                 memory.states.weight() <= bound,
@@ -234,9 +242,9 @@ mod tests {
         let (id, first) = (s.id, s.updated_at);
         let mut later = s.clone();
         later.updated_at = first + chrono::Duration::seconds(1);
-        memory.hold(0, s, SessionState::default());
+        memory.hold(0, s, SessionState::default(), 12);
         // The next poll folded the session again before the first save landed.
-        memory.hold(0, later, SessionState::default());
+        memory.hold(0, later, SessionState::default(), 12);
         memory.confirm(&[(id, first)]);
         assert!(
             memory.take_stored(id).is_none(),
@@ -253,10 +261,10 @@ mod tests {
         let mut memory = Memory::new(1 << 20);
         let (kept, given_up, in_flight) = (session(10), session(10), session(10));
         for (partition, s) in [(0, &kept), (1, &given_up)] {
-            memory.hold(partition, s.clone(), SessionState::default());
+            memory.hold(partition, s.clone(), SessionState::default(), 12);
             memory.confirm(&[(s.id, s.updated_at)]);
         }
-        memory.hold(1, in_flight.clone(), SessionState::default());
+        memory.hold(1, in_flight.clone(), SessionState::default(), 12);
         memory.forget_partitions(&[1]);
         assert!(
             memory.take_stored(kept.id).is_some(),

@@ -11,7 +11,9 @@
 
 use std::ops::Bound;
 
-use fjall::{OwnedWriteBatch, Readable};
+use std::hash::{BuildHasher, RandomState};
+
+use fjall::{OwnedWriteBatch, Readable, Snapshot};
 use schemas::credential::Environment;
 use schemas::ids::{DecisionId, OrgId, SessionId};
 use schemas::raw::RawJson;
@@ -20,8 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use super::expiry::Expiring;
 use super::{
-    EXPIRY_QUEUE, EmbeddedStore, Inner, SESSION_DECISIONS, SESSIONS, SESSIONS_BY_VERDICT,
-    SESSIONS_IDLE, decode, decode_row, encode, key, prefix_end, read_indexed, scan, unavailable,
+    EXPIRY_QUEUE, EmbeddedStore, Inner, SESSION_DECISIONS, SESSION_SETTLED, SESSIONS,
+    SESSIONS_BY_VERDICT, SESSIONS_IDLE, decode, decode_row, encode, key, prefix_end, read_indexed,
+    scan, unavailable,
 };
 use crate::{
     DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, StoreError,
@@ -122,6 +125,10 @@ pub(super) struct SessionMark {
     /// The newest decision, and the turn of the newest `session_decisions` row before it.
     newest: Option<Newest>,
     before: Option<DecisionTurn>,
+    /// The hash of the session's `session_settled` row (by the writer's [`RandomState`], so
+    /// no client can aim for a collision), if it has one: a save whose settled part hashes the
+    /// same does not write it again.
+    settled: Option<u64>,
 }
 
 /// The columns of a stored `sessions` row that say where it sits in `sessions_idle`,
@@ -180,14 +187,31 @@ impl Inner {
         &self,
         batch: &mut OwnedWriteBatch,
         save: &SessionSave,
-        marks: &SessionMarks,
+        (marks, hasher): (&SessionMarks, &RandomState),
     ) -> Result<Option<SessionMark>> {
         let session = &save.session;
         let (org, env, id) = (session.organization_id, session.environment, session.id);
         let k = key::session(org, env, id);
         let stored = match marks.get(&id) {
             Some(mark) => Some(mark.clone()),
-            None => self.stored_mark(&k, id)?,
+            None => self.stored_mark(&k, id, hasher)?,
+        };
+        // The settled part is written only when it changed, and dropped when the state comes
+        // whole (a session row, and so a settled row, exists only where a mark was found).
+        let settled = match &save.settled {
+            Some(part) => {
+                let hash = hasher.hash_one(part.as_str());
+                if stored.as_ref().and_then(|s| s.settled) != Some(hash) {
+                    batch.insert(&self.session_settled, k, part.as_str());
+                }
+                Some(hash)
+            }
+            None => {
+                if stored.as_ref().is_some_and(|s| s.settled.is_some()) {
+                    batch.remove(&self.session_settled, k);
+                }
+                None
+            }
         };
         if let Some(stored) = &stored {
             if !stored.finalized {
@@ -301,11 +325,17 @@ impl Inner {
             verdict,
             newest,
             before,
+            settled,
         }))
     }
 
-    /// The mark of the session stored at `k`, read from its row and its decisions.
-    fn stored_mark(&self, k: &[u8], id: SessionId) -> Result<Option<SessionMark>> {
+    /// The mark of the session stored at `k`, read from its rows and its decisions.
+    fn stored_mark(
+        &self,
+        k: &[u8],
+        id: SessionId,
+        hasher: &RandomState,
+    ) -> Result<Option<SessionMark>> {
         let Some(place) = decode_row::<SessionPlace>(SESSIONS, self.sessions.get(k))? else {
             return Ok(None);
         };
@@ -332,13 +362,39 @@ impl Inner {
                 rows.get(1).map(|(_, turn)| turn.clone()),
             ),
         };
+        let settled = self
+            .session_settled
+            .get(k)
+            .map_err(unavailable)?
+            .map(|part| hasher.hash_one(String::from_utf8_lossy(&part).as_ref()));
         Ok(Some(SessionMark {
             updated_at: place.updated_at,
             finalized: place.finalized,
             verdict: place.verdict().map(str::to_owned),
             newest,
             before,
+            settled,
         }))
+    }
+
+    /// `session` as read from `snapshot`, with its settled part (if stored apart) merged back
+    /// into its state.
+    fn whole(&self, snapshot: &Snapshot, mut session: SessionRecord) -> Result<SessionRecord> {
+        let k = key::session(session.organization_id, session.environment, session.id);
+        let Some(part) = snapshot
+            .get(&self.session_settled, k)
+            .map_err(unavailable)?
+        else {
+            return Ok(session);
+        };
+        let corrupt = |detail: String| StoreError::Corrupt {
+            table: SESSION_SETTLED,
+            detail,
+        };
+        let part = RawJson::parse(&part).map_err(|e| corrupt(e.to_string()))?;
+        session.state =
+            crate::merge_state(&session.state, &part).map_err(|e| corrupt(e.to_string()))?;
+        Ok(session)
     }
 
     /// The newest decision kept in the row at `k`, read back whole.
@@ -417,6 +473,7 @@ impl Inner {
         for guard in self.session_decisions.prefix(partition) {
             batch.remove(&self.session_decisions, guard.key().map_err(unavailable)?);
         }
+        batch.remove(&self.session_settled, k.to_vec());
         batch.remove(&self.sessions, k.to_vec());
         Ok(())
     }
@@ -433,7 +490,11 @@ impl EmbeddedStore {
             let mut batch = db.batch();
             let mut marks = Vec::with_capacity(saves.len());
             for save in &saves {
-                let mark = db.add_session_save(&mut batch, save, &state.session_marks)?;
+                let mark = db.add_session_save(
+                    &mut batch,
+                    save,
+                    (&state.session_marks, &state.settled_hasher),
+                )?;
                 marks.push((save.session.id, mark));
             }
             // Marks change only with what is stored: a batch that fails leaves them unknown.
@@ -457,13 +518,13 @@ impl EmbeddedStore {
         env: Environment,
         id: SessionId,
     ) -> Result<Option<SessionRecord>> {
-        decode_row(
+        let snapshot = self.inner.db.snapshot();
+        decode_row::<SessionRecord>(
             SESSIONS,
-            self.inner
-                .db
-                .snapshot()
-                .get(&self.inner.sessions, key::session(org, env, id)),
-        )
+            snapshot.get(&self.inner.sessions, key::session(org, env, id)),
+        )?
+        .map(|session| self.inner.whole(&snapshot, session))
+        .transpose()
     }
 
     pub(super) async fn list_sessions(
@@ -482,14 +543,18 @@ impl EmbeddedStore {
             Some(after) => Bound::Excluded(key::session(org, env, after).to_vec()),
             None => Bound::Included(partition.to_vec()),
         };
+        let snapshot = self.inner.db.snapshot();
         scan(
             SESSIONS,
-            &self.inner.db.snapshot(),
+            &snapshot,
             &self.inner.sessions,
             start,
             prefix_end(&partition),
             limit,
-        )
+        )?
+        .into_iter()
+        .map(|session| self.inner.whole(&snapshot, session))
+        .collect()
     }
 
     /// The verdict index's rows and the session rows they name, from one snapshot.
@@ -508,14 +573,18 @@ impl EmbeddedStore {
             Some(after) => Bound::Excluded(after),
             None => Bound::Included(partition.clone()),
         };
+        let snapshot = self.inner.db.snapshot();
         read_indexed(
-            &self.inner.db.snapshot(),
+            &snapshot,
             (&self.inner.sessions_by_verdict, SESSIONS_BY_VERDICT),
             (start, prefix_end(&partition)),
             limit,
             (&self.inner.sessions, SESSIONS),
             |id| key::session(org, env, SessionId::from_ulid(id.into())),
-        )
+        )?
+        .into_iter()
+        .map(|session| self.inner.whole(&snapshot, session))
+        .collect()
     }
 
     /// The session's newest decision (from its row) and the turning points before it, newest
@@ -742,7 +811,11 @@ mod tests {
             ..s
         };
         save(&store, &after, Some(&next)).await;
-        assert_eq!(decision_rows(&store, sid), vec![d[0]], "the old latest pruned");
+        assert_eq!(
+            decision_rows(&store, sid),
+            vec![d[0]],
+            "the old latest pruned"
+        );
         assert_eq!(
             store.list_decisions(org, env, sid, 10).await.unwrap(),
             vec![next, first]

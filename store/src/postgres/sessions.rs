@@ -52,7 +52,18 @@ pub async fn save_sessions(store: &PostgresStore, saves: &[SessionSave]) -> Resu
 }
 
 async fn save_one(tx: &impl GenericClient, save: &SessionSave) -> Result<()> {
-    let session = &save.session;
+    // One row holds the whole state: a settled part given apart is merged in.
+    let whole;
+    let session = match &save.settled {
+        Some(part) => {
+            whole = SessionRecord {
+                state: crate::merge_state(&save.session.state, part)?,
+                ..save.session.clone()
+            };
+            &whole
+        }
+        None => &save.session,
+    };
     let id = ulid_bytes(session.id.ulid());
     // The upsert locks the session's row, so the decisions read below cannot change under it.
     execute(
