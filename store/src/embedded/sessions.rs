@@ -200,7 +200,7 @@ impl Inner {
         // whole (a session row, and so a settled row, exists only where a mark was found).
         let settled = match &save.settled {
             Some(part) => {
-                let hash = hasher.hash_one(part.as_str());
+                let hash = hasher.hash_one(part.as_str().as_bytes());
                 if stored.as_ref().and_then(|s| s.settled) != Some(hash) {
                     batch.insert(&self.session_settled, k, part.as_str());
                 }
@@ -366,7 +366,7 @@ impl Inner {
             .session_settled
             .get(k)
             .map_err(unavailable)?
-            .map(|part| hasher.hash_one(String::from_utf8_lossy(&part).as_ref()));
+            .map(|part| hasher.hash_one(&*part));
         Ok(Some(SessionMark {
             updated_at: place.updated_at,
             finalized: place.finalized,
