@@ -286,6 +286,15 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
             None => Vec::new(),
         };
         lag.polled(pipeline, &records).await;
+        // A save that finished while the poll waited lands before the poll is folded: its
+        // sessions are then confirmed, so a fold takes them from memory rather than cloning
+        // them out of the save, and reads the stored row of one the bound did not keep.
+        if in_flight.as_ref().is_some_and(|f| f.task.is_finished())
+            && let Some(previous) = in_flight.take()
+            && !land(previous, &mut memory, &mut uncommitted).await
+        {
+            return;
+        }
         // Idle, unless positions stored earlier still wait for their commit: committed now,
         // rather than at the next batch, so a crash while idle redelivers nothing.
         let commit_due = !uncommitted.is_empty() && last_commit.elapsed() >= COMMIT_INTERVAL;

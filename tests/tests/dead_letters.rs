@@ -61,6 +61,20 @@ async fn decided(
     );
 }
 
+/// Waits (10 s at most) until the processor has seen `n` decisions of its own stored, so that
+/// the save is no longer in flight and the session's next batch reads the stored row (the
+/// servers here keep no state in memory). A read of the store alone can see the row a moment
+/// before the processor knows it landed.
+async fn processor_stored(s: &TestServer, n: f64) {
+    for _ in 0..400 {
+        if s.metric("vigil_processor_batch_to_decision_seconds_count").await >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the processor did not see {n} decisions stored within 10 s");
+}
+
 /// Waits (10 s at most) for `n` dead letters and returns them.
 async fn dead_letters(s: &TestServer, n: usize) -> Vec<DeadLetter> {
     for _ in 0..100 {
@@ -106,6 +120,7 @@ async fn a_session_whose_stored_state_is_corrupt_is_dead_lettered_never_reset() 
     let a = open_session(&s, &pk).await;
     send(&s, &a, &pk, 1, &probes()).await;
     let mut row = decided(s.store(), &org, &a, 1).await;
+    processor_stored(&s, 1.0).await;
     // Another writer (an older release, a damaged disk) leaves a state the processor cannot
     // read, and moves `updated_at` as any write does.
     let garbage = RawJson::encode(&json!(["not", "a", "session", "state"])).unwrap();
@@ -165,6 +180,7 @@ async fn a_session_whose_row_the_store_cannot_decode_is_dead_lettered() {
     let a = open_session(&s, &pk).await;
     send(&s, &a, &pk, 1, &probes()).await;
     decided(flaky.inner(), &org, &a, 1).await;
+    processor_stored(&s, 1.0).await;
     flaky.corrupt_session(a.id.parse().unwrap());
     send(&s, &a, &pk, 2, &probes()).await;
     let other = s.second_organization("second").await;
