@@ -175,6 +175,11 @@ pub struct ServeArgs {
     /// last written or seen; a background sweep drops older ones in small steps (D23).
     #[arg(long, env = "VIGIL_RETENTION", default_value = "90days", value_parser = humantime::parse_duration)]
     pub retention: std::time::Duration,
+    /// How long the embedded log keeps a record (a collect batch, an event) once every consumer
+    /// group that reads its partition has read it; a background sweep drops older ones in small
+    /// steps. On Kafka the topics' own `retention.ms` applies instead.
+    #[arg(long, env = "VIGIL_LOG_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
+    pub log_retention: std::time::Duration,
     /// Megabytes of session state the processor keeps in memory between batches (estimated);
     /// a session evicted past it has its state decoded from the store at its next batch.
     #[arg(long, env = "VIGIL_PROCESSOR_CACHE_MB", default_value_t = 256)]
@@ -350,6 +355,9 @@ impl ServeArgs {
         }
         if self.retention.is_zero() || self.retention > MAX_RETENTION {
             return Err("--retention must be above zero and at most 100 years".into());
+        }
+        if self.log_retention.is_zero() || self.log_retention > MAX_RETENTION {
+            return Err("--log-retention must be above zero and at most 100 years".into());
         }
         if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS {
             return Err(format!(

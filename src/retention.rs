@@ -1,15 +1,21 @@
-//! The retention sweep (D23): drops sessions, decisions, events and visitors not written or
+//! The retention sweeps (D23): one drops sessions, decisions, events and visitors not written or
 //! seen within `--retention`, and idempotency records, handoff openings and collect sessions past
-//! their own expiry, a small step at a time so no write waits long behind it.
+//! their own expiry; the other drops the embedded log's records older than `--log-retention`
+//! that every consumer group has read. Both go a small step at a time so no write waits long
+//! behind them.
 
+use std::future::Future;
 use std::time::Duration;
 
 use store::Store;
 use tokio_util::sync::CancellationToken;
 
-/// Rows of each kind one step touches at most: a step holds the store's writer for a few
+/// Rows of each kind one store step touches at most: a step holds the store's writer for a few
 /// milliseconds, and one batch stays small.
 pub const STEP_BUDGET: usize = 256;
+/// Records one log step drops at most: a tombstone each, a few milliseconds of writing. A
+/// record is one batch of one session, so a pass keeps well ahead of the rate they arrive at.
+pub const LOG_STEP_BUDGET: usize = 2048;
 /// The pause between two steps of one pass, so writes queued behind the writer get in.
 const BETWEEN_STEPS: Duration = Duration::from_millis(5);
 
@@ -19,8 +25,8 @@ fn interval(retention: Duration) -> Duration {
     (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(60))
 }
 
-/// Runs passes until `shutdown`. A failed step is logged and retried at the next pass: the
-/// rows stay until then, which costs disk, never data that should be kept.
+/// Runs store passes until `shutdown`. A failed step is logged and retried at the next pass:
+/// the rows stay until then, which costs disk, never data that should be kept.
 pub async fn sweep(store: Store, retention: Duration, shutdown: CancellationToken) {
     let Ok(retention_delta) = chrono::TimeDelta::from_std(retention) else {
         tracing::error!(
@@ -29,19 +35,49 @@ pub async fn sweep(store: Store, retention: Duration, shutdown: CancellationToke
         );
         return;
     };
+    passes("store", retention, &shutdown, || async {
+        let now = schemas::time::now();
+        store
+            .purge_expired(now, now - retention_delta, STEP_BUDGET)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+}
+
+/// Runs log passes until `shutdown` (on Kafka a step does nothing: the brokers keep each
+/// topic as its own `retention.ms` says).
+pub async fn sweep_log(log: bus::Log, retention: Duration, shutdown: CancellationToken) {
+    passes("log", retention, &shutdown, || async {
+        log.expire(retention, LOG_STEP_BUDGET)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+}
+
+/// Every `interval(retention)`, runs `step` until it answers that nothing more expired (or
+/// fails), counting each step under `of`.
+async fn passes<F, Fut>(
+    of: &'static str,
+    retention: Duration,
+    shutdown: &CancellationToken,
+    mut step: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, String>>,
+{
     loop {
         loop {
-            let now = schemas::time::now();
-            let keep_since = now - retention_delta;
-            match store.purge_expired(now, keep_since, STEP_BUDGET).await {
+            match step().await {
                 Ok(more) => {
-                    edge::metrics::retention_step(more);
+                    edge::metrics::retention_step(of, more);
                     if !more {
                         break;
                     }
                 }
                 Err(e) => {
-                    edge::metrics::retention_step_failed(&e.to_string());
+                    edge::metrics::retention_step_failed(of, &e);
                     break;
                 }
             }

@@ -9,7 +9,13 @@
 //!   and the engine moves such tables down its levels without rewriting them. In one keyspace
 //!   for all partitions, every flushed table overlapped the whole stored log, and compaction
 //!   rewrote it again and again (7 bytes written by compaction per byte appended, measured);
-//! - `log_committed`: `[len][group][len][topic][partition u32 BE]` → next offset to read (u64 BE).
+//! - `log_committed`: `[len][group][len][topic][partition u32 BE]` → next offset to read (u64 BE);
+//! - `log_marks`: `[len][topic][partition u32 BE][offset u64 BE]` → when the batch holding that
+//!   record was appended and the marking interval then (Unix milliseconds and milliseconds,
+//!   u64 BE each). The writer marks a partition's first append after open and then its first
+//!   append at least an interval after the last mark (a minute, finer for a short retention).
+//!   So every record from one mark up to the next was appended within the interval after the
+//!   first mark's time, and retention tells old records apart without a time in each one.
 //!
 //! Names are at most 249 bytes (see `names`), so a one-byte length prefix keeps every key
 //! unambiguous. A log written before the per-partition keyspaces (one `log_records` for all)
@@ -29,6 +35,7 @@ mod writer;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -51,6 +58,10 @@ const LEGACY_RECORDS: &str = "log_records";
 /// Moved per batch when emptying [`LEGACY_RECORDS`], so the move holds little memory.
 const LEGACY_MOVE_BATCH: usize = 1024;
 const COMMITTED: &str = "log_committed";
+const MARKS: &str = "log_marks";
+/// How far apart a partition's time marks are at most: records outlive the retention by up to
+/// this much. A short retention marks finer (a hundredth of it, 10 ms at least).
+const MARK_EVERY: Duration = Duration::from_secs(60);
 
 /// The log in a local directory.
 ///
@@ -67,6 +78,14 @@ struct Shared {
     db: Database,
     topics: Keyspace,
     committed: Keyspace,
+    marks: Keyspace,
+    /// Milliseconds between two time marks of a partition ([`MARK_EVERY`], or finer once a
+    /// short retention was asked for).
+    mark_every_ms: AtomicU64,
+    /// Per partition, the offset below which retention already dropped every record: the next
+    /// step starts there, not at the head of the partition, where the dropped records'
+    /// tombstones lie until compaction removes them.
+    expired_below: Mutex<HashMap<(Topic, u32), u64>>,
     /// Every created topic; loaded at open, extended by the writer after a creation is durable.
     catalog: RwLock<HashMap<Topic, Arc<TopicState>>>,
     /// Batches are refused while the disk is nearly full, before fjall sees them (see
@@ -201,6 +220,41 @@ mod key {
         k
     }
 
+    /// The prefix of one partition's time marks: `[len][topic][partition u32 BE]`.
+    pub fn marks_of(topic: &Topic, partition: u32) -> Vec<u8> {
+        let mut k = Vec::with_capacity(1 + topic.as_str().len() + 12);
+        push_name(&mut k, topic.as_str());
+        k.extend_from_slice(&partition.to_be_bytes());
+        k
+    }
+
+    /// The time mark of the record at `offset`.
+    pub fn mark(topic: &Topic, partition: u32, offset: u64) -> Vec<u8> {
+        let mut k = marks_of(topic, partition);
+        k.extend_from_slice(&offset.to_be_bytes());
+        k
+    }
+
+    /// The offset a time mark's key names (its last eight bytes).
+    pub fn mark_offset(k: &[u8]) -> Option<u64> {
+        offset(k.get(k.len().checked_sub(8)?..)?)
+    }
+
+    /// The topic and partition a `log_committed` key is of.
+    pub fn committed_slot(k: &[u8]) -> Option<(&[u8], u32)> {
+        let (&group_len, rest) = k.split_first()?;
+        let rest = rest.get(usize::from(group_len)..)?;
+        let (&topic_len, rest) = rest.split_first()?;
+        let len = usize::from(topic_len);
+        if rest.len() != len + 4 {
+            return None;
+        }
+        Some((
+            &rest[..len],
+            u32::from_be_bytes(rest[len..].try_into().ok()?),
+        ))
+    }
+
     pub fn record_value(key: &[u8], payload: &[u8]) -> Vec<u8> {
         let mut v = Vec::with_capacity(4 + key.len() + payload.len());
         // Keys are at most MAX_RECORD_BYTES, far below 4 GiB.
@@ -215,6 +269,18 @@ mod key {
         let len = u32::from_be_bytes(v.get(..4)?.try_into().ok()?) as usize;
         let rest = &v[4..];
         (len <= rest.len()).then(|| rest.split_at(len))
+    }
+
+    /// A time mark's value: when its record was appended and the marking interval then.
+    pub fn mark_value(at_ms: u64, every_ms: u64) -> [u8; 16] {
+        let mut v = [0; 16];
+        v[..8].copy_from_slice(&at_ms.to_be_bytes());
+        v[8..].copy_from_slice(&every_ms.to_be_bytes());
+        v
+    }
+
+    pub fn decode_mark(v: &[u8]) -> Option<(u64, u64)> {
+        Some((decode_u64(v.get(..8)?)?, decode_u64(v.get(8..)?)?))
     }
 
     pub fn decode_u32(v: &[u8]) -> Option<u32> {
@@ -262,6 +328,7 @@ impl EmbeddedLog {
         };
         let topics = keyspace(TOPICS)?;
         let committed = keyspace(COMMITTED)?;
+        let marks = keyspace(MARKS)?;
 
         let mut catalog = HashMap::new();
         for guard in topics.iter() {
@@ -283,6 +350,9 @@ impl EmbeddedLog {
             db,
             topics,
             committed,
+            marks,
+            mark_every_ms: AtomicU64::new(MARK_EVERY.as_millis() as u64),
+            expired_below: Mutex::default(),
             catalog: RwLock::new(catalog),
             space: DiskReserve::new(dir),
             members: Mutex::new(HashSet::new()),
@@ -509,6 +579,140 @@ impl LogBackend for EmbeddedLog {
         consumer.membership = Some(membership);
         Ok(Box::new(consumer))
     }
+
+    async fn expire(&self, retention: Duration, budget: usize) -> Result<bool> {
+        if budget == 0 {
+            return Err(BusError::Invalid("expire needs a budget above 0".into()));
+        }
+        // Marks fine enough for the retention asked for: a record outlives it by at most a
+        // hundredth of it (a minute at most). The interval only ever shrinks, so the records
+        // after a mark were appended within the interval that mark was written with.
+        let every = (retention / 100).clamp(Duration::from_millis(10), MARK_EVERY);
+        self.shared
+            .mark_every_ms
+            .fetch_min(every.as_millis() as u64, Ordering::Relaxed);
+        let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+        let cutoff = unix_millis().saturating_sub(retention_ms);
+        let shared = Arc::clone(&self.shared);
+        blocking(move || expire_step(&shared, cutoff, budget)).await
+    }
+}
+
+/// Now, in Unix milliseconds (0 for a clock before 1970).
+pub(crate) fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One step of retention ([`LogBackend::expire`]) over every partition in turn: the records
+/// its time marks show were appended before `cutoff_ms` (Unix milliseconds), short of what a
+/// group that committed there has yet to read and of the partition's last record, are dropped
+/// with the marks that covered only them, `budget` records at most, in one batch. The batch
+/// is not fsynced: a drop that a crash loses is made again by a later step.
+fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
+    // Tombstones are writes too: refused, like appends, while the disk is nearly full.
+    shared.space.check().map_err(BusError::Unavailable)?;
+    let mut topics: Vec<(Topic, Arc<TopicState>)> = shared
+        .catalog
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|(t, s)| (t.clone(), Arc::clone(s)))
+        .collect();
+    topics.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    // Per (topic, partition), the least next offset a group that committed there will read.
+    let mut unread_from: HashMap<(Vec<u8>, u32), u64> = HashMap::new();
+    for guard in shared.committed.iter() {
+        let (k, v) = guard.into_inner().map_err(unavailable)?;
+        let (topic, partition) =
+            key::committed_slot(&k).ok_or_else(|| corrupt("a committed position's key"))?;
+        let next = key::decode_u64(&v).ok_or_else(|| corrupt("a committed offset is not a u64"))?;
+        unread_from
+            .entry((topic.to_vec(), partition))
+            .and_modify(|n| *n = (*n).min(next))
+            .or_insert(next);
+    }
+    let mut batch = shared.db.batch();
+    let mut left = budget;
+    let mut progress = Vec::new();
+    let below = shared
+        .expired_below
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    'topics: for (topic, state) in &topics {
+        for partition in 0..state.partitions {
+            // The partition's marks up to the first one whose records may be younger than the
+            // cutoff: records before that one are older (and all of them if every mark is old).
+            let mut marks = Vec::new();
+            let mut young_from = None;
+            for guard in shared.marks.prefix(key::marks_of(topic, partition)) {
+                let (k, v) = guard.into_inner().map_err(unavailable)?;
+                let offset = key::mark_offset(&k).ok_or_else(|| corrupt("a time mark's key"))?;
+                let (at, every) =
+                    key::decode_mark(&v).ok_or_else(|| corrupt("a time mark's value"))?;
+                if at.saturating_add(every) > cutoff_ms {
+                    young_from = Some(offset);
+                    break;
+                }
+                marks.push((offset, k));
+            }
+            if marks.is_empty() {
+                continue;
+            }
+            let end = state.end(partition)?;
+            let mut limit = young_from.unwrap_or(end);
+            if let Some(&next) = unread_from.get(&(key::topic(topic).to_vec(), partition)) {
+                limit = limit.min(next);
+            }
+            // The last record stays: after a restart the partition's offsets go on from it.
+            limit = limit.min(end.saturating_sub(1));
+            let from = below.get(&(topic.clone(), partition)).copied().unwrap_or(0);
+            if from >= limit {
+                continue;
+            }
+            let records = state.records(partition)?;
+            let mut last = None;
+            for guard in records
+                .range(key::record(from)..key::record(limit))
+                .take(left)
+            {
+                let k = guard.key().map_err(unavailable)?;
+                last = key::offset(&k);
+                batch.remove(records, k);
+                left -= 1;
+            }
+            // Everything below `limit` is dropped, unless the budget ran out first.
+            let dropped_to = match (left, last) {
+                (0, Some(offset)) => offset + 1,
+                _ => limit,
+            };
+            // A mark goes once no record it covers (up to the next mark) remains.
+            let covered_to: Vec<u64> = marks
+                .iter()
+                .skip(1)
+                .map(|(offset, _)| *offset)
+                .chain([young_from.unwrap_or(end)])
+                .collect();
+            for ((_, k), to) in marks.into_iter().zip(covered_to) {
+                if to <= dropped_to {
+                    batch.remove(&shared.marks, k);
+                }
+            }
+            progress.push(((topic.clone(), partition), dropped_to));
+            if left == 0 {
+                break 'topics;
+            }
+        }
+    }
+    batch.commit().map_err(unavailable)?;
+    shared
+        .expired_below
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend(progress);
+    Ok(left == 0)
 }
 
 /// A consumer of the embedded log.

@@ -137,6 +137,10 @@ impl LogBackend for Instrumented {
         let inner = measured("member", self.inner.member(group, topic)).await?;
         Ok(Box::new(InstrumentedConsumer { inner }))
     }
+
+    async fn expire(&self, retention: Duration, budget: usize) -> Result<bool> {
+        measured("expire", self.inner.expire(retention, budget)).await
+    }
 }
 
 /// A consumer of an instrumented log: its polls and commits are measured too.

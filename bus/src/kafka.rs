@@ -480,6 +480,12 @@ impl LogBackend for KafkaLog {
             member: true,
         }))
     }
+
+    /// The brokers keep each topic as long as its `retention.ms` says (their
+    /// `log.retention.hours`, a week by default, for the topics Vigil creates).
+    async fn expire(&self, _retention: Duration, _budget: usize) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 impl KafkaLog {

@@ -166,6 +166,16 @@ pub trait LogBackend: Send + Sync + 'static {
     /// (group, topic) while the first lives is refused as `Invalid`. `UnknownTopic` if the
     /// topic does not exist.
     async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>>;
+
+    /// One step of the log's retention: drops at most `budget` records appended more than
+    /// `retention` ago that every consumer group which committed in their partition has read,
+    /// and answers whether more such records remain (call again after a pause). A partition's
+    /// last record is kept, so its offsets go on from it.
+    ///
+    /// The embedded log's retention (`--log-retention`). On Kafka the brokers apply each
+    /// topic's own retention (`retention.ms`, by default the brokers' `log.retention.hours`),
+    /// so this does nothing there. (No default: a wrapper must pass it on.)
+    async fn expire(&self, retention: Duration, budget: usize) -> Result<bool>;
 }
 
 /// How a member's partitions changed since it last asked ([`LogConsumer::take_rebalance`]).

@@ -280,6 +280,10 @@ mod kafka {
         async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
             self.log.member(group, topic).await
         }
+
+        async fn expire(&self, retention: Duration, budget: usize) -> Result<bool> {
+            self.log.expire(retention, budget).await
+        }
     }
 
     /// The guard is the cluster, dropped after the log so the clients close before the brokers.

@@ -65,9 +65,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let retention_steps = IntCounterVec::new(
         Opts::new(
             "vigil_retention_steps_total",
-            "Steps of the retention sweep, by outcome: more (expired rows remained), done, failed",
+            "Steps of the retention sweeps, by what they drop from (store: sessions, events, \
+             visitors; log: the embedded log's records) and outcome: more (expired rows \
+             remained), done, failed",
         ),
-        &["outcome"],
+        &["of", "outcome"],
     )
     .expect("valid metric");
     for c in [
@@ -181,17 +183,24 @@ pub fn limiter_fell_back(error: &str) {
     }
 }
 
-/// A step of the retention sweep (D23) ran; `more`: expired rows remained after it.
-pub fn retention_step(more: bool) {
+/// A step of a retention sweep (D23) ran, dropping from `of` (`store` or `log`); `more`:
+/// expired rows remained after it.
+pub fn retention_step(of: &'static str, more: bool) {
     let outcome = if more { "more" } else { "done" };
-    METRICS.retention_steps.with_label_values(&[outcome]).inc();
+    METRICS
+        .retention_steps
+        .with_label_values(&[of, outcome])
+        .inc();
 }
 
-/// A step of the retention sweep failed; the rows it would have dropped stay until the next
+/// A step of a retention sweep failed; the rows it would have dropped stay until the next
 /// pass, which costs disk, never data.
-pub fn retention_step_failed(error: &str) {
-    METRICS.retention_steps.with_label_values(&["failed"]).inc();
-    tracing::warn!(%error, "retention sweep: a step failed; retrying at the next pass");
+pub fn retention_step_failed(of: &'static str, error: &str) {
+    METRICS
+        .retention_steps
+        .with_label_values(&[of, "failed"])
+        .inc();
+    tracing::warn!(%error, of, "retention sweep: a step failed; retrying at the next pass");
 }
 
 pub fn rate_limited(bucket_kind: &'static str) {

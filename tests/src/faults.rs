@@ -796,4 +796,8 @@ impl LogBackend for RefusingLog {
     async fn member(&self, group: &Group, topic: &Topic) -> bus::Result<Box<dyn LogConsumer>> {
         self.inner.member(group, topic).await
     }
+
+    async fn expire(&self, retention: std::time::Duration, budget: usize) -> bus::Result<bool> {
+        self.inner.expire(retention, budget).await
+    }
 }

@@ -67,7 +67,10 @@ async fn decided(
 /// before the processor knows it landed.
 async fn processor_stored(s: &TestServer, n: f64) {
     for _ in 0..400 {
-        if s.metric("vigil_processor_batch_to_decision_seconds_count").await >= n {
+        if s.metric("vigil_processor_batch_to_decision_seconds_count")
+            .await
+            >= n
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

@@ -245,6 +245,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--allow-private-webhooks", "VIGIL_ALLOW_PRIVATE_WEBHOOKS"),
         ("--session-idle", "VIGIL_SESSION_IDLE"),
         ("--retention", "VIGIL_RETENTION"),
+        ("--log-retention", "VIGIL_LOG_RETENTION"),
         ("--processor-cache-mb", "VIGIL_PROCESSOR_CACHE_MB"),
         ("--web-bot-auth-keys", "VIGIL_WEB_BOT_AUTH_KEYS"),
         ("--web-bot-auth-refresh", "VIGIL_WEB_BOT_AUTH_REFRESH"),
@@ -277,7 +278,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 26,
+        flags, 27,
         "a new flag needs its env var and a row here:\n{help}"
     );
 
@@ -289,6 +290,17 @@ fn every_serve_flag_has_an_environment_variable() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--limiter"));
+    // A retention of nothing would drop what was just written: refused before anything starts.
+    let out = Command::new(vigil_binary())
+        .args(["serve", "--log-retention", "0s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--log-retention must be above zero"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]

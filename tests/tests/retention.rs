@@ -1,6 +1,8 @@
 //! Retention (D23) end to end: with `--retention` of seconds, a session (with its decisions),
 //! its event and a visitor that stop being written are dropped by the background sweep, after
-//! which the API answers 404 for them and no list shows them; rows written again stay.
+//! which the API answers 404 for them and no list shows them; rows written again stay. With
+//! `--log-retention` of a second, the embedded log drops the batches the processor has read,
+//! and batches sent after still get their decisions.
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use schemas::credential::Environment;
 use schemas::decision::Verdict;
 use schemas::events::{EventSubject, EventType};
 use store::{DecisionRecord, EventRecord, RawJson, SessionRecord, VisitorRecord};
+use vigil_tests::collect::{logged_batches, open_session};
 use vigil_tests::{TestServer, json};
 
 const RETENTION: Duration = Duration::from_secs(3);
@@ -191,7 +194,7 @@ async fn rows_past_the_retention_are_purged_and_read_404() {
             .is_empty()
     );
     assert!(
-        s.metric("vigil_retention_steps_total{outcome=\"done\"}")
+        s.metric("vigil_retention_steps_total{of=\"store\",outcome=\"done\"}")
             .await
             >= 1.0,
         "the sweep's passes are counted"
@@ -201,4 +204,77 @@ async fn rows_past_the_retention_are_purged_and_read_404() {
         .send()
         .await
         .ok(200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_log_drops_batches_the_processor_read_past_the_log_retention() {
+    let s = TestServer::start_with(|a| a.log_retention = Duration::from_secs(1)).await;
+    let (pk, org) = (
+        s.creds.keys.publishable_test.clone(),
+        s.creds.org_id().parse().unwrap(),
+    );
+    let session = open_session(&s, &pk).await;
+    let probes = json!({"kind": "probes", "automation": {"webdriver": false}});
+    let send = |seq: u64| {
+        let (s, session, pk, probes) = (&s, &session, &pk, &probes);
+        async move {
+            s.post(&format!("/v1/collect/sessions/{}/batches", session.id))
+                .key(pk)
+                .json(session.batch(seq, probes))
+                .send()
+                .await
+                .ok(202);
+        }
+    };
+    let decided = |seq: u64| {
+        let (s, session) = (&s, &session);
+        async move {
+            for _ in 0..400 {
+                let row = s
+                    .store()
+                    .get_session(org, Environment::Test, session.id.parse().unwrap())
+                    .await
+                    .unwrap();
+                if row.is_some_and(|r| r.has_processed(seq)) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            panic!("batch {seq} was not decided within 10 s");
+        }
+    };
+    for seq in 1..=3 {
+        send(seq).await;
+    }
+    decided(3).await;
+
+    // Read and committed by the processor, past the log's retention: all but the partition's
+    // last record go (at most 10 s).
+    let of_session = |records: Vec<serde_json::Value>| {
+        records
+            .into_iter()
+            .filter(|r| r["session_id"] == session.id.as_str())
+            .count()
+    };
+    let mut kept = usize::MAX;
+    for _ in 0..50 {
+        kept = of_session(logged_batches(&s).await);
+        if kept <= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        kept, 1,
+        "the session's older batches are dropped from the log"
+    );
+    assert!(
+        s.metric("vigil_retention_steps_total{of=\"log\",outcome=\"done\"}")
+            .await
+            >= 1.0,
+        "the log's sweep is counted"
+    );
+    // The partition's offsets go on: a later batch is read and decided.
+    send(4).await;
+    decided(4).await;
 }

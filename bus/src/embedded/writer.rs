@@ -8,9 +8,12 @@
 //!
 //! Being the only writer also makes it the only place offsets are assigned: per partition it
 //! keeps the next offset (recovered from the last stored record on first use), advancing it
-//! only once a batch is durable, so offsets stay dense even when a batch fails.
+//! only once a batch is durable, so offsets stay dense even when a batch fails. And it is where
+//! a partition's time marks are written (see the module above), in the batch of the record they
+//! mark.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 
@@ -113,6 +116,7 @@ impl Drop for Writer {
 
 fn run(shared: &Shared, mut queue: mpsc::Receiver<Op>) {
     let mut next = NextOffsets::default();
+    let mut marked = MarkedAt::default();
     let mut group = Vec::new();
     while let Some(first) = queue.blocking_recv() {
         let mut bytes = first.size();
@@ -127,12 +131,14 @@ fn run(shared: &Shared, mut queue: mpsc::Receiver<Op>) {
                 Err(_) => break,
             }
         }
-        commit_group(shared, &mut next, group.drain(..));
+        commit_group(shared, &mut next, &mut marked, group.drain(..));
     }
 }
 
 /// The next offset of each partition written since open.
 type NextOffsets = HashMap<(Topic, u32), u64>;
+/// When each partition written since open was last marked (Unix milliseconds).
+type MarkedAt = HashMap<(Topic, u32), u64>;
 
 /// What to answer an op once its batch is durable (or failed).
 enum Reply {
@@ -156,11 +162,20 @@ impl Reply {
     }
 }
 
-fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<Item = Op>) {
+fn commit_group(
+    shared: &Shared,
+    next: &mut NextOffsets,
+    marked: &mut MarkedAt,
+    group: impl Iterator<Item = Op>,
+) {
     // fdatasync: the journal's data and length reach the disk; its timestamps need not.
     let mut batch = shared.db.batch().durability(Some(PersistMode::SyncData));
     // Next offsets as they will be once this batch is durable; merged into `next` only then.
     let mut staged = NextOffsets::new();
+    // Marks this batch writes; merged into `marked` once it is durable.
+    let now = super::unix_millis();
+    let mark_every = shared.mark_every_ms.load(Ordering::Relaxed);
+    let mut staged_marks = MarkedAt::new();
     let mut created: Vec<(Topic, Arc<TopicState>)> = Vec::new();
     let mut touched: Vec<Arc<TopicState>> = Vec::new();
     let mut replies = Vec::new();
@@ -218,6 +233,17 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
                     }
                 };
                 batch.insert(records, key::record(offset), value);
+                let due = marked
+                    .get(&slot)
+                    .is_none_or(|at| now.saturating_sub(*at) >= mark_every);
+                if due && !staged_marks.contains_key(&slot) {
+                    batch.insert(
+                        &shared.marks,
+                        key::mark(&slot.0, partition, offset),
+                        key::mark_value(now, mark_every),
+                    );
+                    staged_marks.insert(slot.clone(), now);
+                }
                 staged.insert(slot, offset + 1);
                 replies.push(Reply::Appended(done, offset));
                 if !touched.iter().any(|t| Arc::ptr_eq(t, &state)) {
@@ -253,6 +279,7 @@ fn commit_group(shared: &Shared, next: &mut NextOffsets, group: impl Iterator<It
         return;
     }
     next.extend(staged);
+    marked.extend(staged_marks);
     if !created.is_empty() {
         let mut catalog = shared
             .catalog
