@@ -6,7 +6,8 @@
 # then a 10-minute soak of 100,000 sessions against a `vigil serve` process), and the webhook
 # delivery benchmark (deliveries/s to a local receiver, event to first attempt), and the fleet
 # benchmark (one processor process versus two on Kafka and PostgreSQL; the API benchmark also
-# reads through the PostgreSQL store); starts PostgreSQL too, and stops both whatever happens.
+# reads through the PostgreSQL store), and the embedded log's retention (the same appends with
+# and without it); starts PostgreSQL too, and stops both whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
@@ -22,4 +23,6 @@ export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 
 # The soak runs the release executable as its own process.
 cargo build --release --bin vigil
+# The embedded log's retention: the same load with and without it.
+cargo run --release -p vigil-bus --example log_retention
 cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries --bench fleet "$@"

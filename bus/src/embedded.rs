@@ -668,26 +668,28 @@ fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
             }
             // The last record stays: after a restart the partition's offsets go on from it.
             limit = limit.min(end.saturating_sub(1));
-            let from = below.get(&(topic.clone(), partition)).copied().unwrap_or(0);
+            let records = state.records(partition)?;
+            // Offsets are dense, so the records to drop are known without reading them: from
+            // where the last step stopped or, the first time, from the partition's first record.
+            let from = match below.get(&(topic.clone(), partition)) {
+                Some(&from) => from,
+                None => match records.first_key_value() {
+                    Some(guard) => {
+                        let k = guard.key().map_err(unavailable)?;
+                        key::offset(&k).ok_or_else(|| corrupt("short record key"))?
+                    }
+                    None => end,
+                },
+            };
             if from >= limit {
+                progress.push(((topic.clone(), partition), from));
                 continue;
             }
-            let records = state.records(partition)?;
-            let mut last = None;
-            for guard in records
-                .range(key::record(from)..key::record(limit))
-                .take(left)
-            {
-                let k = guard.key().map_err(unavailable)?;
-                last = key::offset(&k);
-                batch.remove(records, k);
-                left -= 1;
+            let dropped_to = limit.min(from.saturating_add(left as u64));
+            for offset in from..dropped_to {
+                batch.remove(records, key::record(offset));
             }
-            // Everything below `limit` is dropped, unless the budget ran out first.
-            let dropped_to = match (left, last) {
-                (0, Some(offset)) => offset + 1,
-                _ => limit,
-            };
+            left -= (dropped_to - from) as usize;
             // A mark goes once no record it covers (up to the next mark) remains.
             let covered_to: Vec<u64> = marks
                 .iter()
