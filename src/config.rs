@@ -175,9 +175,10 @@ pub struct ServeArgs {
     /// last written or seen; a background sweep drops older ones in small steps (D23).
     #[arg(long, env = "VIGIL_RETENTION", default_value = "90days", value_parser = humantime::parse_duration)]
     pub retention: std::time::Duration,
-    /// How long the embedded log keeps a record (a collect batch, an event) once every consumer
-    /// group that reads its partition has read it; a background sweep drops older ones in small
-    /// steps. On Kafka the topics' own `retention.ms` applies instead.
+    /// How long the embedded log keeps a record (a collect batch, an event, a dead letter) after
+    /// it was appended; a background sweep drops older ones in small steps, short of what a
+    /// consumer group still running has yet to read. On Kafka the topics' own `retention.ms`
+    /// applies instead.
     #[arg(long, env = "VIGIL_LOG_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
     pub log_retention: std::time::Duration,
     /// Megabytes of session state the processor keeps in memory between batches (estimated);

@@ -1,8 +1,8 @@
 //! The retention sweeps (D23): one drops sessions, decisions, events and visitors not written or
 //! seen within `--retention`, and idempotency records, handoff openings and collect sessions past
-//! their own expiry; the other drops the embedded log's records older than `--log-retention`
-//! that every consumer group has read. Both go a small step at a time so no write waits long
-//! behind them.
+//! their own expiry; the other drops the embedded log's records older than `--log-retention`,
+//! short of what a consumer group still running has yet to read. Both go a small step at a
+//! time so no write waits long behind them.
 
 use std::future::Future;
 use std::time::Duration;
@@ -45,8 +45,8 @@ pub async fn sweep(store: Store, retention: Duration, shutdown: CancellationToke
     .await;
 }
 
-/// Runs log passes until `shutdown` (on Kafka a step does nothing: the brokers keep each
-/// topic as its own `retention.ms` says).
+/// Runs log passes until `shutdown`. For the embedded log: on Kafka a step does nothing (the
+/// brokers keep each topic as its own `retention.ms` says), so the server does not run it.
 pub async fn sweep_log(log: bus::Log, retention: Duration, shutdown: CancellationToken) {
     passes("log", retention, &shutdown, || async {
         log.expire(retention, LOG_STEP_BUDGET)

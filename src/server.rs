@@ -173,12 +173,14 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         args.retention,
         shutdown.clone(),
     ));
-    // And the embedded log's records every group has read, past `--log-retention`.
-    let log_sweep = tokio::spawn(crate::retention::sweep_log(
-        log.clone(),
-        args.log_retention,
-        shutdown.clone(),
-    ));
+    // And the embedded log's old records (Kafka's brokers expire their topics themselves).
+    let log_sweep = args.bus_url().starts_with("embedded:").then(|| {
+        tokio::spawn(crate::retention::sweep_log(
+            log.clone(),
+            args.log_retention,
+            shutdown.clone(),
+        ))
+    });
     // The demo exists only beside the embedded development organization (D22).
     let demo = match args.demo && args.store.is_embedded() && roles.admin {
         true => crate::demo::router(auth.clone(), &credentials_path).await,
@@ -226,7 +228,9 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         let served = task.await.context("server task")?;
         let _ = processor.await;
         let _ = sweep.await;
-        let _ = log_sweep.await;
+        if let Some(log_sweep) = log_sweep {
+            let _ = log_sweep.await;
+        }
         served
     });
     tracing::info!(%addr, roles = ?roles.names(), store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");

@@ -9,7 +9,10 @@
 //!   and the engine moves such tables down its levels without rewriting them. In one keyspace
 //!   for all partitions, every flushed table overlapped the whole stored log, and compaction
 //!   rewrote it again and again (7 bytes written by compaction per byte appended, measured);
-//! - `log_committed`: `[len][group][len][topic][partition u32 BE]` → next offset to read (u64 BE);
+//! - `log_committed`: `[len][group][len][topic][partition u32 BE]` → next offset to read and
+//!   when it was committed (Unix milliseconds), u64 BE each (logs written before retention
+//!   hold the offset alone). A member's first join writes offset 0 for its partitions without
+//!   one, so retention knows the group reads there before it has committed anything;
 //! - `log_marks`: `[len][topic][partition u32 BE][offset u64 BE]` → when the batch holding that
 //!   record was appended and the marking interval then (Unix milliseconds and milliseconds,
 //!   u64 BE each). The writer marks a partition's first append after open and then its first
@@ -86,6 +89,9 @@ struct Shared {
     /// step starts there, not at the head of the partition, where the dropped records'
     /// tombstones lie until compaction removes them.
     expired_below: Mutex<HashMap<(Topic, u32), u64>>,
+    /// When the log was opened (Unix milliseconds): see [`expire_step`] for what a group's
+    /// position holds back, and for how long.
+    opened_at_ms: u64,
     /// Every created topic; loaded at open, extended by the writer after a creation is durable.
     catalog: RwLock<HashMap<Topic, Arc<TopicState>>>,
     /// Batches are refused while the disk is nearly full, before fjall sees them (see
@@ -240,19 +246,17 @@ mod key {
         offset(k.get(k.len().checked_sub(8)?..)?)
     }
 
-    /// The topic and partition a `log_committed` key is of.
-    pub fn committed_slot(k: &[u8]) -> Option<(&[u8], u32)> {
+    /// The group, topic and partition a `log_committed` key is of.
+    pub fn committed_slot(k: &[u8]) -> Option<(&[u8], &[u8], u32)> {
         let (&group_len, rest) = k.split_first()?;
-        let rest = rest.get(usize::from(group_len)..)?;
+        let (group, rest) = rest.split_at_checked(usize::from(group_len))?;
         let (&topic_len, rest) = rest.split_first()?;
         let len = usize::from(topic_len);
         if rest.len() != len + 4 {
             return None;
         }
-        Some((
-            &rest[..len],
-            u32::from_be_bytes(rest[len..].try_into().ok()?),
-        ))
+        let partition = u32::from_be_bytes(rest[len..].try_into().ok()?);
+        Some((group, &rest[..len], partition))
     }
 
     pub fn record_value(key: &[u8], payload: &[u8]) -> Vec<u8> {
@@ -281,6 +285,19 @@ mod key {
 
     pub fn decode_mark(v: &[u8]) -> Option<(u64, u64)> {
         Some((decode_u64(v.get(..8)?)?, decode_u64(v.get(8..)?)?))
+    }
+
+    /// A committed position's value: the next offset, and when it was committed.
+    pub fn committed_value(next: u64, at_ms: u64) -> [u8; 16] {
+        mark_value(next, at_ms)
+    }
+
+    /// The next offset, and when it was committed (`None` in a log written before retention).
+    pub fn decode_committed(v: &[u8]) -> Option<(u64, Option<u64>)> {
+        match v.len() {
+            8 => Some((decode_u64(v)?, None)),
+            _ => decode_mark(v).map(|(next, at)| (next, Some(at))),
+        }
     }
 
     pub fn decode_u32(v: &[u8]) -> Option<u32> {
@@ -345,6 +362,7 @@ impl EmbeddedLog {
         if db.keyspace_exists(LEGACY_RECORDS) {
             move_legacy_records(&db, &catalog)?;
         }
+        mark_unmarked(&db, &marks, &catalog)?;
 
         let shared = Arc::new(Shared {
             db,
@@ -353,6 +371,7 @@ impl EmbeddedLog {
             marks,
             mark_every_ms: AtomicU64::new(MARK_EVERY.as_millis() as u64),
             expired_below: Mutex::default(),
+            opened_at_ms: unix_millis(),
             catalog: RwLock::new(catalog),
             space: DiskReserve::new(dir),
             members: Mutex::new(HashSet::new()),
@@ -361,13 +380,14 @@ impl EmbeddedLog {
         Ok(Self { shared, writer })
     }
 
-    /// A consumer of `partitions`, starting at the group's committed positions.
+    /// A consumer of `partitions`, starting at the group's committed positions, with the
+    /// partitions where the group has none.
     async fn reader(
         &self,
         group: &Group,
         topic: &Topic,
         partitions: &[u32],
-    ) -> Result<EmbeddedConsumer> {
+    ) -> Result<(EmbeddedConsumer, Vec<u32>)> {
         let state = self.shared.topic(topic)?;
         let partitions = check_partitions(topic, state.partitions, partitions)?;
         let shared = Arc::clone(&self.shared);
@@ -375,15 +395,22 @@ impl EmbeddedLog {
         let next = blocking(move || {
             ps.iter()
                 .map(|&p| match shared.committed.get(key::committed(&g, &t, p)) {
-                    Ok(Some(v)) => key::decode_u64(&v)
+                    Ok(Some(v)) => key::decode_committed(&v)
+                        .map(|(next, _)| Some(next))
                         .ok_or_else(|| corrupt("a committed offset is not a u64")),
-                    Ok(None) => Ok(0),
+                    Ok(None) => Ok(None),
                     Err(e) => Err(unavailable(e)),
                 })
-                .collect::<Result<Vec<u64>>>()
+                .collect::<Result<Vec<Option<u64>>>>()
         })
         .await?;
-        Ok(EmbeddedConsumer {
+        let uncommitted = partitions
+            .iter()
+            .zip(&next)
+            .filter(|(_, next)| next.is_none())
+            .map(|(p, _)| *p)
+            .collect();
+        let consumer = EmbeddedConsumer {
             _shared: Arc::clone(&self.shared),
             writer: self.writer.weak_sender(),
             group: group.clone(),
@@ -391,10 +418,11 @@ impl EmbeddedLog {
             appended: state.appended.subscribe(),
             state,
             partitions,
-            next,
+            next: next.into_iter().map(|n| n.unwrap_or(0)).collect(),
             start: 0,
             membership: None,
-        })
+        };
+        Ok((consumer, uncommitted))
     }
 
     /// Hands `op` to the writer thread and waits for its answer.
@@ -427,6 +455,47 @@ impl Shared {
             .cloned()
             .ok_or_else(|| BusError::UnknownTopic(topic.to_string()))
     }
+}
+
+/// Marks each partition that holds records but no time mark (written before retention) as of
+/// now at its last record, so those records expire a retention from now rather than never. The
+/// mark covers that one record (the writer marks the first append after open), which was
+/// appended before now: its interval is 0.
+fn mark_unmarked(
+    db: &Database,
+    marks: &Keyspace,
+    catalog: &HashMap<Topic, Arc<TopicState>>,
+) -> Result<()> {
+    let now = unix_millis();
+    let mut batch = db.batch().durability(Some(PersistMode::SyncData));
+    let mut marked = 0;
+    for (topic, state) in catalog {
+        for partition in 0..state.partitions {
+            let end = state.end(partition)?;
+            if end == 0
+                || marks
+                    .prefix(key::marks_of(topic, partition))
+                    .next()
+                    .is_some()
+            {
+                continue;
+            }
+            batch.insert(
+                marks,
+                key::mark(topic, partition, end - 1),
+                key::mark_value(now, 0),
+            );
+            marked += 1;
+        }
+    }
+    if marked > 0 {
+        batch.commit().map_err(unavailable)?;
+        tracing::info!(
+            partitions = marked,
+            "embedded log: marked the partitions written before retention; their records expire a retention from now"
+        );
+    }
+    Ok(())
 }
 
 /// Moves the records of a log written before the per-partition keyspaces into those, then
@@ -545,7 +614,7 @@ impl LogBackend for EmbeddedLog {
         topic: &Topic,
         partitions: &[u32],
     ) -> Result<Box<dyn LogConsumer>> {
-        Ok(Box::new(self.reader(group, topic, partitions).await?))
+        Ok(Box::new(self.reader(group, topic, partitions).await?.0))
     }
 
     /// The embedded log lives in one process, which has nobody to share partitions with: its
@@ -575,7 +644,16 @@ impl LogBackend for EmbeddedLog {
             announced: false,
         };
         let all: Vec<u32> = (0..count).collect();
-        let mut consumer = self.reader(group, topic, &all).await?;
+        let (mut consumer, uncommitted) = self.reader(group, topic, &all).await?;
+        // A member's group reads its partitions from now on: where it has no position yet,
+        // one at the beginning tells retention not to drop what it has yet to read.
+        if !uncommitted.is_empty() {
+            let entries = uncommitted
+                .iter()
+                .map(|&p| (key::committed(group, topic, p), 0))
+                .collect();
+            self.submit(|done| Op::Commit { entries, done }).await?;
+        }
         consumer.membership = Some(membership);
         Ok(Box::new(consumer))
     }
@@ -607,7 +685,7 @@ pub(crate) fn unix_millis() -> u64 {
 
 /// One step of retention ([`LogBackend::expire`]) over every partition in turn: the records
 /// its time marks show were appended before `cutoff_ms` (Unix milliseconds), short of what a
-/// group that committed there has yet to read and of the partition's last record, are dropped
+/// group still about has yet to read there and of the partition's last record, are dropped
 /// with the marks that covered only them, `budget` records at most, in one batch. The batch
 /// is not fsynced: a drop that a crash loses is made again by a later step.
 fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
@@ -621,13 +699,31 @@ fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
         .map(|(t, s)| (t.clone(), Arc::clone(s)))
         .collect();
     topics.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-    // Per (topic, partition), the least next offset a group that committed there will read.
+    // Per (topic, partition), the least next offset a group still about will read there. A
+    // group is about while it has a member (stuck or slow, it loses nothing), or committed
+    // within the retention, or the log was opened within it (its members may not have joined
+    // again yet). A group gone longer than that holds nothing back, as Kafka forgets the
+    // offsets of a group empty that long: a group nobody runs any more cannot keep the log
+    // growing.
+    let live: HashSet<(Vec<u8>, Vec<u8>)> = shared
+        .members
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|(g, t)| (g.as_str().as_bytes().to_vec(), key::topic(t).to_vec()))
+        .collect();
     let mut unread_from: HashMap<(Vec<u8>, u32), u64> = HashMap::new();
     for guard in shared.committed.iter() {
         let (k, v) = guard.into_inner().map_err(unavailable)?;
-        let (topic, partition) =
+        let (group, topic, partition) =
             key::committed_slot(&k).ok_or_else(|| corrupt("a committed position's key"))?;
-        let next = key::decode_u64(&v).ok_or_else(|| corrupt("a committed offset is not a u64"))?;
+        let (next, at) =
+            key::decode_committed(&v).ok_or_else(|| corrupt("a committed offset is not a u64"))?;
+        let about = live.contains(&(group.to_vec(), topic.to_vec()))
+            || at.unwrap_or(0).max(shared.opened_at_ms) >= cutoff_ms;
+        if !about {
+            continue;
+        }
         unread_from
             .entry((topic.to_vec(), partition))
             .and_modify(|n| *n = (*n).min(next))
@@ -643,6 +739,9 @@ fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
         .clone();
     'topics: for (topic, state) in &topics {
         for partition in 0..state.partitions {
+            // Read before the marks: records appended after it (and their marks) are left to
+            // the next step, whether or not the marks read below include theirs.
+            let end = state.end(partition)?;
             // The partition's marks up to the first one whose records may be younger than the
             // cutoff: records before that one are older (and all of them if every mark is old).
             let mut marks = Vec::new();
@@ -661,8 +760,7 @@ fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
             if marks.is_empty() {
                 continue;
             }
-            let end = state.end(partition)?;
-            let mut limit = young_from.unwrap_or(end);
+            let mut limit = young_from.unwrap_or(end).min(end);
             if let Some(&next) = unread_from.get(&(key::topic(topic).to_vec(), partition)) {
                 limit = limit.min(next);
             }

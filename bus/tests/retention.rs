@@ -1,7 +1,8 @@
 //! The embedded log's retention (`LogBackend::expire`): records older than the retention go once
-//! every group that committed in their partition has read them, a step at most a budget long;
-//! a partition's last record stays, so its offsets go on after a reopen; a topic nobody reads
-//! (the dead letters) expires by age alone.
+//! every group still about (with a member, or a commit within the retention) has read them, a
+//! step at most a budget long; a partition's last record stays, so its offsets go on after a
+//! reopen; a topic nobody reads (the dead letters) expires by age alone, and so do records a
+//! gone group never read; a log written before retention gets its marks when opened.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,9 +85,9 @@ async fn records_every_group_read_go_once_past_the_retention() {
     );
     append(&log, &dead(), 5).await;
 
-    // The processor read everything and committed the first twenty.
+    // The processor (a member, as the role is) read everything and committed the first twenty.
     let processor = Group::new("processor").unwrap();
-    let mut consumer = log.consumer_of_all(&processor, &batches()).await.unwrap();
+    let mut consumer = log.member(&processor, &batches()).await.unwrap();
     let read = consumer
         .poll(100, Duration::from_millis(100))
         .await
@@ -160,4 +161,61 @@ async fn a_step_needs_a_budget() {
         log.expire(RETENTION, 0).await,
         Err(BusError::Invalid(_))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_holds_back_what_it_has_not_read_and_a_gone_group_stops_holding() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path()).await;
+    log.create_topic(&batches(), 1).await.unwrap();
+    assert!(!log.expire(RETENTION, 8).await.unwrap());
+    // A processor that joined and is stuck (a store outage, say): it never commits.
+    let processor = Group::new("processor").unwrap();
+    let member = log.member(&processor, &batches()).await.unwrap();
+    append(&log, &batches(), 10).await;
+    tokio::time::sleep(PAST).await;
+    append(&log, &batches(), 1).await;
+    expire_all(&log, 8).await;
+    assert_eq!(
+        stored(&log, &batches()).await,
+        (0..11).collect::<Vec<_>>(),
+        "a member's unread records stay, however old"
+    );
+
+    // The group is gone (no member, no commit within the retention): it holds nothing back.
+    drop(member);
+    expire_all(&log, 8).await;
+    assert_eq!(stored(&log, &batches()).await, vec![10]);
+}
+
+/// A log written before retention: its partitions have records but no time marks. Opened now,
+/// they are marked, and their records expire a retention later rather than never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_written_before_retention_expire_a_retention_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = fjall::Database::builder(dir.path()).open().unwrap();
+        let open = |name: &str| {
+            db.keyspace(name, fjall::KeyspaceCreateOptions::default)
+                .unwrap()
+        };
+        open("log_topics")
+            .insert(batches().as_str(), 1u32.to_be_bytes())
+            .unwrap();
+        let records = open(&format!("{}#0", batches().as_str()));
+        for offset in 0..5u64 {
+            let mut value = 7u32.to_be_bytes().to_vec();
+            value.extend_from_slice(b"session");
+            value.extend_from_slice(format!("old {offset}").as_bytes());
+            records.insert(offset.to_be_bytes(), value).unwrap();
+        }
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
+    }
+    let log = open(dir.path()).await;
+    assert!(!log.expire(RETENTION, 8).await.unwrap());
+    assert_eq!(stored(&log, &batches()).await.len(), 5, "kept a retention");
+    tokio::time::sleep(PAST).await;
+    expire_all(&log, 8).await;
+    assert_eq!(stored(&log, &batches()).await, vec![4]);
+    assert_eq!(append(&log, &batches(), 1).await, vec![5]);
 }

@@ -172,7 +172,9 @@ fn commit_group(
     let mut batch = shared.db.batch().durability(Some(PersistMode::SyncData));
     // Next offsets as they will be once this batch is durable; merged into `next` only then.
     let mut staged = NextOffsets::new();
-    // Marks this batch writes; merged into `marked` once it is durable.
+    // Marks this batch writes; merged into `marked` once it is durable. Taken before the
+    // fsync, so a record may be a few milliseconds younger than its mark says: retention
+    // drops it that much early at most.
     let now = super::unix_millis();
     let mark_every = shared.mark_every_ms.load(Ordering::Relaxed);
     let mut staged_marks = MarkedAt::new();
@@ -252,7 +254,7 @@ fn commit_group(
             }
             Op::Commit { entries, done } => {
                 for (k, offset) in entries {
-                    batch.insert(&shared.committed, k, offset.to_be_bytes());
+                    batch.insert(&shared.committed, k, key::committed_value(offset, now));
                 }
                 replies.push(Reply::Committed(done));
             }
