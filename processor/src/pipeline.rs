@@ -306,8 +306,8 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         // with their new decisions in one acknowledged write (one fsync on the embedded store).
         // That write runs while the next poll is folded; sessions it holds are read from it.
         let mut saves = Vec::new();
-        // Each save's session and state, with when ingest accepted the batches it decides.
-        let mut pending = Vec::new();
+        // What each save leaves in memory once sent, with when ingest accepted its batches.
+        let mut pending: Vec<Pending> = Vec::new();
         let mut dead = Vec::new();
         for group in by_session(&records, &mut dead) {
             let started = Instant::now();
@@ -323,12 +323,15 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                     crate::telemetry::folded(group.len(), started.elapsed());
                     dead.extend(unreadable);
                     if let Some((save, state)) = save {
-                        let received = group.iter().map(|p| p.batch.received_at).collect();
-                        // A session's records share a partition (they share its key).
-                        let partition = group[0].record.partition;
-                        let stored = save.session.state.as_str().len()
-                            + save.settled.as_ref().map_or(0, |s| s.as_str().len());
-                        pending.push((partition, save.session.clone(), state, stored, received));
+                        pending.push(Pending {
+                            // A session's records share a partition (they share its key).
+                            partition: group[0].record.partition,
+                            session: save.session.clone(),
+                            state,
+                            stored_bytes: save.session.state.as_str().len()
+                                + save.settled.as_ref().map_or(0, |s| s.as_str().len()),
+                            received: group.iter().map(|p| p.batch.received_at).collect(),
+                        });
                         let sources = group.iter().map(|p| p.record.clone()).collect();
                         saves.push((save, sources));
                     }
@@ -360,11 +363,7 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 |(save, _): &(SessionSave, Vec<Record>)| save.session.visitor_id == Some(visitor),
             );
             saves = kept;
-            pending.retain(
-                |(_, session, _, _, _): &(u32, SessionRecord, SessionState, usize, Vec<_>)| {
-                    session.visitor_id != Some(visitor)
-                },
-            );
+            pending.retain(|p| p.session.visitor_id != Some(visitor));
             for (_, sources) in named {
                 let failure = Failure::Permanent(DeadReason::CorruptRow, failure.to_string());
                 if !dead_letter_all(pipeline, &sources, failure, shutdown).await {
@@ -388,9 +387,9 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 .map(|(s, _)| (s.session.id, s.session.updated_at))
                 .collect();
             let mut received = Vec::new();
-            for (partition, session, state, stored, accepted) in pending {
-                memory.hold(partition, session, state, stored);
-                received.extend(accepted);
+            for p in pending {
+                memory.hold(p.partition, p.session, p.state, p.stored_bytes);
+                received.extend(p.received);
             }
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
             in_flight = Some(InFlight {
@@ -654,6 +653,19 @@ async fn commit(
     if let Retried::Failed(e) = committed {
         tracing::error!(error = %e, "processor: the log refused a commit");
     }
+}
+
+/// A session folded into the poll's save, kept in memory once the save is sent: the next fold
+/// of it reads it from there.
+struct Pending {
+    /// The partition of the batches topic its records are in.
+    partition: u32,
+    session: SessionRecord,
+    state: SessionState,
+    /// The bytes of its stored state, both parts (what the memory's bound weighs).
+    stored_bytes: usize,
+    /// When ingest accepted each batch the save decides.
+    received: Vec<schemas::time::Timestamp>,
 }
 
 /// What folding a session's records came to.
