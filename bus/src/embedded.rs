@@ -9,10 +9,12 @@
 //!   and the engine moves such tables down its levels without rewriting them. In one keyspace
 //!   for all partitions, every flushed table overlapped the whole stored log, and compaction
 //!   rewrote it again and again (7 bytes written by compaction per byte appended, measured);
-//! - `log_committed`: `[len][group][len][topic][partition u32 BE]` → next offset to read and
-//!   when it was committed (Unix milliseconds), u64 BE each (logs written before retention
-//!   hold the offset alone). A member's first join writes offset 0 for its partitions without
-//!   one, so retention knows the group reads there before it has committed anything;
+//! - `log_committed`: `[len][group][len][topic][partition u32 BE]` → next offset to read (u64 BE).
+//!   A member's first join writes offset 0 where its group has none, so retention knows the
+//!   group reads there before it has committed anything;
+//! - `log_committed_at`: the same keys → when that position was last committed (Unix
+//!   milliseconds, u64 BE); a keyspace of its own so a build from before retention still
+//!   reads `log_committed`;
 //! - `log_marks`: `[len][topic][partition u32 BE][offset u64 BE]` → when the batch holding that
 //!   record was appended and the marking interval then (Unix milliseconds and milliseconds,
 //!   u64 BE each). The writer marks a partition's first append after open and then its first
@@ -62,6 +64,10 @@ const LEGACY_RECORDS: &str = "log_records";
 const LEGACY_MOVE_BATCH: usize = 1024;
 const COMMITTED: &str = "log_committed";
 const MARKS: &str = "log_marks";
+const COMMITTED_AT: &str = "log_committed_at";
+/// How long after the log was opened every group's position holds back what it has yet to
+/// read, whether or not it has a member: the time the roles take to join again after a restart.
+const REJOIN_GRACE: Duration = Duration::from_secs(600);
 /// How far apart a partition's time marks are at most: records outlive the retention by up to
 /// this much. A short retention marks finer (a hundredth of it, 10 ms at least).
 const MARK_EVERY: Duration = Duration::from_secs(60);
@@ -81,6 +87,7 @@ struct Shared {
     db: Database,
     topics: Keyspace,
     committed: Keyspace,
+    committed_at: Keyspace,
     marks: Keyspace,
     /// Milliseconds between two time marks of a partition ([`MARK_EVERY`], or finer once a
     /// short retention was asked for).
@@ -287,19 +294,6 @@ mod key {
         Some((decode_u64(v.get(..8)?)?, decode_u64(v.get(8..)?)?))
     }
 
-    /// A committed position's value: the next offset, and when it was committed.
-    pub fn committed_value(next: u64, at_ms: u64) -> [u8; 16] {
-        mark_value(next, at_ms)
-    }
-
-    /// The next offset, and when it was committed (`None` in a log written before retention).
-    pub fn decode_committed(v: &[u8]) -> Option<(u64, Option<u64>)> {
-        match v.len() {
-            8 => Some((decode_u64(v)?, None)),
-            _ => decode_mark(v).map(|(next, at)| (next, Some(at))),
-        }
-    }
-
     pub fn decode_u32(v: &[u8]) -> Option<u32> {
         Some(u32::from_be_bytes(v.try_into().ok()?))
     }
@@ -346,6 +340,7 @@ impl EmbeddedLog {
         let topics = keyspace(TOPICS)?;
         let committed = keyspace(COMMITTED)?;
         let marks = keyspace(MARKS)?;
+        let committed_at = keyspace(COMMITTED_AT)?;
 
         let mut catalog = HashMap::new();
         for guard in topics.iter() {
@@ -368,6 +363,7 @@ impl EmbeddedLog {
             db,
             topics,
             committed,
+            committed_at,
             marks,
             mark_every_ms: AtomicU64::new(MARK_EVERY.as_millis() as u64),
             expired_below: Mutex::default(),
@@ -395,8 +391,8 @@ impl EmbeddedLog {
         let next = blocking(move || {
             ps.iter()
                 .map(|&p| match shared.committed.get(key::committed(&g, &t, p)) {
-                    Ok(Some(v)) => key::decode_committed(&v)
-                        .map(|(next, _)| Some(next))
+                    Ok(Some(v)) => key::decode_u64(&v)
+                        .map(Some)
                         .ok_or_else(|| corrupt("a committed offset is not a u64")),
                     Ok(None) => Ok(None),
                     Err(e) => Err(unavailable(e)),
@@ -652,7 +648,12 @@ impl LogBackend for EmbeddedLog {
                 .iter()
                 .map(|&p| (key::committed(group, topic, p), 0))
                 .collect();
-            self.submit(|done| Op::Commit { entries, done }).await?;
+            self.submit(|done| Op::Commit {
+                entries,
+                if_absent: true,
+                done,
+            })
+            .await?;
         }
         consumer.membership = Some(membership);
         Ok(Box::new(consumer))
@@ -670,9 +671,12 @@ impl LogBackend for EmbeddedLog {
             .mark_every_ms
             .fetch_min(every.as_millis() as u64, Ordering::Relaxed);
         let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
-        let cutoff = unix_millis().saturating_sub(retention_ms);
+        let now = unix_millis();
+        let cutoff = now.saturating_sub(retention_ms);
+        let grace = retention.min(REJOIN_GRACE).as_millis() as u64;
+        let rejoining = now.saturating_sub(self.shared.opened_at_ms) < grace;
         let shared = Arc::clone(&self.shared);
-        blocking(move || expire_step(&shared, cutoff, budget)).await
+        blocking(move || expire_step(&shared, cutoff, rejoining, budget)).await
     }
 }
 
@@ -688,7 +692,7 @@ pub(crate) fn unix_millis() -> u64 {
 /// group still about has yet to read there and of the partition's last record, are dropped
 /// with the marks that covered only them, `budget` records at most, in one batch. The batch
 /// is not fsynced: a drop that a crash loses is made again by a later step.
-fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
+fn expire_step(shared: &Shared, cutoff_ms: u64, rejoining: bool, budget: usize) -> Result<bool> {
     // Tombstones are writes too: refused, like appends, while the disk is nearly full.
     shared.space.check().map_err(BusError::Unavailable)?;
     let mut topics: Vec<(Topic, Arc<TopicState>)> = shared
@@ -700,11 +704,11 @@ fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
         .collect();
     topics.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     // Per (topic, partition), the least next offset a group still about will read there. A
-    // group is about while it has a member (stuck or slow, it loses nothing), or committed
-    // within the retention, or the log was opened within it (its members may not have joined
-    // again yet). A group gone longer than that holds nothing back, as Kafka forgets the
-    // offsets of a group empty that long: a group nobody runs any more cannot keep the log
-    // growing.
+    // group is about while it has a member (stuck or slow, it loses nothing; one that has not
+    // committed yet holds from the start), or committed within the retention, or the log was
+    // opened moments ago (`rejoining`: its members may not have joined again yet). A group gone
+    // longer than that holds nothing back, as Kafka forgets the offsets of a group empty that
+    // long: a group nobody runs any more cannot keep the log growing.
     let live: HashSet<(Vec<u8>, Vec<u8>)> = shared
         .members
         .lock()
@@ -713,21 +717,44 @@ fn expire_step(shared: &Shared, cutoff_ms: u64, budget: usize) -> Result<bool> {
         .map(|(g, t)| (g.as_str().as_bytes().to_vec(), key::topic(t).to_vec()))
         .collect();
     let mut unread_from: HashMap<(Vec<u8>, u32), u64> = HashMap::new();
-    for guard in shared.committed.iter() {
-        let (k, v) = guard.into_inner().map_err(unavailable)?;
-        let (group, topic, partition) =
-            key::committed_slot(&k).ok_or_else(|| corrupt("a committed position's key"))?;
-        let (next, at) =
-            key::decode_committed(&v).ok_or_else(|| corrupt("a committed offset is not a u64"))?;
-        let about = live.contains(&(group.to_vec(), topic.to_vec()))
-            || at.unwrap_or(0).max(shared.opened_at_ms) >= cutoff_ms;
-        if !about {
-            continue;
-        }
+    let mut hold = |topic: &[u8], partition: u32, next: u64| {
         unread_from
             .entry((topic.to_vec(), partition))
             .and_modify(|n| *n = (*n).min(next))
             .or_insert(next);
+    };
+    let mut positioned = HashSet::new();
+    for guard in shared.committed.iter() {
+        let (k, v) = guard.into_inner().map_err(unavailable)?;
+        let (group, topic, partition) =
+            key::committed_slot(&k).ok_or_else(|| corrupt("a committed position's key"))?;
+        let next = key::decode_u64(&v).ok_or_else(|| corrupt("a committed offset is not a u64"))?;
+        let member = live.contains(&(group.to_vec(), topic.to_vec()));
+        if member {
+            positioned.insert((group.to_vec(), topic.to_vec(), partition));
+        }
+        let recent = || -> Result<bool> {
+            Ok(match shared.committed_at.get(&k).map_err(unavailable)? {
+                Some(at) => key::decode_u64(&at).is_some_and(|at| at >= cutoff_ms),
+                None => false,
+            })
+        };
+        if member || rejoining || recent()? {
+            hold(topic, partition, next);
+        }
+    }
+    for (group, topic_name) in &live {
+        let Some((_, state)) = topics
+            .iter()
+            .find(|(t, _)| key::topic(t) == &topic_name[..])
+        else {
+            continue;
+        };
+        for partition in 0..state.partitions {
+            if !positioned.contains(&(group.clone(), topic_name.clone(), partition)) {
+                hold(topic_name, partition, 0);
+            }
+        }
     }
     let mut batch = shared.db.batch();
     let mut left = budget;
@@ -930,7 +957,12 @@ impl LogConsumer for EmbeddedConsumer {
             .writer
             .upgrade()
             .ok_or_else(|| BusError::Unavailable("embedded log was closed".into()))?;
-        submit(&writer, |done| Op::Commit { entries, done }).await
+        submit(&writer, |done| Op::Commit {
+            entries,
+            if_absent: false,
+            done,
+        })
+        .await
     }
 }
 

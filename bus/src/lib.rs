@@ -170,9 +170,9 @@ pub trait LogBackend: Send + Sync + 'static {
     /// One step of the log's retention: drops at most `budget` records appended more than
     /// `retention` ago, short of what a consumer group still about has yet to read in their
     /// partition, and answers whether more such records remain (call again after a pause). A
-    /// group is about while it has a member, or committed within the retention, or the log
-    /// was opened within it; one gone longer holds nothing back. A partition's last record is
-    /// kept, so its offsets go on from it.
+    /// group is about while it has a member, or committed within the retention, or in the
+    /// first minutes after the log was opened (its members joining again); one gone longer
+    /// holds nothing back. A partition's last record is kept, so its offsets go on from it.
     ///
     /// The embedded log's retention (`--log-retention`). On Kafka the brokers apply each
     /// topic's own retention (`retention.ms`, by default the brokers' `log.retention.hours`),

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bus::{BusError, Group, Log, Position, Topic};
 
-const RETENTION: Duration = Duration::from_millis(1500);
+const RETENTION: Duration = Duration::from_secs(4);
 /// Past the retention, with room for the appends before it (an fsync each).
-const PAST: Duration = Duration::from_millis(2000);
+const PAST: Duration = Duration::from_millis(4600);
 
 async fn open(dir: &Path) -> Log {
     bus::open(&format!("embedded:{}", dir.display()))

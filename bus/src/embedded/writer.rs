@@ -46,6 +46,8 @@ pub(super) enum Op {
     Commit {
         /// `log_committed` keys and the next offset to store under each.
         entries: Vec<(Vec<u8>, u64)>,
+        /// Only where the group has no position yet (a member's first join), never over one.
+        if_absent: bool,
         done: oneshot::Sender<Result<()>>,
     },
 }
@@ -178,6 +180,8 @@ fn commit_group(
     let now = super::unix_millis();
     let mark_every = shared.mark_every_ms.load(Ordering::Relaxed);
     let mut staged_marks = MarkedAt::new();
+    // Positions this batch commits, by `log_committed` key.
+    let mut positions: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut created: Vec<(Topic, Arc<TopicState>)> = Vec::new();
     let mut touched: Vec<Arc<TopicState>> = Vec::new();
     let mut replies = Vec::new();
@@ -252,13 +256,44 @@ fn commit_group(
                     touched.push(state);
                 }
             }
-            Op::Commit { entries, done } => {
+            Op::Commit {
+                entries,
+                if_absent,
+                done,
+            } => {
+                let mut wanted = Vec::with_capacity(entries.len());
+                let mut failed = None;
                 for (k, offset) in entries {
-                    batch.insert(&shared.committed, k, key::committed_value(offset, now));
+                    if if_absent {
+                        match shared.committed.contains_key(&k) {
+                            Ok(false) if !positions.contains_key(&k) => {}
+                            Ok(_) => continue,
+                            Err(e) => {
+                                failed = Some(super::unavailable(e));
+                                break;
+                            }
+                        }
+                    }
+                    wanted.push((k, offset));
                 }
-                replies.push(Reply::Committed(done));
+                match failed {
+                    Some(e) => {
+                        let _ = done.send(Err(e));
+                    }
+                    None => {
+                        positions.extend(wanted);
+                        replies.push(Reply::Committed(done));
+                    }
+                }
             }
         }
+    }
+
+    // Each position once per batch (its ops in order, the last standing), with when it was
+    // committed beside it.
+    for (k, offset) in positions {
+        batch.insert(&shared.committed_at, k.clone(), now.to_be_bytes());
+        batch.insert(&shared.committed, k, offset.to_be_bytes());
     }
 
     // Refused before fjall sees it when the disk is nearly full: a failed journal write would
