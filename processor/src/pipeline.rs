@@ -74,7 +74,8 @@ const VECTOR_SCAN: usize = 2_000;
 
 /// A save of one poll's sessions running while the next poll is folded.
 struct InFlight {
-    task: tokio::task::JoinHandle<bool>,
+    /// The sessions it gave up on (their records dead-lettered); `None` if shutdown came first.
+    task: tokio::task::JoinHandle<Option<Vec<schemas::SessionId>>>,
     /// The log positions it covers, committed once it is stored.
     positions: Vec<bus::Position>,
     /// The sessions it writes, with the `updated_at` each is written with.
@@ -295,6 +296,21 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         {
             return;
         }
+        let mut dead = Vec::new();
+        let groups = by_session(&records, &mut dead);
+        // A session of the save still in flight is folded only once that save has landed: it
+        // may yet give the session up (its records dead-lettered), and a fold on top of it
+        // would then store the effects of batches the store never took. A session sending
+        // again within a save's few milliseconds is rare; the others need no wait.
+        if in_flight.is_some()
+            && groups
+                .iter()
+                .any(|g| memory.is_pending(g[0].batch.session_id))
+            && let Some(previous) = in_flight.take()
+            && !land(previous, &mut memory, &mut uncommitted).await
+        {
+            return;
+        }
         // Idle, unless positions stored earlier still wait for their commit: committed now,
         // rather than at the next batch, so a crash while idle redelivers nothing.
         let commit_due = !uncommitted.is_empty() && last_commit.elapsed() >= COMMIT_INTERVAL;
@@ -304,12 +320,11 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         // One store write per poll, not per record nor per session: each session's state is
         // read and every new batch of it folded in, then all the poll's sessions are stored
         // with their new decisions in one acknowledged write (one fsync on the embedded store).
-        // That write runs while the next poll is folded; sessions it holds are read from it.
+        // That write runs while the next poll is folded.
         let mut saves = Vec::new();
         // What each save leaves in memory once sent, with when ingest accepted its batches.
         let mut pending: Vec<Pending> = Vec::new();
-        let mut dead = Vec::new();
-        for group in by_session(&records, &mut dead) {
+        for group in groups {
             let started = Instant::now();
             let folded = retry(
                 "folding a session",
@@ -394,13 +409,13 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
             in_flight = Some(InFlight {
                 task: tokio::spawn(async move {
-                    let stored = store(&pipeline, saves, &shutdown).await;
+                    let given_up = store(&pipeline, saves, &shutdown).await;
                     // Observed as the write returns, not when the loop lands it after folding
                     // the next poll: the decisions are stored (and readable) from here.
-                    if stored {
+                    if given_up.is_some() {
                         crate::telemetry::decided(&received, schemas::time::now());
                     }
-                    stored
+                    given_up
                 }),
                 positions: positions.collect(),
                 saved,
@@ -459,13 +474,14 @@ async fn land(
     uncommitted: &mut Vec<bus::Position>,
 ) -> bool {
     match previous.task.await {
-        Ok(true) => {
+        Ok(Some(given_up)) => {
+            memory.discard(&given_up);
             memory.confirm(&previous.saved);
             uncommitted.extend(previous.positions);
             true
         }
         // Shutting down: nothing more is stored or committed.
-        Ok(false) => false,
+        Ok(None) => false,
         Err(e) => {
             tracing::error!(error = %e, "processor: a store write failed outright; the processor stops");
             false
@@ -514,13 +530,13 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
 
 /// Publishes each save's events to the events log, then stores the saves in one write, retrying
 /// while the log or the store is unavailable. A save whose events or row can never be written
-/// has its records dead-lettered and the others still stored. False if shutdown came first
-/// (nothing may be committed then).
+/// has its records dead-lettered and the others still stored. The sessions given up on so;
+/// `None` if shutdown came first (nothing may be committed then).
 async fn store(
     pipeline: &Pipeline,
     saves: Vec<(SessionSave, Vec<Record>)>,
     shutdown: &CancellationToken,
-) -> bool {
+) -> Option<Vec<schemas::SessionId>> {
     // Each session's events in order, the sessions' side by side: appends that wait together
     // share one flush of the log (one fsync on the embedded log, one produce batch on Kafka),
     // where one after another a poll of new visitors waited a flush each.
@@ -534,6 +550,7 @@ async fn store(
         .await;
     let mut alive = Vec::with_capacity(saves.len());
     let mut sources = Vec::with_capacity(saves.len());
+    let mut given_up = Vec::new();
     for ((save, records), published) in saves.into_iter().zip(published) {
         match published {
             Retried::Done(()) => {
@@ -542,14 +559,15 @@ async fn store(
             }
             Retried::Failed(e) => {
                 if !dead_letter_all(pipeline, &records, e, shutdown).await {
-                    return false;
+                    return None;
                 }
+                given_up.push(save.session.id);
             }
-            Retried::ShuttingDown => return false,
+            Retried::ShuttingDown => return None,
         }
     }
     if alive.is_empty() {
-        return true;
+        return Some(given_up);
     }
     match retry(
         "storing decisions",
@@ -559,8 +577,8 @@ async fn store(
     )
     .await
     {
-        Retried::Done(()) => true,
-        Retried::ShuttingDown => false,
+        Retried::Done(()) => Some(given_up),
+        Retried::ShuttingDown => None,
         // One session's row cannot be written: each is stored alone, so only its records are
         // dead-lettered.
         Retried::Failed(_) => {
@@ -576,13 +594,14 @@ async fn store(
                     Retried::Done(()) => {}
                     Retried::Failed(e) => {
                         if !dead_letter_all(pipeline, records, e, shutdown).await {
-                            return false;
+                            return None;
                         }
+                        given_up.push(save.session.id);
                     }
-                    Retried::ShuttingDown => return false,
+                    Retried::ShuttingDown => return None,
                 }
             }
-            true
+            Some(given_up)
         }
     }
 }
@@ -700,42 +719,41 @@ async fn fold<'a>(
     // The collect session, once read: a new session's first fold reads it to open the row, and
     // every fold reads it for the pings and `results`.
     let mut collect_read = None;
-    let (mut session, mut state) = match memory.pending(first.session_id) {
-        Some(pending) => pending,
-        None => match memory.take_stored(first.session_id) {
-            Some(stored) => stored,
-            None => {
-                let mut session = match store
-                    .get_session(first.organization_id, first.environment, first.session_id)
-                    .await?
-                {
-                    Some(s) => s,
-                    None => {
-                        let collect = store.get_collect_session(first.session_id).await?;
-                        let session = new_session(first, collect.as_ref());
-                        collect_read = Some(collect);
-                        session
-                    }
-                };
-                // A row from before `finalized` was stored says so only in its decision; rows
-                // this build wrote say it in both, so the decision is not parsed for the
-                // sessions held in memory.
-                if events::is_final(session.latest_decision.as_ref()) {
-                    session.finalized = true;
+    // The save in flight has landed if it held the session (the loop sees to that), so the
+    // session is what the store holds: cached, or read from its row.
+    let (mut session, mut state) = match memory.take_stored(first.session_id) {
+        Some(stored) => stored,
+        None => {
+            let mut session = match store
+                .get_session(first.organization_id, first.environment, first.session_id)
+                .await?
+            {
+                Some(s) => s,
+                None => {
+                    let collect = store.get_collect_session(first.session_id).await?;
+                    let session = new_session(first, collect.as_ref());
+                    collect_read = Some(collect);
+                    session
                 }
-                let state = session
-                    .state
-                    .decode::<Option<SessionState>>()
-                    .map_err(|e| {
-                        Failure::Permanent(
-                            DeadReason::CorruptRow,
-                            format!("session {}: its state does not decode: {e}", session.id),
-                        )
-                    })?
-                    .unwrap_or_default();
-                (session, state)
+            };
+            // A row from before `finalized` was stored says so only in its decision; rows
+            // this build wrote say it in both, so the decision is not parsed for the
+            // sessions held in memory.
+            if events::is_final(session.latest_decision.as_ref()) {
+                session.finalized = true;
             }
-        },
+            let state = session
+                .state
+                .decode::<Option<SessionState>>()
+                .map_err(|e| {
+                    Failure::Permanent(
+                        DeadReason::CorruptRow,
+                        format!("session {}: its state does not decode: {e}", session.id),
+                    )
+                })?
+                .unwrap_or_default();
+            (session, state)
+        }
     };
     let was_final = session.finalized;
     let mut linked = None;

@@ -748,6 +748,14 @@ impl RefusingLog {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key.to_vec());
     }
+
+    /// From now on, appends with this key pass again (the topic's limit was raised).
+    pub fn allow(&self, key: &[u8]) {
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
 }
 
 #[async_trait]

@@ -351,6 +351,18 @@ async fn a_batch_whose_event_is_over_the_logs_size_is_dead_lettered() {
     // The batch's effects were not stored without the event.
     let row = stored(s.store(), &org, &a).await;
     assert!(row.is_none(), "{row:?}");
+
+    // Once the topic takes the session's events, its next batch is decided from what the
+    // store holds: nothing of the dead-lettered batch, which stays for an operator to append
+    // again (the processor's memory does not keep it either).
+    refusing.allow(org.as_bytes());
+    send(&s, &a, &pk, 2, &probes()).await;
+    let row = decided(s.store(), &org, &a, 2).await;
+    assert!(
+        !row.has_processed(1),
+        "the dead-lettered batch 1 is not in the stored session"
+    );
+    assert_eq!(dead_count(&s, DeadReason::OversizeEvent).await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

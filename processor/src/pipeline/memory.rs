@@ -39,8 +39,10 @@ impl Weighter<SessionId, Cached> for ByBytes {
     }
 }
 
-/// `pending`: sessions of the save in flight, as that save writes them; a fold reads them from
-/// here, since the store may not have them yet (at most one poll's sessions). `states`: the
+/// `pending`: sessions of the save in flight, as that save writes them (at most one poll's
+/// sessions); cached once it lands, or discarded if their records were dead-lettered instead. A
+/// poll that holds one of them waits for that landing before it folds: a fold on top of a save
+/// that then failed would store the effects of batches that were never stored. `states`: the
 /// sessions of confirmed saves with their decoded states, so a session's next batches are
 /// folded without reading its row or decoding its state. That is sound because the processor
 /// that consumes a session's partition is the only writer of its row (ingest and the APIs
@@ -73,16 +75,14 @@ impl Memory {
         }
     }
 
-    /// The session and state a save in flight writes, if one does.
-    pub(super) fn pending(&self, id: SessionId) -> Option<(SessionRecord, SessionState)> {
-        self.pending
-            .get(&id)
-            .map(|(_, session, state, _)| (session.clone(), state.clone()))
+    /// Whether the save in flight writes this session.
+    pub(super) fn is_pending(&self, id: SessionId) -> bool {
+        self.pending.contains_key(&id)
     }
 
     /// A session (whose records are in `partition`) folded into the save about to be sent,
-    /// its state stored in `stored_bytes` of JSON (both parts of it): the next fold reads it
-    /// from here.
+    /// its state stored in `stored_bytes` of JSON (both parts of it): cached once the save
+    /// lands.
     pub(super) fn hold(
         &mut self,
         partition: u32,
@@ -143,6 +143,14 @@ impl Memory {
     /// The poll's linked visitors, to be saved; the next poll starts with none.
     pub(super) fn take_linked(&mut self) -> Vec<VisitorRecord> {
         std::mem::take(&mut self.linked)
+    }
+
+    /// Sessions whose save was given up on (their records dead-lettered): the store does not
+    /// hold what they were folded into, so their next fold reads the stored row again.
+    pub(super) fn discard(&mut self, ids: &[SessionId]) {
+        for id in ids {
+            self.pending.remove(id);
+        }
     }
 
     /// A save landed: its sessions still pending (no later fold superseded them) are now what
@@ -250,10 +258,7 @@ mod tests {
             memory.take_stored(id).is_none(),
             "the first save is not what comes next"
         );
-        assert!(
-            memory.pending(id).is_some(),
-            "the later fold is still pending"
-        );
+        assert!(memory.is_pending(id), "the later fold is still pending");
     }
 
     #[test]
@@ -274,6 +279,6 @@ mod tests {
             memory.take_stored(given_up.id).is_none(),
             "read from the store if partition 1 comes back"
         );
-        assert!(memory.pending(in_flight.id).is_none());
+        assert!(!memory.is_pending(in_flight.id));
     }
 }
