@@ -225,6 +225,19 @@ pub trait LogConsumer: Send {
     /// record is skipped; the next call returns whatever this one had not returned.
     async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>>;
 
+    /// Every record from the consumer's position on, until a poll finds nothing more within
+    /// `wait`: for tools, tests and benchmarks that read a topic through (the roles poll).
+    async fn read_to_end(&mut self, wait: Duration) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        loop {
+            let records = self.poll(1000, wait).await?;
+            if records.is_empty() {
+                return Ok(out);
+            }
+            out.extend(records);
+        }
+    }
+
     /// Records that every record up to and including each given position (per partition, the
     /// highest offset given counts) is processed: the group's next consumer starts after them.
     ///

@@ -267,15 +267,8 @@ fn acknowledged_records_and_commits_survive_sigkill() {
 
 /// Polls until the log has nothing more for this consumer.
 async fn read_all(consumer: &mut dyn bus::LogConsumer) -> Vec<Record> {
-    let mut records = Vec::new();
-    loop {
-        let batch = consumer
-            .poll(1000, Duration::from_millis(300))
-            .await
-            .unwrap();
-        if batch.is_empty() {
-            return records;
-        }
-        records.extend(batch);
-    }
+    consumer
+        .read_to_end(Duration::from_millis(300))
+        .await
+        .unwrap()
 }

@@ -47,17 +47,11 @@ async fn stored(log: &Log, topic: &Topic) -> Vec<u64> {
     let n = READERS.fetch_add(1, Ordering::Relaxed);
     let group = Group::new(&format!("reader-{n}")).unwrap();
     let mut consumer = log.consumer_of_all(&group, topic).await.unwrap();
-    let mut offsets = Vec::new();
-    loop {
-        let records = consumer
-            .poll(1000, Duration::from_millis(100))
-            .await
-            .unwrap();
-        if records.is_empty() {
-            return offsets;
-        }
-        offsets.extend(records.iter().map(|r| r.offset));
-    }
+    let records = consumer
+        .read_to_end(Duration::from_millis(100))
+        .await
+        .unwrap();
+    records.iter().map(|r| r.offset).collect()
 }
 
 /// Runs retention steps of `budget` until one says nothing more expired; answers how many steps

@@ -287,26 +287,19 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
             None => Vec::new(),
         };
         lag.polled(pipeline, &records).await;
-        // A save that finished while the poll waited lands before the poll is folded: its
-        // sessions are then confirmed, so a fold takes them from memory rather than cloning
-        // them out of the save, and reads the stored row of one the bound did not keep.
-        if in_flight.as_ref().is_some_and(|f| f.task.is_finished())
-            && let Some(previous) = in_flight.take()
-            && !land(previous, &mut memory, &mut uncommitted).await
-        {
-            return;
-        }
         let mut dead = Vec::new();
         let groups = by_session(&records, &mut dead);
-        // A session of the save still in flight is folded only once that save has landed: it
-        // may yet give the session up (its records dead-lettered), and a fold on top of it
-        // would then store the effects of batches the store never took. A session sending
-        // again within a save's few milliseconds is rare; the others need no wait.
-        if in_flight.is_some()
-            && groups
-                .iter()
-                .any(|g| memory.is_pending(g[0].batch.session_id))
-            && let Some(previous) = in_flight.take()
+        // The save in flight lands before the poll is folded if it already finished (its
+        // sessions are then cached, or read from their rows, rather than waited for later), or
+        // if it holds a session of this poll: it may yet give that session up (its records
+        // dead-lettered), and a fold on top of it would then store the effects of batches the
+        // store never took. A session sending again within a save's few milliseconds is rare.
+        if in_flight.as_ref().is_some_and(|f| {
+            f.task.is_finished()
+                || groups
+                    .iter()
+                    .any(|g| memory.is_pending(g[0].batch.session_id))
+        }) && let Some(previous) = in_flight.take()
             && !land(previous, &mut memory, &mut uncommitted).await
         {
             return;

@@ -3605,12 +3605,6 @@ pub async fn a_state_saved_in_two_parts_reads_whole(store: Store) {
     )
     .unwrap();
     let whole = |state: &RawJson, settled: &RawJson| crate::merge_state(state, settled).unwrap();
-    let save = |session: &SessionRecord, settled: Option<&RawJson>| SessionSave {
-        session: session.clone(),
-        decision: None,
-        events: Vec::new(),
-        settled: settled.cloned(),
-    };
     let expected = whole(&session.state, &settled);
     assert_eq!(
         expected.to_value(),
@@ -3620,10 +3614,7 @@ pub async fn a_state_saved_in_two_parts_reads_whole(store: Store) {
         }),
         "objects merge member by member"
     );
-    store
-        .save_sessions(&[save(&session, Some(&settled))])
-        .await
-        .unwrap();
+    saved(&store, &session, Some(&settled)).await;
     let read = |store: Store| async move {
         let got = store.get_session(org, env, id).await.unwrap().unwrap();
         let listed = store.list_sessions(org, env, None, 10).await.unwrap();
@@ -3643,30 +3634,37 @@ pub async fn a_state_saved_in_two_parts_reads_whole(store: Store) {
     // The next fold: the unsettled part changes, the settled part is the same.
     session.state =
         RawJson::encode(&json!({ "observations": { "batches": 2 }, "final": true })).unwrap();
-    store
-        .save_sessions(&[save(&session, Some(&settled))])
-        .await
-        .unwrap();
-    let got = store.get_session(org, env, id).await.unwrap().unwrap();
+    let got = saved(&store, &session, Some(&settled)).await;
     assert_eq!(
         got.state.to_value(),
         whole(&session.state, &settled).to_value()
     );
     // Another settled part replaces the first.
     let more = RawJson::encode(&json!({ "observations": { "events": "AbCdE" } })).unwrap();
-    store
-        .save_sessions(&[save(&session, Some(&more))])
-        .await
-        .unwrap();
-    let got = store.get_session(org, env, id).await.unwrap().unwrap();
+    let got = saved(&store, &session, Some(&more)).await;
     assert_eq!(
         got.state.to_value(),
         json!({ "observations": { "batches": 2, "events": "AbCdE" }, "final": true })
     );
     // The state given whole: nothing of the settled part is merged in any more.
-    store.save_sessions(&[save(&session, None)]).await.unwrap();
-    let got = store.get_session(org, env, id).await.unwrap().unwrap();
+    let got = saved(&store, &session, None).await;
     assert_eq!(got, session);
+}
+
+/// Saves `session` (its state with `settled` apart, if given) alone, and reads it back.
+async fn saved(store: &Store, session: &SessionRecord, settled: Option<&RawJson>) -> SessionRecord {
+    let save = SessionSave {
+        session: session.clone(),
+        decision: None,
+        events: Vec::new(),
+        settled: settled.cloned(),
+    };
+    store.save_sessions(&[save]).await.unwrap();
+    store
+        .get_session(session.organization_id, session.environment, session.id)
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 pub async fn sessions_saved_together_land_together(store: Store) {

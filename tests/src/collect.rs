@@ -186,17 +186,10 @@ pub async fn read_topic(log: &bus::Log, group: &str, topic: &'static str) -> Vec
     let group = bus::Group::new(group).expect("group name");
     let topic = bus::Topic::from_static(topic);
     let mut consumer = log.consumer_of_all(&group, &topic).await.expect("consumer");
-    let mut out = Vec::new();
-    loop {
-        let records = consumer
-            .poll(1000, Duration::from_millis(300))
-            .await
-            .expect("poll");
-        if records.is_empty() {
-            return out;
-        }
-        out.extend(records);
-    }
+    consumer
+        .read_to_end(Duration::from_millis(300))
+        .await
+        .expect("poll")
 }
 
 /// Drives one session through the whole pipeline: opens it, sends `probes` as batch 1 (with
