@@ -5,7 +5,9 @@
 use schemas::time::Timestamp;
 
 use crate::{
-    AgentLogin, AgentTokenRecord, ApiKeyRecord, GatePoll, GateSessionRecord, Result, StoreError,
+    AgentLogin, AgentTokenRecord, ApiKeyRecord, DecisionRecord, EventRecord, GatePoll,
+    GateSessionRecord, OrganizationRecord, RawJson, Result, SessionRecord, SessionSave, StoreError,
+    VisitorRecord,
 };
 
 /// `update_api_key`: the row to write over `stored`. Identity, hash and the rotation columns
@@ -87,4 +89,109 @@ pub fn count_login(mut token: AgentTokenRecord, now: Timestamp, per_hour: usize)
     }
     token.recent_logins.push(now);
     AgentLogin::Counted(token)
+}
+
+/// A state given in two parts (see [`SessionSave::settled`]) made whole: objects merge member
+/// by member, and anywhere else the settled part's value is kept. `Invalid` when either part
+/// is not JSON the merge can read.
+pub fn merge_state(state: &RawJson, settled: &RawJson) -> Result<RawJson> {
+    fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+        match (into, from) {
+            (serde_json::Value::Object(into), serde_json::Value::Object(from)) => {
+                for (name, value) in from {
+                    match into.get_mut(&name) {
+                        Some(member) => merge(member, value),
+                        None => {
+                            into.insert(name, value);
+                        }
+                    }
+                }
+            }
+            (into, from) => *into = from,
+        }
+    }
+    let invalid = |e: serde_json::Error| StoreError::Invalid(format!("a session's state: {e}"));
+    let mut whole: serde_json::Value = state.decode().map_err(invalid)?;
+    merge(&mut whole, settled.decode().map_err(invalid)?);
+    RawJson::encode(&whole).map_err(invalid)
+}
+
+/// The check of `save_visitors` that needs no read, for every backend to run first.
+pub fn check_visitor_saves(visitors: &[VisitorRecord]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(visitors.len());
+    for v in visitors {
+        if !seen.insert((v.organization_id, v.environment, v.id)) {
+            return Err(StoreError::Invalid(format!(
+                "visitor {} is saved twice in one call",
+                v.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The checks of `save_sessions` that need no read, for every backend to run first.
+pub fn check_session_saves(saves: &[SessionSave]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(saves.len());
+    for save in saves {
+        if !seen.insert(save.session.id) {
+            return Err(StoreError::Invalid(format!(
+                "session {} is saved twice in one call",
+                save.session.id
+            )));
+        }
+        check_session_save(&save.session, save.decision.as_ref(), &save.events)?;
+    }
+    Ok(())
+}
+
+fn check_session_save(
+    session: &SessionRecord,
+    decision: Option<&DecisionRecord>,
+    events: &[EventRecord],
+) -> Result<()> {
+    if let Some(d) = decision.filter(|d| d.session_id != session.id) {
+        return Err(StoreError::Invalid(format!(
+            "decision {} belongs to session {}, not to the session {} being saved",
+            d.id, d.session_id, session.id
+        )));
+    }
+    if let Some(e) = events.iter().find(|e| {
+        e.organization_id != session.organization_id || e.environment != session.environment
+    }) {
+        return Err(StoreError::Invalid(format!(
+            "event {} belongs to another organization or environment than session {}",
+            e.id, session.id
+        )));
+    }
+    Ok(())
+}
+
+/// The checks of `create_organization_with_keys` that need no read, for every backend to run
+/// first: `Invalid` if a key belongs to another organization, then `Conflict` if two of the
+/// keys share an id or a hash (checks against stored rows cannot see the batch's own rows).
+pub fn check_organization_keys(org: &OrganizationRecord, keys: &[ApiKeyRecord]) -> Result<()> {
+    if let Some(stray) = keys.iter().find(|k| k.organization_id != org.id) {
+        return Err(StoreError::Invalid(format!(
+            "api key {} belongs to organization {}, not to the organization {} being created \
+             with it",
+            stray.id, stray.organization_id, org.id
+        )));
+    }
+    let mut ids = std::collections::HashSet::with_capacity(keys.len());
+    let mut hashes = std::collections::HashSet::with_capacity(keys.len());
+    for key in keys {
+        if !ids.insert(key.id) {
+            return Err(StoreError::Conflict(format!(
+                "api key id {} is given twice",
+                key.id
+            )));
+        }
+        if !hashes.insert(key.key_hash) {
+            return Err(StoreError::Conflict(
+                "two api keys share a credential hash".into(),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -210,8 +210,8 @@ async fn with_flaky_store() -> (TestServer, Arc<FlakyStore>) {
     let s = TestServer::start_wrapped_with(
         vigil::server::Wrap {
             store: Some(Box::new(move |store| {
-                let wrapped = FlakyStore::new(store);
-                *hold.lock().unwrap() = Some(wrapped.clone());
+                let (wrapped, faults) = FlakyStore::wrap(store);
+                *hold.lock().unwrap() = Some(faults);
                 wrapped
             })),
             ..Default::default()

@@ -494,7 +494,7 @@ async fn thousands_of_visitors_page_once_each_in_every_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn footprint_of_a_session_and_a_visitor_on_disk() {
-    use store::StoreBackend;
+    use store::prelude::*;
     const N: usize = 10_000;
     let s = TestServer::start().await;
     let scored = scored_session(

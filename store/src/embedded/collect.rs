@@ -1,6 +1,8 @@
 //! Collect sessions and their pings' lookup rows (`002_collect.cql`): the conditional updates
-//! ingest makes while a browser collects, and the sweep that drops them a day after.
+//! ingest makes while a browser collects, and the sweep that drops them a day after; and the
+//! openings of the handoffs they mint (`007_handoffs.cql`), each kept until its handoff expires.
 
+use async_trait::async_trait;
 use std::time::Duration;
 
 use fjall::{OwnedWriteBatch, Readable};
@@ -10,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::row_cache::{Changes, Lookup};
 use super::{
-    COLLECT_PINGS, COLLECT_SESSIONS, EmbeddedStore, Inner, decode, decode_row, encode, key,
-    unavailable,
+    COLLECT_PINGS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner, decode, decode_row,
+    encode, key, unavailable,
 };
-use crate::{CollectSessionRecord, Result, StoreError};
+use crate::{CollectSessionRecord, CollectStore, Result, StoreError};
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
 /// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
@@ -24,6 +26,13 @@ const COLLECT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 #[derive(Serialize, Deserialize)]
 struct PingRow {
     session_id: SessionId,
+}
+
+/// `handoff_openings`: when a handoff was first opened, kept until it expires.
+#[derive(Serialize, Deserialize)]
+pub(super) struct HandoffOpening {
+    first_opened_at: Timestamp,
+    pub(super) expires_at: Timestamp,
 }
 
 impl Inner {
@@ -132,14 +141,12 @@ fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
     Ok(())
 }
 
-impl EmbeddedStore {
+#[async_trait]
+impl CollectStore for EmbeddedStore {
     /// One batch: the session row and a `collect_pings` row per ping, each id checked free under
     /// the writer mutex first; the first conflict drops the unwritten batch, so a failed call
     /// writes and claims nothing.
-    pub(super) async fn create_collect_session(
-        &self,
-        session: &CollectSessionRecord,
-    ) -> Result<()> {
+    async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
         check_collect_pings(session)?;
         let session = session.clone();
         self.write(move |db, _| {
@@ -178,14 +185,11 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_collect_session(
-        &self,
-        id: SessionId,
-    ) -> Result<Option<CollectSessionRecord>> {
+    async fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
         self.inner.get_collect_session(id)
     }
 
-    pub(super) async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
+    async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
         let row: Option<PingRow> = decode_row(
             COLLECT_PINGS,
             self.inner
@@ -201,14 +205,14 @@ impl EmbeddedStore {
     /// lets a replayed batch through once more, and the processor drops batches it has seen by
     /// number, so durability here would buy nothing. Raised in groups with the other advances
     /// waiting (see `seqs`).
-    pub(super) async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
+    async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
         self.seqs.advance(id, seq).await
     }
 
     /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
     /// counter lost in a crash would let a seen proof through again.
     /// A missing session: `false`, nothing written.
-    pub(super) async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
+    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
         self.write(move |db, _| {
             let changed = db.change_collect_session(id, |s| {
                 let above = counter > s.last_call;
@@ -222,7 +226,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn record_collect_ping(
+    async fn record_collect_ping(
         &self,
         id: SessionId,
         ping: PingId,
@@ -244,7 +248,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn record_collect_ws_identity(
+    async fn record_collect_ws_identity(
         &self,
         id: SessionId,
         identity: &serde_json::Value,
@@ -263,7 +267,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn mark_collect_results(
+    async fn mark_collect_results(
         &self,
         id: SessionId,
         at: Timestamp,
@@ -280,6 +284,31 @@ impl EmbeddedStore {
         })
         .await
     }
+
+    async fn open_handoff_once(
+        &self,
+        handoff: &[u8; 16],
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let k = *handoff;
+        self.write(move |db, _| {
+            let stored: Option<HandoffOpening> =
+                decode_row(HANDOFF_OPENINGS, db.handoff_openings.get(k))?;
+            if let Some(first) = stored {
+                return Ok(Some(first.first_opened_at));
+            }
+            let row = HandoffOpening {
+                first_opened_at: at,
+                expires_at,
+            };
+            let mut batch = db.batch();
+            batch.insert(&db.handoff_openings, k, encode(HANDOFF_OPENINGS, &row)?);
+            batch.commit().map_err(unavailable)?;
+            Ok(None)
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
@@ -288,6 +317,7 @@ mod tests {
     use schemas::ids::{KeyId, OrgId};
 
     use super::*;
+    use crate::prelude::*;
 
     /// A collect session written before call proofs existed still reads: without a proof key
     /// (so it can prove no call) and with no counter spent.

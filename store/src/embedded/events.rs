@@ -1,6 +1,7 @@
 //! Events (`005_events.cql`) and the webhooks that deliver them (`009_webhooks.cql`):
 //! `webhook_endpoints`, `webhook_deliveries` and the embedded-only `webhook_deliveries_due`.
 
+use async_trait::async_trait;
 use std::ops::Bound;
 
 use fjall::{OwnedWriteBatch, Readable};
@@ -9,12 +10,14 @@ use schemas::ids::{EventId, OrgId, WebhookDeliveryId, WebhookEndpointId};
 use schemas::time::Timestamp;
 use serde::Deserialize;
 
-use super::expiry::Expiring;
+use super::key::Expiring;
 use super::{
     EVENTS, EmbeddedStore, Inner, WEBHOOK_DELIVERIES, WEBHOOK_DELIVERIES_DUE, WEBHOOK_ENDPOINTS,
     decode, decode_row, encode, key, prefix_end, scan, unavailable,
 };
-use crate::{EventRecord, Result, StoreError, WebhookDeliveryRecord, WebhookEndpointRecord};
+use crate::{
+    EventRecord, EventStore, Result, StoreError, WebhookDeliveryRecord, WebhookEndpointRecord,
+};
 
 /// The column of a stored `events` row that says when it expires.
 #[derive(Deserialize)]
@@ -35,7 +38,7 @@ impl Inner {
             // checks the row's own time before dropping it.
             batch.insert(
                 &self.expiry_queue,
-                key::expiry(e.created_at, Expiring::Event as u8, &ek),
+                key::expiry(e.created_at, Expiring::Event, &ek),
                 [],
             );
             batch.insert(&self.events, ek, encode(EVENTS, e)?);
@@ -94,8 +97,9 @@ impl Inner {
     }
 }
 
-impl EmbeddedStore {
-    pub(super) async fn get_event(
+#[async_trait]
+impl EventStore for EmbeddedStore {
+    async fn get_event(
         &self,
         org: OrgId,
         env: Environment,
@@ -110,7 +114,7 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn list_events(
+    async fn list_events(
         &self,
         org: OrgId,
         env: Environment,
@@ -135,7 +139,7 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn record_events(&self, events: &[EventRecord]) -> Result<()> {
+    async fn record_events(&self, events: &[EventRecord]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
@@ -148,7 +152,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn create_webhook_deliveries(
+    async fn create_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
     ) -> Result<Vec<schemas::ids::WebhookDeliveryId>> {
@@ -179,10 +183,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn record_webhook_attempts(
-        &self,
-        deliveries: &[WebhookDeliveryRecord],
-    ) -> Result<usize> {
+    async fn record_webhook_attempts(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize> {
         if deliveries.is_empty() {
             return Ok(0);
         }
@@ -221,7 +222,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn defer_webhook_deliveries(
+    async fn defer_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
     ) -> Result<usize> {
@@ -254,7 +255,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn claim_webhook_deliveries(
+    async fn claim_webhook_deliveries(
         &self,
         deliveries: &[WebhookDeliveryRecord],
         until: Timestamp,
@@ -294,7 +295,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn list_event_deliveries(
+    async fn list_event_deliveries(
         &self,
         org: OrgId,
         env: Environment,
@@ -311,7 +312,7 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn due_webhook_deliveries(
+    async fn due_webhook_deliveries(
         &self,
         before: Timestamp,
         limit: usize,
@@ -343,10 +344,7 @@ impl EmbeddedStore {
         Ok(due)
     }
 
-    pub(super) async fn create_webhook_endpoint(
-        &self,
-        endpoint: &WebhookEndpointRecord,
-    ) -> Result<()> {
+    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
         let endpoint = endpoint.clone();
         self.write(move |db, _| {
             let k =
@@ -368,7 +366,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_webhook_endpoint(
+    async fn get_webhook_endpoint(
         &self,
         org: OrgId,
         env: Environment,
@@ -382,7 +380,7 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn list_webhook_endpoints(
+    async fn list_webhook_endpoints(
         &self,
         org: OrgId,
         env: Environment,
@@ -407,7 +405,7 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn disable_webhook_endpoint(
+    async fn disable_webhook_endpoint(
         &self,
         org: OrgId,
         env: Environment,
@@ -440,10 +438,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn update_webhook_endpoint(
-        &self,
-        endpoint: &WebhookEndpointRecord,
-    ) -> Result<bool> {
+    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
         let endpoint = endpoint.clone();
         self.write(move |db, _| {
             let k =

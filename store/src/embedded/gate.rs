@@ -1,6 +1,7 @@
 //! Gate (`010_gate.cql`): services with their owner and registry indexes, signup and login
 //! sessions with their one-time codes, the accounts they make and the agents' tokens.
 
+use async_trait::async_trait;
 use std::ops::Bound;
 
 use fjall::{OwnedWriteBatch, Readable};
@@ -8,14 +9,14 @@ use schemas::credential::Environment;
 use schemas::ids::OrgId;
 use schemas::time::Timestamp;
 
-use super::expiry::Expiring;
+use super::key::Expiring;
 use super::{
     AGENT_TOKENS, EmbeddedStore, GATE_ACCOUNTS, GATE_REGISTRY, GATE_SERVICES,
     GATE_SERVICES_BY_OWNER, GATE_SESSIONS, Inner, decode_row, encode, key, prefix_end, unavailable,
 };
 use crate::{
     AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GatePoll, GateServiceRecord,
-    GateServiceWrite, GateSessionRecord, GateSessionStatus, Result, StoreError,
+    GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
 };
 
 /// The rows of a Gate service: its own, its owner's index row, and its registry row when it
@@ -45,8 +46,9 @@ fn write_gate_service(
     Ok(())
 }
 
-impl EmbeddedStore {
-    pub(super) async fn create_gate_service(
+#[async_trait]
+impl GateStore for EmbeddedStore {
+    async fn create_gate_service(
         &self,
         service: &GateServiceRecord,
         cap: usize,
@@ -75,11 +77,11 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_gate_service(&self, id: &str) -> Result<Option<GateServiceRecord>> {
+    async fn get_gate_service(&self, id: &str) -> Result<Option<GateServiceRecord>> {
         decode_row(GATE_SERVICES, self.inner.gate_services.get(id.as_bytes()))
     }
 
-    pub(super) async fn list_gate_services(
+    async fn list_gate_services(
         &self,
         org: OrgId,
         env: Environment,
@@ -102,7 +104,7 @@ impl EmbeddedStore {
         Ok(services)
     }
 
-    pub(super) async fn update_gate_service(
+    async fn update_gate_service(
         &self,
         previous_id: &str,
         service: &GateServiceRecord,
@@ -147,7 +149,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn list_gate_registry(
+    async fn list_gate_registry(
         &self,
         env: Environment,
         after: Option<&str>,
@@ -178,7 +180,7 @@ impl EmbeddedStore {
         Ok(services)
     }
 
-    pub(super) async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
+    async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
         let session = session.clone();
         self.write(move |db, _| {
             let k = session.id.ulid().to_bytes();
@@ -192,7 +194,7 @@ impl EmbeddedStore {
             batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
             batch.insert(
                 &db.expiry_queue,
-                key::expiry(session.created_at, Expiring::GateSession as u8, &k),
+                key::expiry(session.created_at, Expiring::GateSession, &k),
                 [],
             );
             batch.commit().map_err(unavailable)
@@ -200,7 +202,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_gate_session(
+    async fn get_gate_session(
         &self,
         id: schemas::ids::GateSessionId,
     ) -> Result<Option<GateSessionRecord>> {
@@ -210,7 +212,7 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn transition_gate_session(
+    async fn transition_gate_session(
         &self,
         session: &GateSessionRecord,
         expected: GateSessionStatus,
@@ -256,7 +258,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn count_gate_poll(
+    async fn count_gate_poll(
         &self,
         id: schemas::ids::GateSessionId,
         token: &CredentialHash,
@@ -286,7 +288,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_gate_account(
+    async fn get_gate_account(
         &self,
         id: schemas::ids::GateAccountId,
     ) -> Result<Option<GateAccountRecord>> {
@@ -296,14 +298,11 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn get_agent_token(
-        &self,
-        hash: &CredentialHash,
-    ) -> Result<Option<AgentTokenRecord>> {
+    async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>> {
         decode_row(AGENT_TOKENS, self.inner.agent_tokens.get(hash.0))
     }
 
-    pub(super) async fn count_agent_login(
+    async fn count_agent_login(
         &self,
         hash: &CredentialHash,
         now: Timestamp,
@@ -327,7 +326,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn revoke_agent_token(
+    async fn revoke_agent_token(
         &self,
         hash: &CredentialHash,
         at: Timestamp,
@@ -350,10 +349,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_login_by_code(
-        &self,
-        code: &CredentialHash,
-    ) -> Result<Option<GateSessionRecord>> {
+    async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>> {
         let snapshot = self.inner.db.snapshot();
         let Some(id) = snapshot
             .get(&self.inner.gate_login_codes, code.0)
@@ -364,7 +360,7 @@ impl EmbeddedStore {
         decode_row(GATE_SESSIONS, snapshot.get(&self.inner.gate_sessions, &id))
     }
 
-    pub(super) async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool> {
+    async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool> {
         let token = token.clone();
         self.write(move |db, _| {
             if !db.contains(&db.agent_tokens, &token.hash.0)? {

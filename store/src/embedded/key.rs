@@ -304,12 +304,22 @@ pub fn trailing_id(k: &[u8]) -> Option<u128> {
     Some(!u128::from_be_bytes(tail))
 }
 
+/// What an `expiry_queue` row names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Expiring {
+    Session = 0,
+    Visitor = 1,
+    Event = 2,
+    /// A Gate session: dropped a retention after it started (its tokens are long useless).
+    GateSession = 3,
+}
+
 /// `expiry_queue`: the time the row was last written in milliseconds (8, big-endian, so
 /// oldest first), what it is (1), and the row's key in its own table.
-pub fn expiry(at: Timestamp, kind: u8, target: &[u8]) -> Vec<u8> {
+pub fn expiry(at: Timestamp, kind: Expiring, target: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + target.len());
     k.extend_from_slice(&millis(at).to_be_bytes());
-    k.push(kind);
+    k.push(kind as u8);
     k.extend_from_slice(target);
     k
 }

@@ -1,6 +1,7 @@
 //! Organizations and their API keys (`001_core.cql`): `organizations`, `organizations_by_slug`,
 //! `api_keys`, `api_keys_by_hash` and `api_key_ids`, the tables the row cache serves.
 
+use async_trait::async_trait;
 use std::ops::Bound;
 
 use fjall::{OwnedWriteBatch, Readable};
@@ -14,7 +15,9 @@ use super::{
     API_KEY_IDS, API_KEYS, API_KEYS_BY_HASH, EmbeddedStore, Inner, ORGANIZATIONS,
     ORGANIZATIONS_BY_SLUG, decode, decode_row, encode, key, unavailable,
 };
-use crate::{ApiKeyRecord, CredentialHash, OrganizationRecord, Result, StoreError};
+use crate::{
+    ApiKeyRecord, CredentialHash, OrganizationRecord, OrganizationStore, Result, StoreError,
+};
 
 /// `organizations_by_slug`: the claim of one slug.
 #[derive(Serialize, Deserialize)]
@@ -121,8 +124,9 @@ impl Inner {
     }
 }
 
-impl EmbeddedStore {
-    pub(super) async fn create_organization(&self, org: &OrganizationRecord) -> Result<()> {
+#[async_trait]
+impl OrganizationStore for EmbeddedStore {
+    async fn create_organization(&self, org: &OrganizationRecord) -> Result<()> {
         let org = org.clone();
         self.write(move |db, _| {
             let mut batch = db.batch();
@@ -138,7 +142,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
+    async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
         let db = &self.inner;
         let ticket = match db.cache.organization(id) {
             Lookup::Hit(org) => return Ok(Some(org)),
@@ -152,10 +156,7 @@ impl EmbeddedStore {
         Ok(org)
     }
 
-    pub(super) async fn get_organization_by_slug(
-        &self,
-        slug: &str,
-    ) -> Result<Option<OrganizationRecord>> {
+    async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>> {
         let db = &self.inner;
         // Both reads from one snapshot, so they agree with each other.
         let snapshot = db.db.snapshot();
@@ -185,7 +186,7 @@ impl EmbeddedStore {
     /// Replaces name, status and updated_at of an existing row. A missing row is left missing
     /// (no upsert): creating happens only through `create_organization` (or
     /// `create_organization_with_keys`), which claims the slug.
-    pub(super) async fn update_organization(&self, org: &OrganizationRecord) -> Result<()> {
+    async fn update_organization(&self, org: &OrganizationRecord) -> Result<()> {
         let org = org.clone();
         self.write(move |db, _| {
             let k = key::organization(org.id);
@@ -214,13 +215,13 @@ impl EmbeddedStore {
     /// each checked free under the writer mutex (as `create_organization` and `create_api_key`
     /// check them) before anything is added. The first conflict drops the unwritten batch, so a
     /// failed call leaves no row and no claim.
-    pub(super) async fn create_organization_with_keys(
+    async fn create_organization_with_keys(
         &self,
         org: &OrganizationRecord,
         keys: &[ApiKeyRecord],
     ) -> Result<()> {
         // Before the lock: a stray key or a key given twice needs no read.
-        crate::check_organization_keys(org, keys)?;
+        crate::rules::check_organization_keys(org, keys)?;
         let org = org.clone();
         let keys = keys.to_vec();
         self.write(move |db, _| {
@@ -242,7 +243,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+    async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
         let key = key.clone();
         self.write(move |db, _| {
             let mut batch = db.batch();
@@ -258,7 +259,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_api_key(
+    async fn get_api_key(
         &self,
         org: OrgId,
         env: Environment,
@@ -267,17 +268,14 @@ impl EmbeddedStore {
         self.inner.get_api_key(org, env, id)
     }
 
-    pub(super) async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>> {
+    async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>> {
         let db = &self.inner;
         let row: Option<KeyIdRow> =
             decode_row(API_KEY_IDS, db.api_key_ids.get(key::api_key_id(id)))?;
         Ok(row.map(|r| (r.organization_id, r.environment)))
     }
 
-    pub(super) async fn find_api_key_by_hash(
-        &self,
-        hash: &CredentialHash,
-    ) -> Result<Option<ApiKeyRecord>> {
+    async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>> {
         let db = &self.inner;
         let ticket = match db.cache.api_key(hash) {
             Lookup::Hit(record) => return Ok(Some(record)),
@@ -309,7 +307,7 @@ impl EmbeddedStore {
         }
     }
 
-    pub(super) async fn list_api_keys(
+    async fn list_api_keys(
         &self,
         org: OrgId,
         env: Environment,
@@ -347,7 +345,7 @@ impl EmbeddedStore {
     /// left missing (no upsert). The rotation columns are kept as stored (only `rotate_api_key`
     /// writes them), a stored revocation is kept and `last_used_at` only moves forward (see the
     /// trait); the writer mutex makes the read and the write one step.
-    pub(super) async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+    async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
         let given = key.clone();
         self.write(move |db, _| {
             let Some(stored) =
@@ -377,11 +375,7 @@ impl EmbeddedStore {
     /// if the old key does not exist (a replacement for nothing would be a key nobody rotated),
     /// is revoked or was already rotated (checked on the stored row, under the writer mutex, so
     /// a racing revocation or rotation is seen), or if the replacement's id or hash is taken.
-    pub(super) async fn rotate_api_key(
-        &self,
-        old: &ApiKeyRecord,
-        replacement: &ApiKeyRecord,
-    ) -> Result<()> {
+    async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
         let given = old.clone();
         let replacement = replacement.clone();
         self.write(move |db, _| {
@@ -407,7 +401,7 @@ impl EmbeddedStore {
 
     /// Read-modify-write of `last_used_at` under the writer mutex, which every other write of
     /// the row also holds: nothing written in between is overwritten. A missing key stays missing.
-    pub(super) async fn touch_api_key(
+    async fn touch_api_key(
         &self,
         org: OrgId,
         env: Environment,

@@ -9,6 +9,7 @@
 //! it replaced) was a fifth of the bytes a fold wrote. Stores written before keep their newest
 //! decision as a row, which the next save prunes or keeps as before.
 
+use async_trait::async_trait;
 use std::ops::Bound;
 
 use std::hash::{BuildHasher, RandomState};
@@ -20,14 +21,15 @@ use schemas::raw::RawJson;
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::expiry::Expiring;
+use super::key::Expiring;
 use super::{
     EXPIRY_QUEUE, EmbeddedStore, Inner, SESSION_DECISIONS, SESSION_SETTLED, SESSIONS,
     SESSIONS_BY_VERDICT, SESSIONS_IDLE, decode, decode_row, encode, key, prefix_end, read_indexed,
     scan, unavailable,
 };
 use crate::{
-    DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, StoreError,
+    DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, SessionStore,
+    StoreError,
 };
 
 /// How many sessions' marks the writer keeps: a few megabytes, and more than the sessions a
@@ -220,7 +222,7 @@ impl Inner {
             if stored.updated_at != session.updated_at {
                 batch.remove(
                     &self.expiry_queue,
-                    key::expiry(stored.updated_at, Expiring::Session as u8, &k),
+                    key::expiry(stored.updated_at, Expiring::Session, &k),
                 );
             }
         }
@@ -239,7 +241,7 @@ impl Inner {
         }
         batch.insert(
             &self.expiry_queue,
-            key::expiry(session.updated_at, Expiring::Session as u8, &k),
+            key::expiry(session.updated_at, Expiring::Session, &k),
             [],
         );
         if !session.finalized {
@@ -479,12 +481,13 @@ impl Inner {
     }
 }
 
-impl EmbeddedStore {
+#[async_trait]
+impl SessionStore for EmbeddedStore {
     /// One batch under the writer mutex for the whole list (one fsync however many sessions):
     /// per session its row (replacing any stored one), the decision's row when given, the
     /// events' rows and its move in the idle index, so a reader sees all of it or none.
-    pub(super) async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
-        crate::check_session_saves(saves)?;
+    async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
+        crate::rules::check_session_saves(saves)?;
         let saves = saves.to_vec();
         self.write(move |db, state| {
             let mut batch = db.batch();
@@ -512,7 +515,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_session(
+    async fn get_session(
         &self,
         org: OrgId,
         env: Environment,
@@ -527,7 +530,7 @@ impl EmbeddedStore {
         .transpose()
     }
 
-    pub(super) async fn list_sessions(
+    async fn list_sessions(
         &self,
         org: OrgId,
         env: Environment,
@@ -558,7 +561,7 @@ impl EmbeddedStore {
     }
 
     /// The verdict index's rows and the session rows they name, from one snapshot.
-    pub(super) async fn list_sessions_by_verdict(
+    async fn list_sessions_by_verdict(
         &self,
         org: OrgId,
         env: Environment,
@@ -590,7 +593,7 @@ impl EmbeddedStore {
     /// The session's newest decision (from its row) and the turning points before it, newest
     /// first, from one snapshot. Nothing for a session that is not this organization's and
     /// environment's.
-    pub(super) async fn list_decisions(
+    async fn list_decisions(
         &self,
         org: OrgId,
         env: Environment,
@@ -625,7 +628,7 @@ impl EmbeddedStore {
         Ok(decisions)
     }
 
-    pub(super) async fn list_idle_sessions(
+    async fn list_idle_sessions(
         &self,
         before: Timestamp,
         limit: usize,
@@ -666,7 +669,6 @@ mod tests {
     use schemas::time;
 
     use super::*;
-    use crate::StoreBackend;
 
     fn decision(session: SessionId, id: DecisionId, phase: &str) -> DecisionRecord {
         DecisionRecord {
@@ -718,9 +720,7 @@ mod tests {
     }
 
     async fn save(store: &EmbeddedStore, session: &SessionRecord, d: Option<&DecisionRecord>) {
-        StoreBackend::save_session(store, session, d, &[])
-            .await
-            .unwrap();
+        store.save_session(session, d, &[]).await.unwrap();
     }
 
     /// Folds that decide the same again write no decision row: the newest stays in the session

@@ -1,6 +1,7 @@
 //! Visitors (`004_visitors.cql`) with the indexes a save moves: `visitors_by_anchor`, which
 //! linking reads, and the three order tables of `008_read_indexes.cql`.
 
+use async_trait::async_trait;
 use std::ops::Bound;
 
 use fjall::{Keyspace, OwnedWriteBatch, Readable};
@@ -9,13 +10,13 @@ use schemas::ids::{OrgId, VisitorId};
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::expiry::Expiring;
+use super::key::Expiring;
 use super::{
     EmbeddedStore, Inner, VISITORS, VISITORS_BY_ANCHOR, VISITORS_BY_FIRST_SEEN,
     VISITORS_BY_LAST_SEEN, VISITORS_BY_SEEN_COUNT, decode_row, encode, key, prefix_end,
     read_indexed, scan, unavailable,
 };
-use crate::{Result, VisitorAnchors, VisitorOrder, VisitorRecord};
+use crate::{Result, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorStore};
 
 /// `visitors_by_anchor`: the visitor indexed under one anchor digest.
 #[derive(Serialize, Deserialize)]
@@ -53,7 +54,7 @@ impl Inner {
             if stored.last_seen_at != visitor.last_seen_at {
                 batch.remove(
                     &self.expiry_queue,
-                    key::expiry(stored.last_seen_at, Expiring::Visitor as u8, &k),
+                    key::expiry(stored.last_seen_at, Expiring::Visitor, &k),
                 );
             }
         }
@@ -66,7 +67,7 @@ impl Inner {
         }
         batch.insert(
             &self.expiry_queue,
-            key::expiry(visitor.last_seen_at, Expiring::Visitor as u8, &k),
+            key::expiry(visitor.last_seen_at, Expiring::Visitor, &k),
             [],
         );
         let row = encode(VISITORS_BY_ANCHOR, &AnchorRow { visitor_id: id })?;
@@ -118,12 +119,13 @@ impl Inner {
     }
 }
 
-impl EmbeddedStore {
+#[async_trait]
+impl VisitorStore for EmbeddedStore {
     /// One batch under the writer mutex: the visitor row, an index row per digest of its
     /// anchors, and the removal of the index rows of digests the stored row had and this one
     /// has not (read under the same lock, so no concurrent save can slip in between).
-    pub(super) async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
-        crate::check_visitor_saves(visitors)?;
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
+        crate::rules::check_visitor_saves(visitors)?;
         if visitors.is_empty() {
             return Ok(());
         }
@@ -138,7 +140,7 @@ impl EmbeddedStore {
         .await
     }
 
-    pub(super) async fn get_visitor(
+    async fn get_visitor(
         &self,
         org: OrgId,
         env: Environment,
@@ -153,7 +155,7 @@ impl EmbeddedStore {
         )
     }
 
-    pub(super) async fn find_visitor_by_anchors(
+    async fn find_visitor_by_anchors(
         &self,
         org: OrgId,
         env: Environment,
@@ -193,7 +195,7 @@ impl EmbeddedStore {
         Ok(found)
     }
 
-    pub(super) async fn list_visitors(
+    async fn list_visitors(
         &self,
         org: OrgId,
         env: Environment,
@@ -220,7 +222,7 @@ impl EmbeddedStore {
 
     /// The order's index rows and the visitor rows they name, from one snapshot (they are
     /// written in one batch, so the snapshot has both or neither).
-    pub(super) async fn list_visitors_by(
+    async fn list_visitors_by(
         &self,
         org: OrgId,
         env: Environment,

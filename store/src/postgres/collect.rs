@@ -1,13 +1,15 @@
 //! Collect sessions and their pings' lookup rows in PostgreSQL. Every conditional change (a
 //! counter raised, a ping's arrival, the first results) reads the session under its row lock,
-//! so of racing ingest replicas exactly one makes it.
+//! so of racing ingest replicas exactly one makes it. A handoff's opening is one conditional
+//! insert, so of racing opens exactly one is first.
 
+use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use schemas::ids::{PingId, SessionId};
 use schemas::time::Timestamp;
 
 use super::{PostgresStore, db_error, decode_opt, execute, json, row, ulid_bytes, ulid_of};
-use crate::{CollectSessionRecord, Result, StoreError};
+use crate::{CollectSessionRecord, CollectStore, Result, StoreError};
 
 const COLLECT_SESSIONS: &str = "collect_sessions";
 
@@ -23,56 +25,6 @@ fn check_pings(session: &CollectSessionRecord) -> Result<()> {
         }
     }
     Ok(())
-}
-
-pub async fn create_collect_session(
-    store: &PostgresStore,
-    session: &CollectSessionRecord,
-) -> Result<()> {
-    check_pings(session)?;
-    let mut client = store.client().await?;
-    let tx = client.transaction().await.map_err(db_error)?;
-    let id = ulid_bytes(session.id.ulid());
-    execute(
-        &tx,
-        "INSERT INTO collect_sessions (id, body) VALUES ($1, $2)",
-        &[&id, &json(session)],
-    )
-    .await?;
-    for ping in &session.pings {
-        execute(
-            &tx,
-            "INSERT INTO collect_pings (ping_id, session_id) VALUES ($1, $2)",
-            &[&ulid_bytes(ping.id.ulid()), &id],
-        )
-        .await?;
-    }
-    tx.commit().await.map_err(db_error)
-}
-
-pub async fn get_collect_session(
-    store: &PostgresStore,
-    id: SessionId,
-) -> Result<Option<CollectSessionRecord>> {
-    let found = row(
-        &store.client().await?,
-        "SELECT body FROM collect_sessions WHERE id = $1",
-        &[&ulid_bytes(id.ulid())],
-    )
-    .await?;
-    decode_opt(COLLECT_SESSIONS, found)
-}
-
-pub async fn find_collect_ping(store: &PostgresStore, ping: PingId) -> Result<Option<SessionId>> {
-    let found = row(
-        &store.client().await?,
-        "SELECT session_id FROM collect_pings WHERE ping_id = $1",
-        &[&ulid_bytes(ping.ulid())],
-    )
-    .await?;
-    found
-        .map(|r| ulid_of("collect_pings", r.get::<_, &[u8]>(0)).map(SessionId::from_ulid))
-        .transpose()
 }
 
 /// Reads the session under its row lock, lets `change` modify it (answering whether it did),
@@ -117,82 +69,152 @@ async fn write(
     Ok(())
 }
 
-pub async fn advance_collect_seq(store: &PostgresStore, id: SessionId, seq: u64) -> Result<bool> {
-    let changed = change(store, id, |s| {
-        let raised = seq > s.last_seq;
-        if raised {
-            s.last_seq = seq;
+#[async_trait]
+impl CollectStore for PostgresStore {
+    async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
+        check_pings(session)?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let id = ulid_bytes(session.id.ulid());
+        execute(
+            &tx,
+            "INSERT INTO collect_sessions (id, body) VALUES ($1, $2)",
+            &[&id, &json(session)],
+        )
+        .await?;
+        for ping in &session.pings {
+            execute(
+                &tx,
+                "INSERT INTO collect_pings (ping_id, session_id) VALUES ($1, $2)",
+                &[&ulid_bytes(ping.id.ulid()), &id],
+            )
+            .await?;
         }
-        raised
-    })
-    .await?;
-    Ok(changed.is_some_and(|(written, _)| written))
-}
+        tx.commit().await.map_err(db_error)
+    }
 
-pub async fn advance_collect_call(
-    store: &PostgresStore,
-    id: SessionId,
-    counter: u64,
-) -> Result<bool> {
-    let changed = change(store, id, |s| {
-        let raised = counter > s.last_call;
-        if raised {
-            s.last_call = counter;
-        }
-        raised
-    })
-    .await?;
-    Ok(changed.is_some_and(|(written, _)| written))
-}
+    async fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
+        let found = row(
+            &self.client().await?,
+            "SELECT body FROM collect_sessions WHERE id = $1",
+            &[&ulid_bytes(id.ulid())],
+        )
+        .await?;
+        decode_opt(COLLECT_SESSIONS, found)
+    }
 
-pub async fn record_collect_ping(
-    store: &PostgresStore,
-    id: SessionId,
-    ping: PingId,
-    at: Timestamp,
-) -> Result<bool> {
-    let changed = change(store, id, |s| {
-        match s.pings.iter_mut().find(|p| p.id == ping) {
-            Some(p) if p.arrived_at.is_none() => {
-                p.arrived_at = Some(at);
-                true
+    async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
+        let found = row(
+            &self.client().await?,
+            "SELECT session_id FROM collect_pings WHERE ping_id = $1",
+            &[&ulid_bytes(ping.ulid())],
+        )
+        .await?;
+        found
+            .map(|r| ulid_of("collect_pings", r.get::<_, &[u8]>(0)).map(SessionId::from_ulid))
+            .transpose()
+    }
+
+    async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
+        let changed = change(self, id, |s| {
+            let raised = seq > s.last_seq;
+            if raised {
+                s.last_seq = seq;
             }
-            // Already arrived, or not one of this session's pings.
-            _ => false,
-        }
-    })
-    .await?;
-    Ok(changed.is_some_and(|(written, _)| written))
-}
+            raised
+        })
+        .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
 
-pub async fn record_collect_ws_identity(
-    store: &PostgresStore,
-    id: SessionId,
-    identity: &serde_json::Value,
-) -> Result<bool> {
-    let changed = change(store, id, |s| {
-        if s.ws_identity.is_some() {
-            return false;
-        }
-        s.ws_identity = Some(identity.clone());
-        true
-    })
-    .await?;
-    Ok(changed.is_some_and(|(written, _)| written))
-}
+    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
+        let changed = change(self, id, |s| {
+            let raised = counter > s.last_call;
+            if raised {
+                s.last_call = counter;
+            }
+            raised
+        })
+        .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
 
-pub async fn mark_collect_results(
-    store: &PostgresStore,
-    id: SessionId,
-    at: Timestamp,
-) -> Result<Option<CollectSessionRecord>> {
-    let changed = change(store, id, |s| {
-        if s.results_at.is_some() {
-            return false;
+    async fn record_collect_ping(
+        &self,
+        id: SessionId,
+        ping: PingId,
+        at: Timestamp,
+    ) -> Result<bool> {
+        let changed = change(self, id, |s| {
+            match s.pings.iter_mut().find(|p| p.id == ping) {
+                Some(p) if p.arrived_at.is_none() => {
+                    p.arrived_at = Some(at);
+                    true
+                }
+                // Already arrived, or not one of this session's pings.
+                _ => false,
+            }
+        })
+        .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
+
+    async fn record_collect_ws_identity(
+        &self,
+        id: SessionId,
+        identity: &serde_json::Value,
+    ) -> Result<bool> {
+        let changed = change(self, id, |s| {
+            if s.ws_identity.is_some() {
+                return false;
+            }
+            s.ws_identity = Some(identity.clone());
+            true
+        })
+        .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
+
+    async fn mark_collect_results(
+        &self,
+        id: SessionId,
+        at: Timestamp,
+    ) -> Result<Option<CollectSessionRecord>> {
+        let changed = change(self, id, |s| {
+            if s.results_at.is_some() {
+                return false;
+            }
+            s.results_at = Some(at);
+            true
+        })
+        .await?;
+        Ok(changed.map(|(_, session)| session))
+    }
+
+    async fn open_handoff_once(
+        &self,
+        handoff: &[u8; 16],
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let client = self.client().await?;
+        let first = row(
+            &client,
+            "INSERT INTO handoff_openings (handoff, first_opened_at, expires_at) VALUES ($1, $2, $3)
+             ON CONFLICT (handoff) DO NOTHING RETURNING 1",
+            &[&&handoff[..], &at, &expires_at],
+        )
+        .await?;
+        if first.is_some() {
+            return Ok(None);
         }
-        s.results_at = Some(at);
-        true
-    })
-    .await?;
-    Ok(changed.map(|(_, session)| session))
+        let stored = row(
+            &client,
+            "SELECT first_opened_at FROM handoff_openings WHERE handoff = $1",
+            &[&&handoff[..]],
+        )
+        .await?;
+        // The row was there a statement ago; the sweep may have dropped it since, once expired.
+        Ok(Some(stored.map_or(at, |r| r.get(0))))
+    }
 }

@@ -3,12 +3,13 @@
 //! step never holds locks for long and a fleet's replicas may purge side by side (a row two of
 //! them pick is deleted once; the other's delete finds nothing).
 
+use async_trait::async_trait;
 use std::time::Duration;
 
 use schemas::time::Timestamp;
 
 use super::{PostgresStore, limit, row};
-use crate::Result;
+use crate::{Result, RetentionStore};
 
 /// How long a collect session (and its pings' rows) is kept after its id was minted, as the
 /// embedded store and ScyllaDB's TTL keep it.
@@ -81,35 +82,38 @@ const COLLECT: &str = "WITH gone AS (
         RETURNING 1)
     SELECT count(*) FROM gone";
 
-pub async fn purge_expired(
-    store: &PostgresStore,
-    now: Timestamp,
-    keep_since: Timestamp,
-    budget: usize,
-) -> Result<bool> {
-    let client = store.client().await?;
-    let budget = limit(budget.max(1));
-    let mut more = false;
-    for (sql, before) in [
-        (SESSIONS, keep_since),
-        (EVENTS, keep_since),
-        (VISITORS, keep_since),
-        (GATE_SESSIONS, keep_since),
-        (IDEMPOTENCY, now),
-        (HANDOFFS, now),
-    ] {
-        let deleted: i64 = row(&client, sql, &[&before, &budget])
-            .await?
-            .map_or(0, |r| r.get(0));
-        more |= deleted >= budget;
+#[async_trait]
+impl RetentionStore for PostgresStore {
+    async fn purge_expired(
+        &self,
+        now: Timestamp,
+        keep_since: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        let client = self.client().await?;
+        let budget = limit(budget.max(1));
+        let mut more = false;
+        for (sql, before) in [
+            (SESSIONS, keep_since),
+            (EVENTS, keep_since),
+            (VISITORS, keep_since),
+            (GATE_SESSIONS, keep_since),
+            (IDEMPOTENCY, now),
+            (HANDOFFS, now),
+        ] {
+            let deleted: i64 = row(&client, sql, &[&before, &budget])
+                .await?
+                .map_or(0, |r| r.get(0));
+            more |= deleted >= budget;
+        }
+        let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap_or_default();
+        if let Ok(cutoff) = u64::try_from((now - retention).timestamp_millis()) {
+            let below = ulid::Ulid::from_parts(cutoff, 0).to_bytes().to_vec();
+            let deleted: i64 = row(&client, COLLECT, &[&below, &budget])
+                .await?
+                .map_or(0, |r| r.get(0));
+            more |= deleted >= budget;
+        }
+        Ok(more)
     }
-    let retention = chrono::TimeDelta::from_std(COLLECT_RETENTION).unwrap_or_default();
-    if let Ok(cutoff) = u64::try_from((now - retention).timestamp_millis()) {
-        let below = ulid::Ulid::from_parts(cutoff, 0).to_bytes().to_vec();
-        let deleted: i64 = row(&client, COLLECT, &[&below, &budget])
-            .await?
-            .map_or(0, |r| r.get(0));
-        more |= deleted >= budget;
-    }
-    Ok(more)
 }

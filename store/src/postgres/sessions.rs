@@ -1,25 +1,27 @@
-//! Scored sessions, their decision history and events in PostgreSQL. The verdict and idle
+//! Scored sessions and their decision history in PostgreSQL (a save's events are written by
+//! `events`, in the save's transaction). The verdict and idle
 //! indexes are indexes on `sessions` itself (its `verdict`, `updated_at` and `finalized`
 //! columns), so they move with the row in the same statement; the decision history's pruning
 //! reads the session's newest decisions under the session row's lock.
 
+use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use schemas::credential::Environment;
-use schemas::ids::{EventId, OrgId, SessionId};
+use schemas::ids::{OrgId, SessionId};
 use schemas::time::Timestamp;
 use serde::Deserialize;
 
+use super::events::insert_events;
 use super::{
     PostgresStore, db_error, decode, decode_all, env_code, env_of, execute, json, limit,
     owned_page, owned_row, rows, ulid_bytes, ulid_of,
 };
 use crate::{
-    DecisionRecord, DecisionTurn, EventRecord, IdleSession, Result, SessionRecord, SessionSave,
+    DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, SessionStore,
 };
 
 const SESSIONS: &str = "sessions";
 const SESSION_DECISIONS: &str = "session_decisions";
-const EVENTS: &str = "events";
 
 /// The member of a stored decision that says whether it is a turning point.
 #[derive(Deserialize)]
@@ -32,23 +34,6 @@ struct DecisionPlace {
 #[derive(Deserialize)]
 struct SessionClock {
     updated_at: Timestamp,
-}
-
-/// One transaction for the whole list, sessions in id order (so two savers of overlapping
-/// lists lock rows in the same order and cannot deadlock).
-pub async fn save_sessions(store: &PostgresStore, saves: &[SessionSave]) -> Result<()> {
-    crate::check_session_saves(saves)?;
-    if saves.is_empty() {
-        return Ok(());
-    }
-    let mut ordered: Vec<&SessionSave> = saves.iter().collect();
-    ordered.sort_by_key(|s| s.session.id);
-    let mut client = store.client().await?;
-    let tx = client.transaction().await.map_err(db_error)?;
-    for save in ordered {
-        save_one(&tx, save).await?;
-    }
-    tx.commit().await.map_err(db_error)
 }
 
 async fn save_one(tx: &impl GenericClient, save: &SessionSave) -> Result<()> {
@@ -131,174 +116,131 @@ async fn append_decision(
     Ok(())
 }
 
-/// Inserts or replaces events by id.
-async fn insert_events(tx: &impl GenericClient, events: &[EventRecord]) -> Result<()> {
-    for e in events {
-        execute(
-            tx,
-            "INSERT INTO events (organization_id, environment, id, created_at, body)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (organization_id, environment, id) DO UPDATE SET
-                 created_at = excluded.created_at, body = excluded.body",
+#[async_trait]
+impl SessionStore for PostgresStore {
+    /// One transaction for the whole list, sessions in id order (so two savers of overlapping
+    /// lists lock rows in the same order and cannot deadlock).
+    async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
+        crate::rules::check_session_saves(saves)?;
+        if saves.is_empty() {
+            return Ok(());
+        }
+        let mut ordered: Vec<&SessionSave> = saves.iter().collect();
+        ordered.sort_by_key(|s| s.session.id);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        for save in ordered {
+            save_one(&tx, save).await?;
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn get_session(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: SessionId,
+    ) -> Result<Option<SessionRecord>> {
+        let sql =
+            "SELECT body FROM sessions WHERE organization_id = $1 AND environment = $2 AND id = $3";
+        owned_row(self, SESSIONS, sql, (org, env, id.ulid())).await
+    }
+
+    async fn list_sessions(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<SessionId>,
+        count: usize,
+    ) -> Result<Vec<SessionRecord>> {
+        let sql = "SELECT body FROM sessions
+             WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
+             ORDER BY id DESC LIMIT $4";
+        owned_page(
+            self,
+            SESSIONS,
+            sql,
+            (org, env),
+            after.map(|a| a.ulid()),
+            count,
+        )
+        .await
+    }
+
+    async fn list_sessions_by_verdict(
+        &self,
+        org: OrgId,
+        env: Environment,
+        verdict: &str,
+        after: Option<SessionId>,
+        count: usize,
+    ) -> Result<Vec<SessionRecord>> {
+        let found = rows(
+            &self.client().await?,
+            "SELECT body FROM sessions
+             WHERE organization_id = $1 AND environment = $2 AND verdict = $3
+               AND ($4::bytea IS NULL OR id < $4)
+             ORDER BY id DESC LIMIT $5",
             &[
-                &ulid_bytes(e.organization_id.ulid()),
-                &env_code(e.environment),
-                &ulid_bytes(e.id.ulid()),
-                &e.created_at,
-                &json(e),
+                &ulid_bytes(org.ulid()),
+                &env_code(env),
+                &verdict,
+                &after.map(|a| ulid_bytes(a.ulid())),
+                &limit(count),
             ],
         )
         .await?;
+        decode_all(SESSIONS, &found)
     }
-    Ok(())
-}
 
-pub async fn get_session(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    id: SessionId,
-) -> Result<Option<SessionRecord>> {
-    let sql =
-        "SELECT body FROM sessions WHERE organization_id = $1 AND environment = $2 AND id = $3";
-    owned_row(store, SESSIONS, sql, (org, env, id.ulid())).await
-}
+    async fn list_decisions(
+        &self,
+        org: OrgId,
+        env: Environment,
+        session: SessionId,
+        count: usize,
+    ) -> Result<Vec<DecisionRecord>> {
+        let found = rows(
+            &self.client().await?,
+            "SELECT body FROM session_decisions WHERE session_id = $1
+               AND EXISTS (SELECT 1 FROM sessions
+                           WHERE organization_id = $3 AND environment = $4 AND id = $1)
+             ORDER BY id DESC LIMIT $2",
+            &[
+                &ulid_bytes(session.ulid()),
+                &limit(count),
+                &ulid_bytes(org.ulid()),
+                &env_code(env),
+            ],
+        )
+        .await?;
+        decode_all(SESSION_DECISIONS, &found)
+    }
 
-pub async fn list_sessions(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    after: Option<SessionId>,
-    count: usize,
-) -> Result<Vec<SessionRecord>> {
-    let sql = "SELECT body FROM sessions
-         WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4";
-    owned_page(
-        store,
-        SESSIONS,
-        sql,
-        (org, env),
-        after.map(|a| a.ulid()),
-        count,
-    )
-    .await
-}
-
-pub async fn list_sessions_by_verdict(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    verdict: &str,
-    after: Option<SessionId>,
-    count: usize,
-) -> Result<Vec<SessionRecord>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body FROM sessions
-         WHERE organization_id = $1 AND environment = $2 AND verdict = $3
-           AND ($4::bytea IS NULL OR id < $4)
-         ORDER BY id DESC LIMIT $5",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &verdict,
-            &after.map(|a| ulid_bytes(a.ulid())),
-            &limit(count),
-        ],
-    )
-    .await?;
-    decode_all(SESSIONS, &found)
-}
-
-pub async fn list_decisions(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    session: SessionId,
-    count: usize,
-) -> Result<Vec<DecisionRecord>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body FROM session_decisions WHERE session_id = $1
-           AND EXISTS (SELECT 1 FROM sessions
-                       WHERE organization_id = $3 AND environment = $4 AND id = $1)
-         ORDER BY id DESC LIMIT $2",
-        &[
-            &ulid_bytes(session.ulid()),
-            &limit(count),
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-        ],
-    )
-    .await?;
-    decode_all(SESSION_DECISIONS, &found)
-}
-
-pub async fn list_idle_sessions(
-    store: &PostgresStore,
-    before: Timestamp,
-    count: usize,
-) -> Result<Vec<IdleSession>> {
-    let found = rows(
-        &store.client().await?,
-        "SELECT body, organization_id, environment, id FROM sessions
-         WHERE NOT finalized AND updated_at < $1
-         ORDER BY updated_at, id LIMIT $2",
-        &[&before, &limit(count)],
-    )
-    .await?;
-    found
-        .iter()
-        .map(|r| {
-            let clock: SessionClock = decode(SESSIONS, r, 0)?;
-            Ok(IdleSession {
-                organization_id: schemas::ids::OrgId::from_ulid(ulid_of(SESSIONS, r.get(1))?),
-                environment: env_of(SESSIONS, r.get(2))?,
-                session_id: SessionId::from_ulid(ulid_of(SESSIONS, r.get(3))?),
-                idle_since: clock.updated_at,
+    async fn list_idle_sessions(
+        &self,
+        before: Timestamp,
+        count: usize,
+    ) -> Result<Vec<IdleSession>> {
+        let found = rows(
+            &self.client().await?,
+            "SELECT body, organization_id, environment, id FROM sessions
+             WHERE NOT finalized AND updated_at < $1
+             ORDER BY updated_at, id LIMIT $2",
+            &[&before, &limit(count)],
+        )
+        .await?;
+        found
+            .iter()
+            .map(|r| {
+                let clock: SessionClock = decode(SESSIONS, r, 0)?;
+                Ok(IdleSession {
+                    organization_id: schemas::ids::OrgId::from_ulid(ulid_of(SESSIONS, r.get(1))?),
+                    environment: env_of(SESSIONS, r.get(2))?,
+                    session_id: SessionId::from_ulid(ulid_of(SESSIONS, r.get(3))?),
+                    idle_since: clock.updated_at,
+                })
             })
-        })
-        .collect()
-}
-
-pub async fn get_event(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    id: EventId,
-) -> Result<Option<EventRecord>> {
-    let sql = "SELECT body FROM events WHERE organization_id = $1 AND environment = $2 AND id = $3";
-    owned_row(store, EVENTS, sql, (org, env, id.ulid())).await
-}
-
-pub async fn record_events(store: &PostgresStore, events: &[EventRecord]) -> Result<()> {
-    if events.is_empty() {
-        return Ok(());
+            .collect()
     }
-    let mut client = store.client().await?;
-    let tx = client.transaction().await.map_err(db_error)?;
-    insert_events(&tx, events).await?;
-    tx.commit().await.map_err(db_error)
-}
-
-pub async fn list_events(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    after: Option<EventId>,
-    count: usize,
-) -> Result<Vec<EventRecord>> {
-    let sql = "SELECT body FROM events
-         WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4";
-    owned_page(
-        store,
-        EVENTS,
-        sql,
-        (org, env),
-        after.map(|a| a.ulid()),
-        count,
-    )
-    .await
 }

@@ -2,6 +2,7 @@
 //! own columns, and the anchor index is a table that follows each save in the same transaction
 //! (and goes with its visitor by cascade).
 
+use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use schemas::credential::Environment;
 use schemas::ids::{OrgId, VisitorId};
@@ -10,29 +11,13 @@ use super::{
     PostgresStore, db_error, decode_all, env_code, execute, json, limit, owned_page, owned_row,
     rows, ulid_bytes,
 };
-use crate::{Result, VisitorAnchors, VisitorOrder, VisitorRecord};
+use crate::{Result, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorStore};
 
 const VISITORS: &str = "visitors";
 
 /// An order's value as its `bigint` column (milliseconds and counts fit).
 fn order_value(order: VisitorOrder, v: &VisitorRecord) -> i64 {
     i64::try_from(order.value(v)).unwrap_or(i64::MAX)
-}
-
-/// One transaction, visitors in key order (so overlapping saves cannot deadlock).
-pub async fn save_visitors(store: &PostgresStore, visitors: &[VisitorRecord]) -> Result<()> {
-    crate::check_visitor_saves(visitors)?;
-    if visitors.is_empty() {
-        return Ok(());
-    }
-    let mut ordered: Vec<&VisitorRecord> = visitors.iter().collect();
-    ordered.sort_by_key(|v| (v.organization_id, env_code(v.environment), v.id));
-    let mut client = store.client().await?;
-    let tx = client.transaction().await.map_err(db_error)?;
-    for visitor in ordered {
-        save_one(&tx, visitor).await?;
-    }
-    tx.commit().await.map_err(db_error)
 }
 
 async fn save_one(tx: &impl GenericClient, v: &VisitorRecord) -> Result<()> {
@@ -83,115 +68,134 @@ async fn save_one(tx: &impl GenericClient, v: &VisitorRecord) -> Result<()> {
     Ok(())
 }
 
-pub async fn get_visitor(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    id: VisitorId,
-) -> Result<Option<VisitorRecord>> {
-    let sql =
-        "SELECT body FROM visitors WHERE organization_id = $1 AND environment = $2 AND id = $3";
-    owned_row(store, VISITORS, sql, (org, env, id.ulid())).await
-}
-
-/// The index rows and the visitors they name in one statement, so the two agree.
-pub async fn find_visitor_by_anchors(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    anchors: &VisitorAnchors,
-    count: usize,
-) -> Result<Vec<VisitorRecord>> {
-    let digests: Vec<Vec<u8>> = anchors.digests().iter().map(|d| d.0.to_vec()).collect();
-    if count == 0 || digests.is_empty() {
-        return Ok(Vec::new());
+#[async_trait]
+impl VisitorStore for PostgresStore {
+    /// One transaction, visitors in key order (so overlapping saves cannot deadlock).
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
+        crate::rules::check_visitor_saves(visitors)?;
+        if visitors.is_empty() {
+            return Ok(());
+        }
+        let mut ordered: Vec<&VisitorRecord> = visitors.iter().collect();
+        ordered.sort_by_key(|v| (v.organization_id, env_code(v.environment), v.id));
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        for visitor in ordered {
+            save_one(&tx, visitor).await?;
+        }
+        tx.commit().await.map_err(db_error)
     }
-    let found = rows(
-        &store.client().await?,
-        "SELECT v.body FROM visitors v
-         WHERE v.organization_id = $1 AND v.environment = $2 AND v.id IN (
-             SELECT visitor_id FROM visitors_by_anchor
-             WHERE organization_id = $1 AND environment = $2 AND digest = ANY($3))
-         ORDER BY v.id DESC LIMIT $4",
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &digests,
-            &limit(count),
-        ],
-    )
-    .await?;
-    decode_all(VISITORS, &found)
-}
 
-pub async fn list_visitors(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    after: Option<VisitorId>,
-    count: usize,
-) -> Result<Vec<VisitorRecord>> {
-    let sql = "SELECT body FROM visitors
-         WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
-         ORDER BY id DESC LIMIT $4";
-    owned_page(
-        store,
-        VISITORS,
-        sql,
-        (org, env),
-        after.map(|a| a.ulid()),
-        count,
-    )
-    .await
-}
+    async fn get_visitor(
+        &self,
+        org: OrgId,
+        env: Environment,
+        id: VisitorId,
+    ) -> Result<Option<VisitorRecord>> {
+        let sql =
+            "SELECT body FROM visitors WHERE organization_id = $1 AND environment = $2 AND id = $3";
+        owned_row(self, VISITORS, sql, (org, env, id.ulid())).await
+    }
 
-/// Served by the order's index: value descending, then id descending, after a row position.
-pub async fn list_visitors_by(
-    store: &PostgresStore,
-    org: OrgId,
-    env: Environment,
-    order: VisitorOrder,
-    after: Option<(u64, VisitorId)>,
-    count: usize,
-) -> Result<Vec<VisitorRecord>> {
-    let sql = match order {
-        VisitorOrder::LastSeen => {
-            "SELECT body FROM visitors
-             WHERE organization_id = $1 AND environment = $2
-               AND ($3::bigint IS NULL OR (last_seen, id) < ($3, $4::bytea))
-             ORDER BY last_seen DESC, id DESC LIMIT $5"
+    /// The index rows and the visitors they name in one statement, so the two agree.
+    async fn find_visitor_by_anchors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        anchors: &VisitorAnchors,
+        count: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        let digests: Vec<Vec<u8>> = anchors.digests().iter().map(|d| d.0.to_vec()).collect();
+        if count == 0 || digests.is_empty() {
+            return Ok(Vec::new());
         }
-        VisitorOrder::SeenCount => {
-            "SELECT body FROM visitors
-             WHERE organization_id = $1 AND environment = $2
-               AND ($3::bigint IS NULL OR (seen_count, id) < ($3, $4::bytea))
-             ORDER BY seen_count DESC, id DESC LIMIT $5"
-        }
-        VisitorOrder::FirstSeen => {
-            "SELECT body FROM visitors
-             WHERE organization_id = $1 AND environment = $2
-               AND ($3::bigint IS NULL OR (first_seen, id) < ($3, $4::bytea))
-             ORDER BY first_seen DESC, id DESC LIMIT $5"
-        }
-    };
-    let (value, id) = match after {
-        Some((value, id)) => (
-            Some(i64::try_from(value).unwrap_or(i64::MAX)),
-            Some(ulid_bytes(id.ulid())),
-        ),
-        None => (None, None),
-    };
-    let found = rows(
-        &store.client().await?,
-        sql,
-        &[
-            &ulid_bytes(org.ulid()),
-            &env_code(env),
-            &value,
-            &id,
-            &limit(count),
-        ],
-    )
-    .await?;
-    decode_all(VISITORS, &found)
+        let found = rows(
+            &self.client().await?,
+            "SELECT v.body FROM visitors v
+             WHERE v.organization_id = $1 AND v.environment = $2 AND v.id IN (
+                 SELECT visitor_id FROM visitors_by_anchor
+                 WHERE organization_id = $1 AND environment = $2 AND digest = ANY($3))
+             ORDER BY v.id DESC LIMIT $4",
+            &[
+                &ulid_bytes(org.ulid()),
+                &env_code(env),
+                &digests,
+                &limit(count),
+            ],
+        )
+        .await?;
+        decode_all(VISITORS, &found)
+    }
+
+    async fn list_visitors(
+        &self,
+        org: OrgId,
+        env: Environment,
+        after: Option<VisitorId>,
+        count: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        let sql = "SELECT body FROM visitors
+             WHERE organization_id = $1 AND environment = $2 AND ($3::bytea IS NULL OR id < $3)
+             ORDER BY id DESC LIMIT $4";
+        owned_page(
+            self,
+            VISITORS,
+            sql,
+            (org, env),
+            after.map(|a| a.ulid()),
+            count,
+        )
+        .await
+    }
+
+    /// Served by the order's index: value descending, then id descending, after a row position.
+    async fn list_visitors_by(
+        &self,
+        org: OrgId,
+        env: Environment,
+        order: VisitorOrder,
+        after: Option<(u64, VisitorId)>,
+        count: usize,
+    ) -> Result<Vec<VisitorRecord>> {
+        let sql = match order {
+            VisitorOrder::LastSeen => {
+                "SELECT body FROM visitors
+                 WHERE organization_id = $1 AND environment = $2
+                   AND ($3::bigint IS NULL OR (last_seen, id) < ($3, $4::bytea))
+                 ORDER BY last_seen DESC, id DESC LIMIT $5"
+            }
+            VisitorOrder::SeenCount => {
+                "SELECT body FROM visitors
+                 WHERE organization_id = $1 AND environment = $2
+                   AND ($3::bigint IS NULL OR (seen_count, id) < ($3, $4::bytea))
+                 ORDER BY seen_count DESC, id DESC LIMIT $5"
+            }
+            VisitorOrder::FirstSeen => {
+                "SELECT body FROM visitors
+                 WHERE organization_id = $1 AND environment = $2
+                   AND ($3::bigint IS NULL OR (first_seen, id) < ($3, $4::bytea))
+                 ORDER BY first_seen DESC, id DESC LIMIT $5"
+            }
+        };
+        let (value, id) = match after {
+            Some((value, id)) => (
+                Some(i64::try_from(value).unwrap_or(i64::MAX)),
+                Some(ulid_bytes(id.ulid())),
+            ),
+            None => (None, None),
+        };
+        let found = rows(
+            &self.client().await?,
+            sql,
+            &[
+                &ulid_bytes(org.ulid()),
+                &env_code(env),
+                &value,
+                &id,
+                &limit(count),
+            ],
+        )
+        .await?;
+        decode_all(VISITORS, &found)
+    }
 }

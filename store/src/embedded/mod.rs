@@ -39,11 +39,11 @@
 
 mod collect;
 mod events;
-mod expiry;
 mod gate;
 mod idempotency;
 mod key;
 mod organizations;
+mod retention;
 mod row_cache;
 mod seqs;
 mod sessions;
@@ -57,25 +57,14 @@ use async_trait::async_trait;
 use fjall::{
     Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable, Snapshot,
 };
-use schemas::credential::Environment;
 use schemas::disk::DiskReserve;
-use schemas::ids::{
-    EventId, KeyId, OrgId, PingId, SessionId, VisitorId, WebhookDeliveryId, WebhookEndpointId,
-};
-use schemas::time::Timestamp;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use self::expiry::Backfill;
+use self::retention::Backfill;
 use self::row_cache::{Changes, RowCache};
 use self::sessions::{SESSION_MARKS, SessionMarks};
-use crate::{
-    AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, CredentialHash,
-    DecisionRecord, EventRecord, GateAccountRecord, GatePoll, GateServiceRecord, GateServiceWrite,
-    GateSessionRecord, GateSessionStatus, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
-    IdleSession, OrganizationRecord, Result, SessionRecord, SessionSave, StoreBackend, StoreError,
-    VisitorAnchors, VisitorOrder, VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
-};
+use crate::{Result, StoreBackend, StoreError};
 
 const ORGANIZATIONS: &str = "organizations";
 const ORGANIZATIONS_BY_SLUG: &str = "organizations_by_slug";
@@ -430,9 +419,7 @@ impl Inner {
     }
 }
 
-// Every method but `ping` hands over to the inherent method of the same name in its table
-// family's module: an inherent method takes precedence over the trait's, so `self.name(..)`
-// below calls it, not the trait method it sits in.
+// The group traits are implemented in the module of each group's name.
 #[async_trait]
 impl StoreBackend for EmbeddedStore {
     async fn ping(&self) -> Result<()> {
@@ -448,489 +435,27 @@ impl StoreBackend for EmbeddedStore {
         .map_err(|e| StoreError::Unavailable(format!("embedded store ping: {e}")))?
     }
 
-    // organizations and API keys: `organizations.rs`
-
-    async fn create_organization(&self, org: &OrganizationRecord) -> Result<()> {
-        self.create_organization(org).await
-    }
-
-    async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
-        self.get_organization(id).await
-    }
-
-    async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>> {
-        self.get_organization_by_slug(slug).await
-    }
-
-    async fn update_organization(&self, org: &OrganizationRecord) -> Result<()> {
-        self.update_organization(org).await
-    }
-
-    async fn create_organization_with_keys(
-        &self,
-        org: &OrganizationRecord,
-        keys: &[ApiKeyRecord],
-    ) -> Result<()> {
-        self.create_organization_with_keys(org, keys).await
-    }
-
-    async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        self.create_api_key(key).await
-    }
-
-    async fn get_api_key(
-        &self,
-        org: OrgId,
-        env: Environment,
-        id: KeyId,
-    ) -> Result<Option<ApiKeyRecord>> {
-        self.get_api_key(org, env, id).await
-    }
-
-    async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>> {
-        self.locate_api_key(id).await
-    }
-
-    async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>> {
-        self.find_api_key_by_hash(hash).await
-    }
-
-    async fn list_api_keys(
-        &self,
-        org: OrgId,
-        env: Environment,
-        after: Option<KeyId>,
-        limit: usize,
-    ) -> Result<Vec<ApiKeyRecord>> {
-        self.list_api_keys(org, env, after, limit).await
-    }
-
-    async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        self.update_api_key(key).await
-    }
-
-    async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
-        self.rotate_api_key(old, replacement).await
-    }
-
-    async fn touch_api_key(
-        &self,
-        org: OrgId,
-        env: Environment,
-        id: KeyId,
-        at: Timestamp,
-    ) -> Result<()> {
-        self.touch_api_key(org, env, id, at).await
-    }
-
-    // idempotency records and handoff openings: `idempotency.rs`
-
-    async fn idempotency_begin(
-        &self,
-        scope: &IdempotencyScope,
-        record: &IdempotencyRecord,
-    ) -> Result<IdempotencyBegin> {
-        self.idempotency_begin(scope, record).await
-    }
-
-    async fn idempotency_complete(
-        &self,
-        scope: &IdempotencyScope,
-        record: &IdempotencyRecord,
-    ) -> Result<()> {
-        self.idempotency_complete(scope, record).await
-    }
-
-    async fn idempotency_abandon(&self, scope: &IdempotencyScope) -> Result<()> {
-        self.idempotency_abandon(scope).await
-    }
-
-    async fn open_handoff_once(
-        &self,
-        handoff: &[u8; 16],
-        at: Timestamp,
-        expires_at: Timestamp,
-    ) -> Result<Option<Timestamp>> {
-        self.open_handoff_once(handoff, at, expires_at).await
-    }
-
-    // collect sessions: `collect.rs`
-
-    async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
-        self.create_collect_session(session).await
-    }
-
-    async fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
-        self.get_collect_session(id).await
-    }
-
-    async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
-        self.find_collect_ping(ping).await
-    }
-
-    async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        self.advance_collect_seq(id, seq).await
-    }
-
-    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        self.advance_collect_call(id, counter).await
-    }
-
-    async fn record_collect_ping(
-        &self,
-        id: SessionId,
-        ping: PingId,
-        at: Timestamp,
-    ) -> Result<bool> {
-        self.record_collect_ping(id, ping, at).await
-    }
-
-    async fn record_collect_ws_identity(
-        &self,
-        id: SessionId,
-        identity: &serde_json::Value,
-    ) -> Result<bool> {
-        self.record_collect_ws_identity(id, identity).await
-    }
-
-    async fn mark_collect_results(
-        &self,
-        id: SessionId,
-        at: Timestamp,
-    ) -> Result<Option<CollectSessionRecord>> {
-        self.mark_collect_results(id, at).await
-    }
-
-    // sessions, decisions and the idle index: `sessions.rs`
-
-    async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
-        self.save_sessions(saves).await
-    }
-
-    async fn get_session(
-        &self,
-        org: OrgId,
-        env: Environment,
-        id: SessionId,
-    ) -> Result<Option<SessionRecord>> {
-        self.get_session(org, env, id).await
-    }
-
-    async fn list_sessions(
-        &self,
-        org: OrgId,
-        env: Environment,
-        after: Option<SessionId>,
-        limit: usize,
-    ) -> Result<Vec<SessionRecord>> {
-        self.list_sessions(org, env, after, limit).await
-    }
-
-    async fn list_sessions_by_verdict(
-        &self,
-        org: OrgId,
-        env: Environment,
-        verdict: &str,
-        after: Option<SessionId>,
-        limit: usize,
-    ) -> Result<Vec<SessionRecord>> {
-        self.list_sessions_by_verdict(org, env, verdict, after, limit)
-            .await
-    }
-
-    async fn list_decisions(
-        &self,
-        org: OrgId,
-        env: Environment,
-        session: SessionId,
-        limit: usize,
-    ) -> Result<Vec<DecisionRecord>> {
-        self.list_decisions(org, env, session, limit).await
-    }
-
-    async fn list_idle_sessions(
-        &self,
-        before: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<IdleSession>> {
-        self.list_idle_sessions(before, limit).await
-    }
-
-    // events, webhook endpoints and deliveries: `events.rs`
-
-    async fn get_event(
-        &self,
-        org: OrgId,
-        env: Environment,
-        id: EventId,
-    ) -> Result<Option<EventRecord>> {
-        self.get_event(org, env, id).await
-    }
-
-    async fn list_events(
-        &self,
-        org: OrgId,
-        env: Environment,
-        after: Option<EventId>,
-        limit: usize,
-    ) -> Result<Vec<EventRecord>> {
-        self.list_events(org, env, after, limit).await
-    }
-
-    async fn record_events(&self, events: &[EventRecord]) -> Result<()> {
-        self.record_events(events).await
-    }
-
-    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
-        self.create_webhook_endpoint(endpoint).await
-    }
-
-    async fn get_webhook_endpoint(
-        &self,
-        org: OrgId,
-        env: Environment,
-        id: WebhookEndpointId,
-    ) -> Result<Option<WebhookEndpointRecord>> {
-        self.get_webhook_endpoint(org, env, id).await
-    }
-
-    async fn list_webhook_endpoints(
-        &self,
-        org: OrgId,
-        env: Environment,
-        after: Option<WebhookEndpointId>,
-        limit: usize,
-    ) -> Result<Vec<WebhookEndpointRecord>> {
-        self.list_webhook_endpoints(org, env, after, limit).await
-    }
-
-    async fn disable_webhook_endpoint(
-        &self,
-        org: OrgId,
-        env: Environment,
-        id: WebhookEndpointId,
-        at: Timestamp,
-    ) -> Result<bool> {
-        self.disable_webhook_endpoint(org, env, id, at).await
-    }
-
-    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
-        self.update_webhook_endpoint(endpoint).await
-    }
-
-    async fn create_webhook_deliveries(
-        &self,
-        deliveries: &[WebhookDeliveryRecord],
-    ) -> Result<Vec<schemas::ids::WebhookDeliveryId>> {
-        self.create_webhook_deliveries(deliveries).await
-    }
-
-    async fn record_webhook_attempts(&self, deliveries: &[WebhookDeliveryRecord]) -> Result<usize> {
-        self.record_webhook_attempts(deliveries).await
-    }
-
-    async fn defer_webhook_deliveries(
-        &self,
-        deliveries: &[WebhookDeliveryRecord],
-    ) -> Result<usize> {
-        self.defer_webhook_deliveries(deliveries).await
-    }
-    async fn claim_webhook_deliveries(
-        &self,
-        deliveries: &[WebhookDeliveryRecord],
-        until: Timestamp,
-    ) -> Result<Vec<WebhookDeliveryId>> {
-        self.claim_webhook_deliveries(deliveries, until).await
-    }
-
-    async fn list_event_deliveries(
-        &self,
-        org: OrgId,
-        env: Environment,
-        event: EventId,
-    ) -> Result<Vec<WebhookDeliveryRecord>> {
-        self.list_event_deliveries(org, env, event).await
-    }
-
-    async fn due_webhook_deliveries(
-        &self,
-        before: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<WebhookDeliveryRecord>> {
-        self.due_webhook_deliveries(before, limit).await
-    }
-
-    // Gate: `gate.rs`
-
-    async fn create_gate_service(
-        &self,
-        service: &GateServiceRecord,
-        cap: usize,
-    ) -> Result<GateServiceWrite> {
-        self.create_gate_service(service, cap).await
-    }
-
-    async fn get_gate_service(&self, id: &str) -> Result<Option<GateServiceRecord>> {
-        self.get_gate_service(id).await
-    }
-
-    async fn list_gate_services(
-        &self,
-        org: OrgId,
-        env: Environment,
-    ) -> Result<Vec<GateServiceRecord>> {
-        self.list_gate_services(org, env).await
-    }
-
-    async fn update_gate_service(
-        &self,
-        previous_id: &str,
-        service: &GateServiceRecord,
-    ) -> Result<GateServiceWrite> {
-        self.update_gate_service(previous_id, service).await
-    }
-
-    async fn list_gate_registry(
-        &self,
-        env: Environment,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<GateServiceRecord>> {
-        self.list_gate_registry(env, after, limit).await
-    }
-
-    async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
-        self.create_gate_session(session).await
-    }
-
-    async fn get_gate_session(
-        &self,
-        id: schemas::ids::GateSessionId,
-    ) -> Result<Option<GateSessionRecord>> {
-        self.get_gate_session(id).await
-    }
-
-    async fn transition_gate_session(
-        &self,
-        session: &GateSessionRecord,
-        expected: GateSessionStatus,
-        made: Option<(&GateAccountRecord, &AgentTokenRecord)>,
-    ) -> Result<bool> {
-        self.transition_gate_session(session, expected, made).await
-    }
-
-    async fn count_gate_poll(
-        &self,
-        id: schemas::ids::GateSessionId,
-        token: &CredentialHash,
-        now: Timestamp,
-        slow_down_secs: u32,
-        max_polls: u32,
-    ) -> Result<Option<(GateSessionRecord, GatePoll)>> {
-        self.count_gate_poll(id, token, now, slow_down_secs, max_polls)
-            .await
-    }
-
-    async fn get_gate_account(
-        &self,
-        id: schemas::ids::GateAccountId,
-    ) -> Result<Option<GateAccountRecord>> {
-        self.get_gate_account(id).await
-    }
-
-    async fn get_agent_token(&self, hash: &CredentialHash) -> Result<Option<AgentTokenRecord>> {
-        self.get_agent_token(hash).await
-    }
-
-    async fn count_agent_login(
-        &self,
-        hash: &CredentialHash,
-        now: Timestamp,
-        per_hour: usize,
-    ) -> Result<AgentLogin> {
-        self.count_agent_login(hash, now, per_hour).await
-    }
-
-    async fn revoke_agent_token(
-        &self,
-        hash: &CredentialHash,
-        at: Timestamp,
-    ) -> Result<Option<AgentTokenRecord>> {
-        self.revoke_agent_token(hash, at).await
-    }
-
-    async fn get_login_by_code(&self, code: &CredentialHash) -> Result<Option<GateSessionRecord>> {
-        self.get_login_by_code(code).await
-    }
-
-    async fn update_agent_token(&self, token: &AgentTokenRecord) -> Result<bool> {
-        self.update_agent_token(token).await
-    }
-
-    // visitors: `visitors.rs`
-
-    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
-        self.save_visitors(visitors).await
-    }
-
-    async fn get_visitor(
-        &self,
-        org: OrgId,
-        env: Environment,
-        id: VisitorId,
-    ) -> Result<Option<VisitorRecord>> {
-        self.get_visitor(org, env, id).await
-    }
-
-    async fn find_visitor_by_anchors(
-        &self,
-        org: OrgId,
-        env: Environment,
-        anchors: &VisitorAnchors,
-        limit: usize,
-    ) -> Result<Vec<VisitorRecord>> {
-        self.find_visitor_by_anchors(org, env, anchors, limit).await
-    }
-
-    async fn list_visitors(
-        &self,
-        org: OrgId,
-        env: Environment,
-        after: Option<VisitorId>,
-        limit: usize,
-    ) -> Result<Vec<VisitorRecord>> {
-        self.list_visitors(org, env, after, limit).await
-    }
-
-    async fn list_visitors_by(
-        &self,
-        org: OrgId,
-        env: Environment,
-        order: VisitorOrder,
-        after: Option<(u64, VisitorId)>,
-        limit: usize,
-    ) -> Result<Vec<VisitorRecord>> {
-        self.list_visitors_by(org, env, order, after, limit).await
-    }
-
-    // retention: `expiry.rs`
-
-    async fn purge_expired(
-        &self,
-        now: Timestamp,
-        keep_since: Timestamp,
-        budget: usize,
-    ) -> Result<bool> {
-        self.purge_expired(now, keep_since, budget).await
-    }
-
-    // settings: `idempotency.rs`
-
     async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        self.get_setting(name).await
+        let value = self
+            .inner
+            .settings
+            .get(key::setting(name))
+            .map_err(unavailable)?;
+        Ok(value.map(|v| v.to_vec()))
     }
 
     async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool> {
-        self.put_setting_if_absent(name, value).await
+        let name = name.to_owned();
+        let value = value.to_vec();
+        self.write(move |db, _| {
+            if db.contains(&db.settings, key::setting(&name))? {
+                return Ok(false);
+            }
+            let mut batch = db.batch();
+            batch.insert(&db.settings, key::setting(&name), value);
+            batch.commit().map_err(unavailable)?;
+            Ok(true)
+        })
+        .await
     }
 }

@@ -5,6 +5,7 @@
 //! a family also drops (a session's decisions, a visitor's index rows, an event's deliveries,
 //! a collect session's pings) is in that family's module.
 
+use async_trait::async_trait;
 use std::ops::Bound;
 
 use fjall::{Keyspace, OwnedWriteBatch};
@@ -13,15 +14,18 @@ use schemas::ids::{OrgId, SessionId};
 use schemas::time::Timestamp;
 use serde::Deserialize;
 
+use super::collect::HandoffOpening;
 use super::events::EventPlace;
-use super::idempotency::HandoffOpening;
+use super::key::Expiring;
 use super::row_cache::Changes;
 use super::sessions::{SessionMarks, SessionPlace};
 use super::{
     EVENTS, EmbeddedStore, GATE_SESSIONS, HANDOFF_OPENINGS, IDEMPOTENCY_RECORDS, Inner, SESSIONS,
     VISITORS, WriterState, decode, decode_row, key, unavailable,
 };
-use crate::{GateSessionRecord, IdempotencyRecord, Result, VisitorOrder, VisitorRecord};
+use crate::{
+    GateSessionRecord, IdempotencyRecord, Result, RetentionStore, VisitorOrder, VisitorRecord,
+};
 
 /// The one-time indexing of rows stored before `sessions_by_verdict`, the visitor order tables
 /// and `expiry_queue` existed (without it they would be missing from lists and never expire):
@@ -48,16 +52,6 @@ struct SessionIdentity {
     environment: Environment,
     #[serde(flatten)]
     place: SessionPlace,
-}
-
-/// What an `expiry_queue` row names.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Expiring {
-    Session = 0,
-    Visitor = 1,
-    Event = 2,
-    /// A Gate session: dropped a retention after it started (its tokens are long useless).
-    GateSession = 3,
 }
 
 impl Inner {
@@ -138,7 +132,7 @@ impl Inner {
             match backfill.table {
                 0 => {
                     let s: SessionIdentity = decode(SESSIONS, &v)?;
-                    let queued = key::expiry(s.place.updated_at, Expiring::Session as u8, &k);
+                    let queued = key::expiry(s.place.updated_at, Expiring::Session, &k);
                     batch.insert(&self.expiry_queue, queued, []);
                     if let Some(vk) = s.place.verdict().and_then(|verdict| {
                         key::session_by_verdict(s.organization_id, s.environment, verdict, s.id)
@@ -153,12 +147,12 @@ impl Inner {
                         let ok = key::visitor_by(org, env, order.value(&v), v.id);
                         batch.insert(self.visitor_order(order), ok, []);
                     }
-                    let queued = key::expiry(v.last_seen_at, Expiring::Visitor as u8, &k);
+                    let queued = key::expiry(v.last_seen_at, Expiring::Visitor, &k);
                     batch.insert(&self.expiry_queue, queued, []);
                 }
                 _ => {
                     let e: EventPlace = decode(EVENTS, &v)?;
-                    let queued = key::expiry(e.created_at, Expiring::Event as u8, &k);
+                    let queued = key::expiry(e.created_at, Expiring::Event, &k);
                     batch.insert(&self.expiry_queue, queued, []);
                 }
             }
@@ -251,8 +245,9 @@ impl Inner {
     }
 }
 
-impl EmbeddedStore {
-    pub(super) async fn purge_expired(
+#[async_trait]
+impl RetentionStore for EmbeddedStore {
+    async fn purge_expired(
         &self,
         now: Timestamp,
         keep_since: Timestamp,
@@ -269,7 +264,8 @@ mod tests {
     use schemas::ids::VisitorId;
 
     use super::*;
-    use crate::{CredentialHash, IdempotencyScope, SessionRecord, StoreBackend};
+    use crate::prelude::*;
+    use crate::{CredentialHash, IdempotencyScope, SessionRecord};
 
     /// Idempotency records and handoff openings have no time order: the purge walks them a
     /// bounded step at a time, drops the expired ones, keeps the rest, and ends its walk.
