@@ -1,0 +1,486 @@
+//! Gate services, sessions, accounts and agent tokens (`GateStore`).
+
+use super::*;
+
+fn gate_service(id: &str, org: OrgId, env: Environment) -> crate::GateServiceRecord {
+    let now = time::now();
+    crate::GateServiceRecord {
+        id: id.to_owned(),
+        organization_id: org,
+        environment: env,
+        status: crate::GateServiceStatus::Active,
+        discoverable: true,
+        name: format!("Service {id}"),
+        description: String::new(),
+        website: "https://acme.example".into(),
+        dashboard_login_url: None,
+        webhook_url: None,
+        sealed_webhook_secret: vec![1, 2, 3],
+        env_vars: vec![crate::GateEnvVar {
+            name: "API key".into(),
+            key: "ACME_API_KEY".into(),
+            secret: true,
+        }],
+        docs_url: None,
+        sdks: Vec::new(),
+        branding: crate::GateBranding::default(),
+        consent: crate::GateConsent::default(),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// A Gate service id is claimed over every organization and environment; an organization has
+/// at most `cap` services over both environments, disabled ones included; a refused create
+/// writes nothing.
+pub async fn gate_services_claim_ids_everywhere_and_keep_to_the_cap(store: Store) {
+    use crate::GateServiceWrite::*;
+    let (org, other) = (OrgId::generate(), OrgId::generate());
+    let live = gate_service("acme", org, Environment::Live);
+    assert_eq!(store.create_gate_service(&live, 3).await.unwrap(), Written);
+    assert_eq!(
+        store.get_gate_service("acme").await.unwrap(),
+        Some(live.clone())
+    );
+    for taken in [
+        gate_service("acme", other, Environment::Live),
+        gate_service("acme", org, Environment::Test),
+    ] {
+        assert_eq!(store.create_gate_service(&taken, 3).await.unwrap(), IdTaken);
+    }
+    let mut disabled = gate_service("acme-two", org, Environment::Test);
+    disabled.status = crate::GateServiceStatus::Disabled;
+    assert_eq!(
+        store.create_gate_service(&disabled, 3).await.unwrap(),
+        Written
+    );
+    assert_eq!(
+        store
+            .create_gate_service(&gate_service("acme-three", org, Environment::Live), 3)
+            .await
+            .unwrap(),
+        Written
+    );
+    assert_eq!(
+        store
+            .create_gate_service(&gate_service("acme-four", org, Environment::Test), 3)
+            .await
+            .unwrap(),
+        CapReached,
+        "both environments and disabled services count"
+    );
+    assert_eq!(store.get_gate_service("acme-four").await.unwrap(), None);
+    assert_eq!(
+        store
+            .create_gate_service(&gate_service("other-one", other, Environment::Live), 3)
+            .await
+            .unwrap(),
+        Written,
+        "another organization has its own cap"
+    );
+    let listed: Vec<String> = store
+        .list_gate_services(org, Environment::Live)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, vec!["acme", "acme-three"]);
+    assert_eq!(
+        store
+            .list_gate_services(org, Environment::Test)
+            .await
+            .unwrap(),
+        vec![disabled]
+    );
+}
+
+/// An update replaces the service whole; a rename claims the new id and frees the old one; the
+/// registry lists exactly the published services of an environment, by id, in pages.
+pub async fn gate_service_updates_rename_and_follow_the_registry(store: Store) {
+    use crate::GateServiceWrite::*;
+    let org = OrgId::generate();
+    let env = Environment::Test;
+    let ids = |services: Vec<crate::GateServiceRecord>| {
+        services.into_iter().map(|s| s.id).collect::<Vec<_>>()
+    };
+    for id in ["reg-a", "reg-b", "reg-c"] {
+        store
+            .create_gate_service(&gate_service(id, org, env), 10)
+            .await
+            .unwrap();
+    }
+    store
+        .create_gate_service(&gate_service("reg-live", org, Environment::Live), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(store.list_gate_registry(env, None, 10).await.unwrap()),
+        ["reg-a", "reg-b", "reg-c"]
+    );
+    assert_eq!(
+        ids(store
+            .list_gate_registry(env, Some("reg-a"), 1)
+            .await
+            .unwrap()),
+        ["reg-b"]
+    );
+
+    let mut hidden = gate_service("reg-b", org, env);
+    hidden.discoverable = false;
+    assert_eq!(
+        store.update_gate_service("reg-b", &hidden).await.unwrap(),
+        Written
+    );
+    let mut disabled = gate_service("reg-c", org, env);
+    disabled.status = crate::GateServiceStatus::Disabled;
+    assert_eq!(
+        store.update_gate_service("reg-c", &disabled).await.unwrap(),
+        Written
+    );
+    assert_eq!(
+        ids(store.list_gate_registry(env, None, 10).await.unwrap()),
+        ["reg-a"]
+    );
+    assert_eq!(store.get_gate_service("reg-b").await.unwrap(), Some(hidden));
+
+    let renamed = gate_service("reg-z", org, env);
+    assert_eq!(
+        store.update_gate_service("reg-a", &renamed).await.unwrap(),
+        Written
+    );
+    assert_eq!(store.get_gate_service("reg-a").await.unwrap(), None);
+    assert_eq!(
+        ids(store.list_gate_registry(env, None, 10).await.unwrap()),
+        ["reg-z"]
+    );
+    assert_eq!(
+        ids(store.list_gate_services(org, env).await.unwrap()),
+        ["reg-b", "reg-c", "reg-z"]
+    );
+    let onto_taken = gate_service("reg-live", org, env);
+    assert_eq!(
+        store
+            .update_gate_service("reg-z", &onto_taken)
+            .await
+            .unwrap(),
+        IdTaken
+    );
+    let stranger = gate_service("reg-z", OrgId::generate(), env);
+    assert_eq!(
+        store.update_gate_service("reg-z", &stranger).await.unwrap(),
+        Missing
+    );
+    assert_eq!(
+        store
+            .update_gate_service("nowhere", &gate_service("nowhere", org, env))
+            .await
+            .unwrap(),
+        Missing
+    );
+    assert_eq!(
+        store.get_gate_service("reg-z").await.unwrap(),
+        Some(renamed)
+    );
+}
+
+/// A Gate session moves from a status once: a second approval (or an approval of a denied
+/// session) writes nothing; an approval writes the account and the agent token with it.
+pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token(
+    store: Store,
+) {
+    use crate::{
+        AgentTokenRecord, GateAccountRecord, GateFlow, GateSessionRecord, GateSessionStatus,
+    };
+    let now = time::now();
+    let org = OrgId::generate();
+    let pending = GateSessionRecord {
+        id: schemas::ids::GateSessionId::generate(),
+        flow: GateFlow::Signup,
+        service_id: "acme".into(),
+        organization_id: org,
+        environment: Environment::Test,
+        status: GateSessionStatus::Pending,
+        consent_token: CredentialHash([1; 32]),
+        poll_token: Some(CredentialHash([2; 32])),
+        interval_secs: 5,
+        polls: 0,
+        last_poll_at: None,
+        account_id: None,
+        sealed_delivery: Vec::new(),
+        ack_token: None,
+        login_code: None,
+        agent_token: None,
+        code_expires_at: None,
+        created_at: now,
+        expires_at: now + TimeDelta::minutes(15),
+    };
+    store.create_gate_session(&pending).await.unwrap();
+    assert!(
+        store.create_gate_session(&pending).await.is_err(),
+        "an id is made once"
+    );
+    let account = GateAccountRecord {
+        id: schemas::ids::GateAccountId::generate(),
+        service_id: "acme".into(),
+        organization_id: org,
+        environment: Environment::Test,
+        name: "dev".into(),
+        created_at: now,
+    };
+    let token = AgentTokenRecord {
+        hash: CredentialHash([3; 32]),
+        account_id: account.id,
+        service_id: "acme".into(),
+        organization_id: org,
+        environment: Environment::Test,
+        created_at: now,
+        expires_at: now + TimeDelta::days(90),
+        revoked_at: None,
+        recent_logins: Vec::new(),
+    };
+    let mut approved = pending.clone();
+    approved.status = GateSessionStatus::Approved;
+    approved.account_id = Some(account.id);
+    approved.sealed_delivery = vec![9, 9];
+    assert!(
+        store
+            .transition_gate_session(
+                &approved,
+                GateSessionStatus::Pending,
+                Some((&account, &token))
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .transition_gate_session(&approved, GateSessionStatus::Pending, None)
+            .await
+            .unwrap(),
+        "approved once"
+    );
+    assert_eq!(
+        store.get_gate_session(pending.id).await.unwrap(),
+        Some(approved.clone())
+    );
+    assert_eq!(
+        store.get_gate_account(account.id).await.unwrap(),
+        Some(account.clone())
+    );
+    assert_eq!(
+        store.get_agent_token(&token.hash).await.unwrap(),
+        Some(token.clone())
+    );
+    let mut revoked = token.clone();
+    revoked.revoked_at = Some(now);
+    assert!(store.update_agent_token(&revoked).await.unwrap());
+    assert_eq!(
+        store.get_agent_token(&token.hash).await.unwrap(),
+        Some(revoked.clone())
+    );
+    // Counting logins checks the token and the cap in one step; revoking is for good.
+    let mut second = pending.clone();
+    second.id = schemas::ids::GateSessionId::generate();
+    store.create_gate_session(&second).await.unwrap();
+    let mut fresh = revoked.clone();
+    fresh.hash = CredentialHash([5; 32]);
+    fresh.revoked_at = None;
+    let mut approved_too = second.clone();
+    approved_too.status = GateSessionStatus::Approved;
+    let other_account = GateAccountRecord {
+        id: schemas::ids::GateAccountId::generate(),
+        ..account.clone()
+    };
+    assert!(
+        store
+            .transition_gate_session(
+                &approved_too,
+                GateSessionStatus::Pending,
+                Some((&other_account, &fresh))
+            )
+            .await
+            .unwrap()
+    );
+    for _ in 0..2 {
+        assert!(matches!(
+            store.count_agent_login(&fresh.hash, now, 2).await.unwrap(),
+            crate::AgentLogin::Counted(_)
+        ));
+    }
+    assert_eq!(
+        store.count_agent_login(&fresh.hash, now, 2).await.unwrap(),
+        crate::AgentLogin::CapReached(now)
+    );
+    let later = now + TimeDelta::hours(2);
+    assert!(matches!(
+        store
+            .count_agent_login(&fresh.hash, later, 2)
+            .await
+            .unwrap(),
+        crate::AgentLogin::Counted(_)
+    ));
+    let gone = store
+        .revoke_agent_token(&fresh.hash, later)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(gone.revoked_at, Some(later));
+    let again = store
+        .revoke_agent_token(&fresh.hash, later + TimeDelta::hours(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.revoked_at,
+        Some(later),
+        "revoked once, when first revoked"
+    );
+    assert_eq!(
+        store
+            .count_agent_login(&fresh.hash, later, 2)
+            .await
+            .unwrap(),
+        crate::AgentLogin::Unusable
+    );
+    assert_eq!(
+        store
+            .revoke_agent_token(&CredentialHash([6; 32]), later)
+            .await
+            .unwrap(),
+        None
+    );
+    let mut stranger = token;
+    stranger.hash = CredentialHash([4; 32]);
+    assert!(!store.update_agent_token(&stranger).await.unwrap());
+    assert_eq!(store.get_agent_token(&stranger.hash).await.unwrap(), None);
+}
+
+/// Gate sessions are dropped by `purge_expired` once they started before the retention, with
+/// their login code's index row; a recent one stays.
+pub async fn gate_sessions_are_purged_a_retention_after_they_started(store: Store) {
+    use crate::{GateFlow, GateSessionRecord, GateSessionStatus};
+    let long_ago = Timestamp::from_timestamp_millis(1_000_000_000_000).unwrap();
+    let now = time::now();
+    let session = |created_at: Timestamp, code: u8| GateSessionRecord {
+        id: schemas::ids::GateSessionId::generate(),
+        flow: GateFlow::Login,
+        service_id: "acme".into(),
+        organization_id: OrgId::generate(),
+        environment: Environment::Live,
+        status: GateSessionStatus::Pending,
+        consent_token: CredentialHash([code; 32]),
+        poll_token: None,
+        interval_secs: 5,
+        polls: 0,
+        last_poll_at: None,
+        account_id: None,
+        sealed_delivery: Vec::new(),
+        ack_token: None,
+        login_code: None,
+        agent_token: None,
+        code_expires_at: None,
+        created_at,
+        expires_at: created_at + TimeDelta::minutes(15),
+    };
+    let (old, recent) = (session(long_ago, 7), session(now, 8));
+    for s in [&old, &recent] {
+        store.create_gate_session(s).await.unwrap();
+    }
+    let mut approved = old.clone();
+    approved.status = GateSessionStatus::Approved;
+    approved.login_code = Some(CredentialHash([9; 32]));
+    assert!(
+        store
+            .transition_gate_session(&approved, GateSessionStatus::Pending, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .get_login_by_code(&CredentialHash([9; 32]))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let keep_since = long_ago + TimeDelta::days(90);
+    while store.purge_expired(now, keep_since, 1).await.unwrap() {}
+    assert_eq!(store.get_gate_session(old.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .get_login_by_code(&CredentialHash([9; 32]))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get_gate_session(recent.id).await.unwrap(),
+        Some(recent)
+    );
+}
+
+/// A poll is counted by the holder of the poll token only; one sooner than the interval grows
+/// it; past the cap nothing is written.
+pub async fn gate_polls_are_counted_with_their_interval_and_cap_in_one_step(store: Store) {
+    use crate::{GateFlow, GatePoll, GateSessionRecord, GateSessionStatus};
+    let now = time::now();
+    let token = CredentialHash([3; 32]);
+    let session = GateSessionRecord {
+        id: schemas::ids::GateSessionId::generate(),
+        flow: GateFlow::Signup,
+        service_id: "acme".into(),
+        organization_id: OrgId::generate(),
+        environment: Environment::Test,
+        status: GateSessionStatus::Pending,
+        consent_token: CredentialHash([1; 32]),
+        poll_token: Some(token),
+        interval_secs: 5,
+        polls: 0,
+        last_poll_at: None,
+        account_id: None,
+        sealed_delivery: Vec::new(),
+        ack_token: None,
+        login_code: None,
+        agent_token: None,
+        code_expires_at: None,
+        created_at: now,
+        expires_at: now + TimeDelta::minutes(15),
+    };
+    store.create_gate_session(&session).await.unwrap();
+    let poll = |at, cap| store.count_gate_poll(session.id, &token, at, 5, cap);
+    assert_eq!(
+        store
+            .count_gate_poll(session.id, &CredentialHash([4; 32]), now, 5, 10)
+            .await
+            .unwrap(),
+        None,
+        "another token counts nothing"
+    );
+    let (first, how) = poll(now, 10).await.unwrap().unwrap();
+    assert_eq!(
+        (how, first.polls, first.interval_secs),
+        (GatePoll::Counted, 1, 5)
+    );
+    let (soon, how) = poll(now + TimeDelta::seconds(1), 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (how, soon.polls, soon.interval_secs),
+        (GatePoll::TooSoon, 2, 10)
+    );
+    let (later, how) = poll(now + TimeDelta::seconds(12), 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((how, later.interval_secs), (GatePoll::Counted, 10));
+    let (spent, how) = poll(now + TimeDelta::seconds(30), 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((how, spent.polls), (GatePoll::Exhausted, 3));
+    assert_eq!(
+        store.get_gate_session(session.id).await.unwrap(),
+        Some(spent)
+    );
+}
