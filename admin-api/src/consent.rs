@@ -409,7 +409,7 @@ fn same_site_post(headers: &HeaderMap, form_csrf: Option<&str>) -> bool {
     // What a browser sends when a person presses a button of this page's own form. Browsers
     // do not let a page set these headers, so another site's script cannot fake them; a
     // program outside a browser can, which is why the approval is worth only what the
-    // person's own browser session is (see the README).
+    // person's own browser session is (see docs/gate.md#the-consent-page).
     let header_is = |name: &str, want: &[&str]| {
         headers
             .get(name)

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Defaults: 60 seconds at 4,000 appends/s, a retention of 10 s; records of 2,500 bytes (an
-//! interaction batch's record, see the README's sizing).
+//! interaction batch's record, see docs/operations.md#sizing-and-retention).
 
 use std::path::Path;
 use std::sync::Arc;

@@ -232,14 +232,18 @@ pub fn verify(secret: &str, received: &Received) -> bool {
         .any(|s| s.strip_prefix("v1,") == Some(expected.as_str()))
 }
 
-/// The README's verification snippet, run by Node on a delivery: whether it says valid.
-pub fn readme_snippet_verifies(secret: &str, received: &Received, body: &[u8]) -> bool {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
-    let marker = readme
+/// The verification snippet of `docs/webhooks.md`, run by Node on a delivery: whether it says
+/// valid.
+pub fn docs_snippet_verifies(secret: &str, received: &Received, body: &[u8]) -> bool {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/webhooks.md"
+    ))
+    .expect("docs/webhooks.md");
+    let marker = page
         .find("<!-- webhook-verification-snippet -->")
-        .expect("the README marks its verification snippet");
-    let block = &readme[marker..];
+        .expect("docs/webhooks.md marks its verification snippet");
+    let block = &page[marker..];
     let start = block.find("```js\n").expect("a js block after the marker") + 6;
     let snippet = &block[start..start + block[start..].find("```").unwrap()];
     let dir = tempfile::tempdir().unwrap();

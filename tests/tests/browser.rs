@@ -422,10 +422,10 @@ async fn a_secret_key_put_into_a_page_is_revoked_on_its_first_call() {
 /// The whole customer path in a real browser: an endpoint registered through the API, a visit
 /// by headless Chromium through the SDK, `agent.result()`, and the session's final result
 /// arriving at the site's receiver as a signed `session.result.persisted` delivery, which the
-/// README's snippet verifies, and which reads back through the events API.
+/// snippet of docs/webhooks.md verifies, and which reads back through the events API.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_browser_session_ends_in_a_signed_session_result_delivery() {
-    use vigil_tests::receiver::{Receiver, readme_snippet_verifies, verify};
+    use vigil_tests::receiver::{Receiver, docs_snippet_verifies, verify};
     let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
     let receiver = Receiver::start().await;
     let sk = &s.creds.keys.secret_test;
@@ -460,7 +460,7 @@ async fn a_browser_session_ends_in_a_signed_session_result_delivery() {
     assert_eq!(body["data"]["decision"]["decision_status"], "final");
     assert_eq!(delivery.header("webhook-id"), body["id"].as_str().unwrap());
     assert!(verify(secret, delivery), "the receiver's HMAC verifies it");
-    assert!(readme_snippet_verifies(secret, delivery, &delivery.body));
+    assert!(docs_snippet_verifies(secret, delivery, &delivery.body));
 
     // The delivery reads back, succeeded, on its event.
     let path = format!("{}/events?type=session.result.persisted", s.org_path());

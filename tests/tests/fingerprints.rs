@@ -486,7 +486,7 @@ async fn thousands_of_visitors_page_once_each_in_every_order() {
     }
 }
 
-/// The sizing figures of the README ("Operations"): one real scored session (its row, its kept
+/// The sizing figures of docs/operations.md#sizing-and-retention: one real scored session (its row, its kept
 /// decisions and its events) and its visitor, copied under fresh ids N times into a fresh
 /// embedded store, which is flushed; the directory's growth over N is what one takes on disk.
 /// Ignored by default (a minute of writes): `cargo nextest run -p vigil-tests --test

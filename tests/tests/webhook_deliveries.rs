@@ -1,7 +1,7 @@
 //! Webhook deliveries end to end (D13, D24): endpoints registered through the API, events made
 //! by the test call and by real scored sessions, delivered by the dispatcher role of a running
 //! server to a throwaway receiver (`vigil_tests::receiver`), which checks headers and bodies and
-//! verifies signatures with its own HMAC and with the README's Node snippet. Retries on 500s and
+//! verifies signatures with its own HMAC and with the Node snippet of docs/webhooks.md. Retries on 500s and
 //! timeouts with a compressed schedule, `Retry-After`, a 410 that disables the endpoint, a spent
 //! schedule, redirects not followed, the outbound address rule at delivery time, and a slow
 //! endpoint that does not hold up another. Deliveries are read back through the events API.
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use store::{EndpointStatus, WebhookEndpointRecord};
 use vigil_tests::collect::score_session;
-use vigil_tests::receiver::{Answer, Received, Receiver, readme_snippet_verifies, verify};
+use vigil_tests::receiver::{Answer, Received, Receiver, docs_snippet_verifies, verify};
 use vigil_tests::{TestServer, json};
 
 /// A server that delivers to the receiver's loopback address, with `schedule` between
@@ -90,7 +90,7 @@ fn webdriver_probes() -> Value {
 }
 
 /// What every delivery carries: the Standard Webhooks headers, signed by `secret` (checked by
-/// the receiver's HMAC and the README's snippet; a changed body fails both), and the event.
+/// the receiver's HMAC and the snippet of docs/webhooks.md; a changed body fails both), and the event.
 fn check_signed(secret: &str, received: &Received, event: &str) {
     assert_eq!(received.header("content-type"), "application/json");
     assert_eq!(
@@ -104,10 +104,10 @@ fn check_signed(secret: &str, received: &Received, event: &str) {
         "webhook-timestamp is when it was signed: {timestamp}"
     );
     assert!(verify(secret, received), "the receiver's HMAC verifies it");
-    assert!(readme_snippet_verifies(secret, received, &received.body));
+    assert!(docs_snippet_verifies(secret, received, &received.body));
     let mut tampered = received.body.to_vec();
     tampered.extend_from_slice(b" ");
-    assert!(!readme_snippet_verifies(secret, received, &tampered));
+    assert!(!docs_snippet_verifies(secret, received, &tampered));
     let body = received.json();
     assert_eq!(body["id"], event);
     assert_eq!(body["object"], "event");

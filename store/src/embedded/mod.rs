@@ -342,7 +342,7 @@ impl EmbeddedStore {
     }
 
     /// Writes every table's memtable out to its disk tables and waits, so the directory's size
-    /// is what the rows take at rest (the README's sizing figures are measured after this).
+    /// is what the rows take at rest (the sizing figures of docs/operations.md are measured after this).
     /// Blocking.
     pub fn flush_tables(&self) -> Result<()> {
         let db = &self.inner;
