@@ -1,14 +1,22 @@
-//! Vigil's management API: organizations, their API keys and their events (interface
-//! "Organizations" and "Events", D1, D6, D8, D12). One module per resource, each with its
-//! `router()`, merged here.
+//! Vigil's management API, served with a secret key unless said otherwise. One module per
+//! resource, each with its handlers, validation and `router()`, merged here:
+//! - `organizations`: `/v1/organizations` and `/v1/organizations/{organizationId}`;
+//! - `api_keys`: `/v1/organizations/{organizationId}/api-keys`, with rotation and revocation;
+//! - `events`: `/v1/organizations/{organizationId}/events`;
+//! - `webhook_endpoints`: `/v1/organizations/{organizationId}/webhooks/endpoints`, with secret
+//!   rotation and test events;
+//! - `gate`: Gate services (`/v1/gate/services`), signups, polls and acknowledgements (no key;
+//!   Gate's own tokens), login sessions and login-code consumption, agent-token verification
+//!   and revocation (`/v1/gate/agent-tokens`), and the consent page a person approves on
+//!   (`/gate/consent/{gateSessionId}`). The public registry is the query API's.
+//!
+//! `bootstrap` is the operator's organization-and-keys creation that `vigil bootstrap` and
+//! the development organization share.
 
-pub mod agent_tokens;
 pub mod api_keys;
 pub mod bootstrap;
-pub mod consent;
 pub mod events;
-pub mod gate_flows;
-pub mod gate_services;
+pub mod gate;
 pub mod organizations;
 pub mod webhook_endpoints;
 
@@ -40,10 +48,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(api_keys::router())
         .merge(events::router())
         .merge(webhook_endpoints::router())
-        .merge(gate_services::router())
-        .merge(gate_flows::router())
-        .merge(agent_tokens::router())
-        .merge(consent::router())
+        .merge(gate::router())
         .with_state(state)
 }
 

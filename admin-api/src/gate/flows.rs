@@ -1,5 +1,5 @@
 //! Gate's flows (D14): a developer tool signs up to a service, or logs its person in to the
-//! service's dashboard, and a person approves each on a consent page ([`crate::consent`]).
+//! service's dashboard, and a person approves each on a consent page ([`super::consent`]).
 //!
 //! - Signup: `POST /v1/gate/services/{serviceId}/signups` (no key; the client address's limit)
 //!   answers a `gate_` session, its consent URL, a `gtpoll_` token and the poll interval. The
@@ -23,15 +23,16 @@ use edge::policy::ConsumeLoginSessions;
 use edge::{ApiError, SecretKey};
 use schemas::error::ErrorCode;
 use schemas::gate::{self, TokenKind};
-use schemas::ids::{GateAccountId, GateSessionId};
+use schemas::ids::GateSessionId;
 use schemas::time::{self, Timestamp};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use store::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateFlow, GatePoll, GateServiceRecord,
-    GateSessionRecord, GateSessionStatus,
+    AgentLogin, CredentialHash, GateFlow, GatePoll, GateServiceRecord, GateSessionRecord,
+    GateSessionStatus,
 };
 
+use super::{Delivery, agent_token, bearer_token, delivery_context, invalid_token};
 use crate::AdminState;
 
 pub fn router() -> Router<AdminState> {
@@ -66,40 +67,6 @@ struct LoginSession {
     consent_url: String,
     #[serde(serialize_with = "time::ser")]
     expires_at: Timestamp,
-}
-
-/// The bearer token of `kind` on the request, well formed; 401 otherwise.
-pub(crate) fn bearer_token(headers: &HeaderMap, kind: TokenKind) -> Result<String, ApiError> {
-    let token = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
-    match token {
-        Some(t) if gate::well_formed(kind, t) => Ok(t.to_owned()),
-        Some(_) => Err(invalid_token(kind)),
-        None => Err(ApiError::new(
-            ErrorCode::MissingCredentials,
-            format!(
-                "this route needs `Authorization: Bearer {}…`",
-                kind.prefix()
-            ),
-        )
-        .with_header_name("Authorization")),
-    }
-}
-
-pub(crate) fn invalid_token(kind: TokenKind) -> ApiError {
-    ApiError::new(
-        ErrorCode::InvalidCredentials,
-        format!(
-            "the {}… token is not valid here (unknown, expired, revoked or for another session)",
-            kind.prefix()
-        ),
-    )
 }
 
 /// The consent page's address for a session and its `gtc_` token.
@@ -199,18 +166,6 @@ async fn acknowledged_by(
     session
         .filter(|s| s.ack_token == Some(hash))
         .ok_or_else(|| invalid_token(TokenKind::Ack))
-}
-
-/// What a signup delivers once approved: the variables (the agent token among them) and the
-/// token that acknowledges them. Sealed in the session until acknowledged.
-#[derive(Serialize, serde::Deserialize)]
-pub(crate) struct Delivery {
-    pub env_vars: Map<String, Value>,
-    pub ack_token: String,
-}
-
-pub(crate) fn delivery_context(id: GateSessionId) -> Vec<u8> {
-    format!("gate-delivery:{id}").into_bytes()
 }
 
 /// `GET /v1/gate/sessions/{gateSessionId}` with `Bearer gtpoll_…`, per RFC 8628.
@@ -336,21 +291,6 @@ async fn acknowledge(
     })))
 }
 
-/// The agent token on the request: known, active, not expired.
-pub(crate) async fn agent_token(
-    state: &AdminState,
-    token: &str,
-) -> Result<Option<AgentTokenRecord>, ApiError> {
-    let hash = state.auth.secret.hash_token(token);
-    let now = time::now();
-    Ok(state
-        .auth
-        .store
-        .get_agent_token(&hash)
-        .await?
-        .filter(|t| t.revoked_at.is_none() && t.expires_at > now))
-}
-
 /// `POST /v1/gate/login-sessions` with `Bearer agt_…` and `{ "service_id": … }`: a login
 /// waiting for a person's approval. An agent token alone never logs anyone in.
 async fn start_login(
@@ -439,7 +379,7 @@ async fn consume_login(
 ) -> Result<Reply, ApiError> {
     let mut f = Fields::new(body);
     let code = f.checked_string("code", true, |c| {
-        if crate::consent::is_login_code(c) {
+        if super::is_login_code(c) {
             Ok(())
         } else {
             Err("must be the numeric login code Gate sent to the dashboard".into())
@@ -522,10 +462,4 @@ async fn consume_login(
         "account_name": account.name,
         "service_id": account.service_id,
     })))
-}
-
-/// A new account's name: the service's and a short part of its id, until the person names it.
-pub(crate) fn account_name(service: &GateServiceRecord, id: GateAccountId) -> String {
-    let id = id.to_string();
-    format!("{} account {}", service.name, &id[id.len() - 6..])
 }

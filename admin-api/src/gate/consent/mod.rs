@@ -1,0 +1,113 @@
+//! Gate's consent page (D14), in two parts: the page a person reads (`page`) and the approval
+//! or denial its form posts (`decision`).
+//! `GET /gate/consent/{gateSessionId}?token=gtc_…` shows a person
+//! the service (its name, branding, website, terms and privacy links) and what approving
+//! shares, with Approve and Deny buttons in a plain form that works without JavaScript; the
+//! form posts back to the same path.
+//!
+//! An approval cannot be forged from another site: the form carries a token that must equal a
+//! `SameSite=Strict`, `HttpOnly` cookie set with the page (a cross-site post carries neither),
+//! and a post whose `Origin` or `Sec-Fetch-Site` says it came from elsewhere is refused. The
+//! page cannot be framed (`frame-ancestors 'none'`, `X-Frame-Options: DENY`), is never cached,
+//! and sends no referrer to other sites (its URL holds the consent token).
+//!
+//! Approving a signup makes the account and its agent token, asks the service's `webhook_url`
+//! (a signed `gate.session.approved`) for the values of its variables, and seals the delivery
+//! for the tool's next poll. Approving a login sends the browser to the service's
+//! `dashboard_login_url` with a one-time numeric code.
+
+mod decision;
+mod page;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use edge::body::{PathParams, path_param};
+use schemas::gate::{self, TokenKind};
+use schemas::ids::GateSessionId;
+use schemas::time;
+use store::{GateServiceRecord, GateSessionRecord, GateSessionStatus};
+
+use self::page::{already_decided, notice, unavailable};
+use crate::AdminState;
+
+pub(super) const CSRF_COOKIE: &str = "vigil_gate_csrf";
+
+pub fn router() -> Router<AdminState> {
+    Router::new().route(
+        "/gate/consent/{gateSessionId}",
+        get(page::show).post(decision::decide),
+    )
+}
+
+/// The session the path names, if `token` is its consent token and it still waits.
+pub(super) async fn waiting(
+    state: &AdminState,
+    params: &PathParams,
+    token: Option<&str>,
+) -> Result<GateSessionRecord, Response> {
+    let refused = || {
+        notice(
+            StatusCode::NOT_FOUND,
+            "This link does not work",
+            "The approval link is incomplete, or it is not for this request. Start again from your tool.",
+        )
+    };
+    let id: GateSessionId = path_param(params, "gateSessionId").map_err(|_| refused())?;
+    let token = token
+        .filter(|t| gate::well_formed(TokenKind::Consent, t))
+        .ok_or_else(refused)?;
+    let session = state
+        .auth
+        .store
+        .get_gate_session(id)
+        .await
+        .map_err(|_| unavailable())?
+        .filter(|s| s.consent_token == state.auth.secret.hash_token(token))
+        .ok_or_else(refused)?;
+    if session.status == GateSessionStatus::Approving {
+        return Err(notice(
+            StatusCode::CONFLICT,
+            "Being approved",
+            "This request is being approved now. Return to your tool.",
+        ));
+    }
+    if session.status != GateSessionStatus::Pending {
+        return Err(already_decided());
+    }
+    if time::now() >= session.expires_at {
+        return Err(notice(
+            StatusCode::GONE,
+            "This request expired",
+            "Approval requests last 15 minutes. Start again from your tool.",
+        ));
+    }
+    Ok(session)
+}
+
+pub(super) async fn service_of(
+    state: &AdminState,
+    session: &GateSessionRecord,
+) -> Result<GateServiceRecord, Response> {
+    state
+        .auth
+        .store
+        .get_gate_service(&session.service_id)
+        .await
+        .map_err(|_| unavailable())?
+        .filter(|s| s.is_published() && s.organization_id == session.organization_id)
+        .ok_or_else(|| {
+            notice(
+                StatusCode::GONE,
+                "This service is not available",
+                "The service was disabled or unpublished since this request started.",
+            )
+        })
+}
+
+pub(super) fn query_token(uri: &axum::http::Uri) -> Option<String> {
+    url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}

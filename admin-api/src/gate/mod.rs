@@ -1,0 +1,114 @@
+//! Gate: organizations publish services that developer tools sign up to and log their person
+//! in to, each step approved by a person in a browser (D14). One module per resource:
+//! `services` (an organization's services and the public registry), `flows` (signups, polls,
+//! acknowledgements, login sessions and the consumption of login codes), `agent_tokens` (the
+//! organization's backend verifying and revoking tokens) and `consent` (the page a person
+//! approves on). What several of them share is here.
+
+pub mod agent_tokens;
+pub mod consent;
+pub mod flows;
+pub mod services;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use edge::ApiError;
+use rand::TryRngCore;
+use rand::rngs::OsRng;
+use schemas::error::ErrorCode;
+use schemas::gate::{self, TokenKind};
+use schemas::ids::{GateAccountId, GateSessionId};
+use schemas::time;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use store::{AgentTokenRecord, GateServiceRecord};
+
+use crate::AdminState;
+
+pub fn router() -> Router<AdminState> {
+    Router::new()
+        .merge(services::router())
+        .merge(flows::router())
+        .merge(agent_tokens::router())
+        .merge(consent::router())
+}
+
+/// The bearer token of `kind` on the request, well formed; 401 otherwise.
+pub(crate) fn bearer_token(headers: &HeaderMap, kind: TokenKind) -> Result<String, ApiError> {
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    match token {
+        Some(t) if gate::well_formed(kind, t) => Ok(t.to_owned()),
+        Some(_) => Err(invalid_token(kind)),
+        None => Err(ApiError::new(
+            ErrorCode::MissingCredentials,
+            format!(
+                "this route needs `Authorization: Bearer {}…`",
+                kind.prefix()
+            ),
+        )
+        .with_header_name("Authorization")),
+    }
+}
+
+pub(crate) fn invalid_token(kind: TokenKind) -> ApiError {
+    ApiError::new(
+        ErrorCode::InvalidCredentials,
+        format!(
+            "the {}… token is not valid here (unknown, expired, revoked or for another session)",
+            kind.prefix()
+        ),
+    )
+}
+
+/// What a signup delivers once approved: the variables (the agent token among them) and the
+/// token that acknowledges them. Sealed in the session until acknowledged.
+#[derive(Serialize, serde::Deserialize)]
+pub(crate) struct Delivery {
+    pub env_vars: Map<String, Value>,
+    pub ack_token: String,
+}
+
+pub(crate) fn delivery_context(id: GateSessionId) -> Vec<u8> {
+    format!("gate-delivery:{id}").into_bytes()
+}
+
+/// The agent token on the request: known, active, not expired.
+pub(crate) async fn agent_token(
+    state: &AdminState,
+    token: &str,
+) -> Result<Option<AgentTokenRecord>, ApiError> {
+    let hash = state.auth.secret.hash_token(token);
+    let now = time::now();
+    Ok(state
+        .auth
+        .store
+        .get_agent_token(&hash)
+        .await?
+        .filter(|t| t.revoked_at.is_none() && t.expires_at > now))
+}
+
+/// A new account's name: the service's and a short part of its id, until the person names it.
+pub(crate) fn account_name(service: &GateServiceRecord, id: GateAccountId) -> String {
+    let id = id.to_string();
+    format!("{} account {}", service.name, &id[id.len() - 6..])
+}
+
+/// A login code: [`gate::LOGIN_CODE_DIGITS`] digits from the OS random source.
+pub(crate) fn new_login_code() -> String {
+    use rand::Rng;
+    let mut rng = OsRng.unwrap_err();
+    (0..gate::LOGIN_CODE_DIGITS)
+        .map(|_| char::from(b'0' + rng.random_range(0..10u8)))
+        .collect()
+}
+
+pub(crate) fn is_login_code(s: &str) -> bool {
+    s.len() == gate::LOGIN_CODE_DIGITS && s.bytes().all(|b| b.is_ascii_digit())
+}
