@@ -71,17 +71,19 @@ pub fn router(parts: AppParts) -> Router {
         agents: parts.agents.clone(),
         opened: Arc::default(),
     };
-    let backend = ingest::backend_router(ingest_state.clone())
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn_with_state(
-            parts.auth.clone(),
-            edge::idempotency::idempotent_posts,
-        ))
-        .layer(from_fn_with_state(
-            parts.auth.clone(),
-            edge::auth::authenticate,
-        ))
-        .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    let backend = query_api::handoff_router(query_api::QueryState {
+        auth: parts.auth.clone(),
+    })
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(from_fn_with_state(
+        parts.auth.clone(),
+        edge::idempotency::idempotent_posts,
+    ))
+    .layer(from_fn_with_state(
+        parts.auth.clone(),
+        edge::auth::authenticate,
+    ))
+    .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
     let reads = query_api::router(query_api::QueryState {
         auth: parts.auth.clone(),
     })

@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use edge::secrets::{ServerSecret, write_private};
 use schemas::credential::Credential;
 use schemas::{ErrorCode, KeyId};
+use secrets::{ServerSecret, write_private};
 use store::Store;
 
 use crate::config::{BootstrapArgs, CreateKeyArgs, MigrateArgs, SetRateLimitArgs};

@@ -82,7 +82,7 @@ async fn open_test_handoff(demo: &Demo, body: JsonObject) -> Result<Reply, ApiEr
     let handoff = f.string("handoff", true);
     f.finish()?;
     let handoff = handoff.ok_or_else(|| ApiError::internal("demo", "validated field missing"))?;
-    let claims = ingest::handoff::open(&demo.auth.secret, &handoff, schemas::time::now())
+    let claims = secrets::handoff::open(&demo.auth.secret, &handoff, schemas::time::now())
         .map_err(|e| ApiError::invalid_field("handoff", e.to_string(), None))?;
     if claims.organization_id != demo.organization || claims.environment != Environment::Test {
         return Err(ApiError::not_found("handoff"));

@@ -52,7 +52,7 @@ impl LogPreparation {
 pub struct ProcessorSettings {
     pub store: store::Store,
     pub log: bus::Log,
-    pub secret: edge::secrets::ServerSecret,
+    pub secret: secrets::ServerSecret,
     pub idle_after: Duration,
     /// How long a visitor not seen is kept (D23), for its `expires_at`.
     pub retention: Duration,

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use edge::Authenticator;
 use edge::limiter::Limiter;
-use edge::secrets::ServerSecret;
 use edge::transport::Listener;
 use ingest::web_bot_auth::{Directories, TrustedAgents};
+use secrets::ServerSecret;
 use store::Store;
 use tokio_util::sync::CancellationToken;
 

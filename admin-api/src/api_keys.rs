@@ -14,11 +14,11 @@ use edge::body::PathParams;
 use edge::body::{Fields, JsonObject, QueryParams, Reply, path_param};
 use edge::pagination::{decode_cursor, encode_cursor};
 use edge::policy::{ManageApiKeys, ReadApiKeys, RevokeApiKey, RotateApiKey};
-use edge::secrets::ServerSecret;
 use edge::{ApiError, SecretKey};
 use schemas::credential::{Credential, Environment, KeyType};
 use schemas::resources::{ApiKey, ApiKeyListItem, KeyStatus, Pagination};
 use schemas::{ErrorCode, KeyId, OrgId, Scope, validate};
+use secrets::ServerSecret;
 use store::{ApiKeyRecord, Store};
 
 use crate::{AdminState, own_organization};

@@ -3,9 +3,9 @@
 //! `<data-dir>/credentials.json` on first start.
 
 use edge::ApiError;
-use edge::secrets::ServerSecret;
 use schemas::Scope;
 use schemas::credential::{Environment, KeyType};
+use secrets::ServerSecret;
 use serde::Serialize;
 use store::Store;
 

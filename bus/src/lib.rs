@@ -26,6 +26,7 @@
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
+pub mod dead_letter;
 pub mod embedded;
 pub mod instrumented;
 #[cfg(feature = "kafka")]

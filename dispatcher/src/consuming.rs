@@ -253,45 +253,30 @@ async fn dead_letter(
         reason,
         message,
     );
-    loop {
-        let appended = retry(
-            "dead-lettering an event",
-            telemetry::retried,
-            shutdown,
-            &mut (log, &topics.dead, record, &letter),
-            |(log, dead, record, letter)| {
-                Box::pin(async move {
-                    let payload = serde_json::to_vec(*letter).map_err(|e| {
-                        Failure::Log(bus::BusError::Invalid(format!("a dead letter: {e}")))
-                    })?;
-                    Ok::<_, Failure>(log.append(dead, &record.key, &payload).await?)
-                })
-            },
-        )
-        .await;
-        match appended {
-            Retried::Done(_) => {
-                telemetry::dead_lettered(reason, record.partition, record.offset, message);
-                return true;
-            }
-            // Base64 makes the record a third larger: one near the log's limit is dead-lettered
-            // without its bytes, which stay at their position until retention.
-            Retried::Failed(Failure::Log(bus::BusError::TooLarge { .. }))
-                if letter.record.is_some() =>
-            {
-                letter.record = None;
-            }
-            Retried::Failed(e) => {
-                // Not transient, and not its size: logged, and the record is still not allowed
-                // to stall the events behind it.
-                telemetry::unreadable(&format!(
-                    "dead-lettering the record at {}/{}: {e}",
-                    record.partition, record.offset
-                ));
-                return true;
-            }
-            Retried::ShuttingDown => return false,
+    match bus::dead_letter::append(
+        log,
+        &topics.dead,
+        &record.key,
+        &mut letter,
+        telemetry::retried,
+        shutdown,
+    )
+    .await
+    {
+        Retried::Done(()) => {
+            telemetry::dead_lettered(reason, record.partition, record.offset, message);
+            true
         }
+        Retried::Failed(e) => {
+            // Not transient, and not its size: logged, and the record is still not allowed to
+            // stall the events behind it.
+            telemetry::unreadable(&format!(
+                "dead-lettering the record at {}/{}: {e}",
+                record.partition, record.offset
+            ));
+            true
+        }
+        Retried::ShuttingDown => false,
     }
 }
 

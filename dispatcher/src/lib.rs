@@ -8,6 +8,7 @@
 pub mod attempts;
 pub mod consuming;
 pub mod fan_out;
+pub mod outbound;
 pub mod scheduling;
 pub mod sending;
 pub mod signing;

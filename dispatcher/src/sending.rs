@@ -1,6 +1,6 @@
 //! One attempt on the wire (D13): the event's JSON POSTed to the endpoint's URL with the
 //! Standard Webhooks headers, within the attempt timeout (15 s), following no redirects and
-//! using no proxy, reading at most 4 KiB of the answer. The outbound rule (`edge::outbound`) is
+//! using no proxy, reading at most 4 KiB of the answer. The outbound rule (`crate::outbound`) is
 //! applied to the addresses actually connected to: names resolve through [`PublicOnly`], which
 //! hands the connector only public addresses, and an address written in the URL is checked
 //! before sending. So a name whose DNS changed to a private address since the endpoint was
@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use edge::outbound;
+use crate::outbound;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use schemas::time::Timestamp;
 use serde::Serialize;

@@ -21,12 +21,11 @@ use schemas::{ErrorCode, Scope};
 use store::{ApiKeyRecord, CredentialHash, OrganizationRecord, Store};
 
 use crate::error::ApiError;
-use crate::idempotency::RequiredScope;
 use crate::limiter::{Limiter, RateDecision};
 use crate::metrics;
 use crate::policy::{RoutePolicy, WhileSuspended};
-use crate::secrets::ServerSecret;
 use crate::transport::{ClientInfo, address_bucket, client_info};
+use secrets::ServerSecret;
 
 /// Default bucket sizes per window (interface "Limits").
 pub const PUBLISHABLE_RATE_LIMIT: u32 = 120;
@@ -59,6 +58,21 @@ impl AuthContext {
     /// Whether the key carries `scope` (routes check it through their policy).
     pub fn holds(&self, scope: Scope) -> bool {
         self.key.scopes.contains(&scope)
+    }
+}
+
+/// A slot the route's credential extractor fills with the scope its policy demands, so the
+/// idempotency layer (`crate::idempotency`) can keep the answer with it and hold a replay to it.
+#[derive(Clone, Default)]
+pub struct RequiredScope(Arc<std::sync::OnceLock<Scope>>);
+
+impl RequiredScope {
+    pub fn record(&self, scope: Scope) {
+        let _ = self.0.set(scope);
+    }
+
+    pub(crate) fn get(&self) -> Option<Scope> {
+        self.0.get().copied()
     }
 }
 

@@ -20,7 +20,7 @@ use schemas::{ErrorCode, Scope};
 use sha2::{Digest, Sha256};
 use store::{IdempotencyBegin, IdempotencyRecord, IdempotencyScope, StoredResponse};
 
-use crate::auth::{AuthContext, Authenticator};
+use crate::auth::{AuthContext, Authenticator, RequiredScope, insufficient_scope};
 use crate::error::ApiError;
 
 pub const HEADER: &str = "idempotency-key";
@@ -37,21 +37,6 @@ struct FirstRequest {
     fingerprint: [u8; 32],
     seal_context: Vec<u8>,
     demanded: RequiredScope,
-}
-
-/// A slot the route's credential extractor fills with the scope its policy demands, so the
-/// answer can be kept with it and a replay held to it.
-#[derive(Clone, Default)]
-pub struct RequiredScope(Arc<std::sync::OnceLock<Scope>>);
-
-impl RequiredScope {
-    pub fn record(&self, scope: Scope) {
-        let _ = self.0.set(scope);
-    }
-
-    fn get(&self) -> Option<Scope> {
-        self.0.get().copied()
-    }
 }
 
 fn conflict(message: &str) -> Response {
@@ -164,7 +149,7 @@ fn replay(
     if let Some(needed) = stored.required_scope.as_deref().and_then(Scope::parse)
         && !caller.holds(needed)
     {
-        return crate::auth::insufficient_scope(needed).into_response();
+        return insufficient_scope(needed).into_response();
     }
     let Some(body) = auth.secret.open(&stored.sealed_body, seal_context) else {
         return ApiError::internal("idempotency", "stored response failed to open").into_response();

@@ -9,10 +9,8 @@ pub mod error;
 pub mod idempotency;
 pub mod limiter;
 pub mod metrics;
-pub mod outbound;
 pub mod pagination;
 pub mod policy;
-pub mod secrets;
 pub mod transport;
 
 pub use auth::{AuthContext, Authenticator, PublishableKey, SecretKey};

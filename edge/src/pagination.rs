@@ -7,7 +7,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::secrets::ServerSecret;
+use secrets::ServerSecret;
 
 const MAC_LEN: usize = 16;
 

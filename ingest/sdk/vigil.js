@@ -488,7 +488,7 @@
   const SELENIUM_NAME = /selenium|webdriver|driver|watir|cdc_|wdc_/i;
 
   /**
-   * Entry format (documented in ingest/sdk/README.md): a window global as its bare name, a document key as
+   * Entry format (documented in README): a window global as its bare name, a document key as
    * "document.<name>", a root element attribute as "documentElement@<name>", and two non-global
    * BotD traces as "external:Sequentum" and "missing:Function.prototype.bind" (PhantomJS 1).
    */

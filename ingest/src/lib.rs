@@ -55,13 +55,6 @@ pub fn router(state: IngestState) -> Router {
         .with_state(state)
 }
 
-/// The customer backend's routes of this crate (secret key, and no CORS: D19).
-pub fn backend_router(state: IngestState) -> Router {
-    Router::new()
-        .route("/v1/handoffs/open", post(handoff::open_for_backend))
-        .with_state(state)
-}
-
 /// Makes sure the log has the topics ingest writes (the embedded log and Kafka both refuse
 /// unknown topics, so a typo cannot start a new stream).
 pub async fn prepare_log(log: &bus::Log) -> Result<bus::Topic, bus::BusError> {

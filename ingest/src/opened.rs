@@ -13,7 +13,8 @@ use schemas::ids::OrgId;
 use schemas::time::Timestamp;
 
 use crate::IngestState;
-use crate::sessions::{check_owned, open_key, own_session};
+use crate::sessions::{check_owned, own_session};
+use crate::transport::open_key;
 
 /// How many sessions are kept: about 100 bytes each.
 const CAPACITY: usize = 65_536;

@@ -15,33 +15,14 @@ use sha2::Sha256;
 use store::CollectSessionRecord;
 
 use crate::IngestState;
-use crate::sessions::open_key;
+use crate::transport::{ProofKey, open_key};
 use edge::ApiError;
 
 /// The request header that carries a proof: `<counter>.<b64u of the 32-byte HMAC>`.
 pub const HEADER: &str = "vigil-session-proof";
 /// The header's name as the documentation and errors spell it.
 const HEADER_DISPLAY: &str = "Vigil-Session-Proof";
-/// HKDF's `info` for the proof key: another label than the batch key's, so the two keys are
-/// independent although derived from one shared secret.
-pub const HKDF_INFO: &[u8] = b"vigil/collect/v1/proof";
-
 type HmacSha256 = Hmac<Sha256>;
-
-/// A session's proof key. Kept only sealed under the server secret at rest.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ProofKey(pub [u8; 32]);
-
-impl std::fmt::Debug for ProofKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ProofKey(..)")
-    }
-}
-
-/// The proof key: HKDF-SHA256 of the ECDH shared secret, salted with the session id.
-pub fn derive_key(shared_secret: &[u8], session_id: &str) -> ProofKey {
-    ProofKey(crate::transport::hkdf(shared_secret, session_id, HKDF_INFO))
-}
 
 /// A call that must be proven, which names its method and path (the route's path with its id,
 /// without the endpoint's own prefix or any query: what a proxy in front may rewrite is not
@@ -179,18 +160,19 @@ pub async fn require(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::{PROOF_HKDF_INFO, derive_proof_key};
 
     const SID: &str = "sid_01j9z3k7w8x2v4q6r5t0m1n3p7";
     const PATH: &str = "/v1/collect/sessions/sid_01j9z3k7w8x2v4q6r5t0m1n3p7/results";
 
     #[test]
     fn a_proof_verifies_only_for_its_call_session_and_counter() {
-        let key = derive_key(&[7; 32], SID);
+        let key = derive_proof_key(&[7; 32], SID);
         let proof = sign(&key, "POST", PATH, SID, 3);
         assert!(proof.starts_with("3."));
         assert_eq!(verify(&key, &proof, "POST", PATH, SID), Ok(3));
 
-        let other_key = derive_key(&[7; 32], "sid_01jaaaaaaaaaaaaaaaaaaaaaaa");
+        let other_key = derive_proof_key(&[7; 32], "sid_01jaaaaaaaaaaaaaaaaaaaaaaa");
         assert_eq!(
             verify(&other_key, &proof, "POST", PATH, SID),
             Err(ProofError::Mismatch),
@@ -261,12 +243,12 @@ mod tests {
             serde_json::from_str(include_str!("../sdk/test/vectors.json")).unwrap();
         assert_eq!(
             vectors["proof_hkdf_info"].as_str().unwrap().as_bytes(),
-            HKDF_INFO
+            PROOF_HKDF_INFO
         );
         for session in vectors["sessions"].as_array().unwrap() {
             let sid = session["session_id"].as_str().unwrap();
             let shared = hex::decode(session["shared_secret_hex"].as_str().unwrap()).unwrap();
-            let key = derive_key(&shared, sid);
+            let key = derive_proof_key(&shared, sid);
             assert_eq!(hex::encode(key.0), session["proof_key_hex"]);
             assert_eq!(
                 hex::encode(crate::transport::derive(&shared, sid).0),

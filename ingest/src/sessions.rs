@@ -19,7 +19,7 @@ use store::{CollectSessionRecord, PingRecord};
 
 use crate::IngestState;
 use crate::proof;
-use crate::transport::{self, TransportError};
+use crate::transport::{self, TransportError, seal_key};
 
 /// How long a collect session accepts requests (schemas/collect.md, section 1).
 pub const SESSION_LIFETIME_MINUTES: i64 = 30;
@@ -123,34 +123,6 @@ pub async fn open(
         max_batch_bytes: MAX_BATCH_BYTES,
         network_check_token,
     }))
-}
-
-/// Seals one of a session's keys under the server secret, bound to the session: the store
-/// never holds a session key in the clear, and a sealed key copied to another session does not
-/// open there.
-fn seal_key(state: &IngestState, id: SessionId, key: &[u8; 32]) -> Vec<u8> {
-    state.auth.secret.seal(key, id.to_string().as_bytes())
-}
-
-/// Opens a key `seal_key` sealed (`what` names it in the log). One that does not open is an
-/// internal error: the store or the server secret changed under the session.
-pub fn open_key(
-    state: &IngestState,
-    id: SessionId,
-    sealed: &[u8],
-    what: &str,
-) -> Result<[u8; 32], ApiError> {
-    state
-        .auth
-        .secret
-        .open(sealed, id.to_string().as_bytes())
-        .and_then(|k| <[u8; 32]>::try_from(k).ok())
-        .ok_or_else(|| {
-            ApiError::internal(
-                "collect session key",
-                format!("the session's {what} key does not open"),
-            )
-        })
 }
 
 /// The caller's own, unexpired session: another organization's or environment's is a 404.

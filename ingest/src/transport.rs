@@ -2,7 +2,9 @@
 //! the server answers with its own; both derive one AES-256-GCM key with HKDF-SHA256 (salt: the
 //! session id), which WebCrypto has natively, so the SDK needs no crypto library. A batch's
 //! nonce is its sequence number and its additional data names the session and the sequence, so
-//! a batch cannot be replayed under another number or moved to another session.
+//! a batch cannot be replayed under another number or moved to another session. The same
+//! agreement derives the session's call-proof key (`crate::proof`); both keys are kept sealed
+//! under the server secret at rest, bound to their session.
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -13,7 +15,10 @@ use p256::elliptic_curve::Generate;
 use p256::elliptic_curve::sec1::ToSec1Point;
 use sha2::Sha256;
 
-use crate::proof::{self, ProofKey};
+use edge::ApiError;
+use schemas::SessionId;
+
+use crate::IngestState;
 
 /// HKDF's `info`: names the protocol and its version, so a key derived for anything else never
 /// equals a batch key.
@@ -27,6 +32,53 @@ impl std::fmt::Debug for BatchKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BatchKey(..)")
     }
+}
+
+/// HKDF's `info` for the proof key: another label than the batch key's, so the two keys are
+/// independent although derived from one shared secret.
+pub const PROOF_HKDF_INFO: &[u8] = b"vigil/collect/v1/proof";
+
+/// A session's call-proof key (`crate::proof`). Kept only sealed under the server secret at rest.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProofKey(pub [u8; 32]);
+
+impl std::fmt::Debug for ProofKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProofKey(..)")
+    }
+}
+
+/// The proof key: HKDF-SHA256 of the ECDH shared secret, salted with the session id.
+pub fn derive_proof_key(shared_secret: &[u8], session_id: &str) -> ProofKey {
+    ProofKey(hkdf(shared_secret, session_id, PROOF_HKDF_INFO))
+}
+
+/// Seals one of a session's keys under the server secret, bound to the session: the store
+/// never holds a session key in the clear, and a sealed key copied to another session does not
+/// open there.
+pub fn seal_key(state: &IngestState, id: SessionId, key: &[u8; 32]) -> Vec<u8> {
+    state.auth.secret.seal(key, id.to_string().as_bytes())
+}
+
+/// Opens a key `seal_key` sealed (`what` names it in the log). One that does not open is an
+/// internal error: the store or the server secret changed under the session.
+pub fn open_key(
+    state: &IngestState,
+    id: SessionId,
+    sealed: &[u8],
+    what: &str,
+) -> Result<[u8; 32], ApiError> {
+    state
+        .auth
+        .secret
+        .open(sealed, id.to_string().as_bytes())
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        .ok_or_else(|| {
+            ApiError::internal(
+                "collect session key",
+                format!("the session's {what} key does not open"),
+            )
+        })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,7 +104,7 @@ pub fn agree(
     Ok((
         server_public,
         derive(shared, session_id),
-        proof::derive_key(shared, session_id),
+        derive_proof_key(shared, session_id),
     ))
 }
 
@@ -131,7 +183,7 @@ mod tests {
         let shared = client.diffie_hellman(&server_point);
         let client_key = derive(shared.raw_secret_bytes(), "sid_a");
         assert_eq!(client_key, server_key);
-        let client_proof_key = proof::derive_key(shared.raw_secret_bytes(), "sid_a");
+        let client_proof_key = derive_proof_key(shared.raw_secret_bytes(), "sid_a");
         assert_eq!(client_proof_key, server_proof_key);
         assert_ne!(client_proof_key.0, client_key.0, "one key per purpose");
 

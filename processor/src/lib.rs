@@ -32,14 +32,14 @@ pub use observations::{
     SessionObservations, WebBotAuth,
 };
 pub use rules::{
-    AutomationStatus, Decision, DecisionStatus, Highlight, HighlightKind, Manipulation, Phase,
-    Verdict,
+    AutomationStatus, DecisionStatus, EvaluatedHighlight, Evaluation, HighlightKind, Manipulation,
+    Phase, Verdict,
 };
 pub use signals::{Category, Signal};
 
 /// The preliminary decision for a session from everything seen so far: snapshot until an
-/// interaction batch arrives, behavioral after. Call [`Decision::finalize`] to make it final.
-pub fn evaluate(session: &SessionObservations, context: &ServerContext) -> Decision {
+/// interaction batch arrives, behavioral after. Call [`Evaluation::finalize`] to make it final.
+pub fn evaluate(session: &SessionObservations, context: &ServerContext) -> Evaluation {
     let phase = if session.interactions_seen() {
         Phase::Behavioral
     } else {

@@ -9,18 +9,7 @@
 //! refused ([`Batch::from_slice`]).
 
 use chrono::{DateTime, Utc};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize};
-
-/// Reads a member as `Some(T)` when it has the right shape, and as `None` otherwise.
-fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned,
-{
-    let value = serde_json::Value::deserialize(deserializer)?;
-    Ok(serde_json::from_value(value).ok())
-}
+use serde::{Deserialize, Serialize};
 
 /// Declares a browser-reported struct whose members are all optional and lenient.
 macro_rules! observed {
@@ -35,7 +24,7 @@ macro_rules! observed {
         pub struct $name {
             $(
                 $(#[$field_meta])*
-                #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+                #[serde(default, deserialize_with = "schemas::raw::lenient", skip_serializing_if = "Option::is_none")]
                 pub $field: Option<$ty>,
             )*
         }
@@ -291,7 +280,7 @@ pub struct InteractionBatch {
     /// `[start, end]` of the window, in ms since the SDK loaded.
     #[serde(
         default,
-        deserialize_with = "lenient",
+        deserialize_with = "schemas::raw::lenient",
         skip_serializing_if = "Option::is_none"
     )]
     pub window_ms: Option<[f64; 2]>,

@@ -152,23 +152,25 @@ pub const MANIPULATION_RULES: &[ManipulationRule] = &[
 /// Highlights shown per session (the interface's limit).
 pub const MAX_HIGHLIGHTS: usize = 5;
 
-/// The decision about a session at one point in its life.
+/// What the rules make of a session at one point in its life: the decision, in the processor's
+/// own terms (its sentences and slugs are the catalogue's static strings). [`Evaluation::document`]
+/// turns it into the `schemas::decision::Decision` that is stored and served.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
+pub struct Evaluation {
     pub automation_status: AutomationStatus,
     pub verdict: Verdict,
     pub risk_score: u8,
     pub phase: Phase,
     pub decision_status: DecisionStatus,
     pub manipulation: Option<Manipulation>,
-    pub score_breakdown: ScoreBreakdown,
-    pub highlights: Vec<Highlight>,
+    pub score_breakdown: EvaluatedScores,
+    pub highlights: Vec<EvaluatedHighlight>,
     pub signals_fired: Vec<Signal>,
     /// The [`RULES`] row that decided, for whoever asks why.
     pub rule: &'static str,
 }
 
-impl Decision {
+impl Evaluation {
     /// The decision made final (`results` was called, or the session went idle).
     pub fn finalize(mut self) -> Self {
         self.phase = Phase::Final;
@@ -232,23 +234,23 @@ impl Decision {
     }
 }
 
-/// Per-category scores, 0..=100 each, every category present.
+/// An evaluation's per-category scores, 0..=100 each, every category present.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ScoreBreakdown {
+pub struct EvaluatedScores {
     pub categories: BTreeMap<Category, u8>,
 }
 
-/// One curated line of explanation.
+/// One curated line of an evaluation's explanation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Highlight {
+pub struct EvaluatedHighlight {
     pub kind: HighlightKind,
     pub sentence: &'static str,
-    pub evidence: Evidence,
+    pub evidence: EvaluatedEvidence,
 }
 
 /// What a highlight rests on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Evidence {
+pub struct EvaluatedEvidence {
     pub signal: &'static str,
     pub observed: serde_json::Value,
 }
@@ -296,8 +298,8 @@ fn clamp_score(sum: i64) -> u8 {
 }
 
 /// Turns the fired signals into a decision. `phase` is what the caller has seen (snapshot or
-/// behavioral); [`Decision::finalize`] makes it final.
-pub fn decide(signals: Vec<Signal>, phase: Phase) -> Decision {
+/// behavioral); [`Evaluation::finalize`] makes it final.
+pub fn decide(signals: Vec<Signal>, phase: Phase) -> Evaluation {
     let categories: BTreeMap<Category, u8> = Category::ALL
         .iter()
         .map(|&category| {
@@ -325,14 +327,14 @@ pub fn decide(signals: Vec<Signal>, phase: Phase) -> Decision {
         .map(|row| row.manipulation);
     let risk_score = risk.clamp(rule.risk.0, rule.risk.1);
     let highlights = highlights(&signals);
-    Decision {
+    Evaluation {
         automation_status: rule.automation_status,
         verdict: rule.verdict,
         risk_score,
         phase,
         decision_status: DecisionStatus::Preliminary,
         manipulation,
-        score_breakdown: ScoreBreakdown { categories },
+        score_breakdown: EvaluatedScores { categories },
         highlights,
         signals_fired: signals,
         rule: rule.name,
@@ -340,16 +342,16 @@ pub fn decide(signals: Vec<Signal>, phase: Phase) -> Decision {
 }
 
 /// Concerning signals by weight, then reassuring ones by weight; ties keep catalogue order.
-fn highlights(signals: &[Signal]) -> Vec<Highlight> {
+fn highlights(signals: &[Signal]) -> Vec<EvaluatedHighlight> {
     let mut concerning: Vec<&Signal> = signals.iter().filter(|s| s.weight > 0).collect();
     let mut reassuring: Vec<&Signal> = signals.iter().filter(|s| s.weight < 0).collect();
     concerning.sort_by_key(|signal| std::cmp::Reverse(signal.weight));
     reassuring.sort_by_key(|signal| signal.weight);
     let as_highlight = |kind: HighlightKind| {
-        move |signal: &&Signal| Highlight {
+        move |signal: &&Signal| EvaluatedHighlight {
             kind,
             sentence: signal.sentence(),
-            evidence: Evidence {
+            evidence: EvaluatedEvidence {
                 signal: signal.slug,
                 observed: signal.observed.clone(),
             },

@@ -52,7 +52,7 @@ fn load(evasion: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn fired(evasion: &str) -> (BTreeSet<&'static str>, processor::Decision) {
+fn fired(evasion: &str) -> (BTreeSet<&'static str>, processor::Evaluation) {
     let decision = common::evaluate(&load(evasion));
     (common::fired(&decision).into_iter().collect(), decision)
 }

@@ -1,6 +1,7 @@
 //! Vigil's reads for the customer backend (secret key): sessions with their latest decision,
-//! one session's detail in the interface's order of importance, and visitor fingerprints with
-//! their recent linked sessions. One module per resource.
+//! one session's detail in the interface's order of importance, visitor fingerprints with
+//! their recent linked sessions, the opening of the handoffs pages pass to their backend, and
+//! the public Gate registry. One module per resource.
 //!
 //! What the processor stores is read through the types it is written with
 //! (`schemas::decision::Decision`, `schemas::session_view::SessionView`), never by pointing
@@ -8,6 +9,7 @@
 
 pub mod fingerprints;
 pub mod gate_registry;
+pub mod handoffs;
 pub mod sessions;
 
 use std::sync::Arc;
@@ -36,6 +38,11 @@ pub fn router(state: QueryState) -> Router {
         .merge(sessions::router())
         .merge(fingerprints::router())
         .with_state(state)
+}
+
+/// Opening a handoff, apart: it is a POST, which the server makes idempotent.
+pub fn handoff_router(state: QueryState) -> Router {
+    handoffs::router().with_state(state)
 }
 
 /// The Gate registry's routes, apart: pages call them with a publishable key, so the server

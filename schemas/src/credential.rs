@@ -11,6 +11,11 @@ use rand::distr::Alphanumeric;
 use rand::rngs::OsRng;
 use serde::{Deserialize, Serialize};
 
+/// A keyed hash of a credential (HMAC-SHA256 with the server pepper): the only form in which
+/// secret credentials are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CredentialHash(pub [u8; 32]);
+
 const RANDOM_LEN: usize = 32;
 const CHECKSUM_LEN: usize = 6;
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

@@ -1,7 +1,20 @@
 //! JSON documents carried as text: passed through (stored, logged, forwarded) without being
 //! parsed into a tree, and decoded straight into a typed value by whoever interprets them.
 
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Reads a member as `Some(T)` when it has the right shape, and as `None` otherwise: for
+/// documents read leniently (what a browser reports, what another version of the processor
+/// stored), where one odd member must not cost the rest (`#[serde(deserialize_with = …)]`).
+pub fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
 
 /// A JSON document kept as its text: stored, logged and read back without being parsed into a
 /// tree, for members only one party interprets (a session's processor state is rewritten on

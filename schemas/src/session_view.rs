@@ -8,22 +8,11 @@
 //! of an unexpected shape reads as absent, so a state written by another version never costs the
 //! whole view. `processor`'s tests check its state decodes into this view member by member.
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::raw::RawJson;
 use crate::time::Timestamp;
-
-/// Reads a member as `Some(T)` when it has the right shape, and as `None` otherwise.
-fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned,
-{
-    let value = Value::deserialize(deserializer)?;
-    Ok(serde_json::from_value(value).ok())
-}
 
 /// Declares a view struct whose members are all optional and lenient.
 macro_rules! view {
@@ -38,7 +27,7 @@ macro_rules! view {
         pub struct $name {
             $(
                 $(#[$field_meta])*
-                #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+                #[serde(default, deserialize_with = "crate::raw::lenient", skip_serializing_if = "Option::is_none")]
                 pub $field: Option<$ty>,
             )*
         }
@@ -144,19 +133,19 @@ view! {
 pub struct ScreenView {
     #[serde(
         default,
-        deserialize_with = "lenient",
+        deserialize_with = "crate::raw::lenient",
         skip_serializing_if = "Option::is_none"
     )]
     pub width: Option<f64>,
     #[serde(
         default,
-        deserialize_with = "lenient",
+        deserialize_with = "crate::raw::lenient",
         skip_serializing_if = "Option::is_none"
     )]
     pub height: Option<f64>,
     #[serde(
         default,
-        deserialize_with = "lenient",
+        deserialize_with = "crate::raw::lenient",
         skip_serializing_if = "Option::is_none"
     )]
     pub touch: Option<bool>,

@@ -12,10 +12,12 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
+use schemas::credential::CredentialHash;
 use schemas::credential::{Credential, Environment};
 use schemas::{OrgId, VisitorId};
 use sha2::Sha256;
-use store::CredentialHash;
+
+pub mod handoff;
 
 type HmacSha256 = Hmac<Sha256>;
 

@@ -1,6 +1,7 @@
 //! The rows the store keeps. Each mirrors one CQL table in `schemas/cql/` (the partition and
 //! clustering keys are named on each type), so a ScyllaDB backend is a mapping, not a redesign.
 
+pub use schemas::credential::CredentialHash;
 use schemas::credential::{Environment, KeyType};
 use schemas::ids::{KeyId, OrgId};
 pub use schemas::raw::RawJson;
@@ -19,11 +20,6 @@ pub struct OrganizationRecord {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
-
-/// A keyed hash of a credential (HMAC-SHA256 with the server pepper): the only form in which
-/// secret credentials are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CredentialHash(pub [u8; 32]);
 
 /// `api_keys`, partition key `(organization_id, environment)`, clustering key `id DESC`
 /// (ULIDs, so newest first). Looked up by credential through `api_keys_by_hash` and by id

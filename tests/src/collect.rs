@@ -19,7 +19,7 @@ use crate::{Call, Resp, TestServer};
 pub struct CollectSession {
     pub id: String,
     pub key: ingest::transport::BatchKey,
-    pub proof_key: ingest::proof::ProofKey,
+    pub proof_key: ingest::transport::ProofKey,
     pub pings: Vec<String>,
     /// The whole `data` of the open answer.
     pub opened: Value,
@@ -31,7 +31,7 @@ impl CollectSession {
     pub fn new(
         id: String,
         key: ingest::transport::BatchKey,
-        proof_key: ingest::proof::ProofKey,
+        proof_key: ingest::transport::ProofKey,
         pings: Vec<String>,
         opened: Value,
     ) -> Self {
@@ -140,7 +140,7 @@ pub async fn open_session_at(
     let server = p256::PublicKey::from_sec1_bytes(&server_key).expect("a P-256 point");
     let shared = secret.diffie_hellman(&server);
     let key = ingest::transport::derive(shared.raw_secret_bytes(), &id);
-    let proof_key = ingest::proof::derive_key(shared.raw_secret_bytes(), &id);
+    let proof_key = ingest::transport::derive_proof_key(shared.raw_secret_bytes(), &id);
     let pings = opened["pings"]
         .as_array()
         .expect("pings")

@@ -496,7 +496,7 @@ impl TestServer {
 
 async fn admin_bootstrap(
     store: &store::Store,
-    secret: &edge_secret::ServerSecret,
+    secret: &secrets::ServerSecret,
     slug: &str,
 ) -> Value {
     let out = vigil_admin::bootstrap::bootstrap(store, secret, "Second", slug)
@@ -506,7 +506,6 @@ async fn admin_bootstrap(
 }
 
 use admin_api as vigil_admin;
-use edge::secrets as edge_secret;
 
 /// The Redis the test command started (`VIGIL_TEST_REDIS_URL`). A suite that needs Redis fails
 /// without it; it never passes by skipping.

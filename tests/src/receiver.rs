@@ -235,11 +235,8 @@ pub fn verify(secret: &str, received: &Received) -> bool {
 /// The verification snippet of `docs/webhooks.md`, run by Node on a delivery: whether it says
 /// valid.
 pub fn docs_snippet_verifies(secret: &str, received: &Received, body: &[u8]) -> bool {
-    let page = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/webhooks.md"
-    ))
-    .expect("docs/webhooks.md");
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/webhooks.md"))
+        .expect("docs/webhooks.md");
     let marker = page
         .find("<!-- webhook-verification-snippet -->")
         .expect("docs/webhooks.md marks its verification snippet");

@@ -9,7 +9,7 @@ use schemas::collect::{DeadLetter, DeadReason};
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Pipeline};
-use crate::retry::{Retried, retry};
+use crate::retry::Retried;
 
 /// A poll's record the processor gives up on, and why.
 pub(super) struct Dead<'a> {
@@ -36,34 +36,13 @@ pub(super) async fn dead_letter(
         reason,
         message,
     );
-    let appended = retry(
-        "dead-lettering",
+    let appended = bus::dead_letter::append(
+        &pipeline.log,
+        &pipeline.dead,
+        &record.key,
+        &mut letter,
+        crate::telemetry::retried,
         shutdown,
-        &mut (pipeline, record, &mut letter),
-        |(pipeline, record, letter)| {
-            Box::pin(async move {
-                let payload = serde_json::to_vec(letter).map_err(|e| {
-                    Failure::Permanent(reason, format!("encoding the dead letter: {e}"))
-                })?;
-                match pipeline
-                    .log
-                    .append(&pipeline.dead, &record.key, &payload)
-                    .await
-                {
-                    // Base64 makes the record a third larger: a record near the log's limit is
-                    // dead-lettered without its bytes, which stay at its position until
-                    // retention.
-                    Err(bus::BusError::TooLarge { .. }) if letter.record.is_some() => {
-                        letter.record = None;
-                        Err(Failure::Transient(
-                            "the dead letter is over the log's size; sending it without the record"
-                                .into(),
-                        ))
-                    }
-                    other => other.map_err(|e| Failure::of_append("dead-lettering", e)),
-                }
-            })
-        },
     )
     .await;
     match appended {
@@ -72,8 +51,9 @@ pub(super) async fn dead_letter(
             true
         }
         Retried::Failed(e) => {
-            // Only a dead letter without its record over the log's size, which cannot be: its
-            // message is bounded. Logged, and the record is still not allowed to stall the rest.
+            // Only a dead letter without its record over the log's size (which cannot be: its
+            // message is bounded) or one that does not encode. Logged, and the record is still
+            // not allowed to stall the rest.
             tracing::error!(error = %e, partition = record.partition, offset = record.offset, "processor: a record could not be dead-lettered; skipped");
             true
         }

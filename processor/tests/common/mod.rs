@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use processor::{Batch, Decision, ServerContext, SessionObservations};
+use processor::{Batch, Evaluation, ServerContext, SessionObservations};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -42,12 +42,12 @@ pub fn session_of(doc: &Value) -> (SessionObservations, ServerContext) {
     (session, context)
 }
 
-pub fn evaluate(doc: &Value) -> Decision {
+pub fn evaluate(doc: &Value) -> Evaluation {
     let (session, context) = session_of(doc);
     processor::evaluate(&session, &context)
 }
 
-pub fn fired(decision: &Decision) -> Vec<&'static str> {
+pub fn fired(decision: &Evaluation) -> Vec<&'static str> {
     decision
         .signals_fired
         .iter()
