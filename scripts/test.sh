@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 source scripts/servers.sh
 
 need_deb redis-server redis-server
-# The end-to-end browser tests drive headless Chromium through WebDriver (tests/tests/browser.rs).
+# The end-to-end browser tests drive headless Chromium through WebDriver (tests/it/browser.rs).
 need_deb chromedriver chromium chromium-driver
-# Real server-side clients call the API in tests/tests/security.rs: curl, Node's fetch (below)
+# Real server-side clients call the API in tests/it/security.rs: curl, Node's fetch (below)
 # and Python's requests.
 need_deb curl curl
 python3 -c 'import requests' 2>/dev/null || python3 -m pip install --quiet requests

@@ -13,7 +13,7 @@
 // client to read the outcome, so the normal launches run with none attached.
 //
 // The recorder (`tests/src/bin/record_fixtures.rs`) and the end-to-end detection test
-// (`tests/tests/detection.rs`) run it.
+// (`tests/it/detection.rs`) run it.
 
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -417,7 +417,7 @@ const CONFIGS = {
 
 // One configuration per evasion of puppeteer-extra-plugin-stealth, each alone in headless
 // Chromium, and one with none: what each evasion changes, and the trace it leaves, is the
-// difference between the two (processor/tests/stealth_evasions.rs).
+// difference between the two (processor/tests/it/stealth_evasions.rs).
 const STEALTH_EVASIONS = [
   'chrome.app', 'chrome.csi', 'chrome.loadTimes', 'chrome.runtime', 'defaultArgs', 'iframe.contentWindow',
   'media.codecs', 'navigator.hardwareConcurrency', 'navigator.languages', 'navigator.permissions',

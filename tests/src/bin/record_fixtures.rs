@@ -11,7 +11,7 @@
 //!
 //! `--evasions` records headless Chromium under puppeteer-extra with each evasion of the stealth
 //! plugin alone, and with none, into `processor/tests/fixtures/stealth_evasions/`; the
-//! catalogue of what each leaves is `processor/tests/stealth_evasions.rs`.
+//! catalogue of what each leaves is `processor/tests/it/stealth_evasions.rs`.
 //!
 //! Needs what `tests/recorder/drive.mjs` needs (scripts/test.sh installs it).
 

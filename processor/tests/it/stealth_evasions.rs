@@ -5,7 +5,7 @@
 //! (they fire without it and not with it) and which trace it leaves (signals that fire only
 //! with it); the test pins both, so a change to the probes or the plugin shows here.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -2,7 +2,7 @@
 //! the one observation the signal is about, and see it fire. A test below fails when a
 //! catalogued signal has no such case.
 
-mod common;
+use crate::common;
 
 use common::{load, remove, set, with_events};
 use processor::signals::CATALOG;

@@ -17,7 +17,7 @@ struct Scored {
     visitor_token: String,
 }
 
-/// Drives one session through the pipeline (as tests/tests/pipeline.rs does), sending the
+/// Drives one session through the pipeline (as tests/it/pipeline.rs does), sending the
 /// batches with `user_agent` as the HTTP user agent.
 async fn scored_session(s: &TestServer, probes: Value, user_agent: &str) -> Scored {
     let linked =

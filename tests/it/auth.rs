@@ -102,7 +102,7 @@ async fn publishable_keys_are_refused_on_secret_routes_and_checked_for_origin() 
 #[tokio::test]
 async fn request_headers_never_revoke_a_secret_key() {
     // Server-side clients send what browsers send: Node's fetch `sec-fetch-mode: cors`, proxies
-    // a forwarded `Origin` (D17). Only a browser route is evidence (tests/tests/security.rs).
+    // a forwarded `Origin` (D17). Only a browser route is evidence (tests/it/security.rs).
     let s = TestServer::start().await;
     let sk = &s.creds.keys.secret_live;
     for (header, value) in [

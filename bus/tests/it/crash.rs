@@ -169,7 +169,7 @@ fn acknowledged_records_and_commits_survive_sigkill() {
     let mut writer = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
             .args([
-                "crash_writer",
+                "crash::crash_writer",
                 "--exact",
                 "--ignored",
                 "--nocapture",

@@ -1,6 +1,6 @@
 //! The scoring pipeline end to end over HTTP, without a browser: batches go in through the
 //! Collect API, the processor consumes them from the log and stores decisions, and the site's
-//! backend reads the decision by opening the handoff. (tests/tests/browser.rs does the same
+//! backend reads the decision by opening the handoff. (tests/it/browser.rs does the same
 //! from a real headless Chromium.)
 
 use serde_json::Value;

@@ -164,7 +164,7 @@ async fn a_suspended_organization_keeps_read_reactivate_and_key_incident_handlin
     refused.err(403, "organization.suspended");
     assert!(refused.header("x-ratelimit-remaining").is_some());
     // Its live secret keys can still list, revoke and rotate keys (an incident is handled
-    // before reactivation; tests/tests/security.rs), but not create them.
+    // before reactivation; tests/it/security.rs), but not create them.
     s.get(&format!("{}/api-keys", s.org_path()))
         .key(sk)
         .send()

@@ -8,10 +8,10 @@
 //! After an intended change, regenerate the snapshot and review its diff:
 //!
 //! ```sh
-//! VIGIL_UPDATE_GOLDEN=1 cargo test -p vigil-processor --test golden
+//! VIGIL_UPDATE_GOLDEN=1 cargo test -p vigil-processor --test it golden
 //! ```
 
-mod common;
+use crate::common;
 
 use processor::rules::{self, MANIPULATION_RULES, Phase, RULES};
 use processor::signals::Signal;

@@ -1,7 +1,7 @@
 //! Each recorded observation fixture (`tests/fixtures/*.json`) through the whole processor:
 //! the decision, the lead highlight and the key signals it names under `expect`.
 
-mod common;
+use crate::common;
 
 use processor::HighlightKind;
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! scored through ingest, the log and the processor is read back through the query API, its
 //! visitor listed, its events listed, and a key revoked through the admin API is refused on
 //! the next request. The store suite checks the backend method by method
-//! (`store/tests/conformance_postgres.rs`); this checks the roles' use of it end to end.
+//! (`store/tests/it/postgres.rs`); this checks the roles' use of it end to end.
 
 use serde_json::json;
 use vigil_tests::collect::score_session;

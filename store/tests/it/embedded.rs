@@ -125,7 +125,7 @@ fn acknowledged_writes_survive_sigkill() {
     let mut writer = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
             .args([
-                "crash_writer",
+                "embedded::crash_writer",
                 "--exact",
                 "--ignored",
                 "--nocapture",

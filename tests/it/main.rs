@@ -1,0 +1,40 @@
+//! The black-box tests: the whole service over real HTTP, one module per surface, in one test
+//! binary (linking 36 binaries on two cores took longer than running most of them). Run one
+//! module with `cargo nextest run -p vigil-tests -E 'test(/^gate_flows::/)'`.
+
+mod api_keys;
+mod auth;
+mod browser;
+mod collect;
+mod collect_binding;
+mod crash;
+mod dead_letters;
+mod dependencies;
+mod detection;
+mod durability;
+mod errors;
+mod event_dead_letters;
+mod events;
+mod events_api;
+mod fingerprints;
+mod fleet;
+mod full_disk;
+mod gate_flows;
+mod gate_services;
+mod idempotency;
+mod kafka_pipeline;
+mod limiter_conformance;
+mod limits;
+mod operator;
+mod organizations;
+mod pipeline;
+mod postgres_store;
+mod retention;
+mod roles;
+mod router_properties;
+mod sdk_delivery;
+mod security;
+mod slow_clients;
+mod web_bot_auth;
+mod webhook_deliveries;
+mod webhook_endpoints;
