@@ -31,7 +31,7 @@ pub struct AppParts {
     pub batches: bus::Topic,
     /// The agents whose Web Bot Auth signatures ingest can verify.
     pub agents: Arc<ingest::web_bot_auth::TrustedAgents>,
-    /// The demo page's routes, when it is served (D22).
+    /// The demo page's routes, when it is served (docs/architecture.md#demo-page).
     pub demo: Option<Router>,
 }
 
@@ -109,11 +109,13 @@ pub fn router(parts: AppParts) -> Router {
             parts.auth.clone(),
             edge::auth::authenticate,
         ))
-        // Only browsers call these routes: a secret key arriving here is revoked (D17).
+        // Only browsers call these routes: a secret key arriving here is revoked
+        // (docs/architecture.md#exposed-keys).
         .layer(axum::Extension(edge::auth::BrowserRoute))
         .layer(DefaultBodyLimit::max(COLLECT_BODY_LIMIT))
         // Outside the credential layer: preflights carry no key and never count against one
-        // (D19); the CORS layer charges them to the client address instead (D20).
+        // (docs/architecture.md#cors); the CORS layer charges them to the client address instead
+        // (docs/architecture.md#connections).
         .layer(from_fn_with_state(parts.auth.clone(), ingest::cors::cors));
     let probes = Router::new()
         .route("/healthz", get(healthz))
@@ -145,7 +147,7 @@ pub fn router(parts: AppParts) -> Router {
         app = app.merge(collect);
     }
     // Opening a handoff is a read of the session's result by the customer's backend: the
-    // query role's (DESIGN.md), though its sealing is ingest's.
+    // query role's (docs/architecture.md#data-flow), though its sealing is ingest's.
     if roles.query {
         app = app.merge(backend).merge(reads).merge(registry);
     }
@@ -180,8 +182,8 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Ready (200) when the store and the log answer; otherwise 503 with `Retry-After`, and the
 /// same JSON naming each dependency's state (`"ok"` or why not, e.g. `"store": "store
 /// unavailable: disk full: …"`), so an operator sees which one is missing. The limiter does
-/// not gate readiness: without Redis the API keeps answering on the in-process limiter (D5),
-/// and says so here.
+/// not gate readiness: without Redis the API keeps answering on the in-process limiter
+/// (docs/architecture.md#rate-limits), and says so here.
 async fn readyz(State(probes): State<Probes>) -> Response {
     let limiter = probes.auth.limiter.backend_name();
     let store = async {
@@ -244,8 +246,8 @@ async fn error_docs() -> Response {
         .into_response()
 }
 
-/// An unknown route costs the client address a step of its anonymous bucket (D20), so
-/// scanning for routes is as slow as guessing keys.
+/// An unknown route costs the client address a step of its anonymous bucket
+/// (docs/architecture.md#connections), so scanning for routes is as slow as guessing keys.
 async fn route_not_found(auth: Arc<Authenticator>, req: Request) -> Response {
     let (parts, _) = req.into_parts();
     let client = edge::transport::client_info(&parts, &auth.trusted_proxies);

@@ -155,24 +155,24 @@ pub struct ServeArgs {
     /// How long a rotated key keeps working.
     #[arg(long, env = "VIGIL_ROTATION_GRACE", default_value = "24h", value_parser = humantime::parse_duration)]
     pub rotation_grace: std::time::Duration,
-    /// Let webhook endpoints use plain http and loopback or private addresses (D13). For local
-    /// stacks and tests only: it lets an organization make the server call its own network.
+    /// Let webhook endpoints use plain http and loopback or private addresses. For local stacks
+    /// and tests only: it lets an organization make the server call its own network.
     #[arg(long, env = "VIGIL_ALLOW_PRIVATE_WEBHOOKS")]
     pub allow_private_webhooks: bool,
-    /// The waits between webhook delivery attempts, comma-separated (D24): a failed delivery is
+    /// The waits between webhook delivery attempts, comma-separated: a failed delivery is
     /// attempted again after each in turn (at least as long as a `Retry-After` asks), then
     /// fails. Empty: no retries.
     #[arg(long, env = "VIGIL_WEBHOOK_RETRY_SCHEDULE", default_value = dispatcher::attempts::DEFAULT_SCHEDULE, value_parser = dispatcher::attempts::RetrySchedule::parse)]
     pub webhook_retry_schedule: dispatcher::attempts::RetrySchedule,
-    /// How long a webhook endpoint has to answer a delivery (D13: 15 s) before the attempt
-    /// fails and is retried.
+    /// How long a webhook endpoint has to answer a delivery before the attempt fails and is
+    /// retried.
     #[arg(long, env = "VIGIL_WEBHOOK_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
     pub webhook_timeout: std::time::Duration,
     /// How long a session goes without a batch before its decision is made final.
     #[arg(long, env = "VIGIL_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
     pub session_idle: std::time::Duration,
     /// How long sessions (with their decisions), events and visitors are kept after they were
-    /// last written or seen; a background sweep drops older ones in small steps (D23).
+    /// last written or seen; a background sweep drops older ones in small steps.
     #[arg(long, env = "VIGIL_RETENTION", default_value = "90days", value_parser = humantime::parse_duration)]
     pub retention: std::time::Duration,
     /// How long the embedded log keeps a record (a collect batch, an event, a dead letter) after
@@ -222,8 +222,8 @@ pub struct ServeArgs {
     pub log_format: String,
 }
 
-/// The roles of one process (DESIGN.md "Shape"): each is a part of the service a fleet can run
-/// in its own processes.
+/// The roles of one process (docs/architecture.md: #data-flow, #conv-roles): each is a part of the
+/// service a fleet can run in its own processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Roles {
     /// The Collect API and the SDK's routes: writes batches to the log.
@@ -461,6 +461,6 @@ pub struct SetRateLimitArgs {
     pub limit: u32,
 }
 
-/// Backend URLs are shown and logged only through this (D21); it lives in `schemas` so the
-/// log and store crates redact their own error messages the same way.
+/// Backend URLs are shown and logged only through this (docs/architecture.md#secrets-in-logs); it
+/// lives in `schemas` so the log and store crates redact their own error messages the same way.
 pub use schemas::redact::redact_url;

@@ -1,6 +1,6 @@
-//! Serving connections (D20): one accept loop for the plain and the TLS listener, with a cap on
-//! connections served at once and a watchdog per connection, so slow and idle clients cannot
-//! hold the server's sockets.
+//! Serving connections (docs/architecture.md#connections): one accept loop for the plain and the
+//! TLS listener, with a cap on connections served at once and a watchdog per connection, so slow
+//! and idle clients cannot hold the server's sockets.
 //!
 //! - **Cap.** A connection is accepted only once a slot is free (`--max-connections`); over
 //!   the cap, new clients wait in the kernel's listen queue rather than being refused, and are

@@ -1,12 +1,13 @@
-//! `GET /demo`: a page for a newcomer (DESIGN.md, "Browser SDK contract"). It loads the SDK with
+//! `GET /demo`: a page for a newcomer (docs/sdk.md#scoring-a-visit). It loads the SDK with
 //! the development organization's test publishable key, asks for the handoff, and shows the
 //! decision the site's backend would read. The handoff is opened here on the server, as a
 //! backend would open it: no secret key ever reaches the browser.
 //!
-//! It must not become an oracle that opens anyone's handoffs (D22): it is served only when the
-//! embedded store holds the development organization that `credentials.json` names, and not at
-//! all with `--demo false`; it opens only that organization's test-environment handoffs; and
-//! each of its answers costs the client address a step of the anonymous bucket.
+//! It must not become an oracle that opens anyone's handoffs (docs/architecture.md#demo-page): it
+//! is served only when the embedded store holds the development organization that
+//! `credentials.json` names, and not at all with `--demo false`; it opens only that organization's
+//! test-environment handoffs; and each of its answers costs the client address a step of the
+//! anonymous bucket.
 
 use std::sync::Arc;
 

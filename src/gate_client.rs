@@ -1,9 +1,10 @@
-//! The reference Gate client (D14): the developer-tool side of a signup and a login, against
-//! any Vigil. `vigil gate signup <serviceId>` starts a signup, prints the consent URL (and opens
-//! a browser when one is there), polls as RFC 8628 says, writes the delivered variables to an
-//! `.env` file readable by its owner only, and acknowledges. `vigil gate login <serviceId>`
-//! starts a login with the agent token from that file (or `--agent-token`) and prints the
-//! consent URL; approving it takes the person's browser to the service's dashboard.
+//! The reference Gate client (docs/architecture.md#gate): the developer-tool side of a signup and a
+//! login, against any Vigil. `vigil gate signup <serviceId>` starts a signup, prints the consent
+//! URL (and opens a browser when one is there), polls as RFC 8628 says, writes the delivered
+//! variables to an `.env` file readable by its owner only, and acknowledges.
+//! `vigil gate login <serviceId>` starts a login with the agent token from that file (or
+//! `--agent-token`) and prints the consent URL; approving it takes the person's browser to the
+//! service's dashboard.
 
 use std::io::Write;
 use std::path::Path;

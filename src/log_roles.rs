@@ -54,7 +54,7 @@ pub struct ProcessorSettings {
     pub log: bus::Log,
     pub secret: secrets::ServerSecret,
     pub idle_after: Duration,
-    /// How long a visitor not seen is kept (D23), for its `expires_at`.
+    /// How long a visitor not seen is kept (docs/architecture.md#retention), for its `expires_at`.
     pub retention: Duration,
     /// `--processor-cache-mb`, in bytes.
     pub cache_bytes: u64,

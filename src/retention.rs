@@ -1,8 +1,8 @@
-//! The retention sweeps (D23): one drops sessions, decisions, events and visitors not written or
-//! seen within `--retention`, and idempotency records, handoff openings and collect sessions past
-//! their own expiry; the other drops the embedded log's records older than `--log-retention`,
-//! short of what a consumer group still running has yet to read. Both go a small step at a
-//! time so no write waits long behind them.
+//! The retention sweeps (docs/architecture.md#retention): one drops sessions, decisions, events and
+//! visitors not written or seen within `--retention`, and idempotency records, handoff openings and
+//! collect sessions past their own expiry; the other drops the embedded log's records older than
+//! `--log-retention`, short of what a consumer group still running has yet to read. Both go a small
+//! step at a time so no write waits long behind them.
 
 use std::future::Future;
 use std::time::Duration;

@@ -167,7 +167,8 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         tracing::warn!(bus = %redact_url(&args.bus_url()), "the log is not ready; serving without it until it is (see /readyz)");
     }
     let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
-    // Retention (D23): expired rows are dropped in small steps beside every role.
+    // Retention (docs/architecture.md#retention): expired rows are dropped in small steps beside
+    // every role.
     let sweep = tokio::spawn(crate::retention::sweep(
         store.clone(),
         args.retention,
@@ -181,7 +182,8 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
             shutdown.clone(),
         ))
     });
-    // The demo exists only beside the embedded development organization (D22).
+    // The demo exists only beside the embedded development organization
+    // (docs/architecture.md#demo-page).
     let demo = match args.demo && args.store.is_embedded() && roles.admin {
         true => crate::demo::router(auth.clone(), &credentials_path).await,
         false => None,

@@ -1,10 +1,12 @@
-//! API keys under `/v1/organizations/{organizationId}/api-keys` (interface rules 2–5, D1, D6):
-//! create, list, read, update, revoke and rotate; plus issuing keys, shared with the CLI.
+//! API keys under `/v1/organizations/{organizationId}/api-keys` (interface rules 2–5;
+//! docs/architecture.md: #ids-and-credentials, #api-keys): create, list, read, update, revoke and
+//! rotate; plus issuing keys, shared with the CLI.
 //!
-//! The environment model (D7): organization state, its keys included, is shared by both
-//! environments, and live is the stronger one. A live secret key manages the keys of both
-//! environments, so the owner can revoke a leaked `sk_test_` with it; a test secret key (often
-//! kept with less care) sees and manages test keys only, and can never mint or revoke live ones.
+//! The environment model (docs/architecture.md#environments): organization state, its keys
+//! included, is shared by both environments, and live is the stronger one. A live secret key
+//! manages the keys of both environments, so the owner can revoke a leaked `sk_test_` with it; a
+//! test secret key (often kept with less care) sees and manages test keys only, and can never mint
+//! or revoke live ones.
 
 use axum::Router;
 use axum::extract::State;
@@ -257,7 +259,8 @@ async fn create(
     let mut f = Fields::new(body);
     f.ignore("rate_limit");
     let name = f.checked_string("name", true, validate::name);
-    // Omitted, `type` is secret and `environment` the caller's own (D7).
+    // Omitted, `type` is secret and `environment` the caller's own
+    // (docs/architecture.md#environments).
     let key_type = match f.has("type") {
         true => f.enumerated("type", true, &KeyType::ALL, KeyType::parse),
         false => Some(KeyType::Secret),

@@ -1,7 +1,8 @@
-//! `GET /v1/organizations/{organizationId}/events` (interface "Events", D3, D4, D7, D12): the
-//! organization's events in the calling key's environment, newest first, filtered by type and
-//! by the webhook endpoint they were delivered to, each with its webhook deliveries (those the
-//! store has: the dispatcher that makes them comes next).
+//! `GET /v1/organizations/{organizationId}/events` (docs/api.md#events; docs/architecture.md:
+//! #scopes, #lists, #environments, #events): the organization's events in the calling key's
+//! environment, newest first, filtered by type and by the webhook endpoint they were delivered to,
+//! each with its webhook deliveries (those the store has: the dispatcher that makes them comes
+//! next).
 
 use axum::Router;
 use axum::extract::State;

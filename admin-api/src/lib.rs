@@ -29,10 +29,10 @@ use edge::Authenticator;
 #[derive(Clone)]
 pub struct AdminState {
     pub auth: Arc<Authenticator>,
-    /// How long a rotated key keeps working (D6, `--rotation-grace`).
+    /// How long a rotated key keeps working (`--rotation-grace`, docs/architecture.md#api-keys).
     pub rotation_grace: chrono::Duration,
     /// Webhook endpoints may use plain http and private addresses (`--allow-private-webhooks`,
-    /// D13: local stacks and tests only).
+    /// local stacks and tests only; docs/architecture.md#webhooks).
     pub allow_private_webhooks: bool,
     /// Where a webhook endpoint's test event is published (`events.v1`), as the processor
     /// publishes session events.

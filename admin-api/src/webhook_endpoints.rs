@@ -1,9 +1,9 @@
-//! Webhook endpoints under `/v1/organizations/{organizationId}/webhooks/endpoints` (interface
-//! "Events and webhook endpoints", D3, D7, D13): create, list, get, update and delete (which
-//! disables), and signing-secret rotation, in the calling key's environment. The signing secret
-//! (`whsec_` then the base64 of 32 random bytes) is shown in full once, in the create or
-//! rotation answer; reads show its last four characters. It is stored sealed under the server secret, because the dispatcher signs with
-//! it.
+//! Webhook endpoints under `/v1/organizations/{organizationId}/webhooks/endpoints`
+//! (docs/api.md#webhook-endpoints; docs/architecture.md: #scopes, #environments, #webhooks):
+//! create, list, get, update and delete (which disables), and signing-secret rotation, in the
+//! calling key's environment. The signing secret (`whsec_` then the base64 of 32 random bytes) is
+//! shown in full once, in the create or rotation answer; reads show its last four characters. It is
+//! stored sealed under the server secret, because the dispatcher signs with it.
 
 use axum::Router;
 use axum::extract::State;
@@ -151,7 +151,8 @@ fn url_member(f: &mut Fields, required: bool, allow_private: bool) -> Option<url
     f.parsed_string("url", required, |s| outbound::check_url(s, allow_private))
 }
 
-/// Refuses a URL whose host resolves to a non-public address (D13), as a 422 on `url`.
+/// Refuses a URL whose host resolves to a non-public address (docs/architecture.md#webhooks), as a
+/// 422 on `url`.
 async fn destination(url: &url::Url, allow_private: bool) -> Result<(), ApiError> {
     outbound::resolve_public(url, allow_private)
         .await
@@ -316,7 +317,8 @@ async fn update(
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
 
-/// `DELETE`: the endpoint is disabled, not erased (D13), so its deliveries stay readable.
+/// `DELETE`: the endpoint is disabled, not erased (docs/architecture.md#webhooks), so its
+/// deliveries stay readable.
 async fn disable(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,
@@ -335,8 +337,8 @@ async fn disable(
 
 /// `POST …/{endpointId}/rotations`: a new signing secret, shown in full in the answer only.
 /// The one it replaces keeps signing beside it for `--rotation-grace`, so a receiver can
-/// deploy the new secret while deliveries carry both signatures (D13); a secret still in its
-/// overlap from an earlier rotation stops signing at once.
+/// deploy the new secret while deliveries carry both signatures (docs/architecture.md#webhooks); a
+/// secret still in its overlap from an earlier rotation stops signing at once.
 async fn rotate(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,
@@ -361,9 +363,10 @@ async fn rotate(
 }
 
 /// `POST …/{endpointId}/test`: emits a `webhook.test` event for this endpoint only (its
-/// `data.endpoint_id` names it; D12). The event is published to `events.v1` first and then
-/// recorded, as the processor does with session events, so one that is listed was published.
-/// Answers the event (201). A disabled endpoint's test event is recorded but not delivered.
+/// `data.endpoint_id` names it; docs/architecture.md#events). The event is published to `events.v1`
+/// first and then recorded, as the processor does with session events, so one that is listed was
+/// published. Answers the event (201). A disabled endpoint's test event is recorded but not
+/// delivered.
 async fn test(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,

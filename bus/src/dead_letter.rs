@@ -9,19 +9,36 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::retry::{OnFailure, Retried, retry};
-use crate::{BusError, Log, Topic};
+use crate::{BusError, Log, Record, Topic};
 
-/// Appends `letter` to `topic` under `key` (the original record's, so one session's or one
-/// event's dead letters keep their order), retrying transient failures (each told to
-/// `on_failure`) until it lands, fails permanently, or `shutdown` comes.
+/// Why a record is given up on: the consumer's reason from its closed set, and a message for a
+/// person.
+pub struct Cause<'a, R> {
+    pub reason: R,
+    pub message: &'a str,
+}
+
+/// Appends the dead letter of `record`, read from `source`, to `dead` under the record's own
+/// key (so one session's or one event's dead letters keep their order), retrying transient
+/// failures (each told to `on_failure`) until it lands, fails permanently, or `shutdown` comes.
 pub async fn append<R: Serialize>(
     log: &Log,
-    topic: &Topic,
-    key: &[u8],
-    letter: &mut DeadLetter<R>,
+    (source, dead): (&Topic, &Topic),
+    record: &Record,
+    cause: Cause<'_, R>,
     on_failure: OnFailure,
     shutdown: &CancellationToken,
 ) -> Retried<(), BusError> {
+    let mut letter = DeadLetter::of(
+        source.as_str(),
+        record.partition,
+        record.offset,
+        &record.key,
+        &record.payload,
+        cause.reason,
+        cause.message,
+    );
+    let (letter, topic, key) = (&mut letter, dead, &record.key[..]);
     loop {
         let payload = match serde_json::to_vec(letter) {
             Ok(payload) => payload,

@@ -2,8 +2,9 @@
 //! over rdkafka and its bundled librdkafka.
 //!
 //! - SASL credentials come as the URL's user-info or as `sasl.username`/`sasl.password`
-//!   properties; neither reaches a log or an error message (D21): the config's `Debug`, its
-//!   errors and librdkafka's configuration errors show secret properties as `***`.
+//!   properties; neither reaches a log or an error message (docs/architecture.md#secrets-in-logs):
+//!   the config's `Debug`, its errors and librdkafka's configuration errors show secret properties
+//!   as `***`.
 //! - Appends go through one idempotent `FutureProducer` with `acks=all`, so an acknowledged
 //!   record is on every in-sync replica, and librdkafka's retries neither duplicate nor reorder
 //!   records of a partition. The partition is computed here ([`partition_for`]) and passed

@@ -1,9 +1,9 @@
-//! The one retry helper of the roles that consume the log (STYLE 13): a transient failure (the
-//! store or the log did not answer) is retried with exponential backoff until it succeeds or
-//! the role shuts down, never skipped; a permanent failure is handed back at once for the
-//! caller to deal with (the processor dead-letters it). The processor and the dispatcher route
-//! every consumer-loop call that can fail transiently through [`retry`], each counting the
-//! failures in its own metrics.
+//! The one retry helper of the roles that consume the log
+//! (docs/architecture.md#conv-consumer-failures): a transient failure (the store or the log did not
+//! answer) is retried with exponential backoff until it succeeds or the role shuts down, never
+//! skipped; a permanent failure is handed back at once for the caller to deal with (the processor
+//! dead-letters it). The processor and the dispatcher route every consumer-loop call that can fail
+//! transiently through [`retry`], each counting the failures in its own metrics.
 
 use std::future::Future;
 use std::pin::Pin;

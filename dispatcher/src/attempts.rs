@@ -1,8 +1,8 @@
-//! What an attempt's outcome does to a delivery (D13, D24), as a pure step the dispatcher
-//! stores: a 2xx succeeds; a 410 fails it for good and disables the endpoint; anything else
-//! (another status, a 3xx since redirects are not followed, a timeout, a refused address) is
-//! retried on the schedule, waiting at least what `Retry-After` asks, until the schedule is
-//! spent and the delivery fails.
+//! What an attempt's outcome does to a delivery (docs/architecture.md: #webhooks, #dispatcher), as
+//! a pure step the dispatcher stores: a 2xx succeeds; a 410 fails it for good and disables the
+//! endpoint; anything else (another status, a 3xx since redirects are not followed, a timeout, a
+//! refused address) is retried on the schedule, waiting at least what `Retry-After` asks, until the
+//! schedule is spent and the delivery fails.
 
 use std::time::Duration;
 

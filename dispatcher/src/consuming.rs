@@ -14,11 +14,12 @@
 //! are stored, the event itself is made sure of in the store (the processor publishes an event
 //! before it stores it), so a retry after a restart can read what to send.
 //!
-//! A record it cannot read is never passed over silently, nor misread (STYLE 13): one of a
-//! newer schema than this build's, of an event type it does not know, or not an event at all,
-//! goes to `events.dead.v1` with its reason ([`schemas::events::EventDeadLetter`]), is counted,
-//! and is committed past like any delivered event, so the events behind it go on. A newer build
-//! can deliver it once the fleet is upgraded, by appending it again.
+//! A record it cannot read is never passed over silently, nor misread
+//! (docs/architecture.md#conv-consumer-failures): one of a newer schema than this build's, of an
+//! event type it does not know, or not an event at all, goes to `events.dead.v1` with its reason
+//! ([`schemas::events::EventDeadLetter`]), is counted, and is committed past like any delivered
+//! event, so the events behind it go on. A newer build can deliver it once the fleet is upgraded,
+//! by appending it again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use bus::retry::{Retried, retry};
 use bus::{Group, Log, Record};
 use schemas::OrgId;
 use schemas::credential::Environment;
-use schemas::events::{EventDeadLetter, EventDeadReason, LoggedEvent};
+use schemas::events::{EventDeadReason, LoggedEvent};
 use store::{EventRecord, Store, WebhookEndpointRecord};
 use tokio_util::sync::CancellationToken;
 
@@ -244,20 +245,11 @@ async fn dead_letter(
     message: &str,
     shutdown: &CancellationToken,
 ) -> bool {
-    let mut letter = EventDeadLetter::of(
-        topics.events.as_str(),
-        record.partition,
-        record.offset,
-        &record.key,
-        &record.payload,
-        reason,
-        message,
-    );
     match bus::dead_letter::append(
         log,
-        &topics.dead,
-        &record.key,
-        &mut letter,
+        (&topics.events, &topics.dead),
+        record,
+        bus::dead_letter::Cause { reason, message },
         telemetry::retried,
         shutdown,
     )

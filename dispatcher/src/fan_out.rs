@@ -1,8 +1,8 @@
-//! Which deliveries an event is to have (D13, D24): one per active endpoint of its organization
-//! and environment that subscribes to its type; a `webhook.test` only to the endpoint its
-//! `data.endpoint_id` names. Pure: the dispatcher reads the endpoints and stores the result
-//! (`create_webhook_deliveries` keeps one per event and endpoint, so fanning the same event out
-//! again, after a redelivery from the log, creates nothing twice).
+//! Which deliveries an event is to have (docs/architecture.md: #webhooks, #dispatcher): one per
+//! active endpoint of its organization and environment that subscribes to its type; a
+//! `webhook.test` only to the endpoint its `data.endpoint_id` names. Pure: the dispatcher reads the
+//! endpoints and stores the result (`create_webhook_deliveries` keeps one per event and endpoint,
+//! so fanning the same event out again, after a redelivery from the log, creates nothing twice).
 
 use schemas::events::{EventType, LoggedEvent};
 use schemas::time::Timestamp;

@@ -1,9 +1,9 @@
-//! The dispatcher role (D13, D24): it consumes `events.v1`, fans each event out to its
-//! organization's subscribed webhook endpoints ([`fan_out`], [`consuming`]), and delivers it
-//! signed ([`signing`], [`sending`]), with every pending attempt kept in the store
-//! ([`scheduling`]) and each outcome applied per the retry schedule ([`attempts`]). A record of
-//! `events.v1` it cannot read (newer, of an unknown type, or not an event) goes to
-//! `events.dead.v1` ([`consuming`]).
+//! The dispatcher role (docs/architecture.md: #webhooks, #dispatcher): it consumes `events.v1`,
+//! fans each event out to its organization's subscribed webhook endpoints ([`fan_out`],
+//! [`consuming`]), and delivers it signed ([`signing`], [`sending`]), with every pending attempt
+//! kept in the store ([`scheduling`]) and each outcome applied per the retry schedule
+//! ([`attempts`]). A record of `events.v1` it cannot read (newer, of an unknown type, or not an
+//! event) goes to `events.dead.v1` ([`consuming`]).
 
 pub mod attempts;
 pub mod consuming;
@@ -37,7 +37,7 @@ pub struct Settings {
     pub schedule: RetrySchedule,
     /// `--allow-private-webhooks`: plain http and private addresses are delivered to.
     pub allow_private: bool,
-    /// How long an endpoint has to answer (D13: 15 s).
+    /// How long an endpoint has to answer (15 s by default; docs/architecture.md#webhooks).
     pub attempt_timeout: Duration,
 }
 

@@ -1,5 +1,5 @@
 //! Where Vigil may send requests on an organization's behalf (webhook deliveries, and Gate's
-//! calls to a service, D13): over
+//! calls to a service; docs/architecture.md#webhooks): over
 //! https, and never to loopback, private, link-local or cloud-metadata addresses. Without this,
 //! an endpoint URL would make the server call into its own network (SSRF). The address rule is
 //! checked on every address a name resolves to: at creation here, and again by the dispatcher

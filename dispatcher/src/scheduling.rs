@@ -1,11 +1,11 @@
-//! When and how many attempts run (D13, D24). A delivery is attempted when the consumer hands
-//! it over just after creating it, or when the store says it is due (a retry, or one left by a
-//! restart). Attempts take turns per endpoint ([`PER_ENDPOINT`] at once), per organization
-//! ([`PER_ORGANIZATION`]) and overall ([`GLOBAL`]), and at most [`ENDPOINT_QUEUE`] of one
-//! endpoint's deliveries wait in memory: a slow or dead endpoint holds its own turns and
-//! places, never the others'. Its due deliveries past that are put off in the store, in waves
-//! of a queue's worth per scan, so the due scan reaches everyone else's and a busy endpoint
-//! gets a full queue again at every scan. Each outcome is recorded in the
+//! When and how many attempts run (docs/architecture.md: #webhooks, #dispatcher). A delivery is
+//! attempted when the consumer hands it over just after creating it, or when the store says it is
+//! due (a retry, or one left by a restart). Attempts take turns per endpoint ([`PER_ENDPOINT`] at
+//! once), per organization ([`PER_ORGANIZATION`]) and overall ([`GLOBAL`]), and at most
+//! [`ENDPOINT_QUEUE`] of one endpoint's deliveries wait in memory: a slow or dead endpoint holds
+//! its own turns and places, never the others'. Its due deliveries past that are put off in the
+//! store, in waves of a queue's worth per scan, so the due scan reaches everyone else's and a busy
+//! endpoint gets a full queue again at every scan. Each outcome is recorded in the
 //! store by the [`recorder`], many per write, before the delivery may be claimed again.
 //!
 //! The store is the schedule; memory only says which deliveries are being attempted now

@@ -1,10 +1,10 @@
-//! One attempt on the wire (D13): the event's JSON POSTed to the endpoint's URL with the
-//! Standard Webhooks headers, within the attempt timeout (15 s), following no redirects and
-//! using no proxy, reading at most 4 KiB of the answer. The outbound rule (`crate::outbound`) is
-//! applied to the addresses actually connected to: names resolve through [`PublicOnly`], which
-//! hands the connector only public addresses, and an address written in the URL is checked
-//! before sending. So a name whose DNS changed to a private address since the endpoint was
-//! created is refused at delivery.
+//! One attempt on the wire (docs/architecture.md#webhooks): the event's JSON POSTed to the
+//! endpoint's URL with the Standard Webhooks headers, within the attempt timeout (15 s), following
+//! no redirects and using no proxy, reading at most 4 KiB of the answer. The outbound rule
+//! (`crate::outbound`) is applied to the addresses actually connected to: names resolve through
+//! [`PublicOnly`], which hands the connector only public addresses, and an address written in the
+//! URL is checked before sending. So a name whose DNS changed to a private address since the
+//! endpoint was created is refused at delivery.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -18,7 +18,8 @@ use store::EventRecord;
 
 use crate::attempts::{MAX_RESPONSE_BODY, Outcome};
 
-/// D13's attempt timeout: an endpoint that has not answered within it has failed this attempt.
+/// The attempt timeout (docs/architecture.md#webhooks): an endpoint that has not answered within it
+/// has failed this attempt.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The body of a delivery: the event in the interface's shape, less `webhook_deliveries` (the

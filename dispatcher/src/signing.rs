@@ -1,6 +1,6 @@
-//! Standard Webhooks signatures (D13): `webhook-signature` is `v1,` and the base64 of
-//! HMAC-SHA256 over `{webhook-id}.{webhook-timestamp}.{body}`, keyed by the bytes of the
-//! endpoint's `whsec_` secret (the base64 after the prefix). While a secret rotates, a delivery
+//! Standard Webhooks signatures (docs/architecture.md#webhooks): `webhook-signature` is `v1,` and
+//! the base64 of HMAC-SHA256 over `{webhook-id}.{webhook-timestamp}.{body}`, keyed by the bytes of
+//! the endpoint's `whsec_` secret (the base64 after the prefix). While a secret rotates, a delivery
 //! is signed with both, the signatures separated by a space, so a receiver verifies with
 //! whichever secret it has deployed. The official Standard Webhooks libraries verify these
 //! unchanged.

@@ -1,6 +1,6 @@
-//! The dispatcher's telemetry (STYLE 14): each event below both logs and counts. The metrics
-//! are registered in prometheus's default registry, which `/metrics` serves beside the HTTP
-//! layer's (`edge::metrics`); every label is bounded
+//! The dispatcher's telemetry (docs/architecture.md#conv-telemetry-events): each event below both
+//! logs and counts. The metrics are registered in prometheus's default registry, which `/metrics`
+//! serves beside the HTTP layer's (`edge::metrics`); every label is bounded
 //! (an attempt's result from a closed set, a dead letter's reason from a closed set, a retried
 //! operation's static name).
 

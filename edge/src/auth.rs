@@ -1,9 +1,10 @@
-//! Credentials (interface "Authentication", D2, D5, D8, D16, D17). The `authenticate` layer
-//! resolves the Bearer credential of every API request once: it refuses unknown, revoked and
-//! expired keys, revokes exposed secret keys, counts the request against the key's bucket (or
-//! the client IP's, without a valid key), enforces TLS for live keys, suspended organizations
-//! and publishable-key origins, and stamps the rate-limit headers on whatever the request
-//! answers. The extractors `SecretKey<P>` and `PublishableKey` then apply each route's policy.
+//! Credentials (docs/api.md#keys; docs/architecture.md: #errors, #rate-limits, #organizations,
+//! #tls-and-proxies, #exposed-keys). The `authenticate` layer resolves the Bearer credential of
+//! every API request once: it refuses unknown, revoked and expired keys, revokes exposed secret
+//! keys, counts the request against the key's bucket (or the client IP's, without a valid key),
+//! enforces TLS for live keys, suspended organizations and publishable-key origins, and stamps the
+//! rate-limit headers on whatever the request answers. The extractors `SecretKey<P>` and
+//! `PublishableKey` then apply each route's policy.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use crate::policy::{RoutePolicy, WhileSuspended};
 use crate::transport::{ClientInfo, address_bucket, client_info};
 use secrets::ServerSecret;
 
-/// Default bucket sizes per window (interface "Limits").
+/// Default bucket sizes per window (interface "Limits"; docs/api.md#rate-limits).
 pub const PUBLISHABLE_RATE_LIMIT: u32 = 120;
 pub const SECRET_RATE_LIMIT: u32 = 600;
 
@@ -93,7 +94,7 @@ pub fn effective_rate_limit(key: &ApiKeyRecord) -> u32 {
     })
 }
 
-/// A key's status at `now` (D6).
+/// A key's status at `now` (docs/architecture.md#api-keys).
 pub fn key_is_usable(
     key: &ApiKeyRecord,
     now: chrono::DateTime<chrono::Utc>,
@@ -107,10 +108,10 @@ pub fn key_is_usable(
     Ok(())
 }
 
-/// The bucket a keyed request is counted in (D5). A publishable key is in every page of its
-/// site, so anyone can spend it: its limit applies per client address, and a scraper at one
-/// address cannot use up the budget of the site's visitors at others. A secret key is one
-/// backend's, so it has one bucket.
+/// The bucket a keyed request is counted in (docs/architecture.md#rate-limits). A publishable key
+/// is in every page of its site, so anyone can spend it: its limit applies per client address, and
+/// a scraper at one address cannot use up the budget of the site's visitors at others. A secret key
+/// is one backend's, so it has one bucket.
 fn key_bucket(key: &ApiKeyRecord, client: ClientInfo) -> String {
     match key.key_type {
         KeyType::Publishable => format!("key:{}:{}", key.id, address_bucket(client.ip)),
@@ -140,8 +141,8 @@ fn rate_limited(d: &RateDecision, kind: &'static str) -> ApiError {
 }
 
 /// Marks the routes only a browser calls (the Collect API, the SDK's endpoints): a secret key
-/// that arrives on one has been put in a page (D17). Set as a request extension by the router
-/// of those routes, outside the credential layer.
+/// that arrives on one has been put in a page (docs/architecture.md#exposed-keys). Set as a request
+/// extension by the router of those routes, outside the credential layer.
 #[derive(Debug, Clone, Copy)]
 pub struct BrowserRoute;
 
@@ -176,8 +177,9 @@ pub async fn authenticate(
     let client = client_info(&parts, &auth.trusted_proxies);
     parts.extensions.insert(client);
 
-    // Preflights carry no credential and never count against a key (D19); like every request
-    // without one, they are charged to the client address (D20).
+    // Preflights carry no credential and never count against a key (docs/architecture.md#cors);
+    // like every request without one, they are charged to the client address
+    // (docs/architecture.md#connections).
     let token = match bearer(&parts.headers) {
         _ if parts.method == Method::OPTIONS => None,
         None => None,
@@ -230,10 +232,11 @@ async fn refuse_anonymous(auth: &Authenticator, client: ClientInfo, e: ApiError)
     charge_anonymous(auth, client, || async { e.into_response() }).await
 }
 
-/// Charges a request without a usable credential to its client address's bucket (D5, D20) and
-/// answers it with `answer` while the bucket allows, else with a 429; either way with the
-/// bucket's headers. Preflights, unknown routes and bad credentials all come through here, so a
-/// flood of them costs one limiter step each and nothing more.
+/// Charges a request without a usable credential to its client address's bucket
+/// (docs/architecture.md: #rate-limits, #connections) and answers it with `answer` while the bucket
+/// allows, else with a 429; either way with the bucket's headers. Preflights, unknown routes and
+/// bad credentials all come through here, so a flood of them costs one limiter step each and
+/// nothing more.
 pub async fn charge_anonymous<F, Fut>(
     auth: &Authenticator,
     client: ClientInfo,
@@ -341,7 +344,8 @@ async fn admit(
             .with_header_name("Origin"));
         }
     }
-    // `last_used_at` is written at most once a minute per key (D6), off the request path.
+    // `last_used_at` is written at most once a minute per key (docs/architecture.md#api-keys), off
+    // the request path.
     if key
         .last_used_at
         .is_none_or(|t| now - t >= Duration::seconds(60))

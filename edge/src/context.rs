@@ -59,7 +59,8 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         }
         429 => {}
         // Unknown routes and preflights cost a client nothing to send: their refusals are
-        // logged at most once per interval, with how many went unlogged (D20).
+        // logged at most once per interval, with how many went unlogged
+        // (docs/architecture.md#connections).
         400.. if route == "unmatched" || method == "OPTIONS" => {
             if let Some(unlogged) = FLOOD_LOG.admit() {
                 tracing::info!(request_id = %id, method, route, status, elapsed_ms, unlogged, "request refused (unknown routes and preflights are logged at most once every 10 s)")

@@ -1,5 +1,5 @@
-//! Idempotent POSTs (D18): a POST with an `Idempotency-Key` header is answered once per
-//! (credential, key); a retry with the same body gets the stored answer (marked
+//! Idempotent POSTs (docs/architecture.md#idempotency): a POST with an `Idempotency-Key` header is
+//! answered once per (credential, key); a retry with the same body gets the stored answer (marked
 //! `Idempotent-Replayed: true`) instead of acting twice, so a client whose connection dropped
 //! while creating or rotating a key can retry without minting a second secret. The stored
 //! answer is sealed under the server key, because it may hold a secret key in full.

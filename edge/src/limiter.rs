@@ -1,12 +1,12 @@
-//! Rate limiting (interface "Limits", D5): a GCRA bucket per key whose capacity is the key's
-//! limit and which refills over a 60-second window. The limiter is a port like the store and the
-//! log: [`LimiterBackend`] has two backends that run the same arithmetic, the embedded
-//! in-process table (`local`, the default) and Redis (`redis://`), where one Lua script does the
-//! whole check atomically on Redis's clock in one round trip, so a fleet shares each key's
-//! bucket. They pass one conformance suite (`conformance`, behind the `testsuite` feature), and
-//! each is wrapped once in [`Instrumented`] (latency and failures per backend). [`Limiter`] is
-//! the policy on top: if Redis stops answering, requests are limited in-process until it
-//! answers again, and the fallback is logged and counted.
+//! Rate limiting (docs/api.md#rate-limits, docs/architecture.md#rate-limits): a GCRA bucket per key
+//! whose capacity is the key's limit and which refills over a 60-second window. The limiter is a
+//! port like the store and the log: [`LimiterBackend`] has two backends that run the same
+//! arithmetic, the embedded in-process table (`local`, the default) and Redis (`redis://`), where
+//! one Lua script does the whole check atomically on Redis's clock in one round trip, so a fleet
+//! shares each key's bucket. They pass one conformance suite (`conformance`, behind the `testsuite`
+//! feature), and each is wrapped once in [`Instrumented`] (latency and failures per backend).
+//! [`Limiter`] is the policy on top: if Redis stops answering, requests are limited in-process
+//! until it answers again, and the fallback is logged and counted.
 //!
 //! The arithmetic is written here rather than taken from a crate because the interface wants
 //! denied requests to count (a client hammering through a 429 extends its own cool-down), the
@@ -313,8 +313,8 @@ impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
 }
 
 /// The limiter the API uses: the embedded backend alone, or a shared one with the embedded
-/// table behind it for when the shared one does not answer (D5: limits fail open to the
-/// process's own count, never closed).
+/// table behind it for when the shared one does not answer (limits fail open to the
+/// process's own count, never closed: docs/architecture.md#rate-limits).
 pub struct Limiter {
     shared: Option<Arc<dyn LimiterBackend>>,
     local: Instrumented<LocalLimiter>,

@@ -183,8 +183,8 @@ pub fn limiter_fell_back(error: &str) {
     }
 }
 
-/// A step of a retention sweep (D23) ran, dropping from `of` (`store` or `log`); `more`:
-/// expired rows remained after it.
+/// A step of a retention sweep (docs/architecture.md#retention) ran, dropping from `of` (`store` or
+/// `log`); `more`: expired rows remained after it.
 pub fn retention_step(of: &'static str, more: bool) {
     let outcome = if more { "more" } else { "done" };
     METRICS
@@ -207,7 +207,8 @@ pub fn rate_limited(bucket_kind: &'static str) {
     METRICS.rate_limited.with_label_values(&[bucket_kind]).inc();
 }
 
-/// A secret key arrived on a browser route and was revoked (D17). Logged by its preview only.
+/// A secret key arrived on a browser route and was revoked (docs/architecture.md#exposed-keys).
+/// Logged by its preview only.
 pub fn secret_key_exposed(key: &store::ApiKeyRecord, path: &str) {
     METRICS.keys_exposed.inc();
     tracing::warn!(

@@ -1,6 +1,7 @@
-//! Opaque, tamper-evident list cursors (D4): the position of the last item returned, signed
-//! with the server's cursor key and bound to the list and the caller's tenancy, so a cursor can
-//! neither be forged nor carried to another list or organization. A bad cursor is a 422.
+//! Opaque, tamper-evident list cursors (docs/architecture.md#lists): the position of the last item
+//! returned, signed with the server's cursor key and bound to the list and the caller's tenancy, so
+//! a cursor can neither be forged nor carried to another list or organization. A bad cursor is a
+//! 422.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

@@ -3,7 +3,8 @@
 
 use schemas::Scope;
 
-/// Which keys of a suspended organization a route still answers (D8).
+/// Which keys of a suspended organization a route still answers
+/// (docs/architecture.md#organizations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WhileSuspended {
     /// None: the route acts on the organization's data, which suspension stops.
@@ -16,15 +17,17 @@ pub enum WhileSuspended {
 }
 
 pub trait RoutePolicy: Send + Sync + 'static {
-    /// The scope the key must carry (D3).
+    /// The scope the key must carry (docs/architecture.md#scopes).
     const SCOPE: Scope;
     /// An organization-management route: refused to keys still carrying the removed
     /// `organizations:manage` scope until they are rotated (interface rule 4).
     const ORGANIZATION_ROUTE: bool;
-    /// Changes organization state shared by both environments, so only a live key may (D7):
-    /// a leaked test key must not be able to suspend the organization and stop live scoring.
+    /// Changes organization state shared by both environments, so only a live key may
+    /// (docs/architecture.md#environments): a leaked test key must not be able to suspend the
+    /// organization and stop live scoring.
     const LIVE_ONLY: bool;
-    /// Whether the secret keys of a suspended organization reach the route (D8).
+    /// Whether the secret keys of a suspended organization reach the route
+    /// (docs/architecture.md#organizations).
     const WHILE_SUSPENDED: WhileSuspended;
 }
 
@@ -56,17 +59,17 @@ policies! {
     ManageApiKeys => ApiKeysManage, organization_route: true, live_only: false, while_suspended: Refused;
     /// `DELETE .../api-keys/{keyId}`: revoking a leaked key is what an incident needs first.
     RevokeApiKey => ApiKeysManage, organization_route: true, live_only: false, while_suspended: LiveKeysOnly;
-    /// `GET /v1/organizations/{organizationId}/events` (D3: `organizations:read`). The events
+    /// `GET /v1/organizations/{organizationId}/events` (scope `organizations:read`). The events
     /// carry sessions' results, which a suspended organization's keys no longer read.
     ListEvents => OrganizationsRead, organization_route: true, live_only: false, while_suspended: Refused;
-    /// Reading webhook endpoints (D3: `organizations:read`).
+    /// Reading webhook endpoints (scope `organizations:read`).
     ReadWebhooks => OrganizationsRead, organization_route: true, live_only: false, while_suspended: Refused;
-    /// Creating, updating and deleting webhook endpoints (D3: `organizations:update`). Each
+    /// Creating, updating and deleting webhook endpoints (scope `organizations:update`). Each
     /// environment has its own endpoints, so a test key manages the test ones.
     ManageWebhooks => OrganizationsUpdate, organization_route: true, live_only: false, while_suspended: Refused;
-    /// `GET /v1/gate/services` and `GET /v1/gate/services/{serviceId}` (D3).
+    /// `GET /v1/gate/services` and `GET /v1/gate/services/{serviceId}`.
     ReadGateServices => GateServicesRead, organization_route: false, live_only: false, while_suspended: Refused;
-    /// Creating, updating and deleting Gate services (D3). Gate state is per environment, so a
+    /// Creating, updating and deleting Gate services. Gate state is per environment, so a
     /// test key manages the test services.
     ManageGateServices => GateServicesManage, organization_route: false, live_only: false, while_suspended: Refused;
     /// `POST /v1/gate/agent-tokens/verify`.
@@ -75,15 +78,15 @@ policies! {
     RevokeAgentTokens => GateAgentTokensRevoke, organization_route: false, live_only: false, while_suspended: Answered;
     /// `POST /v1/gate/login-sessions/consume`.
     ConsumeLoginSessions => GateLoginSessionsConsume, organization_route: false, live_only: false, while_suspended: Refused;
-    /// `GET /v1/sessions` (D3).
+    /// `GET /v1/sessions`.
     ListSessions => SessionsList, organization_route: false, live_only: false, while_suspended: Refused;
-    /// `GET /v1/sessions/{sessionId}` (D3).
+    /// `GET /v1/sessions/{sessionId}`.
     ReadSession => SessionsRead, organization_route: false, live_only: false, while_suspended: Refused;
-    /// `GET /v1/fingerprints` (D3).
+    /// `GET /v1/fingerprints`.
     ListFingerprints => FingerprintsList, organization_route: false, live_only: false, while_suspended: Refused;
-    /// `GET /v1/fingerprints/{visitorId}` (D3).
+    /// `GET /v1/fingerprints/{visitorId}`.
     ReadFingerprint => FingerprintsRead, organization_route: false, live_only: false, while_suspended: Refused;
-    /// `POST /v1/handoffs/open` (D3: opening a handoff needs `sessions:read`).
+    /// `POST /v1/handoffs/open` (opening a handoff needs `sessions:read`).
     OpenHandoff => SessionsRead, organization_route: false, live_only: false, while_suspended: Refused;
     /// `POST .../api-keys/{keyId}/rotations`: the way out for a key that still carries the
     /// removed scope, so it is not refused for carrying it.

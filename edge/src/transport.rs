@@ -1,7 +1,7 @@
-//! Who is on the other end of a request and whether it arrived over TLS (D16): the peer
-//! address, or, when the peer is a trusted proxy, the client it forwarded for and whether it
-//! saw TLS (`X-Forwarded-For`, `X-Forwarded-Proto`). Headers from any other peer are ignored,
-//! so a client cannot claim TLS or someone else's address.
+//! Who is on the other end of a request and whether it arrived over TLS
+//! (docs/architecture.md#tls-and-proxies): the peer address, or, when the peer is a trusted proxy,
+//! the client it forwarded for and whether it saw TLS (`X-Forwarded-For`, `X-Forwarded-Proto`).
+//! Headers from any other peer are ignored, so a client cannot claim TLS or someone else's address.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -103,9 +103,10 @@ fn header_list(parts: &Parts, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The rate-limit identity of a client address (D5): an IPv4 address as it is, an IPv6 one by
-/// its /64, since one subscriber commonly holds a whole /64 and could otherwise rotate through
-/// it to get a fresh bucket for every request. IPv4-mapped IPv6 addresses count as IPv4.
+/// The rate-limit identity of a client address (docs/architecture.md#rate-limits): an IPv4 address
+/// as it is, an IPv6 one by its /64, since one subscriber commonly holds a whole /64 and could
+/// otherwise rotate through it to get a fresh bucket for every request. IPv4-mapped IPv6 addresses
+/// count as IPv4.
 pub fn address_bucket(ip: IpAddr) -> String {
     match ip {
         IpAddr::V4(v4) => v4.to_string(),

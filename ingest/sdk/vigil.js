@@ -29,7 +29,7 @@
 
   // ───────────────────────────── Constants ─────────────────────────────
 
-  const SDK_VERSION = '1.1.0';
+  const SDK_VERSION = '1.1.1';
   const HKDF_INFO = 'vigil/collect/v1';
   const PROOF_HKDF_INFO = 'vigil/collect/v1/proof';
   const PROOF_HEADER = 'Vigil-Session-Proof';
@@ -805,7 +805,7 @@
       const vendor = gl.getParameter(debug ? debug.UNMASKED_VENDOR_WEBGL : gl.VENDOR);
       const renderer = gl.getParameter(debug ? debug.UNMASKED_RENDERER_WEBGL : gl.RENDERER);
       // The parameters hash: "NAME=value" lines, sorted, joined by "\n" — the GPU's capability
-      // profile, stable across sessions, so it can serve as a linkage anchor (D11).
+      // profile, stable across sessions, so it can serve as a visitor-linkage anchor.
       const lines = [];
       for (const name of GL_PARAMETERS) lines.push(name + '=' + glValue(attempt(() => gl.getParameter(gl[name]))));
       const anisotropic = gl.getExtension('EXT_texture_filter_anisotropic');
@@ -1034,13 +1034,13 @@
         'storage.local_storage': storageWorks(() => global.localStorage),
         'storage.session_storage': storageWorks(() => global.sessionStorage),
         'storage.indexed_db': attempt(() => Boolean(global.indexedDB), false),
-        // Availability only; the SDK keeps no token in a service worker yet (D11, out of scope).
+        // Availability only; the SDK keeps no token in a service worker yet (out of scope for now).
         'storage.service_worker': attempt(() => 'serviceWorker' in global.navigator, false),
       };
     },
   };
 
-  // ───────────────────────────── Visitor token (D11) ─────────────────────────────
+  // ───────────────────────────── Visitor token ─────────────────────────────
 
   const IDB_NAME = 'vigil';
   const IDB_STORE = 'kv';
@@ -1571,12 +1571,13 @@
       this._stopStreaming();
       const data = await this._calls.request('POST', '/v1/collect/sessions/' + encodeURIComponent(this.sessionId) + '/results', {});
       if (typeof data.handoff !== 'string') throw new VigilError('sdk.invalid_response', 'results returned no handoff');
-      // The server's signed visitor token (D11), kept for the next visit; storing never costs the handoff.
+      // The server's signed visitor token, kept for the next visit; storing never costs the
+      // handoff.
       if (typeof data.visitor_token === 'string' && data.visitor_token) await this.storeVisitorToken(data.visitor_token).catch((e) => this._report(e));
       return { handoff: data.handoff, expiresAt: data.expires_at || null, sessionId: this.sessionId };
     }
 
-    /** Keeps a server-issued visitor token in every first-party place (D11). Resolves with them. */
+    /** Keeps a server-issued visitor token in every first-party place. Resolves with them. */
     async storeVisitorToken(token) {
       const stored = await writeVisitorToken(token);
       this.visitorToken = token;
@@ -1765,7 +1766,8 @@
   /**
    * A secret key in a page is already exposed: anyone who reads the page has it. Rather than
    * leave it live for a scraper, the SDK presents it once on a browser route, where the server
-   * revokes it on the spot (D17), and rejects with the server's `auth.key_exposed`.
+   * revokes it on the spot (docs/architecture.md#exposed-keys), and rejects with the server's
+   * `auth.key_exposed`.
    */
   async function reportSecretKey(opts) {
     await request({ key: opts.key, endpoint: opts.endpoint }, 'POST', '/v1/collect/sessions', {});

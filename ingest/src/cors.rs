@@ -1,8 +1,9 @@
-//! CORS for the routes a publishable key reaches (D19). Preflights are answered here, before
-//! the credential layer, so they need no key and never count against one; they are charged to
-//! the client address's anonymous bucket (D20), so a flood of them stays cheap. Other answers name the
-//! request's origin (the credential layer has already refused an origin the key does not allow,
-//! and that refusal is not shared with the page) and expose the headers the SDK reads.
+//! CORS for the routes a publishable key reaches (docs/architecture.md#cors). Preflights are
+//! answered here, before the credential layer, so they need no key and never count against one;
+//! they are charged to the client address's anonymous bucket (docs/architecture.md#connections), so
+//! a flood of them stays cheap. Other answers name the request's origin (the credential layer has
+//! already refused an origin the key does not allow, and that refusal is not shared with the page)
+//! and expose the headers the SDK reads.
 
 use std::sync::Arc;
 

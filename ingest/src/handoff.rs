@@ -28,8 +28,8 @@ struct Minted {
     handoff: String,
     #[serde(serialize_with = "time::ser")]
     expires_at: Timestamp,
-    /// The signed visitor token (D11) once the processor has linked the session to a visitor,
-    /// for the SDK to keep in first-party storage; `null` before.
+    /// The signed visitor token (docs/architecture.md#visitors) once the processor has linked the
+    /// session to a visitor, for the SDK to keep in first-party storage; `null` before.
     visitor_token: Option<String>,
 }
 
@@ -45,8 +45,9 @@ pub async fn mint(
     let session = own_session(&state, &caller.ctx, id).await?;
     proof::require(&state, &session, &headers, proof::Call::Results(id)).await?;
     let now = time::now();
-    // The first call makes the decision final (D10): recorded on the session, and told to the
-    // processor through the session's stream in the log; later calls mint fresh handoffs.
+    // The first call makes the decision final (docs/architecture.md#decisions): recorded on the
+    // session, and told to the processor through the session's stream in the log; later calls mint
+    // fresh handoffs.
     state.auth.store.mark_collect_results(id, now).await?;
     crate::network::append_server_record(&state, &caller.ctx, id, &ServerRecord::Results).await?;
     let claims = HandoffClaims {

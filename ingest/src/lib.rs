@@ -1,7 +1,8 @@
-//! Vigil's ingest edge (DESIGN.md D9, D19; wire contract in `schemas/collect.md`): the Collect
-//! API that the browser SDK talks to with a publishable key, its encrypted transport, CORS for
-//! pages on other origins, and the SDK script itself. Accepted batches are appended to the log
-//! (`collect.batches.v1`, keyed by session) and acknowledged only once the log has them.
+//! Vigil's ingest edge (docs/architecture.md: #collect-transport, #cors; wire contract in
+//! `schemas/collect.md`): the Collect API that the browser SDK talks to with a publishable key, its
+//! encrypted transport, CORS for pages on other origins, and the SDK script itself. Accepted
+//! batches are appended to the log (`collect.batches.v1`, keyed by session) and acknowledged only
+//! once the log has them.
 
 pub mod batches;
 pub mod cors;
@@ -30,7 +31,8 @@ pub struct IngestState {
     /// the log is unreachable); until they are, a batch is refused at once with a retryable
     /// 503 rather than waiting out the log client's timeout.
     pub log_ready: Arc<dyn Fn() -> bool + Send + Sync>,
-    /// The agents whose Web Bot Auth signatures can be verified (D9).
+    /// The agents whose Web Bot Auth signatures can be verified
+    /// (docs/architecture.md#collect-transport).
     pub agents: Arc<web_bot_auth::TrustedAgents>,
     /// The collect sessions seen lately, as a batch needs them.
     pub opened: Arc<opened::OpenedSessions>,

@@ -1,8 +1,9 @@
-//! The network check (D9, `schemas/collect.md` section 4): the SDK opens a WebSocket with its
-//! session's one-time token, and the server records what that connection shows of the client;
-//! then `POST /v1/collect/network-checks` compares it with the HTTP request's identity and
-//! appends the comparison to the session's stream in the log for the processor. A proxy or a
-//! bot farm that relays HTTP but not WebSockets (or the other way) shows two identities.
+//! The network check (`schemas/collect.md` section 4, docs/architecture.md#collect-transport): the
+//! SDK opens a WebSocket with its session's one-time token, and the server records what that
+//! connection shows of the client; then `POST /v1/collect/network-checks` compares it with the HTTP
+//! request's identity and appends the comparison to the session's stream in the log for the
+//! processor. A proxy or a bot farm that relays HTTP but not WebSockets (or the other way) shows
+//! two identities.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};

@@ -1,10 +1,10 @@
-//! Session proofs (D9, `schemas/collect.md` section 1.1): the calls that act on a collect
-//! session without carrying a batch (pings, network checks, results) prove that the caller holds
-//! the session's ECDH secret, so a publishable key and a session or ping id are not enough to
-//! mint a visitor's handoff or finalise their session. The proof is an HMAC-SHA256, under a key
-//! both sides derive with HKDF from the shared secret, of the call's method and path, the
-//! session id and a counter; the server spends each counter once, so a proof seen once cannot
-//! be replayed, and it names its call, so it cannot be moved to another.
+//! Session proofs (`schemas/collect.md` section 1.1, docs/architecture.md#collect-transport): the
+//! calls that act on a collect session without carrying a batch (pings, network checks, results)
+//! prove that the caller holds the session's ECDH secret, so a publishable key and a session or
+//! ping id are not enough to mint a visitor's handoff or finalise their session. The proof is an
+//! HMAC-SHA256, under a key both sides derive with HKDF from the shared secret, of the call's
+//! method and path, the session id and a counter; the server spends each counter once, so a proof
+//! seen once cannot be replayed, and it names its call, so it cannot be moved to another.
 
 use axum::http::HeaderMap;
 use base64::Engine;

@@ -1,10 +1,10 @@
-//! The collect transport's cryptography (D9). The SDK sends an ephemeral ECDH P-256 public key;
-//! the server answers with its own; both derive one AES-256-GCM key with HKDF-SHA256 (salt: the
-//! session id), which WebCrypto has natively, so the SDK needs no crypto library. A batch's
-//! nonce is its sequence number and its additional data names the session and the sequence, so
-//! a batch cannot be replayed under another number or moved to another session. The same
-//! agreement derives the session's call-proof key (`crate::proof`); both keys are kept sealed
-//! under the server secret at rest, bound to their session.
+//! The collect transport's cryptography (docs/architecture.md#collect-transport). The SDK sends an
+//! ephemeral ECDH P-256 public key; the server answers with its own; both derive one AES-256-GCM
+//! key with HKDF-SHA256 (salt: the session id), which WebCrypto has natively, so the SDK needs no
+//! crypto library. A batch's nonce is its sequence number and its additional data names the session
+//! and the sequence, so a batch cannot be replayed under another number or moved to another
+//! session. The same agreement derives the session's call-proof key (`crate::proof`); both keys are
+//! kept sealed under the server secret at rest, bound to their session.
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};

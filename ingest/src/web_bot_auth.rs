@@ -1,10 +1,10 @@
-//! Web Bot Auth (D9): checks the HTTP Message Signature (RFC 9421) an agent puts on its
-//! requests, with the `Signature-Agent` header naming the agent whose key directory holds the
-//! signing key. The cryptography and the parsing of `Signature-Input` are Cloudflare's
-//! `web-bot-auth` crate; this module supplies what the crate leaves to its caller: the request's
-//! components, the trusted agents' keys, the time window (the crate never checks `expires`),
-//! the rule that a key only speaks for the agent whose directory it came from, and the two
-//! rules that make a signature good for one request to this service only:
+//! Web Bot Auth (docs/architecture.md#collect-transport): checks the HTTP Message Signature (RFC
+//! 9421) an agent puts on its requests, with the `Signature-Agent` header naming the agent whose
+//! key directory holds the signing key. The cryptography and the parsing of `Signature-Input` are
+//! Cloudflare's `web-bot-auth` crate; this module supplies what the crate leaves to its caller: the
+//! request's components, the trusted agents' keys, the time window (the crate never checks
+//! `expires`), the rule that a key only speaks for the agent whose directory it came from, and the
+//! two rules that make a signature good for one request to this service only:
 //!
 //! - the covered `@authority` is checked against the service's own public authorities (from
 //!   `--public-url`), never against the request's `Host`, so a signature made for another site
@@ -150,7 +150,7 @@ impl std::fmt::Debug for TrustedAgents {
 /// The `@authority` a signature for `public_url` covers: its host and any port other than the
 /// scheme's default, lower case. `Err` for anything but an absolute http(s) URL with a host.
 pub fn authority_of(public_url: &str) -> Result<String, String> {
-    // Echoed in errors, so shown redacted like every URL (D21).
+    // Echoed in errors, so shown redacted like every URL (docs/architecture.md#secrets-in-logs).
     let shown = schemas::redact::redact_url(public_url);
     let url = url::Url::parse(public_url)
         .map_err(|e| format!("`{shown}` is not an absolute URL: {e}"))?;

@@ -1,6 +1,7 @@
-//! The events the processor records (D12; `schemas/events.md`): `session.fingerprint.calculated`
-//! once a session is linked to a visitor, `session.result.persisted` once its final decision is
-//! stored. Pure: building an event does no I/O; the pipeline stores and publishes them.
+//! The events the processor records (docs/architecture.md#events; `schemas/events.md`):
+//! `session.fingerprint.calculated` once a session is linked to a visitor,
+//! `session.result.persisted` once its final decision is stored. Pure: building an event does no
+//! I/O; the pipeline stores and publishes them.
 //!
 //! An event's id is derived from its session and type (the time part from the batch that caused
 //! it), so the processor, redelivered that batch after a crash, mints the same id again: the
@@ -26,7 +27,8 @@ pub fn logged(record: &EventRecord) -> LoggedEvent {
     )
 }
 
-/// How a session found its visitor (D11's order), reported in the fingerprint event.
+/// How a session found its visitor (in the order of docs/architecture.md#visitors), reported in the
+/// fingerprint event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LinkedBy {

@@ -1,7 +1,7 @@
-//! Visitor-linkage helpers of D11, pure: the anchors (exact hashes that link a fresh profile on
-//! the same machine), the browser traits anchors must agree on, and the component vector with
-//! the similarity used when nothing else links. The linker that stores and searches visitors
-//! lives in `pipeline`; this module only says what to compare and how.
+//! Visitor-linkage helpers (docs/architecture.md#visitors), pure: the anchors (exact hashes that
+//! link a fresh profile on the same machine), the browser traits anchors must agree on, and the
+//! component vector with the similarity used when nothing else links. The linker that stores and
+//! searches visitors lives in `pipeline`; this module only says what to compare and how.
 //!
 //! The vector holds traits that survive cookie clearing and window resizes (screen, hardware,
 //! timezone offset, language count, rendering hashes) and leaves out what changes visit to

@@ -1,6 +1,7 @@
 //! What the processor reads: the decrypted batches the browser SDK sends (the probes batch and
 //! interaction batches of `schemas/collect.md` §3) and the server-side context ingest records
-//! beside them (§2 pings, §4 network check, §6 the log record's `request`, D9 Web Bot Auth).
+//! beside them (§2 pings, §4 network check, §6 the log record's `request`, Web Bot Auth:
+//! docs/architecture.md#collect-transport).
 //!
 //! Browser payloads are read leniently. Every member is optional, unknown members are ignored,
 //! and a member of the wrong type reads as absent instead of failing the whole batch: the
@@ -10,26 +11,6 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-/// Declares a browser-reported struct whose members are all optional and lenient.
-macro_rules! observed {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident {
-            $( $(#[$field_meta:meta])* $field:ident : $ty:ty, )*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-        pub struct $name {
-            $(
-                $(#[$field_meta])*
-                #[serde(default, deserialize_with = "schemas::raw::lenient", skip_serializing_if = "Option::is_none")]
-                pub $field: Option<$ty>,
-            )*
-        }
-    };
-}
 
 /// One decrypted batch, told apart by its `kind` member (read by [`Batch::from_slice`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -68,7 +49,7 @@ impl Batch {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// The probes batch (`kind: "probes"`), §3.1. A probe that ran out of time is named in
     /// `timed_out` and its member is absent.
     pub struct Probes {
@@ -86,7 +67,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// Automation markers: the facts BotD reads, unchanged from the browser.
     pub struct Automation {
         /// `navigator.webdriver`.
@@ -132,7 +113,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// One entry of `navigator.plugins`.
     pub struct Plugin {
         name: String,
@@ -140,7 +121,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// Browser and OS identity as the runtime reports it, in the page and in a worker.
     pub struct Browser {
         user_agent_data: UserAgentData,
@@ -163,7 +144,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// `navigator.userAgentData` (User-Agent Client Hints, low entropy).
     pub struct UserAgentData {
         brands: Vec<Brand>,
@@ -172,7 +153,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// `navigator.userAgentData.getHighEntropyValues(...)`.
     pub struct HighEntropy {
         platform_version: String,
@@ -181,7 +162,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// A client-hints brand and its version.
     pub struct Brand {
         brand: String,
@@ -189,7 +170,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// WebGL, canvas and audio facts; the hashes are hex SHA-256 digests.
     pub struct Rendering {
         webgl_vendor: String,
@@ -201,7 +182,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// `screen` and `devicePixelRatio`.
     pub struct Screen {
         width: f64,
@@ -214,7 +195,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// Timezone and locale as the runtime reports them.
     pub struct Locale {
         /// IANA name from `Intl.DateTimeFormat().resolvedOptions().timeZone`.
@@ -225,8 +206,8 @@ observed! {
     }
 }
 
-observed! {
-    /// Storage availability and where the visitor token was found (D11).
+schemas::lenient_struct! {
+    /// Storage availability and where the visitor token was found (docs/architecture.md#visitors).
     pub struct Storage {
         cookies_enabled: bool,
         local_storage: bool,
@@ -239,7 +220,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// Runtime-integrity checks.
     pub struct Integrity {
         /// Native functions whose `toString` is not native code.
@@ -252,7 +233,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// What a headless browser lacks even under another user agent.
     pub struct Residue {
         /// `matchMedia("(any-pointer: fine)")`: a mouse or touchpad is attached.
@@ -266,7 +247,7 @@ observed! {
     }
 }
 
-observed! {
+schemas::lenient_struct! {
     /// What the SDK measured of the network.
     pub struct Network {
         /// Round trips of the three pings, as measured with `performance.now()`.
@@ -905,7 +886,8 @@ mod compact_events {
     }
 }
 
-/// The outcome of Web Bot Auth verification (D9) for the session's requests.
+/// The outcome of Web Bot Auth verification (docs/architecture.md#collect-transport) for the
+/// session's requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WebBotAuth {

@@ -1,27 +1,28 @@
-//! The processor's consumer loop (DESIGN.md "Shape"; D10): reads `collect.batches.v1` in order
-//! per session, folds each batch into the session's state, decides, and stores the session with
-//! its new decision, then commits its position in the log. The log delivers at least once: a
-//! redelivered batch is recognised by its number and skipped, so a crash between storing and
-//! committing costs a repeat, never a lost or doubled effect.
+//! The processor's consumer loop (docs/architecture.md: #data-flow, #decisions): reads
+//! `collect.batches.v1` in order per session, folds each batch into the session's state, decides,
+//! and stores the session with its new decision, then commits its position in the log. The log
+//! delivers at least once: a redelivered batch is recognised by its number and skipped, so a crash
+//! between storing and committing costs a repeat, never a lost or doubled effect.
 //!
-//! Failures are of two kinds (STYLE 13). Permanent ones (a record or SDK batch that does not
-//! decode, a stored row or session state that does not decode, an event over the log's record
-//! size) can never succeed: the records concerned go to `collect.dead.v1` with the reason
-//! ([`schemas::collect::DeadLetter`]), are counted, and are committed past, so the sessions
-//! behind them go on. Transient ones (the store or the log unavailable) are retried with
-//! backoff ([`crate::retry`]) and never skipped. On shutdown the save in flight is finished and
-//! the position committed, so a restart reads nothing twice.
+//! Failures are of two kinds (docs/architecture.md#conv-consumer-failures). Permanent ones (a
+//! record or SDK batch that does not decode, a stored row or session state that does not decode, an
+//! event over the log's record size) can never succeed: the records concerned go to
+//! `collect.dead.v1` with the reason ([`schemas::collect::DeadLetter`]), are counted, and are
+//! committed past, so the sessions behind them go on. Transient ones (the store or the log
+//! unavailable) are retried with backoff ([`crate::retry`]) and never skipped. On shutdown the save
+//! in flight is finished and the position committed, so a restart reads nothing twice.
 //!
-//! The first probes batch of a session links it to a visitor (D11): a valid signed visitor token
-//! from the SDK's storage, else an exact anchor match with compatible browser traits, else the
-//! nearest component vector above [`LINK_THRESHOLD`] among the partition's newest visitors,
-//! else a new `vid_`. The visitor is saved before the session that names it; a visitor already
-//! holding the session among its recent sessions is not counted again, so a redelivery after a
-//! crash between the two saves links the same visitor without a second `seen_count`.
+//! The first probes batch of a session links it to a visitor (docs/architecture.md#visitors): a
+//! valid signed visitor token from the SDK's storage, else an exact anchor match with compatible
+//! browser traits, else the nearest component vector above [`LINK_THRESHOLD`] among the partition's
+//! newest visitors, else a new `vid_`. The visitor is saved before the session that names it; a
+//! visitor already holding the session among its recent sessions is not counted again, so a
+//! redelivery after a crash between the two saves links the same visitor without a second
+//! `seen_count`.
 //!
-//! Events (D12): linking records `session.fingerprint.calculated`, and the first final decision
-//! `session.result.persisted` (see [`crate::events`]). A decision becomes final when `results`
-//! is called or the session goes idle ([`idle`]).
+//! Events (docs/architecture.md#events): linking records `session.fingerprint.calculated`, and the
+//! first final decision `session.result.persisted` (see [`crate::events`]). A decision becomes
+//! final when `results` is called or the session goes idle ([`idle`]).
 //!
 //! Processors are members of one consumer group ([`bus::LogBackend::member`]): on Kafka,
 //! replicas share the partitions of `collect.batches.v1`, and a session, whose records share a
@@ -173,12 +174,14 @@ pub struct Pipeline {
     pub events: Topic,
     /// `collect.dead.v1`: where records that can never be processed go, with why.
     pub dead: Topic,
-    /// Verifies the visitor tokens the SDK presents (D11).
+    /// Verifies the visitor tokens the SDK presents (docs/architecture.md#visitors).
     pub secret: ServerSecret,
-    /// How long a session goes without a batch before its decision is made final (D10).
+    /// How long a session goes without a batch before its decision is made final
+    /// (docs/architecture.md#decisions).
     pub idle_after: Duration,
-    /// How long a visitor is kept after it was last seen (`--retention`, D23): its
-    /// `expires_at` is last seen plus this, when the retention sweep drops it.
+    /// How long a visitor is kept after it was last seen (`--retention`,
+    /// docs/architecture.md#retention): its `expires_at` is last seen plus this, when the retention
+    /// sweep drops it.
     pub retention: Duration,
     /// The bytes of session state kept in memory between batches (`--processor-cache-mb`);
     /// states evicted past it are decoded from the store again.
@@ -978,8 +981,8 @@ fn new_session(batch: &BatchRecord, collect: Option<&CollectSessionRecord>) -> S
     }
 }
 
-/// Links the session to a visitor in D11's order, updates and saves the visitor, and returns it
-/// with how it was found.
+/// Links the session to a visitor in the order of docs/architecture.md#visitors, updates and saves
+/// the visitor, and returns it with how it was found.
 async fn link_visitor(
     store: &Store,
     secret: &ServerSecret,

@@ -1,4 +1,4 @@
-//! Signals to a decision (D10), through one table read top to bottom.
+//! Signals to a decision (docs/architecture.md#decisions), through one table read top to bottom.
 //!
 //! How a decision is made:
 //!
@@ -85,7 +85,7 @@ const fn rule(
 /// The verdict table: the first row that holds decides.
 #[rustfmt::skip]
 pub const RULES: &[Rule] = &[
-    // A signature proves who the agent is; D10 makes that a verified bot whatever else fired.
+    // A signature proves who the agent is: a verified bot, whatever else fired.
     rule("signed_agent",        When::Fired("web_bot_auth_verified"),  Automated, Verdict::VerifiedBot, (0, 20)),
     rule("forged_signature",    When::Fired("web_bot_auth_invalid"),   Automated, Verdict::Bot,         (90, 100)),
     // One strong automation marker (webdriver, a framework trace) or several weaker ones.

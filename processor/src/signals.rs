@@ -74,7 +74,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-/// The five score categories of D10: the stored decision's (`schemas::decision`).
+/// The five score categories (docs/architecture.md#decisions): the stored decision's
+/// (`schemas::decision`).
 pub use schemas::decision::Category;
 
 /// One finding about a session. Serialised as an entry of `signals_fired`.

@@ -1,7 +1,8 @@
-//! The processor's telemetry (STYLE 14): each event below both logs and counts, so the two
-//! never disagree. The metrics are registered in prometheus's default registry, which
-//! `/metrics` serves beside the HTTP layer's (`edge::metrics`); every label is bounded (a dead-letter reason from a closed set, a
-//! partition number below the topic's count, a retried operation's static name).
+//! The processor's telemetry (docs/architecture.md#conv-telemetry-events): each event below both
+//! logs and counts, so the two never disagree. The metrics are registered in prometheus's default
+//! registry, which `/metrics` serves beside the HTTP layer's (`edge::metrics`); every label is
+//! bounded (a dead-letter reason from a closed set, a partition number below the topic's count, a
+//! retried operation's static name).
 
 use std::sync::LazyLock;
 use std::time::Duration;

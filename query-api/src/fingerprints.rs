@@ -1,6 +1,7 @@
 //! `GET /v1/fingerprints` and `GET /v1/fingerprints/{visitorId}` (interface "Fingerprints",
-//! `visitor_fingerprint`; D3, D4, D7, D11): handlers, query validation and the shapes they
-//! answer. A visitor of another organization or environment is a 404.
+//! `visitor_fingerprint`, documented in docs/api.md#sessions-fingerprints-and-handoffs;
+//! docs/architecture.md: #scopes, #lists, #environments, #visitors): handlers, query validation
+//! and the shapes they answer. A visitor of another organization or environment is a 404.
 //!
 //! Lists default to `last_seen` descending; `sort=seen_count` and `sort=first_seen` are
 //! descending too, the visitor id breaking ties. Each order is an index table the store keeps on
@@ -94,7 +95,7 @@ fn sort_name(order: VisitorOrder) -> &'static str {
     }
 }
 
-/// `search` (D4): a visitor id, an IP address or a user-agent substring.
+/// `search` (docs/architecture.md#lists): a visitor id, an IP address or a user-agent substring.
 fn matches(v: &VisitorRecord, search: Option<&str>) -> bool {
     match search {
         None => true,

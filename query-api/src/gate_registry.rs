@@ -1,7 +1,8 @@
-//! The Gate registry (interface "Gate registry", D14): `GET /v1/gate/registry` and
-//! `GET /v1/gate/registry/{serviceId}` with a publishable or a secret key. Public metadata of
-//! the published (active and discoverable) services of the key's environment, the built-in
-//! `vigil` service first; never a secret, a webhook URL or the owning organization.
+//! The Gate registry (docs/gate.md#the-registry, docs/architecture.md#gate):
+//! `GET /v1/gate/registry` and `GET /v1/gate/registry/{serviceId}` with a publishable or a secret
+//! key. Public metadata of the published (active and discoverable) services of the key's
+//! environment, the built-in `vigil` service first; never a secret, a webhook URL or the owning
+//! organization.
 
 use axum::Router;
 use axum::extract::State;

@@ -1,6 +1,7 @@
-//! `GET /v1/sessions` and `GET /v1/sessions/{sessionId}` (interface "Sessions", D3, D4, D7):
-//! handlers, query validation and the shapes they answer. A session of another organization or
-//! environment is a 404.
+//! `GET /v1/sessions` and `GET /v1/sessions/{sessionId}` (interface "Sessions", documented in
+//! docs/api.md#sessions-fingerprints-and-handoffs; docs/architecture.md: #scopes, #lists,
+//! #environments): handlers, query validation and the shapes they answer. A session of another
+//! organization or environment is a 404.
 
 use axum::Router;
 use axum::extract::State;
@@ -21,7 +22,7 @@ use store::SessionRecord;
 
 use crate::{QueryState, latest_decision};
 
-/// The verdict enumeration (D10), the values of `verdict=`.
+/// The verdict enumeration (docs/architecture.md#decisions), the values of `verdict=`.
 pub const VERDICTS: [&str; 4] = ["human", "bot", "verified_bot", "suspicious"];
 /// How many stored sessions one `search` request reads at most while filtering, so a search
 /// that matches little cannot make a request scan a whole partition; the cursor resumes after
@@ -79,7 +80,8 @@ fn row(s: &SessionRecord) -> SessionRow {
     }
 }
 
-/// `search` (D4): a session id, a visitor id, an IP address or a URL substring.
+/// `search` (docs/architecture.md#lists): a session id, a visitor id, an IP address or a URL
+/// substring.
 fn matches(s: &SessionRecord, verdict: Option<&str>, search: Option<&str>) -> bool {
     if let Some(v) = verdict
         && latest_decision(s).map(|d| d.verdict.as_str()) != Some(v)

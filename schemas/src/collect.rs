@@ -19,10 +19,12 @@ pub const BATCHES_PARTITIONS: u32 = 8;
 pub struct BatchRequest {
     pub ip: String,
     pub user_agent: String,
-    /// Header names in the order they arrived: part of the connection fingerprint (D9).
+    /// Header names in the order they arrived: part of the connection fingerprint
+    /// (docs/architecture.md#collect-transport).
     pub header_names: Vec<String>,
     pub url: String,
-    /// The request's Web Bot Auth signature checked (D9); absent when it carried none.
+    /// The request's Web Bot Auth signature checked (docs/architecture.md#collect-transport);
+    /// absent when it carried none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web_bot_auth: Option<WebBotAuthCheck>,
 }

@@ -1,7 +1,7 @@
-//! The credential token format (D1): `pk_live_`, `pk_test_`, `sk_live_`, `sk_test_`, then 32
-//! base62 characters from the OS random source (190 bits), then a 6-character base62 CRC32 of
-//! everything before it. The checksum lets secret scanners recognise a leaked key offline and
-//! lets the server reject typos without touching the store.
+//! The credential token format (docs/architecture.md#ids-and-credentials): `pk_live_`, `pk_test_`,
+//! `sk_live_`, `sk_test_`, then 32 base62 characters from the OS random source (190 bits), then a
+//! 6-character base62 CRC32 of everything before it. The checksum lets secret scanners recognise a
+//! leaked key offline and lets the server reject typos without touching the store.
 
 use std::fmt;
 
@@ -54,7 +54,8 @@ impl KeyType {
     }
 }
 
-/// Live and test keys reach the same endpoints but isolated data (D7).
+/// Live and test keys reach the same endpoints but isolated data
+/// (docs/architecture.md#environments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Environment {

@@ -1,6 +1,6 @@
-//! The decision document (D10): what the processor stores for a session as its
-//! `latest_decision` and in `session_decisions`, what the query API and the handoff show, and
-//! what `session.result.persisted` summarises. Written by one process and read by others that
+//! The decision document (docs/architecture.md#decisions): what the processor stores for a session
+//! as its `latest_decision` and in `session_decisions`, what the query API and the handoff show,
+//! and what `session.result.persisted` summarises. Written by one process and read by others that
 //! may run another version, so it is a declared type: members this build does not know are
 //! kept ([`Decision::extra`] and its like), and a round trip through it loses nothing.
 //!
@@ -85,8 +85,8 @@ pub enum Manipulation {
     EmulatedDevice,
 }
 
-/// The five score categories of D10. Declared (and so ordered, as the keys of
-/// [`ScoreBreakdown::categories`]) by name, as the documents list them.
+/// The five score categories of a decision (docs/architecture.md#decisions). Declared (and so
+/// ordered, as the keys of [`ScoreBreakdown::categories`]) by name, as the documents list them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
@@ -98,7 +98,7 @@ pub enum Category {
 }
 
 impl Category {
-    /// Every category, in the order D10 names them.
+    /// Every category, in the order docs/architecture.md#decisions names them.
     pub const ALL: [Category; 5] = [
         Self::Automation,
         Self::Integrity,

@@ -5,9 +5,9 @@
 //!
 //! Why refuse early rather than let the write fail: fjall marks a database poisoned after a
 //! failed journal write and refuses every later write until the process restarts. Refused
-//! early, a full disk is a retryable answer (D23) that ends by itself once space returns. The
-//! reserve also leaves room for the engine's own background work (memtable flushes,
-//! compactions), which must not be the writes that fill the disk.
+//! early, a full disk is a retryable answer (docs/architecture.md#retention) that ends by itself
+//! once space returns. The reserve also leaves room for the engine's own background work (memtable
+//! flushes, compactions), which must not be the writes that fill the disk.
 
 use std::path::{Path, PathBuf};
 

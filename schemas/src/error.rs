@@ -1,5 +1,6 @@
-//! The closed set of error codes (interface "Errors" and D2) and the error envelope's shape.
-//! Each code carries its HTTP status and whether a retry can help; nothing else decides them.
+//! The closed set of error codes (docs/errors.md, docs/architecture.md#errors) and the error
+//! envelope's shape. Each code carries its HTTP status and whether a retry can help; nothing else
+//! decides them.
 
 use serde::Serialize;
 

@@ -1,6 +1,7 @@
-//! Events (D12): the types the interface names, the event shape of its Resources section, the
-//! log topic every role appends them to (`schemas/events.md` documents `data` per type), and the
-//! dead-letter topic the dispatcher sets aside the records of it cannot read.
+//! Events (docs/architecture.md#events): the types the interface names, the event shape of its
+//! Resources section, the log topic every role appends them to (`schemas/events.md` documents
+//! `data` per type), and the dead-letter topic the dispatcher sets aside the records of it cannot
+//! read.
 
 use serde::{Deserialize, Serialize};
 

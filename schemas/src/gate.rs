@@ -1,6 +1,6 @@
-//! Gate's shared rules (interface "gate_service", D14): what a service id may be, which ids are
-//! reserved, the built-in system service, the per-organization cap, and the formats of the
-//! service's colours and environment-variable names.
+//! Gate's shared rules (interface "gate_service", docs/architecture.md#gate): what a service id may
+//! be, which ids are reserved, the built-in system service, the per-organization cap, and the
+//! formats of the service's colours and environment-variable names.
 
 /// The built-in system service: always present and discoverable, in both environments; no
 /// organization owns it, and it counts toward no cap.
@@ -31,7 +31,8 @@ pub const RESERVED_IDS: &[&str] = &[
     "consent",
 ];
 
-/// A Gate workflow credential's prefix (D1, D14): each is single-purpose.
+/// A Gate workflow credential's prefix (docs/architecture.md: #ids-and-credentials, #gate): each is
+/// single-purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenKind {
     /// `gtpoll_`: polls one Gate session.
@@ -106,7 +107,7 @@ pub const POLL_INTERVAL_SECS: u32 = 5;
 pub const SLOW_DOWN_SECS: u32 = 5;
 /// The most polls one Gate session answers.
 pub const MAX_POLLS: u32 = 200;
-/// How long an agent token is valid (D14).
+/// How long an agent token is valid (docs/architecture.md#gate).
 pub const AGENT_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(90 * 24 * 3600);
 /// Login sessions one agent token may start per hour.
 pub const LOGINS_PER_HOUR: usize = 10;

@@ -1,7 +1,8 @@
-//! Prefixed resource ids (D1): a prefix, then a ULID in lowercase Crockford base32, so ids sort
-//! by the millisecond they were made and a stray `key_` can never be mistaken for an `org_`. The webhook family
-//! (`wevt_`, `we_`, `wdlv_`) is spelled with 32 lowercase hex digits, as the interface fixes;
-//! those are ULIDs too, written in hex, so they sort the same way.
+//! Prefixed resource ids (docs/architecture.md#ids-and-credentials): a prefix, then a ULID in
+//! lowercase Crockford base32, so ids sort by the millisecond they were made and a stray `key_` can
+//! never be mistaken for an `org_`. The webhook family (`wevt_`, `we_`, `wdlv_`) is spelled with 32
+//! lowercase hex digits, as the interface fixes; those are ULIDs too, written in hex, so they sort
+//! the same way.
 
 use std::fmt;
 use std::str::FromStr;
@@ -12,10 +13,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use ulid::Ulid;
 
 /// A fresh ULID: the current millisecond, then 80 bits straight from the OS random source.
-/// There is deliberately no monotonic increment within a millisecond (D1): ids made together
-/// would differ by one, so any response's id (a request id included) would predict its
-/// neighbours. Ids still sort by their millisecond; within one, lists break ties by id, which
-/// is as good an order as any for things made at the same instant.
+/// There is deliberately no monotonic increment within a millisecond
+/// (docs/architecture.md#ids-and-credentials): ids made together would differ by one, so any
+/// response's id (a request id included) would predict its neighbours. Ids still sort by their
+/// millisecond; within one, lists break ties by id, which is as good an order as any for things
+/// made at the same instant.
 pub fn next_ulid() -> Ulid {
     let mut random = [0u8; 16];
     OsRng
@@ -191,23 +193,27 @@ pub fn parse_hex_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
 }
 
 id_type!(
-    /// A Gate session: one signup or login waiting for, or past, a person's approval (D14).
+    /// A Gate session: one signup or login waiting for, or past, a person's approval
+    /// (docs/architecture.md#gate).
     GateSessionId, "gate_", spell_base32, parse_ulid_id
 );
 id_type!(
-    /// An account a Gate signup made at a service, which its agent token acts for (D14).
+    /// An account a Gate signup made at a service, which its agent token acts for
+    /// (docs/architecture.md#gate).
     GateAccountId, "gacct_", spell_base32, parse_ulid_id
 );
 id_type!(
-    /// One event recorded for an organization (D12), delivered to its webhooks.
+    /// One event recorded for an organization (docs/architecture.md#events), delivered to its
+    /// webhooks.
     EventId, "wevt_", spell_hex, parse_hex_id
 );
 id_type!(
-    /// A webhook endpoint of an organization (D13).
+    /// A webhook endpoint of an organization (docs/architecture.md#webhooks).
     WebhookEndpointId, "we_", spell_hex, parse_hex_id
 );
 id_type!(
-    /// The delivery of one event to one webhook endpoint, with its attempts (D13).
+    /// The delivery of one event to one webhook endpoint, with its attempts
+    /// (docs/architecture.md#webhooks).
     WebhookDeliveryId, "wdlv_", spell_hex, parse_hex_id
 );
 

@@ -5,6 +5,9 @@
 //! (`redact`); and the free-space reserve both embedded engines keep (`disk`).
 //! Nothing here does I/O but `disk`'s one `statvfs`.
 
+// So that `schemas::…` paths in this crate's exported macros resolve here too.
+extern crate self as schemas;
+
 pub mod collect;
 pub mod credential;
 pub mod dead;

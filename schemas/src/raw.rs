@@ -16,6 +16,34 @@ where
     Ok(serde_json::from_value(value).ok())
 }
 
+/// Declares a struct whose members are all optional and read with [`lenient`]: a member of
+/// the wrong shape reads as absent, an unknown one is ignored. For what a browser reports (the
+/// processor's observations) and what another version of the processor stored (the session
+/// views). The caller needs `serde` among its dependencies.
+#[macro_export]
+macro_rules! lenient_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+        pub struct $name {
+            $(
+                $(#[$field_meta])*
+                #[serde(
+                    default,
+                    deserialize_with = "schemas::raw::lenient",
+                    skip_serializing_if = "Option::is_none"
+                )]
+                pub $field: Option<$ty>,
+            )*
+        }
+    };
+}
+
 /// A JSON document kept as its text: stored, logged and read back without being parsed into a
 /// tree, for members only one party interprets (a session's processor state is rewritten on
 /// every batch, and a batch's observations pass through ingest and the log to the processor;

@@ -1,7 +1,7 @@
-//! Secrets out of logs (D21): a backend URL (store, log, limiter) is shown with its user-info's
-//! password and every secret-looking query member replaced by `***`, so it can be logged or put
-//! in an error message whole. Kafka SASL credentials travel both ways (`kafka://user:pw@…` and
-//! `?sasl.password=…`), and so do Redis passwords and cloud tokens.
+//! Secrets out of logs (docs/architecture.md#secrets-in-logs): a backend URL (store, log, limiter)
+//! is shown with its user-info's password and every secret-looking query member replaced by `***`,
+//! so it can be logged or put in an error message whole. Kafka SASL credentials travel both ways
+//! (`kafka://user:pw@…` and `?sasl.password=…`), and so do Redis passwords and cloud tokens.
 
 use std::borrow::Cow;
 

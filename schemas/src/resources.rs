@@ -7,7 +7,7 @@ use crate::ids::{KeyId, OrgId};
 use crate::scope::Scope;
 use crate::time::{self, Timestamp};
 
-/// Organization statuses (D8).
+/// Organization statuses (docs/architecture.md#organizations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OrgStatus {
@@ -40,8 +40,8 @@ pub struct Organization {
     pub updated_at: Timestamp,
 }
 
-/// API key statuses (D6): `active` (including a rotated key inside its grace window),
-/// `expired` after the grace window, `revoked` after DELETE.
+/// API key statuses (docs/architecture.md#api-keys): `active` (including a rotated key inside its
+/// grace window), `expired` after the grace window, `revoked` after DELETE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyStatus {

@@ -14,27 +14,7 @@ use serde_json::{Map, Value};
 use crate::raw::RawJson;
 use crate::time::Timestamp;
 
-/// Declares a view struct whose members are all optional and lenient.
-macro_rules! view {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident {
-            $( $(#[$field_meta:meta])* $field:ident : $ty:ty, )*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-        pub struct $name {
-            $(
-                $(#[$field_meta])*
-                #[serde(default, deserialize_with = "crate::raw::lenient", skip_serializing_if = "Option::is_none")]
-                pub $field: Option<$ty>,
-            )*
-        }
-    };
-}
-
-view! {
+crate::lenient_struct! {
     /// The processor's state of one session, as far as it is shown.
     pub struct SessionView {
         observations: ObservationsView,
@@ -58,7 +38,7 @@ impl SessionView {
     }
 }
 
-view! {
+crate::lenient_struct! {
     /// What the browser reported.
     pub struct ObservationsView {
         /// The first probes batch (`schemas/collect.md` §3.1).
@@ -66,7 +46,7 @@ view! {
     }
 }
 
-view! {
+crate::lenient_struct! {
     /// The members of the probes batch that are shown.
     pub struct ProbesView {
         collected_in_ms: f64,
@@ -82,7 +62,7 @@ view! {
     }
 }
 
-view! {
+crate::lenient_struct! {
     pub struct AutomationView {
         /// `navigator.webdriver`.
         webdriver: bool,
@@ -91,7 +71,7 @@ view! {
     }
 }
 
-view! {
+crate::lenient_struct! {
     pub struct BrowserView {
         /// `navigator.platform`.
         platform: String,
@@ -99,20 +79,20 @@ view! {
     }
 }
 
-view! {
+crate::lenient_struct! {
     pub struct RenderingView {
         webgl_renderer: String,
     }
 }
 
-view! {
+crate::lenient_struct! {
     pub struct LocaleView {
         /// IANA name.
         timezone: String,
     }
 }
 
-view! {
+crate::lenient_struct! {
     pub struct IntegrityView {
         /// Native functions whose `toString` is not native code.
         tampered_natives: Vec<String>,
@@ -121,7 +101,7 @@ view! {
     }
 }
 
-view! {
+crate::lenient_struct! {
     pub struct NetworkView {
         /// Round trips of the pings as the SDK measured them.
         ping_rtts_ms: Vec<f64>,
@@ -172,7 +152,7 @@ pub enum WebBotAuthOutcome {
     Absent,
 }
 
-view! {
+crate::lenient_struct! {
     /// What the server knows of the session beyond the browser's claims.
     pub struct ContextView {
         request: RequestView,
@@ -186,7 +166,7 @@ view! {
     }
 }
 
-view! {
+crate::lenient_struct! {
     /// The HTTP request that carried the session's first batch.
     pub struct RequestView {
         /// Header names in wire order, lower case.

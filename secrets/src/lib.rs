@@ -1,6 +1,7 @@
 //! The server secret and what is derived from it: the pepper that turns credentials into the
-//! keyed hashes the store keeps (D1), the key that seals stored idempotent responses (they may
-//! hold a freshly minted secret key), and the key that signs pagination cursors.
+//! keyed hashes the store keeps (docs/architecture.md#ids-and-credentials), the key that seals
+//! stored idempotent responses (they may hold a freshly minted secret key), and the key that signs
+//! pagination cursors.
 
 use std::io::Write;
 use std::path::Path;
@@ -34,9 +35,9 @@ pub struct ServerSecret {
     sealing: [u8; 32],
     cursor: [u8; 32],
     visitor_token: [u8; 32],
-    /// Handoff sealing keys by key id, newest first (D9): a handoff names its key id, and
-    /// opening tries the key it names, so keys can be rotated without breaking handoffs in
-    /// flight.
+    /// Handoff sealing keys by key id, newest first (docs/architecture.md#collect-transport): a
+    /// handoff names its key id, and opening tries the key it names, so keys can be rotated without
+    /// breaking handoffs in flight.
     handoff: Vec<(&'static str, [u8; 32])>,
 }
 
@@ -165,8 +166,8 @@ impl ServerSecret {
         hmac(&self.cursor, parts)
     }
 
-    /// A MAC for the visitor tokens the SDK keeps in first-party storage (D11), under a key of
-    /// its own.
+    /// A MAC for the visitor tokens the SDK keeps in first-party storage
+    /// (docs/architecture.md#visitors), under a key of its own.
     pub fn visitor_token_mac(&self, parts: &[&[u8]]) -> [u8; 32] {
         hmac(&self.visitor_token, parts)
     }

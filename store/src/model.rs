@@ -89,8 +89,9 @@ pub enum IdempotencyBegin {
     Existing(IdempotencyRecord),
 }
 
-/// `collect_sessions`, partition key `id`: a browser's encrypted collect session (D9), stored so
-/// that any ingest replica can serve any session.
+/// `collect_sessions`, partition key `id`: a browser's encrypted collect session
+/// (docs/architecture.md#collect-transport), stored so that any ingest replica can serve any
+/// session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollectSessionRecord {
     pub id: schemas::SessionId,
@@ -162,8 +163,8 @@ pub struct SessionRecord {
     pub state: RawJson,
     /// The latest decision (the processor's JSON, with its `event_id`).
     pub latest_decision: Option<RawJson>,
-    /// The decision is final (D10). Until it is, the session is listed in `sessions_idle` under
-    /// its `updated_at`, so an idle session can be found and finalised.
+    /// The decision is final (docs/architecture.md#decisions). Until it is, the session is listed
+    /// in `sessions_idle` under its `updated_at`, so an idle session can be found and finalised.
     #[serde(default)]
     pub finalized: bool,
 }
@@ -200,8 +201,9 @@ impl SessionRecord {
     }
 }
 
-/// The two members of a decision that make it a turning point of its session's history (D23):
-/// a session keeps the decisions where either changed, plus its latest.
+/// The two members of a decision that make it a turning point of its session's history
+/// (docs/architecture.md#retention): a session keeps the decisions where either changed, plus its
+/// latest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct DecisionTurn {
     #[serde(default)]
@@ -228,9 +230,9 @@ impl SessionRecord {
 }
 
 /// `session_decisions`, partition key `session_id`, clustering key `id DESC`: the decisions a
-/// session had where its phase or verdict changed, plus its latest, newest first (D23;
-/// `save_session` prunes the rest in the same write). The embedded store keeps the latest in
-/// the session's row instead (see `store/src/embedded/sessions.rs`).
+/// session had where its phase or verdict changed, plus its latest, newest first
+/// (docs/architecture.md#retention; `save_session` prunes the rest in the same write). The embedded
+/// store keeps the latest in the session's row instead (see `store/src/embedded/sessions.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     pub session_id: schemas::SessionId,
@@ -240,8 +242,8 @@ pub struct DecisionRecord {
 }
 
 /// `events`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs in
-/// hex, so newest first): an event as recorded for the events API (D12). Its webhook deliveries
-/// are kept beside it by the dispatcher, not in this row.
+/// hex, so newest first): an event as recorded for the events API (docs/architecture.md#events).
+/// Its webhook deliveries are kept beside it by the dispatcher, not in this row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     pub id: schemas::EventId,
@@ -283,7 +285,7 @@ impl EventRecord {
 
 /// `webhook_endpoints`, partition key `(organization_id, environment)`, clustering key `id DESC`
 /// (ULIDs, so newest first): where an organization's events of one environment are delivered
-/// (D13).
+/// (docs/architecture.md#webhooks).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookEndpointRecord {
     pub id: schemas::ids::WebhookEndpointId,
@@ -321,8 +323,8 @@ impl WebhookEndpointRecord {
     }
 }
 
-/// Whether a webhook endpoint is delivered to. Deleting an endpoint disables it (D13), and so
-/// does a 410 answer to a delivery.
+/// Whether a webhook endpoint is delivered to. Deleting an endpoint disables it
+/// (docs/architecture.md#webhooks), and so does a 410 answer to a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EndpointStatus {
@@ -331,9 +333,10 @@ pub enum EndpointStatus {
 }
 
 /// `webhook_deliveries`, partition key `(organization_id, environment, event_id)`, clustering
-/// key `endpoint_id`: one event's delivery to one endpoint and its attempts so far (D13, D24).
-/// Pending ones are also in `webhook_deliveries_due`, by when their next attempt is due, so a
-/// restarted dispatcher resumes the schedule from the store.
+/// key `endpoint_id`: one event's delivery to one endpoint and its attempts so far
+/// (docs/architecture.md: #webhooks, #dispatcher). Pending ones are also in
+/// `webhook_deliveries_due`, by when their next attempt is due, so a restarted dispatcher resumes
+/// the schedule from the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookDeliveryRecord {
     pub id: schemas::ids::WebhookDeliveryId,
@@ -382,7 +385,7 @@ impl WebhookDeliveryRecord {
     }
 }
 
-/// Where a delivery stands (D13).
+/// Where a delivery stands (docs/architecture.md#webhooks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryStatus {
@@ -392,8 +395,8 @@ pub enum DeliveryStatus {
 }
 
 /// `visitors`, partition key `(organization_id, environment)`, clustering key `id DESC` (ULIDs,
-/// so newest first): a visitor fingerprint (D11) as the processor links it and the reads show it.
-/// Its anchors are indexed in `visitors_by_anchor`, written with the row.
+/// so newest first): a visitor fingerprint (docs/architecture.md#visitors) as the processor links
+/// it and the reads show it. Its anchors are indexed in `visitors_by_anchor`, written with the row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VisitorRecord {
     pub id: schemas::VisitorId,
@@ -402,7 +405,7 @@ pub struct VisitorRecord {
     pub first_seen_at: Timestamp,
     pub last_seen_at: Timestamp,
     pub seen_count: u64,
-    /// `last_seen_at` plus the retention (D11: 365 days by default).
+    /// `last_seen_at` plus the retention (`--retention`; docs/architecture.md#visitors).
     pub expires_at: Timestamp,
     pub latest_request: VisitorRequest,
     pub storage: VisitorStorage,
@@ -428,8 +431,8 @@ impl VisitorRecord {
     }
 }
 
-/// The orders `GET /v1/fingerprints` lists in (D4), each kept by an index table
-/// (`visitors_by_last_seen`, `visitors_by_seen_count`, `visitors_by_first_seen`): partition
+/// The orders `GET /v1/fingerprints` lists in (docs/architecture.md#lists), each kept by an index
+/// table (`visitors_by_last_seen`, `visitors_by_seen_count`, `visitors_by_first_seen`): partition
 /// `(organization_id, environment)`, clustering `(value DESC, visitor_id DESC)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum VisitorOrder {
@@ -624,8 +627,8 @@ mod bytes_text {
     }
 }
 
-/// A Gate service (interface `gate_service`, D14), owned by one organization in one
-/// environment; its id is unique over every organization and environment, since Gate's
+/// A Gate service (interface `gate_service`, docs/architecture.md#gate), owned by one organization
+/// in one environment; its id is unique over every organization and environment, since Gate's
 /// no-key routes (signup, the registry by id) name a service by its id alone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GateServiceRecord {
@@ -659,8 +662,8 @@ impl GateServiceRecord {
         format!("gate-service:{id}").into_bytes()
     }
 
-    /// The built-in system service (D14) in `env`: Vigil's own, at `website`, owned by no
-    /// organization (the nil id), always published, never stored.
+    /// The built-in system service (docs/architecture.md#gate) in `env`: Vigil's own, at `website`,
+    /// owned by no organization (the nil id), always published, never stored.
     pub fn system(env: Environment, website: &str) -> Self {
         let epoch = Timestamp::UNIX_EPOCH;
         GateServiceRecord {
@@ -772,9 +775,9 @@ pub enum GateSessionStatus {
     Completed,
 }
 
-/// A Gate session (D14): a signup or a login, from its start to its approval and after. Every
-/// token it involves is stored as a keyed hash; a signup's delivery is sealed until it is
-/// acknowledged, then dropped.
+/// A Gate session (docs/architecture.md#gate): a signup or a login, from its start to its approval
+/// and after. Every token it involves is stored as a keyed hash; a signup's delivery is sealed
+/// until it is acknowledged, then dropped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GateSessionRecord {
     pub id: schemas::ids::GateSessionId,
@@ -807,7 +810,7 @@ pub struct GateSessionRecord {
     pub expires_at: Timestamp,
 }
 
-/// An account a signup made at a service (D14).
+/// An account a signup made at a service (docs/architecture.md#gate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GateAccountRecord {
     pub id: schemas::ids::GateAccountId,

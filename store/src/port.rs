@@ -249,11 +249,12 @@ store_port! {
     pub trait CollectStore {
         // handoff_openings
 
-        /// Records the opening of the handoff `handoff` (D9: a handoff opens once) unless it was
-        /// opened before: `None` when this call is the first, else the time of the first opening.
-        /// The check and the write are one atomic step, so of concurrent openings exactly one is
-        /// first. The row is kept until `expires_at` (the handoff's own expiry, after which it
-        /// cannot be opened anyway) and may be dropped after.
+        /// Records the opening of the handoff `handoff` (a handoff opens once:
+        /// docs/architecture.md#collect-transport) unless it was opened before: `None` when this
+        /// call is the first, else the time of the first opening. The check and the write are one
+        /// atomic step, so of concurrent openings exactly one is first. The row is kept until
+        /// `expires_at` (the handoff's own expiry, after which it cannot be opened anyway) and may
+        /// be dropped after.
         async fn open_handoff_once(
             &self,
             handoff: &[u8; 16],
@@ -646,7 +647,7 @@ store_port! {
     ///
     /// Each backend implements it in `store/src/<backend>/retention.rs`.
     pub trait RetentionStore {
-        // retention (D23)
+        // retention (docs/architecture.md#retention)
 
         /// One bounded step of expiry: drops sessions (with their decisions and index rows) not
         /// updated since `keep_since`, events created before it and visitors (with their index

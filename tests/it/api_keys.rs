@@ -501,7 +501,7 @@ async fn lists_paginate_newest_first_with_signed_cursors() {
     }
     assert_eq!(seen.len(), 7);
     // Newest first by id: ids are time-ordered to the millisecond (keys made within one are in
-    // the order of their random parts, D1).
+    // the order of their random parts: docs/architecture.md#ids-and-credentials).
     let mut newest_first: Vec<String> = made.clone();
     newest_first.sort_by(|a, b| b.cmp(a));
     assert_eq!(&seen[..5], &newest_first[..]);

@@ -1,5 +1,6 @@
-//! Credentials over HTTP (D2, D16, D17): missing, malformed, unknown and wrong-type keys,
-//! publishable-key origins, live keys only over TLS, and secret keys exposed to a browser.
+//! Credentials over HTTP (docs/architecture.md: #errors, #tls-and-proxies, #exposed-keys): missing,
+//! malformed, unknown and wrong-type keys, publishable-key origins, live keys only over TLS, and
+//! secret keys exposed to a browser.
 
 use std::time::Duration;
 
@@ -102,7 +103,8 @@ async fn publishable_keys_are_refused_on_secret_routes_and_checked_for_origin() 
 #[tokio::test]
 async fn request_headers_never_revoke_a_secret_key() {
     // Server-side clients send what browsers send: Node's fetch `sec-fetch-mode: cors`, proxies
-    // a forwarded `Origin` (D17). Only a browser route is evidence (tests/it/security.rs).
+    // a forwarded `Origin` (docs/architecture.md#exposed-keys). Only a browser route is evidence
+    // (tests/it/security.rs).
     let s = TestServer::start().await;
     let sk = &s.creds.keys.secret_live;
     for (header, value) in [

@@ -181,7 +181,8 @@ async fn the_handoff_from_agent_result_opens_to_the_same_session_with_the_secret
     );
 
     // One whole visit (load, pings, probes, network check, result) spends a small part of the
-    // publishable key's per-address budget (D5): the next request shows what is left.
+    // publishable key's per-address budget (docs/architecture.md#rate-limits): the next request
+    // shows what is left.
     let after = s
         .get("/v1/collect/pings/png_00000000000000000000000000")
         .key(&s.creds.keys.publishable_test)

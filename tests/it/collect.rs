@@ -1,8 +1,8 @@
-//! The Collect API over HTTP (schemas/collect.md, D9, D19): opening an encrypted session with a
-//! real ECDH exchange, pings, batches that reach the log only when accepted, and every refusal
-//! with its documented error: wrong origin, the other environment's key, replayed, tampered and
-//! misdirected batches, oversize and malformed bodies, expired sessions. (Calls that must prove
-//! their session are tested in collect_binding.rs.)
+//! The Collect API over HTTP (schemas/collect.md; docs/architecture.md: #collect-transport, #cors):
+//! opening an encrypted session with a real ECDH exchange, pings, batches that reach the log only
+//! when accepted, and every refusal with its documented error: wrong origin, the other
+//! environment's key, replayed, tampered and misdirected batches, oversize and malformed bodies,
+//! expired sessions. (Calls that must prove their session are tested in collect_binding.rs.)
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -197,7 +197,8 @@ async fn keys_are_checked_for_type_origin_and_environment() {
     b.ping(&s, &s.creds.keys.publishable_live, &b.pings[0])
         .await
         .err(404, "resource.not_found");
-    // A secret key here has been put in a page: it is revoked at once (D17).
+    // A secret key here has been put in a page: it is revoked at once
+    // (docs/architecture.md#exposed-keys).
     let leaked = s
         .create_key(&s.creds.keys.secret_test, json!({"name": "leaked"}))
         .await;

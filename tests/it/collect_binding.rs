@@ -1,9 +1,9 @@
-//! Collect calls are bound to their session (D9, schemas/collect.md section 1.1): a ping, a
-//! network check and `results` act on a session only with a `Vigil-Session-Proof` made with that
-//! session's key for that very call and an unspent counter. Without one, with another session's,
-//! altered, made for another call or replayed, the call is refused with
-//! `collect.session_proof_invalid` and writes nothing: no ping arrival, no log record, no
-//! handoff, no finalisation, no counter spent.
+//! Collect calls are bound to their session (schemas/collect.md section 1.1,
+//! docs/architecture.md#collect-transport): a ping, a network check and `results` act on a session
+//! only with a `Vigil-Session-Proof` made with that session's key for that very call and an unspent
+//! counter. Without one, with another session's, altered, made for another call or replayed, the
+//! call is refused with `collect.session_proof_invalid` and writes nothing: no ping arrival, no log
+//! record, no handoff, no finalisation, no counter spent.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;

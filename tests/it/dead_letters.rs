@@ -1,7 +1,8 @@
-//! Poison records never stall the pipeline (STYLE 13): a corrupt stored session state, an
-//! unreadable log record and an event over the log's size each land on `collect.dead.v1` with
-//! their reason and are counted in `vigil_processor_dead_letters_total`, while another tenant's
-//! session behind them still gets its decision; a store outage is retried and skips nothing.
+//! Poison records never stall the pipeline (docs/architecture.md#conv-consumer-failures): a corrupt
+//! stored session state, an unreadable log record and an event over the log's size each land on
+//! `collect.dead.v1` with their reason and are counted in `vigil_processor_dead_letters_total`,
+//! while another tenant's session behind them still gets its decision; a store outage is retried
+//! and skips nothing.
 
 use std::sync::Arc;
 use std::time::Duration;

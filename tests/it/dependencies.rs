@@ -1,8 +1,8 @@
 //! Absent or failing dependencies, over HTTP: a server started while Kafka is unreachable
 //! serves at once (`/healthz` 200, `/readyz` 503 naming the bus, collect batches a retryable
 //! 503) and recovers by itself when the broker appears; a broker that goes down mid-stream
-//! loses no acknowledged batch. The broker is librdkafka's mock cluster (DEPENDENCIES.md).
-//! (Redis failing open is `limits.rs`'s.)
+//! loses no acknowledged batch. The broker is librdkafka's mock cluster
+//! (docs/testing.md#real-clients-and-servers). (Redis failing open is `limits.rs`'s.)
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
-//! The error envelope for every failure the transport can produce (D2): unknown routes, wrong
-//! methods, malformed JSON, wrong Content-Type, oversize bodies; and request ids.
+//! The error envelope for every failure the transport can produce (docs/architecture.md#errors):
+//! unknown routes, wrong methods, malformed JSON, wrong Content-Type, oversize bodies; and request
+//! ids.
 
 use vigil_tests::{TestServer, json};
 

@@ -1,8 +1,9 @@
-//! Events of the scoring pipeline (D12), through the real interface: a session driven over
-//! HTTP is linked and finalised by the processor, which records `session.fingerprint.calculated`
-//! and `session.result.persisted` per organization (in the store, in the interface's event
-//! shape) and publishes them to `events.v1`. Also idle finalisation (D10): a session that stops
-//! sending batches gets a final decision after `--session-idle`.
+//! Events of the scoring pipeline (docs/architecture.md#events), through the real interface: a
+//! session driven over HTTP is linked and finalised by the processor, which records
+//! `session.fingerprint.calculated` and `session.result.persisted` per organization (in the store,
+//! in the interface's event shape) and publishes them to `events.v1`. Also idle finalisation
+//! (docs/architecture.md#decisions): a session that stops sending batches gets a final decision
+//! after `--session-idle`.
 
 use std::time::Duration;
 

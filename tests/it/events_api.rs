@@ -1,7 +1,8 @@
-//! `GET /v1/organizations/{organizationId}/events` through the real interface (D3, D4, D7,
-//! D12): newest first across pages, per environment of the key, filtered by type and by
-//! endpoint, with the interface's errors; read with Node's `fetch`, Python's `requests` and
-//! curl as customer backends call it; and a real session's events as the processor records them.
+//! `GET /v1/organizations/{organizationId}/events` through the real interface
+//! (docs/architecture.md: #scopes, #lists, #environments, #events): newest first across pages,
+//! per environment of the key, filtered by type and by endpoint, with the interface's errors; read
+//! with Node's `fetch`, Python's `requests` and curl as customer backends call it; and a real
+//! session's events as the processor records them.
 
 use std::time::Duration;
 
@@ -260,7 +261,7 @@ async fn events_list_refuses_bad_queries_other_organizations_and_missing_scopes(
         .await
         .err(404, "resource.not_found");
 
-    // D3: the events list needs `organizations:read`.
+    // The events list needs `organizations:read`.
     let narrow = s
         .create_key(
             &s.creds.keys.secret_live,

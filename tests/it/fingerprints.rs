@@ -1,7 +1,7 @@
-//! Visitor fingerprints end to end over HTTP (D11): sessions go in through the Collect API, the
-//! processor links them to visitors (signed token, then anchors, then the nearest vector, else
-//! a new `vid_`), `results` hands the browser its visitor token, and the customer backend reads
-//! `GET /v1/fingerprints` and `GET /v1/fingerprints/{visitorId}`.
+//! Visitor fingerprints end to end over HTTP (docs/architecture.md#visitors): sessions go in
+//! through the Collect API, the processor links them to visitors (signed token, then anchors, then
+//! the nearest vector, else a new `vid_`), `results` hands the browser its visitor token, and the
+//! customer backend reads `GET /v1/fingerprints` and `GET /v1/fingerprints/{visitorId}`.
 
 use std::collections::BTreeSet;
 
@@ -346,7 +346,8 @@ async fn visitors_link_by_token_then_anchors_and_are_read_by_the_backend() {
         .await
         .err(404, "resource.not_found");
 
-    // Isolation (D7): the live key and another organization see nothing.
+    // Isolation (docs/architecture.md#environments): the live key and another organization see
+    // nothing.
     let live = &s.creds.keys.secret_live;
     assert!(
         s.get("/v1/fingerprints")
@@ -380,7 +381,7 @@ async fn visitors_link_by_token_then_anchors_and_are_read_by_the_backend() {
             .is_empty()
     );
 
-    // Scopes and key types (D3).
+    // Scopes and key types (docs/architecture.md#scopes).
     let lister = s.create_key(sk, json!({"name": "lister", "type": "secret", "environment": "test", "scopes": ["fingerprints:list"]})).await;
     let lister = lister["revealed_key"].as_str().unwrap();
     s.get("/v1/fingerprints").key(lister).send().await.ok(200);
@@ -423,9 +424,10 @@ async fn an_altered_token_links_nothing() {
     assert_ne!(second.visitor_id, first.visitor_id);
 }
 
-/// Reads that do not lie (D4): with more visitors than any in-memory window, every order lists
-/// every visitor of the environment exactly once, in order, in full pages, with `has_more`
-/// false only on the last. The visitors are written through the store directly, for speed.
+/// Reads that do not lie (docs/architecture.md#lists): with more visitors than any in-memory
+/// window, every order lists every visitor of the environment exactly once, in order, in full
+/// pages, with `has_more` false only on the last. The visitors are written through the store
+/// directly, for speed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_visitors_page_once_each_in_every_order() {
     use store::{VisitorOrder, VisitorRecord};

@@ -1,8 +1,8 @@
-//! A full disk is an answer, not an outage (D23): on a real small filesystem (a tmpfs mounted
-//! here; the suite runs as root, and a mount that fails fails the test), filled until writes
-//! fail, a write answers a retryable 503 in the envelope with `Retry-After`, `/readyz` answers
-//! 503 naming the store, reads keep working, nothing is acknowledged that was not stored, and
-//! once space is freed, writes resume without a restart.
+//! A full disk is an answer, not an outage (docs/architecture.md#retention): on a real small
+//! filesystem (a tmpfs mounted here; the suite runs as root, and a mount that fails fails the
+//! test), filled until writes fail, a write answers a retryable 503 in the envelope with
+//! `Retry-After`, `/readyz` answers 503 naming the store, reads keep working, nothing is
+//! acknowledged that was not stored, and once space is freed, writes resume without a restart.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

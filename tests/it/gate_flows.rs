@@ -1,7 +1,7 @@
-//! Gate's signup and login flows over HTTP (D14): a published service whose webhook is a test
-//! receiver (it checks the signature with the service's `webhook_secret` and answers the
-//! variables' values), a tool's calls with no key and its workflow tokens, the consent page
-//! approved as a browser posts it (its cookie and form token), RFC 8628 polling, the
+//! Gate's signup and login flows over HTTP (docs/architecture.md#gate): a published service whose
+//! webhook is a test receiver (it checks the signature with the service's `webhook_secret` and
+//! answers the variables' values), a tool's calls with no key and its workflow tokens, the consent
+//! page approved as a browser posts it (its cookie and form token), RFC 8628 polling, the
 //! acknowledgement, agent-token verification and revocation, and the login code the service's
 //! backend consumes once. Negative paths: unpublished services, a cross-site post, a denial,
 //! polling too fast, wrong and reused tokens and codes, another environment's key.
@@ -518,9 +518,9 @@ async fn start_login(s: &TestServer, agent: &str) -> vigil_tests::Resp {
         .await
 }
 
-/// The caps of D14: ten login sessions an hour per agent token, 200 polls per Gate session,
-/// and the login codes an organization may present per minute; and a revocation stops a login
-/// that had already started.
+/// Gate's caps (docs/gate.md): ten login sessions an hour per agent token, 200 polls per Gate
+/// session, and the login codes an organization may present per minute; and a revocation stops a
+/// login that had already started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
     let (s, _receiver, _) = published().await;

@@ -1,9 +1,9 @@
-//! Gate services and the registry through the real interface (D3, D7, D14): create (the
-//! generated webhook secret shown once), read, list, update (nested members replaced
-//! wholesale, a rename), delete (a soft disable that still counts), the cap of five per
-//! organization, ids claimed over every organization, the allowlist (nested members included),
-//! the built-in `vigil` service, scopes and environments; the registry's public shape with a
-//! publishable and a secret key, from Node's fetch, Python's requests and curl.
+//! Gate services and the registry through the real interface (docs/architecture.md: #scopes,
+//! #environments, #gate): create (the generated webhook secret shown once), read, list, update
+//! (nested members replaced wholesale, a rename), delete (a soft disable that still counts), the
+//! cap of five per organization, ids claimed over every organization, the allowlist (nested members
+//! included), the built-in `vigil` service, scopes and environments; the registry's public shape
+//! with a publishable and a secret key, from Node's fetch, Python's requests and curl.
 
 use serde_json::Value;
 use vigil_tests::{Resp, TestServer, json, run_client};

@@ -1,5 +1,6 @@
-//! Idempotent POSTs (D18): a retried key creation or rotation returns the same key instead of
-//! minting a second one; the same Idempotency-Key with another body is a 409.
+//! Idempotent POSTs (docs/architecture.md#idempotency): a retried key creation or rotation returns
+//! the same key instead of minting a second one; the same Idempotency-Key with another body is a
+//! 409.
 
 use vigil_tests::{TestServer, json};
 

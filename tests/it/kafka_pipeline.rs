@@ -1,7 +1,8 @@
 //! The whole scoring pipeline on the Kafka log backend (`--bus kafka://…`), against librdkafka's
-//! mock cluster (the Kafka protocol over loopback TCP; see DEPENDENCIES.md): batches go in over
-//! HTTP, ingest produces them to `collect.batches.v1`, the processor's consumer group reads
-//! them, stores the decision and publishes the session's events to `events.v1`.
+//! mock cluster (the Kafka protocol over loopback TCP; see
+//! docs/testing.md#real-clients-and-servers): batches go in over HTTP, ingest produces them to
+//! `collect.batches.v1`, the processor's consumer group reads them, stores the decision and
+//! publishes the session's events to `events.v1`.
 
 use std::time::Duration;
 

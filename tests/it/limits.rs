@@ -1,6 +1,7 @@
-//! Rate limits over HTTP (interface "Limits", D5): the headers on every authenticated answer,
-//! the 429 path with Retry-After, the per-IP bucket for requests without a valid key, and the
-//! same behaviour on Redis, including the fall-back when Redis is unreachable.
+//! Rate limits over HTTP (docs/api.md#rate-limits, docs/architecture.md#rate-limits): the headers
+//! on every authenticated answer, the 429 path with Retry-After, the per-IP bucket for requests
+//! without a valid key, and the same behaviour on Redis, including the fall-back when Redis is
+//! unreachable.
 
 use schemas::credential::Environment::Live;
 use vigil_tests::{TestServer, json, redis_url};

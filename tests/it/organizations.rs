@@ -1,5 +1,5 @@
 //! Organizations over HTTP: create, read and update, validation, slug uniqueness, suspension
-//! (D8), scopes, and isolation from a second organization.
+//! (docs/architecture.md#organizations), scopes, and isolation from a second organization.
 
 use vigil_tests::{TestServer, json};
 

@@ -213,7 +213,7 @@ async fn the_customer_backend_lists_and_reads_sessions() {
         .send()
         .await
         .err(404, "resource.not_found");
-    // Scopes and key types (D3).
+    // Scopes and key types (docs/architecture.md#scopes).
     let lister = s.create_key(sk, json!({"name": "lister", "type": "secret", "environment": "test", "scopes": ["sessions:list"]})).await;
     let lister = lister["revealed_key"].as_str().unwrap();
     s.get("/v1/sessions").key(lister).send().await.ok(200);
@@ -270,8 +270,9 @@ async fn the_demo_page_shows_a_decision_opened_server_side() {
         .err(422, "request.validation_failed");
 }
 
-/// `verdict=` reads its own index (D4): with the wanted verdict scattered among many sessions of
-/// another, every page before the last is full and `has_more` is true exactly while more follow.
+/// `verdict=` reads its own index (docs/architecture.md#lists): with the wanted verdict scattered
+/// among many sessions of another, every page before the last is full and `has_more` is true
+/// exactly while more follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verdict_filtered_session_pages_are_full_until_the_last() {
     use schemas::decision::Verdict;

@@ -1,8 +1,8 @@
-//! Retention (D23) end to end: with `--retention` of seconds, a session (with its decisions),
-//! its event and a visitor that stop being written are dropped by the background sweep, after
-//! which the API answers 404 for them and no list shows them; rows written again stay. With
-//! `--log-retention` of a second, the embedded log drops the batches the processor has read,
-//! and batches sent after still get their decisions.
+//! Retention (docs/architecture.md#retention) end to end: with `--retention` of seconds, a session
+//! (with its decisions), its event and a visitor that stop being written are dropped by the
+//! background sweep, after which the API answers 404 for them and no list shows them; rows written
+//! again stay. With `--log-retention` of a second, the embedded log drops the batches the processor
+//! has read, and batches sent after still get their decisions.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! `--roles` (DESIGN.md "Shape"): a process runs only the roles it names. Its routes are those
-//! roles' (others are the envelope's 404), a process with no HTTP role answers only the probes
-//! and metrics, and `/readyz` and the startup log name the roles that run.
+//! `--roles` (docs/architecture.md#conv-roles): a process runs only the roles it names. Its routes
+//! are those roles' (others are the envelope's 404), a process with no HTTP role answers only the
+//! probes and metrics, and `/readyz` and the startup log name the roles that run.
 
 use serde_json::Value;
 use vigil_tests::served::Served;

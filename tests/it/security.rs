@@ -1,9 +1,9 @@
 //! Security hardening, black-box over real HTTP: what real clients and attackers do to the
 //! surface. Secret keys survive real server-side clients (Node's fetch, Python's requests,
-//! curl) and are revoked only on browser routes (D17); the environment model (D7); publishable
-//! keys limited per client address (D5); unpredictable ids (D1); a handoff opens once (D9);
-//! idempotent replays re-check the caller (D18); the demo is no oracle (D22); floods without
-//! credentials stay cheap (D20).
+//! curl) and are revoked only on browser routes; the environment model; publishable keys
+//! limited per client address; unpredictable ids; a handoff opens once; idempotent replays
+//! re-check the caller; the demo is no oracle; floods without credentials stay cheap. Each part
+//! below names the section of docs/architecture.md it checks.
 
 use std::collections::HashSet;
 
@@ -12,7 +12,7 @@ use schemas::credential::Environment;
 use vigil_tests::collect::{open_session, score_session};
 use vigil_tests::{TestServer, json, run_client};
 
-// ---- D17: secret keys are revoked on browser routes only ----
+// ---- Secret keys are revoked on browser routes only (docs/architecture.md#exposed-keys) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_server_side_clients_keep_their_secret_keys() {
@@ -136,7 +136,7 @@ async fn a_secret_key_on_a_browser_route_is_revoked_at_once() {
     }
 }
 
-// ---- D7: the environment model ----
+// ---- The environment model (docs/architecture.md#environments) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_key_manages_both_environments_and_a_test_key_only_its_own() {
@@ -352,7 +352,7 @@ async fn a_suspended_organizations_live_keys_can_handle_an_incident() {
         .ok(200);
 }
 
-// ---- D5: publishable keys are limited per client address ----
+// ---- Publishable keys are limited per client address (docs/architecture.md#rate-limits) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_cannot_use_up_another_addresss_publishable_budget() {
@@ -461,7 +461,7 @@ async fn a_client_cannot_pick_its_address_past_a_trusted_proxy() {
         .err(429, "rate.limited");
 }
 
-// ---- D1: unguessable identifiers ----
+// ---- Unguessable identifiers (docs/architecture.md#ids-and-credentials) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_made_together_share_no_random_part() {
@@ -504,7 +504,7 @@ async fn ids_made_together_share_no_random_part() {
     }
 }
 
-// ---- D9: a handoff opens once ----
+// ---- A handoff opens once (docs/architecture.md#collect-transport) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_opens_once() {
@@ -590,7 +590,7 @@ async fn a_handoff_opens_once() {
     );
 }
 
-// ---- D18: replays re-check the caller ----
+// ---- Replays re-check the caller (docs/architecture.md#idempotency) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_is_answered_only_to_a_caller_that_could_still_ask() {
@@ -643,7 +643,7 @@ async fn a_replay_is_answered_only_to_a_caller_that_could_still_ask() {
     assert_eq!(again.ok(201)["revealed_key"], first.ok(201)["revealed_key"]);
 }
 
-// ---- D22: the demo is no oracle ----
+// ---- The demo is no oracle (docs/architecture.md#demo-page) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_opens_only_the_development_organizations_test_handoffs() {
@@ -688,7 +688,7 @@ async fn the_demo_opens_only_the_development_organizations_test_handoffs() {
         .err(404, "request.route_not_found");
 }
 
-// ---- D20: floods without credentials ----
+// ---- Floods without credentials (docs/architecture.md#connections) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflights_and_unknown_routes_are_charged_to_the_address() {

@@ -1,7 +1,7 @@
-//! Slow and idle clients cannot exhaust the server (D20), over real TCP, plain and TLS: a
-//! client trickling its headers is disconnected after the header-read timeout while other
-//! clients are answered at once; a kept-alive connection may wait for its next request up to
-//! the keep-alive timeout (not the header one) and is closed after it; and the connection cap
+//! Slow and idle clients cannot exhaust the server (docs/architecture.md#connections), over real
+//! TCP, plain and TLS: a client trickling its headers is disconnected after the header-read timeout
+//! while other clients are answered at once; a kept-alive connection may wait for its next request
+//! up to the keep-alive timeout (not the header one) and is closed after it; and the connection cap
 //! holds, clients over it waiting until a connection closes.
 
 use std::sync::Arc;

@@ -1,10 +1,10 @@
-//! Web Bot Auth (D9) through the real interface: an agent signs its batch requests with an
-//! Ed25519 key (RFC 9421, `Signature-Agent`, tag `web-bot-auth`); ingest checks the signature
-//! against the directories of the agents the operator trusts (`--web-bot-auth-keys`), the log
-//! record carries the outcome, and the processor scores it: a verified agent reads
-//! `verified_bot`, a forged or altered signature `bot`, an unknown key `unverified`. A
-//! signature counts once (a replay reads invalid), only for this service's own public
-//! authorities (never for the `Host` a client sends), and the trusted keys can be reloaded
+//! Web Bot Auth (docs/architecture.md#collect-transport) through the real interface: an agent signs
+//! its batch requests with an Ed25519 key (RFC 9421, `Signature-Agent`, tag `web-bot-auth`); ingest
+//! checks the signature against the directories of the agents the operator trusts
+//! (`--web-bot-auth-keys`), the log record carries the outcome, and the processor scores it: a
+//! verified agent reads `verified_bot`, a forged or altered signature `bot`, an unknown key
+//! `unverified`. A signature counts once (a replay reads invalid), only for this service's own
+//! public authorities (never for the `Host` a client sends), and the trusted keys can be reloaded
 //! while the service runs.
 
 use std::time::Duration;

@@ -1,10 +1,11 @@
-//! Webhook deliveries end to end (D13, D24): endpoints registered through the API, events made
-//! by the test call and by real scored sessions, delivered by the dispatcher role of a running
-//! server to a throwaway receiver (`vigil_tests::receiver`), which checks headers and bodies and
-//! verifies signatures with its own HMAC and with the Node snippet of docs/webhooks.md. Retries on 500s and
-//! timeouts with a compressed schedule, `Retry-After`, a 410 that disables the endpoint, a spent
-//! schedule, redirects not followed, the outbound address rule at delivery time, and a slow
-//! endpoint that does not hold up another. Deliveries are read back through the events API.
+//! Webhook deliveries end to end (docs/architecture.md: #webhooks, #dispatcher): endpoints
+//! registered through the API, events made by the test call and by real scored sessions, delivered
+//! by the dispatcher role of a running server to a throwaway receiver (`vigil_tests::receiver`),
+//! which checks headers and bodies and verifies signatures with its own HMAC and with the Node
+//! snippet of docs/webhooks.md. Retries on 500s and timeouts with a compressed schedule,
+//! `Retry-After`, a 410 that disables the endpoint, a spent schedule, redirects not followed, the
+//! outbound address rule at delivery time, and a slow endpoint that does not hold up another.
+//! Deliveries are read back through the events API.
 
 use std::time::{Duration, Instant};
 

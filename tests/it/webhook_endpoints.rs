@@ -1,7 +1,8 @@
-//! Webhook endpoints through the real interface (D3, D7, D13): create (the signing secret shown
-//! once), list, get, update and delete (which disables), per environment of the key; the URL
-//! rules (https, no loopback, private, link-local or metadata address, by literal or by name)
-//! and `--allow-private-webhooks`; the interface's errors and scopes.
+//! Webhook endpoints through the real interface (docs/architecture.md: #scopes, #environments,
+//! #webhooks): create (the signing secret shown once), list, get, update and delete (which
+//! disables), per environment of the key; the URL rules (https, no loopback, private, link-local or
+//! metadata address, by literal or by name) and `--allow-private-webhooks`; the interface's errors
+//! and scopes.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -268,7 +269,7 @@ async fn bad_bodies_and_missing_scopes_are_refused() {
         .await
         .err(404, "resource.not_found");
 
-    // D3: reads need organizations:read, writes organizations:update.
+    // Reads need organizations:read, writes organizations:update.
     let reader = reader_key(&s).await;
     s.get(&endpoints(&s)).key(&reader).send().await.ok(200);
     create(

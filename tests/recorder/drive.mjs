@@ -24,8 +24,8 @@ import { join } from 'node:path';
 const CHROMIUM = process.env.VIGIL_CHROMIUM || '/usr/bin/chromium';
 const CHROMEDRIVER = process.env.VIGIL_CHROMEDRIVER || '/usr/bin/chromedriver';
 
-// The flags every launch needs on these machines (../shared/DEPENDENCIES.md): no sandbox as
-// root, and no background networking (the closed network refuses it).
+// The flags every launch needs on these machines: no sandbox as root, and no background
+// networking (the closed network refuses it).
 const BASE_FLAGS = [
   '--no-sandbox',
   '--disable-quic',

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-/// The flags of `../shared/DEPENDENCIES.md` (headless Chromium as root); `--user-data-dir` is
-/// added per session.
+/// The flags headless Chromium needs on these machines: no sandbox, since the tests run as root,
+/// and no background networking, which the closed network refuses. `--user-data-dir` is added
+/// per session.
 pub const CHROMIUM_FLAGS: &[&str] = &[
     "--headless=new",
     "--no-sandbox",
@@ -135,7 +136,7 @@ impl ChromeDriver {
         me
     }
 
-    /// A new browser: headless Chromium with the flags of DEPENDENCIES.md and this profile.
+    /// A new browser: headless Chromium with [`CHROMIUM_FLAGS`] and this profile.
     pub async fn session(&self, profile: &Profile) -> Session {
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| (*s).to_owned()).collect();
         args.push(format!("--user-data-dir={}", profile.path().display()));

@@ -195,8 +195,8 @@ pub async fn read_topic(log: &bus::Log, group: &str, topic: &'static str) -> Vec
 /// Drives one session through the whole pipeline: opens it, sends `probes` as batch 1 (with
 /// `user_agent` as the HTTP user agent, when given), asks for the handoff, waits (5 s at most)
 /// until the stored session, in the shape `POST /v1/handoffs/open` answers with, satisfies
-/// `done`, then opens the handoff (once: D9). Returns the session (to make further calls on
-/// it) and the open's answer.
+/// `done`, then opens the handoff (a handoff opens once). Returns the session (to make further
+/// calls on it) and the open's answer.
 pub async fn score_session(
     s: &TestServer,
     probes: &Value,

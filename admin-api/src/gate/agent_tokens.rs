@@ -1,7 +1,8 @@
-//! Agent tokens for the organization's backend (interface "Gate login and agent tokens", D14):
-//! `POST /v1/gate/agent-tokens/verify` tells whether an `agt_` token is valid, for which
-//! account, and until when; `POST /v1/gate/agent-tokens/revoke` revokes it at once. Both see
-//! only the tokens of the caller's organization and environment: any other reads as invalid.
+//! Agent tokens for the organization's backend (docs/gate.md#agent-tokens,
+//! docs/architecture.md#gate): `POST /v1/gate/agent-tokens/verify` tells whether an `agt_` token is
+//! valid, for which account, and until when; `POST /v1/gate/agent-tokens/revoke` revokes it at
+//! once. Both see only the tokens of the caller's organization and environment: any other reads as
+//! invalid.
 
 use axum::Router;
 use axum::extract::State;

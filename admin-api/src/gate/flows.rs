@@ -1,5 +1,6 @@
-//! Gate's flows (D14): a developer tool signs up to a service, or logs its person in to the
-//! service's dashboard, and a person approves each on a consent page ([`super::consent`]).
+//! Gate's flows (docs/architecture.md#gate): a developer tool signs up to a service, or logs its
+//! person in to the service's dashboard, and a person approves each on a consent page
+//! ([`super::consent`]).
 //!
 //! - Signup: `POST /v1/gate/services/{serviceId}/signups` (no key; the client address's limit)
 //!   answers a `gate_` session, its consent URL, a `gtpoll_` token and the poll interval. The

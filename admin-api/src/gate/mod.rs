@@ -1,7 +1,7 @@
 //! Gate: organizations publish services that developer tools sign up to and log their person
-//! in to, each step approved by a person in a browser (D14). One module per resource:
-//! `services` (an organization's services and the public registry), `flows` (signups, polls,
-//! acknowledgements, login sessions and the consumption of login codes), `agent_tokens` (the
+//! in to, each step approved by a person in a browser (docs/architecture.md#gate). One module per
+//! resource: `services` (an organization's services and the public registry), `flows` (signups,
+//! polls, acknowledgements, login sessions and the consumption of login codes), `agent_tokens` (the
 //! organization's backend verifying and revoking tokens) and `consent` (the page a person
 //! approves on). What several of them share is here.
 

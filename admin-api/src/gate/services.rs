@@ -1,5 +1,6 @@
-//! Gate services under `/v1/gate/services` (interface "Gate services", D3, D7, D14): create,
-//! list, get, update and delete (a soft disable), in the calling key's environment.
+//! Gate services under `/v1/gate/services` (docs/gate.md#publishing-a-service;
+//! docs/architecture.md: #scopes, #environments, #gate): create, list, get, update and delete (a
+//! soft disable), in the calling key's environment.
 //!
 //! Only the interface's writable allowlist is accepted; any other member, nested ones included
 //! (`branding.verified`, `status`, …), is a 422 naming it. A PATCH replaces each nested object
@@ -128,7 +129,7 @@ fn resource(state: &AdminState, s: &GateServiceRecord, secret: Option<&str>) -> 
     }
 }
 
-/// The built-in system service (D14) in `env`.
+/// The built-in system service (docs/architecture.md#gate) in `env`.
 pub fn system_service(env: Environment) -> GateServiceRecord {
     GateServiceRecord::system(env, edge::context::public_url())
 }
@@ -225,7 +226,8 @@ fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
             ),
         }
     }
-    // Gate calls these on the service's behalf, so they follow the outbound rule (D13).
+    // Gate calls these on the service's behalf, so they follow the outbound rule
+    // (docs/architecture.md#webhooks).
     let outbound_uri = |s: &str| outbound::check_url(s, allow_private).map(|_| ());
     d.dashboard_login_url = nullable(f, "dashboard_login_url", &outbound_uri);
     d.webhook_url = nullable(f, "webhook_url", &outbound_uri);
@@ -494,7 +496,8 @@ fn consent(f: &mut Fields, v: Value) -> Option<GateConsent> {
     }
 }
 
-/// Refuses a webhook or dashboard URL whose host resolves to a non-public address (D13).
+/// Refuses a webhook or dashboard URL whose host resolves to a non-public address
+/// (docs/architecture.md#webhooks).
 async fn destinations(draft: &Draft, allow_private: bool) -> Result<(), ApiError> {
     for (name, value) in [
         ("webhook_url", &draft.webhook_url),

@@ -1,5 +1,6 @@
 //! The nonces of verified Web Bot Auth signatures, remembered until each signature expires, so
-//! a signed request replayed within its validity window reads `invalid` (D9).
+//! a signed request replayed within its validity window reads `invalid`
+//! (docs/architecture.md#collect-transport).
 //!
 //! Memory is bounded twice: an entry goes when its signature expires, and the table holds at
 //! most [`SeenNonces::CAPACITY`] entries. Only signatures that verified under a trusted key are

@@ -1,11 +1,11 @@
-//! Dead-lettering (STYLE 13): a record the processor can never process is appended to
-//! `collect.dead.v1` with its position and why ([`schemas::collect::DeadLetter`]), counted, and
-//! then committed past like any processed record, so it cannot stall the sessions behind it.
-//! Appending the dead letter is itself retried while the log is unavailable: a record is given
-//! up on only once its dead letter is durable.
+//! Dead-lettering (docs/architecture.md#conv-consumer-failures): a record the processor can never
+//! process is appended to `collect.dead.v1` with its position and why
+//! ([`schemas::collect::DeadLetter`]), counted, and then committed past like any processed record,
+//! so it cannot stall the sessions behind it. Appending the dead letter is itself retried while the
+//! log is unavailable: a record is given up on only once its dead letter is durable.
 
 use bus::Record;
-use schemas::collect::{DeadLetter, DeadReason};
+use schemas::collect::DeadReason;
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Pipeline};
@@ -27,20 +27,11 @@ pub(super) async fn dead_letter(
     message: &str,
     shutdown: &CancellationToken,
 ) -> bool {
-    let mut letter = DeadLetter::of(
-        pipeline.batches.as_str(),
-        record.partition,
-        record.offset,
-        &record.key,
-        &record.payload,
-        reason,
-        message,
-    );
     let appended = bus::dead_letter::append(
         &pipeline.log,
-        &pipeline.dead,
-        &record.key,
-        &mut letter,
+        (&pipeline.batches, &pipeline.dead),
+        record,
+        bus::dead_letter::Cause { reason, message },
         crate::telemetry::retried,
         shutdown,
     )

@@ -1,10 +1,10 @@
-//! Idle finalisation (D10): a session that goes `idle_after` without a batch has its decision
-//! made final. The sweep finds such sessions in the store's idle index and sends each one an
-//! `idle` record through the batches log, keyed by its session, so the finalisation is processed
-//! in order with the session's batches by whichever processor owns that partition (never beside
-//! it): a batch that arrives before the `idle` record keeps the session open. Each processor of
-//! a fleet sends the records of the sessions of the partitions it holds, so one record goes per
-//! idle session, not one per processor.
+//! Idle finalisation (docs/architecture.md#decisions): a session that goes `idle_after` without a
+//! batch has its decision made final. The sweep finds such sessions in the store's idle index and
+//! sends each one an `idle` record through the batches log, keyed by its session, so the
+//! finalisation is processed in order with the session's batches by whichever processor owns that
+//! partition (never beside it): a batch that arrives before the `idle` record keeps the session
+//! open. Each processor of a fleet sends the records of the sessions of the partitions it holds, so
+//! one record goes per idle session, not one per processor.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

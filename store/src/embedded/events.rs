@@ -77,8 +77,8 @@ impl Inner {
     }
 
     /// Drops the deliveries of the event at `event_key` (their partition is the event's key),
-    /// with their due-index rows: they go with their event (D23). An event has one per
-    /// endpoint it went to, a handful.
+    /// with their due-index rows: they go with their event (docs/architecture.md#retention). An
+    /// event has one per endpoint it went to, a handful.
     pub(super) fn purge_deliveries(
         &self,
         batch: &mut OwnedWriteBatch,

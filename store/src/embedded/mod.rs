@@ -17,9 +17,10 @@
 //! whole, published batches (a session row never without its decision, an anchor index row
 //! never without its visitor).
 //!
-//! Expiry (D23): where ScyllaDB has TTLs, every save of a session, event or visitor also writes
-//! a row of `expiry_queue`, keyed by the time of that write, so `purge_expired` finds expired
-//! rows by reading the queue's oldest keys, a bounded step at a time, never a whole table.
+//! Expiry (docs/architecture.md#retention): where ScyllaDB has TTLs, every save of a session, event
+//! or visitor also writes a row of `expiry_queue`, keyed by the time of that write, so
+//! `purge_expired` finds expired rows by reading the queue's oldest keys, a bounded step at a time,
+//! never a whole table.
 //!
 //! The authentication hot path's reads (`find_api_key_by_hash`, `get_organization`) are served
 //! from an exact cache of decoded rows (`row_cache`), which every write of those tables

@@ -1,8 +1,8 @@
-//! Retention (D23), where ScyllaDB has TTLs: `purge_expired`'s bounded steps over the
-//! `expiry_queue` (sessions, visitors, events, Gate sessions), the walks of the tables with no
-//! time order (idempotency records, handoff openings) and the collect sweep, and the one-time
-//! indexing of rows stored before the read and expiry indexes existed. What dropping a row of
-//! a family also drops (a session's decisions, a visitor's index rows, an event's deliveries,
+//! Retention (docs/architecture.md#retention), where ScyllaDB has TTLs: `purge_expired`'s bounded
+//! steps over the `expiry_queue` (sessions, visitors, events, Gate sessions), the walks of the
+//! tables with no time order (idempotency records, handoff openings) and the collect sweep, and the
+//! one-time indexing of rows stored before the read and expiry indexes existed. What dropping a row
+//! of a family also drops (a session's decisions, a visitor's index rows, an event's deliveries,
 //! a collect session's pings) is in that family's module.
 
 use async_trait::async_trait;

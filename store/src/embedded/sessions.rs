@@ -179,9 +179,10 @@ impl Inner {
     /// so the stored row read here (which says where its idle-index row is) is current.
     ///
     /// With a decision newer than the stored newest, it also prunes the session's decision
-    /// history as appending it calls for (D23): the newest so far becomes a `session_decisions`
-    /// row only if it is a turning point, that is if its phase or verdict differs from the
-    /// decision kept before it (or none was), and the new decision takes its place in the row.
+    /// history as appending it calls for (docs/architecture.md#retention): the newest so far
+    /// becomes a `session_decisions` row only if it is a turning point, that is if its phase or
+    /// verdict differs from the decision kept before it (or none was), and the new decision takes
+    /// its place in the row.
     ///
     /// Returns the session's mark as the batch leaves it, for the caller to keep once the batch
     /// is committed; `None` when it is not known (a late decision landed below the newest).

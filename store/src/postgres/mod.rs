@@ -1,6 +1,7 @@
-//! The PostgreSQL backend (`postgres://…`, D25): the store a fleet of processes shares. Each
-//! table of `schemas/sql/` keeps its record as JSON beside the columns its keys, constraints and
-//! indexes need, so a uniqueness rule is a constraint and an index table is an index.
+//! The PostgreSQL backend (`postgres://…`, docs/architecture.md#shared-stores): the store a fleet
+//! of processes shares. Each table of `schemas/sql/` keeps its record as JSON beside the columns
+//! its keys, constraints and indexes need, so a uniqueness rule is a constraint and an index table
+//! is an index.
 //!
 //! What the embedded backend does for one process and this one must not assume:
 //! - no row cache: every replica reads the row, so a revocation or a rotation made through any

@@ -1,7 +1,7 @@
-//! Expiry in PostgreSQL (D23): each kind of row past its retention is deleted by its indexed
-//! time, at most `budget` rows a statement, each statement its own short transaction, so a
-//! step never holds locks for long and a fleet's replicas may purge side by side (a row two of
-//! them pick is deleted once; the other's delete finds nothing).
+//! Expiry in PostgreSQL (docs/architecture.md#retention): each kind of row past its retention is
+//! deleted by its indexed time, at most `budget` rows a statement, each statement its own short
+//! transaction, so a step never holds locks for long and a fleet's replicas may purge side by side
+//! (a row two of them pick is deleted once; the other's delete finds nothing).
 
 use async_trait::async_trait;
 use std::time::Duration;

@@ -75,9 +75,10 @@ async fn save_one(tx: &impl GenericClient, save: &SessionSave) -> Result<()> {
     insert_events(tx, &save.events).await
 }
 
-/// Appends a decision and prunes the history (D23): the stored latest is dropped when the new
-/// decision is newer and the latest was no turning point (its phase and verdict are those of
-/// the decision kept before it). A redelivered or late decision prunes nothing.
+/// Appends a decision and prunes the history (docs/architecture.md#retention): the stored latest is
+/// dropped when the new decision is newer and the latest was no turning point (its phase and
+/// verdict are those of the decision kept before it). A redelivered or late decision prunes
+/// nothing.
 async fn append_decision(
     tx: &impl GenericClient,
     session: &Vec<u8>,

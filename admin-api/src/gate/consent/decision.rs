@@ -136,7 +136,7 @@ pub(super) async fn decide(
     }
 }
 
-/// The `gate.session.approved` event of `session` (D12).
+/// The `gate.session.approved` event of `session` (docs/architecture.md#events).
 fn approved_event(
     session: &GateSessionRecord,
     service: &GateServiceRecord,

@@ -1,5 +1,5 @@
-//! Gate's consent page (D14), in two parts: the page a person reads (`page`) and the approval
-//! or denial its form posts (`decision`).
+//! Gate's consent page (docs/architecture.md#gate), in two parts: the page a person reads (`page`)
+//! and the approval or denial its form posts (`decision`).
 //! `GET /gate/consent/{gateSessionId}?token=gtc_…` shows a person
 //! the service (its name, branding, website, terms and privacy links) and what approving
 //! shares, with Approve and Deny buttons in a plain form that works without JavaScript; the
