@@ -29,6 +29,9 @@ export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 # Xvfb, and a person's input through the X server with xdotool.
 need_deb Xvfb xvfb
 need_deb xdotool xdotool
+# A person deciding on the consent page (tests/recorder/person.mjs) reads the page it ends on
+# through the X clipboard.
+need_deb xclip xclip
 
 # The browser SDK's own tests (crypto vectors, the protocol against a mock server) run in Node.
 need_deb node nodejs

@@ -56,6 +56,13 @@ pub struct GateSignupArgs {
     /// Where the delivered variables are written (created readable by you only).
     #[arg(long, default_value = ".env")]
     pub env_file: PathBuf,
+    /// The name the account is known by on its consent pages, so you recognise it at login.
+    #[arg(long, default_value = "vigil gate")]
+    pub client_name: String,
+    /// Replace variables the `.env` file already holds (by default the signup stops before
+    /// changing one, since another service's token or a `DATABASE_URL` may sit there).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

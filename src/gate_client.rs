@@ -84,6 +84,17 @@ fn show_consent(url: &str, endpoint: &str) {
     let _ = std::io::stdout().flush();
 }
 
+/// The names the `.env` file at `path` sets (none if it does not exist).
+fn env_names(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(name, _)| name.trim().trim_start_matches("export ").trim().to_owned())
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .collect()
+}
+
 /// Writes `variables` into the `.env` file at `path`, replacing lines of the same names and
 /// keeping the others; the file is made readable and writable by its owner only.
 fn write_env(path: &Path, variables: &serde_json::Map<String, Value>) -> anyhow::Result<()> {
@@ -139,12 +150,35 @@ pub async fn signup(args: GateSignupArgs) -> anyhow::Result<()> {
             "{base}/v1/gate/services/{}/signups",
             args.service_id
         ))
+        .json(&json!({"client_name": args.client_name}))
         .send()
         .await
         .context("reaching Vigil")?,
     )
     .await?;
     let id = started["id"].as_str().context("no session id")?.to_owned();
+    // Before the person approves: a variable the file holds already (another service's agent
+    // token, a `DATABASE_URL`) is replaced only when asked to.
+    if !args.force {
+        let held = env_names(&args.env_file);
+        let clashes: Vec<&str> = started["env_vars"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|name| held.iter().any(|h| h == name))
+            .collect();
+        if !clashes.is_empty() {
+            bail!(
+                "{} already holds {}; the signup would replace {}. Rerun with --force to replace \
+                 {}, or choose another file with --env-file",
+                args.env_file.display(),
+                clashes.join(", "),
+                if clashes.len() == 1 { "it" } else { "them" },
+                if clashes.len() == 1 { "it" } else { "them" },
+            );
+        }
+    }
     let token = started["poll_token"]
         .as_str()
         .context("no poll token")?

@@ -34,7 +34,7 @@
 //! | `tampered_natives` | integrity | 50 | native functions other than pixel and sample read-back whose source is not native code (through the page's or a pristine realm's `toString`) |
 //! | `fingerprint_noise` | integrity | 15 | only canvas, WebGL or audio read-back natives were replaced (privacy extensions) |
 //! | `descriptor_anomalies` | integrity | 40 | navigator properties redefined on the instance |
-//! | `probes_missing` | integrity | 30 | interaction batches arrived without the probes batch |
+//! | `probes_missing` | integrity | 30 | the session was decided without the probes batch |
 //! | `probes_repeated` | integrity | 30 | more than one probes batch arrived |
 //! | `ping_rtt_mismatch` | network | 40 | claimed ping round trips the server's arrival times rule out, or pings the server never saw |
 //! | `network_check_mismatch` | network | 45 | the WebSocket's identity differed from the HTTP request's |
@@ -168,7 +168,7 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("tampered_natives",                 I, 50,  "Native browser functions were overridden by script."),
     signal("fingerprint_noise",                I, 15,  "Canvas or audio read-back was patched, as privacy extensions do to add noise to fingerprints."),
     signal("descriptor_anomalies",             I, 40,  "Browser properties were redefined on the instance to hide their real values."),
-    signal("probes_missing",                   I, 30,  "Interaction data arrived without the device probes the SDK always sends first."),
+    signal("probes_missing",                   I, 30,  "The session was decided without the device probes the SDK always sends first."),
     signal("probes_repeated",                  I, 30,  "The device probes were sent more than once, which the SDK never does."),
     signal("ping_rtt_mismatch",                N, 40,  "Round-trip times claimed by the client disagree with when the server saw its pings."),
     signal("network_check_mismatch",           N, 45,  "The WebSocket check came from a different network identity than the page's requests."),
@@ -487,7 +487,9 @@ fn transport(
     claimed: &ClaimedBrowser,
     fired: &mut Fired,
 ) {
-    if session.probes.is_none() && session.interactions_seen() {
+    // Interaction without the probes, or nothing at all (a session a script opened and asked
+    // the result of): either way no browser's SDK was observed, and nothing is a person's.
+    if session.probes.is_none() {
         fired.fire(
             "probes_missing",
             json!({ "interaction_batches": session.interaction_batches }),

@@ -14,21 +14,11 @@ use edge::policy::OpenHandoff;
 use schemas::time;
 use schemas::{ErrorCode, SessionId};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::QueryState;
 
 pub fn router() -> Router<QueryState> {
     Router::new().route("/v1/handoffs/open", post(open))
-}
-
-/// The key of a handoff's opening: its text, hashed. The AEAD tag makes the text unique to one
-/// minting and unforgeable, so nobody can make two texts of one handoff or block another's.
-fn handoff_id(handoff: &str) -> [u8; 16] {
-    let digest = Sha256::digest(handoff.as_bytes());
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&digest[..16]);
-    id
 }
 
 #[derive(Serialize)]
@@ -73,7 +63,11 @@ async fn open(
     if let Some(first) = state
         .auth
         .store
-        .open_handoff_once(&handoff_id(&handoff), now, claims.expires_at)
+        .open_handoff_once(
+            &secrets::handoff::opening_id(&handoff),
+            now,
+            claims.expires_at,
+        )
         .await?
     {
         let mut e = ApiError::new(

@@ -6,6 +6,14 @@
 /// organization owns it, and it counts toward no cap.
 pub const SYSTEM_SERVICE_ID: &str = "vigil";
 
+/// The organization of the built-in `vigil` service, which owns no tenant data: its publishable
+/// keys score the consent page itself, so an approval is granted only to a browser session
+/// Vigil judged a person's. Its id is fixed (all zero), so every process of a fleet names the
+/// same one; the server creates it on first start.
+pub fn system_organization() -> crate::OrgId {
+    crate::OrgId::from_parts(0, 0)
+}
+
 /// Services one organization may have, disabled ones included (the system service is not
 /// counted). The interface names the cap per organization, so both environments share it.
 pub const MAX_SERVICES_PER_ORGANIZATION: usize = 5;

@@ -36,6 +36,14 @@ impl SessionView {
     pub fn context(&self) -> Option<&ContextView> {
         self.context.as_ref()
     }
+
+    /// Whether the person used the page: any input (pointer, touch or keyboard) arrived.
+    pub fn interacted(&self) -> bool {
+        self.observations
+            .as_ref()
+            .and_then(|o| o.interaction_batches)
+            .is_some_and(|n| n > 0)
+    }
 }
 
 crate::lenient_struct! {
@@ -43,6 +51,8 @@ crate::lenient_struct! {
     pub struct ObservationsView {
         /// The first probes batch (`schemas/collect.md` §3.1).
         probes: ProbesView,
+        /// How many interaction batches (input events) arrived.
+        interaction_batches: u64,
     }
 }
 

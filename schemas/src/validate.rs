@@ -32,6 +32,24 @@ pub fn slug(s: &str) -> Result<(), String> {
     }
 }
 
+/// Text a person is shown (a name, a description): no control characters (a line break only
+/// where `multiline`) and no bidirectional formatting characters, which make text read
+/// otherwise than it is (U+202E turns the rest of its line around, so `exe.txt` can show as
+/// `txt.exe`).
+pub fn shown_text(s: &str, multiline: bool) -> Result<(), String> {
+    let bidi = |c: char| matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    match s
+        .chars()
+        .find(|&c| bidi(c) || (c.is_control() && !(multiline && c == '\n')))
+    {
+        Some(c) => Err(format!(
+            "must not contain control or bidirectional formatting characters (found U+{:04X})",
+            u32::from(c)
+        )),
+        None => Ok(()),
+    }
+}
+
 pub fn name(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty".into());

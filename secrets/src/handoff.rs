@@ -42,6 +42,17 @@ fn aad(key_id: &str) -> String {
     format!("{VERSION}.{key_id}")
 }
 
+/// The key under which a handoff's one opening is recorded: its text, hashed. The AEAD tag
+/// makes the text unique to one minting and unforgeable, so nobody can make two texts of one
+/// handoff or block another's.
+pub fn opening_id(handoff: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(handoff.as_bytes());
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
+}
+
 pub fn seal(secret: &ServerSecret, claims: &HandoffClaims) -> String {
     let (key_id, key) = secret.current_handoff_key();
     let mut nonce = [0u8; 24];

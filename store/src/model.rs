@@ -668,7 +668,7 @@ impl GateServiceRecord {
         let epoch = Timestamp::UNIX_EPOCH;
         GateServiceRecord {
             id: schemas::gate::SYSTEM_SERVICE_ID.to_owned(),
-            organization_id: OrgId::from_parts(0, 0),
+            organization_id: schemas::gate::system_organization(),
             environment: env,
             status: GateServiceStatus::Active,
             discoverable: true,
@@ -808,6 +808,25 @@ pub struct GateSessionRecord {
     pub code_expires_at: Option<Timestamp>,
     pub created_at: Timestamp,
     pub expires_at: Timestamp,
+    /// What Vigil made of the browser that approved or denied it on its consent page.
+    #[serde(default)]
+    pub approval: Option<GateApproval>,
+    /// Signup: the name the tool gave itself, which names the account it makes.
+    #[serde(default)]
+    pub client_name: Option<String>,
+}
+
+/// What Vigil made of the browser that decided a Gate session on its consent page
+/// (docs/gate.md#the-consent-page): the scored collect session, and its final decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateApproval {
+    pub collect_session_id: schemas::SessionId,
+    pub automation_status: schemas::decision::AutomationStatus,
+    pub verdict: schemas::decision::Verdict,
+    pub risk_score: u8,
+    /// Whether any input (pointer, touch or keyboard) reached the page before the decision.
+    pub interacted: bool,
+    pub judged_at: Timestamp,
 }
 
 /// An account a signup made at a service (docs/architecture.md#gate).

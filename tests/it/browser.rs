@@ -481,16 +481,19 @@ async fn a_browser_session_ends_in_a_signed_session_result_delivery() {
 }
 
 /// Gate end to end with its real clients: `vigil gate signup` runs as a process, a person
-/// approves on the consent page in headless Chromium (the test clicks Approve), the service's
-/// webhook (a receiver checking the signature) supplies the variables, and the process writes
-/// them to an `.env` readable by its owner only. Then `vigil gate login` prints a consent URL,
-/// Chromium approves it and lands on the service's dashboard with a code, which the service's
-/// backend consumes for the account.
+/// approves on the consent page in Chromium (no automation client: input through the X server,
+/// `vigil_tests::gate::person_decides`), the service's webhook (a receiver checking the
+/// signature) supplies the variables, and the process writes them to an `.env` readable by its
+/// owner only; a second signup will not overwrite them without `--force`. A headless Chromium
+/// driven through WebDriver clicking Approve on a login is refused, as automated. Then
+/// `vigil gate login` prints a consent URL, the person approves it, and the browser lands on
+/// the service's dashboard with a code, which the service's backend consumes for the account.
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
+async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_webdriver() {
     use std::io::{BufRead, BufReader};
     use std::os::unix::fs::PermissionsExt;
     use std::process::{Command, Stdio};
+    use vigil_tests::gate::person_decides;
     use vigil_tests::receiver::{Answer, Receiver, verify};
 
     let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
@@ -514,10 +517,9 @@ async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
     let service_secret = made.ok(201)["webhook_secret"].as_str().unwrap().to_owned();
     let dir = tempfile::tempdir().unwrap();
     let env_file = dir.path().join(".env");
-
-    // Runs a `vigil gate` command; its stdout's first URL, and the process.
-    let run = |args: &[&str]| {
-        let mut child = Command::new(vigil_tests::vigil_binary())
+    let command = |args: &[&str]| {
+        let mut command = Command::new(vigil_tests::vigil_binary());
+        command
             .arg("gate")
             .args(args)
             .args([
@@ -526,7 +528,12 @@ async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
                 "--env-file",
                 env_file.to_str().unwrap(),
             ])
-            .env_remove("DISPLAY")
+            .env_remove("DISPLAY");
+        command
+    };
+    // Runs a `vigil gate` command; its stdout's first URL, and the process.
+    let run = |args: &[&str]| {
+        let mut child = command(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -541,14 +548,10 @@ async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
     };
 
     let _one = ONE_BROWSER.lock().await;
-    let driver = ChromeDriver::start().await;
-    let profile = Profile::new();
-    let browser = driver.session(&profile).await;
-
-    let (consent, mut signup, said) = run(&["signup", "acme-cli"]);
-    browser.goto(&consent).await;
-    browser.click("button.approve").await;
-    // The click submits the form; the tool's next poll sees the approval and finishes.
+    let (consent, mut signup, said) = run(&["signup", "acme-cli", "--client-name", "laptop cli"]);
+    let shown = person_decides(&consent, "approve").await;
+    assert!(shown.contains("Approved"), "{shown}");
+    // The tool's next poll sees the approval and finishes.
     let status = tokio::task::spawn_blocking(move || signup.wait().unwrap())
         .await
         .unwrap();
@@ -557,8 +560,6 @@ async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
         "vigil gate signup: {:?}",
         said.join().unwrap()
     );
-    let shown = browser.eval_async("document.body.innerText").await;
-    assert!(shown.as_str().unwrap().contains("Approved"), "{shown}");
     let hook = &receiver.received()[0];
     assert!(
         verify(&service_secret, hook),
@@ -576,50 +577,88 @@ async fn gate_signup_and_login_with_the_cli_approved_in_chromium() {
     let mode = std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, ".env is readable by its owner only");
 
+    // A second signup would replace the token: it stops before anyone is asked to approve.
+    let again = command(&["signup", "acme-cli"]).output().unwrap();
+    assert!(!again.status.success());
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains("already holds ACME_API_KEY, ACME_CLI_GATE_AGENT_TOKEN")
+            && said.contains("--force"),
+        "{said}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&again.stdout).contains("http"),
+        "no consent URL was shown"
+    );
+    assert_eq!(std::fs::read_to_string(&env_file).unwrap(), written);
+
+    // A browser driven by an automation library clicks Approve: refused, nothing happens.
     let (consent, mut login, _) = run(&["login", "acme-cli"]);
     assert!(login.wait().unwrap().success());
-    browser.goto(&consent).await;
-    browser.click("button.approve").await;
-    // The browser is at the dashboard now, with the code; the service's backend consumes it.
-    // (The browser may also ask the dashboard's origin for its favicon.)
-    let mut landed = None;
-    for _ in 0..200 {
-        landed = receiver
-            .received()
-            .into_iter()
-            .find(|r| r.path.starts_with("/dashboard/login?code="));
-        if landed.is_some() {
-            break;
+    {
+        let driver = ChromeDriver::start().await;
+        let profile = Profile::new();
+        let browser = driver.session(&profile).await;
+        browser.goto(&consent).await;
+        // The SDK has scored the page before the click.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        browser.click("button.approve").await;
+        let mut shown = serde_json::Value::Null;
+        for _ in 0..100 {
+            shown = browser.eval_async("document.body.innerText").await;
+            if shown
+                .as_str()
+                .unwrap_or_default()
+                .contains("A person must approve")
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            shown.as_str().unwrap().contains("A person must approve"),
+            "{shown}"
+        );
+        browser.quit().await;
     }
-    let landed = landed.unwrap_or_else(|| {
-        panic!(
-            "the browser never reached the dashboard; the receiver saw {:?}",
-            receiver
-                .received()
-                .iter()
-                .map(|r| r.path.clone())
-                .collect::<Vec<_>>()
-        )
-    });
     assert!(
-        browser
-            .current_url()
-            .await
-            .contains("/dashboard/login?code=")
+        !receiver
+            .received()
+            .iter()
+            .any(|r| r.path.starts_with("/dashboard/login")),
+        "the refused browser was sent nowhere"
     );
-    let code = landed.path["/dashboard/login?code=".len()..]
-        .split('&')
-        .next()
-        .unwrap()
-        .to_owned();
+
+    // The person approves the same login and lands on the dashboard with a code.
+    person_decides(&consent, "approve").await;
+    let landed = receiver
+        .received()
+        .into_iter()
+        .find(|r| r.path.starts_with("/dashboard/login?code="))
+        .unwrap_or_else(|| {
+            panic!(
+                "the browser never reached the dashboard; the receiver saw {:?}",
+                receiver
+                    .received()
+                    .iter()
+                    .map(|r| r.path.clone())
+                    .collect::<Vec<_>>()
+            )
+        });
+    let url = reqwest::Url::parse(&format!("http://dashboard{}", landed.path)).unwrap();
+    let member = |name: &str| {
+        url.query_pairs()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+            .unwrap()
+    };
     let consumed = s
         .post("/v1/gate/login-sessions/consume")
         .key(sk)
-        .json(serde_json::json!({"code": code}))
+        .json(serde_json::json!({"code": member("code"), "gate_session_id": member("gate_session_id")}))
         .send()
         .await;
-    assert_eq!(consumed.ok(200)["object"], "gate_dashboard_login");
-    browser.quit().await;
+    let consumed = consumed.ok(200).clone();
+    assert_eq!(consumed["object"], "gate_dashboard_login");
+    assert_eq!(consumed["account_name"], "laptop cli");
 }

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use reqwest::header;
+use vigil_tests::gate::{person_decides, script_client};
 use vigil_tests::receiver::{Answer, Receiver, verify};
 use vigil_tests::{TestServer, json};
 
@@ -39,57 +40,22 @@ async fn published() -> (TestServer, Receiver, String) {
     (s, receiver, secret)
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// Opens the consent page as a browser does and posts `decision` from it (with its cookie and
-/// form token); the answer.
-async fn decide(consent_url: &str, decision: &str) -> reqwest::Response {
-    let c = client();
-    let page = c.get(consent_url).send().await.unwrap();
-    assert_eq!(page.status(), 200);
-    let cookie = page.headers()[header::SET_COOKIE]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        cookie.contains("SameSite=Strict") && cookie.contains("HttpOnly"),
-        "{cookie}"
-    );
-    let html = page.text().await.unwrap();
-    let csrf = hidden(&html, "csrf");
-    let token = hidden(&html, "token");
-    let action = consent_url.split('?').next().unwrap();
-    // What a browser sends when its person presses the page's button.
-    let origin = reqwest::Url::parse(action)
-        .unwrap()
-        .origin()
-        .ascii_serialization();
-    c.post(action)
-        .header(header::ORIGIN, origin)
-        .header("sec-fetch-site", "same-origin")
-        .header("sec-fetch-mode", "navigate")
-        .header("sec-fetch-user", "?1")
-        .header(header::COOKIE, cookie.split(';').next().unwrap())
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(format!("token={token}&csrf={csrf}&decision={decision}"))
-        .send()
-        .await
-        .unwrap()
-}
-
-fn hidden(html: &str, name: &str) -> String {
-    let marker = format!(r#"name="{name}" value=""#);
-    let at = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no {name} in the form"))
-        + marker.len();
-    html[at..at + html[at..].find('"').unwrap()].to_owned()
+/// The login code and Gate session of the last redirect to the dashboard the receiver saw.
+fn dashboard_login(receiver: &Receiver) -> (String, String) {
+    let hit = receiver
+        .received()
+        .into_iter()
+        .rev()
+        .find(|r| r.path.starts_with("/dashboard/login"))
+        .expect("the browser was sent to the dashboard");
+    let url = reqwest::Url::parse(&format!("http://dashboard{}", hit.path)).unwrap();
+    let member = |name: &str| {
+        url.query_pairs()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_else(|| panic!("no {name} in {}", hit.path))
+    };
+    (member("code"), member("gate_session_id"))
 }
 
 async fn poll(s: &TestServer, id: &str, token: &str) -> vigil_tests::Resp {
@@ -110,11 +76,20 @@ async fn a_signup_then_a_login_end_to_end() {
     let (s, receiver, service_secret) = published().await;
     let sk = &s.creds.keys.secret_test;
 
-    // The tool starts a signup without a key.
-    let started = start_signup(&s, "acme-cli").await;
+    // The tool starts a signup without a key, naming itself.
+    let started = s
+        .post(&format!("{SERVICES}/acme-cli/signups"))
+        .json(json!({"client_name": "acme-cli 1.4"}))
+        .send()
+        .await;
     let started = started.ok(201).clone();
     assert_eq!(started["object"], "gate_signup");
     assert_eq!(started["interval"], 5);
+    assert_eq!(
+        started["env_vars"],
+        json!(["ACME_API_KEY", "ACME_CLI_GATE_AGENT_TOKEN"]),
+        "the variables an approval delivers are named up front"
+    );
     let id = started["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("gate_"), "{id}");
     let poll_token = started["poll_token"].as_str().unwrap().to_owned();
@@ -126,7 +101,7 @@ async fn a_signup_then_a_login_end_to_end() {
     );
 
     // The consent page is a real page that cannot be framed.
-    let page = client().get(&consent).send().await.unwrap();
+    let page = script_client().get(&consent).send().await.unwrap();
     let csp = page.headers()[header::CONTENT_SECURITY_POLICY]
         .to_str()
         .unwrap()
@@ -144,9 +119,8 @@ async fn a_signup_then_a_login_end_to_end() {
     ] {
         assert!(html.contains(shown), "{shown} on the page");
     }
-    let approved = decide(&consent, "approve").await;
-    assert_eq!(approved.status(), 200);
-    assert!(approved.text().await.unwrap().contains("Approved"));
+    let approved = person_decides(&consent, "approve").await;
+    assert!(approved.contains("Approved"), "{approved}");
 
     // The service's webhook was asked, signed with its secret.
     let hook = &receiver.received()[0];
@@ -159,6 +133,16 @@ async fn a_signup_then_a_login_end_to_end() {
     assert_eq!(event["type"], "gate.session.approved");
     assert_eq!(event["data"]["gate_session_id"], id.as_str());
     assert_eq!(event["data"]["flow"], "signup");
+    // What the approver was shown of Vigil's judgement is what the approval records.
+    let approval = &event["data"]["approval"];
+    assert_eq!(approval["automation_status"], "human", "{approval}");
+    assert!(
+        approved.contains(&format!(
+            "Vigil judged this browser a person's (risk {} of 100)",
+            approval["risk_score"]
+        )),
+        "{approved} / {approval}"
+    );
 
     // The next poll, an interval later, delivers once.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -225,39 +209,47 @@ async fn a_signup_then_a_login_end_to_end() {
     let login = login.ok(201).clone();
     assert_eq!(login["object"], "gate_login_session");
     assert_eq!(login["status"], "pending");
-    let redirected = decide(login["consent_url"].as_str().unwrap(), "approve").await;
-    assert_eq!(redirected.status(), 303);
-    let location =
-        reqwest::Url::parse(redirected.headers()[header::LOCATION].to_str().unwrap()).unwrap();
-    assert_eq!(location.path(), "/dashboard/login");
-    let code = location
-        .query_pairs()
-        .find(|(k, _)| k == "code")
-        .map(|(_, v)| v.into_owned())
-        .unwrap();
+    let login_consent = login["consent_url"].as_str().unwrap();
+    // The login's page names the account as the person knows it: the tool that signed it up.
+    let page = vigil_tests::gate::fetch_page(login_consent).await;
+    assert!(
+        page.html.contains("acme-cli 1.4, signed up on"),
+        "the account named on the page"
+    );
+    person_decides(login_consent, "approve").await;
+    let (code, gate_session) = dashboard_login(&receiver);
+    assert_eq!(gate_session, login["id"].as_str().unwrap());
     assert!(
         code.len() == 8 && code.bytes().all(|b| b.is_ascii_digit()),
         "{code}"
     );
+    // A code is bound to its login: with another Gate session it is unknown.
+    s.post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(json!({"code": code, "gate_session_id": id}))
+        .send()
+        .await
+        .err(401, "auth.invalid_credentials");
+    s.post("/v1/gate/login-sessions/consume")
+        .key(sk)
+        .json(json!({"code": code}))
+        .send()
+        .await
+        .err(422, "request.validation_failed");
     let consumed = s
         .post("/v1/gate/login-sessions/consume")
         .key(sk)
-        .json(json!({"code": code}))
+        .json(json!({"code": code, "gate_session_id": gate_session}))
         .send()
         .await;
     let consumed = consumed.ok(200).clone();
     assert_eq!(consumed["object"], "gate_dashboard_login");
     assert_eq!(consumed["gate_account_id"], account.as_str());
-    assert!(
-        consumed["account_name"]
-            .as_str()
-            .unwrap()
-            .starts_with("Acme CLI account")
-    );
+    assert_eq!(consumed["account_name"], "acme-cli 1.4");
     let again = s
         .post("/v1/gate/login-sessions/consume")
         .key(sk)
-        .json(json!({"code": code}))
+        .json(json!({"code": code, "gate_session_id": gate_session}))
         .send()
         .await;
     again.err(401, "auth.invalid_credentials");
@@ -341,16 +333,14 @@ async fn refusals_slow_down_denial_and_forged_approvals() {
 
     // A post from another site (no cookie, a foreign Origin) approves nothing.
     let consent = started["consent_url"].as_str().unwrap();
-    let c = client();
-    let page = c.get(consent).send().await.unwrap().text().await.unwrap();
-    let forged = c
+    let page = vigil_tests::gate::fetch_page(consent).await;
+    let forged = script_client()
         .post(consent.split('?').next().unwrap())
         .header(header::ORIGIN, "https://evil.example")
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(format!(
             "token={}&csrf={}&decision=approve",
-            hidden(&page, "token"),
-            hidden(&page, "csrf")
+            page.token, page.csrf
         ))
         .send()
         .await
@@ -358,14 +348,18 @@ async fn refusals_slow_down_denial_and_forged_approvals() {
     assert_eq!(forged.status(), 403);
 
     // Denied, the tool learns it and nothing is delivered.
-    assert_eq!(decide(consent, "deny").await.status(), 200);
+    let denied_page = person_decides(consent, "deny").await;
+    assert!(denied_page.contains("Denied"), "{denied_page}");
     tokio::time::sleep(Duration::from_secs(10)).await;
     let denied = poll(&s, id, token).await;
     let denied = denied.ok(200).clone();
     assert_eq!(denied["status"], "denied");
     assert!(denied.get("env_vars").is_none());
     // The page says the request was decided.
-    assert_eq!(client().get(consent).send().await.unwrap().status(), 409);
+    assert_eq!(
+        script_client().get(consent).send().await.unwrap().status(),
+        409
+    );
 
     // An unknown or malformed agent token starts no login.
     for bad in ["agt_nope", "sk_test_x"] {
@@ -379,7 +373,7 @@ async fn refusals_slow_down_denial_and_forged_approvals() {
     let unknown = s
         .post("/v1/gate/login-sessions/consume")
         .key(sk)
-        .json(json!({"code": "12345678"}))
+        .json(json!({"code": "12345678", "gate_session_id": id}))
         .send()
         .await;
     unknown.err(401, "auth.invalid_credentials");
@@ -397,7 +391,8 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
     let started = started.ok(201).clone();
     let id = started["id"].as_str().unwrap().to_owned();
     let consent = started["consent_url"].as_str().unwrap().to_owned();
-    assert_eq!(decide(&consent, "approve").await.status(), 200);
+    let approved = person_decides(&consent, "approve").await;
+    assert!(approved.contains("Approved"), "{approved}");
     let delivered = poll(&s, &id, started["poll_token"].as_str().unwrap()).await;
     let delivered = delivered.ok(200).clone();
     let agent = delivered["env_vars"]["ACME_CLI_GATE_AGENT_TOKEN"]
@@ -420,14 +415,8 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
         .send()
         .await;
     let login = login.ok(201).clone();
-    let redirected = decide(login["consent_url"].as_str().unwrap(), "approve").await;
-    let location =
-        reqwest::Url::parse(redirected.headers()[header::LOCATION].to_str().unwrap()).unwrap();
-    let code = location
-        .query_pairs()
-        .find(|(k, _)| k == "code")
-        .map(|(_, v)| v.into_owned())
-        .unwrap();
+    person_decides(login["consent_url"].as_str().unwrap(), "approve").await;
+    let (code, gate_session) = dashboard_login(&_receiver);
     let store = s.store();
     let login_id: schemas::ids::GateSessionId = login["id"].as_str().unwrap().parse().unwrap();
     let mut session = store.get_gate_session(login_id).await.unwrap().unwrap();
@@ -440,7 +429,7 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
     );
     s.post("/v1/gate/login-sessions/consume")
         .key(sk)
-        .json(json!({"code": code}))
+        .json(json!({"code": code, "gate_session_id": gate_session}))
         .send()
         .await
         .err(401, "auth.invalid_credentials");
@@ -495,12 +484,8 @@ async fn signups_are_limited_per_client_address() {
 async fn signed_up(s: &TestServer) -> String {
     let started = start_signup(s, "acme-cli").await;
     let started = started.ok(201).clone();
-    assert_eq!(
-        decide(started["consent_url"].as_str().unwrap(), "approve")
-            .await
-            .status(),
-        200
-    );
+    let approved = person_decides(started["consent_url"].as_str().unwrap(), "approve").await;
+    assert!(approved.contains("Approved"), "{approved}");
     let id = started["id"].as_str().unwrap();
     let delivered = poll(s, id, started["poll_token"].as_str().unwrap()).await;
     delivered.ok(200)["env_vars"]["ACME_CLI_GATE_AGENT_TOKEN"]
@@ -537,7 +522,11 @@ async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
         .send()
         .await;
     revoked.ok(200);
-    assert_eq!(decide(&consent, "approve").await.status(), 410);
+    // Its consent page says so, and takes no decision.
+    assert_eq!(
+        script_client().get(&consent).send().await.unwrap().status(),
+        410
+    );
 
     // Ten logins an hour, the eleventh refused.
     let agent = signed_up(&s).await;
@@ -564,20 +553,28 @@ async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
         .err(429, "rate.limited");
 
     // Codes presented past the minute's allowance are refused before any lookup.
+    let guess = json!({"code": "00000000", "gate_session_id": id.to_string()});
     for _ in 0..schemas::gate::CODE_ATTEMPTS_PER_MINUTE {
         s.post("/v1/gate/login-sessions/consume")
             .key(sk)
-            .json(json!({"code": "00000000"}))
+            .json(guess.clone())
             .send()
             .await
             .err(401, "auth.invalid_credentials");
     }
     s.post("/v1/gate/login-sessions/consume")
         .key(sk)
-        .json(json!({"code": "00000000"}))
+        .json(guess.clone())
         .send()
         .await
         .err(429, "rate.limited");
+    // The budget is the service's in its environment: the live keys' is another.
+    s.post("/v1/gate/login-sessions/consume")
+        .key(&s.creds.keys.secret_live)
+        .json(guess)
+        .send()
+        .await
+        .err(401, "auth.invalid_credentials");
 }
 
 /// A service may answer long values (a certificate, say): more than a webhook delivery keeps.
@@ -588,12 +585,8 @@ async fn a_service_may_answer_long_values() {
     receiver.answer(Answer::status(200).json(json!({"env_vars": {"ACME_API_KEY": long}})));
     let started = start_signup(&s, "acme-cli").await;
     let started = started.ok(201).clone();
-    assert_eq!(
-        decide(started["consent_url"].as_str().unwrap(), "approve")
-            .await
-            .status(),
-        200
-    );
+    let approved = person_decides(started["consent_url"].as_str().unwrap(), "approve").await;
+    assert!(approved.contains("Approved"), "{approved}");
     let delivered = poll(
         &s,
         started["id"].as_str().unwrap(),

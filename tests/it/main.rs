@@ -19,6 +19,7 @@ mod events_api;
 mod fingerprints;
 mod fleet;
 mod full_disk;
+mod gate_approvals;
 mod gate_flows;
 mod gate_services;
 mod idempotency;

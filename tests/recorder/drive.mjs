@@ -21,22 +21,10 @@ import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-const CHROMIUM = process.env.VIGIL_CHROMIUM || '/usr/bin/chromium';
-const CHROMEDRIVER = process.env.VIGIL_CHROMEDRIVER || '/usr/bin/chromedriver';
+import {
+  BASE_FLAGS, CHROMEDRIVER, CHROMIUM, launchPlain, movePointer, rng, run, sleep, startXvfb,
+} from './desktop.mjs';
 
-// The flags every launch needs on these machines: no sandbox as root, and no background
-// networking (the closed network refuses it).
-const BASE_FLAGS = [
-  '--no-sandbox',
-  '--disable-quic',
-  '--no-first-run',
-  '--no-default-browser-check',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--enable-unsafe-swiftshader',
-  '--password-store=basic',
-];
 const HEADLESS = ['--headless=new', '--disable-gpu'];
 
 let majorVersion;
@@ -111,43 +99,6 @@ function startPage(api, key, dwellMs) {
 
 // ───────────────────────────── displays and processes ─────────────────────────────
 
-/** A virtual X display (Xvfb) for headful launches; resolves to { display, stop }. */
-function startXvfb() {
-  return new Promise((resolve, reject) => {
-    const xvfb = spawn('Xvfb', ['-displayfd', '1', '-screen', '0', '1920x1080x24', '-nolisten', 'tcp'], {
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    let out = '';
-    xvfb.stdout.on('data', (d) => {
-      out += d;
-      const m = /^(\d+)\n/.exec(out);
-      if (m) resolve({ display: `:${m[1]}`, stop: () => xvfb.kill('SIGTERM') });
-    });
-    xvfb.on('error', reject);
-    xvfb.on('exit', (code) => reject(new Error(`Xvfb exited with ${code}`)));
-  });
-}
-
-/** Runs a command and resolves when it exits (xdotool). */
-function run(cmd, args, env) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: 'ignore', env });
-    child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`${cmd} ${args.join(' ')}: ${code}`))));
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** A seeded generator, so a recorded run's input can be replayed the same way. */
-function rng(seed) {
-  let s = seed >>> 0;
-  return () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
-
 /**
  * Human-like input through the X server (xdotool): curved, uneven pointer paths with pauses,
  * a click into the field, and typing with irregular gaps. The browser sees trusted OS input and
@@ -156,20 +107,9 @@ function rng(seed) {
 async function humanInput(display) {
   const env = { ...process.env, DISPLAY: display };
   const random = rng(7);
-  let [x, y] = [300, 300];
+  let at = [300, 300];
   const moveTo = async (tx, ty) => {
-    const steps = 18 + Math.floor(random() * 14);
-    const bend = (random() - 0.5) * 160;
-    const [sx, sy] = [x, y];
-    for (let i = 1; i <= steps; i++) {
-      const t = i / steps;
-      const ease = t * t * (3 - 2 * t);
-      const px = sx + (tx - sx) * ease + Math.sin(Math.PI * t) * bend + (random() - 0.5) * 3;
-      const py = sy + (ty - sy) * ease + Math.sin(Math.PI * t) * bend * 0.4 + (random() - 0.5) * 3;
-      await run('xdotool', ['mousemove', String(Math.round(px)), String(Math.round(py))], env);
-      await sleep(6 + random() * 22);
-    }
-    [x, y] = [tx, ty];
+    at = await movePointer(env, random, at, [tx, ty]);
   };
   await moveTo(620, 410);
   await sleep(240 + random() * 300);
@@ -203,15 +143,6 @@ async function scriptedInput(page) {
 }
 
 /** Launches plain Chromium on the page with no automation client (Xvfb required). */
-function launchPlain(url, display, extraFlags) {
-  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
-  const child = spawn(CHROMIUM, [...BASE_FLAGS, `--user-data-dir=${profile}`, '--window-size=1280,900',
-    '--window-position=0,0', ...extraFlags, url], {
-    stdio: 'ignore', env: { ...process.env, DISPLAY: display }, detached: true,
-  });
-  return { close: () => { try { process.kill(-child.pid, 'SIGKILL'); } catch (_) { /* gone */ } rmSync(profile, { recursive: true, force: true }); } };
-}
-
 // A privacy extension as anti-fingerprinting tools write them: farbling-style noise on canvas
 // and audio reads, from a content script in the page's own world, in every frame.
 const FARBLING_SCRIPT = `(() => {

@@ -120,11 +120,21 @@ pub async fn open_session_at(
     base: &str,
     pk: &str,
 ) -> Option<CollectSession> {
+    open_session_on(client, base, pk, "https://shop.example/").await
+}
+
+/// [`open_session_at`] for a page at `page_url`, as the SDK reports it.
+pub async fn open_session_on(
+    client: &reqwest::Client,
+    base: &str,
+    pk: &str,
+    page_url: &str,
+) -> Option<CollectSession> {
     let secret = EphemeralSecret::generate();
     let r = client
         .post(format!("{base}/v1/collect/sessions"))
         .bearer_auth(pk)
-        .json(&json!({"client_public_key": client_public_key(&secret), "sdk_version": "1.0.0", "page_url": "https://shop.example/"}))
+        .json(&json!({"client_public_key": client_public_key(&secret), "sdk_version": "1.0.0", "page_url": page_url}))
         .send()
         .await
         .ok()?;

@@ -18,6 +18,7 @@ pub mod browser;
 pub mod collect;
 pub mod detection;
 pub mod faults;
+pub mod gate;
 pub mod receiver;
 
 /// Creates the topics Vigil uses on a mock Kafka cluster, which does not answer topic creation

@@ -55,6 +55,9 @@ struct Signup {
     consent_url: String,
     poll_token: String,
     interval: u32,
+    /// The names of the variables an approval delivers (the agent token's among them), so the
+    /// tool can tell before the person approves whether it would replace one it holds.
+    env_vars: Vec<String>,
     #[serde(serialize_with = "time::ser")]
     expires_at: Timestamp,
 }
@@ -119,18 +122,46 @@ fn new_session(
         login_code: None,
         agent_token: None,
         code_expires_at: None,
+        approval: None,
+        client_name: None,
         created_at: now,
         expires_at: now + chrono::TimeDelta::from_std(gate::SESSION_TTL).expect("a short ttl"),
     }
 }
 
+/// The longest `client_name` a signup takes.
+const CLIENT_NAME_MAX_CHARS: usize = 64;
+
 /// `POST /v1/gate/services/{serviceId}/signups`: no key; limited per client address by the
-/// credential layer, like every request without one.
+/// credential layer, like every request without one. An optional JSON body names the tool
+/// (`{ "client_name": "acme-cli 1.4" }`), which names the account on the consent pages.
 async fn start_signup(
     State(state): State<AdminState>,
     params: PathParams,
+    request: axum::extract::Request,
 ) -> Result<Reply, ApiError> {
     let id: String = path_param(&params, "serviceId")?;
+    let client_name = if request
+        .headers()
+        .contains_key(axum::http::header::CONTENT_TYPE)
+    {
+        use axum::extract::FromRequest;
+        let mut f = Fields::new(JsonObject::from_request(request, &()).await?);
+        let name = f.checked_string("client_name", false, |n| {
+            schemas::validate::shown_text(n, false)?;
+            match n.trim().chars().count() {
+                0 => Err("must not be blank".into()),
+                n if n > CLIENT_NAME_MAX_CHARS => Err(format!(
+                    "must be at most {CLIENT_NAME_MAX_CHARS} characters"
+                )),
+                _ => Ok(()),
+            }
+        });
+        f.finish()?;
+        name.map(|n| n.trim().to_owned())
+    } else {
+        None
+    };
     let service = published(&state, &id).await?;
     let (consent, poll) = (gate::mint(TokenKind::Consent), gate::mint(TokenKind::Poll));
     let now = time::now();
@@ -142,15 +173,22 @@ async fn start_signup(
         now,
     );
     session.poll_token = Some(secret.hash_token(&poll));
+    session.client_name = client_name;
     state.auth.store.create_gate_session(&session).await?;
     Ok(Reply::created(Signup {
         id: session.id,
         object: "gate_signup",
-        service_id: service.id,
+        service_id: service.id.clone(),
         status: "pending",
         consent_url: consent_url(session.id, &consent),
         poll_token: poll,
         interval: session.interval_secs,
+        env_vars: service
+            .env_vars
+            .iter()
+            .map(|v| v.key.clone())
+            .chain([gate::agent_token_variable(&service.id)])
+            .collect(),
         expires_at: session.expires_at,
     }))
 }
@@ -371,8 +409,10 @@ async fn start_login(
     }))
 }
 
-/// `POST /v1/gate/login-sessions/consume` with a secret key and `{ "code": … }`: the account
-/// the approved login is for, once; a wrong code is as unknown as a used one.
+/// `POST /v1/gate/login-sessions/consume` with a secret key and `{ "code": …,
+/// "gate_session_id": … }` (the redirect to the dashboard carries both): the account the
+/// approved login is for, once. A code is bound to its login session, so it is checked against
+/// that session alone; a wrong code is as unknown as a used one.
 async fn consume_login(
     State(state): State<AdminState>,
     caller: SecretKey<ConsumeLoginSessions>,
@@ -386,23 +426,40 @@ async fn consume_login(
             Err("must be the numeric login code Gate sent to the dashboard".into())
         }
     });
+    let session_id = f.parsed_string("gate_session_id", true, |id| {
+        id.parse::<GateSessionId>()
+            .map_err(|_| "must be the gate_ id the dashboard's redirect carried".to_owned())
+    });
     let service_id = f.checked_string("service_id", false, gate::service_id);
     f.finish()?;
-    let code = code.ok_or_else(|| ApiError::internal("consume", "validated code missing"))?;
+    let (Some(code), Some(session_id)) = (code, session_id) else {
+        return Err(ApiError::internal("consume", "validated members missing"));
+    };
     let unknown = || {
         ApiError::new(
             ErrorCode::InvalidCredentials,
             "the login code is unknown, used or expired",
         )
     };
-    // Every attempt counts, before any lookup: guessing is bounded per organization.
+    let (org, env) = (caller.organization.id, caller.environment());
+    let session = state
+        .auth
+        .store
+        .get_gate_session(session_id)
+        .await?
+        .filter(|s| s.organization_id == org && s.environment == env);
+    // Every attempt counts, before the code is compared: guessing is bounded per organization,
+    // environment and service, so one service's (or the test keys') attempts never use up
+    // another's.
+    let bucket = format!(
+        "gate-codes:{org}:{}:{}",
+        env.as_str(),
+        session.as_ref().map_or("-", |s| s.service_id.as_str())
+    );
     let decision = state
         .auth
         .limiter
-        .check(
-            &format!("gate-codes:{}", caller.organization.id),
-            gate::CODE_ATTEMPTS_PER_MINUTE,
-        )
+        .check(&bucket, gate::CODE_ATTEMPTS_PER_MINUTE)
         .await;
     if !decision.allowed {
         let mut e = ApiError::new(
@@ -414,16 +471,15 @@ async fn consume_login(
         return Err(e);
     }
     let now = time::now();
-    let mut session = state
-        .auth
-        .store
-        .get_login_by_code(&state.auth.secret.hash_token(&code))
-        .await?
+    let presented = state.auth.secret.hash_token(&code);
+    let mut session = session
         .filter(|s| {
             s.flow == GateFlow::Login
                 && s.status == GateSessionStatus::Approved
-                && s.organization_id == caller.organization.id
-                && s.environment == caller.environment()
+                && s.login_code.is_some_and(|stored| {
+                    use subtle::ConstantTimeEq;
+                    bool::from(stored.0.ct_eq(&presented.0))
+                })
                 && s.code_expires_at.is_some_and(|at| at > now)
                 && service_id.as_ref().is_none_or(|id| *id == s.service_id)
         })

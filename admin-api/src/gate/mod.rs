@@ -17,11 +17,11 @@ use rand::TryRngCore;
 use rand::rngs::OsRng;
 use schemas::error::ErrorCode;
 use schemas::gate::{self, TokenKind};
-use schemas::ids::{GateAccountId, GateSessionId};
+use schemas::ids::GateSessionId;
 use schemas::time;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use store::{AgentTokenRecord, GateServiceRecord};
+use store::{AgentTokenRecord, GateSessionRecord};
 
 use crate::AdminState;
 
@@ -94,10 +94,13 @@ pub(crate) async fn agent_token(
         .filter(|t| t.revoked_at.is_none() && t.expires_at > now))
 }
 
-/// A new account's name: the service's and a short part of its id, until the person names it.
-pub(crate) fn account_name(service: &GateServiceRecord, id: GateAccountId) -> String {
-    let id = id.to_string();
-    format!("{} account {}", service.name, &id[id.len() - 6..])
+/// A new account's name: the name the signing-up tool gave itself, which a person recognises
+/// on a later login's consent page (with the day it signed up).
+pub(crate) fn account_name(session: &GateSessionRecord) -> String {
+    session
+        .client_name
+        .clone()
+        .unwrap_or_else(|| "a developer tool".into())
 }
 
 /// A login code: [`gate::LOGIN_CODE_DIGITS`] digits from the OS random source.

@@ -212,6 +212,8 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
         login_code: None,
         agent_token: None,
         code_expires_at: None,
+        approval: None,
+        client_name: None,
         created_at: now,
         expires_at: now + TimeDelta::minutes(15),
     };
@@ -243,6 +245,15 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
     approved.status = GateSessionStatus::Approved;
     approved.account_id = Some(account.id);
     approved.sealed_delivery = vec![9, 9];
+    // The consent page's judgement is kept with the approval.
+    approved.approval = Some(crate::GateApproval {
+        collect_session_id: SessionId::generate(),
+        automation_status: schemas::decision::AutomationStatus::Human,
+        verdict: schemas::decision::Verdict::Human,
+        risk_score: 7,
+        interacted: true,
+        judged_at: now,
+    });
     assert!(
         store
             .transition_gate_session(
@@ -380,6 +391,8 @@ pub async fn gate_sessions_are_purged_a_retention_after_they_started(store: Stor
         login_code: None,
         agent_token: None,
         code_expires_at: None,
+        approval: None,
+        client_name: None,
         created_at,
         expires_at: created_at + TimeDelta::minutes(15),
     };
@@ -443,6 +456,8 @@ pub async fn gate_polls_are_counted_with_their_interval_and_cap_in_one_step(stor
         login_code: None,
         agent_token: None,
         code_expires_at: None,
+        approval: None,
+        client_name: None,
         created_at: now,
         expires_at: now + TimeDelta::minutes(15),
     };

@@ -14,12 +14,13 @@ use schemas::ids::GateAccountId;
 use schemas::time;
 use serde_json::{Map, Value, json};
 use store::{
-    AgentTokenRecord, EventRecord, GateAccountRecord, GateFlow, GateServiceRecord,
+    AgentTokenRecord, EventRecord, GateAccountRecord, GateApproval, GateFlow, GateServiceRecord,
     GateSessionRecord, GateSessionStatus,
 };
 
+use super::check::{self, Judgement, Unjudged};
 use super::page::{already_decided, notice, unavailable};
-use super::{CSRF_COOKIE, service_of, waiting};
+use super::{CSRF_COOKIE, page, service_of, waiting};
 use crate::AdminState;
 use crate::gate::{Delivery, account_name, delivery_context, new_login_code};
 
@@ -47,19 +48,19 @@ fn same_site_post(headers: &HeaderMap, form_csrf: Option<&str>) -> bool {
         }
         _ => false,
     };
-    // What a browser sends when a person presses a button of this page's own form. Browsers
-    // do not let a page set these headers, so another site's script cannot fake them; a
-    // program outside a browser can, which is why the approval is worth only what the
-    // person's own browser session is (see docs/gate.md#the-consent-page).
+    // What a browser sends when this page's own form posts. Browsers do not let a page set
+    // these headers, so another site's script cannot fake them; a program outside a browser
+    // can, which is why a decision also needs the page's scored session (`check`).
     let header_is = |name: &str, want: &[&str]| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| want.contains(&v))
     };
-    let from_the_page = header_is("sec-fetch-site", &["same-origin"])
-        && header_is("sec-fetch-mode", &["navigate"])
-        && header_is("sec-fetch-user", &["?1"]);
+    // `Sec-Fetch-User` is not asked for: the page's script posts the form once the check has
+    // answered, which may be after the click's activation has lapsed.
+    let from_the_page =
+        header_is("sec-fetch-site", &["same-origin"]) && header_is("sec-fetch-mode", &["navigate"]);
     let public = url::Url::parse(edge::context::public_url()).ok();
     let origin_ok = headers
         .get(header::ORIGIN)
@@ -106,33 +107,134 @@ pub(super) async fn decide(
         Ok(s) => s,
         Err(page) => return page,
     };
-    match field("decision") {
-        Some("approve") => match session.flow {
-            GateFlow::Signup => approve_signup(&state, session, &service).await,
-            GateFlow::Login => approve_login(&state, session, &service).await,
-        },
-        Some("deny") => {
-            let mut denied = session.clone();
-            denied.status = GateSessionStatus::Denied;
-            match state
-                .auth
-                .store
-                .transition_gate_session(&denied, GateSessionStatus::Pending, None)
-                .await
-            {
-                Ok(_) => notice(
+    let choice = match field("decision") {
+        Some(choice @ ("approve" | "deny")) => choice,
+        _ => {
+            return notice(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Choose Approve or Deny",
+                "Go back and press one of the two buttons.",
+            );
+        }
+    };
+    let approval = match check::judge(&state, &session, field("handoff")).await {
+        Ok(Judgement::Person(approval)) => approval,
+        Ok(Judgement::Automated(approval)) => return automated(&approval),
+        // Denying gives nothing away: it needs no second click.
+        Ok(Judgement::AskAgain(approval)) if choice == "deny" => approval,
+        Ok(Judgement::AskAgain(_)) => {
+            return page::render(
+                &state,
+                &session,
+                &service,
+                field("token").unwrap_or_default(),
+                Some("One more step: Vigil could not yet tell that a person is here. Press Approve once more."),
+            )
+            .await;
+        }
+        Err(Unjudged::NoScript) => {
+            return notice(
+                StatusCode::FORBIDDEN,
+                "This page needs JavaScript",
+                "Vigil lets a decision through only from a browser it has checked is a person's, \
+                 and that check runs in the page. Turn JavaScript on for this page, reload it and \
+                 decide again.",
+            );
+        }
+        Err(Unjudged::Refused(why)) => {
+            return notice(
+                StatusCode::FORBIDDEN,
+                "This decision could not be checked",
+                why,
+            );
+        }
+        Err(Unjudged::NotYet) => {
+            return notice(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Still checking",
+                "Vigil has not finished checking this browser. Go back, reload the page and \
+                 decide again.",
+            );
+        }
+        Err(Unjudged::Unavailable) => return unavailable(),
+    };
+    if choice == "deny" {
+        return deny(&state, session, approval).await;
+    }
+    match session.flow {
+        GateFlow::Signup => approve_signup(&state, session, &service, approval).await,
+        GateFlow::Login => approve_login(&state, session, &service, approval).await,
+    }
+}
+
+/// The page for a browser Vigil judged automated: nothing is approved.
+fn automated(approval: &GateApproval) -> Response {
+    notice(
+        StatusCode::FORBIDDEN,
+        "A person must approve",
+        &format!(
+            "Vigil judged the browser that pressed the button to be automated (risk {} of 100), \
+             and access to an account is granted only to a person, so nothing was approved. If \
+             you are a person, open the link in your everyday browser and decide there.",
+            approval.risk_score
+        ),
+    )
+}
+
+/// Vigil's judgement as the approver is shown it: the same values the session records.
+fn judged(approval: &GateApproval) -> String {
+    let who = match approval.automation_status {
+        schemas::decision::AutomationStatus::Human => "a person's",
+        _ => "used by a person",
+    };
+    format!(
+        "Vigil judged this browser {who} (risk {} of 100).",
+        approval.risk_score
+    )
+}
+
+/// Denies a waiting session; says "Denied" only when the denial took effect, and otherwise what
+/// the session became (an approval that won the race has shared what it shares).
+async fn deny(state: &AdminState, session: GateSessionRecord, approval: GateApproval) -> Response {
+    let mut denied = session.clone();
+    denied.status = GateSessionStatus::Denied;
+    denied.approval = Some(approval);
+    match state
+        .auth
+        .store
+        .transition_gate_session(&denied, GateSessionStatus::Pending, None)
+        .await
+    {
+        Ok(true) => notice(
+            StatusCode::OK,
+            "Denied",
+            "Nothing was shared. You can close this page.",
+        ),
+        Ok(false) => match state.auth.store.get_gate_session(session.id).await {
+            Ok(Some(now)) => match now.status {
+                GateSessionStatus::Denied => notice(
                     StatusCode::OK,
                     "Denied",
-                    "Nothing was shared. You can close this page.",
+                    "This request was denied already; nothing was shared. You can close this page.",
                 ),
-                Err(_) => unavailable(),
-            }
-        }
-        _ => notice(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Choose Approve or Deny",
-            "Go back and press one of the two buttons.",
-        ),
+                GateSessionStatus::Approving
+                | GateSessionStatus::Approved
+                | GateSessionStatus::Completed => notice(
+                    StatusCode::CONFLICT,
+                    "Not denied: this request was approved",
+                    "An approval of this request arrived before your denial, so the tool has been \
+                     given access. If you did not mean to approve it, revoke the tool's access at \
+                     the service.",
+                ),
+                GateSessionStatus::Pending => notice(
+                    StatusCode::CONFLICT,
+                    "Not denied yet",
+                    "The request changed while you decided. Reload the page and decide again.",
+                ),
+            },
+            _ => unavailable(),
+        },
+        Err(_) => unavailable(),
     }
 }
 
@@ -141,6 +243,7 @@ fn approved_event(
     session: &GateSessionRecord,
     service: &GateServiceRecord,
     account: GateAccountId,
+    approval: &GateApproval,
 ) -> EventRecord {
     EventRecord {
         id: schemas::EventId::generate(),
@@ -157,6 +260,12 @@ fn approved_event(
             "service_id": service.id,
             "gate_account_id": account,
             "env_vars": service.env_vars.iter().map(|v| v.key.clone()).collect::<Vec<_>>(),
+            // What Vigil made of the approver's browser: the same values the page showed.
+            "approval": {
+                "automation_status": approval.automation_status,
+                "verdict": approval.verdict,
+                "risk_score": approval.risk_score,
+            },
         }),
         created_at: time::now(),
     }
@@ -239,6 +348,7 @@ async fn approve_signup(
     state: &AdminState,
     session: GateSessionRecord,
     service: &GateServiceRecord,
+    approval: GateApproval,
 ) -> Response {
     let now = time::now();
     let account = GateAccountRecord {
@@ -250,10 +360,10 @@ async fn approve_signup(
         created_at: now,
     };
     let account = GateAccountRecord {
-        name: account_name(service, account.id),
+        name: account_name(&session),
         ..account
     };
-    let event = approved_event(&session, service, account.id);
+    let event = approved_event(&session, service, account.id, &approval);
     // Claimed first, so a second approval (a double click) asks the service nothing.
     let mut approving = session.clone();
     approving.status = GateSessionStatus::Approving;
@@ -319,6 +429,7 @@ async fn approve_signup(
         _ => return unavailable(),
     };
     approved.status = GateSessionStatus::Approved;
+    approved.approval = Some(approval.clone());
     approved.account_id = Some(account.id);
     approved.ack_token = Some(state.auth.secret.hash_token(&ack));
     approved.sealed_delivery = state
@@ -346,8 +457,9 @@ async fn approve_signup(
         StatusCode::OK,
         "Approved",
         &format!(
-            "Your {} account is ready. Return to your terminal: the tool receives it now.",
-            service.name
+            "Your {} account is ready. Return to your terminal: the tool receives it now. {}",
+            service.name,
+            judged(&approval)
         ),
     )
 }
@@ -356,6 +468,7 @@ async fn approve_login(
     state: &AdminState,
     session: GateSessionRecord,
     service: &GateServiceRecord,
+    approval: GateApproval,
 ) -> Response {
     let Some(dashboard) = service
         .dashboard_login_url
@@ -392,6 +505,7 @@ async fn approve_login(
     loop {
         let mut approved = session.clone();
         approved.status = GateSessionStatus::Approved;
+        approved.approval = Some(approval.clone());
         approved.login_code = Some(state.auth.secret.hash_token(&code));
         approved.code_expires_at = Some(
             time::now() + chrono::TimeDelta::from_std(gate::LOGIN_CODE_TTL).expect("5 minutes"),
@@ -417,7 +531,11 @@ async fn approve_login(
             Err(_) => return unavailable(),
         }
     }
-    announce(state, &approved_event(&session, service, account)).await;
+    announce(
+        state,
+        &approved_event(&session, service, account, &approval),
+    )
+    .await;
     let mut target = dashboard;
     target
         .query_pairs_mut()

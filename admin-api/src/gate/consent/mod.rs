@@ -16,12 +16,13 @@
 //! for the tool's next poll. Approving a login sends the browser to the service's
 //! `dashboard_login_url` with a one-time numeric code.
 
+mod check;
 mod decision;
 mod page;
 
 use axum::Router;
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use edge::body::{PathParams, path_param};
 use schemas::gate::{self, TokenKind};
@@ -35,10 +36,12 @@ use crate::AdminState;
 pub(super) const CSRF_COOKIE: &str = "vigil_gate_csrf";
 
 pub fn router() -> Router<AdminState> {
-    Router::new().route(
-        "/gate/consent/{gateSessionId}",
-        get(page::show).post(decision::decide),
-    )
+    Router::new()
+        .route(
+            "/gate/consent/{gateSessionId}",
+            get(page::show).post(decision::decide),
+        )
+        .route("/gate/consent.js", get(script))
 }
 
 /// The session the path names, if `token` is its consent token and it still waits.
@@ -76,6 +79,23 @@ pub(super) async fn waiting(
     if session.status != GateSessionStatus::Pending {
         return Err(already_decided());
     }
+    // A login whose agent token was revoked, or ran out, since it started can never complete.
+    if let Some(hash) = &session.agent_token {
+        let usable = state
+            .auth
+            .store
+            .get_agent_token(hash)
+            .await
+            .map_err(|_| unavailable())?
+            .is_some_and(|t| t.revoked_at.is_none() && t.expires_at > time::now());
+        if !usable {
+            return Err(notice(
+                StatusCode::GONE,
+                "This login is no longer possible",
+                "The tool's access was revoked or has expired. Sign up again from your tool.",
+            ));
+        }
+    }
     if time::now() >= session.expires_at {
         return Err(notice(
             StatusCode::GONE,
@@ -110,4 +130,27 @@ pub(super) fn query_token(uri: &axum::http::Uri) -> Option<String> {
     url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())
+}
+
+/// The page's check, run by every consent page after Vigil's SDK.
+const SCRIPT: &str = include_str!("consent.js");
+
+/// `GET /gate/consent.js`: the consent page's own script (the page's policy runs no inline
+/// script).
+async fn script() -> Response {
+    let mut response = SCRIPT.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/javascript; charset=utf-8"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }

@@ -9,7 +9,7 @@ use edge::body::PathParams;
 use rand::TryRngCore;
 use rand::rngs::OsRng;
 use schemas::gate;
-use store::{GateFlow, GateServiceRecord, GateSessionRecord};
+use store::{GateAccountRecord, GateFlow, GateServiceRecord, GateSessionRecord};
 
 use super::{CSRF_COOKIE, query_token, service_of, waiting};
 use crate::AdminState;
@@ -29,21 +29,45 @@ pub(super) fn escape(s: &str) -> String {
     out
 }
 
+/// What the pages may load: their own scripts (Vigil's SDK and the page's check), requests and
+/// the SDK's WebSocket to this server, the SDK's worker, inline styles, and images for the
+/// service's logo; no frame may embed them, and forms post only here (and follow a login's
+/// redirect to `form_target`, the service's dashboard).
+fn content_security_policy(form_target: Option<&str>) -> String {
+    let public = edge::context::public_url().trim_end_matches('/');
+    let socket = public
+        .strip_prefix("https://")
+        .map(|host| format!("wss://{host}"))
+        .or_else(|| {
+            public
+                .strip_prefix("http://")
+                .map(|host| format!("ws://{host}"))
+        })
+        .unwrap_or_default();
+    let form_target = form_target.unwrap_or_default();
+    format!(
+        "default-src 'none'; script-src 'self'; connect-src 'self' {socket}; worker-src blob:; \
+         style-src 'unsafe-inline'; img-src https: http: data:; form-action 'self' \
+         {form_target}; frame-ancestors 'none'; base-uri 'none'"
+    )
+}
+
 /// An HTML answer with the page's protective headers.
 pub(super) fn html(status: StatusCode, body: String) -> Response {
+    page_response(status, body, None)
+}
+
+/// [`html`], for a page whose form may be sent on to `form_target`.
+fn page_response(status: StatusCode, body: String, form_target: Option<&str>) -> Response {
     let mut response = (status, body).into_response();
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; img-src https: http: data:; \
-             frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+    if let Ok(policy) = HeaderValue::from_str(&content_security_policy(form_target)) {
+        h.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     // `same-origin`: the consent token in the page's URL never reaches another site (its
@@ -130,29 +154,62 @@ pub(super) async fn show(
         Ok(s) => s,
         Err(page) => return page,
     };
+    render(
+        &state,
+        &session,
+        &service,
+        token.as_deref().unwrap_or(""),
+        None,
+    )
+    .await
+}
+
+/// The consent page of a waiting session, with a fresh form token (and its cookie), and
+/// `prompt` above the buttons when the last decision needs doing again.
+pub(super) async fn render(
+    state: &AdminState,
+    session: &GateSessionRecord,
+    service: &GateServiceRecord,
+    token: &str,
+    prompt: Option<&str>,
+) -> Response {
     // A login names the account it logs in to, so a person sent someone else's link sees it.
     let account = match session.account_id {
         Some(id) => match state.auth.store.get_gate_account(id).await {
-            Ok(found) => found.map(|a| a.name),
+            Ok(found) => found,
             Err(_) => return unavailable(),
         },
         None => None,
+    };
+    let key = match super::check::page_key(state, session.environment).await {
+        Ok(key) => key,
+        Err(e) => {
+            tracing::warn!(error = %e, "gate: the consent page's key could not be read");
+            return unavailable();
+        }
     };
     let mut csrf = [0u8; 32];
     OsRng
         .try_fill_bytes(&mut csrf)
         .expect("the OS random source is readable");
     let csrf = hex::encode(csrf);
-    let mut response = html(
-        StatusCode::OK,
-        consent_html(
-            &session,
-            &service,
-            account.as_deref(),
-            token.as_deref().unwrap_or(""),
-            &csrf,
-        ),
-    );
+    let page = Page {
+        session,
+        service,
+        account: account.as_ref(),
+        token,
+        csrf: &csrf,
+        key: &key,
+        prompt,
+    };
+    // A login's approval redirects the browser to the service's dashboard.
+    let dashboard = service
+        .dashboard_login_url
+        .as_deref()
+        .and_then(|u| url::Url::parse(u).ok())
+        .map(|u| u.origin().ascii_serialization())
+        .filter(|_| session.flow == GateFlow::Login);
+    let mut response = page_response(StatusCode::OK, consent_html(&page), dashboard.as_deref());
     let secure = if edge::context::public_url().starts_with("https://") {
         "; Secure"
     } else {
@@ -168,13 +225,22 @@ pub(super) async fn show(
     response
 }
 
-pub(super) fn consent_html(
-    session: &GateSessionRecord,
-    service: &GateServiceRecord,
-    account: Option<&str>,
-    token: &str,
-    csrf: &str,
-) -> String {
+/// What one consent page shows.
+struct Page<'a> {
+    session: &'a GateSessionRecord,
+    service: &'a GateServiceRecord,
+    /// A login's account.
+    account: Option<&'a GateAccountRecord>,
+    /// The consent token, posted back with the form.
+    token: &'a str,
+    csrf: &'a str,
+    /// The publishable key the page's check loads Vigil's SDK with.
+    key: &'a str,
+    prompt: Option<&'a str>,
+}
+
+fn consent_html(page: &Page<'_>) -> String {
+    let (session, service) = (page.session, page.service);
     let accent = service
         .branding
         .primary_color
@@ -221,7 +287,13 @@ pub(super) fn consent_html(
                 escape(&gate::agent_token_variable(&service.id))
             ));
             (
-                format!("A tool wants to sign you up to {name}"),
+                match &session.client_name {
+                    Some(tool) => format!(
+                        "A tool calling itself “{}” wants to sign you up to {name}",
+                        escape(tool)
+                    ),
+                    None => format!("A tool wants to sign you up to {name}"),
+                },
                 format!(
                     "<p>If you approve, {name} makes an account for you, and the tool that asked \
                      receives these values, once:</p><ul>{}</ul>",
@@ -233,9 +305,11 @@ pub(super) fn consent_html(
             format!("Log in to {name}?"),
             format!(
                 "<p>A tool you signed up with asks to log you in to the {name} dashboard as \
-                 <strong>{}</strong>. If that is not your account, deny. If you approve, this \
-                 browser is sent to {name} with a one-time code, valid for 5 minutes.</p>",
-                escape(account.unwrap_or("an account"))
+                 <strong>{}</strong>. If you do not recognise that account, deny: someone may \
+                 have sent you their link. If you approve, this browser is sent to {name} with \
+                 a one-time code, valid for 5 minutes.</p>",
+                page.account
+                    .map_or_else(|| "an account".into(), account_described)
             ),
         ),
     };
@@ -250,24 +324,51 @@ pub(super) fn consent_html(
     if let Some(u) = &service.consent.privacy_url {
         links.push(format!(r#"<a href="{}">Privacy policy</a>"#, escape(u)));
     }
+    let prompt = page
+        .prompt
+        .map(|p| {
+            format!(
+                r#"<p class="prompt" role="alert"><strong>{}</strong></p>"#,
+                escape(p)
+            )
+        })
+        .unwrap_or_default();
     let main = format!(
         r#"{logo}{art}<h1>{heading}</h1><p><strong>{name}</strong>{verified}: {description}</p>
 {what}
 <p>{links}</p>
 <p><small>Only approve if you started this from your own terminal or tool just now. This request expires at {expires} UTC.</small></p>
-<form method="post" action="/gate/consent/{id}">
+{prompt}<form class="consent" method="post" action="/gate/consent/{id}" data-key="{key}">
 <input type="hidden" name="token" value="{token}">
 <input type="hidden" name="csrf" value="{csrf}">
+<input type="hidden" name="handoff" value="">
 <div class="actions">
 <button class="approve" type="submit" name="decision" value="approve">Approve</button>
 <button class="deny" type="submit" name="decision" value="deny">Deny</button>
-</div></form>"#,
+</div>
+<p id="check-status" role="status"><small>Vigil checks in this page that a person, not a program, decides.</small></p>
+<noscript><p><strong>This page needs JavaScript.</strong> Vigil lets a decision through only from a
+browser it has checked is a person's, and that check runs in this page. Turn JavaScript on for
+this page and reload it.</p></noscript>
+</form>
+<script src="/sdk/v1/vigil.js" defer></script>
+<script src="/gate/consent.js" defer></script>"#,
         description = escape(&service.description),
         links = links.join(" · "),
         expires = session.expires_at.format("%H:%M"),
         id = session.id,
-        token = escape(token),
-        csrf = escape(csrf),
+        token = escape(page.token),
+        csrf = escape(page.csrf),
+        key = escape(page.key),
     );
     layout(&title, &accent, &main)
+}
+
+/// A login's account as a person recognises it: the tool that signed it up, and when.
+fn account_described(account: &GateAccountRecord) -> String {
+    format!(
+        "{}, signed up on {} UTC",
+        escape(&account.name),
+        account.created_at.format("%-d %B %Y at %H:%M")
+    )
 }

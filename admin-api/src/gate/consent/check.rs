@@ -1,0 +1,232 @@
+//! The consent page's check that a person decides (docs/gate.md#the-consent-page): the page
+//! loads Vigil's own SDK with a publishable key of the built-in `vigil` service's organization,
+//! so Vigil scores the browser that shows it as it scores any site's visitors, and Approve or
+//! Deny posts the page's handoff with the form. [`judge`] opens that handoff and reads the
+//! decision: a browser judged automated is refused, one that never received any input on the
+//! page is asked for one more deliberate click, and no decision is accepted without a scored
+//! session. Headers can be forged by any script; a person's browser session cannot.
+
+use std::time::Duration;
+
+use schemas::credential::{Environment, KeyType};
+use schemas::decision::{AutomationStatus, Decision};
+use schemas::session_view::SessionView;
+use schemas::time;
+use store::{ApiKeyRecord, GateApproval, GateSessionRecord, StoreError};
+
+use crate::AdminState;
+use crate::api_keys::{KeySpec, mint};
+
+/// How long a decision waits for the processor to score the page's session: `result()` makes
+/// it final, and the processor reads it from the log a moment later.
+const SCORING_WAIT: Duration = Duration::from_secs(10);
+const SCORING_POLL: Duration = Duration::from_millis(100);
+
+/// What Vigil made of the browser that posted a decision.
+#[derive(Debug)]
+pub enum Judgement {
+    /// A person's browser, or one that cannot be told from it and was used like one: input
+    /// reached the page before the decision.
+    Person(GateApproval),
+    /// A program: the decision is refused.
+    Automated(GateApproval),
+    /// Not automated, but nothing was done on the page before the button: one more deliberate
+    /// click is asked for, which a person gives without a thought.
+    AskAgain(GateApproval),
+}
+
+/// Why a decision could not be judged at all.
+#[derive(Debug)]
+pub enum Unjudged {
+    /// The form came without the page's handoff: the page's script did not run.
+    NoScript,
+    /// The handoff is not this page's, or not one Vigil can open, or was used already.
+    Refused(&'static str),
+    /// The page's session was not scored in time.
+    NotYet,
+    /// The store did not answer.
+    Unavailable,
+}
+
+impl From<StoreError> for Unjudged {
+    fn from(e: StoreError) -> Self {
+        tracing::warn!(error = %e, "gate: the consent check could not read the store");
+        Unjudged::Unavailable
+    }
+}
+
+/// The publishable key the consent page loads the SDK with, in `env` (the Gate session's: a
+/// test session's page is scored with a test key, which plain HTTP may carry for local
+/// stacks). The `vigil` service's organization and its keys are made the first time a page
+/// needs them, so every process of a fleet, and a store that was down at start, gets them.
+pub async fn page_key(state: &AdminState, env: Environment) -> Result<String, StoreError> {
+    let org = schemas::gate::system_organization();
+    let store = &state.auth.store;
+    for _ in 0..2 {
+        let now = time::now();
+        let keys = store.list_api_keys(org, env, None, 50).await?;
+        let usable = keys.iter().find_map(|k| {
+            (k.key_type == KeyType::Publishable && edge::auth::key_is_usable(k, now).is_ok())
+                .then(|| k.publishable_token.clone())
+                .flatten()
+        });
+        if let Some(token) = usable {
+            return Ok(token);
+        }
+        let key = publishable_key(state, env);
+        let made = match store.get_organization(org).await? {
+            None => {
+                let other = publishable_key(
+                    state,
+                    match env {
+                        Environment::Live => Environment::Test,
+                        Environment::Test => Environment::Live,
+                    },
+                );
+                let record = system_organization_record();
+                store
+                    .create_organization_with_keys(&record, &[key, other])
+                    .await
+            }
+            Some(_) => store.create_api_key(&key).await,
+        };
+        // A racing process made them first: read again.
+        match made {
+            Ok(()) | Err(StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::Unavailable(
+        "the consent page's publishable key could not be made".into(),
+    ))
+}
+
+fn publishable_key(state: &AdminState, env: Environment) -> ApiKeyRecord {
+    let spec = KeySpec {
+        name: format!("consent page ({})", env.as_str()),
+        key_type: KeyType::Publishable,
+        environment: env,
+        // The page is served from the server's own origin, whatever public URL it has.
+        allowed_origins: Vec::new(),
+        scopes: Vec::new(),
+    };
+    mint(
+        &state.auth.secret,
+        schemas::gate::system_organization(),
+        spec,
+    )
+    .0
+}
+
+fn system_organization_record() -> store::OrganizationRecord {
+    let now = time::now();
+    store::OrganizationRecord {
+        id: schemas::gate::system_organization(),
+        name: "Vigil".into(),
+        // Unique whatever a tenant named theirs: the id is what every process looks for.
+        slug: format!(
+            "vigil-system-{}",
+            ulid::Ulid::generate().to_string().to_ascii_lowercase()
+        ),
+        status: schemas::resources::OrgStatus::Active,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// Judges the browser that posted a decision on `session`'s consent page, from the page's
+/// `handoff`. The handoff must be the `vigil` organization's, of the session's environment,
+/// minted for a collect session that the consent page of this very Gate session opened, and it
+/// is spent here: one scored page view decides once.
+pub async fn judge(
+    state: &AdminState,
+    session: &GateSessionRecord,
+    handoff: Option<&str>,
+) -> Result<Judgement, Unjudged> {
+    let handoff = handoff
+        .filter(|h| !h.is_empty())
+        .ok_or(Unjudged::NoScript)?;
+    let now = time::now();
+    let claims = secrets::handoff::open(&state.auth.secret, handoff, now)
+        .map_err(|_| Unjudged::Refused("The page's check could not be read. Reload the page."))?;
+    let org = schemas::gate::system_organization();
+    if claims.organization_id != org || claims.environment != session.environment {
+        return Err(Unjudged::Refused(
+            "The check came from another page. Open the approval link again.",
+        ));
+    }
+    let store = &state.auth.store;
+    let collect = store
+        .get_collect_session(claims.session_id)
+        .await?
+        .ok_or(Unjudged::Refused(
+            "The check came from another page. Open the approval link again.",
+        ))?;
+    let consent_path = format!("/gate/consent/{}", session.id);
+    let on_this_page = url::Url::parse(&collect.page_url).is_ok_and(|u| u.path() == consent_path);
+    if !on_this_page {
+        return Err(Unjudged::Refused(
+            "The check came from another page. Open the approval link again.",
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + SCORING_WAIT;
+    let (decision, interacted) = loop {
+        let scored = store
+            .get_session(org, claims.environment, claims.session_id)
+            .await?;
+        let decision = scored.as_ref().and_then(|s| {
+            let raw = s.latest_decision.as_ref()?;
+            Decision::from_raw(raw).ok().filter(Decision::is_final)
+        });
+        if let (Some(decision), Some(scored)) = (decision, scored) {
+            let view = SessionView::of(&scored.state);
+            // No probes: the SDK never ran in this page, whatever was sent in its name.
+            if view.probes().is_none() {
+                return Err(Unjudged::Refused(
+                    "Vigil's check did not run in this page. Reload the page and decide again.",
+                ));
+            }
+            break (decision, view.interacted());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Unjudged::NotYet);
+        }
+        tokio::time::sleep(SCORING_POLL).await;
+    };
+    // Spent last, once nothing else can refuse it: a page view decides once.
+    let opening = secrets::handoff::opening_id(handoff);
+    if store
+        .open_handoff_once(&opening, now, claims.expires_at)
+        .await?
+        .is_some()
+    {
+        return Err(Unjudged::Refused(
+            "This check was used already. Reload the page and decide again.",
+        ));
+    }
+    let approval = GateApproval {
+        collect_session_id: claims.session_id,
+        automation_status: decision.automation_status,
+        verdict: decision.verdict,
+        risk_score: decision.risk_score,
+        interacted,
+        judged_at: time::now(),
+    };
+    tracing::info!(
+        gate_session = %session.id,
+        collect_session = %approval.collect_session_id,
+        automation = ?approval.automation_status,
+        risk = approval.risk_score,
+        interacted,
+        "gate: a consent decision was scored"
+    );
+    // A person presses a button: a decision with no input at all on the page (a script that
+    // sent a browser's probes and asked for the result) is never a person's.
+    Ok(match (decision.automation_status, interacted) {
+        (AutomationStatus::Automated, _) => Judgement::Automated(approval),
+        (_, false) => Judgement::AskAgain(approval),
+        (AutomationStatus::Uncertain | AutomationStatus::Human, true) => {
+            Judgement::Person(approval)
+        }
+    })
+}

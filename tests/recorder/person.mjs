@@ -1,0 +1,77 @@
+// A person deciding on a Gate consent page: Debian's Chromium launched plainly on a virtual
+// display (no automation client attached), the pointer moved a little by hand, then the
+// decision's button reached with Tab and pressed with Enter, all through the X server. Prints
+// one JSON line: the text of the page the browser ends on (read through the X clipboard after
+// the decision, so no automation client ever attaches).
+//
+//   node person.mjs --url 'http://127.0.0.1:8080/gate/consent/gate_…?token=gtc_…' --tabs 4
+//
+// `--tabs` is how many Tab presses reach the button from the top of the page (the page's links
+// come first). The Gate tests (`tests/src/gate.rs`) run it.
+
+import { spawnSync } from 'node:child_process';
+
+import { launchPlain, movePointer, rng, run, sleep, startXvfb } from './desktop.mjs';
+
+function parseArgs(argv) {
+  const out = {};
+  for (let i = 0; i < argv.length; i += 2) out[argv[i].replace(/^--/, '')] = argv[i + 1];
+  return out;
+}
+
+/** The text of the page shown now: select all, copy, and read the clipboard. */
+async function pageText(env) {
+  await run('xdotool', ['key', '--clearmodifiers', 'ctrl+a'], env);
+  await run('xdotool', ['key', '--clearmodifiers', 'ctrl+c'], env);
+  await sleep(150);
+  const read = spawnSync('xclip', ['-o', '-selection', 'clipboard'], { env, encoding: 'utf8', timeout: 3000 });
+  return read.status === 0 ? read.stdout : '';
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  const tabs = Number(args.tabs);
+  if (!args.url || !Number.isInteger(tabs)) throw new Error('usage: person.mjs --url URL --tabs N');
+  const xvfb = await startXvfb();
+  const env = { ...process.env, DISPLAY: xvfb.display };
+  const browser = launchPlain(args.url, xvfb.display, []);
+  const timeout = setTimeout(() => {
+    console.error('person.mjs: no outcome within 60 s');
+    process.exit(2);
+  }, 60000);
+  try {
+    // The page loads, and Vigil's SDK runs its probes and starts listening.
+    await sleep(3000);
+    const before = await pageText(env);
+    const random = rng(23);
+    let at = [900, 700];
+    at = await movePointer(env, random, at, [700, 520]);
+    await sleep(200 + random() * 300);
+    at = await movePointer(env, random, at, [40, 400]);
+    // A click in the page's empty margin: the page has the keyboard, and Tab starts from the
+    // top of the page.
+    await run('xdotool', ['click', '1'], env);
+    for (let i = 0; i < tabs; i++) {
+      await sleep(180 + random() * 260);
+      await run('xdotool', ['key', 'Tab'], env);
+    }
+    await sleep(250 + random() * 250);
+    await run('xdotool', ['key', 'Return'], env);
+    // The check answers, the form posts, and the outcome's page loads.
+    let text = before;
+    for (let i = 0; i < 40 && (text === before || text.includes('Checking this browser')); i++) {
+      await sleep(500);
+      text = await pageText(env);
+    }
+    clearTimeout(timeout);
+    console.log(JSON.stringify({ text }));
+  } finally {
+    browser.close();
+    xvfb.stop();
+  }
+}
+
+main().catch((e) => {
+  console.error(e && e.stack ? e.stack : String(e));
+  process.exit(1);
+});
