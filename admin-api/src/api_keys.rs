@@ -299,7 +299,7 @@ async fn create(
     };
     grantable(&caller, &spec.scopes)?;
     let (record, credential) = issue_key(&state.auth.store, &state.auth.secret, org, spec).await?;
-    Ok(Reply::created(resource(&record, Some(&credential))))
+    Ok(Reply::created(resource(&record, Some(&credential))).showing_secrets())
 }
 
 async fn list(
@@ -480,5 +480,5 @@ async fn rotate(
     old.grace_expires_at = Some(now + state.rotation_grace);
     old.replaced_by = Some(replacement.id);
     state.auth.store.rotate_api_key(&old, &replacement).await?;
-    Ok(Reply::created(resource(&replacement, Some(&credential))))
+    Ok(Reply::created(resource(&replacement, Some(&credential))).showing_secrets())
 }

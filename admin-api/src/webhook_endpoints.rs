@@ -220,7 +220,7 @@ async fn create(
         updated_at: now,
     };
     state.auth.store.create_webhook_endpoint(&endpoint).await?;
-    Ok(Reply::created(resource(&state, &endpoint, Some(&secret))))
+    Ok(Reply::created(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 
 async fn list(
@@ -359,7 +359,7 @@ async fn rotate(
     if !state.auth.store.update_webhook_endpoint(&endpoint).await? {
         return Err(ApiError::not_found("webhook endpoint"));
     }
-    Ok(Reply::ok(resource(&state, &endpoint, Some(&secret))))
+    Ok(Reply::ok(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 
 /// `POST …/{endpointId}/test`: emits a `webhook.test` event for this endpoint only (its

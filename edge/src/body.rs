@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use schemas::ErrorCode;
 use schemas::error::FieldIssue;
@@ -409,6 +409,9 @@ impl QueryParams {
 pub struct Reply {
     status: StatusCode,
     body: Vec<u8>,
+    /// The body shows a secret (a new key, a signing secret, a Gate delivery): no cache may
+    /// keep it.
+    secret: bool,
 }
 
 impl Reply {
@@ -424,7 +427,11 @@ impl Reply {
             meta: Self::meta(),
         })
         .unwrap_or_default();
-        Reply { status, body }
+        Reply {
+            status,
+            body,
+            secret: false,
+        }
     }
 
     pub fn ok<T: Serialize>(data: T) -> Reply {
@@ -445,18 +452,34 @@ impl Reply {
         Reply {
             status: StatusCode::OK,
             body,
+            secret: false,
         }
+    }
+}
+
+impl Reply {
+    /// This answer shows a secret once: `Cache-Control: no-store`, so no browser, proxy or
+    /// client cache keeps a copy.
+    pub fn showing_secrets(mut self) -> Self {
+        self.secret = true;
+        self
     }
 }
 
 impl IntoResponse for Reply {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],
             self.body,
         )
-            .into_response()
+            .into_response();
+        if self.secret {
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+        response
     }
 }
 

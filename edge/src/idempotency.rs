@@ -166,6 +166,8 @@ fn replay(
         HeaderValue::from_static("application/json"),
     );
     headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    // A replay may show what the first answer did (a new key's secret): never cached.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 

@@ -14,8 +14,9 @@ pub fn system_organization() -> crate::OrgId {
     crate::OrgId::from_parts(0, 0)
 }
 
-/// Services one organization may have, disabled ones included (the system service is not
-/// counted). The interface names the cap per organization, so both environments share it.
+/// Services one organization may have in each environment, disabled ones included (the system
+/// service is not counted). Gate state is separate per environment, so a test key's services
+/// never use up the live ones'.
 pub const MAX_SERVICES_PER_ORGANIZATION: usize = 5;
 
 /// Ids no organization may claim: Gate's own path words and names that would pass for Vigil.
@@ -183,9 +184,19 @@ pub fn env_var_key(s: &str) -> Result<(), String> {
 /// `_`, then `_GATE_AGENT_TOKEN` (`acme-cli` gives `ACME_CLI_GATE_AGENT_TOKEN`).
 pub fn agent_token_variable(service_id: &str) -> String {
     format!(
-        "{}_GATE_AGENT_TOKEN",
+        "{}{AGENT_TOKEN_SUFFIX}",
         service_id.to_ascii_uppercase().replace('-', "_")
     )
+}
+
+/// How every agent token's variable name ends; no service may declare a variable of its own
+/// that does.
+pub const AGENT_TOKEN_SUFFIX: &str = "_GATE_AGENT_TOKEN";
+
+/// The form of a service id two services may not share: `-` and `_` alike, since both become
+/// `_` in the agent token's variable (`acme-cli` and `acme_cli` would fill one `.env` line).
+pub fn service_id_claim(service_id: &str) -> String {
+    service_id.replace('_', "-")
 }
 
 #[cfg(test)]

@@ -32,15 +32,15 @@ pub fn slug(s: &str) -> Result<(), String> {
     }
 }
 
-/// Text a person is shown (a name, a description): no control characters (a line break only
-/// where `multiline`) and no bidirectional formatting characters, which make text read
+/// Text a person is shown (a name, a description): no control characters (line breaks and tabs
+/// only where `multiline`) and no bidirectional formatting characters, which make text read
 /// otherwise than it is (U+202E turns the rest of its line around, so `exe.txt` can show as
 /// `txt.exe`).
 pub fn shown_text(s: &str, multiline: bool) -> Result<(), String> {
     let bidi = |c: char| matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     match s
         .chars()
-        .find(|&c| bidi(c) || (c.is_control() && !(multiline && c == '\n')))
+        .find(|&c| bidi(c) || (c.is_control() && !(multiline && matches!(c, '\n' | '\r' | '\t'))))
     {
         Some(c) => Err(format!(
             "must not contain control or bidirectional formatting characters (found U+{:04X})",

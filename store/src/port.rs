@@ -553,9 +553,10 @@ store_port! {
     pub trait GateStore {
         // gate_services, gate_services_by_owner, gate_registry
 
-        /// Inserts a new service, claiming its id over every organization and environment, unless
-        /// the id is taken or the organization has `cap` services already (both environments,
-        /// disabled ones included); checked and written in one step.
+        /// Inserts a new service, claiming its id over every organization and environment (with
+        /// `-` and `_` taken alike: both become `_` in the agent token's variable), unless the
+        /// id is taken or the organization has `cap` services already in the service's
+        /// environment (disabled ones included); checked and written in one step.
         async fn create_gate_service(
             &self,
             service: &GateServiceRecord,
@@ -570,8 +571,8 @@ store_port! {
             env: Environment,
         ) -> Result<Vec<GateServiceRecord>>;
         /// Replaces the stored service `previous_id` (same owner) with `service`, in one step; a
-        /// changed id is claimed (`IdTaken` if another service has it) and the old one freed.
-        /// The registry index follows whether it is published.
+        /// changed id is claimed (`IdTaken` if another service has it, or its form with `-` and
+        /// `_` alike) and the old one freed. The registry index follows whether it is published.
         async fn update_gate_service(
             &self,
             previous_id: &str,

@@ -149,31 +149,53 @@ async fn a_service_is_created_read_listed_updated_and_disabled() {
     assert_eq!(still.ok(200)["status"], "disabled");
 }
 
+/// Five services per environment, disabled ones counted: a test key creating and deleting
+/// services never uses up the live cap (Gate state is separate per environment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn five_services_per_organization_disabled_ones_and_both_environments_counted() {
+async fn five_services_per_environment_disabled_ones_counted() {
     let s = TestServer::start().await;
     let (live, test) = (&s.creds.keys.secret_live, &s.creds.keys.secret_test);
-    for (i, key) in [live, live, test, test, test].into_iter().enumerate() {
-        create(&s, key, minimal(&format!("svc-{i}"))).await.ok(201);
+    for i in 0..5 {
+        create(&s, test, minimal(&format!("test-{i}")))
+            .await
+            .ok(201);
     }
-    s.delete(&format!("{SERVICES}/svc-0"))
+    for i in 0..4 {
+        s.delete(&format!("{SERVICES}/test-{i}"))
+            .key(test)
+            .send()
+            .await
+            .ok(200);
+    }
+    create(&s, test, minimal("test-5"))
+        .await
+        .err(409, "gate.service_limit_reached");
+    for i in 0..5 {
+        create(&s, live, minimal(&format!("live-{i}")))
+            .await
+            .ok(201);
+    }
+    s.delete(&format!("{SERVICES}/live-0"))
         .key(live)
         .send()
         .await
         .ok(200);
-    create(&s, live, minimal("svc-5"))
+    create(&s, live, minimal("live-5"))
         .await
         .err(409, "gate.service_limit_reached");
-    s.get(&format!("{SERVICES}/svc-5"))
+    s.get(&format!("{SERVICES}/live-5"))
         .key(live)
         .send()
         .await
         .err(404, "resource.not_found");
-    // Another organization has its own cap, but not the same ids.
+    // Another organization has its own cap, but not the same ids, nor the same ids with `-`
+    // and `_` alike (both name one variable in a developer's `.env`).
     let other = s.second_organization("second").await;
-    create(&s, &other.keys.secret_live, minimal("svc-1"))
-        .await
-        .err(409, "resource.conflict");
+    for taken in ["live-1", "live_1"] {
+        create(&s, &other.keys.secret_live, minimal(taken))
+            .await
+            .err(409, "resource.conflict");
+    }
     create(&s, &other.keys.secret_live, minimal("other-svc"))
         .await
         .ok(201);
@@ -189,8 +211,11 @@ async fn five_services_per_organization_disabled_ones_and_both_environments_coun
         .iter()
         .map(|x| x["id"].clone())
         .collect();
-    assert_eq!(live_ids, [json!("svc-0"), json!("svc-1")]);
-    s.get(&format!("{SERVICES}/svc-2"))
+    assert_eq!(
+        live_ids,
+        ["live-0", "live-1", "live-2", "live-3", "live-4"].map(|id| json!(id))
+    );
+    s.get(&format!("{SERVICES}/test-4"))
         .key(live)
         .send()
         .await
@@ -432,4 +457,38 @@ print(r.status_code, r.json()["data"]["id"])
     let body: Value =
         serde_json::from_str(&run_client("curl", &["-s", "-H", &auth, &url])).unwrap();
     assert_eq!(body["data"]["name"], "Acme CLI");
+}
+
+/// What the consent page shows a person cannot mislead: no bidirectional or control characters
+/// in a service's name, description or variables' names (U+202E turns the rest of a line
+/// around), and no variable named as Gate names agent tokens, which would overwrite another
+/// service's token in a developer's `.env`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shown_text_and_variable_names_cannot_mislead() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let refused = |field: &'static str, body: Value| {
+        let s = &s;
+        async move {
+            let answer = create(s, sk, body).await;
+            let error = answer.err(422, "request.validation_failed");
+            assert_eq!(error["details"]["fields"][0]["name"], field, "{error}");
+        }
+    };
+    let mut reversed = minimal("acme-cli");
+    reversed["name"] = json!("Acme \u{202e}ILC emca");
+    refused("name", reversed).await;
+    let mut bell = minimal("acme-cli");
+    bell["description"] = json!("Deploys\u{7} quietly");
+    refused("description", bell).await;
+    let mut hidden = minimal("acme-cli");
+    hidden["env_vars"] = json!([{"name": "Key\u{2066}", "key": "ACME_KEY", "secret": true}]);
+    refused("env_vars[0].name", hidden).await;
+    let mut token = minimal("acme-cli");
+    token["env_vars"] = json!([{"name": "Token", "key": "OTHER_GATE_AGENT_TOKEN", "secret": true}]);
+    refused("env_vars[0].key", token).await;
+    // Lines in a description are fine.
+    let mut lines = minimal("acme-cli");
+    lines["description"] = json!("Deploys.\nFrom your terminal.");
+    create(&s, sk, lines).await.ok(201);
 }

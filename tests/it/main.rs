@@ -34,6 +34,7 @@ mod retention;
 mod roles;
 mod router_properties;
 mod sdk_delivery;
+mod secret_answers;
 mod security;
 mod slow_clients;
 mod web_bot_auth;

@@ -190,7 +190,8 @@ async fn start_signup(
             .chain([gate::agent_token_variable(&service.id)])
             .collect(),
         expires_at: session.expires_at,
-    }))
+    })
+    .showing_secrets())
 }
 
 /// The session the path names, if `token` is its `ack_` token.
@@ -275,7 +276,7 @@ async fn poll(
         answer["ack_token"] = Value::String(opened.ack_token);
         answer["gate_account_id"] = json!(session.account_id);
     }
-    Ok(Reply::ok(answer))
+    Ok(Reply::ok(answer).showing_secrets())
 }
 
 /// An approved signup's delivery is shown until its session is twice its lifetime old; a tool

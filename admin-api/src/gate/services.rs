@@ -154,14 +154,34 @@ fn uri(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Text the consent page shows a person, lines allowed.
 fn text(max: usize) -> impl Fn(&str) -> Result<(), String> {
     move |s: &str| {
         if s.chars().count() > max {
             Err(format!("must be at most {max} characters"))
         } else {
-            Ok(())
+            validate::shown_text(s, true)
         }
     }
+}
+
+/// A name the consent page shows a person.
+fn shown_name(s: &str) -> Result<(), String> {
+    validate::name(s)?;
+    validate::shown_text(s, false)
+}
+
+/// A variable's key: a shell's name, and none that the tool keeps its agent tokens under, so a
+/// service cannot overwrite another service's token in the developer's `.env`.
+fn variable_key(s: &str) -> Result<(), String> {
+    gate::env_var_key(s)?;
+    if s.ends_with(gate::AGENT_TOKEN_SUFFIX) {
+        return Err(format!(
+            "must not end in {}: Gate delivers agent tokens under such names",
+            gate::AGENT_TOKEN_SUFFIX
+        ));
+    }
+    Ok(())
 }
 
 fn nonempty_text(max: usize) -> impl Fn(&str) -> Result<(), String> {
@@ -197,7 +217,7 @@ struct Draft {
 fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
     let mut d = Draft {
         id: f.checked_string("id", creating, gate::service_id),
-        name: f.checked_string("name", creating, validate::name),
+        name: f.checked_string("name", creating, shown_name),
         description: f.checked_string("description", false, text(MAX_DESCRIPTION_CHARS)),
         website: f.checked_string("website", creating, uri),
         webhook_secret: f.checked_string("webhook_secret", false, |s| {
@@ -376,8 +396,8 @@ fn env_vars(f: &mut Fields, v: Value) -> Option<Vec<GateEnvVar>> {
             ok = false;
             continue;
         };
-        let name = required_member(f, &mut map, &format!("{at}.name"), &validate::name);
-        let key = required_member(f, &mut map, &format!("{at}.key"), &gate::env_var_key);
+        let name = required_member(f, &mut map, &format!("{at}.name"), &shown_name);
+        let key = required_member(f, &mut map, &format!("{at}.key"), &variable_key);
         let secret = match map.remove("secret") {
             Some(Value::Bool(b)) => Some(b),
             None => {
@@ -647,12 +667,15 @@ async fn create(
         .create_gate_service(&service, gate::MAX_SERVICES_PER_ORGANIZATION)
         .await?
     {
-        GateServiceWrite::Written => Ok(Reply::created(resource(&state, &service, Some(&secret)))),
+        GateServiceWrite::Written => {
+            Ok(Reply::created(resource(&state, &service, Some(&secret))).showing_secrets())
+        }
         GateServiceWrite::IdTaken | GateServiceWrite::Missing => Err(id_taken(&service.id)),
         GateServiceWrite::CapReached => Err(ApiError::new(
             ErrorCode::GateServiceLimitReached,
             format!(
-                "the organization has {} Gate services already (disabled ones count)",
+                "the organization has {} Gate services in this environment already (disabled \
+                 ones count)",
                 gate::MAX_SERVICES_PER_ORGANIZATION
             ),
         )),
@@ -743,7 +766,7 @@ async fn update(
         .await?
     {
         GateServiceWrite::Written => {
-            Ok(Reply::ok(resource(&state, &service, new_secret.as_deref())))
+            Ok(Reply::ok(resource(&state, &service, new_secret.as_deref())).showing_secrets())
         }
         GateServiceWrite::IdTaken => Err(id_taken(&service.id)),
         GateServiceWrite::Missing | GateServiceWrite::CapReached => {

@@ -32,6 +32,11 @@ fn write_gate_service(
         encode(GATE_SERVICES, service)?,
     );
     batch.insert(
+        &db.gate_service_claims,
+        schemas::gate::service_id_claim(&service.id).as_bytes(),
+        service.id.as_bytes(),
+    );
+    batch.insert(
         &db.gate_services_by_owner,
         key::gate_service_of_owner(service.organization_id, service.environment, &service.id),
         [],
@@ -46,6 +51,23 @@ fn write_gate_service(
     Ok(())
 }
 
+impl Inner {
+    /// Claims the ids of services stored before claims existed, once, at open: a store has
+    /// at most a few services per organization.
+    pub(super) fn claim_gate_services(&self) -> Result<()> {
+        if self.gate_service_claims.first_key_value().is_some() {
+            return Ok(());
+        }
+        let mut batch = self.batch();
+        for guard in self.gate_services.iter() {
+            let id = guard.key().map_err(unavailable)?;
+            let claim = schemas::gate::service_id_claim(&String::from_utf8_lossy(&id));
+            batch.insert(&self.gate_service_claims, claim.as_bytes(), id.to_vec());
+        }
+        batch.commit().map_err(unavailable)
+    }
+}
+
 #[async_trait]
 impl GateStore for EmbeddedStore {
     async fn create_gate_service(
@@ -55,15 +77,18 @@ impl GateStore for EmbeddedStore {
     ) -> Result<GateServiceWrite> {
         let service = service.clone();
         self.write(move |db, _| {
-            if db.contains(&db.gate_services, service.id.as_bytes())? {
+            let claim = schemas::gate::service_id_claim(&service.id);
+            if db.contains(&db.gate_services, service.id.as_bytes())?
+                || db.contains(&db.gate_service_claims, claim.as_bytes())?
+            {
                 return Ok(GateServiceWrite::IdTaken);
             }
-            // Both environments' services count toward the organization's cap.
-            let org = service.organization_id.ulid().to_bytes();
+            // The cap is per environment: a test key's services never use up the live ones'.
+            let partition = key::api_key_partition(service.organization_id, service.environment);
             let owned = db
                 .db
                 .snapshot()
-                .prefix(&db.gate_services_by_owner, org)
+                .prefix(&db.gate_services_by_owner, partition)
                 .take(cap)
                 .count();
             if owned >= cap {
@@ -125,9 +150,21 @@ impl GateStore for EmbeddedStore {
             }
             let mut batch = db.batch();
             if service.id != previous_id {
-                if db.contains(&db.gate_services, service.id.as_bytes())? {
+                // A claim of the new id's form by another service than this one (a rename to
+                // this service's own twin is no clash).
+                let claimed_by: Option<fjall::Slice> = db
+                    .gate_service_claims
+                    .get(schemas::gate::service_id_claim(&service.id).as_bytes())
+                    .map_err(unavailable)?;
+                if db.contains(&db.gate_services, service.id.as_bytes())?
+                    || claimed_by.is_some_and(|id| &*id != previous_id.as_bytes())
+                {
                     return Ok(GateServiceWrite::IdTaken);
                 }
+                batch.remove(
+                    &db.gate_service_claims,
+                    schemas::gate::service_id_claim(&previous_id).as_bytes(),
+                );
                 batch.remove(&db.gate_services, previous_id.as_bytes());
                 batch.remove(
                     &db.gate_services_by_owner,

@@ -105,6 +105,9 @@ const GATE_SESSIONS: &str = "gate_sessions";
 const GATE_ACCOUNTS: &str = "gate_accounts";
 const AGENT_TOKENS: &str = "agent_tokens";
 const GATE_LOGIN_CODES: &str = "gate_login_codes";
+/// Embedded only: each service's id with `-` and `_` alike, naming the service that claims it
+/// (PostgreSQL has an index on the same expression).
+const GATE_SERVICE_CLAIMS: &str = "gate_service_claims";
 
 /// The store in a local directory (`embedded:<dir>`).
 pub struct EmbeddedStore {
@@ -151,6 +154,7 @@ struct Inner {
     gate_accounts: Keyspace,
     agent_tokens: Keyspace,
     gate_login_codes: Keyspace,
+    gate_service_claims: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
@@ -331,11 +335,13 @@ impl EmbeddedStore {
             gate_accounts: keyspace(GATE_ACCOUNTS)?,
             agent_tokens: keyspace(AGENT_TOKENS)?,
             gate_login_codes: keyspace(GATE_LOGIN_CODES)?,
+            gate_service_claims: keyspace(GATE_SERVICE_CLAIMS)?,
             writer: Mutex::new(WriterState::default()),
             cache: RowCache::default(),
             space: DiskReserve::new(dir),
             db,
         };
+        inner.claim_gate_services()?;
         let inner = Arc::new(inner);
         let seqs = seqs::SeqRaiser::start(Arc::downgrade(&inner))
             .map_err(|e| StoreError::Unavailable(format!("starting the counter thread: {e}")))?;

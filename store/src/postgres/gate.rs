@@ -33,7 +33,7 @@ async fn insert_service(tx: &impl GenericClient, service: &GateServiceRecord) ->
     let inserted = row(
         tx,
         "INSERT INTO gate_services (id, organization_id, environment, published, body)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING RETURNING 1",
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING 1",
         &[
             &service.id,
             &ulid_bytes(service.organization_id.ulid()),
@@ -86,18 +86,21 @@ impl GateStore for PostgresStore {
         .await?;
         let taken = row(
             &tx,
-            "SELECT 1 FROM gate_services WHERE id = $1",
-            &[&service.id],
+            "SELECT 1 FROM gate_services WHERE replace(id, '_', '-') = $1",
+            &[&schemas::gate::service_id_claim(&service.id)],
         )
         .await?;
         if taken.is_some() {
             return Ok(GateServiceWrite::IdTaken);
         }
-        // Both environments' services count toward the organization's cap.
+        // The cap is per environment: a test key's services never use up the live ones'.
         let owned: i64 = row(
             &tx,
-            "SELECT count(*) FROM gate_services WHERE organization_id = $1",
-            &[&ulid_bytes(service.organization_id.ulid())],
+            "SELECT count(*) FROM gate_services WHERE organization_id = $1 AND environment = $2",
+            &[
+                &ulid_bytes(service.organization_id.ulid()),
+                &env_code(service.environment),
+            ],
         )
         .await?
         .map_or(0, |r| r.get(0));
@@ -165,16 +168,17 @@ impl GateStore for PostgresStore {
             )
             .await?;
         } else {
-            // The new id is claimed by the insert's constraint; the old one freed with its row.
-            if !insert_service(&tx, service).await? {
-                return Ok(GateServiceWrite::IdTaken);
-            }
+            // The old id is freed first (a rename to its own twin is no clash), the new one
+            // claimed by the insert's constraints; a clash drops the transaction, undoing both.
             execute(
                 &tx,
                 "DELETE FROM gate_services WHERE id = $1",
                 &[&previous_id],
             )
             .await?;
+            if !insert_service(&tx, service).await? {
+                return Ok(GateServiceWrite::IdTaken);
+            }
         }
         tx.commit().await.map_err(db_error)?;
         Ok(GateServiceWrite::Written)

@@ -9,11 +9,18 @@ use super::{db_error, row};
 use crate::{Result, StoreError};
 
 /// Every migration this build knows, by version.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "initial",
-    include_str!("../../../schemas/sql/0001_initial.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "initial",
+        include_str!("../../../schemas/sql/0001_initial.sql"),
+    ),
+    (
+        2,
+        "gate service claims",
+        include_str!("../../../schemas/sql/0002_gate_service_claims.sql"),
+    ),
+];
 
 /// The version this build needs.
 pub fn latest() -> i32 {
