@@ -8,6 +8,10 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // Everything the process creates (the embedded store's and log's files, the server secret,
+    // an `.env` of `vigil gate`) is its owner's alone. Set before any thread starts: the mask is
+    // the process's.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = vigil::config::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .max_blocking_threads(vigil::server::BLOCKING_THREADS)

@@ -60,6 +60,7 @@ impl RunningServer {
 }
 
 pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret)> {
+    private_directory(&args.data_dir)?;
     let secret = match &args.server_secret {
         Some(hex) => ServerSecret::from_hex(hex).map_err(anyhow::Error::msg)?,
         None => ServerSecret::load_or_create(&args.data_dir.join("server-secret"))
@@ -70,6 +71,21 @@ pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret
         .context("opening the store")?;
     // Every role's store calls are timed and their failures counted, whatever the backend.
     Ok((store::instrumented::instrument(store), secret))
+}
+
+/// Makes the data directory (the embedded store and log, the server secret, the development
+/// keys) its owner's alone: created, or narrowed, to mode 0700. Files the process creates are
+/// 0600 besides (`main` sets the umask), but a directory nobody else may enter keeps even a
+/// file an older build made readable to its owner only.
+fn private_directory(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", dir.display()))
 }
 
 /// Wraps the backends once opened: tests inject faults through it (a store that fails some

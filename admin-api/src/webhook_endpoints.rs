@@ -17,6 +17,7 @@ use edge::policy::{ManageWebhooks, ReadWebhooks};
 use edge::{ApiError, AuthContext, SecretKey};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
+use schemas::ErrorCode;
 use schemas::EventId;
 use schemas::credential::Environment;
 use schemas::events::EventSubject;
@@ -151,6 +152,37 @@ fn url_member(f: &mut Fields, required: bool, allow_private: bool) -> Option<url
     f.parsed_string("url", required, |s| outbound::check_url(s, allow_private))
 }
 
+/// Active endpoints an organization may have in one environment: every event is fanned out
+/// to each, so their number bounds the work (and the outbound requests) one event makes.
+pub const MAX_ACTIVE_ENDPOINTS: usize = 20;
+
+/// How many of an organization's endpoints in `env` are active (disabled ones do not count).
+async fn active_endpoints(
+    state: &AdminState,
+    org: schemas::OrgId,
+    env: Environment,
+) -> Result<usize, ApiError> {
+    let mut after = None;
+    let mut active = 0;
+    loop {
+        let page = state
+            .auth
+            .store
+            .list_webhook_endpoints(org, env, after, 100)
+            .await?;
+        active += page
+            .iter()
+            .filter(|e| e.status == EndpointStatus::Active)
+            .count();
+        match page.last() {
+            Some(last) if page.len() == 100 && active < MAX_ACTIVE_ENDPOINTS => {
+                after = Some(last.id);
+            }
+            _ => return Ok(active),
+        }
+    }
+}
+
 /// Refuses a URL whose host resolves to a non-public address (docs/architecture.md#webhooks), as a
 /// 422 on `url`.
 async fn destination(url: &url::Url, allow_private: bool) -> Result<(), ApiError> {
@@ -200,6 +232,16 @@ async fn create(
         ));
     };
     destination(&url, state.allow_private_webhooks).await?;
+    // Every event is sent to every endpoint: their number is bounded.
+    if active_endpoints(&state, org, caller.environment()).await? >= MAX_ACTIVE_ENDPOINTS {
+        return Err(ApiError::new(
+            ErrorCode::WebhookEndpointLimitReached,
+            format!(
+                "the organization has {MAX_ACTIVE_ENDPOINTS} active webhook endpoints in this \
+                 environment already; delete one it no longer needs first"
+            ),
+        ));
+    }
     let id = WebhookEndpointId::generate();
     let secret = new_secret();
     let now = time::now();

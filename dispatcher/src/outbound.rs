@@ -38,6 +38,12 @@ pub fn check_url(raw: &str, allow_private: bool) -> Result<Url, String> {
     Ok(url)
 }
 
+/// What a tenant is told when a destination's host is refused: the same whether its name does
+/// not resolve or resolves to an internal address, so the answer maps nothing of the server's
+/// own network (which names exist inside it, and where they point). The detail is logged.
+pub const REFUSED_HOST: &str = "must name a host that resolves to public addresses only (not loopback, private, \
+     link-local or reserved ones)";
+
 /// The addresses `url` resolves to, each one public (unless private destinations are allowed).
 /// A name that does not resolve is refused too: nothing could be delivered to it.
 pub async fn resolve_public(url: &Url, allow_private: bool) -> Result<Vec<SocketAddr>, String> {
@@ -45,18 +51,19 @@ pub async fn resolve_public(url: &Url, allow_private: bool) -> Result<Vec<Socket
     let port = url.port_or_known_default().ok_or("must have a port")?;
     // `Url` keeps IPv6 literals in brackets; the resolver wants them bare.
     let host = host.trim_start_matches('[').trim_end_matches(']');
+    let refused = |detail: String| {
+        tracing::info!(host, %detail, "outbound: a destination was refused");
+        REFUSED_HOST.to_owned()
+    };
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|_| format!("host `{host}` does not resolve"))?
+        .map_err(|e| refused(format!("does not resolve: {e}")))?
         .collect();
     if addrs.is_empty() {
-        return Err(format!("host `{host}` does not resolve"));
+        return Err(refused("resolves to no address".into()));
     }
     if !allow_private && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-        return Err(format!(
-            "resolves to {}, a loopback, private, link-local or reserved address",
-            bad.ip()
-        ));
+        return Err(refused(format!("resolves to {}", bad.ip())));
     }
     Ok(addrs)
 }
@@ -74,6 +81,8 @@ pub fn is_public(ip: IpAddr) -> bool {
     }
 }
 
+/// The IANA special-purpose registries (IPv4 and IPv6), as of 2025, less what they mark
+/// globally reachable: everything else in them is refused.
 fn is_public_v4(ip: Ipv4Addr) -> bool {
     let [a, b, c, _] = ip.octets();
     !(ip.is_loopback()
@@ -87,15 +96,23 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || (a == 100 && (64..128).contains(&b))
         || (a == 192 && b == 0 && c == 0)
         || (a == 198 && (b == 18 || b == 19))
+        // The deprecated 6to4 relay anycast.
+        || (a == 192 && b == 88 && c == 99)
         || a >= 240)
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let [first, second, ..] = ip.segments();
+    let segments = ip.segments();
+    let [first, second, ..] = segments;
+    let embedded = || Ipv4Addr::from_bits(ip.to_bits() as u32);
     // IPv4-compatible addresses (`::a.b.c.d`, deprecated) reach the IPv4 address they embed
     // on some stacks: judged as that address.
-    if ip.segments()[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
-        return is_public_v4(Ipv4Addr::from_bits(ip.to_bits() as u32));
+    if segments[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
+        return is_public_v4(embedded());
+    }
+    // IPv4-translated addresses (`::ffff:0:a.b.c.d`, SIIT) are that IPv4 address too.
+    if segments[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        return is_public_v4(embedded());
     }
     !(ip.is_loopback()
         || ip.is_unspecified()
@@ -109,8 +126,15 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || first == 0x2002
         // Site-local (deprecated, still routed inside some networks).
         || (first & 0xffc0) == 0xfec0
-        // NAT64 prefixes.
-        || first == 0x0064)
+        // NAT64 prefixes (the well-known one and the local-use /48).
+        || first == 0x0064
+        // Discard-only.
+        || (first == 0x0100 && segments[1..4] == [0, 0, 0])
+        // IETF protocol assignments (2001::/23: TURN, benchmarking, ORCHID, AMT, ...).
+        || (first == 0x2001 && second < 0x0200)
+        // Documentation (RFC 9637), and segment routing's SIDs.
+        || (first == 0x3fff && second < 0x1000)
+        || first == 0x5f00)
 }
 
 #[cfg(test)]
@@ -153,6 +177,15 @@ mod tests {
             "2002:7f00:1::1",
             "2001:0:4136:e378:8000:63bf:3fff:fdd2",
             "fec0::1",
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:10.0.0.1",
+            "192.88.99.1",
+            "100::1",
+            "2001:2::1",
+            "2001:20::1",
+            "3fff::1",
+            "5f00::1",
+            "64:ff9b:1::1",
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
@@ -185,7 +218,12 @@ mod tests {
             "https://169.254.169.254/latest",
         ] {
             let url = check_url(bad, false).unwrap();
-            assert!(resolve_public(&url, false).await.is_err(), "{bad}");
+            // The tenant learns nothing of where the name points.
+            assert_eq!(
+                resolve_public(&url, false).await,
+                Err(REFUSED_HOST.to_owned()),
+                "{bad}"
+            );
             assert!(
                 resolve_public(&url, true).await.is_ok(),
                 "{bad} with the flag"
@@ -197,6 +235,10 @@ mod tests {
             vec!["93.184.216.34:443".parse().unwrap()]
         );
         let nowhere = check_url("https://does-not-exist.invalid/", false).unwrap();
-        assert!(resolve_public(&nowhere, false).await.is_err());
+        assert_eq!(
+            resolve_public(&nowhere, false).await,
+            Err(REFUSED_HOST.to_owned()),
+            "a name that does not resolve reads as one that resolves inside"
+        );
     }
 }

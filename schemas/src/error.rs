@@ -57,6 +57,7 @@ error_codes! {
     Conflict => ("resource.conflict", 409, false),
     HandoffAlreadyOpened => ("handoff.already_opened", 409, false),
     GateServiceLimitReached => ("gate.service_limit_reached", 409, false),
+    WebhookEndpointLimitReached => ("webhook.endpoint_limit_reached", 409, false),
     GateSlowDown => ("gate.slow_down", 429, true),
     RateLimited => ("rate.limited", 429, true),
     ServiceUnavailable => ("service.unavailable", 503, true),

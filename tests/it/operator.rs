@@ -365,3 +365,43 @@ async fn keys_create_issues_the_first_key_of_an_organization_made_over_the_api()
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// The data directory holds the server secret, the development keys and every stored row: a
+/// served process makes it its owner's alone (mode 0700), with every file in it 0600 and
+/// every directory 0700, even a data directory that existed with looser modes before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_directory_is_its_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut served = Served::start_in(&data);
+    served.wait_for("vigil is serving");
+    // A request through the store and the log, so both have written files.
+    let pk = served.creds().keys.publishable_test.clone();
+    vigil_tests::collect::open_session_at(&http_client(), &served.base, &pk)
+        .await
+        .expect("a collect session opens");
+    served.terminate();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700, "the data directory");
+    let mut files = 0;
+    let mut pending = vec![data.clone()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                assert_eq!(mode(&path), 0o700, "{}", path.display());
+                pending.push(path);
+            } else {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+                files += 1;
+            }
+        }
+    }
+    assert!(
+        files > 10,
+        "the store, the log and the secrets wrote {files} files"
+    );
+}

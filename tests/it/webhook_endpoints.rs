@@ -168,6 +168,32 @@ async fn endpoint_urls_must_be_https_and_public() {
         let e = r.err(422, "request.validation_failed");
         assert_eq!(e["details"]["fields"][0]["name"], "url", "{url}: {e}");
     }
+    // A refused host's answer maps nothing of the server's network: the same words whether
+    // the name resolves to an internal address or to none.
+    let issues: Vec<String> = [
+        "https://localhost/hooks",
+        "https://does-not-exist.invalid/hooks",
+    ]
+    .into_iter()
+    .map(|url| {
+        let s = &s;
+        async move {
+            let r = create(
+                s,
+                sk,
+                json!({"name": "x", "url": url, "event_types": ["webhook.test"]}),
+            )
+            .await;
+            r.err(422, "request.validation_failed")["details"]["fields"][0]["issue"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    })
+    .collect::<futures::future::JoinAll<_>>()
+    .await;
+    assert_eq!(issues[0], issues[1]);
+    assert!(!issues[0].contains("127.0.0.1"), "{}", issues[0]);
     // An update is held to the same rules.
     let made = create(
         &s,
@@ -486,4 +512,37 @@ print(r.status_code, e["id"], e["signing_secret"][:10])
         got[0].header("webhook-id"),
         tested["data"]["id"].as_str().unwrap()
     );
+}
+
+/// Every event is sent to every endpoint, so an organization has at most 20 active ones per
+/// environment; a disabled one frees its place, and the other environment has its own 20.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_are_capped_per_environment() {
+    let s = TestServer::start().await;
+    let (test, live) = (&s.creds.keys.secret_test, &s.creds.keys.secret_live);
+    let body = |i: usize| json!({"name": format!("hook {i}"), "url": PUBLIC_URL, "event_types": ["webhook.test"]});
+    let mut first = String::new();
+    for i in 0..20 {
+        let made = create(&s, test, body(i)).await;
+        let id = made.ok(201)["id"].as_str().unwrap().to_owned();
+        if i == 0 {
+            first = id;
+        }
+    }
+    let refused = create(&s, test, body(20)).await;
+    let e = refused.err(409, "webhook.endpoint_limit_reached");
+    assert!(
+        e["docs_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("#webhook.endpoint_limit_reached"),
+        "{e}"
+    );
+    create(&s, live, body(0)).await.ok(201);
+    s.delete(&format!("{}/{first}", endpoints(&s)))
+        .key(test)
+        .send()
+        .await
+        .ok(200);
+    create(&s, test, body(21)).await.ok(201);
 }
