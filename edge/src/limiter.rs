@@ -37,7 +37,14 @@ pub enum LimiterError {
 pub trait LimiterBackend: Send + Sync + 'static {
     /// `local` or `redis`: what `/readyz` and the metrics call it.
     fn name(&self) -> &'static str;
-    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError>;
+    /// Counts one request against `bucket`, which holds `limit` requests refilled over
+    /// `window` ([`WINDOW`] for every API bucket; longer for quotas such as Gate's signups).
+    async fn check(
+        &self,
+        bucket: &str,
+        limit: u32,
+        window: Duration,
+    ) -> Result<RateDecision, LimiterError>;
 }
 
 /// The refill window of every bucket.
@@ -106,9 +113,9 @@ pub struct LocalLimiter {
 }
 
 impl LocalLimiter {
-    pub fn check(&self, bucket: &str, limit: u32) -> RateDecision {
+    pub fn check(&self, bucket: &str, limit: u32, window: Duration) -> RateDecision {
         let now = now_us();
-        let window = WINDOW.as_micros() as i64;
+        let window = window.as_micros() as i64;
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         // Forget full buckets now and then so the table holds only keys seen within a window.
         if buckets.len() > 100_000 {
@@ -127,8 +134,13 @@ impl LimiterBackend for LocalLimiter {
         "local"
     }
 
-    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
-        Ok(LocalLimiter::check(self, bucket, limit))
+    async fn check(
+        &self,
+        bucket: &str,
+        limit: u32,
+        window: Duration,
+    ) -> Result<RateDecision, LimiterError> {
+        Ok(LocalLimiter::check(self, bucket, limit, window))
     }
 }
 
@@ -207,14 +219,19 @@ impl RedisLimiter {
 
     /// One round trip; `Err` when Redis did not answer in time (and, for a second after a
     /// failure, without trying: a breaker, so an outage costs requests no timeouts).
-    pub async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
+    pub async fn check(
+        &self,
+        bucket: &str,
+        limit: u32,
+        window: Duration,
+    ) -> Result<RateDecision, LimiterError> {
         if (now_us() as u64) < self.skip_until_us.load(Ordering::Relaxed) {
             return Err(LimiterError::Unavailable("redis recently failed".into()));
         }
         let result = async {
             let mut conn = self.connection().await?;
             let mut invocation = self.script.key(format!("vigil:rl:{bucket}"));
-            invocation.arg(limit.max(1)).arg(WINDOW.as_micros() as i64);
+            invocation.arg(limit.max(1)).arg(window.as_micros() as i64);
             let call = invocation.invoke_async::<(i64, i64, i64)>(&mut conn);
             tokio::time::timeout(REDIS_TIMEOUT, call)
                 .await
@@ -246,8 +263,13 @@ impl LimiterBackend for RedisLimiter {
         "redis"
     }
 
-    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
-        RedisLimiter::check(self, bucket, limit).await
+    async fn check(
+        &self,
+        bucket: &str,
+        limit: u32,
+        window: Duration,
+    ) -> Result<RateDecision, LimiterError> {
+        RedisLimiter::check(self, bucket, limit, window).await
     }
 }
 
@@ -297,9 +319,14 @@ impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
         self.0.name()
     }
 
-    async fn check(&self, bucket: &str, limit: u32) -> Result<RateDecision, LimiterError> {
+    async fn check(
+        &self,
+        bucket: &str,
+        limit: u32,
+        window: Duration,
+    ) -> Result<RateDecision, LimiterError> {
         let started = std::time::Instant::now();
-        let answer = self.0.check(bucket, limit).await;
+        let answer = self.0.check(bucket, limit, window).await;
         let backend = self.0.name();
         METRICS
             .seconds
@@ -352,19 +379,26 @@ impl Limiter {
         }
     }
 
-    /// Counts one request against `bucket` and says whether it may proceed.
+    /// Counts one request against `bucket` (refilled over [`WINDOW`]) and says whether it
+    /// may proceed.
     pub async fn check(&self, bucket: &str, limit: u32) -> RateDecision {
+        self.check_within(bucket, limit, WINDOW).await
+    }
+
+    /// [`Limiter::check`] for a bucket refilled over `window`: a quota of `limit` in any such
+    /// span.
+    pub async fn check_within(&self, bucket: &str, limit: u32, window: Duration) -> RateDecision {
         if let Some(shared) = &self.shared {
-            match shared.check(bucket, limit).await {
+            match shared.check(bucket, limit, window).await {
                 Ok(decision) => return decision,
                 Err(error) => crate::metrics::limiter_fell_back(&error.to_string()),
             }
         }
-        match self.local.check(bucket, limit).await {
+        match self.local.check(bucket, limit, window).await {
             Ok(decision) => decision,
             // The embedded backend always answers; were it not to, the request is counted
             // as the first of a fresh bucket rather than refused.
-            Err(_) => gcra_step(now_us(), 0, limit, WINDOW.as_micros() as i64).1,
+            Err(_) => gcra_step(now_us(), 0, limit, window.as_micros() as i64).1,
         }
     }
 }

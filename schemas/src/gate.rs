@@ -110,6 +110,15 @@ pub fn well_formed(kind: TokenKind, token: &str) -> bool {
 
 /// How long a signup or login waits for its approval.
 pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// Signups one client address may start in any [`SESSION_TTL`]: about as many as may wait for
+/// approval at once (a signup needs no key).
+pub const SIGNUPS_PER_ADDRESS: u32 = 10;
+/// Signups of one service that may be started in any [`SESSION_TTL`], from all addresses.
+pub const SIGNUPS_PER_SERVICE: u32 = 500;
+/// How long a Gate session is kept once it expired (or, approved, once its delivery stopped
+/// being shown): long enough to answer a late poll with its outcome, then dropped.
+pub const SESSION_KEPT_AFTER_EXPIRY: std::time::Duration =
+    std::time::Duration::from_secs(24 * 3600);
 /// The polling interval a Gate session starts with (RFC 8628's default).
 pub const POLL_INTERVAL_SECS: u32 = 5;
 /// What a poll sooner than the interval adds to it (RFC 8628 `slow_down`).

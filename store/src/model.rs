@@ -802,7 +802,8 @@ pub struct GateSessionRecord {
     /// Login: the one-time code's hash, until consumed.
     pub login_code: Option<CredentialHash>,
     /// Login: the agent token that started it, checked again at approval and consumption, so
-    /// a revocation stops logins under way.
+    /// a revocation stops logins under way. Signup: the agent token its approval made, which
+    /// retention deletes if the signup is never acknowledged.
     #[serde(default)]
     pub agent_token: Option<CredentialHash>,
     pub code_expires_at: Option<Timestamp>,
@@ -814,6 +815,16 @@ pub struct GateSessionRecord {
     /// Signup: the name the tool gave itself, which names the account it makes.
     #[serde(default)]
     pub client_name: Option<String>,
+}
+
+impl GateSessionRecord {
+    /// Whether an approved signup's delivery is no longer shown: it is shown until the session
+    /// is twice its lifetime old, so a tool that never acknowledges does not leave the secrets
+    /// readable for ever.
+    pub fn delivery_expired(&self, now: Timestamp) -> bool {
+        let ttl = chrono::TimeDelta::from_std(schemas::gate::SESSION_TTL).expect("a short ttl");
+        self.flow == GateFlow::Signup && now >= self.expires_at + ttl
+    }
 }
 
 /// What Vigil made of the browser that decided a Gate session on its consent page

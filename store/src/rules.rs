@@ -5,9 +5,9 @@
 use schemas::time::Timestamp;
 
 use crate::{
-    AgentLogin, AgentTokenRecord, ApiKeyRecord, DecisionRecord, EventRecord, GatePoll,
-    GateSessionRecord, OrganizationRecord, RawJson, Result, SessionRecord, SessionSave, StoreError,
-    VisitorRecord,
+    AgentLogin, AgentTokenRecord, ApiKeyRecord, DecisionRecord, EventRecord, GateFlow, GatePoll,
+    GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson, Result, SessionRecord,
+    SessionSave, StoreError, VisitorRecord,
 };
 
 /// `update_api_key`: the row to write over `stored`. Identity, hash and the rotation columns
@@ -194,4 +194,36 @@ pub fn check_organization_keys(org: &OrganizationRecord, keys: &[ApiKeyRecord]) 
         }
     }
     Ok(())
+}
+
+/// What retention does with a stored Gate session at `now` (docs/gate.md#storage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateSweep {
+    Keep,
+    /// A signup approved but never acknowledged, whose delivery stopped being shown: its
+    /// sealed delivery is cleared, and the account and agent token it made are deleted (the
+    /// tool never confirmed it received them).
+    Withdraw,
+    /// Past its lifetime: dropped with its login code's row.
+    Drop,
+}
+
+/// The rule of [`GateSweep`]: a session is dropped a day after its delivery window closed
+/// (for every flow, that is after it expired); before that, an unacknowledged signup's
+/// delivery is withdrawn as soon as the window closes.
+pub fn gate_sweep(session: &GateSessionRecord, now: Timestamp) -> GateSweep {
+    let kept =
+        chrono::TimeDelta::from_std(schemas::gate::SESSION_KEPT_AFTER_EXPIRY).expect("a day fits");
+    let window = chrono::TimeDelta::from_std(schemas::gate::SESSION_TTL).expect("minutes fit");
+    if now >= session.expires_at + window + kept {
+        GateSweep::Drop
+    } else if session.flow == GateFlow::Signup
+        && session.status == GateSessionStatus::Approved
+        && !session.sealed_delivery.is_empty()
+        && session.delivery_expired(now)
+    {
+        GateSweep::Withdraw
+    } else {
+        GateSweep::Keep
+    }
 }

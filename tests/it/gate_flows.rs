@@ -601,3 +601,57 @@ async fn a_service_may_answer_long_values() {
         10_000
     );
 }
+
+/// Signups need no key, and each is stored until a day after it expires, so the ones that
+/// may be waiting are bounded: ten per client address in any 15 minutes (a session's
+/// lifetime), and 500 per service from all addresses together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_signups_are_bounded_per_address_and_per_service() {
+    let s = TestServer::start_with(|a| {
+        a.trusted_proxy = vec!["127.0.0.0/8".parse().unwrap()];
+        a.anonymous_rate_limit = 1_000;
+    })
+    .await;
+    s.post(SERVICES)
+        .key(&s.creds.keys.secret_test)
+        .json(json!({"id": "acme-cli", "name": "Acme", "website": "https://acme.example", "discoverable": true}))
+        .send()
+        .await
+        .ok(201);
+    let signup_from = |address: String| {
+        let s = &s;
+        async move {
+            s.post(&format!("{SERVICES}/acme-cli/signups"))
+                .header("x-forwarded-for", &address)
+                .send()
+                .await
+        }
+    };
+    for _ in 0..schemas::gate::SIGNUPS_PER_ADDRESS {
+        signup_from("203.0.113.1".into()).await.ok(201);
+    }
+    let refused = signup_from("203.0.113.1".into()).await;
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    refused.err(429, "rate.limited");
+    assert!(
+        retry > 60,
+        "a quarter hour's quota, not a minute's: {retry}"
+    );
+    // Another address has its own ten; the service, its 500 in all.
+    let mut started = schemas::gate::SIGNUPS_PER_ADDRESS;
+    let mut address = 0;
+    while started < schemas::gate::SIGNUPS_PER_SERVICE {
+        address += 1;
+        for _ in
+            0..schemas::gate::SIGNUPS_PER_ADDRESS.min(schemas::gate::SIGNUPS_PER_SERVICE - started)
+        {
+            signup_from(format!("198.51.{}.{}", address / 250, address % 250))
+                .await
+                .ok(201);
+            started += 1;
+        }
+    }
+    signup_from("192.0.2.200".into())
+        .await
+        .err(429, "rate.limited");
+}

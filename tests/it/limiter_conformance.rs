@@ -17,7 +17,7 @@ async fn a_redis_that_does_not_answer_is_an_error_and_the_policy_falls_back() {
     // Nothing listens on the discard port.
     let gone = RedisLimiter::new("redis://127.0.0.1:9").unwrap();
     let started = std::time::Instant::now();
-    let answer = LimiterBackend::check(&gone, "conformance:gone", 5).await;
+    let answer = LimiterBackend::check(&gone, "conformance:gone", 5, edge::limiter::WINDOW).await;
     assert!(
         matches!(answer, Err(LimiterError::Unavailable(_))),
         "{answer:?}"

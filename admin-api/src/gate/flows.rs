@@ -141,6 +141,9 @@ async fn start_signup(
     request: axum::extract::Request,
 ) -> Result<Reply, ApiError> {
     let id: String = path_param(&params, "serviceId")?;
+    let (parts, body) = request.into_parts();
+    let client = edge::transport::client_info(&parts, &state.auth.trusted_proxies);
+    let request = axum::extract::Request::from_parts(parts, body);
     let client_name = if request
         .headers()
         .contains_key(axum::http::header::CONTENT_TYPE)
@@ -163,6 +166,36 @@ async fn start_signup(
         None
     };
     let service = published(&state, &id).await?;
+    // A signup needs no key, and each one is stored until a day after it expires: the ones a
+    // client address, and the ones a service, may have waiting are bounded.
+    for (bucket, quota) in [
+        (
+            format!(
+                "gate-signups:address:{}",
+                edge::transport::address_bucket(client.ip)
+            ),
+            gate::SIGNUPS_PER_ADDRESS,
+        ),
+        (
+            format!("gate-signups:service:{}", service.id),
+            gate::SIGNUPS_PER_SERVICE,
+        ),
+    ] {
+        let decision = state
+            .auth
+            .limiter
+            .check_within(&bucket, quota, gate::SESSION_TTL)
+            .await;
+        if !decision.allowed {
+            let mut e = ApiError::new(
+                ErrorCode::RateLimited,
+                "too many signups are waiting for a person's approval; try again later",
+            )
+            .with_next_action("retry");
+            e.retry_after = Some(decision.retry_after_secs);
+            return Err(e);
+        }
+    }
     let (consent, poll) = (gate::mint(TokenKind::Consent), gate::mint(TokenKind::Poll));
     let now = time::now();
     let secret = &state.auth.secret;
@@ -263,7 +296,7 @@ async fn poll(
         "interval": session.interval_secs,
         "expires_at": time::format(&session.expires_at),
     });
-    if session.status == GateSessionStatus::Approved && !delivery_expired(&session, now) {
+    if session.status == GateSessionStatus::Approved && !session.delivery_expired(now) {
         let opened = state
             .auth
             .secret
@@ -279,18 +312,11 @@ async fn poll(
     Ok(Reply::ok(answer).showing_secrets())
 }
 
-/// An approved signup's delivery is shown until its session is twice its lifetime old; a tool
-/// that never acknowledges does not leave the secrets readable for ever.
-fn delivery_expired(session: &GateSessionRecord, now: Timestamp) -> bool {
-    let ttl = chrono::TimeDelta::from_std(gate::SESSION_TTL).expect("a short ttl");
-    session.flow == GateFlow::Signup && now >= session.expires_at + ttl
-}
-
 fn status_text(session: &GateSessionRecord, now: Timestamp) -> &'static str {
     match session.status {
         GateSessionStatus::Pending if now >= session.expires_at => "expired",
         GateSessionStatus::Pending | GateSessionStatus::Approving => "pending",
-        GateSessionStatus::Approved if delivery_expired(session, now) => "expired",
+        GateSessionStatus::Approved if session.delivery_expired(now) => "expired",
         GateSessionStatus::Approved => "approved",
         GateSessionStatus::Denied => "denied",
         GateSessionStatus::Completed => "acknowledged",

@@ -16,7 +16,7 @@ fn bucket(name: &str) -> String {
 }
 
 async fn check(l: &dyn LimiterBackend, bucket: &str, limit: u32) -> super::RateDecision {
-    l.check(bucket, limit)
+    l.check(bucket, limit, super::WINDOW)
         .await
         .unwrap_or_else(|e| panic!("the {} backend answers: {e}", l.name()))
 }
@@ -86,6 +86,21 @@ pub async fn refused_requests_extend_the_cool_down(l: &dyn LimiterBackend) {
     assert_eq!(last, 66);
 }
 
+/// A quota over a longer window (Gate's signups per 15 minutes): its limit, then a wait that
+/// is the window's share of one request, not a minute's.
+pub async fn a_longer_window_spreads_the_same_limit(l: &dyn LimiterBackend) {
+    let b = bucket("quota");
+    let window = Duration::from_secs(15 * 60);
+    for _ in 0..3 {
+        let d = l.check(&b, 3, window).await.unwrap();
+        assert!(d.allowed);
+    }
+    let refused = l.check(&b, 3, window).await.unwrap();
+    assert!(!refused.allowed, "the quota is spent");
+    // One request's share of 15 minutes is 5 minutes; refused, it waits two shares.
+    assert_eq!(refused.retry_after_secs, 600, "{refused:?}");
+}
+
 /// One `#[tokio::test]` per case, each on a backend `$make` returns.
 #[macro_export]
 macro_rules! limiter_conformance_suite {
@@ -106,6 +121,11 @@ macro_rules! limiter_conformance_suite {
             #[::tokio::test]
             async fn refills_over_the_window() {
                 $crate::limiter::conformance::refills_over_the_window(&$make).await;
+            }
+
+            #[::tokio::test]
+            async fn a_longer_window_spreads_the_same_limit() {
+                $crate::limiter::conformance::a_longer_window_spreads_the_same_limit(&$make).await;
             }
 
             #[::tokio::test]

@@ -392,15 +392,20 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
     assert_eq!(store.get_agent_token(&stranger.hash).await.unwrap(), None);
 }
 
-/// Gate sessions are dropped by `purge_expired` once they started before the retention, with
-/// their login code's index row; a recent one stays.
-pub async fn gate_sessions_are_purged_a_retention_after_they_started(store: Store) {
-    use crate::{GateFlow, GateSessionRecord, GateSessionStatus};
-    let long_ago = Timestamp::from_timestamp_millis(1_000_000_000_000).unwrap();
+/// Retention keeps a Gate session a day past the window in which an approved signup's
+/// delivery is shown (twice its lifetime), then drops it with its login code's row; a signup
+/// approved but never acknowledged has its delivery withdrawn as soon as that window closes,
+/// and the account and agent token it made deleted; an acknowledged one keeps them.
+pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledged_signups_withdrawn(
+    store: Store,
+) {
+    use crate::{
+        AgentTokenRecord, GateAccountRecord, GateFlow, GateSessionRecord, GateSessionStatus,
+    };
     let now = time::now();
-    let session = |created_at: Timestamp, code: u8| GateSessionRecord {
+    let session = |flow: GateFlow, created_at: Timestamp, code: u8| GateSessionRecord {
         id: schemas::ids::GateSessionId::generate(),
-        flow: GateFlow::Login,
+        flow,
         service_id: "acme".into(),
         organization_id: OrgId::generate(),
         environment: Environment::Live,
@@ -421,28 +426,88 @@ pub async fn gate_sessions_are_purged_a_retention_after_they_started(store: Stor
         created_at,
         expires_at: created_at + TimeDelta::minutes(15),
     };
-    let (old, recent) = (session(long_ago, 7), session(now, 8));
-    for s in [&old, &recent] {
+    let old = session(GateFlow::Login, now - TimeDelta::hours(25), 7);
+    let day_old = session(GateFlow::Login, now - TimeDelta::hours(23), 8);
+    let recent = session(GateFlow::Login, now, 9);
+    let unacknowledged = session(GateFlow::Signup, now - TimeDelta::hours(1), 10);
+    let acknowledged = session(GateFlow::Signup, now - TimeDelta::hours(1), 11);
+    let fresh_signup = session(GateFlow::Signup, now - TimeDelta::minutes(20), 12);
+    for s in [
+        &old,
+        &day_old,
+        &recent,
+        &unacknowledged,
+        &acknowledged,
+        &fresh_signup,
+    ] {
         store.create_gate_session(s).await.unwrap();
     }
-    let mut approved = old.clone();
-    approved.status = GateSessionStatus::Approved;
-    approved.login_code = Some(CredentialHash([9; 32]));
+    let mut coded = old.clone();
+    coded.status = GateSessionStatus::Approved;
+    coded.login_code = Some(CredentialHash([9; 32]));
     assert!(
         store
-            .transition_gate_session(&approved, GateSessionStatus::Pending, None)
+            .transition_gate_session(&coded, GateSessionStatus::Pending, None)
             .await
             .unwrap()
     );
+    // Three signups approved, each with the account and token it made.
+    let mut made = Vec::new();
+    for (n, signup) in [&unacknowledged, &acknowledged, &fresh_signup]
+        .into_iter()
+        .enumerate()
+    {
+        let account = GateAccountRecord {
+            id: schemas::ids::GateAccountId::generate(),
+            service_id: "acme".into(),
+            organization_id: signup.organization_id,
+            environment: Environment::Live,
+            name: "dev".into(),
+            created_at: signup.created_at,
+        };
+        let token = AgentTokenRecord {
+            hash: CredentialHash([20 + n as u8; 32]),
+            account_id: account.id,
+            service_id: "acme".into(),
+            organization_id: signup.organization_id,
+            environment: Environment::Live,
+            created_at: signup.created_at,
+            expires_at: now + TimeDelta::days(90),
+            revoked_at: None,
+            recent_logins: Vec::new(),
+        };
+        let mut approved = signup.clone();
+        approved.status = GateSessionStatus::Approved;
+        approved.account_id = Some(account.id);
+        approved.agent_token = Some(token.hash);
+        approved.sealed_delivery = vec![1, 2, 3];
+        assert!(
+            store
+                .transition_gate_session(
+                    &approved,
+                    GateSessionStatus::Pending,
+                    Some((&account, &token))
+                )
+                .await
+                .unwrap()
+        );
+        made.push((approved, account, token));
+    }
+    let mut completed = made[1].0.clone();
+    completed.status = GateSessionStatus::Completed;
+    completed.sealed_delivery = Vec::new();
     assert!(
         store
-            .get_login_by_code(&CredentialHash([9; 32]))
+            .transition_gate_session(&completed, GateSessionStatus::Approved, None)
             .await
             .unwrap()
-            .is_some()
     );
-    let keep_since = long_ago + TimeDelta::days(90);
-    while store.purge_expired(now, keep_since, 1).await.unwrap() {}
+
+    while store
+        .purge_expired(now, now - TimeDelta::days(90), 1)
+        .await
+        .unwrap()
+    {}
     assert_eq!(store.get_gate_session(old.id).await.unwrap(), None);
     assert_eq!(
         store
@@ -452,9 +517,35 @@ pub async fn gate_sessions_are_purged_a_retention_after_they_started(store: Stor
         None
     );
     assert_eq!(
+        store.get_gate_session(day_old.id).await.unwrap(),
+        Some(day_old)
+    );
+    assert_eq!(
         store.get_gate_session(recent.id).await.unwrap(),
         Some(recent)
     );
+    // Withdrawn: the delivery cleared, the account and the token gone.
+    let (approved, account, token) = &made[0];
+    let withdrawn = store.get_gate_session(approved.id).await.unwrap().unwrap();
+    assert!(withdrawn.sealed_delivery.is_empty());
+    assert_eq!(withdrawn.status, GateSessionStatus::Approved);
+    assert_eq!(store.get_gate_account(account.id).await.unwrap(), None);
+    assert_eq!(store.get_agent_token(&token.hash).await.unwrap(), None);
+    // Acknowledged, and still within its window: untouched.
+    let (_, account, token) = &made[1];
+    assert_eq!(
+        store.get_gate_session(completed.id).await.unwrap(),
+        Some(completed.clone())
+    );
+    assert!(store.get_gate_account(account.id).await.unwrap().is_some());
+    assert!(store.get_agent_token(&token.hash).await.unwrap().is_some());
+    let (approved, account, token) = &made[2];
+    assert_eq!(
+        store.get_gate_session(approved.id).await.unwrap(),
+        Some(approved.clone())
+    );
+    assert!(store.get_gate_account(account.id).await.unwrap().is_some());
+    assert!(store.get_agent_token(&token.hash).await.unwrap().is_some());
 }
 
 /// A poll is counted by the holder of the poll token only; one sooner than the interval grows

@@ -165,7 +165,7 @@ macro_rules! store_conformance_suite {
                 gate_services_claim_ids_everywhere_and_keep_to_the_cap,
                 gate_service_updates_rename_and_follow_the_registry,
                 a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token,
-                gate_sessions_are_purged_a_retention_after_they_started,
+                gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledged_signups_withdrawn,
                 gate_polls_are_counted_with_their_interval_and_cap_in_one_step,
             ],
             retention: [

@@ -9,11 +9,12 @@ use schemas::credential::Environment;
 use schemas::ids::OrgId;
 use schemas::time::Timestamp;
 
-use super::key::Expiring;
 use super::{
     AGENT_TOKENS, EmbeddedStore, GATE_ACCOUNTS, GATE_REGISTRY, GATE_SERVICES,
-    GATE_SERVICES_BY_OWNER, GATE_SESSIONS, Inner, decode_row, encode, key, prefix_end, unavailable,
+    GATE_SERVICES_BY_OWNER, GATE_SESSIONS, Inner, decode, decode_row, encode, key, prefix_end,
+    unavailable,
 };
+use crate::rules::{self, GateSweep};
 use crate::{
     AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GatePoll, GateServiceRecord,
     GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
@@ -52,6 +53,56 @@ fn write_gate_service(
 }
 
 impl Inner {
+    /// One bounded step of retention's walk over `gate_sessions` (docs/gate.md#storage): at most
+    /// `budget` sessions after `cursor`, each kept, withdrawn or dropped as
+    /// [`rules::gate_sweep`] says, the changes added to `batch`. Whether rows are left (the walk
+    /// starts over once there are none).
+    pub(super) fn sweep_gate_sessions(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        cursor: &mut Option<Vec<u8>>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        let start = cursor.take().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut read = 0;
+        let mut last = None;
+        for guard in self
+            .gate_sessions
+            .range::<Vec<u8>, _>((start, Bound::Unbounded))
+            .take(budget)
+        {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            read += 1;
+            last = Some(k.to_vec());
+            let mut session: GateSessionRecord = decode(GATE_SESSIONS, &v)?;
+            match rules::gate_sweep(&session, now) {
+                GateSweep::Keep => {}
+                GateSweep::Drop => {
+                    if let Some(code) = session.login_code {
+                        batch.remove(&self.gate_login_codes, code.0);
+                    }
+                    batch.remove(&self.gate_sessions, k);
+                }
+                GateSweep::Withdraw => {
+                    if let Some(account) = session.account_id {
+                        batch.remove(&self.gate_accounts, account.ulid().to_bytes());
+                    }
+                    if let Some(token) = session.agent_token {
+                        batch.remove(&self.agent_tokens, token.0);
+                    }
+                    session.sealed_delivery = Vec::new();
+                    batch.insert(&self.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
+                }
+            }
+        }
+        if read < budget {
+            return Ok(false);
+        }
+        *cursor = last;
+        Ok(true)
+    }
+
     /// Claims the ids of services stored before claims existed, once, at open: a store has
     /// at most a few services per organization.
     pub(super) fn claim_gate_services(&self) -> Result<()> {
@@ -227,13 +278,9 @@ impl GateStore for EmbeddedStore {
                     session.id
                 )));
             }
+            // Retention walks the sessions (`Inner::sweep_gate_sessions`): no queue row.
             let mut batch = db.batch();
             batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
-            batch.insert(
-                &db.expiry_queue,
-                key::expiry(session.created_at, Expiring::GateSession, &k),
-                [],
-            );
             batch.commit().map_err(unavailable)
         })
         .await

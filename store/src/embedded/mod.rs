@@ -172,6 +172,8 @@ struct WriterState {
     idempotency_cursor: Option<Vec<u8>>,
     /// The same for `handoff_openings`.
     handoff_cursor: Option<Vec<u8>>,
+    /// The same for `gate_sessions`, whose lifetimes follow their status.
+    gate_cursor: Option<Vec<u8>>,
     /// Where the indexing of rows written before the read and expiry indexes existed stands.
     backfill: Backfill,
 }
@@ -183,6 +185,7 @@ impl Default for WriterState {
             settled_hasher: std::hash::RandomState::new(),
             idempotency_cursor: None,
             handoff_cursor: None,
+            gate_cursor: None,
             backfill: Backfill::default(),
         }
     }

@@ -88,6 +88,7 @@ impl Inner {
             budget,
             |v| Ok(decode::<HandoffOpening>(HANDOFF_OPENINGS, v)?.expires_at <= now),
         )?;
+        more |= self.sweep_gate_sessions(&mut batch, &mut state.gate_cursor, now, budget)?;
         self.commit(
             batch,
             Changes {

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use schemas::time::Timestamp;
 
-use super::{PostgresStore, limit, row};
-use crate::{Result, RetentionStore};
+use super::{PostgresStore, db_error, decode_all, execute, json, limit, row, rows, ulid_bytes};
+use crate::rules::{self, GateSweep};
+use crate::{GateSessionRecord, Result, RetentionStore};
 
 /// How long a collect session (and its pings' rows) is kept after its id was minted, as the
 /// embedded store and ScyllaDB's TTL keep it.
@@ -51,6 +52,8 @@ const VISITORS: &str = "WITH gone AS (
         RETURNING 1)
     SELECT count(*) FROM gone";
 
+/// Sessions a day past their delivery window (`rules::gate_sweep`'s `Drop`). Every session
+/// lives `SESSION_TTL` from its creation, so the creation index finds them.
 const GATE_SESSIONS: &str = "WITH gone AS (
         DELETE FROM gate_sessions WHERE id IN (
             SELECT id FROM gate_sessions WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
@@ -82,6 +85,64 @@ const COLLECT: &str = "WITH gone AS (
         RETURNING 1)
     SELECT count(*) FROM gone";
 
+/// Approved signups never acknowledged whose delivery window has closed (`rules::gate_sweep`'s
+/// `Withdraw`): created before `$1`, with a delivery still sealed in them.
+const UNACKNOWLEDGED_SIGNUPS: &str = "SELECT body FROM gate_sessions
+    WHERE created_at < $1 AND body->>'flow' = 'signup' AND body->>'status' = 'approved'
+      AND body->>'sealed_delivery' <> ''
+    LIMIT $2 FOR UPDATE SKIP LOCKED";
+
+/// Gate sessions created before this are dropped: a day after the window in which an approved
+/// signup's delivery is shown (twice the session's lifetime) closed.
+fn gate_drop_before(now: Timestamp) -> Timestamp {
+    let ttl = chrono::TimeDelta::from_std(schemas::gate::SESSION_TTL).unwrap_or_default();
+    let kept =
+        chrono::TimeDelta::from_std(schemas::gate::SESSION_KEPT_AFTER_EXPIRY).unwrap_or_default();
+    now - ttl - ttl - kept
+}
+
+impl PostgresStore {
+    /// Withdraws up to `budget` unacknowledged signups' deliveries, with the accounts and agent
+    /// tokens they made, in one transaction; whether more may remain.
+    async fn withdraw_unacknowledged(&self, now: Timestamp, budget: i64) -> Result<bool> {
+        let ttl = chrono::TimeDelta::from_std(schemas::gate::SESSION_TTL).unwrap_or_default();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let found = rows(&tx, UNACKNOWLEDGED_SIGNUPS, &[&(now - ttl - ttl), &budget]).await?;
+        let sessions: Vec<GateSessionRecord> = decode_all("gate_sessions", &found)?;
+        for mut session in sessions {
+            if rules::gate_sweep(&session, now) != GateSweep::Withdraw {
+                continue;
+            }
+            if let Some(account) = session.account_id {
+                execute(
+                    &tx,
+                    "DELETE FROM gate_accounts WHERE id = $1",
+                    &[&ulid_bytes(account.ulid())],
+                )
+                .await?;
+            }
+            if let Some(token) = session.agent_token {
+                execute(
+                    &tx,
+                    "DELETE FROM agent_tokens WHERE hash = $1",
+                    &[&&token.0[..]],
+                )
+                .await?;
+            }
+            session.sealed_delivery = Vec::new();
+            execute(
+                &tx,
+                "UPDATE gate_sessions SET body = $2 WHERE id = $1",
+                &[&ulid_bytes(session.id.ulid()), &json(&session)],
+            )
+            .await?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(found.len() as i64 >= budget)
+    }
+}
+
 #[async_trait]
 impl RetentionStore for PostgresStore {
     async fn purge_expired(
@@ -90,14 +151,14 @@ impl RetentionStore for PostgresStore {
         keep_since: Timestamp,
         budget: usize,
     ) -> Result<bool> {
-        let client = self.client().await?;
         let budget = limit(budget.max(1));
-        let mut more = false;
+        let mut more = self.withdraw_unacknowledged(now, budget).await?;
+        let client = self.client().await?;
         for (sql, before) in [
             (SESSIONS, keep_since),
             (EVENTS, keep_since),
             (VISITORS, keep_since),
-            (GATE_SESSIONS, keep_since),
+            (GATE_SESSIONS, gate_drop_before(now)),
             (IDEMPOTENCY, now),
             (HANDOFFS, now),
         ] {

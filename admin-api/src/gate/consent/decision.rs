@@ -431,6 +431,7 @@ async fn approve_signup(
     approved.status = GateSessionStatus::Approved;
     approved.approval = Some(approval.clone());
     approved.account_id = Some(account.id);
+    approved.agent_token = Some(token.hash);
     approved.ack_token = Some(state.auth.secret.hash_token(&ack));
     approved.sealed_delivery = state
         .auth
