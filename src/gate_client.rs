@@ -214,6 +214,28 @@ pub async fn signup(args: GateSignupArgs) -> anyhow::Result<()> {
     let variables = delivered["env_vars"]
         .as_object()
         .context("no variables delivered")?;
+    // Only what the signup said it would deliver, which the clash check above has seen.
+    let announced: Vec<&str> = started["env_vars"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let unannounced: Vec<&String> = variables
+        .keys()
+        .filter(|name| !announced.contains(&name.as_str()))
+        .collect();
+    if !unannounced.is_empty() && !args.force {
+        bail!(
+            "the delivery holds variables the signup did not announce ({}); nothing was \
+             written. Rerun with --force to accept them",
+            unannounced
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     write_env(&args.env_file, variables)?;
     let ack = delivered["ack_token"].as_str().context("no ack token")?;
     data(

@@ -328,10 +328,21 @@ async fn admit(
         ));
     }
     if key.key_type == KeyType::Publishable && !key.allowed_origins.is_empty() {
+        // A browser sends no `Origin` on a same-origin GET; it says `Sec-Fetch-Site:
+        // same-origin` instead, and the page's origin is then this server's own.
+        let same_origin = parts
+            .headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| v == "same-origin");
+        let own_origin = same_origin
+            .then(|| url::Url::parse(crate::context::public_url()).ok())
+            .flatten()
+            .map(|u| u.origin().ascii_serialization());
         let origin = parts
             .headers
             .get(header::ORIGIN)
-            .and_then(|v| v.to_str().ok());
+            .and_then(|v| v.to_str().ok())
+            .or(own_origin.as_deref());
         if !origin.is_some_and(|o| {
             key.allowed_origins
                 .iter()

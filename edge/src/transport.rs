@@ -120,6 +120,18 @@ pub fn address_bucket(ip: IpAddr) -> String {
     }
 }
 
+/// A wider identity of a client address, for quotas that one holder of many addresses must
+/// not multiply: an IPv6 /48 (what one site is commonly given) rather than a /64.
+pub fn network_bucket(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+        }
+        _ => address_bucket(ip),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

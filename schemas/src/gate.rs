@@ -133,9 +133,9 @@ pub const LOGINS_PER_HOUR: usize = 10;
 pub const LOGIN_CODE_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 /// Digits of a login code.
 pub const LOGIN_CODE_DIGITS: usize = 8;
-/// Login codes an organization may present per minute, right or wrong: with at most a few
-/// codes live at once among 10^8, guessing one would take years.
-pub const CODE_ATTEMPTS_PER_MINUTE: u32 = 20;
+/// Codes that may be presented for one login session within a code's lifetime, right or
+/// wrong: its one live code among 10^8 is out of reach, and nobody else's login is charged.
+pub const CODE_ATTEMPTS_PER_LOGIN: u32 = 5;
 
 /// The shortest `webhook_secret` a service may set.
 pub const MIN_WEBHOOK_SECRET_CHARS: usize = 32;

@@ -815,6 +815,11 @@ pub struct GateSessionRecord {
     /// Signup: the name the tool gave itself, which names the account it makes.
     #[serde(default)]
     pub client_name: Option<String>,
+    /// Signup: the names of the variables the tool was told it would receive (the service's, at
+    /// the start). An approval delivers these or nothing: a service that changed its variables
+    /// since cannot slip another one past the person or the tool.
+    #[serde(default)]
+    pub env_var_keys: Vec<String>,
 }
 
 impl GateSessionRecord {

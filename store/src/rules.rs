@@ -204,8 +204,11 @@ pub enum GateSweep {
     /// sealed delivery is cleared, and the account and agent token it made are deleted (the
     /// tool never confirmed it received them).
     Withdraw,
-    /// Past its lifetime: dropped with its login code's row.
-    Drop,
+    /// Past its lifetime: dropped with its login code's row (and, if it is an unacknowledged
+    /// signup's still, withdrawn first: `withdraw`).
+    Drop {
+        withdraw: bool,
+    },
 }
 
 /// The rule of [`GateSweep`]: a session is dropped a day after its delivery window closed
@@ -215,13 +218,17 @@ pub fn gate_sweep(session: &GateSessionRecord, now: Timestamp) -> GateSweep {
     let kept =
         chrono::TimeDelta::from_std(schemas::gate::SESSION_KEPT_AFTER_EXPIRY).expect("a day fits");
     let window = chrono::TimeDelta::from_std(schemas::gate::SESSION_TTL).expect("minutes fit");
-    if now >= session.expires_at + window + kept {
-        GateSweep::Drop
-    } else if session.flow == GateFlow::Signup
+    // An unacknowledged signup's account and token go whenever its window has closed, even
+    // if the session is dropped in the same step (retention was down for a day, say).
+    let unacknowledged = session.flow == GateFlow::Signup
         && session.status == GateSessionStatus::Approved
         && !session.sealed_delivery.is_empty()
-        && session.delivery_expired(now)
-    {
+        && session.delivery_expired(now);
+    if now >= session.expires_at + window + kept {
+        GateSweep::Drop {
+            withdraw: unacknowledged,
+        }
+    } else if unacknowledged {
         GateSweep::Withdraw
     } else {
         GateSweep::Keep

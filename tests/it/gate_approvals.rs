@@ -147,26 +147,52 @@ async fn a_scripted_check_approves_nothing() {
     let page = fetch_page(consent).await;
     assert!(page.key.starts_with("pk_test_"), "{}", page.key);
 
+    // The page's key works only from this server's origin; a script claims it.
+    let scripted_client = {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("origin", s.base.parse().unwrap());
+        reqwest::Client::builder()
+            .no_proxy()
+            .default_headers(headers)
+            .build()
+            .unwrap()
+    };
     let handoff_on = |page_url: String, probes: Option<serde_json::Value>| {
-        let (s, key) = (&s, page.key.clone());
+        let (s, key, client) = (&s, page.key.clone(), scripted_client.clone());
         async move {
-            let session = open_session_on(&s.client, &s.base, &key, &page_url)
+            let session = open_session_on(&client, &s.base, &key, &page_url)
                 .await
                 .expect("the page's key opens a collect session");
             if let Some(probes) = probes {
                 s.post(&format!("/v1/collect/sessions/{}/batches", session.id))
                     .key(&key)
+                    .header("origin", &s.base)
                     .json(session.batch(1, &probes))
                     .send()
                     .await
                     .ok(202);
             }
-            session.results(s, &key).send().await.ok(200)["handoff"]
+            session
+                .results(s, &key)
+                .header("origin", &s.base)
+                .send()
+                .await
+                .ok(200)["handoff"]
                 .as_str()
                 .unwrap()
                 .to_owned()
         }
     };
+
+    // The page's key is refused to a browser on another site, which always sends its Origin.
+    let elsewhere_browser = s
+        .post("/v1/collect/sessions")
+        .key(&page.key)
+        .header("origin", "https://attacker.example")
+        .json(json!({"client_public_key": "AAAA", "sdk_version": "1.1.1", "page_url": consent}))
+        .send()
+        .await;
+    elsewhere_browser.err(403, "auth.origin_not_allowed");
 
     // Minted for another page: the shop's, say.
     let elsewhere = handoff_on("https://shop.example/".into(), None).await;

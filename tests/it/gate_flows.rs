@@ -530,8 +530,10 @@ async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
 
     // Ten logins an hour, the eleventh refused.
     let agent = signed_up(&s).await;
+    let mut logins = Vec::new();
     for _ in 0..schemas::gate::LOGINS_PER_HOUR {
-        start_login(&s, &agent).await.ok(201);
+        let login = start_login(&s, &agent).await;
+        logins.push(login.ok(201)["id"].as_str().unwrap().to_owned());
     }
     start_login(&s, &agent).await.err(429, "rate.limited");
 
@@ -552,27 +554,35 @@ async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
         .await
         .err(429, "rate.limited");
 
-    // Codes presented past the minute's allowance are refused before any lookup.
-    let guess = json!({"code": "00000000", "gate_session_id": id.to_string()});
-    for _ in 0..schemas::gate::CODE_ATTEMPTS_PER_MINUTE {
+    // Codes presented for one login past its allowance are refused before the comparison;
+    // another login's allowance is untouched.
+    let consume = |key: &str, session: &str| {
         s.post("/v1/gate/login-sessions/consume")
-            .key(sk)
-            .json(guess.clone())
+            .key(key)
+            .json(json!({"code": "00000000", "gate_session_id": session}))
             .send()
+    };
+    for _ in 0..schemas::gate::CODE_ATTEMPTS_PER_LOGIN {
+        consume(sk, &logins[0])
             .await
             .err(401, "auth.invalid_credentials");
     }
-    s.post("/v1/gate/login-sessions/consume")
-        .key(sk)
-        .json(guess.clone())
-        .send()
+    consume(sk, &logins[0]).await.err(429, "rate.limited");
+    consume(sk, &logins[1])
         .await
-        .err(429, "rate.limited");
-    // The budget is the service's in its environment: the live keys' is another.
-    s.post("/v1/gate/login-sessions/consume")
-        .key(&s.creds.keys.secret_live)
-        .json(guess)
-        .send()
+        .err(401, "auth.invalid_credentials");
+    // Anything but a login of the caller's charges nothing: a signup's id (which anyone can
+    // make), or a login seen with the other environment's key, is unknown however often it is
+    // tried, so nobody can use up a login's attempts from outside.
+    for _ in 0..2 * schemas::gate::CODE_ATTEMPTS_PER_LOGIN {
+        consume(sk, &id.to_string())
+            .await
+            .err(401, "auth.invalid_credentials");
+        consume(&s.creds.keys.secret_live, &logins[2])
+            .await
+            .err(401, "auth.invalid_credentials");
+    }
+    consume(sk, &logins[2])
         .await
         .err(401, "auth.invalid_credentials");
 }
@@ -654,4 +664,31 @@ async fn waiting_signups_are_bounded_per_address_and_per_service() {
     signup_from("192.0.2.200".into())
         .await
         .err(429, "rate.limited");
+}
+
+/// A service that changes its variables after a signup started cannot slip one past the
+/// person or the tool: the signup answer named what it would deliver, and once that is no
+/// longer what approving would share, the page says the request is out of date.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signup_is_out_of_date_once_its_service_changes_its_variables() {
+    let (s, _receiver, _) = published().await;
+    let started = start_signup(&s, "acme-cli").await;
+    let started = started.ok(201).clone();
+    let consent = started["consent_url"].as_str().unwrap();
+    assert_eq!(
+        script_client().get(consent).send().await.unwrap().status(),
+        200
+    );
+    s.patch(&format!("{SERVICES}/acme-cli"))
+        .key(&s.creds.keys.secret_test)
+        .json(json!({"env_vars": [
+            {"name": "API key", "key": "ACME_API_KEY", "secret": true},
+            {"name": "Database", "key": "DATABASE_URL", "secret": true}
+        ]}))
+        .send()
+        .await
+        .ok(200);
+    let page = script_client().get(consent).send().await.unwrap();
+    assert_eq!(page.status(), 409);
+    assert!(page.text().await.unwrap().contains("out of date"));
 }

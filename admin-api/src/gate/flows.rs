@@ -124,6 +124,7 @@ fn new_session(
         code_expires_at: None,
         approval: None,
         client_name: None,
+        env_var_keys: Vec::new(),
         created_at: now,
         expires_at: now + chrono::TimeDelta::from_std(gate::SESSION_TTL).expect("a short ttl"),
     }
@@ -172,7 +173,7 @@ async fn start_signup(
         (
             format!(
                 "gate-signups:address:{}",
-                edge::transport::address_bucket(client.ip)
+                edge::transport::network_bucket(client.ip)
             ),
             gate::SIGNUPS_PER_ADDRESS,
         ),
@@ -207,6 +208,7 @@ async fn start_signup(
     );
     session.poll_token = Some(secret.hash_token(&poll));
     session.client_name = client_name;
+    session.env_var_keys = super::delivered_keys(&service);
     state.auth.store.create_gate_session(&session).await?;
     Ok(Reply::created(Signup {
         id: session.id,
@@ -216,12 +218,7 @@ async fn start_signup(
         consent_url: consent_url(session.id, &consent),
         poll_token: poll,
         interval: session.interval_secs,
-        env_vars: service
-            .env_vars
-            .iter()
-            .map(|v| v.key.clone())
-            .chain([gate::agent_token_variable(&service.id)])
-            .collect(),
+        env_vars: session.env_var_keys.clone(),
         expires_at: session.expires_at,
     })
     .showing_secrets())
@@ -341,6 +338,17 @@ async fn acknowledge(
     f.finish()?;
     let token = token.ok_or_else(|| ApiError::internal("ack", "validated token missing"))?;
     let mut session = acknowledged_by(&state, &params, &token).await?;
+    // Past its window the delivery was (or is about to be) withdrawn, with the account and
+    // token it carried: acknowledging it now would confirm what no longer exists.
+    if session.status == GateSessionStatus::Approved
+        && (session.delivery_expired(time::now()) || session.sealed_delivery.is_empty())
+    {
+        return Err(ApiError::new(
+            ErrorCode::InvalidCredentials,
+            "this signup's delivery expired unacknowledged, and its account and token were \
+             withdrawn; sign up again",
+        ));
+    }
     if session.status == GateSessionStatus::Approved {
         session.status = GateSessionStatus::Completed;
         session.sealed_delivery = Vec::new();
@@ -469,24 +477,27 @@ async fn consume_login(
         )
     };
     let (org, env) = (caller.organization.id, caller.environment());
+    // A code is its login session's alone: anything but one of the caller's login sessions
+    // is unknown at once, and only that session's budget is charged, so nobody can use up
+    // another login's (or another service's) attempts.
     let session = state
         .auth
         .store
         .get_gate_session(session_id)
         .await?
-        .filter(|s| s.organization_id == org && s.environment == env);
-    // Every attempt counts, before the code is compared: guessing is bounded per organization,
-    // environment and service, so one service's (or the test keys') attempts never use up
-    // another's.
-    let bucket = format!(
-        "gate-codes:{org}:{}:{}",
-        env.as_str(),
-        session.as_ref().map_or("-", |s| s.service_id.as_str())
-    );
+        .filter(|s| s.organization_id == org && s.environment == env)
+        .filter(|s| s.flow == GateFlow::Login)
+        .ok_or_else(unknown)?;
+    // Every attempt counts, before the code is compared: a handful per code's lifetime, one
+    // live code among 10^8.
     let decision = state
         .auth
         .limiter
-        .check(&bucket, gate::CODE_ATTEMPTS_PER_MINUTE)
+        .check_within(
+            &format!("gate-codes:{}", session.id),
+            gate::CODE_ATTEMPTS_PER_LOGIN,
+            gate::LOGIN_CODE_TTL,
+        )
         .await;
     if !decision.allowed {
         let mut e = ApiError::new(
@@ -499,10 +510,9 @@ async fn consume_login(
     }
     let now = time::now();
     let presented = state.auth.secret.hash_token(&code);
-    let mut session = session
+    let mut session = Some(session)
         .filter(|s| {
-            s.flow == GateFlow::Login
-                && s.status == GateSessionStatus::Approved
+            s.status == GateSessionStatus::Approved
                 && s.login_code.is_some_and(|stored| {
                     use subtle::ConstantTimeEq;
                     bool::from(stored.0.ct_eq(&presented.0))

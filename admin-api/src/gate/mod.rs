@@ -21,7 +21,7 @@ use schemas::ids::GateSessionId;
 use schemas::time;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use store::{AgentTokenRecord, GateSessionRecord};
+use store::{AgentTokenRecord, GateServiceRecord, GateSessionRecord};
 
 use crate::AdminState;
 
@@ -114,4 +114,15 @@ pub(crate) fn new_login_code() -> String {
 
 pub(crate) fn is_login_code(s: &str) -> bool {
     s.len() == gate::LOGIN_CODE_DIGITS && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The names of the variables an approved signup of `service` delivers: its declared ones, and
+/// the agent token's.
+pub(crate) fn delivered_keys(service: &GateServiceRecord) -> Vec<String> {
+    service
+        .env_vars
+        .iter()
+        .map(|v| v.key.clone())
+        .chain([gate::agent_token_variable(&service.id)])
+        .collect()
 }

@@ -239,6 +239,7 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
         code_expires_at: None,
         approval: None,
         client_name: None,
+        env_var_keys: Vec::new(),
         created_at: now,
         expires_at: now + TimeDelta::minutes(15),
     };
@@ -423,6 +424,7 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
         code_expires_at: None,
         approval: None,
         client_name: None,
+        env_var_keys: Vec::new(),
         created_at,
         expires_at: created_at + TimeDelta::minutes(15),
     };
@@ -432,6 +434,8 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
     let unacknowledged = session(GateFlow::Signup, now - TimeDelta::hours(1), 10);
     let acknowledged = session(GateFlow::Signup, now - TimeDelta::hours(1), 11);
     let fresh_signup = session(GateFlow::Signup, now - TimeDelta::minutes(20), 12);
+    // Never swept in its window (retention was down): dropped, and withdrawn all the same.
+    let forgotten = session(GateFlow::Signup, now - TimeDelta::hours(26), 13);
     for s in [
         &old,
         &day_old,
@@ -439,6 +443,7 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
         &unacknowledged,
         &acknowledged,
         &fresh_signup,
+        &forgotten,
     ] {
         store.create_gate_session(s).await.unwrap();
     }
@@ -453,7 +458,7 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
     );
     // Three signups approved, each with the account and token it made.
     let mut made = Vec::new();
-    for (n, signup) in [&unacknowledged, &acknowledged, &fresh_signup]
+    for (n, signup) in [&unacknowledged, &acknowledged, &fresh_signup, &forgotten]
         .into_iter()
         .enumerate()
     {
@@ -546,6 +551,10 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
     );
     assert!(store.get_gate_account(account.id).await.unwrap().is_some());
     assert!(store.get_agent_token(&token.hash).await.unwrap().is_some());
+    let (approved, account, token) = &made[3];
+    assert_eq!(store.get_gate_session(approved.id).await.unwrap(), None);
+    assert_eq!(store.get_gate_account(account.id).await.unwrap(), None);
+    assert_eq!(store.get_agent_token(&token.hash).await.unwrap(), None);
 }
 
 /// A poll is counted by the holder of the poll token only; one sooner than the interval grows
@@ -574,6 +583,7 @@ pub async fn gate_polls_are_counted_with_their_interval_and_cap_in_one_step(stor
         code_expires_at: None,
         approval: None,
         client_name: None,
+        env_var_keys: Vec::new(),
         created_at: now,
         expires_at: now + TimeDelta::minutes(15),
     };

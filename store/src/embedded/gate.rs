@@ -76,22 +76,29 @@ impl Inner {
             read += 1;
             last = Some(k.to_vec());
             let mut session: GateSessionRecord = decode(GATE_SESSIONS, &v)?;
-            match rules::gate_sweep(&session, now) {
+            let sweep = rules::gate_sweep(&session, now);
+            if matches!(
+                sweep,
+                GateSweep::Withdraw | GateSweep::Drop { withdraw: true }
+            ) {
+                if let Some(account) = session.account_id {
+                    batch.remove(&self.gate_accounts, account.ulid().to_bytes());
+                }
+                if let Some(token) = session.agent_token {
+                    batch.remove(&self.agent_tokens, token.0);
+                }
+            }
+            match sweep {
                 GateSweep::Keep => {}
-                GateSweep::Drop => {
+                GateSweep::Drop { .. } => {
                     if let Some(code) = session.login_code {
                         batch.remove(&self.gate_login_codes, code.0);
                     }
                     batch.remove(&self.gate_sessions, k);
                 }
                 GateSweep::Withdraw => {
-                    if let Some(account) = session.account_id {
-                        batch.remove(&self.gate_accounts, account.ulid().to_bytes());
-                    }
-                    if let Some(token) = session.agent_token {
-                        batch.remove(&self.agent_tokens, token.0);
-                    }
                     session.sealed_delivery = Vec::new();
+                    session.ack_token = None;
                     batch.insert(&self.gate_sessions, k, encode(GATE_SESSIONS, &session)?);
                 }
             }

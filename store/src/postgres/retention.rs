@@ -54,9 +54,14 @@ const VISITORS: &str = "WITH gone AS (
 
 /// Sessions a day past their delivery window (`rules::gate_sweep`'s `Drop`). Every session
 /// lives `SESSION_TTL` from its creation, so the creation index finds them.
+/// An unacknowledged signup still holding its delivery waits for `withdraw_unacknowledged`,
+/// which deletes the account and token it made first.
 const GATE_SESSIONS: &str = "WITH gone AS (
         DELETE FROM gate_sessions WHERE id IN (
-            SELECT id FROM gate_sessions WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+            SELECT id FROM gate_sessions WHERE created_at < $1
+              AND NOT (body->>'flow' = 'signup' AND body->>'status' = 'approved'
+                       AND body->>'sealed_delivery' <> '')
+            LIMIT $2 FOR UPDATE SKIP LOCKED)
             AND created_at < $1
         RETURNING 1)
     SELECT count(*) FROM gone";
@@ -111,7 +116,12 @@ impl PostgresStore {
         let found = rows(&tx, UNACKNOWLEDGED_SIGNUPS, &[&(now - ttl - ttl), &budget]).await?;
         let sessions: Vec<GateSessionRecord> = decode_all("gate_sessions", &found)?;
         for mut session in sessions {
-            if rules::gate_sweep(&session, now) != GateSweep::Withdraw {
+            // Withdrawn, or due to be dropped as an unacknowledged signup still: its account and
+            // token go first either way (the drop below leaves such rows to this step).
+            if !matches!(
+                rules::gate_sweep(&session, now),
+                GateSweep::Withdraw | GateSweep::Drop { withdraw: true }
+            ) {
                 continue;
             }
             if let Some(account) = session.account_id {
@@ -131,6 +141,7 @@ impl PostgresStore {
                 .await?;
             }
             session.sealed_delivery = Vec::new();
+            session.ack_token = None;
             execute(
                 &tx,
                 "UPDATE gate_sessions SET body = $2 WHERE id = $1",

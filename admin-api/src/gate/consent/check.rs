@@ -62,13 +62,18 @@ impl From<StoreError> for Unjudged {
 pub async fn page_key(state: &AdminState, env: Environment) -> Result<String, StoreError> {
     let org = schemas::gate::system_organization();
     let store = &state.auth.store;
+    let origin = public_origin();
     for _ in 0..2 {
         let now = time::now();
         let keys = store.list_api_keys(org, env, None, 50).await?;
+        // Only a key that works from this server's own origin: a browser on any other site is
+        // refused it, so no site can have its visitors make "person" sessions for this page.
         let usable = keys.iter().find_map(|k| {
-            (k.key_type == KeyType::Publishable && edge::auth::key_is_usable(k, now).is_ok())
-                .then(|| k.publishable_token.clone())
-                .flatten()
+            (k.key_type == KeyType::Publishable
+                && edge::auth::key_is_usable(k, now).is_ok()
+                && k.allowed_origins == [origin.clone()])
+            .then(|| k.publishable_token.clone())
+            .flatten()
         });
         if let Some(token) = usable {
             return Ok(token);
@@ -101,13 +106,19 @@ pub async fn page_key(state: &AdminState, env: Environment) -> Result<String, St
     ))
 }
 
+/// The origin the consent pages are served from: the server's public URL's.
+fn public_origin() -> String {
+    url::Url::parse(edge::context::public_url())
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_default()
+}
+
 fn publishable_key(state: &AdminState, env: Environment) -> ApiKeyRecord {
     let spec = KeySpec {
         name: format!("consent page ({})", env.as_str()),
         key_type: KeyType::Publishable,
         environment: env,
-        // The page is served from the server's own origin, whatever public URL it has.
-        allowed_origins: Vec::new(),
+        allowed_origins: vec![public_origin()],
         scopes: Vec::new(),
     };
     mint(
@@ -163,7 +174,9 @@ pub async fn judge(
             "The check came from another page. Open the approval link again.",
         ))?;
     let consent_path = format!("/gate/consent/{}", session.id);
-    let on_this_page = url::Url::parse(&collect.page_url).is_ok_and(|u| u.path() == consent_path);
+    let on_this_page = url::Url::parse(&collect.page_url).is_ok_and(|u| {
+        u.path() == consent_path && u.origin().ascii_serialization() == public_origin()
+    });
     if !on_this_page {
         return Err(Unjudged::Refused(
             "The check came from another page. Open the approval link again.",
@@ -186,15 +199,21 @@ pub async fn judge(
                     "Vigil's check did not run in this page. Reload the page and decide again.",
                 ));
             }
-            break (decision, view.interacted());
+            // Input means events: a batch that carries none (`no_input_events`) is not input.
+            let no_events = decision
+                .signals_fired
+                .iter()
+                .any(|s| s.slug == "no_input_events");
+            break (decision, view.interacted() && !no_events);
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(Unjudged::NotYet);
         }
         tokio::time::sleep(SCORING_POLL).await;
     };
-    // Spent last, once nothing else can refuse it: a page view decides once.
-    let opening = secrets::handoff::opening_id(handoff);
+    // Spent last, once nothing else can refuse it: a page view (its collect session, whatever
+    // handoffs it minted) decides once.
+    let opening = secrets::handoff::opening_id(&format!("gate-consent:{}", claims.session_id));
     if store
         .open_handoff_once(&opening, now, claims.expires_at)
         .await?

@@ -22,7 +22,7 @@ use super::check::{self, Judgement, Unjudged};
 use super::page::{already_decided, notice, unavailable};
 use super::{CSRF_COOKIE, page, service_of, waiting};
 use crate::AdminState;
-use crate::gate::{Delivery, account_name, delivery_context, new_login_code};
+use crate::gate::{Delivery, account_name, delivered_keys, delivery_context, new_login_code};
 
 /// The most of the service's answer read: its variables' values.
 const SERVICE_ANSWER_BYTES: usize = 64 * 1024;
@@ -165,6 +165,20 @@ pub(super) async fn decide(
         GateFlow::Signup => approve_signup(&state, session, &service, approval).await,
         GateFlow::Login => approve_login(&state, session, &service, approval).await,
     }
+}
+
+/// The page for a signup whose service changed its variables since the tool started it: what
+/// the tool was told it would receive is no longer what approving would share.
+pub(super) fn variables_changed(service: &GateServiceRecord) -> Response {
+    notice(
+        StatusCode::CONFLICT,
+        "This request is out of date",
+        &format!(
+            "{} changed what it shares since your tool asked, so nothing was shared. Start \
+             again from your tool.",
+            service.name
+        ),
+    )
 }
 
 /// The page for a browser Vigil judged automated: nothing is approved.
@@ -350,6 +364,9 @@ async fn approve_signup(
     service: &GateServiceRecord,
     approval: GateApproval,
 ) -> Response {
+    if session.env_var_keys != delivered_keys(service) {
+        return variables_changed(service);
+    }
     let now = time::now();
     let account = GateAccountRecord {
         id: GateAccountId::generate(),

@@ -154,6 +154,11 @@ pub(super) async fn show(
         Ok(s) => s,
         Err(page) => return page,
     };
+    if session.flow == GateFlow::Signup
+        && session.env_var_keys != crate::gate::delivered_keys(&service)
+    {
+        return super::decision::variables_changed(&service);
+    }
     render(
         &state,
         &session,
