@@ -157,7 +157,7 @@ async fn a_scripted_check_approves_nothing() {
             .build()
             .unwrap()
     };
-    let handoff_on = |page_url: String, probes: Option<serde_json::Value>| {
+    let handoff_on = |page_url: String, probes: Option<serde_json::Value>, empty_input: bool| {
         let (s, key, client) = (&s, page.key.clone(), scripted_client.clone());
         async move {
             let session = open_session_on(&client, &s.base, &key, &page_url)
@@ -168,6 +168,16 @@ async fn a_scripted_check_approves_nothing() {
                     .key(&key)
                     .header("origin", &s.base)
                     .json(session.batch(1, &probes))
+                    .send()
+                    .await
+                    .ok(202);
+            }
+            if empty_input {
+                // An interactions batch with no input in it.
+                s.post(&format!("/v1/collect/sessions/{}/batches", session.id))
+                    .key(&key)
+                    .header("origin", &s.base)
+                    .json(session.batch(2, &json!({"kind": "interactions", "events": []})))
                     .send()
                     .await
                     .ok(202);
@@ -195,7 +205,7 @@ async fn a_scripted_check_approves_nothing() {
     elsewhere_browser.err(403, "auth.origin_not_allowed");
 
     // Minted for another page: the shop's, say.
-    let elsewhere = handoff_on("https://shop.example/".into(), None).await;
+    let elsewhere = handoff_on("https://shop.example/".into(), None, false).await;
     let refused = script_decides(consent, "approve", Some(&elsewhere)).await;
     assert_eq!(refused.status(), 403);
     assert!(
@@ -204,13 +214,13 @@ async fn a_scripted_check_approves_nothing() {
     );
 
     // Minted for this very page, by a script that sent nothing a browser sends.
-    let empty = handoff_on(consent.to_owned(), None).await;
+    let empty = handoff_on(consent.to_owned(), None, false).await;
     let refused = script_decides(consent, "approve", Some(&empty)).await;
     assert_eq!(refused.status(), 403);
     assert!(refused.text().await.unwrap().contains("check did not run"));
 
-    // Minted after replaying a real desktop Chrome's probes: no input reached the page, so it
-    // is never a person's decision.
+    // Minted after replaying a real desktop Chrome's probes and a batch of "input" with no
+    // event in it: no input reached the page, so it is never a person's decision.
     let fixture: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -219,7 +229,12 @@ async fn a_scripted_check_approves_nothing() {
         .unwrap(),
     )
     .unwrap();
-    let replayed = handoff_on(consent.to_owned(), Some(fixture["batches"][0].clone())).await;
+    let replayed = handoff_on(
+        consent.to_owned(),
+        Some(fixture["batches"][0].clone()),
+        true,
+    )
+    .await;
     let answered = script_decides(consent, "approve", Some(&replayed)).await;
     let status = answered.status().as_u16();
     let text = answered.text().await.unwrap();

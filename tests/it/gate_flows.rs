@@ -400,6 +400,40 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
         .unwrap()
         .to_owned();
 
+    // Another signup whose delivery window closed unacknowledged: a late acknowledgement is
+    // refused (its account and token are withdrawn by retention).
+    let late = start_signup(&s, "acme-cli").await.ok(201).clone();
+    let approved = person_decides(late["consent_url"].as_str().unwrap(), "approve").await;
+    assert!(approved.contains("Approved"), "{approved}");
+    let late_id: schemas::ids::GateSessionId = late["id"].as_str().unwrap().parse().unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let late_delivery = poll(
+        &s,
+        &late_id.to_string(),
+        late["poll_token"].as_str().unwrap(),
+    )
+    .await;
+    let late_ack = late_delivery.ok(200)["ack_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let store = s.store();
+    let mut aged = store.get_gate_session(late_id).await.unwrap().unwrap();
+    aged.expires_at = schemas::time::now() - chrono::TimeDelta::minutes(20);
+    assert!(
+        store
+            .transition_gate_session(&aged, store::GateSessionStatus::Approved, None)
+            .await
+            .unwrap()
+    );
+    let refused = s
+        .post(&format!("/v1/gate/sessions/{late_id}/ack"))
+        .json(json!({"ack_token": late_ack}))
+        .send()
+        .await;
+    let e = refused.err(401, "auth.invalid_credentials");
+    assert!(e["message"].as_str().unwrap().contains("withdrawn"), "{e}");
+
     // A well-formed ack token that is not this session's.
     s.post(&format!("/v1/gate/sessions/{id}/ack"))
         .json(json!({"ack_token": schemas::gate::mint(schemas::gate::TokenKind::Ack)}))
