@@ -33,9 +33,12 @@ pub struct AppParts {
     pub agents: Arc<ingest::web_bot_auth::TrustedAgents>,
     /// The demo page's routes, when it is served (docs/architecture.md#demo-page).
     pub demo: Option<Router>,
+    /// `--export-concurrency`.
+    pub export_concurrency: usize,
 }
 
 pub fn router(parts: AppParts) -> Router {
+    let exports = query_api::export::Slots::new(parts.export_concurrency);
     let admin_preparation = parts.log_preparation.clone();
     let admin = admin_api::router(admin_api::AdminState {
         auth: parts.auth.clone(),
@@ -73,6 +76,7 @@ pub fn router(parts: AppParts) -> Router {
     };
     let backend = query_api::handoff_router(query_api::QueryState {
         auth: parts.auth.clone(),
+        exports: exports.clone(),
     })
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
@@ -86,6 +90,7 @@ pub fn router(parts: AppParts) -> Router {
     .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
     let reads = query_api::router(query_api::QueryState {
         auth: parts.auth.clone(),
+        exports: exports.clone(),
     })
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
@@ -96,6 +101,7 @@ pub fn router(parts: AppParts) -> Router {
     // route, so a secret key here is not taken for exposed.
     let registry = query_api::registry_router(query_api::QueryState {
         auth: parts.auth.clone(),
+        exports: exports.clone(),
     })
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(

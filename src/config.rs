@@ -203,6 +203,9 @@ pub struct ServeArgs {
     /// Requests per minute from one client IP that presents no valid credential.
     #[arg(long, env = "VIGIL_ANONYMOUS_RATE_LIMIT", default_value_t = 120)]
     pub anonymous_rate_limit: u32,
+    /// Exports (`/v1/.../export`) one key may stream at once; one more is a 429.
+    #[arg(long, env = "VIGIL_EXPORT_CONCURRENCY", default_value_t = query_api::export::DEFAULT_CONCURRENCY)]
+    pub export_concurrency: usize,
     /// A URL clients reach this service at (repeatable, or comma-separated in the env var).
     /// The first is the base of links in responses; every one's host is an authority Web Bot
     /// Auth signatures may cover. Default: from --listen's bound address.

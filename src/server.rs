@@ -214,6 +214,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         rotation_grace,
         allow_private_webhooks: args.allow_private_webhooks,
         agents,
+        export_concurrency: args.export_concurrency,
     });
 
     let router = app.clone();

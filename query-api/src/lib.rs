@@ -7,6 +7,7 @@
 //! (`schemas::decision::Decision`, `schemas::session_view::SessionView`), never by pointing
 //! into its JSON: the two run as separate processes, perhaps of different versions.
 
+pub mod export;
 pub mod fingerprints;
 pub mod gate_registry;
 pub mod handoffs;
@@ -20,6 +21,8 @@ use edge::Authenticator;
 #[derive(Clone)]
 pub struct QueryState {
     pub auth: Arc<Authenticator>,
+    /// The exports each key is running (`--export-concurrency`).
+    pub exports: Arc<export::Slots>,
 }
 
 /// A session's latest decision; `None` before its first, and (logged) when what is stored does
@@ -37,6 +40,7 @@ pub fn router(state: QueryState) -> Router {
     Router::new()
         .merge(sessions::router())
         .merge(fingerprints::router())
+        .merge(export::router())
         .with_state(state)
 }
 

@@ -55,6 +55,7 @@ error_codes! {
     BatchInvalid => ("collect.batch_invalid", 422, false),
     SessionProofInvalid => ("collect.session_proof_invalid", 401, false),
     Conflict => ("resource.conflict", 409, false),
+    NotAcceptable => ("request.not_acceptable", 406, false),
     HandoffAlreadyOpened => ("handoff.already_opened", 409, false),
     GateServiceLimitReached => ("gate.service_limit_reached", 409, false),
     WebhookEndpointLimitReached => ("webhook.endpoint_limit_reached", 409, false),

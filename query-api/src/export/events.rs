@@ -1,0 +1,226 @@
+//! `GET /v1/organizations/{organizationId}/events/export` (scope `organizations:read`): one row
+//! per event of the key's environment created in the window, newest first, with its data as
+//! JSON text and how its webhook deliveries went. `after=<event id>` resumes.
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use edge::body::{PathParams, QueryParams, path_param};
+use edge::policy::ListEvents;
+use edge::{ApiError, SecretKey};
+use schemas::credential::Environment;
+use schemas::{EventId, OrgId};
+use store::{DeliveryStatus, EventRecord, Store, WebhookDeliveryRecord};
+
+use super::columns::{Cell, Column, Kind};
+use super::{Request, Source, Window};
+use crate::QueryState;
+
+const EXPORT: &str = "events";
+const EXTRA: &[&str] = &["after"];
+
+/// An event with its deliveries.
+pub struct Row {
+    event: EventRecord,
+    deliveries: Vec<WebhookDeliveryRecord>,
+}
+
+impl Row {
+    fn count(&self, status: DeliveryStatus) -> Cell {
+        Cell::Int64(
+            self.deliveries
+                .iter()
+                .filter(|d| d.status == status)
+                .count() as i64,
+        )
+    }
+}
+
+/// The columns of the events export, version 1 (docs/analysts.md#events).
+pub static COLUMNS: &[Column<Row>] = &[
+    Column {
+        name: "event_id",
+        kind: Kind::Text,
+        nullable: false,
+        doc: "the event's id (evt_)",
+        get: |r| Cell::text(r.event.id.to_string()),
+    },
+    Column {
+        name: "type",
+        kind: Kind::Enum,
+        nullable: false,
+        doc: "the event's type, such as session.result.persisted",
+        get: |r| Cell::text(r.event.event_type.as_str()),
+    },
+    Column {
+        name: "subject_kind",
+        kind: Kind::Enum,
+        nullable: false,
+        doc: "what the event is about (session, gate_session, ...)",
+        get: |r| Cell::text(r.event.subject.kind.clone()),
+    },
+    Column {
+        name: "subject_id",
+        kind: Kind::Text,
+        nullable: false,
+        doc: "the id of what the event is about",
+        get: |r| Cell::text(r.event.subject.id.clone()),
+    },
+    Column {
+        name: "created_at",
+        kind: Kind::Time,
+        nullable: false,
+        doc: "when the event happened",
+        get: |r| Cell::Time(r.event.created_at),
+    },
+    Column {
+        name: "data",
+        kind: Kind::Text,
+        nullable: false,
+        doc: "the event's data, as JSON text",
+        get: |r| Cell::text(r.event.data.to_string()),
+    },
+    Column {
+        name: "deliveries",
+        kind: Kind::Int64,
+        nullable: false,
+        doc: "webhook deliveries made of it, one per endpoint",
+        get: |r| Cell::Int64(r.deliveries.len() as i64),
+    },
+    Column {
+        name: "deliveries_succeeded",
+        kind: Kind::Int64,
+        nullable: false,
+        doc: "deliveries an endpoint accepted",
+        get: |r| r.count(DeliveryStatus::Succeeded),
+    },
+    Column {
+        name: "deliveries_failed",
+        kind: Kind::Int64,
+        nullable: false,
+        doc: "deliveries given up on",
+        get: |r| r.count(DeliveryStatus::Failed),
+    },
+    Column {
+        name: "deliveries_pending",
+        kind: Kind::Int64,
+        nullable: false,
+        doc: "deliveries still being attempted",
+        get: |r| r.count(DeliveryStatus::Pending),
+    },
+    Column {
+        name: "last_delivery_at",
+        kind: Kind::Time,
+        nullable: true,
+        doc: "when a delivery of it last changed",
+        get: |r| Cell::optional_time(r.deliveries.iter().map(|d| d.updated_at).max()),
+    },
+];
+
+pub(super) async fn export(
+    State(state): State<QueryState>,
+    caller: SecretKey<ListEvents>,
+    params: PathParams,
+    query: QueryParams,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let org = own_organization(&caller, &params)?;
+    let request = Request::parse(&query, &headers, COLUMNS, EXTRA)?;
+    let after = match query.get("after") {
+        None => None,
+        Some(raw) => Some(raw.parse::<EventId>().map_err(|_| {
+            ApiError::invalid_field(
+                "after",
+                "must be the id (evt_) of the last event received",
+                Some(raw.into()),
+            )
+            .with_parameter_set("query")
+        })?),
+    };
+    let source = Events::new(
+        state.auth.store.clone(),
+        (org, caller.environment()),
+        request.window,
+        after,
+    );
+    super::stream(&state, caller.key.id, EXPORT, request, source)
+}
+
+pub(super) async fn schema(
+    caller: SecretKey<ListEvents>,
+    params: PathParams,
+    query: QueryParams,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    own_organization(&caller, &params)?;
+    super::schema_only(EXPORT, COLUMNS, &query, &headers, EXTRA)
+}
+
+/// The organization in the path, which must be the caller's own: any other is a 404.
+fn own_organization(caller: &edge::AuthContext, params: &PathParams) -> Result<OrgId, ApiError> {
+    let id: OrgId = path_param(params, "organizationId")?;
+    if id != caller.organization.id {
+        return Err(ApiError::not_found("organization"));
+    }
+    Ok(id)
+}
+
+/// A walk of one organization's and environment's events, newest first, from the window's end
+/// (or `after`) down to its start, each with its deliveries.
+struct Events {
+    store: Store,
+    tenancy: (OrgId, Environment),
+    after: EventId,
+    lower: ulid::Ulid,
+    exhausted: bool,
+}
+
+impl Events {
+    fn new(
+        store: Store,
+        tenancy: (OrgId, Environment),
+        window: Window,
+        after: Option<EventId>,
+    ) -> Self {
+        let (lower, upper) = window.id_bounds();
+        let upper = EventId::from_ulid(upper);
+        Events {
+            store,
+            tenancy,
+            after: after.filter(|a| *a < upper).unwrap_or(upper),
+            lower,
+            exhausted: false,
+        }
+    }
+}
+
+#[async_trait]
+impl Source for Events {
+    type Row = Row;
+
+    async fn next(&mut self, limit: usize) -> Result<Vec<Row>, ApiError> {
+        if self.exhausted {
+            return Ok(Vec::new());
+        }
+        let (org, env) = self.tenancy;
+        let mut page = self
+            .store
+            .list_events(org, env, Some(self.after), limit)
+            .await?;
+        self.exhausted = page.len() < limit;
+        if let Some(cut) = page.iter().position(|e| e.id.ulid() < self.lower) {
+            page.truncate(cut);
+            self.exhausted = true;
+        }
+        if let Some(last) = page.last() {
+            self.after = last.id;
+        }
+        let mut rows = Vec::with_capacity(page.len());
+        for event in page {
+            let deliveries = self.store.list_event_deliveries(org, env, event.id).await?;
+            rows.push(Row { event, deliveries });
+        }
+        Ok(rows)
+    }
+}

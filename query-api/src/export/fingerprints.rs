@@ -1,0 +1,227 @@
+//! `GET /v1/fingerprints/export` (scope `fingerprints:list`): one row per visitor fingerprint
+//! of the key's organization and environment first seen in the window, newest first:
+//! lifecycle, latest request, where its token was stored, and its anchors.
+//! `after=<visitor id>` resumes.
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use edge::body::QueryParams;
+use edge::policy::ListFingerprints;
+use edge::{ApiError, SecretKey};
+use schemas::credential::Environment;
+use schemas::{OrgId, VisitorId};
+use store::{Store, VisitorRecord};
+
+use super::columns::{Cell, Column, Kind};
+use super::{Request, Source, Window};
+use crate::QueryState;
+
+const EXPORT: &str = "fingerprints";
+const EXTRA: &[&str] = &["after"];
+
+/// The columns of the fingerprints export, version 1 (docs/analysts.md#fingerprints).
+pub static COLUMNS: &[Column<VisitorRecord>] = &[
+    Column {
+        name: "visitor_id",
+        kind: Kind::Text,
+        nullable: false,
+        doc: "the fingerprint's id (vid_)",
+        get: |v| Cell::text(v.id.to_string()),
+    },
+    Column {
+        name: "first_seen_at",
+        kind: Kind::Time,
+        nullable: false,
+        doc: "when a session was first linked to it",
+        get: |v| Cell::Time(v.first_seen_at),
+    },
+    Column {
+        name: "last_seen_at",
+        kind: Kind::Time,
+        nullable: false,
+        doc: "when a session was last linked to it",
+        get: |v| Cell::Time(v.last_seen_at),
+    },
+    Column {
+        name: "expires_at",
+        kind: Kind::Time,
+        nullable: false,
+        doc: "when it is forgotten unless seen again",
+        get: |v| Cell::Time(v.expires_at),
+    },
+    Column {
+        name: "seen_count",
+        kind: Kind::Int64,
+        nullable: false,
+        doc: "how many sessions were linked to it",
+        get: |v| Cell::Int64(i64::try_from(v.seen_count).unwrap_or(i64::MAX)),
+    },
+    Column {
+        name: "user_agent",
+        kind: Kind::Text,
+        nullable: false,
+        doc: "the latest session's HTTP user agent",
+        get: |v| Cell::text(v.latest_request.user_agent.clone()),
+    },
+    Column {
+        name: "ip_address",
+        kind: Kind::Text,
+        nullable: false,
+        doc: "the latest session's client address",
+        get: |v| Cell::text(v.latest_request.ip_address.clone()),
+    },
+    Column {
+        name: "stored_in_cookies",
+        kind: Kind::Bool,
+        nullable: false,
+        doc: "the visitor token was found in a cookie",
+        get: |v| Cell::Bool(v.storage.cookies),
+    },
+    Column {
+        name: "stored_in_local_storage",
+        kind: Kind::Bool,
+        nullable: false,
+        doc: "the visitor token was found in localStorage",
+        get: |v| Cell::Bool(v.storage.local_storage),
+    },
+    Column {
+        name: "stored_in_indexed_db",
+        kind: Kind::Bool,
+        nullable: false,
+        doc: "the visitor token was found in IndexedDB",
+        get: |v| Cell::Bool(v.storage.indexed_db),
+    },
+    Column {
+        name: "stored_in_service_worker",
+        kind: Kind::Bool,
+        nullable: false,
+        doc: "the visitor token was found by a service worker",
+        get: |v| Cell::Bool(v.storage.service_worker),
+    },
+    Column {
+        name: "stored_in_window_name",
+        kind: Kind::Bool,
+        nullable: false,
+        doc: "the visitor token was found in window.name",
+        get: |v| Cell::Bool(v.storage.window_name),
+    },
+    Column {
+        name: "webgl_hash",
+        kind: Kind::Text,
+        nullable: true,
+        doc: "the WebGL rendering anchor",
+        get: |v| Cell::optional_text(v.anchors.webgl_hash.clone()),
+    },
+    Column {
+        name: "parameters_hash",
+        kind: Kind::Text,
+        nullable: true,
+        doc: "the WebGL parameters anchor",
+        get: |v| Cell::optional_text(v.anchors.parameters_hash.clone()),
+    },
+    Column {
+        name: "audio_hash",
+        kind: Kind::Text,
+        nullable: true,
+        doc: "the audio rendering anchor",
+        get: |v| Cell::optional_text(v.anchors.audio_hash.clone()),
+    },
+    Column {
+        name: "recent_sessions",
+        kind: Kind::TextList,
+        nullable: false,
+        doc: "the most recent linked sessions' ids, newest first",
+        get: |v| Cell::TextList(v.recent_sessions.iter().map(|s| s.to_string()).collect()),
+    },
+];
+
+pub(super) async fn export(
+    State(state): State<QueryState>,
+    caller: SecretKey<ListFingerprints>,
+    query: QueryParams,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let request = Request::parse(&query, &headers, COLUMNS, EXTRA)?;
+    let after = match query.get("after") {
+        None => None,
+        Some(raw) => Some(raw.parse::<VisitorId>().map_err(|_| {
+            ApiError::invalid_field(
+                "after",
+                "must be the id (vid_) of the last fingerprint received",
+                Some(raw.into()),
+            )
+            .with_parameter_set("query")
+        })?),
+    };
+    let source = Visitors::new(
+        state.auth.store.clone(),
+        (caller.organization.id, caller.environment()),
+        request.window,
+        after,
+    );
+    super::stream(&state, caller.key.id, EXPORT, request, source)
+}
+
+pub(super) async fn schema(
+    _caller: SecretKey<ListFingerprints>,
+    query: QueryParams,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    super::schema_only(EXPORT, COLUMNS, &query, &headers, EXTRA)
+}
+
+/// A walk of one organization's and environment's visitors, newest first (by id, minted when
+/// first seen), from the window's end (or `after`) down to its start.
+struct Visitors {
+    store: Store,
+    tenancy: (OrgId, Environment),
+    after: VisitorId,
+    lower: ulid::Ulid,
+    exhausted: bool,
+}
+
+impl Visitors {
+    fn new(
+        store: Store,
+        tenancy: (OrgId, Environment),
+        window: Window,
+        after: Option<VisitorId>,
+    ) -> Self {
+        let (lower, upper) = window.id_bounds();
+        let upper = VisitorId::from_ulid(upper);
+        Visitors {
+            store,
+            tenancy,
+            after: after.filter(|a| *a < upper).unwrap_or(upper),
+            lower,
+            exhausted: false,
+        }
+    }
+}
+
+#[async_trait]
+impl Source for Visitors {
+    type Row = VisitorRecord;
+
+    async fn next(&mut self, limit: usize) -> Result<Vec<VisitorRecord>, ApiError> {
+        if self.exhausted {
+            return Ok(Vec::new());
+        }
+        let (org, env) = self.tenancy;
+        let mut page = self
+            .store
+            .list_visitors(org, env, Some(self.after), limit)
+            .await?;
+        self.exhausted = page.len() < limit;
+        if let Some(cut) = page.iter().position(|v| v.id.ulid() < self.lower) {
+            page.truncate(cut);
+            self.exhausted = true;
+        }
+        if let Some(last) = page.last() {
+            self.after = last.id;
+        }
+        Ok(page)
+    }
+}

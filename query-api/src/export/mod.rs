@@ -1,0 +1,446 @@
+//! Bulk exports for analysts (docs/analysts.md): `GET /v1/sessions/export`,
+//! `GET /v1/fingerprints/export` and `GET /v1/organizations/{organizationId}/events/export`,
+//! each with a `/schema` that answers the empty stream. One request streams a window of rows
+//! as an Arrow IPC stream (the default) or NDJSON, a page of the store at a time, at the
+//! client's pace: memory stays flat however large the window, and a client that hangs up
+//! stops the scan. Rows come newest first by id, so `after=<id>` resumes a broken download
+//! exactly where it stopped.
+//!
+//! The machinery is here: the query (window, projection, format, resumption), the per-key cap
+//! on exports at once, and the streamed body. Each export's columns and its walk of the store
+//! are in its own module.
+
+pub mod columns;
+mod events;
+mod fingerprints;
+mod sessions;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::Schema;
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use chrono::TimeDelta;
+use edge::ApiError;
+use edge::body::QueryParams;
+use futures::StreamExt;
+use schemas::ErrorCode;
+use schemas::ids::KeyId;
+use schemas::time::{self, Timestamp};
+
+use self::columns::Column;
+use crate::QueryState;
+
+/// The longest window one export covers.
+pub const MAX_WINDOW_DAYS: i64 = 31;
+/// Rows per record batch (and per store page) unless `batch_size` says otherwise.
+pub const DEFAULT_BATCH_ROWS: usize = 8_192;
+pub const MAX_BATCH_ROWS: usize = 65_536;
+/// How many exports one key may run at once unless the operator says otherwise
+/// (`--export-concurrency`).
+pub const DEFAULT_CONCURRENCY: usize = 2;
+
+/// The media type of an Arrow IPC stream.
+pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+pub const NDJSON: &str = "application/x-ndjson";
+
+pub fn router() -> Router<QueryState> {
+    Router::new()
+        .route("/v1/sessions/export", get(sessions::export))
+        .route("/v1/sessions/export/schema", get(sessions::schema))
+        .route("/v1/fingerprints/export", get(fingerprints::export))
+        .route("/v1/fingerprints/export/schema", get(fingerprints::schema))
+        .route(
+            "/v1/organizations/{organizationId}/events/export",
+            get(events::export),
+        )
+        .route(
+            "/v1/organizations/{organizationId}/events/export/schema",
+            get(events::schema),
+        )
+}
+
+/// How the rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Arrow,
+    Ndjson,
+}
+
+impl Format {
+    fn media_type(self) -> &'static str {
+        match self {
+            Format::Arrow => ARROW_STREAM,
+            Format::Ndjson => NDJSON,
+        }
+    }
+
+    /// From `format=` when given, else from `Accept`: the first media type of it this server
+    /// writes (`*/*` and none at all mean Arrow); an `Accept` naming none is a 406.
+    fn negotiate(query: &QueryParams, headers: &HeaderMap) -> Result<Format, ApiError> {
+        if let Some(format) = query.one_of("format", &["arrows", "ndjson"])? {
+            return Ok(if format == "ndjson" {
+                Format::Ndjson
+            } else {
+                Format::Arrow
+            });
+        }
+        let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+            return Ok(Format::Arrow);
+        };
+        for range in accept.split(',') {
+            let media = range.split(';').next().unwrap_or("").trim();
+            match media.to_ascii_lowercase().as_str() {
+                "*/*" | "application/*" | ARROW_STREAM => return Ok(Format::Arrow),
+                NDJSON => return Ok(Format::Ndjson),
+                _ => {}
+            }
+        }
+        Err(ApiError::new(
+            ErrorCode::NotAcceptable,
+            format!("exports are written as {ARROW_STREAM} or {NDJSON}"),
+        )
+        .with_header_name("Accept")
+        .with_allowed_values([ARROW_STREAM, NDJSON]))
+    }
+}
+
+/// The window `[from, to)` of row creation times: `to` defaults to now, `from` to a day
+/// before `to`; at most [`MAX_WINDOW_DAYS`].
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub from: Timestamp,
+    pub to: Timestamp,
+}
+
+impl Window {
+    fn parse(query: &QueryParams) -> Result<Window, ApiError> {
+        let at = |name: &str| -> Result<Option<Timestamp>, ApiError> {
+            query
+                .get(name)
+                .map(|raw| {
+                    chrono::DateTime::parse_from_rfc3339(raw)
+                        .map(|t| t.with_timezone(&chrono::Utc))
+                        .map_err(|_| {
+                            ApiError::invalid_field(
+                                name,
+                                "must be an RFC 3339 timestamp, such as 2026-11-24T00:00:00Z",
+                                Some(raw.into()),
+                            )
+                            .with_parameter_set("query")
+                        })
+                })
+                .transpose()
+        };
+        // Whole milliseconds, the precision of every stored time and of the Arrow columns.
+        let to = at("to")?.unwrap_or_else(time::now);
+        let to = Timestamp::from_timestamp_millis(to.timestamp_millis()).unwrap_or(to);
+        let from = at("from")?.unwrap_or(to - TimeDelta::days(1));
+        if from >= to {
+            return Err(ApiError::invalid_field(
+                "from",
+                "must be before `to`",
+                Some(time::format(&from).into()),
+            )
+            .with_parameter_set("query"));
+        }
+        if to - from > TimeDelta::days(MAX_WINDOW_DAYS) {
+            return Err(ApiError::invalid_field(
+                "from",
+                format!("the window from `from` to `to` is at most {MAX_WINDOW_DAYS} days"),
+                Some(time::format(&from).into()),
+            )
+            .with_parameter_set("query"));
+        }
+        Ok(Window { from, to })
+    }
+
+    /// The id bounds of the window, as ULIDs minted in it: ids at or above `upper` were made
+    /// at or after `to`, ids below `lower` before `from`.
+    pub fn id_bounds(&self) -> (ulid::Ulid, ulid::Ulid) {
+        let ms = |t: Timestamp| u64::try_from(t.timestamp_millis()).unwrap_or(0);
+        (
+            ulid::Ulid::from_parts(ms(self.from), 0),
+            ulid::Ulid::from_parts(ms(self.to), 0),
+        )
+    }
+}
+
+/// What an export request asks for, checked.
+pub struct Request<R: 'static> {
+    pub format: Format,
+    pub window: Window,
+    pub columns: Vec<&'static Column<R>>,
+    pub batch_rows: usize,
+}
+
+impl<R> Request<R> {
+    /// The parameters every export takes, and `extra` of its own (its filters, `after`).
+    fn parse(
+        query: &QueryParams,
+        headers: &HeaderMap,
+        table: &'static [Column<R>],
+        extra: &[&str],
+    ) -> Result<Request<R>, ApiError> {
+        let mut known = vec!["from", "to", "columns", "format", "batch_size"];
+        known.extend_from_slice(extra);
+        query.only(&known)?;
+        let format = Format::negotiate(query, headers)?;
+        let window = Window::parse(query)?;
+        let columns = match query.get("columns").filter(|c| !c.is_empty()) {
+            None => table.iter().collect(),
+            Some(list) => {
+                let mut chosen = Vec::new();
+                for name in list.split(',').map(str::trim) {
+                    let Some(column) = table.iter().find(|c| c.name == name) else {
+                        return Err(ApiError::invalid_field(
+                            "columns",
+                            format!("`{name}` is not a column of this export"),
+                            Some(list.into()),
+                        )
+                        .with_parameter_set("query")
+                        .with_allowed_values(table.iter().map(|c| c.name)));
+                    };
+                    if !chosen.iter().any(|c: &&Column<R>| c.name == name) {
+                        chosen.push(column);
+                    }
+                }
+                chosen
+            }
+        };
+        let batch_rows = match query.get("batch_size") {
+            None => DEFAULT_BATCH_ROWS,
+            Some(raw) => match raw.parse::<usize>() {
+                Ok(n) if (1..=MAX_BATCH_ROWS).contains(&n) => n,
+                _ => {
+                    return Err(ApiError::invalid_field(
+                        "batch_size",
+                        format!("must be an integer from 1 to {MAX_BATCH_ROWS}"),
+                        Some(raw.into()),
+                    )
+                    .with_parameter_set("query"));
+                }
+            },
+        };
+        Ok(Request {
+            format,
+            window,
+            columns,
+            batch_rows,
+        })
+    }
+}
+
+/// Where an export's rows come from: the store, a page at a time, newest first.
+#[async_trait]
+pub trait Source: Send + 'static {
+    type Row: Send + 'static;
+    /// The next rows, at most `limit`; none once the window is exhausted.
+    async fn next(&mut self, limit: usize) -> Result<Vec<Self::Row>, ApiError>;
+}
+
+/// The exports each key is running, bounded by the operator's `--export-concurrency`.
+pub struct Slots {
+    limit: usize,
+    running: Mutex<HashMap<KeyId, usize>>,
+}
+
+impl Slots {
+    pub fn new(limit: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            limit: limit.max(1),
+            running: Mutex::default(),
+        })
+    }
+
+    /// A slot for `key` while the returned guard lives, or the 429 beyond the cap.
+    fn take(self: &Arc<Self>, key: KeyId) -> Result<Slot, ApiError> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = running.entry(key).or_default();
+        if *count >= self.limit {
+            let mut e = ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "this key runs {} exports already; wait for one to finish",
+                    self.limit
+                ),
+            )
+            .with_next_action("retry");
+            e.retry_after = Some(5);
+            return Err(e);
+        }
+        *count += 1;
+        Ok(Slot {
+            slots: Arc::clone(self),
+            key,
+        })
+    }
+}
+
+/// One running export: freed when its body is done or dropped.
+struct Slot {
+    slots: Arc<Slots>,
+    key: KeyId,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut running = self
+            .slots
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = running.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                running.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The answer to an export: its headers, and a body that pulls a page from `source`, encodes
+/// it and hands it to the connection only as fast as the client reads.
+fn stream<S: Source>(
+    state: &QueryState,
+    key: KeyId,
+    export: &'static str,
+    request: Request<S::Row>,
+    source: S,
+) -> Result<Response, ApiError> {
+    let slot = state.exports.take(key)?;
+    let schema = columns::schema(export, &request.columns);
+    let (format, to) = (request.format, request.window.to);
+    let mut writer = match format {
+        Format::Arrow => Some(
+            StreamWriter::try_new(Vec::new(), &schema)
+                .map_err(|e| ApiError::internal("export stream", e))?,
+        ),
+        Format::Ndjson => None,
+    };
+    // The schema's message, written by the writer's creation.
+    let head = writer
+        .as_mut()
+        .map(|w| std::mem::take(w.get_mut()))
+        .unwrap_or_default();
+    let pages = Pages {
+        source,
+        request,
+        schema,
+        writer,
+        done: false,
+        _slot: slot,
+    };
+    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) })
+        .chain(futures::stream::unfold(pages, Pages::next_chunk));
+    let mut response = Body::from_stream(body).into_response();
+    set_headers(&mut response, format, Some(to));
+    Ok(response)
+}
+
+/// The empty stream of an export's schema (the columns `columns=` keeps): its header alone
+/// in Arrow, nothing in NDJSON.
+fn schema_only<R>(
+    export: &'static str,
+    table: &'static [Column<R>],
+    query: &QueryParams,
+    headers: &HeaderMap,
+    extra: &[&str],
+) -> Result<Response, ApiError> {
+    let request = Request::parse(query, headers, table, extra)?;
+    let body = match request.format {
+        Format::Arrow => {
+            let schema = columns::schema(export, &request.columns);
+            let mut writer = StreamWriter::try_new(Vec::new(), &schema)
+                .map_err(|e| ApiError::internal("export schema", e))?;
+            writer
+                .finish()
+                .map_err(|e| ApiError::internal("export schema", e))?;
+            writer
+                .into_inner()
+                .map_err(|e| ApiError::internal("export schema", e))?
+        }
+        Format::Ndjson => Vec::new(),
+    };
+    let mut response = Body::from(body).into_response();
+    set_headers(&mut response, request.format, None);
+    Ok(response)
+}
+
+fn set_headers(response: &mut Response, format: Format, to: Option<Timestamp>) {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.media_type()),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(to) = to
+        && let Ok(value) = HeaderValue::from_str(&time::format(&to))
+    {
+        // A repeated request with this `to` exports the same rows.
+        headers.insert("vigil-export-to", value);
+    }
+}
+
+/// The state of a streamed export between the pages the client reads.
+struct Pages<S: Source> {
+    source: S,
+    request: Request<S::Row>,
+    schema: Arc<Schema>,
+    writer: Option<StreamWriter<Vec<u8>>>,
+    done: bool,
+    /// Held until the body is done or dropped (the client hung up).
+    _slot: Slot,
+}
+
+impl<S: Source> Pages<S> {
+    /// The next chunk of the body: a page of rows encoded, or the stream's end; an error ends
+    /// the body early, which the client sees as a broken download to resume with `after`.
+    async fn next_chunk(mut self) -> Option<(Result<Bytes, std::io::Error>, Self)> {
+        if self.done {
+            return None;
+        }
+        let rows = match self.source.next(self.request.batch_rows).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = ?e.code, "export: the store failed mid-stream; the body ends");
+                self.done = true;
+                return Some((Err(std::io::Error::other("the export stopped")), self));
+            }
+        };
+        let mut chunk = Vec::new();
+        if rows.is_empty() {
+            self.done = true;
+            if let Some(writer) = self.writer.as_mut() {
+                if let Err(e) = writer.finish() {
+                    return Some((Err(std::io::Error::other(e.to_string())), self));
+                }
+                chunk = std::mem::take(writer.get_mut());
+            }
+            if chunk.is_empty() {
+                return None;
+            }
+            return Some((Ok(Bytes::from(chunk)), self));
+        }
+        match self.writer.as_mut() {
+            Some(writer) => {
+                let written = columns::record_batch(&self.schema, &self.request.columns, &rows)
+                    .and_then(|batch| writer.write(&batch));
+                if let Err(e) = written {
+                    self.done = true;
+                    return Some((Err(std::io::Error::other(e.to_string())), self));
+                }
+                chunk = std::mem::take(writer.get_mut());
+            }
+            None => columns::ndjson(&self.request.columns, &rows, &mut chunk),
+        }
+        Some((Ok(Bytes::from(chunk)), self))
+    }
+}
