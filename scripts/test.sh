@@ -16,6 +16,9 @@ need_deb chromedriver chromium chromium-driver
 # and Python's requests.
 need_deb curl curl
 python3 -c 'import requests' 2>/dev/null || python3 -m pip install --quiet requests
+# Exports are read by the analysts' own tools (tests/it/exports.rs, docs/analysts.md's snippets).
+python3 -c 'import pyarrow, polars, duckdb, pandas' 2>/dev/null \
+  || python3 -m pip install --quiet pyarrow polars duckdb pandas
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 
 start_redis

@@ -16,6 +16,7 @@ mod errors;
 mod event_dead_letters;
 mod events;
 mod events_api;
+mod exports;
 mod fingerprints;
 mod fleet;
 mod full_disk;

@@ -444,3 +444,22 @@ impl<S: Source> Pages<S> {
         Some((Ok(Bytes::from(chunk)), self))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_runs_at_most_its_exports_at_once_and_a_finished_one_frees_its_slot() {
+        let slots = Slots::new(2);
+        let (key, other) = (KeyId::generate(), KeyId::generate());
+        let first = slots.take(key).expect("a first export");
+        let _second = slots.take(key).expect("a second export");
+        let refused = slots.take(key).err().expect("a third is refused");
+        assert_eq!(refused.code, ErrorCode::RateLimited);
+        assert_eq!(refused.retry_after, Some(5));
+        let _elsewhere = slots.take(other).expect("another key has its own");
+        drop(first);
+        slots.take(key).expect("a finished export frees its slot");
+    }
+}

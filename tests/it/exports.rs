@@ -1,0 +1,405 @@
+//! Exports for analysts (docs/analysts.md) read by the analysts' own tools: real sessions
+//! scored through the Collect API are exported over HTTP and read by pyarrow, polars, pandas
+//! and DuckDB, and every row equals what the JSON API answers for the same session; on the
+//! embedded store and on PostgreSQL. Then the boundaries: projection, windows, formats, keys,
+//! scopes, the other environment, the schema alone, and a download cut mid-stream resumed with
+//! `after`.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+use vigil_tests::collect::score_session;
+use vigil_tests::{TestServer, postgres_database};
+
+/// A desktop Chrome's probes (a processor fixture), so each session is scored on real data.
+fn probes() -> Value {
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../processor/tests/fixtures/desktop_chrome_human.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    fixture["batches"][0].clone()
+}
+
+/// `n` sessions scored to a final decision; their ids.
+async fn scored(s: &TestServer, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let (session, _) = score_session(s, &probes(), None, |a| {
+            a["decision"]["decision_status"] == "final"
+        })
+        .await;
+        ids.push(session.id.clone());
+    }
+    ids
+}
+
+/// `GET path` with `key` and `accept`: status and body bytes.
+async fn get_bytes(s: &TestServer, path: &str, key: &str, accept: Option<&str>) -> (u16, Vec<u8>) {
+    let mut request = s.client.get(format!("{}{path}", s.base)).bearer_auth(key);
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    let r = request.send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.bytes().await.unwrap().to_vec())
+}
+
+/// Runs Python with the analysts' libraries (the test command installs them); its stdout.
+fn python(script: &str, args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The rows of an Arrow stream file as JSON, read by pyarrow (ids, verdicts, scores, signals).
+const PYARROW_ROWS: &str = r#"
+import json, sys
+import pyarrow as pa
+with open(sys.argv[1], "rb") as f:
+    table = pa.ipc.open_stream(f).read_all()
+rows = table.to_pylist()
+for r in rows:
+    for k, v in list(r.items()):
+        if hasattr(v, "isoformat"):
+            r[k] = v.isoformat()
+print(json.dumps({"metadata": {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()},
+                  "columns": table.schema.names, "rows": rows}))
+"#;
+
+fn pyarrow_rows(bytes: &[u8]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("export.arrows");
+    std::fs::write(&path, bytes).unwrap();
+    serde_json::from_str(&python(PYARROW_ROWS, &[path.to_str().unwrap()])).unwrap()
+}
+
+/// The sessions export, read by pyarrow, polars, pandas and DuckDB, equals the JSON API.
+async fn sessions_read_by_the_analysts_tools(s: &TestServer) {
+    let ids = scored(s, 3).await;
+    let sk = &s.creds.keys.secret_test;
+    let (status, arrow) = get_bytes(s, "/v1/sessions/export", sk, None).await;
+    assert_eq!(status, 200);
+    let read = pyarrow_rows(&arrow);
+    assert_eq!(read["metadata"]["vigil.schema_version"], "1");
+    let rows = read["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{read}");
+    let mut exported: Vec<&str> = rows
+        .iter()
+        .map(|r| r["session_id"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
+    exported.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(exported, expected);
+    for row in rows {
+        let id = row["session_id"].as_str().unwrap();
+        let api = s.get(&format!("/v1/sessions/{id}")).key(sk).send().await;
+        let api = api.ok(200).clone();
+        let decision = &api["decision"];
+        assert_eq!(row["verdict"], decision["verdict"], "{id}");
+        assert_eq!(row["automation_status"], decision["automation_status"]);
+        assert_eq!(row["decision_status"], "final");
+        assert_eq!(
+            row["risk_score"].as_f64(),
+            decision["risk_score"].as_f64(),
+            "{id}"
+        );
+        let api_signals: Vec<&Value> = api["signals_fired"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| &s["signal"])
+            .collect();
+        let row_signals: Vec<&Value> = row["signals"].as_array().unwrap().iter().collect();
+        assert_eq!(row_signals, api_signals, "{id}");
+        assert_eq!(row["visitor_id"], api["visitor_fingerprint"]["id"]);
+        assert_eq!(row["ip_address"], api["network"]["ip_address"]);
+        assert_eq!(
+            row["user_agent"],
+            api["connection_fingerprint"]["user_agent"]
+        );
+        assert_eq!(row["rule"], decision["rule"]);
+    }
+
+    // NDJSON carries the same rows.
+    let (status, ndjson) =
+        get_bytes(s, "/v1/sessions/export", sk, Some("application/x-ndjson")).await;
+    assert_eq!(status, 200);
+    let lines: Vec<Value> = String::from_utf8(ndjson)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for (line, row) in lines.iter().zip(rows) {
+        assert_eq!(line["session_id"], row["session_id"]);
+        assert_eq!(line["verdict"], row["verdict"]);
+        assert_eq!(line["signals"], row["signals"]);
+    }
+
+    // polars, pandas and DuckDB read the same stream.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.arrows");
+    std::fs::write(&path, &arrow).unwrap();
+    let counted = python(
+        r#"
+import sys
+import duckdb, pandas as pd, polars as pl, pyarrow as pa
+frame = pl.read_ipc_stream(sys.argv[1])
+with open(sys.argv[1], "rb") as f:
+    table = pa.ipc.open_stream(f).read_all()
+pandas = table.to_pandas()
+sessions = table
+verdicts = duckdb.sql("SELECT count(*) FROM sessions WHERE verdict IS NOT NULL").fetchall()[0][0]
+print(frame.height, len(pandas), verdicts, str(frame.schema["created_at"]))
+"#,
+        &[path.to_str().unwrap()],
+    );
+    assert_eq!(
+        counted.trim(),
+        "3 3 3 Datetime(time_unit='ms', time_zone='UTC')",
+        "{counted}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_export_to_pyarrow_polars_pandas_and_duckdb_as_the_api_answers() {
+    let s = TestServer::start().await;
+    sessions_read_by_the_analysts_tools(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_export_the_same_on_postgresql() {
+    let url = postgres_database("exports").await;
+    let s = TestServer::start_with(move |a| a.store.store = Some(url.clone())).await;
+    sessions_read_by_the_analysts_tools(&s).await;
+}
+
+/// Fingerprints and events export too, each as its JSON API lists them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fingerprints_and_events_export_as_the_api_lists_them() {
+    let s = TestServer::start().await;
+    scored(&s, 2).await;
+    let sk = &s.creds.keys.secret_test;
+    let (status, arrow) = get_bytes(&s, "/v1/fingerprints/export", sk, None).await;
+    assert_eq!(status, 200);
+    let read = pyarrow_rows(&arrow);
+    let listed = s.get("/v1/fingerprints").key(sk).send().await;
+    let listed = listed.ok(200).clone();
+    let rows = read["rows"].as_array().unwrap();
+    let listed = listed.as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert_eq!(rows.len(), listed.len());
+    for row in rows {
+        let api = listed
+            .iter()
+            .find(|f| f["id"] == row["visitor_id"])
+            .expect("every exported fingerprint is listed");
+        assert_eq!(row["seen_count"], api["lifecycle"]["seen_count"]);
+        assert_eq!(row["user_agent"], api["latest_request"]["user_agent"]);
+        assert_eq!(row["webgl_hash"], api["anchors"]["webgl_hash"]);
+        assert_eq!(row["stored_in_cookies"], api["storage"]["cookies"]);
+    }
+
+    let events_path = format!("{}/events/export", s.org_path());
+    let (status, arrow) = get_bytes(&s, &events_path, sk, None).await;
+    assert_eq!(status, 200);
+    let read = pyarrow_rows(&arrow);
+    let listed = s
+        .get(&format!("{}/events", s.org_path()))
+        .key(sk)
+        .send()
+        .await;
+    let listed = listed.ok(200).clone();
+    let rows = read["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert_eq!(rows.len(), listed.as_array().unwrap().len());
+    for (row, api) in rows.iter().zip(listed.as_array().unwrap()) {
+        assert_eq!(row["event_id"], api["id"]);
+        assert_eq!(row["type"], api["type"]);
+        let data: Value = serde_json::from_str(row["data"].as_str().unwrap()).unwrap();
+        assert_eq!(data, api["data"]);
+    }
+}
+
+/// Projection, windows, formats, keys and scopes, the other environment, and the schema alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_requests_are_checked_and_bounded_by_the_key() {
+    let s = TestServer::start().await;
+    scored(&s, 2).await;
+    let sk = &s.creds.keys.secret_test;
+
+    let (_, arrow) = get_bytes(
+        &s,
+        "/v1/sessions/export?columns=verdict,session_id",
+        sk,
+        None,
+    )
+    .await;
+    assert_eq!(
+        pyarrow_rows(&arrow)["columns"],
+        json!(["verdict", "session_id"])
+    );
+    let unknown = s
+        .get("/v1/sessions/export?columns=verdict,nope")
+        .key(sk)
+        .send()
+        .await;
+    let e = unknown.err(422, "request.validation_failed");
+    assert!(
+        e["details"]["allowed_values"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("risk_score")),
+        "{e}"
+    );
+    let wide = s
+        .get("/v1/sessions/export?from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z")
+        .key(sk)
+        .send()
+        .await;
+    wide.err(422, "request.validation_failed");
+    let csv = s
+        .get("/v1/sessions/export")
+        .key(sk)
+        .header("accept", "text/csv")
+        .send()
+        .await;
+    csv.err(406, "request.not_acceptable");
+    s.get("/v1/sessions/export")
+        .key(&s.creds.keys.publishable_test)
+        .send()
+        .await
+        .err(403, "auth.credential_type_not_allowed");
+    let narrow = s
+        .post(&format!("{}/api-keys", s.org_path()))
+        .key(sk)
+        .json(json!({"name": "reader", "type": "secret", "environment": "test", "scopes": ["sessions:read"]}))
+        .send()
+        .await;
+    let narrow = narrow.ok(201)["revealed_key"].as_str().unwrap().to_owned();
+    s.get("/v1/sessions/export")
+        .key(&narrow)
+        .send()
+        .await
+        .err(403, "auth.insufficient_scope");
+    // The other environment's key sees none of these rows.
+    let (status, live) =
+        get_bytes(&s, "/v1/sessions/export", &s.creds.keys.secret_live, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(pyarrow_rows(&live)["rows"], json!([]));
+    // The window's end is echoed: repeating it exports the same rows.
+    let r = s
+        .client
+        .get(format!("{}/v1/sessions/export?format=ndjson", s.base))
+        .bearer_auth(sk)
+        .send()
+        .await
+        .unwrap();
+    let to = r.headers()["vigil-export-to"].to_str().unwrap().to_owned();
+    let first = r.text().await.unwrap();
+    scored(&s, 1).await;
+    let again = s
+        .client
+        .get(format!(
+            "{}/v1/sessions/export?format=ndjson&to={to}",
+            s.base
+        ))
+        .bearer_auth(sk)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    // The schema alone: the empty stream, read for its columns.
+    let (status, schema) = get_bytes(&s, "/v1/sessions/export/schema", sk, None).await;
+    assert_eq!(status, 200);
+    let read = pyarrow_rows(&schema);
+    assert_eq!(read["rows"], json!([]));
+    assert!(
+        read["columns"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("signals"))
+    );
+}
+
+/// A download cut mid-stream is resumed with `after=<last id received>`: together the two
+/// parts hold every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_download_resumes_exactly_after_its_last_row() {
+    let s = TestServer::start().await;
+    let ids = scored(&s, 5).await;
+    let sk = &s.creds.keys.secret_test;
+    let r = s
+        .client
+        .get(format!("{}/v1/sessions/export?batch_size=1", s.base))
+        .bearer_auth(sk)
+        .send()
+        .await
+        .unwrap();
+    let to = r.headers()["vigil-export-to"].to_str().unwrap().to_owned();
+    let whole = r.bytes().await.unwrap();
+    // What a client received before its connection broke: the head and a few batches.
+    let cut = &whole[..whole.len() * 3 / 5];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("partial.arrows");
+    std::fs::write(&path, cut).unwrap();
+    let received = python(
+        r#"
+import json, sys
+import pyarrow as pa
+ids = []
+try:
+    with open(sys.argv[1], "rb") as f:
+        for batch in pa.ipc.open_stream(f):
+            ids.extend(batch.column("session_id").to_pylist())
+except Exception:
+    pass
+print(json.dumps(ids))
+"#,
+        &[path.to_str().unwrap()],
+    );
+    let received: Vec<String> = serde_json::from_str(&received).unwrap();
+    assert!(
+        !received.is_empty() && received.len() < ids.len(),
+        "{received:?}"
+    );
+    let last = received.last().unwrap();
+    let (status, rest) = get_bytes(
+        &s,
+        &format!("/v1/sessions/export?batch_size=1&to={to}&after={last}"),
+        sk,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let rest: Vec<String> = pyarrow_rows(&rest)["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["session_id"].as_str().unwrap().to_owned())
+        .collect();
+    let mut all: Vec<String> = received.iter().cloned().chain(rest).collect();
+    assert_eq!(all.len(), ids.len(), "no row twice: {all:?}");
+    all.sort_unstable();
+    let mut expected = ids.clone();
+    expected.sort_unstable();
+    assert_eq!(all, expected);
+}
