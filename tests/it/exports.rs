@@ -403,3 +403,36 @@ print(json.dumps(ids))
     expected.sort_unstable();
     assert_eq!(all, expected);
 }
+
+/// Every snippet of docs/analysts.md runs as written, against a server with scored sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_analysts_snippets_run_as_written() {
+    let s = TestServer::start().await;
+    scored(&s, 2).await;
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/analysts.md"))
+        .unwrap();
+    let mut ran = Vec::new();
+    for part in page.split("<!-- analysts-snippet: ").skip(1) {
+        let name = &part[..part.find(" -->").unwrap()];
+        let start = part.find("```python\n").expect("a python block") + "```python\n".len();
+        let code = &part[start..start + part[start..].find("```").unwrap()];
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .env("VIGIL_URL", &s.base)
+            .env("VIGIL_SECRET_KEY", &s.creds.keys.secret_test)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "the {name} snippet failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !out.stdout.is_empty(),
+            "the {name} snippet prints its result"
+        );
+        ran.push(name.to_owned());
+    }
+    assert_eq!(ran, ["polars", "pyarrow", "pandas", "duckdb"]);
+}
