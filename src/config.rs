@@ -36,6 +36,63 @@ pub enum Command {
     /// The developer-tool side of Gate: sign up to a service, log in to its dashboard.
     #[command(subcommand)]
     Gate(GateCommand),
+    /// Write a window of sessions, fingerprints or events to a file for analysis: `.arrows`
+    /// (an Arrow IPC stream), `.parquet` or `.ndjson`, from a running service or the store.
+    Export(ExportArgs),
+}
+
+/// The exports `vigil export` writes (docs/analysts.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportKind {
+    Sessions,
+    Fingerprints,
+    Events,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// What to export.
+    #[arg(value_enum)]
+    pub export: ExportKind,
+    /// The file to write; its extension picks the format: `.arrows` (an Arrow IPC stream),
+    /// `.parquet` (zstd-compressed) or `.ndjson`. It appears only once complete; until then
+    /// the rows are in `<out>.part`.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The start of the window of creation times (RFC 3339); default: a day before --to.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// The end of the window, exclusive (RFC 3339); default: now.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// The columns to write, comma-separated; default: all of them.
+    #[arg(long)]
+    pub columns: Option<String>,
+    /// Sessions only: those with this verdict (human, bot, verified_bot, suspicious).
+    #[arg(long)]
+    pub verdict: Option<String>,
+    /// Sessions only: those whose id, visitor id or IP is this, or whose URL contains it.
+    #[arg(long)]
+    pub search: Option<String>,
+    /// Rows per record batch and per page read (1 to 65,536); default 8,192.
+    #[arg(long)]
+    pub batch_size: Option<u32>,
+    /// Continue a broken export after the last row its `<out>.part` file holds.
+    #[arg(long)]
+    pub resume: bool,
+    /// A running Vigil to export from; the secret key is read from VIGIL_SECRET_KEY. Without
+    /// it the export reads the store itself (the store flags below), on the store's host.
+    #[arg(long, env = "VIGIL_URL")]
+    pub url: Option<String>,
+    /// The organization (org_...): the events export's, and whose rows a read of the store
+    /// exports.
+    #[arg(long)]
+    pub organization: Option<String>,
+    /// The environment a read of the store exports, live or test (over --url, the key's).
+    #[arg(long, default_value = "live")]
+    pub environment: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 #[derive(Debug, Subcommand)]

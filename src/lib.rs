@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod connections;
 pub mod demo;
+pub mod export;
 pub mod gate_client;
 pub mod log_roles;
 pub mod retention;
@@ -37,6 +38,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys(config::KeysCommand::Create(args)) => commands::create_key(args).await,
         Command::Gate(config::GateCommand::Signup(args)) => gate_client::signup(args).await,
         Command::Gate(config::GateCommand::Login(args)) => gate_client::login(args).await,
+        Command::Export(args) => export::run(args).await,
     }
 }
 

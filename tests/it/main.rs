@@ -16,6 +16,7 @@ mod errors;
 mod event_dead_letters;
 mod events;
 mod events_api;
+mod export_command;
 mod exports;
 mod fingerprints;
 mod fleet;

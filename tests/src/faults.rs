@@ -25,6 +25,8 @@ pub struct FlakyStore {
     inner: Store,
     /// Failures still to inject, by method name.
     failures_left: Mutex<HashMap<&'static str, u32>>,
+    /// Calls to let through before those failures, by method name.
+    passes_left: Mutex<HashMap<&'static str, u32>>,
     /// Sessions whose row reads as corrupt.
     corrupt_sessions: Mutex<HashSet<schemas::SessionId>>,
     /// How many calls failed so far.
@@ -106,6 +108,7 @@ impl FlakyStore {
         let faults = Arc::new(FlakyStore {
             inner: Arc::clone(&inner),
             failures_left: Mutex::default(),
+            passes_left: Mutex::default(),
             corrupt_sessions: Mutex::default(),
             failed: AtomicU32::new(0),
             disk,
@@ -126,6 +129,16 @@ impl FlakyStore {
             .insert(method, n);
     }
 
+    /// Lets the next `passing` calls of `method` through, then makes `n` fail: a store that
+    /// breaks in the middle of a long read.
+    pub fn fail_after(&self, method: &'static str, passing: u32, n: u32) {
+        self.passes_left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(method, passing);
+        self.fail_next(method, n);
+    }
+
     /// From now on, reading `session`'s row fails as `Corrupt`, as a damaged row would.
     pub fn corrupt_session(&self, session: schemas::SessionId) {
         self.corrupt_sessions
@@ -140,6 +153,16 @@ impl FlakyStore {
             return Err(StoreError::Unavailable(
                 "disk full: 0 bytes free, under the reserve (injected)".into(),
             ));
+        }
+        let passed = self
+            .passes_left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_mut(method)
+            .filter(|n| **n > 0)
+            .map(|n| *n -= 1);
+        if passed.is_some() {
+            return Ok(());
         }
         let mut left = self
             .failures_left

@@ -14,6 +14,7 @@ use vigil::server::RunningServer;
 
 pub use serde_json::json;
 
+pub mod analysts;
 pub mod browser;
 pub mod collect;
 pub mod detection;

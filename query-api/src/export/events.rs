@@ -17,7 +17,7 @@ use super::columns::{Cell, Column, Kind};
 use super::{Request, Source, Window};
 use crate::QueryState;
 
-const EXPORT: &str = "events";
+pub(super) const EXPORT: &str = "events";
 const EXTRA: &[&str] = &["after"];
 
 /// An event with its deliveries.
@@ -126,25 +126,22 @@ pub(super) async fn export(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let org = own_organization(&caller, &params)?;
-    let request = Request::parse(&query, &headers, COLUMNS, EXTRA)?;
-    let after = match query.get("after") {
-        None => None,
-        Some(raw) => Some(raw.parse::<EventId>().map_err(|_| {
-            ApiError::invalid_field(
-                "after",
-                "must be the id (evt_) of the last event received",
-                Some(raw.into()),
-            )
-            .with_parameter_set("query")
-        })?),
-    };
-    let source = Events::new(
-        state.auth.store.clone(),
-        (org, caller.environment()),
-        request.window,
-        after,
-    );
+    let tenancy = (org, caller.environment());
+    let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
     super::stream(&state, caller.key.id, EXPORT, request, source)
+}
+
+/// The export's request and its walk of the store, from the query.
+pub(super) fn open(
+    store: Store,
+    tenancy: (OrgId, Environment),
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<(Request<Row>, Events), ApiError> {
+    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
+    let after = super::after::<EventId>(query, "must be the id (evt_) of the last event received")?;
+    let source = Events::new(store, tenancy, request.window, after);
+    Ok((request, source))
 }
 
 pub(super) async fn schema(
@@ -168,7 +165,7 @@ fn own_organization(caller: &edge::AuthContext, params: &PathParams) -> Result<O
 
 /// A walk of one organization's and environment's events, newest first, from the window's end
 /// (or `after`) down to its start, each with its deliveries.
-struct Events {
+pub(super) struct Events {
     store: Store,
     tenancy: (OrgId, Environment),
     after: EventId,

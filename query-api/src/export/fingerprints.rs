@@ -18,7 +18,7 @@ use super::columns::{Cell, Column, Kind};
 use super::{Request, Source, Window};
 use crate::QueryState;
 
-const EXPORT: &str = "fingerprints";
+pub(super) const EXPORT: &str = "fingerprints";
 const EXTRA: &[&str] = &["after"];
 
 /// The columns of the fingerprints export, version 1 (docs/analysts.md#fingerprints).
@@ -143,25 +143,25 @@ pub(super) async fn export(
     query: QueryParams,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let request = Request::parse(&query, &headers, COLUMNS, EXTRA)?;
-    let after = match query.get("after") {
-        None => None,
-        Some(raw) => Some(raw.parse::<VisitorId>().map_err(|_| {
-            ApiError::invalid_field(
-                "after",
-                "must be the id (vid_) of the last fingerprint received",
-                Some(raw.into()),
-            )
-            .with_parameter_set("query")
-        })?),
-    };
-    let source = Visitors::new(
-        state.auth.store.clone(),
-        (caller.organization.id, caller.environment()),
-        request.window,
-        after,
-    );
+    let tenancy = (caller.organization.id, caller.environment());
+    let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
     super::stream(&state, caller.key.id, EXPORT, request, source)
+}
+
+/// The export's request and its walk of the store, from the query.
+pub(super) fn open(
+    store: Store,
+    tenancy: (OrgId, Environment),
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<(Request<VisitorRecord>, Visitors), ApiError> {
+    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
+    let after = super::after::<VisitorId>(
+        query,
+        "must be the id (vid_) of the last fingerprint received",
+    )?;
+    let source = Visitors::new(store, tenancy, request.window, after);
+    Ok((request, source))
 }
 
 pub(super) async fn schema(
@@ -174,7 +174,7 @@ pub(super) async fn schema(
 
 /// A walk of one organization's and environment's visitors, newest first (by id, minted when
 /// first seen), from the window's end (or `after`) down to its start.
-struct Visitors {
+pub(super) struct Visitors {
     store: Store,
     tenancy: (OrgId, Environment),
     after: VisitorId,

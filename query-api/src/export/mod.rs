@@ -22,7 +22,6 @@ use arrow_ipc::writer::StreamWriter;
 use arrow_schema::Schema;
 use async_trait::async_trait;
 use axum::Router;
-use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -31,9 +30,14 @@ use chrono::TimeDelta;
 use edge::ApiError;
 use edge::body::QueryParams;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use schemas::ErrorCode;
+use schemas::OrgId;
+use schemas::credential::Environment;
 use schemas::ids::KeyId;
 use schemas::time::{self, Timestamp};
+
+use store::Store;
 
 use self::columns::Column;
 use crate::QueryState;
@@ -75,7 +79,7 @@ pub enum Format {
 }
 
 impl Format {
-    fn media_type(self) -> &'static str {
+    pub fn media_type(self) -> &'static str {
         match self {
             Format::Arrow => ARROW_STREAM,
             Format::Ndjson => NDJSON,
@@ -238,6 +242,20 @@ impl<R> Request<R> {
     }
 }
 
+/// `after=`: the id of the last row a broken download received, which the export continues
+/// after; `issue` says what it must be.
+fn after<Id: std::str::FromStr>(query: &QueryParams, issue: &str) -> Result<Option<Id>, ApiError> {
+    query
+        .get("after")
+        .map(|raw| {
+            raw.parse::<Id>().map_err(|_| {
+                ApiError::invalid_field("after", issue, Some(raw.into()))
+                    .with_parameter_set("query")
+            })
+        })
+        .transpose()
+}
+
 /// Where an export's rows come from: the store, a page at a time, newest first.
 #[async_trait]
 pub trait Source: Send + 'static {
@@ -316,6 +334,72 @@ fn stream<S: Source>(
     source: S,
 ) -> Result<Response, ApiError> {
     let slot = state.exports.take(key)?;
+    let body = body(export, request, source, Some(slot))?;
+    let (format, to) = (body.format, body.to);
+    let mut response = axum::body::Body::from_stream(body.bytes).into_response();
+    set_headers(&mut response, format, Some(to));
+    Ok(response)
+}
+
+/// The three exports, by the name `vigil export` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Export {
+    Sessions,
+    Fingerprints,
+    Events,
+}
+
+impl Export {
+    /// The column of each row's id, the value `after=` takes to resume.
+    pub fn id_column(self) -> &'static str {
+        match self {
+            Export::Sessions => "session_id",
+            Export::Fingerprints => "visitor_id",
+            Export::Events => "event_id",
+        }
+    }
+}
+
+/// An export's bytes, as its HTTP answer carries them, and the end of the window they cover.
+pub struct Body {
+    pub format: Format,
+    pub to: Timestamp,
+    pub bytes: BoxStream<'static, Result<Bytes, std::io::Error>>,
+}
+
+/// An export read straight from the store, for `vigil export` on the store's host: the query is
+/// the endpoint's, checked the same way, and the bytes are those the endpoint would answer.
+pub fn from_store(
+    store: Store,
+    export: Export,
+    tenancy: (OrgId, Environment),
+    query: &QueryParams,
+) -> Result<Body, ApiError> {
+    let headers = HeaderMap::new();
+    match export {
+        Export::Sessions => {
+            let (request, source) = sessions::open(store, tenancy, query, &headers)?;
+            body(sessions::EXPORT, request, source, None)
+        }
+        Export::Fingerprints => {
+            let (request, source) = fingerprints::open(store, tenancy, query, &headers)?;
+            body(fingerprints::EXPORT, request, source, None)
+        }
+        Export::Events => {
+            let (request, source) = events::open(store, tenancy, query, &headers)?;
+            body(events::EXPORT, request, source, None)
+        }
+    }
+}
+
+/// The stream of an export's bytes: the schema first (in Arrow), then a page of `source`
+/// encoded each time the reader wants more.
+fn body<S: Source>(
+    export: &'static str,
+    request: Request<S::Row>,
+    source: S,
+    slot: Option<Slot>,
+) -> Result<Body, ApiError> {
     let schema = columns::schema(export, &request.columns);
     let (format, to) = (request.format, request.window.to);
     let mut writer = match format {
@@ -338,11 +422,10 @@ fn stream<S: Source>(
         done: false,
         _slot: slot,
     };
-    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) })
-        .chain(futures::stream::unfold(pages, Pages::next_chunk));
-    let mut response = Body::from_stream(body).into_response();
-    set_headers(&mut response, format, Some(to));
-    Ok(response)
+    let bytes = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) })
+        .chain(futures::stream::unfold(pages, Pages::next_chunk))
+        .boxed();
+    Ok(Body { format, to, bytes })
 }
 
 /// The empty stream of an export's schema (the columns `columns=` keeps): its header alone
@@ -369,7 +452,7 @@ fn schema_only<R>(
         }
         Format::Ndjson => Vec::new(),
     };
-    let mut response = Body::from(body).into_response();
+    let mut response = axum::body::Body::from(body).into_response();
     set_headers(&mut response, request.format, None);
     Ok(response)
 }
@@ -396,8 +479,9 @@ struct Pages<S: Source> {
     schema: Arc<Schema>,
     writer: Option<StreamWriter<Vec<u8>>>,
     done: bool,
-    /// Held until the body is done or dropped (the client hung up).
-    _slot: Slot,
+    /// Held until the body is done or dropped (the client hung up); none for a read of the
+    /// store by `vigil export`.
+    _slot: Option<Slot>,
 }
 
 impl<S: Source> Pages<S> {
@@ -411,6 +495,9 @@ impl<S: Source> Pages<S> {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = ?e.code, "export: the store failed mid-stream; the body ends");
+                // Let the connection send what it holds first: the rows before the failure
+                // reach the client, which resumes after the last of them.
+                tokio::task::yield_now().await;
                 self.done = true;
                 return Some((Err(std::io::Error::other("the export stopped")), self));
             }

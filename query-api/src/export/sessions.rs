@@ -23,7 +23,7 @@ use super::{Request, Source, Window};
 use crate::QueryState;
 use crate::sessions::VERDICTS;
 
-const EXPORT: &str = "sessions";
+pub(super) const EXPORT: &str = "sessions";
 const EXTRA: &[&str] = &["verdict", "search", "after"];
 
 /// A stored session with what its columns read: the latest decision, decoded once, and the
@@ -258,32 +258,28 @@ pub(super) async fn export(
     query: QueryParams,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let request = Request::parse(&query, &headers, COLUMNS, EXTRA)?;
+    let tenancy = (caller.organization.id, caller.environment());
+    let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
+    super::stream(&state, caller.key.id, EXPORT, request, source)
+}
+
+/// The export's request and its walk of the store, from the query.
+pub(super) fn open(
+    store: Store,
+    tenancy: (OrgId, Environment),
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<(Request<Row>, Sessions), ApiError> {
+    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
     let verdict = query.one_of("verdict", &VERDICTS)?.map(str::to_owned);
     let search = query
         .get("search")
         .filter(|s| !s.is_empty())
         .map(str::to_owned);
-    let after = match query.get("after") {
-        None => None,
-        Some(raw) => Some(raw.parse::<SessionId>().map_err(|_| {
-            ApiError::invalid_field(
-                "after",
-                "must be the id (sid_) of the last session received",
-                Some(raw.into()),
-            )
-            .with_parameter_set("query")
-        })?),
-    };
-    let source = Sessions::new(
-        state.auth.store.clone(),
-        (caller.organization.id, caller.environment()),
-        request.window,
-        after,
-        verdict,
-        search,
-    );
-    super::stream(&state, caller.key.id, EXPORT, request, source)
+    let after =
+        super::after::<SessionId>(query, "must be the id (sid_) of the last session received")?;
+    let source = Sessions::new(store, tenancy, request.window, after, verdict, search);
+    Ok((request, source))
 }
 
 pub(super) async fn schema(
@@ -296,7 +292,7 @@ pub(super) async fn schema(
 
 /// A walk of one organization's and environment's sessions, newest first, from the window's
 /// end (or `after`) down to its start.
-struct Sessions {
+pub(super) struct Sessions {
     store: Store,
     tenancy: (OrgId, Environment),
     /// The last id read (exclusive bound of the next page).
