@@ -7,7 +7,8 @@
 # delivery benchmark (deliveries/s to a local receiver, event to first attempt), and the fleet
 # benchmark (one processor process versus two on Kafka and PostgreSQL; the API benchmark also
 # reads through the PostgreSQL store), and the embedded log's retention (the same appends with
-# and without it); starts PostgreSQL too, and stops both whatever happens.
+# and without it), and the sessions export (rows/s into an Arrow reader against an in-memory IPC
+# write, and peak memory at 100k and 1M rows, embedded and PostgreSQL); starts PostgreSQL too, and stops both whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
@@ -25,4 +26,4 @@ export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 cargo build --release --bin vigil
 # The embedded log's retention: the same load with and without it.
 cargo run --release -p vigil-bus --example log_retention
-cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries --bench fleet "$@"
+cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries --bench fleet --bench export "$@"

@@ -21,6 +21,7 @@ pub mod raw;
 pub mod redact;
 pub mod resources;
 pub mod scope;
+pub mod session_digest;
 pub mod session_view;
 pub mod time;
 pub mod validate;

@@ -7,6 +7,8 @@ use schemas::ids::{KeyId, OrgId};
 pub use schemas::raw::RawJson;
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
+use schemas::session_digest::SessionDigest;
+use schemas::session_view::SessionView;
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -221,6 +223,31 @@ impl DecisionTurn {
 }
 
 impl SessionRecord {
+    /// What the sessions export reads of this session (`schemas::session_digest`), kept beside
+    /// its row; `settled` is the settled part of its state when a save gives it apart.
+    pub fn digest(&self, settled: Option<&RawJson>) -> SessionDigest {
+        let state = SessionView::of(&self.state);
+        let settled = settled.map(SessionView::of);
+        let views: Vec<&SessionView> = settled.iter().chain([&state]).collect();
+        let decision = self
+            .latest_decision
+            .as_ref()
+            .and_then(|d| schemas::decision::Decision::from_raw(d).ok());
+        SessionDigest::of(
+            schemas::session_digest::Request {
+                session_id: self.id,
+                visitor_id: self.visitor_id,
+                created_at: self.opened_at,
+                updated_at: self.updated_at,
+                url: &self.page_url,
+                user_agent: &self.user_agent,
+                ip_address: &self.ip,
+            },
+            decision.as_ref(),
+            &views,
+        )
+    }
+
     /// The verdict of the latest decision, which `sessions_by_verdict` indexes the session under.
     pub fn verdict(&self) -> Option<String> {
         self.latest_decision

@@ -25,6 +25,7 @@ use std::future::Future;
 use async_trait::async_trait;
 use schemas::credential::Environment;
 use schemas::ids::{KeyId, OrgId};
+use schemas::session_digest::SessionDigest;
 use schemas::time::Timestamp;
 
 use crate::{
@@ -342,6 +343,17 @@ store_port! {
             after: Option<schemas::SessionId>,
             limit: usize,
         ) -> Result<Vec<SessionRecord>>;
+        /// What the sessions export reads (`schemas::session_digest`) of the sessions of one
+        /// organization and environment, newest first, strictly after `after`; with `verdict`,
+        /// only those whose latest decision has it. Each is written with its session's row.
+        async fn list_session_digests(
+            &self,
+            org: OrgId,
+            env: Environment,
+            verdict: Option<&str>,
+            after: Option<schemas::SessionId>,
+            limit: usize,
+        ) -> Result<Vec<SessionDigest>>;
         /// A session's kept decisions (see `save_session`), newest first; none for a session that
         /// is not this organization's and environment's.
         async fn list_decisions(

@@ -252,7 +252,7 @@ async fn a_broken_export_resumed_equals_an_unbroken_one() {
         succeeded(&run(&args(&whole)));
 
         let broken = dir.path().join(format!("broken.{format}"));
-        flaky.fail_after("list_sessions", 2, 1);
+        flaky.fail_after("list_session_digests", 2, 1);
         let stderr = failed(&run(&args(&broken)));
         assert!(
             stderr.contains("--resume") && stderr.contains("after 2 rows"),

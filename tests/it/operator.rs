@@ -253,6 +253,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--keep-alive-timeout", "VIGIL_KEEP_ALIVE_TIMEOUT"),
         ("--max-connections", "VIGIL_MAX_CONNECTIONS"),
         ("--anonymous-rate-limit", "VIGIL_ANONYMOUS_RATE_LIMIT"),
+        ("--export-concurrency", "VIGIL_EXPORT_CONCURRENCY"),
         ("--public-url", "VIGIL_PUBLIC_URL"),
         ("--log-format", "VIGIL_LOG_FORMAT"),
         ("--demo", "VIGIL_DEMO"),
@@ -278,7 +279,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 27,
+        flags, 28,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

@@ -2,6 +2,7 @@
 //! page of rows) and NDJSON (one object per row). A column is a name, an Arrow type, and how
 //! a row gives its value; each export's table of columns is its schema (docs/analysts.md).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -47,46 +48,55 @@ impl Kind {
     }
 }
 
-/// One value of a row.
+/// One value of a row, borrowed from the row where it can be: an export copies each string
+/// once, into its Arrow array.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Cell {
+pub enum Cell<'a> {
     Null,
-    Text(String),
+    Text(Cow<'a, str>),
     Time(Timestamp),
+    /// A time as milliseconds since the epoch, as a digest keeps it.
+    Millis(i64),
     Float32(f32),
     Int64(i64),
     Bool(bool),
-    TextList(Vec<String>),
+    TextList(Cow<'a, [String]>),
 }
 
-impl Cell {
-    pub fn text(s: impl Into<String>) -> Cell {
+impl<'a> Cell<'a> {
+    pub fn text(s: impl Into<Cow<'a, str>>) -> Cell<'a> {
         Cell::Text(s.into())
     }
 
-    pub fn optional_text(s: Option<impl Into<String>>) -> Cell {
+    pub fn optional_text(s: Option<impl Into<Cow<'a, str>>>) -> Cell<'a> {
         s.map_or(Cell::Null, |s| Cell::Text(s.into()))
     }
 
-    pub fn optional_time(t: Option<Timestamp>) -> Cell {
+    pub fn optional_time(t: Option<Timestamp>) -> Cell<'a> {
         t.map_or(Cell::Null, Cell::Time)
     }
 
-    pub fn optional_f32(v: Option<f32>) -> Cell {
+    pub fn optional_f32(v: Option<f32>) -> Cell<'a> {
         v.map_or(Cell::Null, Cell::Float32)
+    }
+
+    pub fn text_list(items: impl Into<Cow<'a, [String]>>) -> Cell<'a> {
+        Cell::TextList(items.into())
     }
 
     fn json(&self) -> Value {
         match self {
             Cell::Null => Value::Null,
-            Cell::Text(s) => Value::String(s.clone()),
+            Cell::Text(s) => Value::String(s.to_string()),
             Cell::Time(t) => Value::String(schemas::time::format(t)),
+            Cell::Millis(ms) => Timestamp::from_timestamp_millis(*ms)
+                .map_or(Value::Null, |t| Value::String(schemas::time::format(&t))),
             Cell::Float32(v) => {
                 serde_json::Number::from_f64(f64::from(*v)).map_or(Value::Null, Value::Number)
             }
             Cell::Int64(v) => Value::from(*v),
             Cell::Bool(v) => Value::Bool(*v),
-            Cell::TextList(items) => Value::from(items.clone()),
+            Cell::TextList(items) => Value::from(items.to_vec()),
         }
     }
 }
@@ -98,7 +108,7 @@ pub struct Column<R> {
     pub nullable: bool,
     /// What the column holds, for the documentation of the schema.
     pub doc: &'static str,
-    pub get: fn(&R) -> Cell,
+    pub get: fn(&R) -> Cell<'_>,
 }
 
 /// The Arrow schema of `columns`, versioned in its metadata, with each column's description.
@@ -137,7 +147,7 @@ fn array<R>(column: &Column<R>, rows: &[R]) -> ArrayRef {
             let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * 16);
             for cell in cells {
                 match cell {
-                    Cell::Text(s) => b.append_value(s),
+                    Cell::Text(s) => b.append_value(&*s),
                     _ => b.append_null(),
                 }
             }
@@ -163,6 +173,7 @@ fn array<R>(column: &Column<R>, rows: &[R]) -> ArrayRef {
             for cell in cells {
                 match cell {
                     Cell::Time(t) => b.append_value(t.timestamp_millis()),
+                    Cell::Millis(ms) => b.append_value(ms),
                     _ => b.append_null(),
                 }
             }
@@ -203,7 +214,7 @@ fn array<R>(column: &Column<R>, rows: &[R]) -> ArrayRef {
             for cell in cells {
                 match cell {
                     Cell::TextList(items) => {
-                        for item in items {
+                        for item in items.iter() {
                             b.values().append_value(item);
                         }
                         b.append(true);

@@ -27,7 +27,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn count(&self, status: DeliveryStatus) -> Cell {
+    fn count(&self, status: DeliveryStatus) -> Cell<'_> {
         Cell::Int64(
             self.deliveries
                 .iter()

@@ -133,7 +133,14 @@ pub static COLUMNS: &[Column<VisitorRecord>] = &[
         kind: Kind::TextList,
         nullable: false,
         doc: "the most recent linked sessions' ids, newest first",
-        get: |v| Cell::TextList(v.recent_sessions.iter().map(|s| s.to_string()).collect()),
+        get: |v| {
+            Cell::text_list(
+                v.recent_sessions
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>(),
+            )
+        },
     },
 ];
 

@@ -2,8 +2,6 @@
 //! organization and environment opened in the window, its latest decision flattened, newest
 //! first. `verdict` and `search` filter as the list's do; `after=<session id>` resumes.
 
-use std::cell::OnceCell;
-
 use async_trait::async_trait;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -12,11 +10,9 @@ use edge::body::QueryParams;
 use edge::policy::ListSessions;
 use edge::{ApiError, SecretKey};
 use schemas::credential::Environment;
-use schemas::decision::{Category, Decision};
-use schemas::session_view::SessionView;
+use schemas::session_digest::{DecisionDigest, SessionDigest};
 use schemas::{OrgId, SessionId};
-use serde::Serialize;
-use store::{SessionRecord, Store};
+use store::Store;
 
 use super::columns::{Cell, Column, Kind};
 use super::{Request, Source, Window};
@@ -26,40 +22,21 @@ use crate::sessions::VERDICTS;
 pub(super) const EXPORT: &str = "sessions";
 const EXTRA: &[&str] = &["verdict", "search", "after"];
 
-/// A stored session with what its columns read: the latest decision, decoded once, and the
-/// processor's view of the browser, decoded only if a column asks.
-pub struct Row {
-    record: SessionRecord,
-    decision: Option<Decision>,
-    view: OnceCell<SessionView>,
-}
+/// A session as the export reads it: the digest its store keeps beside its row
+/// (`schemas::session_digest`), so no session's whole state or decision is decoded.
+type Row = SessionDigest;
 
-impl Row {
-    fn view(&self) -> &SessionView {
-        self.view
-            .get_or_init(|| SessionView::of(&self.record.state))
-    }
-
-    fn category(&self, category: Category) -> Cell {
-        Cell::optional_f32(
-            self.decision
-                .as_ref()
-                .and_then(|d| d.score_breakdown.categories.get(&category))
-                .map(|&score| f32::from(score)),
-        )
-    }
-}
-
-/// An enumerated value's name as the JSON API spells it.
-fn name(value: impl Serialize) -> Cell {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => Cell::Text(s),
-        _ => Cell::Null,
-    }
-}
-
-fn decision_enum(row: &Row, pick: fn(&Decision) -> Cell) -> Cell {
+fn decided(row: &Row, pick: fn(&DecisionDigest) -> Cell<'_>) -> Cell<'_> {
     row.decision.as_ref().map_or(Cell::Null, pick)
+}
+
+fn score(row: &Row, category: usize) -> Cell<'_> {
+    Cell::optional_f32(
+        row.decision
+            .as_ref()
+            .and_then(|d| d.scores[category])
+            .map(f32::from),
+    )
 }
 
 /// The columns of the sessions export, version 1 (docs/analysts.md#sessions).
@@ -69,188 +46,170 @@ pub static COLUMNS: &[Column<Row>] = &[
         kind: Kind::Text,
         nullable: false,
         doc: "the session's id (sid_)",
-        get: |r| Cell::text(r.record.id.to_string()),
+        get: |r| Cell::text(r.session_id.to_string()),
     },
     Column {
         name: "visitor_id",
         kind: Kind::Text,
         nullable: true,
         doc: "the visitor it was linked to (vid_), once linked",
-        get: |r| Cell::optional_text(r.record.visitor_id.map(|v| v.to_string())),
+        get: |r| Cell::optional_text(r.visitor_id.map(|v| v.to_string())),
     },
     Column {
         name: "created_at",
         kind: Kind::Time,
         nullable: false,
         doc: "when the session was opened",
-        get: |r| Cell::Time(r.record.opened_at),
+        get: |r| Cell::Millis(r.created_at_ms),
     },
     Column {
         name: "updated_at",
         kind: Kind::Time,
         nullable: false,
         doc: "when the session was last scored",
-        get: |r| Cell::Time(r.record.updated_at),
+        get: |r| Cell::Millis(r.updated_at_ms),
     },
     Column {
         name: "decided_at",
         kind: Kind::Time,
         nullable: true,
         doc: "when its latest decision was made",
-        get: |r| Cell::optional_time(r.decision.as_ref().map(|d| d.evaluated_at)),
+        get: |r| decided(r, |d| Cell::Millis(d.decided_at_ms)),
     },
     Column {
         name: "url",
         kind: Kind::Text,
         nullable: false,
         doc: "the page the session was opened on",
-        get: |r| Cell::text(r.record.page_url.clone()),
+        get: |r| Cell::text(r.url.as_str()),
     },
     Column {
         name: "user_agent",
         kind: Kind::Text,
         nullable: false,
         doc: "the HTTP user agent",
-        get: |r| Cell::text(r.record.user_agent.clone()),
+        get: |r| Cell::text(r.user_agent.as_str()),
     },
     Column {
         name: "ip_address",
         kind: Kind::Text,
         nullable: false,
         doc: "the client address",
-        get: |r| Cell::text(r.record.ip.clone()),
+        get: |r| Cell::text(r.ip_address.as_str()),
     },
     Column {
         name: "screen_width",
         kind: Kind::Int64,
         nullable: true,
         doc: "the screen's width in CSS pixels, as the browser reported it",
-        get: |r| screen(r, |s| s.width),
+        get: |r| r.screen_width.map_or(Cell::Null, Cell::Int64),
     },
     Column {
         name: "screen_height",
         kind: Kind::Int64,
         nullable: true,
         doc: "the screen's height in CSS pixels, as the browser reported it",
-        get: |r| screen(r, |s| s.height),
+        get: |r| r.screen_height.map_or(Cell::Null, Cell::Int64),
     },
     Column {
         name: "automation_status",
         kind: Kind::Enum,
         nullable: true,
         doc: "automated, human or uncertain",
-        get: |r| decision_enum(r, |d| name(d.automation_status)),
+        get: |r| decided(r, |d| Cell::text(d.automation_status.as_str())),
     },
     Column {
         name: "verdict",
         kind: Kind::Enum,
         nullable: true,
         doc: "human, bot, verified_bot or suspicious",
-        get: |r| decision_enum(r, |d| name(d.verdict)),
+        get: |r| decided(r, |d| Cell::text(d.verdict.as_str())),
     },
     Column {
         name: "decision_status",
         kind: Kind::Enum,
         nullable: true,
         doc: "preliminary or final",
-        get: |r| decision_enum(r, |d| name(d.decision_status)),
+        get: |r| decided(r, |d| Cell::text(d.decision_status.as_str())),
     },
     Column {
         name: "phase",
         kind: Kind::Enum,
         nullable: true,
         doc: "snapshot, behavioral or final",
-        get: |r| decision_enum(r, |d| name(d.phase)),
+        get: |r| decided(r, |d| Cell::text(d.phase.as_str())),
     },
     Column {
         name: "manipulation",
         kind: Kind::Enum,
         nullable: true,
         doc: "the manipulation found, if any",
-        get: |r| decision_enum(r, |d| d.manipulation.map_or(Cell::Null, name)),
+        get: |r| decided(r, |d| Cell::optional_text(d.manipulation.as_deref())),
     },
     Column {
         name: "risk_score",
         kind: Kind::Float32,
         nullable: true,
         doc: "0 to 100",
-        get: |r| Cell::optional_f32(r.decision.as_ref().map(|d| f32::from(d.risk_score))),
+        get: |r| decided(r, |d| Cell::Float32(f32::from(d.risk_score))),
     },
     Column {
         name: "rule",
         kind: Kind::Text,
         nullable: true,
         doc: "the row of the rules table that decided",
-        get: |r| Cell::optional_text(r.decision.as_ref().map(|d| d.rule.clone())),
+        get: |r| decided(r, |d| Cell::text(d.rule.as_str())),
     },
     Column {
         name: "score_automation",
         kind: Kind::Float32,
         nullable: true,
         doc: "the automation category's score, 0 to 100",
-        get: |r| r.category(Category::Automation),
+        get: |r| score(r, 0),
     },
     Column {
         name: "score_integrity",
         kind: Kind::Float32,
         nullable: true,
         doc: "the integrity category's score, 0 to 100",
-        get: |r| r.category(Category::Integrity),
+        get: |r| score(r, 1),
     },
     Column {
         name: "score_network",
         kind: Kind::Float32,
         nullable: true,
         doc: "the network category's score, 0 to 100",
-        get: |r| r.category(Category::Network),
+        get: |r| score(r, 2),
     },
     Column {
         name: "score_behavior",
         kind: Kind::Float32,
         nullable: true,
         doc: "the behavior category's score, 0 to 100",
-        get: |r| r.category(Category::Behavior),
+        get: |r| score(r, 3),
     },
     Column {
         name: "score_consistency",
         kind: Kind::Float32,
         nullable: true,
         doc: "the consistency category's score, 0 to 100",
-        get: |r| r.category(Category::Consistency),
+        get: |r| score(r, 4),
     },
     Column {
         name: "signals",
         kind: Kind::TextList,
         nullable: true,
         doc: "the slugs of the signals that fired",
-        get: |r| {
-            r.decision.as_ref().map_or(Cell::Null, |d| {
-                Cell::TextList(d.signals_fired.iter().map(|s| s.slug.clone()).collect())
-            })
-        },
+        get: |r| decided(r, |d| Cell::text_list(d.signals.as_slice())),
     },
     Column {
         name: "web_bot_auth",
         kind: Kind::Enum,
         nullable: true,
         doc: "verified, invalid, unverified or absent: a signed agent's outcome",
-        get: |r| {
-            r.view()
-                .context()
-                .and_then(|c| c.web_bot_auth)
-                .map_or(Cell::Null, name)
-        },
+        get: |r| Cell::optional_text(r.web_bot_auth.as_deref()),
     },
 ];
-
-fn screen(row: &Row, side: fn(&schemas::session_view::ScreenView) -> Option<f64>) -> Cell {
-    row.view()
-        .probes()
-        .and_then(|p| p.screen.as_ref())
-        .and_then(side)
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .map_or(Cell::Null, |v| Cell::Int64(v as i64))
-}
 
 pub(super) async fn export(
     State(state): State<QueryState>,
@@ -335,39 +294,26 @@ impl Source for Sessions {
         let mut rows = Vec::new();
         // A search keeps reading until it has matches or the window is done.
         while rows.is_empty() && !self.exhausted {
-            let page = match &self.verdict {
-                Some(v) => {
-                    self.store
-                        .list_sessions_by_verdict(org, env, v, Some(self.after), limit)
-                        .await?
-                }
-                None => {
-                    self.store
-                        .list_sessions(org, env, Some(self.after), limit)
-                        .await?
-                }
-            };
+            let page = self
+                .store
+                .list_session_digests(org, env, self.verdict.as_deref(), Some(self.after), limit)
+                .await?;
             self.exhausted = page.len() < limit;
-            for record in page {
-                if record.id.ulid() < self.lower {
+            for digest in page {
+                if digest.session_id.ulid() < self.lower {
                     self.exhausted = true;
                     break;
                 }
-                self.after = record.id;
+                self.after = digest.session_id;
                 if let Some(q) = &self.search
-                    && !(record.id.to_string() == *q
-                        || record.visitor_id.is_some_and(|v| v.to_string() == *q)
-                        || record.ip == *q
-                        || record.page_url.contains(q.as_str()))
+                    && !(digest.session_id.to_string() == *q
+                        || digest.visitor_id.is_some_and(|v| v.to_string() == *q)
+                        || digest.ip_address == *q
+                        || digest.url.contains(q.as_str()))
                 {
                     continue;
                 }
-                let decision = crate::latest_decision(&record);
-                rows.push(Row {
-                    record,
-                    decision,
-                    view: OnceCell::new(),
-                });
+                rows.push(digest);
             }
         }
         Ok(rows)

@@ -33,6 +33,7 @@ use schemas::events::{EventSubject, EventType};
 use schemas::ids::{KeyId, OrgId, WebhookEndpointId};
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
+use schemas::session_digest::SessionDigest;
 use schemas::time::{self, Timestamp};
 use schemas::{DecisionId, EventId, PingId, SessionId, VisitorId};
 use serde_json::json;
@@ -138,6 +139,7 @@ macro_rules! store_conformance_suite {
                 the_idle_index_follows_each_save_until_final,
                 decision_history_keeps_turning_points_and_the_latest,
                 sessions_by_verdict_follow_the_latest_decision,
+                session_digests_follow_each_save,
             ],
             visitors: [
                 visitor_round_trip,

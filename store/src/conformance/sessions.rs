@@ -742,3 +742,108 @@ pub async fn sessions_by_verdict_follow_the_latest_decision(store: Store) {
     assert_eq!(session_ids(&humans), vec![ids[6], ids[5], ids[3], ids[1]]);
     assert_eq!(humans[0], moved, "rows are the sessions as stored");
 }
+
+/// The sessions export's digests (`list_session_digests`): each session's as its latest save
+/// makes it (its settled part included), newest first, paged by `after`, by verdict, and apart
+/// per organization and environment.
+pub async fn session_digests_follow_each_save(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Test);
+    let ids = sorted_ids(5, SessionId::generate);
+    let settled = RawJson::encode(
+        &json!({ "observations": { "probes": { "screen": { "width": 1920, "height": 1080 } } } }),
+    )
+    .unwrap();
+    let mut sessions = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let verdict = if i % 2 == 0 { "bot" } else { "human" };
+        let session = session_with_verdict(org, env, *id, verdict);
+        let part = (i == 0).then(|| settled.clone());
+        store
+            .save_sessions(&[SessionSave {
+                session: session.clone(),
+                decision: None,
+                events: Vec::new(),
+                settled: part.clone(),
+            }])
+            .await
+            .unwrap();
+        sessions.push((session, part));
+    }
+    store
+        .save_session(
+            &session_with_verdict(org, Environment::Live, SessionId::generate(), "bot"),
+            None,
+            &[],
+        )
+        .await
+        .unwrap();
+    let list = |verdict: Option<&'static str>, after, limit| {
+        let store = store.clone();
+        async move {
+            store
+                .list_session_digests(org, env, verdict, after, limit)
+                .await
+                .unwrap()
+        }
+    };
+    let ids_of = |digests: &[SessionDigest]| -> Vec<SessionId> {
+        digests.iter().map(|d| d.session_id).collect()
+    };
+    let all = list(None, None, 100).await;
+    assert_eq!(ids_of(&all), vec![ids[4], ids[3], ids[2], ids[1], ids[0]]);
+    for digest in &all {
+        let (session, part) = sessions
+            .iter()
+            .find(|(s, _)| s.id == digest.session_id)
+            .unwrap();
+        assert_eq!(*digest, session.digest(part.as_ref()));
+        assert_eq!(digest.url, session.page_url);
+        assert_eq!(digest.visitor_id, session.visitor_id);
+        assert_eq!(digest.created_at_ms, session.opened_at.timestamp_millis());
+    }
+    assert_eq!(all[4].screen_width, Some(1920), "from the settled part");
+    assert_eq!(all[3].screen_width, None);
+    assert_eq!(
+        ids_of(&list(None, Some(ids[3]), 2).await),
+        vec![ids[2], ids[1]]
+    );
+    assert_eq!(
+        ids_of(&list(Some("bot"), None, 10).await),
+        vec![ids[4], ids[2], ids[0]]
+    );
+    assert_eq!(
+        ids_of(&list(Some("bot"), Some(ids[4]), 10).await),
+        vec![ids[2], ids[0]]
+    );
+    assert!(list(Some("suspicious"), None, 10).await.is_empty());
+    assert!(
+        store
+            .list_session_digests(OrgId::generate(), env, None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .list_session_digests(org, Environment::Live, None, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "the other environment's own"
+    );
+
+    // A later save replaces the digest, and moves it between verdicts.
+    let moved = SessionRecord {
+        page_url: "https://shop.example/paid".into(),
+        ..session_with_verdict(org, env, ids[4], "human")
+    };
+    store.save_session(&moved, None, &[]).await.unwrap();
+    let again = list(None, None, 1).await;
+    assert_eq!(again[0], moved.digest(None));
+    assert_eq!(again[0].url, "https://shop.example/paid");
+    assert_eq!(
+        ids_of(&list(Some("bot"), None, 10).await),
+        vec![ids[2], ids[0]]
+    );
+}

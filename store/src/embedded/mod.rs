@@ -82,6 +82,10 @@ const SESSION_DECISIONS: &str = "session_decisions";
 /// Embedded only: the settled part of each session's state (`SessionSave::settled`), keyed as
 /// its `sessions` row.
 const SESSION_SETTLED: &str = "session_settled";
+/// Embedded only: each session's digest for the sessions export (`SessionRecord::digest`),
+/// keyed as its `sessions` row, where PostgreSQL and ScyllaDB keep a column: the row is one
+/// document here, so reading the digest alone needs a table of its own.
+const SESSION_DIGESTS: &str = "session_digests";
 const SESSIONS_IDLE: &str = "sessions_idle";
 const EVENTS: &str = "events";
 const WEBHOOK_ENDPOINTS: &str = "webhook_endpoints";
@@ -135,6 +139,7 @@ struct Inner {
     sessions: Keyspace,
     session_decisions: Keyspace,
     session_settled: Keyspace,
+    session_digests: Keyspace,
     sessions_idle: Keyspace,
     events: Keyspace,
     webhook_endpoints: Keyspace,
@@ -319,6 +324,7 @@ impl EmbeddedStore {
             sessions: keyspace(SESSIONS)?,
             session_decisions: keyspace(SESSION_DECISIONS)?,
             session_settled: keyspace(SESSION_SETTLED)?,
+            session_digests: keyspace(SESSION_DIGESTS)?,
             sessions_idle: keyspace(SESSIONS_IDLE)?,
             events: keyspace(EVENTS)?,
             webhook_endpoints: keyspace(WEBHOOK_ENDPOINTS)?,
@@ -345,6 +351,8 @@ impl EmbeddedStore {
             db,
         };
         inner.claim_gate_services()?;
+        inner.skip_backfill_when_empty()?;
+        inner.digest_sessions()?;
         let inner = Arc::new(inner);
         let seqs = seqs::SeqRaiser::start(Arc::downgrade(&inner))
             .map_err(|e| StoreError::Unavailable(format!("starting the counter thread: {e}")))?;
@@ -370,6 +378,7 @@ impl EmbeddedStore {
             &db.sessions,
             &db.session_decisions,
             &db.session_settled,
+            &db.session_digests,
             &db.sessions_idle,
             &db.events,
             &db.visitors,

@@ -99,6 +99,21 @@ impl Inner {
         Ok(more)
     }
 
+    /// Records a new store's backfill as done: it has no rows to index. Otherwise a store
+    /// filled right after it was made (a restore, a bulk load) would be walked again by its
+    /// first sweeps for nothing. Blocking.
+    pub(super) fn skip_backfill_when_empty(&self) -> Result<()> {
+        let empty = [&self.sessions, &self.visitors, &self.events]
+            .iter()
+            .all(|table| table.first_key_value().is_none());
+        if empty && !self.contains(&self.settings, key::setting(BACKFILLED))? {
+            let mut batch = self.batch();
+            batch.insert(&self.settings, key::setting(BACKFILLED), b"done".to_vec());
+            batch.commit().map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
     /// One step of the backfill (see [`Backfill`]); whether it did one (false once done).
     fn backfill_step(
         &self,
@@ -365,8 +380,11 @@ mod tests {
             recent_sessions: Vec::new(),
         };
         store.save_visitor(&visitor).await.unwrap();
-        // Forget the indexes, as a store from before them has none.
+        // Forget the indexes, as a store from before them has none (and the record that a
+        // new store, empty when opened, has nothing to index).
         let db = &store.inner;
+        assert!(db.settings.contains_key(key::setting(BACKFILLED)).unwrap());
+        db.settings.remove(key::setting(BACKFILLED)).unwrap();
         for table in [
             &db.sessions_by_verdict,
             &db.visitors_by_last_seen,

@@ -18,14 +18,15 @@ use fjall::{OwnedWriteBatch, Readable, Snapshot};
 use schemas::credential::Environment;
 use schemas::ids::{DecisionId, OrgId, SessionId};
 use schemas::raw::RawJson;
+use schemas::session_digest::SessionDigest;
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::key::Expiring;
 use super::{
-    EXPIRY_QUEUE, EmbeddedStore, Inner, SESSION_DECISIONS, SESSION_SETTLED, SESSIONS,
-    SESSIONS_BY_VERDICT, SESSIONS_IDLE, decode, decode_row, encode, key, prefix_end, read_indexed,
-    scan, unavailable,
+    EXPIRY_QUEUE, EmbeddedStore, Inner, SESSION_DECISIONS, SESSION_DIGESTS, SESSION_SETTLED,
+    SESSIONS, SESSIONS_BY_VERDICT, SESSIONS_IDLE, decode, decode_row, encode, key, prefix_end,
+    read_indexed, scan, unavailable,
 };
 use crate::{
     DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, SessionStore,
@@ -321,6 +322,11 @@ impl Inner {
             newest_decision: kept,
         };
         batch.insert(&self.sessions, k, encode(SESSIONS, &row)?);
+        batch.insert(
+            &self.session_digests,
+            k,
+            encode(SESSION_DIGESTS, &session.digest(save.settled.as_ref()))?,
+        );
         self.add_events(batch, &save.events)?;
         Ok(known.then_some(SessionMark {
             updated_at: session.updated_at,
@@ -477,10 +483,56 @@ impl Inner {
             batch.remove(&self.session_decisions, guard.key().map_err(unavailable)?);
         }
         batch.remove(&self.session_settled, k.to_vec());
+        batch.remove(&self.session_digests, k.to_vec());
         batch.remove(&self.sessions, k.to_vec());
         Ok(())
     }
+
+    /// Writes the digest of every session that has none, once: a store made before digests
+    /// were kept gets them at its first start by this build (about 30 µs a session), and
+    /// records it in `settings` so later starts skip the walk. Blocking.
+    pub(super) fn digest_sessions(&self) -> Result<()> {
+        if self.contains(&self.settings, key::setting(DIGESTED))? {
+            return Ok(());
+        }
+        let mut batch = self.batch();
+        let mut written = 0;
+        for guard in self.sessions.iter() {
+            let (k, v) = guard.into_inner().map_err(unavailable)?;
+            let session: SessionRecord = decode(SESSIONS, &v)?;
+            let settled = match self.session_settled.get(&k).map_err(unavailable)? {
+                Some(part) => Some(RawJson::parse(&part).map_err(|e| StoreError::Corrupt {
+                    table: SESSION_SETTLED,
+                    detail: e.to_string(),
+                })?),
+                None => None,
+            };
+            batch.insert(
+                &self.session_digests,
+                k.to_vec(),
+                encode(SESSION_DIGESTS, &session.digest(settled.as_ref()))?,
+            );
+            written += 1;
+            // Committed in steps, so the batch's memory stays small however many sessions.
+            if written % 1_000 == 0 {
+                std::mem::replace(&mut batch, self.batch())
+                    .commit()
+                    .map_err(unavailable)?;
+            }
+        }
+        if written > 0 {
+            tracing::info!(
+                sessions = written,
+                "embedded store: wrote the sessions' export digests"
+            );
+        }
+        batch.insert(&self.settings, key::setting(DIGESTED), []);
+        batch.commit().map_err(unavailable)
+    }
 }
+
+/// The `settings` row that says every session has its digest.
+const DIGESTED: &str = "store/session-digests/v1";
 
 #[async_trait]
 impl SessionStore for EmbeddedStore {
@@ -559,6 +611,50 @@ impl SessionStore for EmbeddedStore {
         .into_iter()
         .map(|session| self.inner.whole(&snapshot, session))
         .collect()
+    }
+
+    async fn list_session_digests(
+        &self,
+        org: OrgId,
+        env: Environment,
+        verdict: Option<&str>,
+        after: Option<SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionDigest>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let snapshot = self.inner.db.snapshot();
+        let Some(verdict) = verdict else {
+            let partition = key::session_partition(org, env);
+            let start = match after {
+                Some(after) => Bound::Excluded(key::session(org, env, after).to_vec()),
+                None => Bound::Included(partition.to_vec()),
+            };
+            return scan(
+                SESSION_DIGESTS,
+                &snapshot,
+                &self.inner.session_digests,
+                start,
+                prefix_end(&partition),
+                limit,
+            );
+        };
+        let Some(partition) = key::verdict_partition(org, env, verdict) else {
+            return Ok(Vec::new());
+        };
+        let start = match after.and_then(|a| key::session_by_verdict(org, env, verdict, a)) {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(partition.clone()),
+        };
+        read_indexed(
+            &snapshot,
+            (&self.inner.sessions_by_verdict, SESSIONS_BY_VERDICT),
+            (start, prefix_end(&partition)),
+            limit,
+            (&self.inner.session_digests, SESSION_DIGESTS),
+            |id| key::session(org, env, SessionId::from_ulid(id.into())),
+        )
     }
 
     /// The verdict index's rows and the session rows they name, from one snapshot.
@@ -820,6 +916,58 @@ mod tests {
         assert_eq!(
             store.list_decisions(org, env, sid, 10).await.unwrap(),
             vec![next, first]
+        );
+    }
+
+    /// A store made before digests were kept gets one for every session at its next open,
+    /// once: the settled part of a state included.
+    #[tokio::test]
+    async fn an_older_store_gets_its_digests_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(None);
+        let (org, env) = (s.organization_id, s.environment);
+        let settled = RawJson::encode(
+            &serde_json::json!({ "observations": { "probes": { "screen": { "width": 390 } } } }),
+        )
+        .unwrap();
+        {
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            let save = SessionSave {
+                session: s.clone(),
+                decision: None,
+                events: Vec::new(),
+                settled: Some(settled.clone()),
+            };
+            store.save_sessions(&[save]).await.unwrap();
+            // As an older build left it: no digest, no record of the walk.
+            let inner = &store.inner;
+            let mut batch = inner.batch();
+            batch.remove(
+                &inner.session_digests,
+                key::session(org, env, s.id).to_vec(),
+            );
+            batch.remove(&inner.settings, key::setting(DIGESTED));
+            batch.commit().unwrap();
+            assert!(
+                store
+                    .list_session_digests(org, env, None, None, 10)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let digests = store
+            .list_session_digests(org, env, None, None, 10)
+            .await
+            .unwrap();
+        assert_eq!(digests, vec![s.digest(Some(&settled))]);
+        assert_eq!(digests[0].screen_width, Some(390));
+        assert!(
+            store
+                .inner
+                .contains(&store.inner.settings, key::setting(DIGESTED))
+                .unwrap()
         );
     }
 }

@@ -20,6 +20,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "gate service claims",
         include_str!("../../../schemas/sql/0002_gate_service_claims.sql"),
     ),
+    (
+        3,
+        "session digests",
+        include_str!("../../../schemas/sql/0003_session_digests.sql"),
+    ),
 ];
 
 /// The version this build needs.

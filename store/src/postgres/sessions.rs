@@ -8,8 +8,10 @@ use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use schemas::credential::Environment;
 use schemas::ids::{OrgId, SessionId};
+use schemas::session_digest::SessionDigest;
 use schemas::time::Timestamp;
 use serde::Deserialize;
+use tokio_postgres::types::Json;
 
 use super::events::insert_events;
 use super::{
@@ -53,11 +55,12 @@ async fn save_one(tx: &impl GenericClient, save: &SessionSave) -> Result<()> {
     // The upsert locks the session's row, so the decisions read below cannot change under it.
     execute(
         tx,
-        "INSERT INTO sessions (organization_id, environment, id, updated_at, finalized, verdict, body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+        "INSERT INTO sessions
+             (organization_id, environment, id, updated_at, finalized, verdict, body, digest)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (organization_id, environment, id) DO UPDATE SET
              updated_at = excluded.updated_at, finalized = excluded.finalized,
-             verdict = excluded.verdict, body = excluded.body",
+             verdict = excluded.verdict, body = excluded.body, digest = excluded.digest",
         &[
             &ulid_bytes(session.organization_id.ulid()),
             &env_code(session.environment),
@@ -66,6 +69,7 @@ async fn save_one(tx: &impl GenericClient, save: &SessionSave) -> Result<()> {
             &session.finalized,
             &session.verdict(),
             &json(session),
+            &json(&session.digest(None)),
         ],
     )
     .await?;
@@ -192,6 +196,56 @@ impl SessionStore for PostgresStore {
         )
         .await?;
         decode_all(SESSIONS, &found)
+    }
+
+    async fn list_session_digests(
+        &self,
+        org: OrgId,
+        env: Environment,
+        verdict: Option<&str>,
+        after: Option<SessionId>,
+        count: usize,
+    ) -> Result<Vec<SessionDigest>> {
+        // The body only of a row written before digests were kept, to make its digest from.
+        let columns = "SELECT digest, CASE WHEN digest IS NULL THEN body END FROM sessions";
+        let (org, env, after, count) = (
+            ulid_bytes(org.ulid()),
+            env_code(env),
+            after.map(|a| ulid_bytes(a.ulid())),
+            limit(count),
+        );
+        let client = self.client().await?;
+        let found = match verdict {
+            None => {
+                let sql = format!(
+                    "{columns} WHERE organization_id = $1 AND environment = $2
+                       AND ($3::bytea IS NULL OR id < $3)
+                     ORDER BY id DESC LIMIT $4"
+                );
+                rows(&client, &sql, &[&org, &env, &after, &count]).await?
+            }
+            Some(verdict) => {
+                let sql = format!(
+                    "{columns} WHERE organization_id = $1 AND environment = $2 AND verdict = $3
+                       AND ($4::bytea IS NULL OR id < $4)
+                     ORDER BY id DESC LIMIT $5"
+                );
+                rows(&client, &sql, &[&org, &env, &verdict, &after, &count]).await?
+            }
+        };
+        found
+            .iter()
+            .map(
+                |row| match row.try_get::<_, Option<Json<SessionDigest>>>(0) {
+                    Ok(Some(Json(digest))) => Ok(digest),
+                    Ok(None) => decode::<SessionRecord>(SESSIONS, row, 1).map(|s| s.digest(None)),
+                    Err(e) => Err(crate::StoreError::Corrupt {
+                        table: SESSIONS,
+                        detail: e.to_string(),
+                    }),
+                },
+            )
+            .collect()
     }
 
     async fn list_decisions(

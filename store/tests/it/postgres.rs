@@ -108,3 +108,57 @@ async fn an_unmigrated_database_is_refused_and_an_absent_one_is_reported() {
         .expect_err("ping fails while it is unreachable");
     assert!(matches!(down, store::StoreError::Unavailable(_)), "{down}");
 }
+
+/// Rows written before digests were kept (migration 3) have none: an export reaches them
+/// through a digest made from their body, the same as a save would have written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_without_a_digest_is_digested_from_its_body() {
+    use schemas::credential::Environment;
+    let url = fresh_schema().await;
+    store::postgres::migrations::migrate(&url).await.unwrap();
+    let store = store::open(&url).await.unwrap();
+    let (org, env) = (schemas::ids::OrgId::generate(), Environment::Live);
+    let now = schemas::time::now();
+    let session = store::SessionRecord {
+        id: schemas::SessionId::generate(),
+        organization_id: org,
+        environment: env,
+        visitor_id: None,
+        opened_at: now,
+        updated_at: now,
+        page_url: "https://shop.example/".into(),
+        ip: "203.0.113.7".into(),
+        user_agent: "Mozilla/5.0".into(),
+        processed_through: 1,
+        processed_seqs: Vec::new(),
+        state: store::RawJson::encode(
+            &serde_json::json!({ "context": { "web_bot_auth": "verified" } }),
+        )
+        .unwrap(),
+        latest_decision: None,
+        finalized: false,
+    };
+    store.save_session(&session, None, &[]).await.unwrap();
+    let written = store
+        .list_session_digests(org, env, None, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(written, vec![session.digest(None)]);
+    assert_eq!(written[0].web_bot_auth.as_deref(), Some("verified"));
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+    let cleared = client
+        .execute("UPDATE sessions SET digest = NULL", &[])
+        .await
+        .unwrap();
+    assert_eq!(cleared, 1);
+    drop(client);
+    let _ = driver.await;
+    let read = store
+        .list_session_digests(org, env, None, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(read, written);
+}
