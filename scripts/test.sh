@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
 # (redis-server, postgresql, nodejs, curl, chromium, chromium-driver, xvfb and xdotool from Debian's
-# packages, Python's requests from PyPI, the detection recorder's packages from npm, cargo-nextest from
+# packages, Python's requests and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
 # crates.io), starts Redis and PostgreSQL on free ports, checks the
 # lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
 # happens.
@@ -19,6 +19,14 @@ python3 -c 'import requests' 2>/dev/null || python3 -m pip install --quiet reque
 # Exports are read by the analysts' own tools (tests/it/exports.rs, docs/analysts.md's snippets).
 python3 -c 'import pyarrow, polars, duckdb, pandas' 2>/dev/null \
   || python3 -m pip install --quiet pyarrow polars duckdb pandas
+# DuckDB's httpfs extension, for the snippet that reads the route itself: DuckDB downloads its
+# extensions from its own site, which CI may not reach, so the test reads it from PyPI's wheel
+# (published only up to DuckDB 1.5.5) in a venv of its own.
+httpfs_venv=target/duckdb-httpfs
+[ -x "$httpfs_venv/bin/python" ] && "$httpfs_venv/bin/python" -c 'import duckdb_extension_httpfs' 2>/dev/null \
+  || { python3 -m venv "$httpfs_venv" \
+       && "$httpfs_venv/bin/pip" install --quiet duckdb==1.5.5 duckdb-extension-httpfs==1.5.5; }
+export VIGIL_TEST_DUCKDB_HTTPFS_PYTHON="$PWD/$httpfs_venv/bin/python"
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 
 start_redis

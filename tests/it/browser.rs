@@ -5,7 +5,8 @@
 //! really reports. Then `agent.result()` mints the handoff the site's backend opens with its
 //! secret key, and a second visit with the same browser profile brings back the visitor token
 //! the first stored and links to the same `vid_`; a fresh profile on the same machine, with no
-//! token, links to it by its anchors.
+//! token, links to it by its anchors; and the two visits, exported with `vigil export`, read in
+//! pyarrow, polars and DuckDB as the API answers them.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (scripts/test.sh installs them); without
 //! them these tests fail, they never skip.
@@ -14,6 +15,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use vigil_tests::TestServer;
+use vigil_tests::analysts::{
+    assert_sessions_match_the_api, read_with_each_tool, succeeded, vigil_export,
+};
 use vigil_tests::browser::{ChromeDriver, PageServer, Profile, Session, sdk_page};
 use vigil_tests::collect::logged_batches;
 
@@ -315,6 +319,62 @@ async fn a_second_visit_with_the_same_profile_brings_the_stored_visitor_token() 
     );
     println!("{vid}: token found in {found_in:?} on the second visit");
     browser.quit().await;
+
+    // An analyst's export of the two visits, as `vigil export` writes it and pyarrow, polars and
+    // DuckDB read it: both sessions, one visitor, each row what the JSON API answers.
+    let sk = &s.creds.keys.secret_test;
+    let sessions = [first_sid, second_sid];
+    quiescent(&s, sk, &sessions).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sessions.parquet");
+    succeeded(&vigil_export(
+        &s,
+        &["sessions", "--url", &s.base, "--out", out.to_str().unwrap()],
+    ));
+    let read = read_with_each_tool(&out);
+    let mut exported: Vec<&str> = read
+        .rows
+        .iter()
+        .map(|r| r["session_id"].as_str().unwrap())
+        .collect();
+    exported.sort_unstable();
+    let mut expected: Vec<&str> = sessions.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(exported, expected);
+    for row in &read.rows {
+        assert_eq!(row["visitor_id"], vid.as_str(), "{row}");
+        let agent = row["user_agent"].as_str().unwrap_or_default();
+        assert!(agent.contains("Chrome/"), "the browser's own agent: {row}");
+    }
+    assert_sessions_match_the_api(&s, sk, &read.rows).await;
+}
+
+/// Waits until the API answers the same for each session twice, half a second apart, so an
+/// export and the reads it is compared with see one state (the browser's last batches, sent as
+/// it closed, may still be in the processor).
+async fn quiescent(s: &TestServer, key: &str, sessions: &[String]) {
+    let read = || async {
+        let mut all = Vec::new();
+        for id in sessions {
+            let r = s.get(&format!("/v1/sessions/{id}")).key(key).send().await;
+            all.push(r.ok(200).clone());
+        }
+        all
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = read().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = read().await;
+        if now == last {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sessions never settled: {now:?}"
+        );
+        last = now;
+    }
 }
 
 /// How the processor linked `session_id` (the `linked_by` of its fingerprint event), once it has.

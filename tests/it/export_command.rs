@@ -5,45 +5,24 @@
 //! `--resume`, equal to an unbroken one; and, run without a terminal, nothing printed at all.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 
 use serde_json::Value;
-use vigil_tests::analysts::{assert_sessions_match_the_api, read_with_each_tool, scored};
+use vigil_tests::analysts::{
+    assert_sessions_match_the_api, python, read_with_each_tool, scored, succeeded, vigil_export,
+};
 use vigil_tests::faults::FlakyStore;
 use vigil_tests::{TestServer, postgres_database, vigil_binary};
 
-/// `vigil export <args>` with the test environment's secret key, as a pipeline runs it: no
-/// terminal on any stream.
-fn vigil_export(s: &TestServer, args: &[&str]) -> Output {
-    Command::new(vigil_binary())
-        .arg("export")
-        .args(args)
-        .env("VIGIL_SECRET_KEY", &s.creds.keys.secret_test)
-        .env_remove("VIGIL_URL")
-        .env_remove("VIGIL_STORE")
-        .stdin(Stdio::null())
-        .output()
-        .expect("vigil runs")
-}
-
-fn succeeded(out: &Output) {
-    assert!(
-        out.status.success(),
-        "vigil export failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Without a terminal it is quiet: no progress bar, no summary.
-    assert!(
-        out.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(
-        out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// The snippet docs/analysts.md#the-command-line gives for the files `vigil export` writes.
+fn file_snippet() -> String {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/analysts.md"))
+        .unwrap();
+    let (_, after) = page
+        .split_once("<!-- export-file-snippet -->\n```python\n")
+        .expect("the snippet's marker");
+    after[..after.find("```").unwrap()].to_owned()
 }
 
 fn failed(out: &Output) -> String {
@@ -95,6 +74,15 @@ async fn the_command_writes_each_format_as_the_api_answers() {
             .collect();
         assert_eq!(exported, sorted(&ids), "{name}");
         assert_sessions_match_the_api(&s, sk, &read.rows).await;
+    }
+
+    // The docs' snippet for these files runs as written on each.
+    for name in ["sessions.arrows", "sessions.parquet"] {
+        let printed = python(&file_snippet(), &[path_str(&dir.path().join(name))]);
+        assert!(
+            printed.contains("verdict") && printed.contains(&format!(" {} ", ids.len())),
+            "{name}: {printed}"
+        );
     }
 
     // NDJSON: the lines the endpoint answers.

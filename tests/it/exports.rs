@@ -8,7 +8,9 @@
 use std::process::Command;
 
 use serde_json::{Value, json};
-use vigil_tests::analysts::{assert_sessions_match_the_api, python, read_with_each_tool, scored};
+use vigil_tests::analysts::{
+    assert_sessions_match_the_api, copied_to, python, read_with_each_tool, scored,
+};
 use vigil_tests::{TestServer, postgres_database};
 
 /// `GET path` with `key` and `accept`: status and body bytes.
@@ -325,19 +327,37 @@ print(json.dumps(ids))
     assert_eq!(all, expected);
 }
 
-/// Every snippet of docs/analysts.md runs as written, against a server with scored sessions.
+/// Every snippet of docs/analysts.md runs as written, against a server with two sessions scored
+/// now and one copied to the first millisecond of yesterday (UTC): the polars snippet's
+/// DataFrame of yesterday holds that one alone, and DuckDB counts the last day's two the same
+/// through pyarrow and through its own httpfs extension.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_analysts_snippets_run_as_written() {
     let s = TestServer::start().await;
-    scored(&s, 2).await;
+    let ids = scored(&s, 2).await;
+    let today = chrono::Utc::now()
+        .date_naive()
+        .and_time(chrono::NaiveTime::MIN)
+        .and_utc();
+    let yesterday = copied_to(
+        &s,
+        &ids[0],
+        today - chrono::Duration::days(1) + chrono::Duration::milliseconds(1),
+    )
+    .await;
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/analysts.md"))
         .unwrap();
-    let mut ran = Vec::new();
+    let home = tempfile::tempdir().unwrap();
+    let mut printed = std::collections::BTreeMap::new();
     for part in page.split("<!-- analysts-snippet: ").skip(1) {
         let name = &part[..part.find(" -->").unwrap()];
         let start = part.find("```python\n").expect("a python block") + "```python\n".len();
         let code = &part[start..start + part[start..].find("```").unwrap()];
-        let out = Command::new("python3")
+        let mut python = Command::new("python3");
+        if name == "duckdb-httpfs" {
+            python = duckdb_with_httpfs(home.path());
+        }
+        let out = python
             .arg("-c")
             .arg(code)
             .env("VIGIL_URL", &s.base)
@@ -349,11 +369,52 @@ async fn the_analysts_snippets_run_as_written() {
             "the {name} snippet failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            !out.stdout.is_empty(),
-            "the {name} snippet prints its result"
-        );
-        ran.push(name.to_owned());
+        let out = String::from_utf8(out.stdout).unwrap();
+        assert!(!out.is_empty(), "the {name} snippet prints its result");
+        printed.insert(name.to_owned(), out);
     }
-    assert_eq!(ran, ["polars", "pyarrow", "pandas", "duckdb"]);
+    assert_eq!(
+        printed.keys().collect::<Vec<_>>(),
+        ["duckdb", "duckdb-httpfs", "pandas", "polars", "pyarrow"]
+    );
+    assert!(
+        printed["polars"].starts_with("1 ['session_id'"),
+        "yesterday holds {yesterday} alone: {}",
+        printed["polars"]
+    );
+    // One verdict for the two (the same probes scored twice), counted alike both ways.
+    assert!(printed["duckdb"].ends_with(", 2)]\n"), "{}", printed["duckdb"]);
+    assert_eq!(printed["duckdb-httpfs"], printed["duckdb"]);
+}
+
+/// The Python of a venv with DuckDB and its httpfs extension from PyPI (scripts/test.sh makes
+/// it), with `home` as its home, where the extension is put as `INSTALL httpfs` would download
+/// it: DuckDB's own extension site may be out of reach.
+fn duckdb_with_httpfs(home: &std::path::Path) -> Command {
+    let python = std::env::var("VIGIL_TEST_DUCKDB_HTTPFS_PYTHON")
+        .expect("VIGIL_TEST_DUCKDB_HTTPFS_PYTHON: the venv scripts/test.sh makes");
+    let found = Command::new(&python)
+        .arg("-c")
+        .arg(
+            "import duckdb, duckdb_extension_httpfs, glob, os\n\
+             print(duckdb.__version__, duckdb.sql('PRAGMA platform').fetchone()[0])\n\
+             print(glob.glob(os.path.dirname(duckdb_extension_httpfs.__file__) + '/**/httpfs.duckdb_extension', recursive=True)[0])",
+        )
+        .output()
+        .expect("the venv's python runs");
+    assert!(
+        found.status.success(),
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+    let found = String::from_utf8(found.stdout).unwrap();
+    let mut lines = found.lines();
+    let (version, platform) = lines.next().unwrap().split_once(' ').unwrap();
+    let extension = lines.next().unwrap();
+    let dir = home.join(format!(".duckdb/extensions/v{version}/{platform}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(extension, dir.join("httpfs.duckdb_extension")).unwrap();
+    let mut command = Command::new(python);
+    command.env("HOME", home);
+    command
 }

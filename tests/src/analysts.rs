@@ -1,15 +1,15 @@
 //! The analysts' tools, for the export tests (docs/analysts.md): an export file read by
 //! pyarrow, polars and DuckDB in Python (the test command installs them), each tool's rows
 //! compared with the others', and a sessions export's rows compared with what the JSON API
-//! answers for the same sessions.
+//! answers for the same sessions; and `vigil export` run as a pipeline runs it.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::TestServer;
 use crate::collect::score_session;
+use crate::{TestServer, vigil_binary};
 
 /// A desktop Chrome's probes (a processor fixture), so each session is scored on real data.
 pub fn probes() -> Value {
@@ -35,6 +35,39 @@ pub async fn scored(s: &TestServer, n: usize) -> Vec<String> {
         ids.push(session.id.clone());
     }
     ids
+}
+
+/// A copy of the stored session `id` under a fresh id minted at `at`, as if it had been made
+/// then (the test environment's); its id.
+pub async fn copied_to(s: &TestServer, id: &str, at: chrono::DateTime<chrono::Utc>) -> String {
+    let org: schemas::OrgId = s.creds.org_id().parse().expect("an org id");
+    let env = schemas::credential::Environment::Test;
+    let stored = s
+        .store()
+        .get_session(org, env, id.parse().expect("a session id"))
+        .await
+        .expect("the store answers")
+        .expect("the session is stored");
+    let copy = schemas::SessionId::from_ulid(ulid::Ulid::from_parts(
+        at.timestamp_millis() as u64,
+        schemas::SessionId::generate().ulid().random(),
+    ));
+    let session = store::SessionRecord {
+        id: copy,
+        opened_at: at,
+        updated_at: at,
+        ..stored
+    };
+    s.store()
+        .save_sessions(&[store::SessionSave {
+            session,
+            decision: None,
+            events: Vec::new(),
+            settled: None,
+        }])
+        .await
+        .expect("the copy is saved");
+    copy.to_string()
 }
 
 /// Runs Python with the analysts' libraries; its stdout. A failing script fails the test.
@@ -163,4 +196,38 @@ pub async fn assert_sessions_match_the_api(s: &TestServer, key: &str, rows: &[Va
             "{id}"
         );
     }
+}
+
+/// `vigil export <args>` with the test environment's secret key, as a pipeline runs it: no
+/// terminal on any stream.
+pub fn vigil_export(s: &TestServer, args: &[&str]) -> Output {
+    Command::new(vigil_binary())
+        .arg("export")
+        .args(args)
+        .env("VIGIL_SECRET_KEY", &s.creds.keys.secret_test)
+        .env_remove("VIGIL_URL")
+        .env_remove("VIGIL_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("vigil runs")
+}
+
+/// `vigil export` succeeded, silently.
+pub fn succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "vigil export failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without a terminal it is quiet: no progress bar, no summary.
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
