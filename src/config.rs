@@ -39,6 +39,26 @@ pub enum Command {
     /// Write a window of sessions, fingerprints or events to a file for analysis: `.arrows`
     /// (an Arrow IPC stream), `.parquet` or `.ndjson`, from a running service or the store.
     Export(ExportArgs),
+    /// Ask the `vigil serve` process on this host whether it is ready (`/readyz`): exit 0 when
+    /// it is, 1 otherwise. For container healthchecks; it reads serve's own VIGIL_LISTEN.
+    Healthcheck(HealthcheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// The address `vigil serve` listens on; an unspecified one (0.0.0.0) is probed on
+    /// loopback.
+    #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The certificate serve presents, if any: the probe then speaks TLS.
+    #[arg(long, env = "VIGIL_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Probe this base URL instead (its certificate is then verified).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 5)]
+    pub timeout: u64,
 }
 
 /// The exports `vigil export` writes (docs/analysts.md).

@@ -8,6 +8,7 @@ pub mod connections;
 pub mod demo;
 pub mod export;
 pub mod gate_client;
+pub mod healthcheck;
 pub mod log_roles;
 pub mod retention;
 pub mod server;
@@ -39,6 +40,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gate(config::GateCommand::Signup(args)) => gate_client::signup(args).await,
         Command::Gate(config::GateCommand::Login(args)) => gate_client::login(args).await,
         Command::Export(args) => export::run(args).await,
+        Command::Healthcheck(args) => healthcheck::run(args).await,
     }
 }
 

@@ -80,6 +80,8 @@ impl ServerSecret {
     }
 
     /// Reads the secret file, creating it (mode 0600) with fresh OS randomness on first start.
+    /// Processes sharing the directory (a compose stack's services on one volume) may start at
+    /// once: the first to publish its secret wins, and every other reads that one.
     pub fn load_or_create(path: &Path) -> std::io::Result<Self> {
         match std::fs::read_to_string(path) {
             Ok(s) => Self::from_hex(&s).map_err(std::io::Error::other),
@@ -88,8 +90,23 @@ impl ServerSecret {
                 OsRng
                     .try_fill_bytes(&mut master)
                     .map_err(std::io::Error::other)?;
-                write_private(path, hex::encode(master).as_bytes())?;
-                Ok(Self::from_bytes(master))
+                // Written whole under a random name of its own, then linked to the real
+                // name, which fails if another process linked its secret first.
+                let mine = path.with_extension(format!(
+                    "{:016x}.tmp",
+                    OsRng.try_next_u64().map_err(std::io::Error::other)?
+                ));
+                write_private(&mine, hex::encode(master).as_bytes())?;
+                let linked = std::fs::hard_link(&mine, path);
+                let _ = std::fs::remove_file(&mine);
+                match linked {
+                    Ok(()) => Ok(Self::from_bytes(master)),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        Self::from_hex(&std::fs::read_to_string(path)?)
+                            .map_err(std::io::Error::other)
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => Err(e),
         }
@@ -246,6 +263,25 @@ pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use schemas::credential::{Environment, KeyType};
+
+    #[test]
+    fn processes_creating_the_secret_at_once_all_read_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server-secret");
+        let made: Vec<ServerSecret> = std::thread::scope(|scope| {
+            let starts: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| ServerSecret::load_or_create(&path).unwrap()))
+                .collect();
+            starts.into_iter().map(|s| s.join().unwrap()).collect()
+        });
+        let credential = Credential::generate(KeyType::Secret, Environment::Live);
+        let first = made[0].hash_credential(&credential);
+        assert!(made.iter().all(|s| s.hash_credential(&credential) == first));
+        let on_disk = ServerSecret::load_or_create(&path).unwrap();
+        assert_eq!(on_disk.hash_credential(&credential), first);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
+    }
 
     #[test]
     fn hashes_are_keyed_and_seals_are_bound_to_context() {

@@ -383,7 +383,11 @@ async fn the_analysts_snippets_run_as_written() {
         printed["polars"]
     );
     // One verdict for the two (the same probes scored twice), counted alike both ways.
-    assert!(printed["duckdb"].ends_with(", 2)]\n"), "{}", printed["duckdb"]);
+    assert!(
+        printed["duckdb"].ends_with(", 2)]\n"),
+        "{}",
+        printed["duckdb"]
+    );
     assert_eq!(printed["duckdb-httpfs"], printed["duckdb"]);
 }
 

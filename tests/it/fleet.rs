@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bus::kafka::mock::MockKafka;
 use schemas::credential::Environment;
 use serde_json::{Value, json};
-use vigil_tests::browser::{ChromeDriver, PageServer, Profile, sdk_page};
+use vigil_tests::browser::visit_and_hand_off;
 use vigil_tests::collect::{CollectSession, open_session_at};
 use vigil_tests::receiver::Receiver;
 use vigil_tests::served::Served;
@@ -447,19 +447,7 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
     }
 
     // ---- a real browser; its handoff opens through the query process ----
-    let page = PageServer::start(sdk_page(&ingest[0], &pk)).await;
-    let driver = ChromeDriver::start().await;
-    let profile = Profile::new();
-    let browser = driver.session(&profile).await;
-    browser.open_shop(&format!("{}/checkout", page.base)).await;
-    let loaded = browser.eval_async("window.__vigilLoad()").await;
-    assert_eq!(
-        loaded["ok"], true,
-        "Vigil.load through an ingest process: {loaded}"
-    );
-    let result = browser.eval_async("window.__vigilResult()").await;
-    assert_eq!(result["ok"], true, "agent.result(): {result}");
-    browser.quit().await;
+    let (loaded, result) = visit_and_hand_off(&ingest[0], &pk).await;
     let handoff = result["handoff"].as_str().expect("a handoff");
     let opened = client
         .post(format!("{api}/v1/handoffs/open"))

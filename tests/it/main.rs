@@ -7,6 +7,7 @@ mod auth;
 mod browser;
 mod collect;
 mod collect_binding;
+mod compose;
 mod crash;
 mod dead_letters;
 mod dependencies;

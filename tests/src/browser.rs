@@ -493,3 +493,20 @@ pub fn sdk_page(api: &str, publishable_key: &str) -> String {
 "#
     )
 }
+
+/// A visit of a fresh headless Chromium to a shop page that loads the SDK from `ingest` with
+/// `publishable_key`: what `Vigil.load` reported (its `session_id`) and what `agent.result()`
+/// answered (its `handoff`), each asserted to have succeeded.
+pub async fn visit_and_hand_off(ingest: &str, publishable_key: &str) -> (Value, Value) {
+    let page = PageServer::start(sdk_page(ingest, publishable_key)).await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+    let browser = driver.session(&profile).await;
+    browser.open_shop(&format!("{}/checkout", page.base)).await;
+    let loaded = browser.eval_async("window.__vigilLoad()").await;
+    assert_eq!(loaded["ok"], true, "Vigil.load through {ingest}: {loaded}");
+    let result = browser.eval_async("window.__vigilResult()").await;
+    assert_eq!(result["ok"], true, "agent.result(): {result}");
+    browser.quit().await;
+    (loaded, result)
+}
