@@ -62,4 +62,11 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 # The CLI tests run the real `vigil` executable.
 cargo build --bin vigil
+# The ScyllaDB backend's tests that need a real node are ignored unless one is named; say so.
+if [ -n "${VIGIL_TEST_SCYLLA_URL:-}" ]; then
+  cargo nextest run -p vigil-store --run-ignored only -E 'test(/^scylla::/)'
+else
+  echo "ScyllaDB: the real-node tests were NOT run (VIGIL_TEST_SCYLLA_URL is not set; no ScyllaDB" \
+       "here). Only the wire-level tests against CQL doubles run. With Docker: scripts/test-scylla.sh"
+fi
 cargo nextest run --workspace --no-fail-fast "$@"

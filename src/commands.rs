@@ -34,16 +34,22 @@ pub async fn bootstrap(args: BootstrapArgs) -> anyhow::Result<()> {
 
 /// Brings a PostgreSQL store's schema to this build's version (`schemas/sql/`).
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    if !store::is_postgres(&args.store) {
+    let (applied, latest) = if store::is_postgres(&args.store) {
+        let applied = store::postgres::migrations::migrate(&args.store)
+            .await
+            .context("migrating the PostgreSQL store")?;
+        (applied, store::postgres::migrations::latest())
+    } else if args.store.starts_with("scylla://") {
+        let applied = store::scylla::migrations::migrate(&args.store)
+            .await
+            .context("migrating the ScyllaDB keyspace")?;
+        (applied, store::scylla::migrations::latest())
+    } else {
         bail!(
-            "`vigil migrate` is for the PostgreSQL store (postgres://...); the embedded store \
-             creates its tables itself"
+            "`vigil migrate` is for the PostgreSQL (postgres://...) and ScyllaDB (scylla://...) \
+             stores; the embedded store creates its tables itself"
         );
-    }
-    let applied = store::postgres::migrations::migrate(&args.store)
-        .await
-        .context("migrating the PostgreSQL store")?;
-    let latest = store::postgres::migrations::latest();
+    };
     if applied.is_empty() {
         println!("the schema is current (version {latest})");
     } else {

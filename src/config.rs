@@ -27,8 +27,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Create an organization with a live and a test key of each type, and print them as JSON.
     Bootstrap(BootstrapArgs),
-    /// Create or upgrade the PostgreSQL store's schema (idempotent; safe to run from several
-    /// machines at once). The embedded store needs none.
+    /// Create or upgrade the PostgreSQL or ScyllaDB store's schema (idempotent; safe to run
+    /// from several machines at once). The embedded store needs none.
     Migrate(MigrateArgs),
     /// Operator commands for API keys.
     #[command(subcommand)]
@@ -159,7 +159,8 @@ pub struct GateLoginArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct MigrateArgs {
-    /// The store to migrate: `postgres://user@host:5432/db`.
+    /// The store to migrate: `postgres://user@host:5432/db` or
+    /// `scylla://host:9042[,host…]/keyspace` (the keyspace is created when missing).
     #[arg(long, env = "VIGIL_STORE", hide_env_values = true)]
     pub store: String,
 }

@@ -57,6 +57,7 @@ fn kind(e: &StoreError) -> &'static str {
         StoreError::Unavailable(_) => "unavailable",
         StoreError::Corrupt { .. } => "corrupt",
         StoreError::Invalid(_) => "invalid",
+        StoreError::Rejected(_) => "rejected",
         StoreError::NotEnabled(_) => "not_enabled",
     }
 }

@@ -12,6 +12,7 @@ pub mod model;
 mod port;
 pub mod postgres;
 pub mod rules;
+pub mod scylla;
 
 use std::sync::Arc;
 
@@ -43,6 +44,10 @@ pub enum StoreError {
     /// another writer); nothing was written.
     #[error("invalid store request: {0}")]
     Invalid(String),
+    /// The backend refused the request itself (a syntax or schema error, credentials it does
+    /// not accept): the store is not the one this build expects, and a retry cannot help.
+    #[error("store rejected the request: {0}")]
+    Rejected(String),
     /// The store URL names a backend this build does not have.
     #[error("store backend not enabled: {0}")]
     NotEnabled(String),
@@ -80,8 +85,12 @@ pub async fn open(url: &str) -> Result<Store> {
     } else if is_postgres(url) {
         Ok(Arc::new(postgres::PostgresStore::open(url).await?))
     } else if url.starts_with("scylla://") {
+        // Parsed first, so a bad URL is told as such.
+        scylla::config::ScyllaConfig::parse(url)?;
         Err(StoreError::NotEnabled(
-            "the ScyllaDB backend is not in this build yet; use embedded:<dir>".into(),
+            "the ScyllaDB store's tables are not served by this build yet (`vigil migrate` \
+             prepares a keyspace); serve on embedded:<dir> or postgres://"
+                .into(),
         ))
     } else {
         Err(StoreError::NotEnabled(format!(

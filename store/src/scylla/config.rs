@@ -1,0 +1,292 @@
+//! The ScyllaDB store URL (docs/operations.md#scylladb):
+//! `scylla://host:9042[,host:9042…]/keyspace?dc=&consistency=&user=&password=&tls=&ca=&replication_factor=`,
+//! parsed into what the driver's session needs. A bad URL is refused with the parameter it
+//! got wrong; the password is kept out of every `Debug` and message.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use scylla::statement::{Consistency, SerialConsistency};
+
+use crate::{Result, StoreError};
+
+/// The port a host without one is reached on.
+const DEFAULT_PORT: u16 = 9042;
+
+/// A parsed `scylla://` URL.
+#[derive(Clone, PartialEq)]
+pub struct ScyllaConfig {
+    /// `host:port` of each contact point; the driver discovers the rest of the cluster.
+    pub hosts: Vec<String>,
+    pub keyspace: String,
+    /// The local datacenter: requests go to its nodes first, and `LOCAL_*` consistencies count
+    /// its replicas only.
+    pub dc: Option<String>,
+    /// Of every read and write (default `LOCAL_QUORUM`).
+    pub consistency: Consistency,
+    /// Of every lightweight transaction's Paxos round: `LOCAL_SERIAL` unless the consistency is
+    /// a cluster-wide one, then `SERIAL`.
+    pub serial_consistency: SerialConsistency,
+    pub credentials: Option<(String, Password)>,
+    /// TLS to every node, verified against `ca` (the cluster's CA, PEM).
+    pub tls: Option<PathBuf>,
+    /// How `vigil migrate` creates the keyspace when it does not exist: this many replicas,
+    /// in `dc` when one is named (`NetworkTopologyStrategy`), else `SimpleStrategy`.
+    pub replication_factor: u32,
+}
+
+/// A password, shown as `***` in every `Debug`.
+#[derive(Clone, PartialEq)]
+pub struct Password(pub String);
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Debug for ScyllaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScyllaConfig")
+            .field("hosts", &self.hosts)
+            .field("keyspace", &self.keyspace)
+            .field("dc", &self.dc)
+            .field("consistency", &self.consistency)
+            .field("serial_consistency", &self.serial_consistency)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
+            .field("replication_factor", &self.replication_factor)
+            .finish()
+    }
+}
+
+fn invalid(url: &str, why: impl fmt::Display) -> StoreError {
+    StoreError::Invalid(format!(
+        "bad ScyllaDB URL `{}`: {why}",
+        schemas::redact::redact_url(url)
+    ))
+}
+
+impl ScyllaConfig {
+    pub fn parse(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("scylla://")
+            .ok_or_else(|| invalid(url, "it must start with scylla://"))?;
+        let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (hosts, keyspace) = location
+            .split_once('/')
+            .ok_or_else(|| invalid(url, "it names no keyspace (scylla://host:9042/keyspace)"))?;
+        if hosts.contains('@') {
+            return Err(invalid(
+                url,
+                "give the user and password as ?user=…&password=…, not before the host",
+            ));
+        }
+        let hosts = hosts
+            .split(',')
+            .map(|host| contact_point(url, host))
+            .collect::<Result<Vec<_>>>()?;
+        if !is_keyspace_name(keyspace) {
+            return Err(invalid(
+                url,
+                format!(
+                    "`{keyspace}` is not a keyspace name (a letter, then letters, digits or _, \
+                     at most 48)"
+                ),
+            ));
+        }
+        let mut config = ScyllaConfig {
+            hosts,
+            keyspace: keyspace.to_owned(),
+            dc: None,
+            consistency: Consistency::LocalQuorum,
+            serial_consistency: SerialConsistency::LocalSerial,
+            credentials: None,
+            tls: None,
+            replication_factor: 1,
+        };
+        let (mut user, mut password, mut tls, mut ca) = (None, None, false, None);
+        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            let value = value.into_owned();
+            match &*name {
+                "dc" if !value.is_empty() => config.dc = Some(value),
+                "consistency" => config.consistency = consistency(url, &value)?,
+                "user" => user = Some(value),
+                "password" => password = Some(Password(value)),
+                "tls" => {
+                    tls = match value.as_str() {
+                        "true" | "1" => true,
+                        "false" | "0" => false,
+                        other => {
+                            return Err(invalid(url, format!("tls={other}: true or false")));
+                        }
+                    }
+                }
+                "ca" if !value.is_empty() => ca = Some(PathBuf::from(value)),
+                "replication_factor" => {
+                    config.replication_factor = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=9).contains(n))
+                        .ok_or_else(|| {
+                            invalid(url, format!("replication_factor={value}: 1 to 9"))
+                        })?;
+                }
+                other => {
+                    return Err(invalid(
+                        url,
+                        format!(
+                            "unknown parameter `{other}` (dc, consistency, user, password, tls, \
+                             ca, replication_factor)"
+                        ),
+                    ));
+                }
+            }
+        }
+        config.credentials = match (user, password) {
+            (Some(user), Some(password)) => Some((user, password)),
+            (None, None) => None,
+            _ => return Err(invalid(url, "user and password go together")),
+        };
+        config.tls = match (tls, ca) {
+            (true, Some(ca)) => Some(ca),
+            (true, None) => {
+                return Err(invalid(
+                    url,
+                    "tls=true needs ca=<the cluster's CA certificate, PEM>",
+                ));
+            }
+            (false, Some(_)) => return Err(invalid(url, "ca= is for tls=true")),
+            (false, None) => None,
+        };
+        if matches!(
+            config.consistency,
+            Consistency::Quorum | Consistency::All | Consistency::EachQuorum
+        ) {
+            config.serial_consistency = SerialConsistency::Serial;
+        }
+        Ok(config)
+    }
+}
+
+/// `host[:port]`, or `[v6]:port`, with the default port when none is given.
+fn contact_point(url: &str, host: &str) -> Result<String> {
+    if host.is_empty() {
+        return Err(invalid(url, "an empty host"));
+    }
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if !port.contains(']') => (name, Some(port)),
+        _ => (host, None),
+    };
+    let port = match port {
+        Some(port) => port
+            .parse::<u16>()
+            .map_err(|_| invalid(url, format!("`{host}`: the port is not a number")))?,
+        None => DEFAULT_PORT,
+    };
+    if name.is_empty() {
+        return Err(invalid(url, format!("`{host}` has no host name")));
+    }
+    Ok(format!("{name}:{port}"))
+}
+
+/// CQL's rule for an unquoted keyspace name.
+fn is_keyspace_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 48
+}
+
+fn consistency(url: &str, value: &str) -> Result<Consistency> {
+    Ok(match value.to_ascii_lowercase().as_str() {
+        "one" => Consistency::One,
+        "two" => Consistency::Two,
+        "three" => Consistency::Three,
+        "quorum" => Consistency::Quorum,
+        "all" => Consistency::All,
+        "local_quorum" => Consistency::LocalQuorum,
+        "each_quorum" => Consistency::EachQuorum,
+        "local_one" => Consistency::LocalOne,
+        other => {
+            return Err(invalid(
+                url,
+                format!(
+                    "consistency={other}: one of one, two, three, quorum, all, local_quorum, \
+                     each_quorum, local_one"
+                ),
+            ));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(url: &str) -> String {
+        match ScyllaConfig::parse(url) {
+            Err(StoreError::Invalid(why)) => why,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bare_url_gets_the_defaults() {
+        let c = ScyllaConfig::parse("scylla://scylla/vigil").unwrap();
+        assert_eq!(c.hosts, ["scylla:9042"]);
+        assert_eq!(c.keyspace, "vigil");
+        assert_eq!(c.consistency, Consistency::LocalQuorum);
+        assert_eq!(c.serial_consistency, SerialConsistency::LocalSerial);
+        assert_eq!((c.dc, c.credentials, c.tls), (None, None, None));
+        assert_eq!(c.replication_factor, 1);
+    }
+
+    #[test]
+    fn every_parameter_is_read() {
+        let c = ScyllaConfig::parse(
+            "scylla://10.0.0.1:19042,10.0.0.2,[::1]:9043/fraud_1?dc=eu-west&consistency=QUORUM\
+             &user=vigil&password=s%3Dcret&tls=true&ca=/etc/vigil/ca.pem&replication_factor=3",
+        )
+        .unwrap();
+        assert_eq!(c.hosts, ["10.0.0.1:19042", "10.0.0.2:9042", "[::1]:9043"]);
+        assert_eq!(c.keyspace, "fraud_1");
+        assert_eq!(c.dc.as_deref(), Some("eu-west"));
+        assert_eq!(c.consistency, Consistency::Quorum);
+        assert_eq!(c.serial_consistency, SerialConsistency::Serial);
+        let (user, password) = c.credentials.clone().unwrap();
+        assert_eq!((user.as_str(), password.0.as_str()), ("vigil", "s=cret"));
+        assert_eq!(c.tls, Some(PathBuf::from("/etc/vigil/ca.pem")));
+        assert_eq!(c.replication_factor, 3);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("cret"), "{shown}");
+    }
+
+    #[test]
+    fn a_bad_url_names_what_is_wrong_and_never_the_password() {
+        for (url, says) in [
+            ("postgres://h/db", "scylla://"),
+            ("scylla://host", "no keyspace"),
+            ("scylla://host/1bad", "not a keyspace name"),
+            ("scylla://host/ks-dash", "not a keyspace name"),
+            ("scylla://host:port/ks", "not a number"),
+            ("scylla://,host/ks", "empty host"),
+            ("scylla://u:hunter2@host/ks", "?user="),
+            ("scylla://host/ks?consistency=most", "consistency=most"),
+            ("scylla://host/ks?user=u", "together"),
+            ("scylla://host/ks?password=hunter2", "together"),
+            ("scylla://host/ks?tls=yes", "tls=yes"),
+            ("scylla://host/ks?tls=true", "needs ca="),
+            ("scylla://host/ks?ca=/x.pem", "for tls=true"),
+            ("scylla://host/ks?replication_factor=0", "1 to 9"),
+            (
+                "scylla://host/ks?password=hunter2&colour=red",
+                "unknown parameter `colour`",
+            ),
+        ] {
+            let why = refused(url);
+            assert!(why.contains(says), "{url}: {why}");
+            assert!(!why.contains("hunter2"), "{url}: {why}");
+        }
+    }
+}

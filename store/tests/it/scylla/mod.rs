@@ -1,0 +1,237 @@
+//! The ScyllaDB backend where no ScyllaDB runs (docs/testing.md#scylladb): through the real
+//! driver against two CQL wire doubles.
+//! - `vigil migrate`'s statements against kassandra, an in-memory CQL node ([`double`]): every
+//!   file of `schemas/cql/` parses and executes, each version is recorded once, a second run
+//!   applies nothing, and a keyspace that is behind is refused with what to run.
+//! - The errors a cluster answers with, forged by the driver project's proxy (`scylla-proxy`),
+//!   each mapped to the port's kind: retried (`Unavailable`) or not (`Rejected`).
+//!
+//! The same migration test runs against a real node when `VIGIL_TEST_SCYLLA_URL` is set
+//! (`scripts/test-scylla.sh`, where Docker is); without it that test is ignored, and the test
+//! command says so on a line of its own.
+
+mod double;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use scylla_proxy::{
+    Condition, Node, Proxy, Reaction, RequestFrame, RequestOpcode, RequestReaction, RequestRule,
+    ResponseFrame, example_db_errors,
+};
+use store::StoreError;
+use store::scylla::config::ScyllaConfig;
+use store::scylla::{connect, errors, migrations};
+
+use self::double::Double;
+
+/// Migrates the keyspace `url` names twice, checks the record, then makes it one version
+/// behind and checks the refusal.
+async fn migrations_apply_once_and_a_keyspace_behind_is_refused(url: &str) {
+    let applied = migrations::migrate(url).await.unwrap();
+    assert_eq!(applied, (1..=migrations::latest()).collect::<Vec<_>>());
+    assert_eq!(migrations::migrate(url).await.unwrap(), Vec::<i32>::new());
+
+    let config = ScyllaConfig::parse(url).unwrap();
+    let session = connect(&config, true).await.unwrap();
+    migrations::check(&session).await.unwrap();
+    // Every table the files create exists and answers a read.
+    for (_, _, cql) in migrations::MIGRATIONS {
+        for statement in migrations::statements(cql) {
+            let Some(table) = statement
+                .strip_prefix("CREATE TABLE IF NOT EXISTS ")
+                .and_then(|rest| rest.split_whitespace().next())
+            else {
+                continue;
+            };
+            session
+                .query_unpaged(format!("SELECT * FROM {table} LIMIT 1"), ())
+                .await
+                .unwrap_or_else(|e| panic!("{table}: {e}"));
+        }
+    }
+
+    session
+        .query_unpaged(
+            "DELETE FROM vigil_schema_migrations WHERE scope = 'vigil' AND version = ?",
+            (migrations::latest(),),
+        )
+        .await
+        .unwrap();
+    match migrations::check(&session).await {
+        Err(StoreError::NotEnabled(why)) => {
+            assert!(why.contains("vigil migrate"), "{why}");
+        }
+        other => panic!("a keyspace behind is refused: {other:?}"),
+    }
+    // Migrating again brings it back.
+    assert_eq!(
+        migrations::migrate(url).await.unwrap(),
+        [migrations::latest()]
+    );
+    migrations::check(&session).await.unwrap();
+}
+
+#[tokio::test]
+async fn migrations_run_through_the_driver_on_a_cql_double() {
+    let node = Double::start().await;
+    migrations_apply_once_and_a_keyspace_behind_is_refused(&node.url("vigil")).await;
+}
+
+/// The same on a real node: `scripts/test-scylla.sh` runs it with `VIGIL_TEST_SCYLLA_URL`.
+#[tokio::test]
+#[ignore = "needs a ScyllaDB node: scripts/test-scylla.sh"]
+async fn migrations_on_a_real_node() {
+    let base = std::env::var("VIGIL_TEST_SCYLLA_URL")
+        .expect("VIGIL_TEST_SCYLLA_URL: scylla://host:9042 of a node to test on");
+    let keyspace = format!("vigil_test_{}", std::process::id());
+    migrations_apply_once_and_a_keyspace_behind_is_refused(&format!(
+        "{}/{keyspace}",
+        base.trim_end_matches('/')
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn a_store_url_that_is_wrong_is_refused_before_connecting() {
+    match store::open("scylla://localhost:9042/not-a-keyspace").await {
+        Err(StoreError::Invalid(why)) => assert!(why.contains("keyspace name"), "{why}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    match migrations::migrate("scylla://localhost:9042/vigil?password=hunter2").await {
+        Err(StoreError::Invalid(why)) => {
+            assert!(
+                why.contains("together") && !why.contains("hunter2"),
+                "{why}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_unavailable_not_rejected() {
+    let port = free_port();
+    let url = format!("scylla://127.0.0.1:{port}/vigil");
+    match migrations::migrate(&url).await {
+        Err(StoreError::Unavailable(why)) => assert!(why.contains("ScyllaDB"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A proxy with no node behind it: it answers the driver's handshake, refuses its topology
+/// reads (the driver then keeps the address it was given), and answers each query whose text
+/// holds one of `errors`' markers with that error.
+async fn forging_node(
+    errors: Vec<(&'static str, RequestReaction)>,
+) -> (SocketAddr, scylla_proxy::RunningProxy) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut rules = vec![
+        RequestRule(
+            Condition::RequestOpcode(RequestOpcode::Options),
+            RequestReaction::forge_response(Arc::new(|f: RequestFrame| {
+                ResponseFrame::forged_supported(f.params, &HashMap::new()).unwrap()
+            })),
+        ),
+        RequestRule(
+            Condition::or(
+                Condition::RequestOpcode(RequestOpcode::Startup),
+                Condition::RequestOpcode(RequestOpcode::Register),
+            ),
+            RequestReaction::forge_response(Arc::new(|f: RequestFrame| {
+                ResponseFrame::forged_ready(f.params)
+            })),
+        ),
+        RequestRule(
+            Condition::BodyContainsCaseSensitive(Box::new(*b"system")),
+            RequestReaction::forge_with_error(example_db_errors::invalid()),
+        ),
+    ];
+    for (marker, reaction) in errors {
+        rules.push(RequestRule(
+            Condition::BodyContainsCaseSensitive(marker.as_bytes().into()),
+            reaction,
+        ));
+    }
+    let node = Node::builder()
+        .proxy_address(addr)
+        .request_rules(rules)
+        .build_dry_mode();
+    let running = Proxy::builder()
+        .with_node(node)
+        .build()
+        .run()
+        .await
+        .unwrap();
+    (addr, running)
+}
+
+#[tokio::test]
+async fn a_clusters_errors_map_to_retried_or_not() {
+    let cases: Vec<(&'static str, RequestReaction, bool)> = vec![
+        ("overloaded", RequestReaction::forge().overloaded(), true),
+        ("unavailable", RequestReaction::forge().unavailable(), true),
+        (
+            "read_timeout",
+            RequestReaction::forge().read_timeout(),
+            true,
+        ),
+        (
+            "write_timeout",
+            RequestReaction::forge().write_timeout(),
+            true,
+        ),
+        (
+            "bootstrapping",
+            RequestReaction::forge().is_bootstrapping(),
+            true,
+        ),
+        (
+            "server_error",
+            RequestReaction::forge().server_error(),
+            true,
+        ),
+        ("dropped", RequestReaction::drop_connection(), true),
+        ("syntax", RequestReaction::forge().syntax_error(), false),
+        ("unconfigured", RequestReaction::forge().invalid(), false),
+        (
+            "unauthorized",
+            RequestReaction::forge().unauthorized(),
+            false,
+        ),
+    ];
+    let (addr, _running) = forging_node(
+        cases
+            .iter()
+            .map(|(marker, reaction, _)| (*marker, reaction.clone()))
+            .collect(),
+    )
+    .await;
+    let config = ScyllaConfig::parse(&format!("scylla://{addr}/vigil")).unwrap();
+    let session = connect(&config, false).await.unwrap();
+    for (marker, _, retried) in cases {
+        let error = session
+            .query_unpaged(format!("SELECT k FROM t WHERE k = '{marker}'"), ())
+            .await
+            .expect_err(marker);
+        match (errors::execution(error), retried) {
+            (StoreError::Unavailable(why), true) | (StoreError::Rejected(why), false) => {
+                assert!(why.starts_with("ScyllaDB: "), "{marker}: {why}");
+            }
+            (other, _) => panic!("{marker}: {other:?}"),
+        }
+        if marker == "dropped" {
+            // The pool reconnects before the next case.
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+}
