@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v docker >/dev/null 2>&1 || { echo "test-scylla: docker is not installed" >&2; exit 1; }
-docker compose --profile scylla up --detach --wait scylla
 trap 'docker compose --profile scylla stop scylla >/dev/null' EXIT
+docker compose --profile scylla up --detach --wait scylla
 export VIGIL_TEST_SCYLLA_URL=scylla://127.0.0.1:9042
 cargo nextest run -p vigil-store --run-ignored all -E 'test(/^scylla::/)' "$@"

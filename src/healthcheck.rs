@@ -21,6 +21,8 @@ pub async fn run(args: HealthcheckArgs) -> anyhow::Result<()> {
         // The process probed is this host's own, serving the certificate it was given, whose
         // names need not include the loopback address dialled here; only readiness is read.
         .danger_accept_invalid_certs(args.url.is_none())
+        // A readiness answer is the probed process's own, never another's it points to.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("building the HTTP client")?;
     let response = client

@@ -96,16 +96,27 @@ impl ServerSecret {
                     "{:016x}.tmp",
                     OsRng.try_next_u64().map_err(std::io::Error::other)?
                 ));
-                write_private(&mine, hex::encode(master).as_bytes())?;
-                let linked = std::fs::hard_link(&mine, path);
-                let _ = std::fs::remove_file(&mine);
-                match linked {
-                    Ok(()) => Ok(Self::from_bytes(master)),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        Self::from_hex(&std::fs::read_to_string(path)?)
-                            .map_err(std::io::Error::other)
+                let written = write_new_private(&mine, hex::encode(master).as_bytes());
+                let linked = written.and_then(|()| std::fs::hard_link(&mine, path));
+                let published = match linked {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                    // A filesystem without hard links: renamed instead, which a process
+                    // starting at the same instant could overwrite; alone, as such a
+                    // directory's owner usually is, it is the same.
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::Unsupported
+                            || e.raw_os_error() == Some(1) =>
+                    {
+                        std::fs::rename(&mine, path).map(|()| true)
                     }
                     Err(e) => Err(e),
+                };
+                let _ = std::fs::remove_file(&mine);
+                if published? {
+                    Ok(Self::from_bytes(master))
+                } else {
+                    Self::from_hex(&std::fs::read_to_string(path)?).map_err(std::io::Error::other)
                 }
             }
             Err(e) => Err(e),
@@ -236,6 +247,21 @@ impl ServerSecret {
             visitor.as_bytes(),
         ])
     }
+}
+
+/// Creates `path` (which must not exist) with mode 0600 and `contents`, synced to disk.
+fn write_new_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(contents)?;
+    f.sync_all()
 }
 
 /// Writes a file only its owner can read, creating or replacing it.

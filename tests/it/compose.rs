@@ -531,11 +531,8 @@ async fn the_compose_fleet_scores_a_browser_session_as_declared() {
         ],
         mounts: Vec::new(),
     };
-    // The postgres profile as the file's own comment says to run it.
-    let vars = BTreeMap::from([(
-        "VIGIL_STORE",
-        "postgres://vigil:vigil@postgres:5432/vigil".to_owned(),
-    )]);
+    // The postgres profile as the file's own comment says to run it: no variable set.
+    let vars = BTreeMap::new();
     let fleet =
         tokio::task::block_in_place(|| start_fleet(&compose, "postgres", &vars, &mut rewrite));
     let names: BTreeSet<&str> = fleet.processes.iter().map(|p| p.name.as_str()).collect();

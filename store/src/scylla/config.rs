@@ -60,11 +60,16 @@ impl fmt::Debug for ScyllaConfig {
     }
 }
 
+/// A refusal of `url`, which it shows only up to its parameters: a password may hold any
+/// character (`@`, `&`), so no redaction of the query can be trusted to find all of it.
 fn invalid(url: &str, why: impl fmt::Display) -> StoreError {
-    StoreError::Invalid(format!(
-        "bad ScyllaDB URL `{}`: {why}",
-        schemas::redact::redact_url(url)
-    ))
+    let location = url.split('?').next().unwrap_or_default();
+    let shown = if location.contains('@') {
+        "scylla://…"
+    } else {
+        location
+    };
+    StoreError::Invalid(format!("bad ScyllaDB URL `{shown}`: {why}"))
 }
 
 impl ScyllaConfig {
@@ -106,11 +111,23 @@ impl ScyllaConfig {
             replication_factor: 1,
         };
         let (mut user, mut password, mut tls, mut ca) = (None, None, false, None);
+        // A raw `&` in a password splits it, and its tail reads as a parameter's name: a
+        // name is shown in a refusal only when the URL carries no password.
+        let has_password =
+            url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "password");
+        // Likewise a value: it may be a password's tail.
+        let echo = |value: &str| {
+            if has_password {
+                "…".to_owned()
+            } else {
+                value.to_owned()
+            }
+        };
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
             let value = value.into_owned();
             match &*name {
                 "dc" if !value.is_empty() => config.dc = Some(value),
-                "consistency" => config.consistency = consistency(url, &value)?,
+                "consistency" => config.consistency = consistency(url, &value, &echo(&value))?,
                 "user" => user = Some(value),
                 "password" => password = Some(Password(value)),
                 "tls" => {
@@ -118,7 +135,10 @@ impl ScyllaConfig {
                         "true" | "1" => true,
                         "false" | "0" => false,
                         other => {
-                            return Err(invalid(url, format!("tls={other}: true or false")));
+                            return Err(invalid(
+                                url,
+                                format!("tls={}: true or false", echo(other)),
+                            ));
                         }
                     }
                 }
@@ -129,15 +149,20 @@ impl ScyllaConfig {
                         .ok()
                         .filter(|n| (1..=9).contains(n))
                         .ok_or_else(|| {
-                            invalid(url, format!("replication_factor={value}: 1 to 9"))
+                            invalid(url, format!("replication_factor={}: 1 to 9", echo(&value)))
                         })?;
                 }
                 other => {
+                    let named = if has_password {
+                        String::new()
+                    } else {
+                        format!(" `{other}`")
+                    };
                     return Err(invalid(
                         url,
                         format!(
-                            "unknown parameter `{other}` (dc, consistency, user, password, tls, \
-                             ca, replication_factor)"
+                            "unknown parameter{named} (dc, consistency, user, password, tls, ca, \
+                             replication_factor; write a `&` in a password as %26)"
                         ),
                     ));
                 }
@@ -198,7 +223,8 @@ fn is_keyspace_name(name: &str) -> bool {
         && name.len() <= 48
 }
 
-fn consistency(url: &str, value: &str) -> Result<Consistency> {
+/// `value` as a consistency; `shown` is how a refusal shows it.
+fn consistency(url: &str, value: &str, shown: &str) -> Result<Consistency> {
     Ok(match value.to_ascii_lowercase().as_str() {
         "one" => Consistency::One,
         "two" => Consistency::Two,
@@ -208,11 +234,11 @@ fn consistency(url: &str, value: &str) -> Result<Consistency> {
         "local_quorum" => Consistency::LocalQuorum,
         "each_quorum" => Consistency::EachQuorum,
         "local_one" => Consistency::LocalOne,
-        other => {
+        _ => {
             return Err(invalid(
                 url,
                 format!(
-                    "consistency={other}: one of one, two, three, quorum, all, local_quorum, \
+                    "consistency={shown}: one of one, two, three, quorum, all, local_quorum, \
                      each_quorum, local_one"
                 ),
             ));
@@ -279,14 +305,24 @@ mod tests {
             ("scylla://host/ks?tls=true", "needs ca="),
             ("scylla://host/ks?ca=/x.pem", "for tls=true"),
             ("scylla://host/ks?replication_factor=0", "1 to 9"),
+            ("scylla://host/ks?colour=red", "unknown parameter `colour`"),
             (
                 "scylla://host/ks?password=hunter2&colour=red",
-                "unknown parameter `colour`",
+                "unknown parameter (",
+            ),
+            // Passwords holding what a URL separates on.
+            ("scylla://host/ks?user=u&password=hun@ter2&tls=yes", "tls=…"),
+            ("scylla://host/ks?user=u&password=hun&tls=ter2", "tls=…"),
+            (
+                "scylla://host/ks?user=u&password=hun&ter2",
+                "unknown parameter (",
             ),
         ] {
             let why = refused(url);
             assert!(why.contains(says), "{url}: {why}");
-            assert!(!why.contains("hunter2"), "{url}: {why}");
+            for secret in ["hunter2", "hun", "ter2"] {
+                assert!(!why.contains(secret), "{url}: {why}");
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 //! it) with a message that says what to run.
 
 use scylla::client::session::Session;
+use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
 use scylla::value::CqlTimestamp;
 
 use super::config::ScyllaConfig;
@@ -97,8 +98,10 @@ pub fn statements(cql: &str) -> Vec<String> {
 /// The `CREATE KEYSPACE` of `config`'s keyspace.
 fn create_keyspace(config: &ScyllaConfig) -> String {
     let replication = match &config.dc {
+        // ScyllaDB makes such keyspaces with tablets by default, and tablets refuse the
+        // lightweight transactions the store's read-check-writes are.
         Some(dc) => format!(
-            "{{'class': 'NetworkTopologyStrategy', '{}': {}}}",
+            "{{'class': 'NetworkTopologyStrategy', '{}': {}}} AND tablets = {{'enabled': false}}",
             dc.replace('\'', "''"),
             config.replication_factor
         ),
@@ -125,8 +128,14 @@ pub async fn current(session: &Session) -> Result<i32> {
         .await;
     let result = match found {
         Ok(result) => result,
-        // No ledger yet: nothing applied.
-        Err(e) if e.to_string().contains("vigil_schema_migrations") => return Ok(0),
+        // No ledger yet: nothing applied. Only that error: any other (a refused permission)
+        // is not a version.
+        Err(ExecutionError::LastAttemptError(RequestAttemptError::DbError(
+            DbError::Invalid,
+            m,
+        ))) if m.contains("unconfigured table") => {
+            return Ok(0);
+        }
         Err(e) => return Err(errors::execution(e)),
     };
     let rows = result
@@ -250,7 +259,7 @@ mod tests {
         assert_eq!(
             create_keyspace(&fleet),
             "CREATE KEYSPACE IF NOT EXISTS vigil WITH replication = \
-             {'class': 'NetworkTopologyStrategy', 'eu1': 3}"
+             {'class': 'NetworkTopologyStrategy', 'eu1': 3} AND tablets = {'enabled': false}"
         );
     }
 }

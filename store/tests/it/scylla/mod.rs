@@ -86,11 +86,15 @@ async fn migrations_on_a_real_node() {
     let base = std::env::var("VIGIL_TEST_SCYLLA_URL")
         .expect("VIGIL_TEST_SCYLLA_URL: scylla://host:9042 of a node to test on");
     let keyspace = format!("vigil_test_{}", std::process::id());
-    migrations_apply_once_and_a_keyspace_behind_is_refused(&format!(
-        "{}/{keyspace}",
-        base.trim_end_matches('/')
-    ))
-    .await;
+    let url = format!("{}/{keyspace}", base.trim_end_matches('/'));
+    migrations_apply_once_and_a_keyspace_behind_is_refused(&url).await;
+    let session = connect(&ScyllaConfig::parse(&url).unwrap(), false)
+        .await
+        .unwrap();
+    session
+        .query_unpaged(format!("DROP KEYSPACE {keyspace}"), ())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
