@@ -5,23 +5,251 @@
 //! What is here: the URL ([`config`]), the session (TLS against the cluster's CA, credentials,
 //! the local datacenter first, `LOCAL_QUORUM` reads and writes and `LOCAL_SERIAL` lightweight
 //! transactions unless the URL says otherwise), the driver's errors as the port's kinds
-//! ([`errors`]), and `vigil migrate` ([`migrations`]). The port's table groups are not
-//! implemented on it yet, so [`crate::open`] refuses a `scylla://` store and says so.
+//! ([`errors`]), `vigil migrate` ([`migrations`]), and the table groups implemented so far
+//! (organizations and keys, idempotency, settings). The others are not, so [`crate::open`]
+//! refuses a `scylla://` store and says so.
+//!
+//! Every statement is prepared once per process and cached ([`CachingSession`]). A row changed
+//! after its insert carries `rev`: a change reads `(rev, body)`, applies the port's rule to the
+//! decoded record, and writes it back with a lightweight transaction conditioned on the `rev`
+//! read, retrying from the read when another writer came first ([`ScyllaStore::applied`]
+//! decodes only `[applied]` of the answer, which also carries the current row).
 
 pub mod config;
 pub mod errors;
+mod idempotency;
 pub mod migrations;
+mod organizations;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use scylla::client::caching_session::CachingSession;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::deserialize::row::ColumnIterator;
+use scylla::deserialize::value::DeserializeValue;
 use scylla::policies::load_balancing::DefaultPolicy;
+use scylla::response::query_result::QueryResult;
+use scylla::response::{PagingState, PagingStateResponse};
+use scylla::serialize::row::SerializeRow;
+use scylla::statement::unprepared::Statement;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use self::config::ScyllaConfig;
 use crate::{Result, StoreError};
+
+/// Prepared statements kept per process: more than the backend has, so none is evicted.
+const STATEMENT_CACHE: usize = 512;
+
+/// How many times a read-check-write reads again after another writer came first, before the
+/// call gives up as `Unavailable` (a retry of the whole call may then succeed).
+pub(crate) const CONTENDED_RETRIES: usize = 16;
+
+/// The store in a ScyllaDB keyspace. Connects at its first call, and again after a failed
+/// one, so a cluster that is down at start leaves the process running and `ping` failing.
+pub struct ScyllaStore {
+    config: ScyllaConfig,
+    session: tokio::sync::OnceCell<CachingSession>,
+}
+
+impl ScyllaStore {
+    /// A store for `url`, not connected yet; a bad URL is refused now.
+    pub fn new(url: &str) -> Result<Self> {
+        Ok(ScyllaStore {
+            config: ScyllaConfig::parse(url)?,
+            session: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// The session, connected on first use; its keyspace must be at this build's schema.
+    async fn session(&self) -> Result<&CachingSession> {
+        self.session
+            .get_or_try_init(|| async {
+                let session = connect(&self.config, true).await?;
+                migrations::check(&session).await?;
+                Ok(CachingSession::from(session, STATEMENT_CACHE))
+            })
+            .await
+    }
+
+    /// Runs a statement, prepared once and cached, and answers its whole result.
+    async fn execute(&self, cql: &'static str, values: impl SerializeRow) -> Result<QueryResult> {
+        self.session()
+            .await?
+            .execute_unpaged(cql, values)
+            .await
+            .map_err(errors::execution)
+    }
+
+    /// The records (column 0, JSON text) of the first `count` rows a query selects, read a page
+    /// at a time with the driver's paging state: a page may come back short on a real node
+    /// (tombstones, size limits), so pages are read until `count` or the partition's end. No
+    /// `LIMIT ?` is bound, so one prepared statement serves every page size.
+    async fn first_bodies<T: DeserializeOwned>(
+        &self,
+        table: &'static str,
+        cql: &'static str,
+        values: impl SerializeRow,
+        count: usize,
+    ) -> Result<Vec<T>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let session = self.session().await?;
+        let mut statement = session
+            .add_prepared_statement(&Statement::new(cql))
+            .await
+            .map_err(errors::prepare)?;
+        statement.set_page_size(i32::try_from(count.min(5_000)).unwrap_or(5_000));
+        let mut found = Vec::new();
+        let mut paging = PagingState::start();
+        loop {
+            let (result, next) = session
+                .get_session()
+                .execute_single_page(&statement, &values, paging)
+                .await
+                .map_err(errors::execution)?;
+            found.extend(Self::bodies::<T>(table, result)?);
+            match next {
+                PagingStateResponse::HasMorePages { state } if found.len() < count => {
+                    paging = state;
+                }
+                _ => break,
+            }
+        }
+        found.truncate(count);
+        Ok(found)
+    }
+
+    /// Runs a lightweight transaction and answers whether it applied, decoding `[applied]`
+    /// alone: ScyllaDB also sends the current row's columns, which are not read.
+    async fn applied(&self, cql: &'static str, values: impl SerializeRow) -> Result<bool> {
+        applied(self.execute(cql, values).await?)
+    }
+
+    /// The records in column 0 (JSON text) of a result's rows.
+    fn bodies<T: DeserializeOwned>(table: &'static str, result: QueryResult) -> Result<Vec<T>> {
+        let rows = rows_of(table, result)?;
+        let found = rows.rows::<(String,)>().map_err(|e| corrupt(table, &e))?;
+        found
+            .map(|row| {
+                let (body,) = row.map_err(|e| corrupt(table, &e))?;
+                decode(table, &body)
+            })
+            .collect()
+    }
+
+    /// The record in column 0 of the first row, if any.
+    fn body<T: DeserializeOwned>(table: &'static str, result: QueryResult) -> Result<Option<T>> {
+        Ok(Self::bodies(table, result)?.into_iter().next())
+    }
+
+    /// `(rev, body)` of the first row, if any: what a read-check-write starts from.
+    fn revision<T: DeserializeOwned>(
+        table: &'static str,
+        result: QueryResult,
+    ) -> Result<Option<(i64, T)>> {
+        let rows = rows_of(table, result)?;
+        let first = rows
+            .maybe_first_row::<(Option<i64>, String)>()
+            .map_err(|e| corrupt(table, &e))?;
+        first
+            .map(|(rev, body)| Ok((rev.unwrap_or(0), decode(table, &body)?)))
+            .transpose()
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        self.execute(PING, ()).await.map(drop)
+    }
+
+    pub async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let result = self.execute(SETTINGS_READ, (name,)).await?;
+        let rows = rows_of("settings", result)?;
+        let value = rows
+            .maybe_first_row::<(Option<Vec<u8>>,)>()
+            .map_err(|e| corrupt("settings", &e))?;
+        Ok(value.and_then(|(v,)| v))
+    }
+
+    pub async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool> {
+        self.applied(SETTINGS_PUT, (name, value)).await
+    }
+}
+
+/// Every statement the backend runs, for the test that prepares each on a CQL node.
+pub fn statements() -> impl Iterator<Item = &'static str> {
+    [SETTINGS_READ, SETTINGS_PUT, PING]
+        .into_iter()
+        .chain(organizations::STATEMENTS.iter().copied())
+        .chain(idempotency::STATEMENTS.iter().copied())
+}
+
+const PING: &str = "SELECT name FROM settings WHERE name = 'ping'";
+const SETTINGS_READ: &str = "SELECT value FROM settings WHERE name = ?";
+const SETTINGS_PUT: &str = "INSERT INTO settings (name, value) VALUES (?, ?) IF NOT EXISTS";
+
+fn corrupt(table: &'static str, e: &dyn std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        table,
+        detail: e.to_string(),
+    }
+}
+
+fn rows_of(
+    table: &'static str,
+    result: QueryResult,
+) -> Result<scylla::response::query_result::QueryRowsResult> {
+    result.into_rows_result().map_err(|e| corrupt(table, &e))
+}
+
+/// A record as its `body` column.
+fn encode<T: Serialize>(record: &T) -> String {
+    serde_json::to_string(record).expect("a record serialises to JSON")
+}
+
+fn decode<T: DeserializeOwned>(table: &'static str, body: &str) -> Result<T> {
+    serde_json::from_str(body).map_err(|e| corrupt(table, &e))
+}
+
+/// `[applied]`, the first column of a lightweight transaction's answer; the rest of the row
+/// (the current values, when not applied) is skipped undecoded.
+fn applied(result: QueryResult) -> Result<bool> {
+    const LWT: &str = "a lightweight transaction";
+    let missing = || StoreError::Rejected(format!("ScyllaDB: {LWT} answered no [applied]"));
+    let rows = result.into_rows_result().map_err(|_| missing())?;
+    let mut found = rows
+        .rows::<ColumnIterator>()
+        .map_err(|e| corrupt("[applied]", &e))?;
+    let mut columns = found
+        .next()
+        .ok_or_else(missing)?
+        .map_err(|e| corrupt(LWT_TABLE, &e))?;
+    let column = columns
+        .next()
+        .ok_or_else(missing)?
+        .map_err(|e| corrupt(LWT_TABLE, &e))?;
+    if column.spec.name() != "[applied]" {
+        return Err(missing());
+    }
+    <bool as DeserializeValue>::deserialize(column.spec.typ(), column.slice)
+        .map_err(|e| corrupt(LWT_TABLE, &e))
+}
+
+/// The table name a malformed `[applied]` is reported under.
+const LWT_TABLE: &str = "[applied]";
+
+/// An environment as its column (`live`, `test`).
+fn env_text(env: schemas::credential::Environment) -> &'static str {
+    env.as_str()
+}
+
+fn env_of(table: &'static str, text: &str) -> Result<schemas::credential::Environment> {
+    schemas::credential::Environment::parse(text)
+        .ok_or_else(|| corrupt(table, &format!("environment `{text}`")))
+}
 
 /// How long a node may take to accept a connection, and a request to be answered, before the
 /// attempt counts as failed (and `/readyz` says so).
