@@ -1,13 +1,14 @@
 //! The read-check-write rules of the port, as pure functions over the stored row: each backend
-//! reads the row under its own lock (the embedded writer mutex, a PostgreSQL row lock) and
-//! applies the same rule, so the two cannot drift apart.
+//! reads the row under its own lock (the embedded writer mutex, a PostgreSQL row lock, a
+//! ScyllaDB lightweight transaction on the row's revision) and applies the same rule, so they
+//! cannot drift apart.
 
 use schemas::time::Timestamp;
 
 use crate::{
-    AgentLogin, AgentTokenRecord, ApiKeyRecord, DecisionRecord, EventRecord, GateFlow, GatePoll,
-    GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson, Result, SessionRecord,
-    SessionSave, StoreError, VisitorRecord,
+    AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, DecisionRecord, EventRecord,
+    GateFlow, GatePoll, GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson, Result,
+    SessionRecord, SessionSave, StoreError, VisitorRecord,
 };
 
 /// `update_api_key`: the row to write over `stored`. Identity, hash and the rotation columns
@@ -233,4 +234,19 @@ pub fn gate_sweep(session: &GateSessionRecord, now: Timestamp) -> GateSweep {
     } else {
         GateSweep::Keep
     }
+}
+
+/// `create_collect_session`: `Conflict` if two of a new session's pings share an id (as if one
+/// had been created first); checked before anything is written.
+pub fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
+    let mut ids = std::collections::HashSet::with_capacity(session.pings.len());
+    for ping in &session.pings {
+        if !ids.insert(ping.id) {
+            return Err(StoreError::Conflict(format!(
+                "ping {} is given twice in collect session {}",
+                ping.id, session.id
+            )));
+        }
+    }
+    Ok(())
 }

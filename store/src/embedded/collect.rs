@@ -126,28 +126,13 @@ impl Inner {
     }
 }
 
-/// `Conflict` if two of a new session's pings share an id (as if one had been created first);
-/// checked before anything is read, since the stored-row checks cannot see the batch's rows.
-fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
-    let mut ids = std::collections::HashSet::with_capacity(session.pings.len());
-    for ping in &session.pings {
-        if !ids.insert(ping.id) {
-            return Err(StoreError::Conflict(format!(
-                "ping {} is given twice in collect session {}",
-                ping.id, session.id
-            )));
-        }
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl CollectStore for EmbeddedStore {
     /// One batch: the session row and a `collect_pings` row per ping, each id checked free under
     /// the writer mutex first; the first conflict drops the unwritten batch, so a failed call
     /// writes and claims nothing.
     async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
-        check_collect_pings(session)?;
+        crate::rules::check_collect_pings(session)?;
         let session = session.clone();
         self.write(move |db, _| {
             let k = key::collect_session(session.id);

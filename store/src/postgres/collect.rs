@@ -9,23 +9,9 @@ use schemas::ids::{PingId, SessionId};
 use schemas::time::Timestamp;
 
 use super::{PostgresStore, db_error, decode_opt, execute, json, row, ulid_bytes, ulid_of};
-use crate::{CollectSessionRecord, CollectStore, Result, StoreError};
+use crate::{CollectSessionRecord, CollectStore, Result};
 
 const COLLECT_SESSIONS: &str = "collect_sessions";
-
-/// `Conflict` if two of a new session's pings share an id, before anything is written.
-fn check_pings(session: &CollectSessionRecord) -> Result<()> {
-    let mut ids = std::collections::HashSet::with_capacity(session.pings.len());
-    for ping in &session.pings {
-        if !ids.insert(ping.id) {
-            return Err(StoreError::Conflict(format!(
-                "ping {} is given twice in collect session {}",
-                ping.id, session.id
-            )));
-        }
-    }
-    Ok(())
-}
 
 /// Reads the session under its row lock, lets `change` modify it (answering whether it did),
 /// and writes it back only if it changed. `None` if there is no such session; otherwise
@@ -72,7 +58,7 @@ async fn write(
 #[async_trait]
 impl CollectStore for PostgresStore {
     async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
-        check_pings(session)?;
+        crate::rules::check_collect_pings(session)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         let id = ulid_bytes(session.id.ulid());

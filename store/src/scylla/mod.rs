@@ -6,7 +6,7 @@
 //! the local datacenter first, `LOCAL_QUORUM` reads and writes and `LOCAL_SERIAL` lightweight
 //! transactions unless the URL says otherwise), the driver's errors as the port's kinds
 //! ([`errors`]), `vigil migrate` ([`migrations`]), and the table groups implemented so far
-//! (organizations and keys, idempotency, settings). The others are not, so [`crate::open`]
+//! (organizations and keys, idempotency, collect sessions and handoffs, settings). The others are not, so [`crate::open`]
 //! refuses a `scylla://` store and says so.
 //!
 //! Every statement is prepared once per process and cached ([`CachingSession`]). A row changed
@@ -15,6 +15,7 @@
 //! read, retrying from the read when another writer came first ([`ScyllaStore::applied`]
 //! decodes only `[applied]` of the answer, which also carries the current row).
 
+mod collect;
 pub mod config;
 pub mod errors;
 mod idempotency;
@@ -185,6 +186,7 @@ pub fn statements() -> impl Iterator<Item = &'static str> {
         .into_iter()
         .chain(organizations::STATEMENTS.iter().copied())
         .chain(idempotency::STATEMENTS.iter().copied())
+        .chain(collect::STATEMENTS.iter().copied())
 }
 
 const PING: &str = "SELECT name FROM settings WHERE name = 'ping'";

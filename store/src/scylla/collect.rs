@@ -1,0 +1,259 @@
+//! Collect sessions, their pings and handoff openings on ScyllaDB
+//! (`schemas/cql/002_collect.cql`, `007_handoffs.cql`). Every conditional change of a session
+//! (a counter raised, a ping's arrival, the first results) is a read-check-write on its `rev`,
+//! so of racing ingest replicas exactly one makes it; a handoff's opening is one
+//! `IF NOT EXISTS`, so of racing opens exactly one is first.
+
+use async_trait::async_trait;
+use schemas::ids::{PingId, SessionId};
+use schemas::time::Timestamp;
+use scylla::value::CqlTimestamp;
+
+use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, rows_of};
+use crate::{CollectSessionRecord, CollectStore, Result, StoreError};
+
+const COLLECT_SESSIONS: &str = "collect_sessions";
+
+const INSERT: &str = "INSERT INTO collect_sessions (id, rev, body) VALUES (?, 0, ?) IF NOT EXISTS";
+const READ: &str = "SELECT rev, body FROM collect_sessions WHERE id = ?";
+const READ_BODY: &str = "SELECT body FROM collect_sessions WHERE id = ?";
+const UPDATE: &str = "UPDATE collect_sessions SET rev = ?, body = ? WHERE id = ? IF rev = ?";
+const CLAIM_PING: &str =
+    "INSERT INTO collect_pings (ping_id, session_id) VALUES (?, ?) IF NOT EXISTS";
+const RELEASE_PING: &str = "DELETE FROM collect_pings WHERE ping_id = ? IF session_id = ?";
+const FIND_PING: &str = "SELECT session_id FROM collect_pings WHERE ping_id = ?";
+const OPEN_HANDOFF: &str = "INSERT INTO handoff_openings (handoff, first_opened_at, expires_at) \
+     VALUES (?, ?, ?) IF NOT EXISTS";
+const HANDOFF_OPENED: &str = "SELECT first_opened_at FROM handoff_openings WHERE handoff = ?";
+
+/// Every statement of this module, for the test that prepares each on a CQL node.
+pub const STATEMENTS: &[&str] = &[
+    INSERT,
+    READ,
+    READ_BODY,
+    UPDATE,
+    CLAIM_PING,
+    RELEASE_PING,
+    FIND_PING,
+    OPEN_HANDOFF,
+    HANDOFF_OPENED,
+];
+
+impl ScyllaStore {
+    /// Reads the session, lets `change` modify it (answering whether it did), and writes it
+    /// back if it changed and no other writer came between. `None` if there is no such
+    /// session; otherwise whether this call wrote, and the row as now stored.
+    async fn change_collect(
+        &self,
+        id: SessionId,
+        change: impl Fn(&mut CollectSessionRecord) -> bool,
+    ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        for _ in 0..CONTENDED_RETRIES {
+            let result = self.execute(READ, (id.to_string(),)).await?;
+            let Some((rev, mut session)) =
+                Self::revision::<CollectSessionRecord>(COLLECT_SESSIONS, result)?
+            else {
+                return Ok(None);
+            };
+            if !change(&mut session) {
+                return Ok(Some((false, session)));
+            }
+            if self
+                .applied(UPDATE, (rev + 1, encode(&session), id.to_string(), rev))
+                .await?
+            {
+                return Ok(Some((true, session)));
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "ScyllaDB: collect session {id} kept changing under its update"
+        )))
+    }
+
+    async fn release_pings(&self, pings: &[PingId], session: SessionId) {
+        for ping in pings {
+            if let Err(e) = self
+                .applied(RELEASE_PING, (ping.to_string(), session.to_string()))
+                .await
+            {
+                tracing::warn!(error = %e, "ScyllaDB: a ping of a failed collect session was not released");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl CollectStore for ScyllaStore {
+    /// Each ping's id is claimed first, then the session inserted; a conflict on either gives
+    /// back the pings claimed, so a failed call keeps nothing.
+    async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
+        crate::rules::check_collect_pings(session)?;
+        let mut claimed = Vec::new();
+        for ping in &session.pings {
+            let applied = self
+                .applied(CLAIM_PING, (ping.id.to_string(), session.id.to_string()))
+                .await;
+            match applied {
+                Ok(true) => claimed.push(ping.id),
+                Ok(false) => {
+                    self.release_pings(&claimed, session.id).await;
+                    return Err(StoreError::Conflict(format!(
+                        "ping {} belongs to another collect session",
+                        ping.id
+                    )));
+                }
+                Err(e) => {
+                    self.release_pings(&claimed, session.id).await;
+                    return Err(e);
+                }
+            }
+        }
+        match self
+            .applied(INSERT, (session.id.to_string(), encode(session)))
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.release_pings(&claimed, session.id).await;
+                Err(StoreError::Conflict(format!(
+                    "collect session {} exists",
+                    session.id
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn get_collect_session(&self, id: SessionId) -> Result<Option<CollectSessionRecord>> {
+        let result = self.execute(READ_BODY, (id.to_string(),)).await?;
+        Self::body(COLLECT_SESSIONS, result)
+    }
+
+    async fn find_collect_ping(&self, ping: PingId) -> Result<Option<SessionId>> {
+        let result = self.execute(FIND_PING, (ping.to_string(),)).await?;
+        let rows = rows_of("collect_pings", result)?;
+        let Some((session,)) = rows
+            .maybe_first_row::<(String,)>()
+            .map_err(|e| corrupt("collect_pings", &e))?
+        else {
+            return Ok(None);
+        };
+        let session: SessionId = session
+            .parse()
+            .map_err(|_| corrupt("collect_pings", &format!("session id `{session}`")))?;
+        // A claim of a session that was never written reads as absent.
+        Ok(self.get_collect_session(session).await?.map(|s| s.id))
+    }
+
+    async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
+        let changed = self
+            .change_collect(id, |s| {
+                let raised = seq > s.last_seq;
+                if raised {
+                    s.last_seq = seq;
+                }
+                raised
+            })
+            .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
+
+    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
+        let changed = self
+            .change_collect(id, |s| {
+                let raised = counter > s.last_call;
+                if raised {
+                    s.last_call = counter;
+                }
+                raised
+            })
+            .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
+
+    async fn record_collect_ping(
+        &self,
+        id: SessionId,
+        ping: PingId,
+        at: Timestamp,
+    ) -> Result<bool> {
+        let changed = self
+            .change_collect(id, |s| match s.pings.iter_mut().find(|p| p.id == ping) {
+                Some(p) if p.arrived_at.is_none() => {
+                    p.arrived_at = Some(at);
+                    true
+                }
+                // Already arrived, or not one of this session's pings.
+                _ => false,
+            })
+            .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
+
+    async fn record_collect_ws_identity(
+        &self,
+        id: SessionId,
+        identity: &serde_json::Value,
+    ) -> Result<bool> {
+        let changed = self
+            .change_collect(id, |s| {
+                if s.ws_identity.is_some() {
+                    return false;
+                }
+                s.ws_identity = Some(identity.clone());
+                true
+            })
+            .await?;
+        Ok(changed.is_some_and(|(written, _)| written))
+    }
+
+    async fn mark_collect_results(
+        &self,
+        id: SessionId,
+        at: Timestamp,
+    ) -> Result<Option<CollectSessionRecord>> {
+        let changed = self
+            .change_collect(id, |s| {
+                if s.results_at.is_some() {
+                    return false;
+                }
+                s.results_at = Some(at);
+                true
+            })
+            .await?;
+        Ok(changed.map(|(_, session)| session))
+    }
+
+    async fn open_handoff_once(
+        &self,
+        handoff: &[u8; 16],
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let first = self
+            .applied(
+                OPEN_HANDOFF,
+                (
+                    &handoff[..],
+                    CqlTimestamp(at.timestamp_millis()),
+                    CqlTimestamp(expires_at.timestamp_millis()),
+                ),
+            )
+            .await?;
+        if first {
+            return Ok(None);
+        }
+        let result = self.execute(HANDOFF_OPENED, (&handoff[..],)).await?;
+        let rows = rows_of("handoff_openings", result)?;
+        let stored = rows
+            .maybe_first_row::<(Option<CqlTimestamp>,)>()
+            .map_err(|e| corrupt("handoff_openings", &e))?;
+        // The row was there a statement ago; its TTL may have run since.
+        Ok(Some(
+            stored
+                .and_then(|(t,)| t)
+                .and_then(|t| chrono::DateTime::from_timestamp_millis(t.0))
+                .unwrap_or(at),
+        ))
+    }
+}
