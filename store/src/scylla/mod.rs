@@ -18,9 +18,11 @@
 mod collect;
 pub mod config;
 pub mod errors;
+mod events;
 mod idempotency;
 pub mod migrations;
 mod organizations;
+mod sessions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,16 +87,16 @@ impl ScyllaStore {
             .map_err(errors::execution)
     }
 
-    /// The records (column 0, JSON text) of the first `count` rows a query selects, read a page
+    /// The first `count` rows a query selects, each page decoded by `decode_page`, read a page
     /// at a time with the driver's paging state: a page may come back short on a real node
     /// (tombstones, size limits), so pages are read until `count` or the partition's end. No
     /// `LIMIT ?` is bound, so one prepared statement serves every page size.
-    async fn first_bodies<T: DeserializeOwned>(
+    async fn first_rows<T>(
         &self,
-        table: &'static str,
         cql: &'static str,
         values: impl SerializeRow,
         count: usize,
+        decode_page: impl Fn(QueryResult) -> Result<Vec<T>>,
     ) -> Result<Vec<T>> {
         if count == 0 {
             return Ok(Vec::new());
@@ -113,7 +115,7 @@ impl ScyllaStore {
                 .execute_single_page(&statement, &values, paging)
                 .await
                 .map_err(errors::execution)?;
-            found.extend(Self::bodies::<T>(table, result)?);
+            found.extend(decode_page(result)?);
             match next {
                 PagingStateResponse::HasMorePages { state } if found.len() < count => {
                     paging = state;
@@ -123,6 +125,36 @@ impl ScyllaStore {
         }
         found.truncate(count);
         Ok(found)
+    }
+
+    /// The records (column 0, JSON text) of the first `count` rows a query selects.
+    async fn first_bodies<T: DeserializeOwned>(
+        &self,
+        table: &'static str,
+        cql: &'static str,
+        values: impl SerializeRow,
+        count: usize,
+    ) -> Result<Vec<T>> {
+        self.first_rows(cql, values, count, |page| Self::bodies(table, page))
+            .await
+    }
+
+    /// Column 0 (text) of the first `count` rows a query selects: an index's ids.
+    async fn first_texts(
+        &self,
+        table: &'static str,
+        cql: &'static str,
+        values: impl SerializeRow,
+        count: usize,
+    ) -> Result<Vec<String>> {
+        self.first_rows(cql, values, count, |page| {
+            let rows = rows_of(table, page)?;
+            let found = rows.rows::<(String,)>().map_err(|e| corrupt(table, &e))?;
+            found
+                .map(|row| row.map(|(text,)| text).map_err(|e| corrupt(table, &e)))
+                .collect()
+        })
+        .await
     }
 
     /// Runs a lightweight transaction and answers whether it applied, decoding `[applied]`
@@ -187,6 +219,8 @@ pub fn statements() -> impl Iterator<Item = &'static str> {
         .chain(organizations::STATEMENTS.iter().copied())
         .chain(idempotency::STATEMENTS.iter().copied())
         .chain(collect::STATEMENTS.iter().copied())
+        .chain(sessions::STATEMENTS.iter().copied())
+        .chain(events::STATEMENTS.iter().copied())
 }
 
 const PING: &str = "SELECT name FROM settings WHERE name = 'ping'";
