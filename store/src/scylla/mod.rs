@@ -6,7 +6,8 @@
 //! the local datacenter first, `LOCAL_QUORUM` reads and writes and `LOCAL_SERIAL` lightweight
 //! transactions unless the URL says otherwise), the driver's errors as the port's kinds
 //! ([`errors`]), `vigil migrate` ([`migrations`]), and the table groups implemented so far
-//! (organizations and keys, idempotency, collect sessions and handoffs, settings). The others are not, so [`crate::open`]
+//! (organizations and keys, idempotency, collect sessions and handoffs, sessions, visitors,
+//! settings). The others are not, so [`crate::open`]
 //! refuses a `scylla://` store and says so.
 //!
 //! Every statement is prepared once per process and cached ([`CachingSession`]). A row changed
@@ -23,6 +24,7 @@ mod idempotency;
 pub mod migrations;
 mod organizations;
 mod sessions;
+mod visitors;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -221,6 +223,7 @@ pub fn statements() -> impl Iterator<Item = &'static str> {
         .chain(collect::STATEMENTS.iter().copied())
         .chain(sessions::STATEMENTS.iter().copied())
         .chain(events::STATEMENTS.iter().copied())
+        .chain(visitors::statements())
 }
 
 const PING: &str = "SELECT name FROM settings WHERE name = 'ping'";
