@@ -20,6 +20,7 @@ mod collect;
 pub mod config;
 pub mod errors;
 mod events;
+mod gate;
 mod idempotency;
 pub mod migrations;
 mod organizations;
@@ -224,6 +225,7 @@ pub fn statements() -> impl Iterator<Item = &'static str> {
         .chain(sessions::STATEMENTS.iter().copied())
         .chain(events::STATEMENTS.iter().copied())
         .chain(visitors::statements())
+        .chain(gate::STATEMENTS.iter().copied())
 }
 
 const PING: &str = "SELECT name FROM settings WHERE name = 'ping'";
