@@ -171,8 +171,9 @@ pub struct StoreArgs {
     /// Directory for the embedded store, the server secret and credentials.json.
     #[arg(long, env = "VIGIL_DATA_DIR", default_value = "./vigil-data")]
     pub data_dir: PathBuf,
-    /// Store URL: `embedded:<dir>` (default: embedded in --data-dir) or
-    /// `postgres://user@host:5432/db` (a fleet's shared store; run `vigil migrate` first).
+    /// Store URL: `embedded:<dir>` (default: embedded in --data-dir),
+    /// `postgres://user@host:5432/db` or `scylla://host:9042[,host…]/keyspace` (a fleet's shared
+    /// store; run `vigil migrate` first).
     #[arg(long, env = "VIGIL_STORE", hide_env_values = true)]
     pub store: Option<String>,
     /// The 32-byte server secret as 64 hex characters; default: `<data-dir>/server-secret`,

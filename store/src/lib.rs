@@ -85,13 +85,7 @@ pub async fn open(url: &str) -> Result<Store> {
     } else if is_postgres(url) {
         Ok(Arc::new(postgres::PostgresStore::open(url).await?))
     } else if url.starts_with("scylla://") {
-        // Parsed first, so a bad URL is told as such.
-        scylla::config::ScyllaConfig::parse(url)?;
-        Err(StoreError::NotEnabled(
-            "the ScyllaDB store's tables are not served by this build yet (`vigil migrate` \
-             prepares a keyspace); serve on embedded:<dir> or postgres://"
-                .into(),
-        ))
+        Ok(Arc::new(scylla::ScyllaStore::open(url).await?))
     } else {
         Err(StoreError::NotEnabled(format!(
             "unknown store URL `{}`: expected embedded:<dir>, postgres://user@host:5432/db or \

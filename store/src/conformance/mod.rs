@@ -47,7 +47,8 @@ use crate::{
     VisitorRequest, VisitorStorage, VisitorTraits, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
-/// Expands into one `#[tokio::test]` per conformance case.
+/// Expands into one `#[tokio::test]` per conformance case, each carrying the attributes given
+/// after `$make` (`ignore = "…"` for a backend whose server the test command cannot start).
 ///
 /// `$make` is an expression evaluated afresh in every test, yielding a future of
 /// `(Store, guard)`; the guard (a temp dir, a keyspace to drop, or `()`) is dropped after the
@@ -61,8 +62,8 @@ use crate::{
 /// ```
 #[macro_export]
 macro_rules! store_conformance_suite {
-    ($make:expr) => {
-        $crate::store_conformance_suite!(@groups $make;
+    ($make:expr $(, $attr:meta)* $(,)?) => {
+        $crate::store_conformance_suite!(@groups [$(#[$attr])*] $make;
             backend: [
                 ping_answers,
                 settings_put_if_absent,
@@ -175,24 +176,27 @@ macro_rules! store_conformance_suite {
             ],
         );
     };
-    (@groups $make:expr; $($group:ident: [$($case:ident),* $(,)?]),* $(,)?) => {
+    (@groups $attrs:tt $make:expr; $($group:ident: [$($case:ident),* $(,)?]),* $(,)?) => {
         $(
             mod $group {
                 #[allow(unused_imports)]
                 use super::*;
                 $(
-                    // Multi-threaded, so the concurrent cases really race.
-                    #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $case() {
-                        let (store, guard) = $make.await;
-                        $crate::conformance::$group::$case(::std::clone::Clone::clone(&store))
-                            .await;
-                        ::std::mem::drop(store);
-                        ::std::mem::drop(guard);
-                    }
+                    $crate::store_conformance_suite!(@case $attrs $group $case $make);
                 )*
             }
         )*
+    };
+    (@case [$($attr:tt)*] $group:ident $case:ident $make:expr) => {
+        // Multi-threaded, so the concurrent cases really race.
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($attr)*
+        async fn $case() {
+            let (store, guard) = $make.await;
+            $crate::conformance::$group::$case(::std::clone::Clone::clone(&store)).await;
+            ::std::mem::drop(store);
+            ::std::mem::drop(guard);
+        }
     };
 }
 

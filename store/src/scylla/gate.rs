@@ -50,11 +50,18 @@ const UNINDEX_REGISTRY: &str = "DELETE FROM gate_registry WHERE environment = ? 
 const REGISTRY: &str = "SELECT id FROM gate_registry WHERE environment = ?";
 const REGISTRY_AFTER: &str = "SELECT id FROM gate_registry WHERE environment = ? AND id > ?";
 const CREATE_SESSION: &str =
-    "INSERT INTO gate_sessions (id, rev, body) VALUES (?, 0, ?) IF NOT EXISTS";
+    "INSERT INTO gate_sessions (id, rev, body) VALUES (?, 0, ?) IF NOT EXISTS USING TTL ?";
 const READ_SESSION: &str = "SELECT rev, body FROM gate_sessions WHERE id = ?";
-const UPDATE_SESSION: &str = "UPDATE gate_sessions SET rev = ?, body = ? WHERE id = ? IF rev = ?";
+const UPDATE_SESSION: &str =
+    "UPDATE gate_sessions USING TTL ? SET rev = ?, body = ? WHERE id = ? IF rev = ?";
 const CLAIM_CODE: &str =
-    "INSERT INTO gate_login_codes (code, session_id) VALUES (?, ?) IF NOT EXISTS";
+    "INSERT INTO gate_login_codes (code, session_id) VALUES (?, ?) IF NOT EXISTS USING TTL ?";
+const PEND_DELIVERY: &str = "INSERT INTO gate_pending_deliveries (shard, session_id) VALUES (0, ?)";
+const UNPEND_DELIVERY: &str =
+    "DELETE FROM gate_pending_deliveries WHERE shard = 0 AND session_id = ?";
+const PENDING_DELIVERIES: &str = "SELECT session_id FROM gate_pending_deliveries WHERE shard = 0";
+const DELETE_ACCOUNT: &str = "DELETE FROM gate_accounts WHERE id = ?";
+const DELETE_TOKEN: &str = "DELETE FROM agent_tokens WHERE hash = ?";
 const RELEASE_CODE: &str = "DELETE FROM gate_login_codes WHERE code = ? IF session_id = ?";
 const CODE_HOLDER: &str = "SELECT session_id FROM gate_login_codes WHERE code = ?";
 const WRITE_ACCOUNT: &str = "INSERT INTO gate_accounts (id, body) VALUES (?, ?)";
@@ -88,6 +95,11 @@ pub const STATEMENTS: &[&str] = &[
     READ_SESSION,
     UPDATE_SESSION,
     CLAIM_CODE,
+    PEND_DELIVERY,
+    UNPEND_DELIVERY,
+    PENDING_DELIVERIES,
+    DELETE_ACCOUNT,
+    DELETE_TOKEN,
     RELEASE_CODE,
     CODE_HOLDER,
     WRITE_ACCOUNT,
@@ -103,6 +115,23 @@ fn contended(what: &str) -> StoreError {
 
 fn text(s: impl Into<String>) -> Option<CqlValue> {
     Some(CqlValue::Text(s.into()))
+}
+
+/// Seconds from `now` until the session is dropped (`rules::gate_sweep`): its rows' TTL.
+fn session_ttl(session: &GateSessionRecord, now: Timestamp) -> i32 {
+    let window = chrono::TimeDelta::from_std(schemas::gate::SESSION_TTL).unwrap_or_default();
+    let kept =
+        chrono::TimeDelta::from_std(schemas::gate::SESSION_KEPT_AFTER_EXPIRY).unwrap_or_default();
+    let left = (session.expires_at + window + kept - now).num_seconds();
+    i32::try_from(left.max(1)).unwrap_or(i32::MAX)
+}
+
+/// An approved signup whose delivery is still sealed in it: its account and token are
+/// withdrawn if the tool never acknowledges them.
+fn delivery_pending(session: &GateSessionRecord) -> bool {
+    session.flow == crate::GateFlow::Signup
+        && session.status == GateSessionStatus::Approved
+        && !session.sealed_delivery.is_empty()
 }
 
 impl ScyllaStore {
@@ -122,11 +151,84 @@ impl ScyllaStore {
     }
 
     async fn write_session(&self, rev: i64, session: &GateSessionRecord) -> Result<bool> {
+        let ttl = session_ttl(session, schemas::time::now());
         self.applied(
             UPDATE_SESSION,
-            (rev + 1, encode(session), session.id.to_string(), rev),
+            (ttl, rev + 1, encode(session), session.id.to_string(), rev),
         )
         .await
+    }
+
+    /// Keeps the pending-delivery index in step with a session just written.
+    async fn follow_delivery(
+        &self,
+        before: &GateSessionRecord,
+        after: &GateSessionRecord,
+    ) -> Result<()> {
+        match (delivery_pending(before), delivery_pending(after)) {
+            (false, true) => self
+                .execute(PEND_DELIVERY, (after.id.to_string(),))
+                .await
+                .map(drop),
+            (true, false) => self
+                .execute(UNPEND_DELIVERY, (after.id.to_string(),))
+                .await
+                .map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    /// One retention step of Gate (`rules::gate_sweep`): the deliveries of approved signups
+    /// never acknowledged whose window has closed are withdrawn, with the accounts and agent
+    /// tokens they made. Sessions themselves go by their TTL. Whether more may remain.
+    pub(super) async fn withdraw_unacknowledged(
+        &self,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<bool> {
+        let pending = self
+            .first_texts("gate_pending_deliveries", PENDING_DELIVERIES, (), budget)
+            .await?;
+        let more = pending.len() >= budget;
+        for id in pending {
+            let Ok(id) = id.parse::<GateSessionId>() else {
+                continue;
+            };
+            for _ in 0..CONTENDED_RETRIES {
+                let Some((rev, stored)) = self.read_session(id).await? else {
+                    self.execute(UNPEND_DELIVERY, (id.to_string(),)).await?;
+                    break;
+                };
+                let sweep = crate::rules::gate_sweep(&stored, now);
+                let withdraw = matches!(
+                    sweep,
+                    crate::rules::GateSweep::Withdraw
+                        | crate::rules::GateSweep::Drop { withdraw: true }
+                );
+                if !delivery_pending(&stored) {
+                    self.execute(UNPEND_DELIVERY, (id.to_string(),)).await?;
+                    break;
+                }
+                if !withdraw {
+                    break;
+                }
+                // The account and token first: a session left holding its delivery is retried.
+                if let Some(account) = stored.account_id {
+                    self.execute(DELETE_ACCOUNT, (account.to_string(),)).await?;
+                }
+                if let Some(token) = stored.agent_token {
+                    self.execute(DELETE_TOKEN, (&token.0[..],)).await?;
+                }
+                let mut withdrawn = stored.clone();
+                withdrawn.sealed_delivery = Vec::new();
+                withdrawn.ack_token = None;
+                if self.write_session(rev, &withdrawn).await? {
+                    self.execute(UNPEND_DELIVERY, (id.to_string(),)).await?;
+                    break;
+                }
+            }
+        }
+        Ok(more)
     }
 
     async fn write_token(&self, rev: i64, token: &AgentTokenRecord) -> Result<bool> {
@@ -383,8 +485,11 @@ impl GateStore for ScyllaStore {
 
     async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
         let id = session.id.to_string();
+        let ttl = session_ttl(session, schemas::time::now());
         if let Some(code) = session.login_code
-            && !self.applied(CLAIM_CODE, (&code.0[..], id.as_str())).await?
+            && !self
+                .applied(CLAIM_CODE, (&code.0[..], id.as_str(), ttl))
+                .await?
         {
             return Err(StoreError::Conflict(format!(
                 "the login code of gate session {} is another's",
@@ -392,7 +497,7 @@ impl GateStore for ScyllaStore {
             )));
         }
         if !self
-            .applied(CREATE_SESSION, (id.as_str(), encode(session)))
+            .applied(CREATE_SESSION, (id.as_str(), encode(session), ttl))
             .await?
         {
             if let Some(code) = session.login_code {
@@ -403,6 +508,9 @@ impl GateStore for ScyllaStore {
                 "gate session {} exists",
                 session.id
             )));
+        }
+        if delivery_pending(session) {
+            self.execute(PEND_DELIVERY, (id.as_str(),)).await?;
         }
         Ok(())
     }
@@ -429,8 +537,11 @@ impl GateStore for ScyllaStore {
                 return Ok(false);
             }
             let new_code = session.login_code.filter(|c| Some(*c) != stored.login_code);
+            let ttl = session_ttl(session, schemas::time::now());
             if let Some(code) = new_code
-                && !self.applied(CLAIM_CODE, (&code.0[..], id.as_str())).await?
+                && !self
+                    .applied(CLAIM_CODE, (&code.0[..], id.as_str(), ttl))
+                    .await?
             {
                 return Ok(false);
             }
@@ -445,6 +556,7 @@ impl GateStore for ScyllaStore {
                 self.applied(RELEASE_CODE, (&old.0[..], id.as_str()))
                     .await?;
             }
+            self.follow_delivery(&stored, session).await?;
             if let Some((account, token)) = made {
                 self.logged(vec![
                     (

@@ -5,10 +5,8 @@
 //! What is here: the URL ([`config`]), the session (TLS against the cluster's CA, credentials,
 //! the local datacenter first, `LOCAL_QUORUM` reads and writes and `LOCAL_SERIAL` lightweight
 //! transactions unless the URL says otherwise), the driver's errors as the port's kinds
-//! ([`errors`]), `vigil migrate` ([`migrations`]), and the table groups implemented so far
-//! (organizations and keys, idempotency, collect sessions and handoffs, sessions, visitors,
-//! settings). The others are not, so [`crate::open`]
-//! refuses a `scylla://` store and says so.
+//! ([`errors`]), `vigil migrate` ([`migrations`]), and each table group in the file of its
+//! name, as on the other backends.
 //!
 //! Every statement is prepared once per process and cached ([`CachingSession`]). A row changed
 //! after its insert carries `rev`: a change reads `(rev, body)`, applies the port's rule to the
@@ -24,6 +22,7 @@ mod gate;
 mod idempotency;
 pub mod migrations;
 mod organizations;
+mod retention;
 mod sessions;
 mod visitors;
 
@@ -68,6 +67,26 @@ impl ScyllaStore {
             config: ScyllaConfig::parse(url)?,
             session: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// A store for `url`, connected now if the cluster answers: a keyspace whose schema is not
+    /// this build's is refused, as on PostgreSQL. An unreachable cluster leaves the store to
+    /// connect at its next call, and `ping` (so `/readyz`) failing until then.
+    pub async fn open(url: &str) -> Result<Self> {
+        let store = Self::new(url)?;
+        match store.session().await {
+            Ok(_) => Ok(store),
+            Err(
+                e @ (StoreError::NotEnabled(_) | StoreError::Invalid(_) | StoreError::Rejected(_)),
+            ) => Err(e),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "the ScyllaDB store is unreachable; serving, and /readyz says so until it answers"
+                );
+                Ok(store)
+            }
+        }
     }
 
     /// The session, connected on first use; its keyspace must be at this build's schema.
@@ -196,12 +215,16 @@ impl ScyllaStore {
             .map(|(rev, body)| Ok((rev.unwrap_or(0), decode(table, &body)?)))
             .transpose()
     }
+}
 
-    pub async fn ping(&self) -> Result<()> {
+// The group traits are implemented in the module of each group's name.
+#[async_trait::async_trait]
+impl crate::StoreBackend for ScyllaStore {
+    async fn ping(&self) -> Result<()> {
         self.execute(PING, ()).await.map(drop)
     }
 
-    pub async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
+    async fn get_setting(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let result = self.execute(SETTINGS_READ, (name,)).await?;
         let rows = rows_of("settings", result)?;
         let value = rows
@@ -210,7 +233,7 @@ impl ScyllaStore {
         Ok(value.and_then(|(v,)| v))
     }
 
-    pub async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool> {
+    async fn put_setting_if_absent(&self, name: &str, value: &[u8]) -> Result<bool> {
         self.applied(SETTINGS_PUT, (name, value)).await
     }
 }
