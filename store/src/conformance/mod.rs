@@ -62,8 +62,18 @@ use crate::{
 /// ```
 #[macro_export]
 macro_rules! store_conformance_suite {
+    // A backend whose rows expire by TTLs set at write time (ScyllaDB) cannot drop rows
+    // written long ago by `keep_since`; its retention case is the TTL one.
+    (ttl_retention: $make:expr $(, $attr:meta)* $(,)?) => {
+        $crate::store_conformance_suite!(@all [$(#[$attr])*] $make;
+            [purge_expired_by_ttl_finishes_its_steps]);
+    };
     ($make:expr $(, $attr:meta)* $(,)?) => {
-        $crate::store_conformance_suite!(@groups [$(#[$attr])*] $make;
+        $crate::store_conformance_suite!(@all [$(#[$attr])*] $make;
+            [purge_expired_drops_rows_past_retention_in_bounded_steps]);
+    };
+    (@all $attrs:tt $make:expr; [$($retention:ident),*]) => {
+        $crate::store_conformance_suite!(@groups $attrs $make;
             backend: [
                 ping_answers,
                 settings_put_if_absent,
@@ -171,9 +181,7 @@ macro_rules! store_conformance_suite {
                 gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledged_signups_withdrawn,
                 gate_polls_are_counted_with_their_interval_and_cap_in_one_step,
             ],
-            retention: [
-                purge_expired_drops_rows_past_retention_in_bounded_steps,
-            ],
+            retention: [$($retention),*],
         );
     };
     (@groups $attrs:tt $make:expr; $($group:ident: [$($case:ident),* $(,)?]),* $(,)?) => {

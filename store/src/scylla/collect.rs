@@ -23,7 +23,7 @@ const CLAIM_PING: &str =
 const RELEASE_PING: &str = "DELETE FROM collect_pings WHERE ping_id = ? IF session_id = ?";
 const FIND_PING: &str = "SELECT session_id FROM collect_pings WHERE ping_id = ?";
 const OPEN_HANDOFF: &str = "INSERT INTO handoff_openings (handoff, first_opened_at, expires_at) \
-     VALUES (?, ?, ?) IF NOT EXISTS";
+     VALUES (?, ?, ?) IF NOT EXISTS USING TTL ?";
 const HANDOFF_OPENED: &str = "SELECT first_opened_at FROM handoff_openings WHERE handoff = ?";
 
 /// Every statement of this module, for the test that prepares each on a CQL node.
@@ -237,6 +237,8 @@ impl CollectStore for ScyllaStore {
                     &handoff[..],
                     CqlTimestamp(at.timestamp_millis()),
                     CqlTimestamp(expires_at.timestamp_millis()),
+                    // Kept until it expires (an hour past it at most: the table's default).
+                    i32::try_from((expires_at - at).num_seconds().max(1)).unwrap_or(i32::MAX),
                 ),
             )
             .await?;

@@ -2,7 +2,8 @@
 //! `009_webhooks.cql`). A save of sessions writes its events in its own logged batch
 //! ([`batch_events`]). A delivery's changes are read-check-writes on its `rev`; its due-index
 //! row for the new time is written before the change and the old one dropped after it, so a
-//! change cut short leaves a stale due row (dropped by the next due scan) but never loses one.
+//! change cut short, or one that lost its race, leaves a stale due row (dropped by the next due
+//! scan) but never loses one.
 
 use std::collections::HashSet;
 
@@ -166,15 +167,13 @@ impl ScyllaStore {
                     (rev + 1, encode(&new), org, env, event, endpoint, rev),
                 )
                 .await?;
-            let stale = if applied {
-                stored.next_attempt_at
-            } else {
-                new.next_attempt_at
-            };
-            if let Some(due) = stale.filter(|_| moved) {
-                self.due_row(&stored, due, false).await?;
-            }
+            // Applied: the old due row goes. Not applied: the new one stays, for the writer
+            // that came first may have written the same row (a claim to the same `until`); the
+            // due scan drops it if it matches no delivery.
             if applied {
+                if let Some(due) = stored.next_attempt_at.filter(|_| moved) {
+                    self.due_row(&stored, due, false).await?;
+                }
                 return Ok(true);
             }
         }

@@ -140,9 +140,25 @@ impl ScyllaStore {
         Self::revision(GATE_SERVICES, result)
     }
 
-    async fn read_session(&self, id: GateSessionId) -> Result<Option<(i64, GateSessionRecord)>> {
+    /// The stored session as it is, even past its drop time (for retention's own work).
+    async fn read_stored_session(
+        &self,
+        id: GateSessionId,
+    ) -> Result<Option<(i64, GateSessionRecord)>> {
         let result = self.execute(READ_SESSION, (id.to_string(),)).await?;
         Self::revision(GATE_SESSIONS, result)
+    }
+
+    /// The session, absent once past its drop time (`rules::gate_sweep`): its TTL, a second at
+    /// least, may not have run yet.
+    async fn read_session(&self, id: GateSessionId) -> Result<Option<(i64, GateSessionRecord)>> {
+        let now = schemas::time::now();
+        Ok(self.read_stored_session(id).await?.filter(|(_, s)| {
+            !matches!(
+                crate::rules::gate_sweep(s, now),
+                crate::rules::GateSweep::Drop { .. }
+            )
+        }))
     }
 
     async fn read_token(&self, hash: &CredentialHash) -> Result<Option<(i64, AgentTokenRecord)>> {
@@ -186,30 +202,37 @@ impl ScyllaStore {
         now: Timestamp,
         budget: usize,
     ) -> Result<bool> {
+        // Few at a time (approved signups inside their window), so all are read; those kept
+        // do not count as work, so a step ends when nothing is left to withdraw.
         let pending = self
-            .first_texts("gate_pending_deliveries", PENDING_DELIVERIES, (), budget)
+            .first_texts(
+                "gate_pending_deliveries",
+                PENDING_DELIVERIES,
+                (),
+                usize::MAX,
+            )
             .await?;
-        let more = pending.len() >= budget;
+        let mut done = 0;
         for id in pending {
+            if done >= budget {
+                return Ok(true);
+            }
             let Ok(id) = id.parse::<GateSessionId>() else {
                 continue;
             };
             for _ in 0..CONTENDED_RETRIES {
-                let Some((rev, stored)) = self.read_session(id).await? else {
+                let stored = self.read_stored_session(id).await?;
+                let Some((rev, stored)) = stored.filter(|(_, s)| delivery_pending(s)) else {
                     self.execute(UNPEND_DELIVERY, (id.to_string(),)).await?;
+                    done += 1;
                     break;
                 };
                 let sweep = crate::rules::gate_sweep(&stored, now);
-                let withdraw = matches!(
+                if !matches!(
                     sweep,
                     crate::rules::GateSweep::Withdraw
                         | crate::rules::GateSweep::Drop { withdraw: true }
-                );
-                if !delivery_pending(&stored) {
-                    self.execute(UNPEND_DELIVERY, (id.to_string(),)).await?;
-                    break;
-                }
-                if !withdraw {
+                ) {
                     break;
                 }
                 // The account and token first: a session left holding its delivery is retried.
@@ -224,11 +247,12 @@ impl ScyllaStore {
                 withdrawn.ack_token = None;
                 if self.write_session(rev, &withdrawn).await? {
                     self.execute(UNPEND_DELIVERY, (id.to_string(),)).await?;
+                    done += 1;
                     break;
                 }
             }
         }
-        Ok(more)
+        Ok(false)
     }
 
     async fn write_token(&self, rev: i64, token: &AgentTokenRecord) -> Result<bool> {

@@ -447,6 +447,15 @@ impl OrganizationStore for ScyllaStore {
     /// keys' partition writes the rotated old key (if its `rev` is still the one read) and
     /// inserts the replacement.
     async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
+        // The two keys share a partition, so one conditional batch writes both.
+        if (replacement.organization_id, replacement.environment)
+            != (old.organization_id, old.environment)
+        {
+            return Err(StoreError::Invalid(format!(
+                "the replacement of key {} belongs to another organization or environment",
+                old.id
+            )));
+        }
         let held = self.claim(None, std::slice::from_ref(replacement)).await?;
         for _ in 0..CONTENDED_RETRIES {
             let stored = self

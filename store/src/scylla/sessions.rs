@@ -162,21 +162,10 @@ impl ScyllaStore {
     async fn batch_save(
         &self,
         save: &SessionSave,
+        session: &SessionRecord,
         batch: &mut Batch,
         values: &mut Vec<Vec<Bound>>,
     ) -> Result<()> {
-        // One row holds the whole state: a settled part given apart is merged in.
-        let whole;
-        let session = match &save.settled {
-            Some(part) => {
-                whole = SessionRecord {
-                    state: crate::merge_state(&save.session.state, part)?,
-                    ..save.session.clone()
-                };
-                &whole
-            }
-            None => &save.session,
-        };
         let (org, env, id) = (
             session.organization_id.to_string(),
             env_text(session.environment),
@@ -208,18 +197,23 @@ impl ScyllaStore {
             ]);
         }
         let stored_verdict = stored.as_ref().and_then(|s| s.verdict.clone());
-        if stored_verdict != verdict {
-            if let Some(old) = stored_verdict {
-                batch.append_statement(UNINDEX_VERDICT);
-                values.push(vec![text(&org), text(env), text(old), text(&id)]);
-            }
-            if let Some(new) = &verdict {
-                batch.append_statement(INDEX_VERDICT);
-                values.push(vec![text(&org), text(env), text(new), text(&id)]);
-            }
+        if let Some(old) = stored_verdict.filter(|old| verdict.as_ref() != Some(old)) {
+            batch.append_statement(UNINDEX_VERDICT);
+            values.push(vec![text(&org), text(env), text(old), text(&id)]);
+        }
+        // Written with every save, so its TTL runs from the session's last write, as the row's.
+        if let Some(new) = &verdict {
+            batch.append_statement(INDEX_VERDICT);
+            values.push(vec![text(&org), text(env), text(new), text(&id)]);
         }
         let b = Some(CqlValue::TinyInt(bucket(session.id)));
-        if let Some(since) = stored.and_then(|s| s.idle_since) {
+        // A save at the same `updated_at` (a retry) keeps its row: a delete and an insert of
+        // one row in one batch share a timestamp, and the delete would win.
+        let now_since = millis(session.updated_at);
+        if let Some(since) = stored
+            .and_then(|s| s.idle_since)
+            .filter(|since| session.finalized || *since != now_since)
+        {
             batch.append_statement(UNINDEX_IDLE);
             values.push(vec![b.clone(), Some(CqlValue::Timestamp(since)), text(&id)]);
         }
@@ -292,10 +286,23 @@ impl SessionStore for ScyllaStore {
     /// One logged batch per session, after its reads.
     async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()> {
         crate::rules::check_session_saves(saves)?;
-        for save in saves {
+        // One row holds the whole state: a settled part given apart is merged in, for every
+        // save before any is written, so a state that does not merge writes nothing.
+        let wholes = saves
+            .iter()
+            .map(|save| match &save.settled {
+                Some(part) => Ok(SessionRecord {
+                    state: crate::merge_state(&save.session.state, part)?,
+                    ..save.session.clone()
+                }),
+                None => Ok(save.session.clone()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (save, session) in saves.iter().zip(&wholes) {
             let mut batch = Batch::new(BatchType::Logged);
             let mut values = Vec::new();
-            self.batch_save(save, &mut batch, &mut values).await?;
+            self.batch_save(save, session, &mut batch, &mut values)
+                .await?;
             self.session()
                 .await?
                 .batch(&batch, values)
