@@ -76,16 +76,11 @@ pub async fn check(client: &impl GenericClient) -> Result<()> {
 /// Brings the database at `url` to this build's schema; answers the versions it applied
 /// (none when it was current). Idempotent, and safe to run from several processes at once.
 pub async fn migrate(url: &str) -> Result<Vec<i32>> {
-    let config: tokio_postgres::Config = url.parse().map_err(|e| {
-        StoreError::Invalid(format!(
-            "bad PostgreSQL URL `{}`: {e}",
-            schemas::redact::redact_url(url)
-        ))
-    })?;
+    let super::tls::Connection { config, tls, .. } = super::tls::connection(url)?;
     let (mut client, connection) = config
-        .connect(tokio_postgres::NoTls)
+        .connect(tls)
         .await
-        .map_err(|e| StoreError::Unavailable(format!("PostgreSQL: {e}")))?;
+        .map_err(|e| StoreError::Unavailable(format!("PostgreSQL: {}", super::described(&e))))?;
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %e, "PostgreSQL connection of the migration");

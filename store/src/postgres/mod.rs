@@ -24,9 +24,8 @@ pub mod migrations;
 mod organizations;
 mod retention;
 mod sessions;
+pub mod tls;
 mod visitors;
-
-use std::str::FromStr;
 
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -34,9 +33,9 @@ use schemas::credential::Environment;
 use schemas::ids::OrgId;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Json, ToSql};
-use tokio_postgres::{NoTls, Row};
 
 use crate::{Result, StoreBackend, StoreError};
 
@@ -54,15 +53,10 @@ impl PostgresStore {
     /// (and `/readyz`) fail rather than the process. If the database answers now, its schema
     /// must be the one this build needs (`vigil migrate` makes it so).
     pub async fn open(url: &str) -> Result<Self> {
-        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
-            StoreError::Invalid(format!(
-                "bad PostgreSQL URL `{}`: {e}",
-                schemas::redact::redact_url(url)
-            ))
-        })?;
+        let tls::Connection { config, tls, .. } = tls::connection(url)?;
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -86,10 +80,9 @@ impl PostgresStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("PostgreSQL connection: {e}")))
+        self.pool.get().await.map_err(|e| {
+            StoreError::Unavailable(format!("PostgreSQL connection: {}", described(&e)))
+        })
     }
 }
 
@@ -145,6 +138,22 @@ fn decode<T: DeserializeOwned>(table: &'static str, row: &Row, idx: usize) -> Re
         })
 }
 
+/// An error with its causes, so "db error" carries the server's own message (an unreachable
+/// host, a refused handshake, a pg_hba refusal).
+fn described(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// A driver error as the port's: unique violations are conflicts; aborted transactions
 /// (serialisation failures, deadlocks) and lost connections are worth a retry.
 fn db_error(e: tokio_postgres::Error) -> StoreError {
@@ -157,7 +166,7 @@ fn db_error(e: tokio_postgres::Error) -> StoreError {
                 })
                 .unwrap_or_else(|| e.to_string()),
         ),
-        _ => StoreError::Unavailable(format!("PostgreSQL: {e}")),
+        _ => StoreError::Unavailable(format!("PostgreSQL: {}", described(&e))),
     }
 }
 

@@ -3,4 +3,5 @@
 
 mod embedded;
 mod postgres;
+mod postgres_tls;
 mod scylla;
