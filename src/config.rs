@@ -220,7 +220,8 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub bus: String,
-    /// Rate limiter: `local` (in-process) or `redis://host:6379`.
+    /// Rate limiter: `local` (in-process), `redis://host:6379`, or `rediss://host:6380` over
+    /// TLS (`?ca=<PEM>` for a CA of its own).
     #[arg(
         long,
         env = "VIGIL_LIMITER",

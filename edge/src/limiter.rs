@@ -170,6 +170,40 @@ if secs < 1 then secs = 1 end
 return {0, 0, secs}
 "#;
 
+/// The URL without its `ca` parameter, and that parameter's value.
+fn take_ca(url: &str) -> (String, Option<String>) {
+    let (head, fragment) = match url.split_once('#') {
+        Some((head, fragment)) => (head, Some(fragment)),
+        None => (url, None),
+    };
+    let Some((base, query)) = head.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut ca = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.strip_prefix("ca=") {
+            Some(value) => {
+                ca = url::form_urlencoded::parse(format!("v={value}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned());
+                false
+            }
+            None => !pair.is_empty(),
+        })
+        .collect();
+    let mut rest = base.to_owned();
+    if !kept.is_empty() {
+        rest.push('?');
+        rest.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        rest.push('#');
+        rest.push_str(fragment);
+    }
+    (rest, ca)
+}
+
 /// How long a Redis call may take before the request is limited in-process instead.
 const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
 /// After a failure, how long to stay on the in-process limiter before trying Redis again.
@@ -186,8 +220,34 @@ pub struct RedisLimiter {
 }
 
 impl RedisLimiter {
+    /// A limiter on the Redis at `url`: `redis://host:6379`, or `rediss://host:6380` for TLS,
+    /// verified against the machine's roots or, with `?ca=<PEM file>`, that CA alone
+    /// (docs/operations.md#connecting-to-managed-engines). A `#insecure` fragment, redis's own,
+    /// turns verification off.
     pub fn new(url: &str) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| format!("bad redis URL: {e}"))?;
+        let bad = |e: &dyn std::fmt::Display| {
+            format!("bad redis URL `{}`: {e}", schemas::redact::redact_url(url))
+        };
+        let (url_without_ca, ca) = take_ca(url);
+        let client = match ca {
+            None => redis::Client::open(url_without_ca.as_str()).map_err(|e| bad(&e))?,
+            Some(ca) => {
+                if !url_without_ca.starts_with("rediss://") {
+                    return Err(bad(&"ca= is for rediss:// URLs"));
+                }
+                let root = std::fs::read(&ca).map_err(|e| bad(&format!("ca {ca}: {e}")))?;
+                redis::Client::build_with_tls(
+                    url_without_ca.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(root),
+                    },
+                )
+                .map_err(|e| bad(&e))?
+            }
+        };
+        // The redis crate's rustls takes the process's provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(RedisLimiter {
             client,
             connection: tokio::sync::OnceCell::new(),
