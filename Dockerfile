@@ -12,8 +12,8 @@ COPY . .
 RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
-# rdkafka-sys builds librdkafka from source with make, a C compiler and zlib's headers, which
-# this image has.
+# rdkafka-sys builds librdkafka from source with make, a C compiler, and zlib's and OpenSSL's
+# headers, which this image has.
 COPY --from=planner /build/recipe.json recipe.json
 RUN cargo chef cook --release --locked --recipe-path recipe.json --bin vigil
 COPY . .
@@ -21,9 +21,10 @@ RUN cargo build --release --locked --bin vigil \
     && objcopy --strip-debug target/release/vigil /build/vigil
 
 FROM debian:bookworm-slim AS runtime
-# CA roots for TLS to the engines and to webhook endpoints; zlib is in the base image.
+# CA roots for TLS to the engines and to webhook endpoints, and OpenSSL, which librdkafka's TLS
+# to Kafka links; zlib is in the base image.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 vigil \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/vigil --create-home vigil

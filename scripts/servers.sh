@@ -14,6 +14,18 @@ need_deb() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# need_lib PACKAGE...: installs Debian packages (build libraries, no command to look for) unless
+# dpkg has them all.
+need_lib() {
+  dpkg -s "$@" >/dev/null 2>&1 && return 0
+  if [ "$apt_updated" = 0 ]; then
+    echo "installing $* (apt-get)"
+    apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 source scripts/servers.sh
 
 need_deb redis-server redis-server
+# librdkafka is built with TLS against the system's OpenSSL (bus: security.protocol=ssl).
+need_lib libssl-dev pkg-config
 # The end-to-end browser tests drive headless Chromium through WebDriver (tests/it/browser.rs).
 need_deb chromedriver chromium chromium-driver
 # Real server-side clients call the API in tests/it/security.rs: curl, Node's fetch (below)

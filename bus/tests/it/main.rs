@@ -4,4 +4,5 @@
 mod conformance;
 mod crash;
 mod groups;
+mod kafka_tls;
 mod retention;
