@@ -216,13 +216,24 @@ pub async fn score_session(
     let pk = &s.creds.keys.publishable_test;
     let session = open_session(s, pk).await;
     let sid = session.id.clone();
-    let mut batch = s
-        .post(&format!("/v1/collect/sessions/{sid}/batches"))
-        .key(pk);
-    if let Some(ua) = user_agent {
-        batch = batch.header("user-agent", ua);
+    // A server just started may answer a retryable 503 until its log's topics are prepared;
+    // a client retries that, as the SDK does.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut batch = s
+            .post(&format!("/v1/collect/sessions/{sid}/batches"))
+            .key(pk);
+        if let Some(ua) = user_agent {
+            batch = batch.header("user-agent", ua);
+        }
+        let answer = batch.json(session.batch(1, probes)).send().await;
+        if answer.status == 503 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        }
+        answer.ok(202);
+        break;
     }
-    batch.json(session.batch(1, probes)).send().await.ok(202);
     let handoff = session.results(s, pk).send().await.ok(200)["handoff"].clone();
     // The processor works from the log, so the decision arrives shortly after. A handoff opens
     // once, so the wait watches the stored session (in the shape the open answers with), and
