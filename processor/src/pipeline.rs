@@ -30,6 +30,7 @@
 //! stores and commits what it folded of it before its next poll hands the partition over, and
 //! forgets the sessions it held of it; the next owner starts after that commit.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
@@ -39,8 +40,8 @@ use schemas::{DecisionId, VisitorId};
 use secrets::ServerSecret;
 use serde::{Deserialize, Serialize};
 use store::{
-    CollectSessionRecord, DecisionRecord, EventRecord, RawJson, SessionRecord, SessionSave, Store,
-    StoreError, VisitorRecord, VisitorRequest, VisitorStorage,
+    CollectSessionRecord, DecisionRecord, EventRecord, PartitionFence, RawJson, SessionRecord,
+    SessionSave, Store, StoreError, VisitorRecord, VisitorRequest, VisitorStorage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -48,6 +49,7 @@ mod dead_letters;
 mod idle;
 mod lag;
 mod memory;
+mod visits;
 
 use crate::events::{self, LinkedBy};
 use crate::fingerprint::{Anchors, BrowserTraits, LINK_THRESHOLD, component_vector, similarity};
@@ -56,6 +58,7 @@ use crate::{Batch, Probes, ServerContext, SessionObservations};
 use dead_letters::{Dead, dead_letter, dead_letter_all};
 use lag::Lag;
 use memory::Memory;
+use visits::{Visit, store_visitors};
 
 /// The consumer group of the processor role.
 pub const GROUP: &str = "processor";
@@ -75,12 +78,23 @@ const VECTOR_SCAN: usize = 2_000;
 
 /// A save of one poll's sessions running while the next poll is folded.
 struct InFlight {
-    /// The sessions it gave up on (their records dead-lettered); `None` if shutdown came first.
-    task: tokio::task::JoinHandle<Option<Vec<schemas::SessionId>>>,
+    /// What it could not store; `None` if shutdown came first.
+    task: tokio::task::JoinHandle<Option<Unstored>>,
     /// The log positions it covers, committed once it is stored.
     positions: Vec<bus::Position>,
     /// The sessions it writes, with the `updated_at` each is written with.
     saved: Vec<(schemas::SessionId, schemas::time::Timestamp)>,
+}
+
+/// What a save of a poll's sessions left unstored.
+#[derive(Default)]
+struct Unstored {
+    /// Sessions given up on: their records were dead-lettered.
+    given_up: Vec<schemas::SessionId>,
+    /// Partitions another processor claimed since this one did (it stalled past its poll
+    /// interval, and the group gave them away): their sessions' saves were refused, and their
+    /// new owner folds their records again from the last commit.
+    fenced: Vec<u32>,
 }
 
 /// What the processor keeps of a session between batches (`SessionRecord::state`).
@@ -131,6 +145,10 @@ enum Failure {
     /// Can never succeed: the records it concerns are dead-lettered with the reason.
     #[error("{reason}: {1}", reason = .0.as_str())]
     Permanent(DeadReason, String),
+    /// A save refused because these partitions were claimed by another processor since: not
+    /// this processor's to store any more, nor to dead-letter.
+    #[error("partitions {0:?} were claimed by another processor")]
+    Fenced(Vec<u32>),
 }
 
 impl Transience for Failure {
@@ -144,6 +162,7 @@ impl From<StoreError> for Failure {
         match e {
             // A row that does not decode will not decode on a retry either.
             StoreError::Corrupt { .. } => Failure::Permanent(DeadReason::CorruptRow, e.to_string()),
+            StoreError::Fenced { partitions } => Failure::Fenced(partitions),
             // Anything else (unavailable, a conflict or an invalid request, which are bugs here)
             // may be transient and is never grounds to skip a record: retried, and logged.
             other => Failure::Transient(other.to_string()),
@@ -258,6 +277,12 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
     let mut last_commit = Instant::now();
     let mut lag = Lag::new(consumer.partitions());
     owned.set(consumer.partitions());
+    // The generation of this processor's claim on each partition it reads: its saves carry it,
+    // and the store refuses them once another processor claimed the partition since.
+    let mut claims: HashMap<u32, u64> = HashMap::new();
+    if !claim(pipeline, consumer.partitions(), &mut claims, shutdown).await {
+        return;
+    }
     'polls: while !shutdown.is_cancelled() {
         // While a save is in flight, only a short wait: the save's confirmation (and its
         // commit) must not hang on the next batch arriving.
@@ -285,6 +310,11 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 tracing::info!(assigned = ?rebalance.assigned, revoked = ?rebalance.revoked, "processor: partitions moved");
                 lag.follow(consumer.partitions());
                 owned.set(consumer.partitions());
+                // Claimed before anything of them is folded: a processor that held them and
+                // stalled may still have a save of them in flight, which this claim fences off.
+                if !claim(pipeline, &rebalance.assigned, &mut claims, shutdown).await {
+                    break;
+                }
                 rebalance.revoked
             }
             None => Vec::new(),
@@ -333,10 +363,15 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 Retried::Done(Folded { save, unreadable }) => {
                     crate::telemetry::folded(group.len(), started.elapsed());
                     dead.extend(unreadable);
-                    if let Some((save, state)) = save {
+                    if let Some((mut save, state)) = save {
+                        // A session's records share a partition (they share its key).
+                        let partition = group[0].record.partition;
+                        save.fence = claims.get(&partition).map(|&generation| PartitionFence {
+                            partition,
+                            generation,
+                        });
                         pending.push(Pending {
-                            // A session's records share a partition (they share its key).
-                            partition: group[0].record.partition,
+                            partition,
                             session: save.session.clone(),
                             state,
                             stored_bytes: save.session.state.as_str().len()
@@ -356,7 +391,10 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                         message: message.clone(),
                     }));
                 }
-                Retried::Failed(Failure::Transient(_)) | Retried::ShuttingDown => break 'polls,
+                Retried::Failed(Failure::Transient(_) | Failure::Fenced(_))
+                | Retried::ShuttingDown => {
+                    break 'polls;
+                }
             }
         }
         for d in dead {
@@ -405,13 +443,13 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
             let (pipeline, shutdown) = (pipeline.clone(), shutdown.clone());
             in_flight = Some(InFlight {
                 task: tokio::spawn(async move {
-                    let given_up = store(&pipeline, saves, &shutdown).await;
+                    let unstored = store(&pipeline, saves, &shutdown).await;
                     // Observed as the write returns, not when the loop lands it after folding
                     // the next poll: the decisions are stored (and readable) from here.
-                    if given_up.is_some() {
+                    if unstored.is_some() {
                         crate::telemetry::decided(&received, schemas::time::now());
                     }
-                    given_up
+                    unstored
                 }),
                 positions: positions.collect(),
                 saved,
@@ -433,6 +471,9 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 return;
             }
             memory.forget_partitions(&revoked);
+            for partition in &revoked {
+                claims.remove(partition);
+            }
         }
         let commit_now = !revoked.is_empty() || last_commit.elapsed() >= COMMIT_INTERVAL;
         if !uncommitted.is_empty() && commit_now {
@@ -470,10 +511,18 @@ async fn land(
     uncommitted: &mut Vec<bus::Position>,
 ) -> bool {
     match previous.task.await {
-        Ok(Some(given_up)) => {
-            memory.discard(&given_up);
+        Ok(Some(unstored)) => {
+            memory.discard(&unstored.given_up);
             memory.confirm(&previous.saved);
-            uncommitted.extend(previous.positions);
+            // Fenced partitions are another processor's now: nothing of them is kept, and
+            // their positions are the new owner's to commit.
+            memory.forget_partitions(&unstored.fenced);
+            uncommitted.extend(
+                previous
+                    .positions
+                    .into_iter()
+                    .filter(|p| !unstored.fenced.contains(&p.partition)),
+            );
             true
         }
         // Shutting down: nothing more is stored or committed.
@@ -526,13 +575,14 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
 
 /// Publishes each save's events to the events log, then stores the saves in one write, retrying
 /// while the log or the store is unavailable. A save whose events or row can never be written
-/// has its records dead-lettered and the others still stored. The sessions given up on so;
-/// `None` if shutdown came first (nothing may be committed then).
+/// has its records dead-lettered and the others still stored; the saves of partitions another
+/// processor claimed since are dropped (see [`Unstored::fenced`]). What was not stored; `None` if
+/// shutdown came first (nothing may be committed then).
 async fn store(
     pipeline: &Pipeline,
     saves: Vec<(SessionSave, Vec<Record>)>,
     shutdown: &CancellationToken,
-) -> Option<Vec<schemas::SessionId>> {
+) -> Option<Unstored> {
     // Each session's events in order, the sessions' side by side: appends that wait together
     // share one flush of the log (one fsync on the embedded log, one produce batch on Kafka),
     // where one after another a poll of new visitors waited a flush each.
@@ -546,7 +596,7 @@ async fn store(
         .await;
     let mut alive = Vec::with_capacity(saves.len());
     let mut sources = Vec::with_capacity(saves.len());
-    let mut given_up = Vec::new();
+    let mut unstored = Unstored::default();
     for ((save, records), published) in saves.into_iter().zip(published) {
         match published {
             Retried::Done(()) => {
@@ -557,93 +607,104 @@ async fn store(
                 if !dead_letter_all(pipeline, &records, e, shutdown).await {
                     return None;
                 }
-                given_up.push(save.session.id);
+                unstored.given_up.push(save.session.id);
             }
             Retried::ShuttingDown => return None,
         }
     }
-    if alive.is_empty() {
-        return Some(given_up);
-    }
-    match retry(
-        "storing decisions",
-        shutdown,
-        &mut (pipeline, &alive[..]),
-        |(pipeline, saves)| Box::pin(save_sessions(pipeline, saves)),
-    )
-    .await
-    {
-        Retried::Done(()) => Some(given_up),
-        Retried::ShuttingDown => None,
-        // One session's row cannot be written: each is stored alone, so only its records are
-        // dead-lettered.
-        Retried::Failed(_) => {
-            for (save, records) in alive.iter().zip(&sources) {
-                match retry(
-                    "storing a decision",
-                    shutdown,
-                    &mut (pipeline, std::slice::from_ref(save)),
-                    |(pipeline, saves)| Box::pin(save_sessions(pipeline, saves)),
-                )
-                .await
-                {
-                    Retried::Done(()) => {}
-                    Retried::Failed(e) => {
-                        if !dead_letter_all(pipeline, records, e, shutdown).await {
-                            return None;
-                        }
-                        given_up.push(save.session.id);
-                    }
-                    Retried::ShuttingDown => return None,
-                }
-            }
-            Some(given_up)
-        }
-    }
-}
-
-/// Stores a poll's linked visitors in one write; if that fails for good, one by one. The
-/// visitors that could not be stored, with why; `None` when shutting down.
-async fn store_visitors(
-    pipeline: &Pipeline,
-    visitors: Vec<VisitorRecord>,
-    shutdown: &CancellationToken,
-) -> Option<Vec<(VisitorId, Failure)>> {
-    if visitors.is_empty() {
-        return Some(Vec::new());
-    }
-    let together = retry(
-        "storing visitors",
-        shutdown,
-        &mut (pipeline, &visitors[..]),
-        |(pipeline, visitors)| Box::pin(save_visitors(pipeline, visitors)),
-    )
-    .await;
-    match together {
-        Retried::Done(()) => return Some(Vec::new()),
-        Retried::ShuttingDown => return None,
-        Retried::Failed(_) => {}
-    }
-    let mut unsaved = Vec::new();
-    for visitor in &visitors {
+    while !alive.is_empty() {
         match retry(
-            "storing a visitor",
+            "storing decisions",
             shutdown,
-            &mut (pipeline, std::slice::from_ref(visitor)),
-            |(pipeline, visitors)| Box::pin(save_visitors(pipeline, visitors)),
+            &mut (pipeline, &alive[..]),
+            |(pipeline, saves)| Box::pin(save_sessions(pipeline, saves)),
         )
         .await
         {
-            Retried::Done(()) => {}
-            Retried::Failed(e) => unsaved.push((visitor.id, e)),
+            Retried::Done(()) => break,
             Retried::ShuttingDown => return None,
+            // The rest are stored again without them.
+            Retried::Failed(Failure::Fenced(partitions)) => {
+                let of_them =
+                    |s: &SessionSave| s.fence.is_some_and(|f| partitions.contains(&f.partition));
+                let (kept, dropped): (Vec<_>, Vec<_>) = alive
+                    .into_iter()
+                    .zip(sources)
+                    .partition(|(s, _)| !of_them(s));
+                crate::telemetry::fenced(dropped.len(), &partitions);
+                (alive, sources) = kept.into_iter().unzip();
+                unstored.fenced.extend(partitions);
+            }
+            // One session's row cannot be written: each is stored alone, so only its records are
+            // dead-lettered.
+            Retried::Failed(_) => {
+                for (save, records) in alive.iter().zip(&sources) {
+                    match retry(
+                        "storing a decision",
+                        shutdown,
+                        &mut (pipeline, std::slice::from_ref(save)),
+                        |(pipeline, saves)| Box::pin(save_sessions(pipeline, saves)),
+                    )
+                    .await
+                    {
+                        Retried::Done(()) => {}
+                        Retried::Failed(Failure::Fenced(partitions)) => {
+                            crate::telemetry::fenced(1, &partitions);
+                            unstored.fenced.extend(partitions);
+                        }
+                        Retried::Failed(e) => {
+                            if !dead_letter_all(pipeline, records, e, shutdown).await {
+                                return None;
+                            }
+                            unstored.given_up.push(save.session.id);
+                        }
+                        Retried::ShuttingDown => return None,
+                    }
+                }
+                break;
+            }
         }
     }
-    Some(unsaved)
+    unstored.fenced.sort_unstable();
+    unstored.fenced.dedup();
+    Some(unstored)
 }
 
-async fn save_visitors(pipeline: &Pipeline, visitors: &[VisitorRecord]) -> Result<(), Failure> {
-    Ok(pipeline.store.save_visitors(visitors).await?)
+/// Claims `partitions` (just assigned) in the store, retrying while it is unavailable, and
+/// records the generation of each in `claims`. False when shutting down, or if the store refuses
+/// for good (the processor stops: it cannot save what it cannot fence).
+async fn claim(
+    pipeline: &Pipeline,
+    partitions: &[u32],
+    claims: &mut HashMap<u32, u64>,
+    shutdown: &CancellationToken,
+) -> bool {
+    if partitions.is_empty() {
+        return true;
+    }
+    let claimed = retry(
+        "claiming partitions",
+        shutdown,
+        &mut (pipeline, partitions),
+        |(pipeline, partitions)| {
+            Box::pin(
+                async move { Ok::<_, Failure>(pipeline.store.claim_partitions(partitions).await?) },
+            )
+        },
+    )
+    .await;
+    match claimed {
+        Retried::Done(fences) => {
+            tracing::info!(?fences, "processor: claimed partitions");
+            claims.extend(fences.into_iter().map(|f| (f.partition, f.generation)));
+            true
+        }
+        Retried::Failed(e) => {
+            tracing::error!(error = %e, "processor: cannot claim its partitions; nothing is scored");
+            false
+        }
+        Retried::ShuttingDown => false,
+    }
 }
 
 async fn save_sessions(pipeline: &Pipeline, saves: &[SessionSave]) -> Result<(), Failure> {
@@ -917,6 +978,8 @@ async fn fold<'a>(
                 decision: Some(record),
                 events: recorded,
                 settled: Some(settled),
+                // Set by the loop, which knows the partition's claim.
+                fence: None,
             },
             state,
         )),
@@ -1066,10 +1129,43 @@ async fn link_visitor(
         }
     }
     // A visitor this poll already linked continues from that version, not the stored one.
+    // One read from the store is saved as its next revision (docs/architecture.md#fleet-writes).
     let found = found.map(|v| match memory.linked_visitor(org, env, v.id) {
         Some(linked) => linked.clone(),
-        None => v,
+        None => VisitorRecord {
+            revision: v.revision + 1,
+            ..v
+        },
     });
+    // Where this visit's browser still held the token; nothing when it had none (or a forged
+    // one), so the flags show what the latest visit kept.
+    let found_in = storage
+        .filter(|_| by_token)
+        .and_then(|s| s.token_found_in.as_deref())
+        .unwrap_or_default();
+    let held = |place: &str| found_in.iter().any(|p| p == place);
+    let now_anchors: store::VisitorAnchors = (&anchors).into();
+    let visit = Visit {
+        session: session.id,
+        seen_at,
+        retention,
+        request: VisitorRequest {
+            user_agent: batch.request.user_agent.clone(),
+            ip_address: batch.request.ip.clone(),
+        },
+        storage: VisitorStorage {
+            cookies: held("cookies"),
+            local_storage: held("local_storage"),
+            indexed_db: held("indexed_db"),
+            service_worker: held("service_worker"),
+            window_name: held("window_name"),
+        },
+        anchors: (!now_anchors.digests().is_empty()).then(|| now_anchors.clone()),
+        components: vector
+            .iter()
+            .any(|&v| v != crate::fingerprint::MISSING)
+            .then(|| (vector.clone(), traits.stored())),
+    };
     // 4. Someone new.
     let mut visitor = found.unwrap_or_else(|| VisitorRecord {
         id: VisitorId::generate(),
@@ -1081,50 +1177,14 @@ async fn link_visitor(
         expires_at: seen_at,
         latest_request: VisitorRequest::default(),
         storage: VisitorStorage::default(),
-        anchors: (&anchors).into(),
-        components: vector.clone(),
+        anchors: now_anchors,
+        components: vector,
         traits: traits.stored(),
         recent_sessions: Vec::new(),
+        revision: 1,
     });
-
-    if !visitor.recent_sessions.contains(&session.id) {
-        visitor.seen_count = visitor.seen_count.saturating_add(1);
-    }
-    visitor.remember_session(session.id);
-    visitor.last_seen_at = visitor.last_seen_at.max(seen_at);
-    visitor.expires_at = chrono::TimeDelta::from_std(retention)
-        .ok()
-        .and_then(|r| visitor.last_seen_at.checked_add_signed(r))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
-    visitor.latest_request = VisitorRequest {
-        user_agent: batch.request.user_agent.clone(),
-        ip_address: batch.request.ip.clone(),
-    };
-    // Where this visit's browser still held the token; nothing when it had none (or a forged
-    // one), so the flags show what the latest visit kept.
-    let found_in = storage
-        .filter(|_| by_token)
-        .and_then(|s| s.token_found_in.as_deref())
-        .unwrap_or_default();
-    let held = |place: &str| found_in.iter().any(|p| p == place);
-    visitor.storage = VisitorStorage {
-        cookies: held("cookies"),
-        local_storage: held("local_storage"),
-        indexed_db: held("indexed_db"),
-        service_worker: held("service_worker"),
-        window_name: held("window_name"),
-    };
-    // The latest probes describe the browser as it is now (a driver or browser update moves
-    // the hashes); a visit that reported none keeps what was known.
-    let now_anchors: store::VisitorAnchors = (&anchors).into();
-    if !now_anchors.digests().is_empty() {
-        visitor.anchors = now_anchors;
-    }
-    if vector.iter().any(|&v| v != crate::fingerprint::MISSING) {
-        visitor.components = vector;
-        visitor.traits = traits.stored();
-    }
-    memory.link(visitor.clone());
+    visit.apply(&mut visitor);
+    memory.link(visitor.clone(), visit);
     tracing::debug!(session = %session.id, visitor = %visitor.id, ?linked_by, seen_count = visitor.seen_count, "processor: linked a visitor");
     Ok((visitor, linked_by))
 }

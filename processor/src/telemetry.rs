@@ -22,6 +22,8 @@ struct Metrics {
     retries: IntCounterVec,
     cached_sessions: IntGauge,
     cache_bytes: IntGauge,
+    visitor_races: IntCounter,
+    fenced_saves: IntCounter,
 }
 
 /// The buckets of the pipeline's latencies (batch to poll, batch to decision): fine below
@@ -99,8 +101,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Estimated bytes of the session states kept in memory (bounded by --processor-cache-mb)",
     )
     .expect("valid metric");
+    let visitor_races = IntCounter::new(
+        "vigil_processor_visitor_races_total",
+        "Visitor saves found saved by another processor since they were read, and reapplied \
+         to the newer version",
+    )
+    .expect("valid metric");
+    let fenced_saves = IntCounter::new(
+        "vigil_processor_fenced_saves_total",
+        "Session saves refused because their partition was claimed by another processor since \
+         (this one stalled past its poll interval); the new owner folds them again",
+    )
+    .expect("valid metric");
     for c in [
         Box::new(folded.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(visitor_races.clone()),
+        Box::new(fenced_saves.clone()),
         Box::new(cached_sessions.clone()),
         Box::new(cache_bytes.clone()),
         Box::new(dead_letters.clone()),
@@ -129,6 +145,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         retries,
         cached_sessions,
         cache_bytes,
+        visitor_races,
+        fenced_saves,
     }
 });
 
@@ -211,4 +229,26 @@ pub fn cache(sessions: usize, bytes: u64) {
     METRICS
         .cache_bytes
         .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// `visitors` of a poll were saved by another processor since they were read: their visits are
+/// reapplied to the newer versions.
+pub fn visitor_races(visitors: usize) {
+    METRICS.visitor_races.inc_by(visitors as u64);
+    tracing::debug!(
+        visitors,
+        "processor: visitors saved by another processor meanwhile; reapplying this poll's visits"
+    );
+}
+
+/// A save of `sessions` sessions was refused: `partitions` were claimed by another processor
+/// since this one claimed them, so it no longer owns them and forgets what it folded of them.
+pub fn fenced(sessions: usize, partitions: &[u32]) {
+    METRICS.fenced_saves.inc_by(sessions as u64);
+    tracing::warn!(
+        sessions,
+        ?partitions,
+        "processor: partitions were claimed by another processor while this one stalled; \
+         its saves of them are refused and the new owner folds them"
+    );
 }

@@ -59,6 +59,7 @@ fn kind(e: &StoreError) -> &'static str {
         StoreError::Invalid(_) => "invalid",
         StoreError::Rejected(_) => "rejected",
         StoreError::NotEnabled(_) => "not_enabled",
+        StoreError::Fenced { .. } => "fenced",
     }
 }
 

@@ -51,6 +51,11 @@ pub enum StoreError {
     /// The store URL names a backend this build does not have.
     #[error("store backend not enabled: {0}")]
     NotEnabled(String),
+    /// A session save was made under a claim of these partitions of `collect.batches.v1` that
+    /// another processor has claimed since (`SessionStore::claim_partitions`); nothing was
+    /// written. The saver no longer owns them.
+    #[error("partitions {partitions:?} of the batches were claimed by another processor")]
+    Fenced { partitions: Vec<u32> },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -68,6 +73,19 @@ pub struct SessionSave {
     /// `session.state` with these merged in ([`merge_state`]). `None`: `session.state` is the
     /// whole state.
     pub settled: Option<RawJson>,
+    /// The processor's claim on the partition of `collect.batches.v1` the session's records are
+    /// in (docs/architecture.md#fleet-writes): the save is refused if that partition was claimed
+    /// again since. `None`: saved unconditionally (tools and tests).
+    pub fence: Option<PartitionFence>,
+}
+
+/// A processor's claim on one partition of `collect.batches.v1`, as answered by
+/// `SessionStore::claim_partitions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionFence {
+    pub partition: u32,
+    /// Raised by each claim of the partition, so the latest owner's is the highest.
+    pub generation: u64,
 }
 
 /// The store every role shares.

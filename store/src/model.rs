@@ -444,6 +444,12 @@ pub struct VisitorRecord {
     /// The ids of the most recent linked sessions, newest first, at most
     /// [`VisitorRecord::RECENT_SESSIONS`].
     pub recent_sessions: Vec<schemas::SessionId>,
+    /// The row's version: a save of revision `n` is written only over revision `n - 1` (or no
+    /// row), so two processors updating one visitor at once cannot lose each other's visit
+    /// (`VisitorStore::save_visitors`). A change to a visitor read at `n` is saved as `n + 1`.
+    /// Rows saved before revisions existed read as 0.
+    #[serde(default)]
+    pub revision: u64,
 }
 
 impl VisitorRecord {

@@ -32,8 +32,8 @@ use crate::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, CredentialHash,
     DecisionRecord, EventRecord, GateAccountRecord, GatePoll, GateServiceRecord, GateServiceWrite,
     GateSessionRecord, GateSessionStatus, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
-    IdleSession, OrganizationRecord, Result, SessionRecord, SessionSave, Store, VisitorAnchors,
-    VisitorOrder, VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
+    IdleSession, OrganizationRecord, PartitionFence, Result, SessionRecord, SessionSave, Store,
+    VisitorAnchors, VisitorOrder, VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
 /// What a wrapper does around each call of the store it wraps (see [`Layered`]).
@@ -316,9 +316,16 @@ store_port! {
         /// Several `save_session`s for one acknowledgement (the processor saves a poll's sessions
         /// together). Each session's save is one step as above; the embedded backend makes the
         /// whole list one step. `Invalid`, with nothing written, if any save is, or if a session
-        /// appears twice. After any other failure some saves may have landed: the caller retries
-        /// the same list, which is idempotent.
+        /// appears twice. `Fenced`, with nothing written, if a save's fence names a partition
+        /// claimed with a higher generation since, naming every such partition. After any other
+        /// failure some saves may have landed: the caller retries the same list, which is
+        /// idempotent.
         async fn save_sessions(&self, saves: &[SessionSave]) -> Result<()>;
+        /// Claims `partitions` of `collect.batches.v1` for a processor just assigned them: each
+        /// one's generation is raised by one and answered, in the order given. From then on a
+        /// save fenced with an older generation of it is refused, so a processor that lost the
+        /// partition while stalled cannot overwrite what its new owner saved.
+        async fn claim_partitions(&self, partitions: &[u32]) -> Result<Vec<PartitionFence>>;
         async fn get_session(
             &self,
             org: OrgId,
@@ -390,6 +397,7 @@ store_port! {
                 decision: decision.cloned(),
                 events: events.to_vec(),
                 settled: None,
+                fence: None,
             }])
             .await
         }
@@ -402,10 +410,15 @@ store_port! {
     pub trait VisitorStore {
         // visitors, visitors_by_anchor
 
-        /// Several `save_visitor`s in one step (the processor saves the visitors a poll linked
-        /// together, before the sessions that name them). `Invalid`, with nothing written, if one
-        /// visitor is given twice.
-        async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()>;
+        /// Several `save_visitor`s (the processor saves the visitors a poll linked together,
+        /// before the sessions that name them), each conditional on its `revision`: a visitor is
+        /// written only if the stored row is at the revision before it, or there is none
+        /// (retention may have dropped it since it was read: the visit starts it again). The
+        /// others are stale, since another writer saved them after
+        /// they were read: they are left as stored and their ids answered, for the caller to
+        /// read again and reapply its change. `Invalid`, with nothing written, if one visitor is
+        /// given twice.
+        async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<Vec<schemas::VisitorId>>;
         async fn get_visitor(
             &self,
             org: OrgId,
@@ -446,13 +459,21 @@ store_port! {
         ) -> Result<Vec<VisitorRecord>>;
     }
     provided {
-        /// Writes the visitor (insert or replace) and its anchor index rows in one step: a
+        /// Writes the visitor and its anchor index rows in one step: a
         /// `visitors_by_anchor` row for each of its anchors' digests, and the removal of the rows
         /// of digests its stored version had and it no longer has, so the index never names a
         /// visitor for anchors it lost; and its rows in the three order tables (`list_visitors_by`),
-        /// moved to its new values.
+        /// moved to its new values. `Conflict`, with nothing written, if the stored row is no
+        /// at the revision before the visitor's (see `save_visitors`).
         async fn save_visitor(&self, visitor: &VisitorRecord) -> Result<()> {
-            self.save_visitors(std::slice::from_ref(visitor)).await
+            let stale = self.save_visitors(std::slice::from_ref(visitor)).await?;
+            match stale.first() {
+                None => Ok(()),
+                Some(id) => Err(crate::StoreError::Conflict(format!(
+                    "visitor {id} is not at revision {} in the store",
+                    visitor.revision.saturating_sub(1)
+                ))),
+            }
         }
     }
 

@@ -131,6 +131,27 @@ pub fn check_visitor_saves(visitors: &[VisitorRecord]) -> Result<()> {
     Ok(())
 }
 
+/// The partitions whose fence in `saves` is below the generation `current` answers for them
+/// (none for a partition never claimed), ascending and each once: what `save_sessions` refuses
+/// as `Fenced`.
+pub fn fenced_partitions(
+    saves: &[SessionSave],
+    mut current: impl FnMut(u32) -> Result<Option<u64>>,
+) -> Result<Vec<u32>> {
+    let fences: std::collections::BTreeSet<crate::PartitionFence> =
+        saves.iter().filter_map(|s| s.fence).collect();
+    let mut fenced = Vec::new();
+    for fence in fences {
+        if !fenced.contains(&fence.partition)
+            && current(fence.partition)?.is_some_and(|g| g > fence.generation)
+        {
+            fenced.push(fence.partition);
+        }
+    }
+    fenced.sort_unstable();
+    Ok(fenced)
+}
+
 /// The checks of `save_sessions` that need no read, for every backend to run first.
 pub fn check_session_saves(saves: &[SessionSave]) -> Result<()> {
     let mut seen = std::collections::HashSet::with_capacity(saves.len());

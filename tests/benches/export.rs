@@ -94,6 +94,7 @@ async fn populate(store: &Store, template: &SessionRecord, org: OrgId, start: u6
                     decision: None,
                     events: Vec::new(),
                     settled: Some(settled.clone()),
+                    fence: None,
                 }
             })
             .collect();

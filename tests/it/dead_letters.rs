@@ -136,6 +136,7 @@ async fn a_session_whose_stored_state_is_corrupt_is_dead_lettered_never_reset() 
             decision: None,
             events: Vec::new(),
             settled: None,
+            fence: None,
         }])
         .await
         .unwrap();

@@ -458,6 +458,7 @@ async fn thousands_of_visitors_page_once_each_in_every_order() {
             components: vec![f64::from(i as i32)],
             traits: Default::default(),
             recent_sessions: Vec::new(),
+            revision: 0,
         };
         s.store().save_visitor(&v).await.unwrap();
         written.push(v);
@@ -576,6 +577,7 @@ async fn footprint_of_a_session_and_a_visitor_on_disk() {
                             })
                             .collect(),
                         settled: None,
+                        fence: None,
                     }
                 })
                 .collect();

@@ -51,6 +51,7 @@ fn visitor(org: schemas::ids::OrgId) -> VisitorRecord {
         components: vec![1.0],
         traits: Default::default(),
         recent_sessions: Vec::new(),
+        revision: 0,
     }
 }
 
@@ -119,6 +120,7 @@ async fn rows_past_the_retention_are_purged_and_read_404() {
         kept_session.updated_at = now;
         store.save_session(&kept_session, None, &[]).await.unwrap();
         kept_visitor.last_seen_at = now;
+        kept_visitor.revision += 1;
         store.save_visitor(&kept_visitor).await.unwrap();
         if s.get(&format!("/v1/sessions/{}", old.id))
             .key(sk)

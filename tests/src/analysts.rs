@@ -64,6 +64,7 @@ pub async fn copied_to(s: &TestServer, id: &str, at: chrono::DateTime<chrono::Ut
             decision: None,
             events: Vec::new(),
             settled: None,
+            fence: None,
         }])
         .await
         .expect("the copy is saved");

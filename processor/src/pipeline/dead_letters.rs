@@ -62,8 +62,10 @@ pub(super) async fn dead_letter_all(
 ) -> bool {
     let (reason, message) = match failure {
         Failure::Permanent(reason, message) => (reason, message),
-        // `retry` hands back only permanent failures.
+        // `retry` hands back only permanent failures, and `store` takes fenced saves out (they
+        // are another processor's to store) before anything is dead-lettered.
         Failure::Transient(message) => (DeadReason::CorruptRow, message),
+        fenced @ Failure::Fenced(_) => (DeadReason::CorruptRow, fenced.to_string()),
     };
     for record in records {
         if !dead_letter(pipeline, record, reason, &message, shutdown).await {

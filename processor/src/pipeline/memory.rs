@@ -11,6 +11,7 @@ use schemas::{OrgId, VisitorId};
 use store::{SessionRecord, VisitorRecord};
 
 use super::SessionState;
+use super::visits::{Linked, Visit};
 
 /// Memory a cached state takes beyond its stored JSON: the map's slot, the key, the timestamp
 /// and the state's own allocations (vectors, strings, the probes' fields).
@@ -50,14 +51,14 @@ impl Weighter<SessionId, Cached> for ByBytes {
 /// ([`Memory::forget_partitions`]), since another processor writes those sessions from then on
 /// and the partition may come back later.
 ///
-/// `linked`: the visitors this poll's folds linked, saved together (one write) before the
-/// poll's sessions are sent to the store; a later session of the same poll links against them
-/// as it would against the store.
+/// `linked`: the visitors this poll's folds linked, with the visits that changed them, saved
+/// together (one write) before the poll's sessions are sent to the store; a later session of the
+/// same poll links against them as it would against the store.
 pub(super) struct Memory {
     /// Per session: its partition, row, state and the bytes of its stored state (both parts).
     pending: std::collections::HashMap<SessionId, (u32, SessionRecord, SessionState, usize)>,
     states: quick_cache::unsync::Cache<SessionId, Cached, ByBytes>,
-    linked: Vec<VisitorRecord>,
+    linked: Vec<Linked>,
 }
 
 impl Memory {
@@ -121,6 +122,7 @@ impl Memory {
         self.linked
             .iter()
             .rev()
+            .map(|l| &l.visitor)
             .filter(move |v| v.organization_id == org && v.environment == env)
     }
 
@@ -134,14 +136,19 @@ impl Memory {
         self.linked(org, env).find(|v| v.id == id)
     }
 
-    /// A fold linked `visitor` (new, or seen again): it is saved with the poll's visitors.
-    pub(super) fn link(&mut self, visitor: VisitorRecord) {
-        self.linked.retain(|v| v.id != visitor.id);
-        self.linked.push(visitor);
+    /// A fold's `visit` made `visitor` (new, or seen again) what it is: it is saved with the
+    /// poll's visitors.
+    pub(super) fn link(&mut self, visitor: VisitorRecord, visit: Visit) {
+        let mut visits = match self.linked.iter().position(|l| l.visitor.id == visitor.id) {
+            Some(at) => self.linked.remove(at).visits,
+            None => Vec::new(),
+        };
+        visits.push(visit);
+        self.linked.push(Linked { visitor, visits });
     }
 
     /// The poll's linked visitors, to be saved; the next poll starts with none.
-    pub(super) fn take_linked(&mut self) -> Vec<VisitorRecord> {
+    pub(super) fn take_linked(&mut self) -> Vec<Linked> {
         std::mem::take(&mut self.linked)
     }
 

@@ -42,9 +42,10 @@ use tokio::task::JoinSet;
 use crate::{
     ApiKeyRecord, CollectSessionRecord, CredentialHash, DecisionRecord, DeliveryStatus,
     EndpointStatus, EventRecord, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
-    IdleSession, OrganizationRecord, PingRecord, PreviousSecret, RawJson, Result, SessionRecord,
-    SessionSave, Store, StoreError, StoredResponse, VisitorAnchors, VisitorOrder, VisitorRecord,
-    VisitorRequest, VisitorStorage, VisitorTraits, WebhookDeliveryRecord, WebhookEndpointRecord,
+    IdleSession, OrganizationRecord, PartitionFence, PingRecord, PreviousSecret, RawJson, Result,
+    SessionRecord, SessionSave, Store, StoreError, StoredResponse, VisitorAnchors, VisitorOrder,
+    VisitorRecord, VisitorRequest, VisitorStorage, VisitorTraits, WebhookDeliveryRecord,
+    WebhookEndpointRecord,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case, each carrying the attributes given
@@ -151,6 +152,7 @@ macro_rules! store_conformance_suite {
                 decision_history_keeps_turning_points_and_the_latest,
                 sessions_by_verdict_follow_the_latest_decision,
                 session_digests_follow_each_save,
+                a_save_under_a_superseded_claim_is_refused,
             ],
             visitors: [
                 visitor_round_trip,
@@ -159,6 +161,7 @@ macro_rules! store_conformance_suite {
                 visitor_list_is_newest_first_paginates_and_is_isolated,
                 visitor_anchor_lookup_finds_visitors_sharing_two_anchors,
                 visitors_list_in_each_order_across_pages,
+                visitor_saves_race_by_revision,
             ],
             events: [
                 events_are_saved_with_their_session_and_listed_newest_first,
@@ -622,6 +625,7 @@ fn visitor_record(org: OrgId, env: Environment, id: VisitorId) -> VisitorRecord 
             .into_iter()
             .rev()
             .collect(),
+        revision: 1,
     }
 }
 

@@ -80,6 +80,7 @@ pub async fn purge_expired_drops_rows_past_retention_in_bounded_steps(store: Sto
     };
     store.save_visitor(&seen_again).await.unwrap();
     seen_again.last_seen_at = now;
+    seen_again.revision += 1;
     store.save_visitor(&seen_again).await.unwrap();
 
     // Budget 1: each step does a little and says more remains, until nothing does.

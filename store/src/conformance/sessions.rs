@@ -374,6 +374,7 @@ fn save_of(session: SessionRecord, n: u64) -> SessionSave {
         decision: Some(decision),
         events: vec![event],
         settled: None,
+        fence: None,
     }
 }
 
@@ -445,6 +446,7 @@ async fn saved(store: &Store, session: &SessionRecord, settled: Option<&RawJson>
         decision: None,
         events: Vec::new(),
         settled: settled.cloned(),
+        fence: None,
     };
     store.save_sessions(&[save]).await.unwrap();
     store
@@ -764,6 +766,7 @@ pub async fn session_digests_follow_each_save(store: Store) {
                 decision: None,
                 events: Vec::new(),
                 settled: part.clone(),
+                fence: None,
             }])
             .await
             .unwrap();
@@ -846,4 +849,69 @@ pub async fn session_digests_follow_each_save(store: Store) {
         ids_of(&list(Some("bot"), None, 10).await),
         vec![ids[2], ids[0]]
     );
+}
+
+/// A processor's saves carry its claim on their partition: once another processor claimed the
+/// partition, a save under the older claim is refused with nothing written (the other saves of
+/// its list included), naming the partition, while the newer claim's saves land. A partition
+/// never claimed fences nothing, and one named twice in a claim is claimed once.
+pub async fn a_save_under_a_superseded_claim_is_refused(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    // Partition numbers no other case or process uses: claims are not per organization.
+    let base = u32::try_from(SessionId::generate().ulid().0 % 1_000_000_000).unwrap() + 1_000;
+    let (moved, kept, unclaimed) = (base, base + 1, base + 2);
+    let stalled = store.claim_partitions(&[moved, kept, moved]).await.unwrap();
+    assert_eq!(stalled.len(), 3);
+    assert_eq!(
+        stalled[0], stalled[2],
+        "a partition named twice is claimed once"
+    );
+    let taken_over = store.claim_partitions(&[moved]).await.unwrap();
+    assert_eq!(taken_over[0].partition, moved);
+    assert!(taken_over[0].generation > stalled[0].generation);
+
+    let fenced = |session: SessionRecord, fence: PartitionFence| SessionSave {
+        fence: Some(fence),
+        ..save_of(session, 1)
+    };
+    let late = session_record(org, env, SessionId::generate());
+    let innocent = session_record(org, env, SessionId::generate());
+    let refused = store
+        .save_sessions(&[
+            fenced(late.clone(), stalled[0]),
+            fenced(innocent.clone(), stalled[1]),
+        ])
+        .await;
+    match refused {
+        Err(StoreError::Fenced { partitions }) => assert_eq!(partitions, vec![moved]),
+        other => panic!("a save under a superseded claim must be Fenced, not {other:?}"),
+    }
+    for id in [late.id, innocent.id] {
+        assert_eq!(
+            store.get_session(org, env, id).await.unwrap(),
+            None,
+            "nothing written"
+        );
+    }
+
+    // The new owner's save, the stalled one's of the partition it kept, and one never fenced.
+    let never = PartitionFence {
+        partition: unclaimed,
+        generation: 0,
+    };
+    store
+        .save_sessions(&[
+            fenced(late.clone(), taken_over[0]),
+            fenced(innocent.clone(), stalled[1]),
+        ])
+        .await
+        .unwrap();
+    let free = session_record(org, env, SessionId::generate());
+    store
+        .save_sessions(&[fenced(free.clone(), never)])
+        .await
+        .unwrap();
+    for id in [late.id, innocent.id, free.id] {
+        assert!(store.get_session(org, env, id).await.unwrap().is_some());
+    }
 }

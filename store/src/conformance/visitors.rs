@@ -76,6 +76,7 @@ pub async fn visitor_save_replaces_the_row_and_its_anchor_rows(store: Store) {
     let first = visitor_record(org, env, VisitorId::generate());
     store.save_visitor(&first).await.unwrap();
     let mut second = first.clone();
+    second.revision += 1;
     second.seen_count += 1;
     second.last_seen_at = first.last_seen_at + TimeDelta::seconds(5);
     second.remember_session(SessionId::generate());
@@ -130,6 +131,7 @@ pub async fn visitors_saved_together_are_each_indexed_once(store: Store) {
     let known = visitor_record(org, env, VisitorId::generate());
     store.save_visitor(&known).await.unwrap();
     let mut seen_again = known.clone();
+    seen_again.revision += 1;
     seen_again.seen_count += 1;
     seen_again.last_seen_at = known.last_seen_at + TimeDelta::seconds(5);
     let new = visitor_record(org, env, VisitorId::generate());
@@ -353,6 +355,7 @@ pub async fn visitors_list_in_each_order_across_pages(store: Store) {
     // A visit moves a visitor in the last_seen and seen_count orders.
     visitors[0].last_seen_at = time::now();
     visitors[0].seen_count = 99;
+    visitors[0].revision += 1;
     store.save_visitor(&visitors[0]).await.unwrap();
     check(visitors.clone()).await;
     assert_eq!(
@@ -361,5 +364,85 @@ pub async fn visitors_list_in_each_order_across_pages(store: Store) {
             .await
             .unwrap(),
         vec![visitors[0].clone()]
+    );
+}
+
+/// Two writers that read one visitor at the same revision and save their change as the next:
+/// the first is written, the second is stale and left out (nothing of it written, the others of
+/// its call written), so the second reads again and saves over the first's change. Saved
+/// twice, a revision is stale the second time.
+pub async fn visitor_saves_race_by_revision(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let read = visitor_record(org, env, VisitorId::generate());
+    store.save_visitor(&read).await.unwrap();
+
+    let mut first = read.clone();
+    first.revision += 1;
+    first.seen_count += 1;
+    first.remember_session(SessionId::generate());
+    let mut second = read.clone();
+    second.revision += 1;
+    second.seen_count += 1;
+    second.remember_session(SessionId::generate());
+    assert_eq!(
+        store
+            .save_visitors(std::slice::from_ref(&first))
+            .await
+            .unwrap(),
+        vec![]
+    );
+    let other = visitor_record(org, env, VisitorId::generate());
+    assert_eq!(
+        store
+            .save_visitors(&[second.clone(), other.clone()])
+            .await
+            .unwrap(),
+        vec![second.id],
+        "the second writer's save is stale"
+    );
+    assert_eq!(
+        store.get_visitor(org, env, read.id).await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        store.get_visitor(org, env, other.id).await.unwrap(),
+        Some(other),
+        "the rest of a call with a stale visitor is written"
+    );
+    assert!(
+        matches!(
+            store.save_visitor(&first).await,
+            Err(StoreError::Conflict(_))
+        ),
+        "a revision saved once is stale the second time"
+    );
+
+    // The second reads again and reapplies its visit.
+    let mut merged = store.get_visitor(org, env, read.id).await.unwrap().unwrap();
+    merged.revision += 1;
+    merged.seen_count += 1;
+    merged.remember_session(second.recent_sessions[0]);
+    store.save_visitor(&merged).await.unwrap();
+    let stored = store.get_visitor(org, env, read.id).await.unwrap().unwrap();
+    assert_eq!(stored.seen_count, read.seen_count + 2);
+    assert_eq!(
+        &stored.recent_sessions[..2],
+        &[second.recent_sessions[0], first.recent_sessions[0]]
+    );
+    // A stale visitor is left out of the anchor index's change too.
+    let mut moved = stored.clone();
+    moved.anchors.audio_hash = Some(unique("audio-stale"));
+    assert_eq!(
+        store.save_visitors(&[moved.clone()]).await.unwrap(),
+        vec![moved.id]
+    );
+    assert_eq!(
+        visitor_ids(
+            &store
+                .find_visitor_by_anchors(org, env, &stored.anchors, 10)
+                .await
+                .unwrap()
+        ),
+        vec![read.id]
     );
 }

@@ -181,6 +181,10 @@ struct WriterState {
     gate_cursor: Option<Vec<u8>>,
     /// Where the indexing of rows written before the read and expiry indexes existed stands.
     backfill: Backfill,
+    /// The generation of each partition of `collect.batches.v1` as last claimed
+    /// (`claim_partitions`). In memory: the embedded store is one process's, so every processor
+    /// that can race for a partition lives, and claims, in that process.
+    partition_generations: std::collections::HashMap<u32, u64>,
 }
 
 impl Default for WriterState {
@@ -192,6 +196,7 @@ impl Default for WriterState {
             handoff_cursor: None,
             gate_cursor: None,
             backfill: Backfill::default(),
+            partition_generations: Default::default(),
         }
     }
 }

@@ -378,6 +378,7 @@ mod tests {
             components: Vec::new(),
             traits: Default::default(),
             recent_sessions: Vec::new(),
+            revision: 0,
         };
         store.save_visitor(&visitor).await.unwrap();
         // Forget the indexes, as a store from before them has none (and the record that a

@@ -29,8 +29,8 @@ use super::{
     read_indexed, scan, unavailable,
 };
 use crate::{
-    DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, SessionStore,
-    StoreError,
+    DecisionRecord, DecisionTurn, IdleSession, PartitionFence, Result, SessionRecord, SessionSave,
+    SessionStore, StoreError,
 };
 
 /// How many sessions' marks the writer keeps: a few megabytes, and more than the sessions a
@@ -543,6 +543,12 @@ impl SessionStore for EmbeddedStore {
         crate::rules::check_session_saves(saves)?;
         let saves = saves.to_vec();
         self.write(move |db, state| {
+            let fenced = crate::rules::fenced_partitions(&saves, |p| {
+                Ok(state.partition_generations.get(&p).copied())
+            })?;
+            if !fenced.is_empty() {
+                return Err(StoreError::Fenced { partitions: fenced });
+            }
             let mut batch = db.batch();
             let mut marks = Vec::with_capacity(saves.len());
             for save in &saves {
@@ -564,6 +570,25 @@ impl SessionStore for EmbeddedStore {
                 }
             }
             committed
+        })
+        .await
+    }
+
+    async fn claim_partitions(&self, partitions: &[u32]) -> Result<Vec<PartitionFence>> {
+        let partitions = partitions.to_vec();
+        self.write(move |_, state| {
+            // A partition named twice is claimed once.
+            let unique: std::collections::BTreeSet<u32> = partitions.iter().copied().collect();
+            for partition in unique {
+                *state.partition_generations.entry(partition).or_default() += 1;
+            }
+            Ok(partitions
+                .into_iter()
+                .map(|partition| PartitionFence {
+                    partition,
+                    generation: state.partition_generations[&partition],
+                })
+                .collect())
         })
         .await
     }
@@ -937,6 +962,7 @@ mod tests {
                 decision: None,
                 events: Vec::new(),
                 settled: Some(settled.clone()),
+                fence: None,
             };
             store.save_sessions(&[save]).await.unwrap();
             // As an older build left it: no digest, no record of the walk.

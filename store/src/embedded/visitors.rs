@@ -28,11 +28,22 @@ impl Inner {
     /// Adds one visitor's save to `batch`: the visitor row, an index row per digest of its
     /// anchors, the removal of the index rows of digests the stored row had and this one has
     /// not, and its rows in the order tables and the expiry queue moved to its new values.
-    /// Callers hold the writer mutex, so the stored row read here is the one replaced.
-    fn add_visitor_save(&self, batch: &mut OwnedWriteBatch, visitor: &VisitorRecord) -> Result<()> {
+    /// Callers hold the writer mutex, so the stored row read here is the one replaced. False,
+    /// with nothing added, if the stored row is not at the revision before the visitor's.
+    fn add_visitor_save(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        visitor: &VisitorRecord,
+    ) -> Result<bool> {
         let (org, env, id) = (visitor.organization_id, visitor.environment, visitor.id);
         let k = key::visitor(org, env, id);
         let stored: Option<VisitorRecord> = decode_row(VISITORS, self.visitors.get(k))?;
+        if stored
+            .as_ref()
+            .is_some_and(|s| s.revision.checked_add(1) != Some(visitor.revision))
+        {
+            return Ok(false);
+        }
         let digests = visitor.anchors.digests();
         if let Some(stored) = &stored {
             for old in stored.anchors.digests() {
@@ -79,7 +90,7 @@ impl Inner {
             );
         }
         batch.insert(&self.visitors, k, encode(VISITORS, visitor)?);
-        Ok(())
+        Ok(true)
     }
 
     pub(super) fn visitor_order(&self, order: VisitorOrder) -> &Keyspace {
@@ -123,19 +134,24 @@ impl Inner {
 impl VisitorStore for EmbeddedStore {
     /// One batch under the writer mutex: the visitor row, an index row per digest of its
     /// anchors, and the removal of the index rows of digests the stored row had and this one
-    /// has not (read under the same lock, so no concurrent save can slip in between).
-    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
+    /// has not (read under the same lock, so no concurrent save can slip in between, and the
+    /// revision checked is the one replaced).
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<Vec<VisitorId>> {
         crate::rules::check_visitor_saves(visitors)?;
         if visitors.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let visitors = visitors.to_vec();
         self.write(move |db, _| {
             let mut batch = db.batch();
+            let mut stale = Vec::new();
             for visitor in &visitors {
-                db.add_visitor_save(&mut batch, visitor)?;
+                if !db.add_visitor_save(&mut batch, visitor)? {
+                    stale.push(visitor.id);
+                }
             }
-            batch.commit().map_err(unavailable)
+            batch.commit().map_err(unavailable)?;
+            Ok(stale)
         })
         .await
     }

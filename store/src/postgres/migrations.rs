@@ -25,6 +25,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "session digests",
         include_str!("../../../schemas/sql/0003_session_digests.sql"),
     ),
+    (
+        4,
+        "fleet writes",
+        include_str!("../../../schemas/sql/0004_fleet_writes.sql"),
+    ),
 ];
 
 /// The version this build needs.

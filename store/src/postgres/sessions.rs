@@ -19,7 +19,8 @@ use super::{
     owned_page, owned_row, rows, ulid_bytes, ulid_of,
 };
 use crate::{
-    DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, SessionStore,
+    DecisionRecord, DecisionTurn, IdleSession, PartitionFence, Result, SessionRecord, SessionSave,
+    SessionStore, StoreError,
 };
 
 const SESSIONS: &str = "sessions";
@@ -121,6 +122,16 @@ async fn append_decision(
     Ok(())
 }
 
+/// `processor_partitions` rows (partition, generation) by partition.
+fn generations(rows: &[tokio_postgres::Row]) -> std::collections::HashMap<u32, u64> {
+    rows.iter()
+        .map(|r| {
+            let (p, g): (i32, i64) = (r.get(0), r.get(1));
+            (p.unsigned_abs(), g.unsigned_abs())
+        })
+        .collect()
+}
+
 #[async_trait]
 impl SessionStore for PostgresStore {
     /// One transaction for the whole list, sessions in id order (so two savers of overlapping
@@ -134,10 +145,67 @@ impl SessionStore for PostgresStore {
         ordered.sort_by_key(|s| s.session.id);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
+        // The fences' rows are read under a share lock held to the commit, so a claim (which
+        // updates them) waits for this save to land, and a save after the claim sees it.
+        let partitions: Vec<i32> = ordered
+            .iter()
+            .filter_map(|s| s.fence)
+            .filter_map(|f| i32::try_from(f.partition).ok())
+            .collect();
+        if !partitions.is_empty() {
+            let current = rows(
+                &tx,
+                "SELECT partition, generation FROM processor_partitions
+                 WHERE partition = ANY($1) ORDER BY partition FOR SHARE",
+                &[&partitions],
+            )
+            .await?;
+            let current = generations(&current);
+            let fenced = crate::rules::fenced_partitions(saves, |p| Ok(current.get(&p).copied()))?;
+            if !fenced.is_empty() {
+                return Err(StoreError::Fenced { partitions: fenced });
+            }
+        }
         for save in ordered {
             save_one(&tx, save).await?;
         }
         tx.commit().await.map_err(db_error)
+    }
+
+    async fn claim_partitions(&self, partitions: &[u32]) -> Result<Vec<PartitionFence>> {
+        let mut asked: Vec<i32> = partitions
+            .iter()
+            .map(|&p| {
+                i32::try_from(p)
+                    .map_err(|_| StoreError::Invalid(format!("partition {p} is out of range")))
+            })
+            .collect::<Result<_>>()?;
+        // A partition named twice is claimed once (a statement cannot update a row twice).
+        asked.sort_unstable();
+        asked.dedup();
+        let claimed = rows(
+            &self.client().await?,
+            "INSERT INTO processor_partitions (partition, generation)
+             SELECT p, 1 FROM unnest($1::integer[]) AS p ORDER BY p
+             ON CONFLICT (partition) DO UPDATE
+                 SET generation = processor_partitions.generation + 1
+             RETURNING partition, generation",
+            &[&asked],
+        )
+        .await?;
+        let claimed = generations(&claimed);
+        partitions
+            .iter()
+            .map(|&partition| {
+                let generation = claimed.get(&partition).copied().ok_or_else(|| {
+                    StoreError::Unavailable(format!("partition {partition} was not claimed"))
+                })?;
+                Ok(PartitionFence {
+                    partition,
+                    generation,
+                })
+            })
+            .collect()
     }
 
     async fn get_session(

@@ -20,21 +20,26 @@ fn order_value(order: VisitorOrder, v: &VisitorRecord) -> i64 {
     i64::try_from(order.value(v)).unwrap_or(i64::MAX)
 }
 
-async fn save_one(tx: &impl GenericClient, v: &VisitorRecord) -> Result<()> {
+/// Writes one visitor over the revision before its own; false, with nothing written, if the
+/// stored row is at another (the condition is checked under the row's lock, so no save slips in
+/// between).
+async fn save_one(tx: &impl GenericClient, v: &VisitorRecord) -> Result<bool> {
     let (org, env, id) = (
         ulid_bytes(v.organization_id.ulid()),
         env_code(v.environment),
         ulid_bytes(v.id.ulid()),
     );
-    execute(
+    let revision = i64::try_from(v.revision).unwrap_or(i64::MAX);
+    let written = execute(
         tx,
         "INSERT INTO visitors (organization_id, environment, id, last_seen, seen_count, first_seen,
-                               last_seen_at, body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                               last_seen_at, body, revision)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (organization_id, environment, id) DO UPDATE SET
              last_seen = excluded.last_seen, seen_count = excluded.seen_count,
              first_seen = excluded.first_seen, last_seen_at = excluded.last_seen_at,
-             body = excluded.body",
+             body = excluded.body, revision = excluded.revision
+         WHERE visitors.revision = $9 - 1",
         &[
             &org,
             &env,
@@ -44,9 +49,13 @@ async fn save_one(tx: &impl GenericClient, v: &VisitorRecord) -> Result<()> {
             &order_value(VisitorOrder::FirstSeen, v),
             &v.last_seen_at,
             &json(v),
+            &revision,
         ],
     )
     .await?;
+    if written == 0 {
+        return Ok(false);
+    }
     let digests: Vec<Vec<u8>> = v.anchors.digests().iter().map(|d| d.0.to_vec()).collect();
     // The index never names a visitor for anchors it lost.
     execute(
@@ -65,25 +74,29 @@ async fn save_one(tx: &impl GenericClient, v: &VisitorRecord) -> Result<()> {
         &[&org, &env, &id, &digests],
     )
     .await?;
-    Ok(())
+    Ok(true)
 }
 
 #[async_trait]
 impl VisitorStore for PostgresStore {
     /// One transaction, visitors in key order (so overlapping saves cannot deadlock).
-    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<Vec<VisitorId>> {
         crate::rules::check_visitor_saves(visitors)?;
         if visitors.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut ordered: Vec<&VisitorRecord> = visitors.iter().collect();
         ordered.sort_by_key(|v| (v.organization_id, env_code(v.environment), v.id));
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
+        let mut stale = Vec::new();
         for visitor in ordered {
-            save_one(&tx, visitor).await?;
+            if !save_one(&tx, visitor).await? {
+                stale.push(visitor.id);
+            }
         }
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        Ok(stale)
     }
 
     async fn get_visitor(

@@ -109,6 +109,22 @@ impl ScyllaStore {
             .map_err(errors::execution)
     }
 
+    /// Runs a read at SERIAL consistency, which sees every lightweight transaction applied
+    /// before it (a partition's claim), where a plain read might not.
+    async fn execute_serial(
+        &self,
+        cql: &'static str,
+        values: impl SerializeRow,
+    ) -> Result<QueryResult> {
+        let mut statement = scylla::statement::Statement::new(cql);
+        statement.set_consistency(scylla::statement::Consistency::Serial);
+        self.session()
+            .await?
+            .execute_unpaged(statement, values)
+            .await
+            .map_err(errors::execution)
+    }
+
     /// The first `count` rows a query selects, each page decoded by `decode_page`, read a page
     /// at a time with the driver's paging state: a page may come back short on a real node
     /// (tombstones, size limits), so pages are read until `count` or the partition's end. No

@@ -15,7 +15,8 @@ use scylla::value::{CqlTimestamp, CqlValue};
 
 use super::{ScyllaStore, corrupt, decode, encode, env_of, env_text, errors, rows_of};
 use crate::{
-    DecisionRecord, DecisionTurn, IdleSession, Result, SessionRecord, SessionSave, SessionStore,
+    DecisionRecord, DecisionTurn, IdleSession, PartitionFence, Result, SessionRecord, SessionSave,
+    SessionStore, StoreError,
 };
 
 const SESSIONS: &str = "sessions";
@@ -62,6 +63,31 @@ const EXISTS: &str =
 const DECISIONS: &str = "SELECT body FROM session_decisions WHERE session_id = ?";
 const IDLE: &str = "SELECT idle_since, session_id, organization_id, environment \
      FROM sessions_idle WHERE bucket = ? AND idle_since < ?";
+const GENERATION: &str = "SELECT generation FROM processor_partitions WHERE partition = ?";
+const FIRST_CLAIM: &str =
+    "INSERT INTO processor_partitions (partition, generation) VALUES (?, 1) IF NOT EXISTS";
+const NEXT_CLAIM: &str =
+    "UPDATE processor_partitions SET generation = ? WHERE partition = ? IF generation = ?";
+
+/// A partition number as its `int` column.
+fn partition_column(partition: u32) -> Result<i32> {
+    i32::try_from(partition)
+        .map_err(|_| StoreError::Invalid(format!("partition {partition} is out of range")))
+}
+
+impl ScyllaStore {
+    /// A partition's generation as last claimed; `None` if it never was.
+    async fn generation(&self, partition: u32) -> Result<Option<u64>> {
+        let result = self
+            .execute_serial(GENERATION, (partition_column(partition)?,))
+            .await?;
+        let rows = rows_of("processor_partitions", result)?;
+        let row = rows
+            .maybe_first_row::<(Option<i64>,)>()
+            .map_err(|e| corrupt("processor_partitions", &e))?;
+        Ok(row.and_then(|(g,)| g).map(i64::unsigned_abs))
+    }
+}
 
 /// Every statement of this module, for the test that prepares each on a CQL node.
 pub const STATEMENTS: &[&str] = &[
@@ -85,6 +111,9 @@ pub const STATEMENTS: &[&str] = &[
     EXISTS,
     DECISIONS,
     IDLE,
+    GENERATION,
+    FIRST_CLAIM,
+    NEXT_CLAIM,
 ];
 
 fn bucket(id: SessionId) -> i8 {
@@ -298,6 +327,18 @@ impl SessionStore for ScyllaStore {
                 None => Ok(save.session.clone()),
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut current = std::collections::HashMap::new();
+        for fence in saves.iter().filter_map(|s| s.fence) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = current.entry(fence.partition)
+            {
+                slot.insert(self.generation(fence.partition).await?);
+            }
+        }
+        let fenced =
+            crate::rules::fenced_partitions(saves, |p| Ok(current.get(&p).copied().flatten()))?;
+        if !fenced.is_empty() {
+            return Err(StoreError::Fenced { partitions: fenced });
+        }
         for (save, session) in saves.iter().zip(&wholes) {
             let mut batch = Batch::new(BatchType::Logged);
             let mut values = Vec::new();
@@ -310,6 +351,39 @@ impl SessionStore for ScyllaStore {
                 .map_err(errors::execution)?;
         }
         Ok(())
+    }
+
+    async fn claim_partitions(&self, partitions: &[u32]) -> Result<Vec<PartitionFence>> {
+        let unique: std::collections::BTreeSet<u32> = partitions.iter().copied().collect();
+        let mut claimed = std::collections::HashMap::new();
+        for partition in unique {
+            let p = partition_column(partition)?;
+            // Claims race only with other claims of the partition: each lost round means
+            // another processor's claim won, and the next read sees it.
+            let generation = loop {
+                let applied = match self.generation(partition).await? {
+                    None => self.applied(FIRST_CLAIM, (p,)).await?.then_some(1),
+                    Some(g) => {
+                        let next = i64::try_from(g + 1).unwrap_or(i64::MAX);
+                        let read = i64::try_from(g).unwrap_or(i64::MAX);
+                        self.applied(NEXT_CLAIM, (next, p, read))
+                            .await?
+                            .then_some(g + 1)
+                    }
+                };
+                if let Some(generation) = applied {
+                    break generation;
+                }
+            };
+            claimed.insert(partition, generation);
+        }
+        Ok(partitions
+            .iter()
+            .map(|&partition| PartitionFence {
+                partition,
+                generation: claimed[&partition],
+            })
+            .collect())
     }
 
     async fn get_session(

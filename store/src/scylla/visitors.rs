@@ -17,10 +17,16 @@ use crate::{Result, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorStore};
 const VISITORS: &str = "visitors";
 const VISITORS_BY_ANCHOR: &str = "visitors_by_anchor";
 
-const READ_STORED: &str = "SELECT last_seen, seen_count, first_seen, anchor_digests FROM visitors \
-     WHERE organization_id = ? AND environment = ? AND id = ?";
-const WRITE: &str = "INSERT INTO visitors (organization_id, environment, id, last_seen, seen_count, \
-     first_seen, anchor_digests, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+const READ_STORED: &str = "SELECT last_seen, seen_count, first_seen, anchor_digests, revision \
+     FROM visitors WHERE organization_id = ? AND environment = ? AND id = ?";
+/// The row of a visitor not stored yet (or dropped by retention since it was read).
+const INSERT: &str = "INSERT INTO visitors (organization_id, environment, id, last_seen, \
+     seen_count, first_seen, anchor_digests, body, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+     IF NOT EXISTS";
+/// The row of a stored visitor, over the revision before the one saved.
+const UPDATE: &str = "UPDATE visitors SET last_seen = ?, seen_count = ?, first_seen = ?, \
+     anchor_digests = ?, body = ?, revision = ? \
+     WHERE organization_id = ? AND environment = ? AND id = ? IF revision = ?";
 const INDEX_ANCHOR: &str = "INSERT INTO visitors_by_anchor \
      (organization_id, environment, anchor_digest, visitor_id) VALUES (?, ?, ?, ?)";
 const UNINDEX_ANCHOR: &str = "DELETE FROM visitors_by_anchor \
@@ -84,7 +90,8 @@ fn order_index(order: VisitorOrder) -> &'static OrderIndex {
 pub fn statements() -> Vec<&'static str> {
     let mut all = vec![
         READ_STORED,
-        WRITE,
+        INSERT,
+        UPDATE,
         INDEX_ANCHOR,
         UNINDEX_ANCHOR,
         BY_ANCHOR,
@@ -110,11 +117,22 @@ fn text(s: impl Into<String>) -> Bound {
     Some(CqlValue::Text(s.into()))
 }
 
-/// What a save must know of the stored row: its value in each order, its anchor digests.
-type Stored = (Option<i64>, Option<i64>, Option<i64>, Option<Vec<Vec<u8>>>);
+/// What a save must know of the stored row: its value in each order, its anchor digests, its
+/// revision.
+type Stored = (
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<Vec<Vec<u8>>>,
+    Option<i64>,
+);
 
 impl ScyllaStore {
-    async fn save_visitor_batch(&self, v: &VisitorRecord) -> Result<()> {
+    /// Writes the visitor's row by a lightweight transaction over the revision before its own
+    /// (or if absent), then its index rows in one batch. False, with nothing written, when the
+    /// row is at another revision. Should the index batch fail after the row was written, the
+    /// next save of the visitor writes its index rows again.
+    async fn save_visitor_batch(&self, v: &VisitorRecord) -> Result<bool> {
         let (org, env, id) = (
             v.organization_id.to_string(),
             env_text(v.environment),
@@ -128,22 +146,57 @@ impl ScyllaStore {
             .maybe_first_row::<Stored>()
             .map_err(|e| corrupt(VISITORS, &e))?;
         let digests: Vec<Vec<u8>> = v.anchors.digests().iter().map(|d| d.0.to_vec()).collect();
+        let revision = i64::try_from(v.revision).unwrap_or(i64::MAX);
+        let body = encode(v);
+        let orders = (
+            order_value(VisitorOrder::LastSeen, v),
+            order_value(VisitorOrder::SeenCount, v),
+            order_value(VisitorOrder::FirstSeen, v),
+        );
+        let written = match &stored {
+            Some(row) if row.4.unwrap_or(0).checked_add(1) != Some(revision) => return Ok(false),
+            Some(_) => {
+                self.applied(
+                    UPDATE,
+                    (
+                        orders.0,
+                        orders.1,
+                        orders.2,
+                        &digests,
+                        body.as_str(),
+                        revision,
+                        org.as_str(),
+                        env,
+                        id.as_str(),
+                        revision - 1,
+                    ),
+                )
+                .await?
+            }
+            None => {
+                self.applied(
+                    INSERT,
+                    (
+                        org.as_str(),
+                        env,
+                        id.as_str(),
+                        orders.0,
+                        orders.1,
+                        orders.2,
+                        &digests,
+                        body.as_str(),
+                        revision,
+                    ),
+                )
+                .await?
+            }
+        };
+        if !written {
+            return Ok(false);
+        }
 
         let mut batch = Batch::new(BatchType::Logged);
         let mut values: Vec<Vec<Bound>> = Vec::new();
-        batch.append_statement(WRITE);
-        values.push(vec![
-            text(&org),
-            text(env),
-            text(&id),
-            Some(CqlValue::BigInt(order_value(VisitorOrder::LastSeen, v))),
-            Some(CqlValue::BigInt(order_value(VisitorOrder::SeenCount, v))),
-            Some(CqlValue::BigInt(order_value(VisitorOrder::FirstSeen, v))),
-            Some(CqlValue::List(
-                digests.iter().cloned().map(CqlValue::Blob).collect(),
-            )),
-            text(encode(v)),
-        ]);
         // The anchor index never names a visitor for anchors it lost.
         let had: BTreeSet<Vec<u8>> = stored
             .as_ref()
@@ -197,7 +250,7 @@ impl ScyllaStore {
             .batch(&batch, values)
             .await
             .map_err(errors::execution)?;
-        Ok(())
+        Ok(true)
     }
 
     /// Visitors by id, in the order given; an id whose row is gone is skipped.
@@ -220,12 +273,15 @@ impl ScyllaStore {
 
 #[async_trait]
 impl VisitorStore for ScyllaStore {
-    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<()> {
+    async fn save_visitors(&self, visitors: &[VisitorRecord]) -> Result<Vec<VisitorId>> {
         crate::rules::check_visitor_saves(visitors)?;
+        let mut stale = Vec::new();
         for visitor in visitors {
-            self.save_visitor_batch(visitor).await?;
+            if !self.save_visitor_batch(visitor).await? {
+                stale.push(visitor.id);
+            }
         }
-        Ok(())
+        Ok(stale)
     }
 
     async fn get_visitor(
