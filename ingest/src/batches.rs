@@ -102,6 +102,21 @@ pub async fn accept(
         return Err(invalid_batch());
     }
 
+    // A verified signature's nonce is spent in the store, so its replay to any ingest process
+    // of a fleet reads invalid.
+    let checked = state.agents.check(
+        &WebBotAuthRequest::new(
+            method.as_str(),
+            if ctx.client.tls { "https" } else { "http" },
+            &uri,
+            &headers,
+        ),
+        chrono::Utc::now().timestamp(),
+    );
+    let web_bot_auth = match checked {
+        Some(checked) => Some(checked.settle(&state.auth.store).await),
+        None => None,
+    };
     let record = BatchRecord {
         schema: BATCH_RECORD_SCHEMA,
         organization_id: ctx.organization.id,
@@ -118,15 +133,7 @@ pub async fn accept(
                 .to_owned(),
             header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
             url: uri.to_string(),
-            web_bot_auth: state.agents.check(
-                &WebBotAuthRequest::new(
-                    method.as_str(),
-                    if ctx.client.tls { "https" } else { "http" },
-                    &uri,
-                    &headers,
-                ),
-                chrono::Utc::now().timestamp(),
-            ),
+            web_bot_auth,
         },
         observations,
     };

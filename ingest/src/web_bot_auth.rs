@@ -9,8 +9,8 @@
 //! - the covered `@authority` is checked against the service's own public authorities (from
 //!   `--public-url`), never against the request's `Host`, so a signature made for another site
 //!   cannot be re-hosted here by sending that site's name as `Host`;
-//! - a signature's `nonce` is remembered until the signature expires ([`replay`]), so a replay
-//!   reads invalid. A signature without a nonce cannot be told from its replay, so it reads
+//! - a signature's `nonce` is spent in the store until the signature expires ([`Checked::settle`],
+//!   `spend_nonce`), so a replay reads invalid, whichever ingest process of a fleet it reaches. A signature without a nonce cannot be told from its replay, so it reads
 //!   invalid too: the crate does not insist on a nonce, but a verified outcome here promises
 //!   that the agent made this very request.
 //!
@@ -20,8 +20,6 @@
 //! network at request time: a request must not make the service call out to a URL it names.
 //! The file can be read again while the service runs ([`TrustedAgents::reload`]); a file that
 //! does not parse leaves the directories in use as they were.
-
-pub mod replay;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,8 +34,6 @@ use web_bot_auth::components::{
 use web_bot_auth::keyring::{Algorithm, JSONWebKeySet, KeyRing};
 use web_bot_auth::message_signatures::SignedMessage;
 use web_bot_auth::{ImplementationError, SignatureAgentLink, WebBotAuthVerifier};
-
-use replay::{NonceUse, SeenNonces};
 
 /// How far a signature's `created` and `expires` may be from our clock.
 const CLOCK_SKEW_SECS: i64 = 60;
@@ -127,15 +123,67 @@ pub struct Reloaded {
     pub changed: bool,
 }
 
-/// The agents trusted for Web Bot Auth, the service's public authorities, and the nonces of
-/// signatures already seen: everything [`TrustedAgents::check`] needs.
+/// What the signature alone shows.
+enum Verification {
+    Refused(WebBotAuthStatus),
+    /// By a key of `agent`'s directory, for this service, in its window: verified once its
+    /// nonce (key id, nonce, valid until) is spent.
+    Verified {
+        agent: String,
+        nonce: (String, String, i64),
+    },
+}
+
+/// A signature's outcome as far as the request shows it ([`TrustedAgents::check`]); a verified one
+/// holds until its nonce is spent ([`Checked::settle`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    outcome: WebBotAuthCheck,
+    /// What `Signature-Agent` claimed, reported if the nonce turns out spent.
+    claimed: Option<String>,
+    /// The nonce to spend, for a verified signature: its key id, the nonce and until when the
+    /// signature is valid (Unix seconds).
+    nonce: Option<(String, String, i64)>,
+}
+
+impl Checked {
+    /// The outcome, once a verified signature's nonce is spent in `store`: a nonce spent
+    /// before (a replay, here or at another process of the fleet) reads invalid, and so does
+    /// one the store cannot spend, since a signature that cannot be protected from replay must
+    /// not pass as verified.
+    pub async fn settle(self, store: &store::Store) -> WebBotAuthCheck {
+        let Some((keyid, nonce, until)) = self.nonce else {
+            return self.outcome;
+        };
+        let until = chrono::DateTime::from_timestamp(until, 0)
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        let invalid = WebBotAuthCheck {
+            status: WebBotAuthStatus::Invalid,
+            signature_agent: self.claimed,
+        };
+        match store.spend_nonce(&keyid, &nonce, until).await {
+            Ok(true) => self.outcome,
+            Ok(false) => invalid,
+            Err(e) => {
+                tracing::warn!(
+                    agent = ?self.outcome.signature_agent,
+                    error = %e,
+                    "web bot auth: cannot spend the signature's nonce; refusing it"
+                );
+                invalid
+            }
+        }
+    }
+}
+
+/// The agents trusted for Web Bot Auth and the service's public authorities: everything
+/// [`TrustedAgents::check`] needs.
 pub struct TrustedAgents {
     /// Replaced whole by a reload; a check works on the directories it started with.
     directories: RwLock<Arc<Directories>>,
     /// `host[:port]` of each `--public-url`, lower case, the scheme's default port left out
     /// (RFC 9421 §2.2.3).
     authorities: Vec<String>,
-    nonces: SeenNonces,
 }
 
 impl std::fmt::Debug for TrustedAgents {
@@ -176,7 +224,6 @@ impl TrustedAgents {
         TrustedAgents {
             directories: RwLock::new(Arc::new(directories)),
             authorities,
-            nonces: SeenNonces::default(),
         }
     }
 
@@ -188,7 +235,7 @@ impl TrustedAgents {
     }
 
     /// Reads the keys file again and trusts what it names from now on; on any error the
-    /// directories in use stay as they were. Nonces already seen are kept.
+    /// directories in use stay as they were.
     pub fn reload(&self, path: &Path) -> Result<Reloaded, String> {
         let fresh = Directories::from_file(path)?;
         let changed = self.current().owner != fresh.owner;
@@ -203,8 +250,9 @@ impl TrustedAgents {
     }
 
     /// Checks the request's signature; `None` when it carries no `Signature` and
-    /// `Signature-Input` (most requests: browsers do not sign).
-    pub fn check(&self, request: &Request<'_>, now_unix: i64) -> Option<WebBotAuthCheck> {
+    /// `Signature-Input` (most requests: browsers do not sign). A verified outcome holds once
+    /// its nonce is spent ([`Checked::settle`]).
+    pub fn check(&self, request: &Request<'_>, now_unix: i64) -> Option<Checked> {
         let has = |name: &str| request.headers.contains_key(name);
         if !has("signature") || !has("signature-input") {
             return None;
@@ -212,46 +260,56 @@ impl TrustedAgents {
         let claimed = request
             .header("signature-agent")
             .map(|v| v.chars().take(MAX_AGENT_LEN).collect::<String>());
-        let (status, agent) = self.verify(request, now_unix);
-        Some(WebBotAuthCheck {
-            status,
-            signature_agent: agent.or(claimed),
+        let (status, agent, nonce) = match self.verify(request, now_unix) {
+            Verification::Refused(status) => (status, None, None),
+            Verification::Verified { agent, nonce } => {
+                (WebBotAuthStatus::Verified, Some(agent), Some(nonce))
+            }
+        };
+        Some(Checked {
+            outcome: WebBotAuthCheck {
+                status,
+                signature_agent: agent.or(claimed.clone()),
+            },
+            claimed,
+            nonce,
         })
     }
 
-    fn verify(&self, request: &Request<'_>, now: i64) -> (WebBotAuthStatus, Option<String>) {
-        use WebBotAuthStatus::{Invalid, Unverified, Verified};
+    fn verify(&self, request: &Request<'_>, now: i64) -> Verification {
+        use Verification::Refused;
+        use WebBotAuthStatus::{Invalid, Unverified};
         // A label without the web-bot-auth tag, key id, times or the covered authority (and
         // `signature-agent` when that header is sent) does not parse.
         let Ok(verifier) = WebBotAuthVerifier::parse(request) else {
-            return (Invalid, None);
+            return Refused(Invalid);
         };
         let details = &verifier.get_parsed_label().base.parameters.details;
         let (Some(created), Some(expires)) = (details.created, details.expires) else {
-            return (Invalid, None);
+            return Refused(Invalid);
         };
         if expires + CLOCK_SKEW_SECS <= now || created - CLOCK_SKEW_SECS > now || created > expires
         {
-            return (Invalid, None);
+            return Refused(Invalid);
         }
         if details
             .algorithm
             .as_ref()
             .is_some_and(|a| *a != Algorithm::Ed25519)
         {
-            return (Invalid, None);
+            return Refused(Invalid);
         }
         let keyid = details.keyid.clone().unwrap_or_default();
         let directories = self.current();
         let Some(owner) = directories.owner.get(&keyid) else {
-            return (Unverified, None);
+            return Refused(Unverified);
         };
         let Some(nonce) = details
             .nonce
             .clone()
             .filter(|n| !n.is_empty() && n.len() <= MAX_NONCE_LEN)
         else {
-            return (Invalid, None);
+            return Refused(Invalid);
         };
         // The key speaks only for its own agent: a `Signature-Agent` naming another directory
         // (or carrying its own inline keys) is a forgery, whatever the signature.
@@ -268,27 +326,16 @@ impl TrustedAgents {
                 SignatureAgentLink::Inline(_) => false,
             });
         if !owned {
-            return (Invalid, None);
+            return Refused(Invalid);
         }
         match self.verify_for_our_authority(request, &directories.ring) {
             Ok(()) => {}
-            Err(ImplementationError::NoSuchKey) => return (Unverified, None),
-            Err(_) => return (Invalid, None),
+            Err(ImplementationError::NoSuchKey) => return Refused(Unverified),
+            Err(_) => return Refused(Invalid),
         }
-        match self
-            .nonces
-            .first_use(&keyid, &nonce, expires + CLOCK_SKEW_SECS, now)
-        {
-            NonceUse::First => (Verified, Some(owner.clone())),
-            NonceUse::Replayed => (Invalid, None),
-            NonceUse::Full => {
-                tracing::warn!(
-                    agent = %owner,
-                    capacity = SeenNonces::CAPACITY,
-                    "web bot auth: too many unexpired signatures to remember; refusing this one"
-                );
-                (Invalid, None)
-            }
+        Verification::Verified {
+            agent: owner.clone(),
+            nonce: (keyid, nonce, expires + CLOCK_SKEW_SECS),
         }
     }
 

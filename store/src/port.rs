@@ -304,6 +304,12 @@ store_port! {
             id: schemas::SessionId,
             at: Timestamp,
         ) -> Result<Option<CollectSessionRecord>>;
+        /// Spends a nonce (a Web Bot Auth signature's) of `scope` (the signing key), remembered
+        /// until `until`: true the first time, false if it was spent before and has not expired,
+        /// so a request replayed to any process of the fleet is caught. The embedded store keeps
+        /// them in memory, bounded (`Unavailable` when full of unexpired ones): it is one
+        /// process's.
+        async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool>;
     }
 
     /// Scored sessions and their decision history (`sessions`, `session_decisions`, and the

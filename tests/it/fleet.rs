@@ -9,12 +9,15 @@
 //!   and one `session.result.persisted` event (and one delivery of it);
 //! - a real headless Chromium session, collected by an ingest process, has its handoff opened
 //!   through the query process;
-//! - a key revoked through the admin process is refused at once by both ingest processes.
+//! - a key revoked through the admin process is refused at once by both ingest processes;
+//! - a Web Bot Auth signature verified by one ingest process reads invalid when replayed to the
+//!   other (its nonce is spent in the shared store).
 
 use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::web_bot_auth;
 use bus::kafka::mock::MockKafka;
 use schemas::credential::Environment;
 use serde_json::{Value, json};
@@ -184,8 +187,30 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
         flags.extend_from_slice(extra);
         Served::start(&flags)
     };
+    // Both ingest processes trust one signing agent, behind one public address.
+    let agents = tempfile::tempdir().unwrap();
+    let keys = agents.path().join("agents.json");
+    std::fs::write(
+        &keys,
+        format!(
+            r#"{{"{}": {}}}"#,
+            web_bot_auth::AGENT,
+            web_bot_auth::DIRECTORY
+        ),
+    )
+    .unwrap();
+    let keys = keys.display().to_string();
+    let signed_ingest = [
+        "--web-bot-auth-keys",
+        keys.as_str(),
+        "--public-url",
+        "https://fleet.test",
+    ];
     let fleet = Fleet {
-        ingest: [member("ingest", &kafka, &[]), member("ingest", &kafka, &[])],
+        ingest: [
+            member("ingest", &kafka, &signed_ingest),
+            member("ingest", &kafka, &signed_ingest),
+        ],
         processors: vec![
             member("processor", &processor_kafka, &[]),
             member("processor", &processor_kafka, &[]),
@@ -538,6 +563,56 @@ print(r.status_code, r.json()["data"]["id"])
         let body: Value = refused.json().await.unwrap();
         assert_eq!(body["error"]["code"], "auth.invalid_credentials");
     }
+
+    // ---- a signed request replayed to the other ingest process reads invalid ----
+    let session = open_session_at(&client, &ingest[0], &pk)
+        .await
+        .expect("a session opens");
+    let path = format!("/v1/collect/sessions/{}/batches", session.id);
+    let signed = web_bot_auth::sign("fleet.test", &web_bot_auth::trusted(&path));
+    for (seq, base) in [(1, &ingest[0]), (2, &ingest[1])] {
+        let observations = if seq == 1 {
+            json!({"kind": "probes", "automation": {"webdriver": false}})
+        } else {
+            interactions(seq)
+        };
+        let mut batch = client
+            .post(format!("{base}{path}"))
+            .bearer_auth(&pk)
+            .json(&session.batch(seq, &observations));
+        for (name, value) in &signed {
+            batch = batch.header(*name, value);
+        }
+        assert_eq!(batch.send().await.unwrap().status(), 202, "batch {seq}");
+    }
+    finish(&client, &ingest[1], &pk, &session).await;
+    let read = format!("{api}/v1/sessions/{}", session.id);
+    eventually(
+        Duration::from_secs(60),
+        "the signed session is final",
+        || {
+            let (client, read, sk) = (client.clone(), read.clone(), sk.clone());
+            async move {
+                let r = client.get(&read).bearer_auth(&sk).send().await.unwrap();
+                let body: Value = r.json().await.unwrap_or_default();
+                body["data"]["decision"]["decision_status"] == "final"
+            }
+        },
+    )
+    .await;
+    let body: Value = client
+        .get(&read)
+        .bearer_auth(&sk)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["data"]["web_bot_auth"]["status"], "invalid",
+        "the replay to the second ingest process is caught: {body}"
+    );
     drop(survivor);
     drop(killed);
 }

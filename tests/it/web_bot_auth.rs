@@ -21,14 +21,14 @@ use web_bot_auth::message_signatures::{MessageSigner, UnsignedMessage};
 
 /// RFC 9421's `test-key-ed25519` (appendix B.1.4): its public half as a key directory, its
 /// private half to sign with, and its JWK thumbprint, which Web Bot Auth uses as `keyid`.
-const DIRECTORY: &str =
+pub(crate) const DIRECTORY: &str =
     r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}]}"#;
 const PRIVATE_KEY: [u8; 32] = [
     0x9f, 0x83, 0x62, 0xf8, 0x7a, 0x48, 0x4a, 0x95, 0x4e, 0x6e, 0x74, 0x0c, 0x5b, 0x4c, 0x0e, 0x84,
     0x22, 0x91, 0x39, 0xa2, 0x0a, 0xa8, 0xab, 0x56, 0xff, 0x66, 0x58, 0x6f, 0x6a, 0x7d, 0x29, 0xc5,
 ];
 const KEY_ID: &str = "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U";
-const AGENT: &str = "https://signature-agent.test";
+pub(crate) const AGENT: &str = "https://signature-agent.test";
 
 /// A request being signed: the components it covers, then the two headers made for it.
 struct Outgoing {
@@ -48,7 +48,7 @@ impl UnsignedMessage for Outgoing {
 }
 
 /// What the agent signs, and with which key.
-struct Signing<'a> {
+pub(crate) struct Signing<'a> {
     key: [u8; 32],
     key_id: &'a str,
     /// The `Signature-Agent` member it sends and covers.
@@ -59,7 +59,7 @@ struct Signing<'a> {
 
 /// `Signature-Input`, `Signature` and `Signature-Agent` for `POST {authority}{path}`, with a
 /// fresh nonce.
-fn sign(authority: &str, signing: &Signing<'_>) -> [(&'static str, String); 3] {
+pub(crate) fn sign(authority: &str, signing: &Signing<'_>) -> [(&'static str, String); 3] {
     sign_with_nonce(authority, signing, &format!("n-{}", ulid::Ulid::generate()))
 }
 
@@ -134,7 +134,7 @@ async fn server_with(
 }
 
 /// The signing agent of the tests: the RFC's key, its directory, its own path.
-fn trusted<'a>(path: &'a str) -> Signing<'a> {
+pub(crate) fn trusted<'a>(path: &'a str) -> Signing<'a> {
     Signing {
         key: PRIVATE_KEY,
         key_id: KEY_ID,

@@ -728,3 +728,29 @@ pub async fn concurrent_collect_updates_keep_each_other(store: Store) {
         Some(expected)
     );
 }
+
+/// A nonce is spent once per scope (a signing key), however many spend it at once, and another
+/// scope's nonce of the same text is its own.
+pub async fn a_nonce_is_spent_once_per_scope(store: Store) {
+    let nonce = unique("nonce");
+    let until = time::now() + TimeDelta::minutes(5);
+    let attempts: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, nonce) = (store.clone(), nonce.clone());
+            tokio::spawn(async move { store.spend_nonce("key-a", &nonce, until).await.unwrap() })
+        })
+        .collect();
+    let mut first = 0;
+    for attempt in attempts {
+        first += usize::from(attempt.await.unwrap());
+    }
+    assert_eq!(first, 1, "one of eight concurrent spends is the first");
+    assert!(
+        !store.spend_nonce("key-a", &nonce, until).await.unwrap(),
+        "spent"
+    );
+    assert!(
+        store.spend_nonce("key-b", &nonce, until).await.unwrap(),
+        "another key's nonce is its own"
+    );
+}

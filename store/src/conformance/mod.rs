@@ -137,6 +137,7 @@ macro_rules! store_conformance_suite {
                 collect_results_first_call_wins,
                 concurrent_collect_results_have_one_winner,
                 concurrent_collect_updates_keep_each_other,
+                a_nonce_is_spent_once_per_scope,
             ],
             sessions: [
                 session_round_trip,

@@ -270,6 +270,23 @@ impl CollectStore for EmbeddedStore {
         .await
     }
 
+    async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool> {
+        use super::nonces::{NonceUse, SeenNonces};
+        match self.nonces.first_use(
+            scope,
+            nonce,
+            until.timestamp(),
+            schemas::time::now().timestamp(),
+        ) {
+            NonceUse::First => Ok(true),
+            NonceUse::Replayed => Ok(false),
+            NonceUse::Full => Err(StoreError::Unavailable(format!(
+                "{} unexpired nonces are remembered already",
+                SeenNonces::CAPACITY
+            ))),
+        }
+    }
+
     async fn open_handoff_once(
         &self,
         handoff: &[u8; 16],

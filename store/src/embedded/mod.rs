@@ -43,6 +43,7 @@ mod events;
 mod gate;
 mod idempotency;
 mod key;
+mod nonces;
 mod organizations;
 mod retention;
 mod row_cache;
@@ -119,6 +120,8 @@ pub struct EmbeddedStore {
     inner: Arc<Inner>,
     /// Raises ingest's batch counters in groups (see `seqs`).
     seqs: seqs::SeqRaiser,
+    /// The nonces `spend_nonce` spent, in memory (see `nonces`).
+    nonces: nonces::SeenNonces,
 }
 
 struct Inner {
@@ -361,7 +364,11 @@ impl EmbeddedStore {
         let inner = Arc::new(inner);
         let seqs = seqs::SeqRaiser::start(Arc::downgrade(&inner))
             .map_err(|e| StoreError::Unavailable(format!("starting the counter thread: {e}")))?;
-        Ok(Self { inner, seqs })
+        Ok(Self {
+            inner,
+            seqs,
+            nonces: nonces::SeenNonces::default(),
+        })
     }
 
     /// Writes every table's memtable out to its disk tables and waits, so the directory's size

@@ -177,6 +177,19 @@ impl CollectStore for PostgresStore {
         Ok(changed.map(|(_, session)| session))
     }
 
+    /// An expired row of the same nonce (not yet purged) is spent again.
+    async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool> {
+        let spent = execute(
+            &self.client().await?,
+            "INSERT INTO spent_nonces (scope, nonce, expires_at) VALUES ($1, $2, $3)
+             ON CONFLICT (scope, nonce) DO UPDATE SET expires_at = excluded.expires_at
+             WHERE spent_nonces.expires_at < now()",
+            &[&scope, &nonce, &until],
+        )
+        .await?;
+        Ok(spent == 1)
+    }
+
     async fn open_handoff_once(
         &self,
         handoff: &[u8; 16],

@@ -82,6 +82,14 @@ const HANDOFFS: &str = "WITH gone AS (
         RETURNING 1)
     SELECT count(*) FROM gone";
 
+const NONCES: &str = "WITH gone AS (
+        DELETE FROM spent_nonces WHERE (scope, nonce) IN (
+            SELECT scope, nonce FROM spent_nonces WHERE expires_at <= $1 LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+            AND expires_at <= $1
+        RETURNING 1)
+    SELECT count(*) FROM gone";
+
 /// Collect session ids are ULIDs, minted in time order: those below the id of the cutoff's
 /// millisecond are older. Their pings' rows go by cascade.
 const COLLECT: &str = "WITH gone AS (
@@ -172,6 +180,7 @@ impl RetentionStore for PostgresStore {
             (GATE_SESSIONS, gate_drop_before(now)),
             (IDEMPOTENCY, now),
             (HANDOFFS, now),
+            (NONCES, now),
         ] {
             let deleted: i64 = row(&client, sql, &[&before, &budget])
                 .await?

@@ -25,6 +25,8 @@ const FIND_PING: &str = "SELECT session_id FROM collect_pings WHERE ping_id = ?"
 const OPEN_HANDOFF: &str = "INSERT INTO handoff_openings (handoff, first_opened_at, expires_at) \
      VALUES (?, ?, ?) IF NOT EXISTS USING TTL ?";
 const HANDOFF_OPENED: &str = "SELECT first_opened_at FROM handoff_openings WHERE handoff = ?";
+const SPEND_NONCE: &str =
+    "INSERT INTO spent_nonces (scope, nonce) VALUES (?, ?) IF NOT EXISTS USING TTL ?";
 
 /// Every statement of this module, for the test that prepares each on a CQL node.
 pub const STATEMENTS: &[&str] = &[
@@ -37,6 +39,7 @@ pub const STATEMENTS: &[&str] = &[
     FIND_PING,
     OPEN_HANDOFF,
     HANDOFF_OPENED,
+    SPEND_NONCE,
 ];
 
 impl ScyllaStore {
@@ -222,6 +225,16 @@ impl CollectStore for ScyllaStore {
             })
             .await?;
         Ok(changed.map(|(_, session)| session))
+    }
+
+    /// Kept until `until` by the row's TTL.
+    async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool> {
+        let ttl = (until - schemas::time::now()).num_seconds().max(1);
+        self.applied(
+            SPEND_NONCE,
+            (scope, nonce, i32::try_from(ttl).unwrap_or(i32::MAX)),
+        )
+        .await
     }
 
     async fn open_handoff_once(

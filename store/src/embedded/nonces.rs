@@ -1,18 +1,19 @@
-//! The nonces of verified Web Bot Auth signatures, remembered until each signature expires, so
-//! a signed request replayed within its validity window reads `invalid`
-//! (docs/architecture.md#collect-transport).
+//! The embedded store's spent nonces (`spend_nonce`): the nonces of verified Web Bot Auth
+//! signatures, remembered until each signature expires, so a signed request replayed within its
+//! validity window reads `invalid` (docs/architecture.md#collect-transport). In memory, since
+//! the embedded store is one process's: every ingest that can see a replay is in it.
 //!
 //! Memory is bounded twice: an entry goes when its signature expires, and the table holds at
 //! most [`SeenNonces::CAPACITY`] entries. Only signatures that verified under a trusted key are
-//! remembered, so only a trusted agent can fill the table; when it is full a new signature
-//! cannot be protected from replay and is refused rather than let through unprotected.
+//! spent, so only a trusted agent can fill the table; when it is full a new signature cannot be
+//! protected from replay and is refused rather than let through unprotected.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What remembering a nonce found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NonceUse {
+pub(super) enum NonceUse {
     /// Not seen within its signature's window: remembered now.
     First,
     /// Seen before: the request is a replay.
@@ -22,7 +23,7 @@ pub enum NonceUse {
 }
 
 #[derive(Default)]
-pub struct SeenNonces {
+pub(super) struct SeenNonces {
     inner: Mutex<Inner>,
 }
 
@@ -39,9 +40,9 @@ impl SeenNonces {
     /// 88 characters (base64 of 64 bytes).
     pub const CAPACITY: usize = 65_536;
 
-    /// Remembers `nonce` of key `keyid` until `until` (Unix seconds), unless it is already
-    /// remembered. Nonces are per key: one agent cannot spend another's.
-    pub fn first_use(&self, keyid: &str, nonce: &str, until: i64, now: i64) -> NonceUse {
+    /// Remembers `nonce` of `scope` (a key id) until `until` (Unix seconds), unless it is
+    /// already remembered. Nonces are per key: one agent cannot spend another's.
+    pub(super) fn first_use(&self, keyid: &str, nonce: &str, until: i64, now: i64) -> NonceUse {
         self.first_use_within(keyid, nonce, until, now, Self::CAPACITY)
     }
 
@@ -74,16 +75,13 @@ impl SeenNonces {
         NonceUse::First
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .until
             .len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
