@@ -21,3 +21,21 @@ CREATE TABLE spent_nonces (
     PRIMARY KEY (scope, nonce)
 );
 CREATE INDEX spent_nonces_by_expiry ON spent_nonces (expires_at);
+
+-- Every change to a key or an organization, but a key's last use, is notified on
+-- `vigil_credentials` at its commit: each replica's authentication cache drops what it holds
+-- (store/src/postgres/credentials.rs).
+CREATE FUNCTION vigil_credentials_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('vigil_credentials', TG_TABLE_NAME);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER api_keys_changed AFTER UPDATE ON api_keys FOR EACH ROW
+    WHEN ((OLD.body::jsonb - 'last_used_at') IS DISTINCT FROM (NEW.body::jsonb - 'last_used_at')
+          OR OLD.key_hash IS DISTINCT FROM NEW.key_hash)
+    EXECUTE FUNCTION vigil_credentials_changed();
+CREATE TRIGGER api_keys_removed AFTER DELETE ON api_keys FOR EACH ROW
+    EXECUTE FUNCTION vigil_credentials_changed();
+CREATE TRIGGER organizations_changed AFTER UPDATE OR DELETE ON organizations FOR EACH ROW
+    EXECUTE FUNCTION vigil_credentials_changed();

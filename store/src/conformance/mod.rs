@@ -222,7 +222,8 @@ fn unique(prefix: &str) -> String {
     )
 }
 
-fn organization(slug_prefix: &str) -> OrganizationRecord {
+/// An active organization with a slug of its own (for backend-specific tests too).
+pub fn organization(slug_prefix: &str) -> OrganizationRecord {
     let now = time::now();
     OrganizationRecord {
         id: OrgId::generate(),
@@ -242,7 +243,7 @@ fn hash_of(id: KeyId) -> CredentialHash {
 }
 
 /// A freshly issued secret key: no lifecycle timestamps yet.
-fn api_key(org: OrgId, env: Environment, id: KeyId) -> ApiKeyRecord {
+pub fn api_key(org: OrgId, env: Environment, id: KeyId) -> ApiKeyRecord {
     ApiKeyRecord {
         id,
         organization_id: org,

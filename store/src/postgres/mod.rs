@@ -4,8 +4,10 @@
 //! is an index.
 //!
 //! What the embedded backend does for one process and this one must not assume:
-//! - no row cache: every replica reads the row, so a revocation or a rotation made through any
-//!   replica is seen by the next request on every other one;
+//! - no row cache but the authentication path's (`credentials`): keys and organizations, kept
+//!   a few seconds and dropped whenever any replica changes one (LISTEN/NOTIFY), bypassed while
+//!   that notification cannot be heard, so a revocation or a rotation made through any replica
+//!   is seen by the next request on every other one; every other read reads the row;
 //! - no snapshots: a read that spans rows written together is one statement (a join or an
 //!   index on the row itself), and a read-check-write is a transaction that locks the row it
 //!   read (`SELECT … FOR UPDATE`), so concurrent replicas serialise on the row, not on a mutex;
@@ -17,6 +19,7 @@
 //! retry runs it again. A unique violation is `Conflict`.
 
 mod collect;
+mod credentials;
 mod events;
 mod gate;
 mod idempotency;
@@ -46,6 +49,8 @@ const POOL_SIZE: usize = 16;
 /// The store in a PostgreSQL database (`postgres://user@host:port/db`, any libpq-style URL).
 pub struct PostgresStore {
     pool: Pool,
+    /// The authentication path's keys and organizations, while changes can be heard.
+    credentials: std::sync::Arc<credentials::CredentialCache>,
 }
 
 impl PostgresStore {
@@ -54,6 +59,7 @@ impl PostgresStore {
     /// must be the one this build needs (`vigil migrate` makes it so).
     pub async fn open(url: &str) -> Result<Self> {
         let tls::Connection { config, tls, .. } = tls::connection(url)?;
+        let credentials = credentials::start(config.clone(), tls.clone());
         let manager = Manager::from_config(
             config,
             tls,
@@ -68,7 +74,7 @@ impl PostgresStore {
             .wait_timeout(Some(std::time::Duration::from_secs(10)))
             .build()
             .map_err(|e| StoreError::Invalid(format!("PostgreSQL pool: {e}")))?;
-        let store = PostgresStore { pool };
+        let store = PostgresStore { pool, credentials };
         match store.pool.get().await {
             Ok(client) => migrations::check(&client).await?,
             Err(e) => tracing::warn!(

@@ -81,14 +81,23 @@ impl OrganizationStore for PostgresStore {
         insert_organization(&self.client().await?, org).await
     }
 
+    /// Served from the credential cache while it listens (`postgres/credentials.rs`).
     async fn get_organization(&self, id: OrgId) -> Result<Option<OrganizationRecord>> {
+        if let Some(org) = self.credentials.organization(id) {
+            return Ok(Some(org));
+        }
+        let epoch = self.credentials.epoch();
         let found = row(
             &self.client().await?,
             "SELECT body FROM organizations WHERE id = $1",
             &[&ulid_bytes(id.ulid())],
         )
         .await?;
-        decode_opt(ORGANIZATIONS, found)
+        let org: Option<OrganizationRecord> = decode_opt(ORGANIZATIONS, found)?;
+        if let Some(org) = &org {
+            self.credentials.keep_organization(org, epoch);
+        }
+        Ok(org)
     }
 
     async fn get_organization_by_slug(&self, slug: &str) -> Result<Option<OrganizationRecord>> {
@@ -124,7 +133,10 @@ impl OrganizationStore for PostgresStore {
             &[&id, &json(&stored)],
         )
         .await?;
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        // This replica's own change counts at once; the notification reaches the others.
+        self.credentials.changed();
+        Ok(())
     }
 
     /// One transaction: a conflict on any row aborts it, so nothing of a failed call stays.
@@ -169,16 +181,25 @@ impl OrganizationStore for PostgresStore {
         Ok(key.map(|k| (k.organization_id, k.environment)))
     }
 
-    /// The authentication path's read: one indexed lookup, no cache (see the module doc of
-    /// `postgres`), so a revocation through any replica counts at once.
+    /// The authentication path's read: from the credential cache while it listens for changes
+    /// (`postgres/credentials.rs`), so a revocation through any replica still counts on the next
+    /// request; else one indexed lookup.
     async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>> {
+        if let Some(key) = self.credentials.key(hash) {
+            return Ok(Some(key));
+        }
+        let epoch = self.credentials.epoch();
         let found = row(
             &self.client().await?,
             "SELECT body FROM api_keys WHERE key_hash = $1",
             &[&&hash.0[..]],
         )
         .await?;
-        decode_opt(API_KEYS, found)
+        let key: Option<ApiKeyRecord> = decode_opt(API_KEYS, found)?;
+        if let Some(key) = &key {
+            self.credentials.keep_key(*hash, key, epoch);
+        }
+        Ok(key)
     }
 
     async fn list_api_keys(
@@ -211,7 +232,10 @@ impl OrganizationStore for PostgresStore {
         };
         let key = crate::rules::merge_key_update(&stored, key);
         write_api_key(&tx, &key).await?;
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        // This replica's own change counts at once; the notification reaches the others.
+        self.credentials.changed();
+        Ok(())
     }
 
     async fn rotate_api_key(&self, old: &ApiKeyRecord, replacement: &ApiKeyRecord) -> Result<()> {
@@ -221,7 +245,10 @@ impl OrganizationStore for PostgresStore {
         let old = crate::rules::rotated_key(stored.as_ref(), old)?;
         write_api_key(&tx, &old).await?;
         insert_api_key(&tx, replacement).await?;
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        // This replica's own change counts at once; the notification reaches the others.
+        self.credentials.changed();
+        Ok(())
     }
 
     async fn touch_api_key(
@@ -238,6 +265,10 @@ impl OrganizationStore for PostgresStore {
         };
         stored.last_used_at = Some(at);
         write_api_key(&tx, &stored).await?;
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        // Not notified (a key's last use changes nothing of what it may do), but this replica's
+        // copy is refreshed, or every request would find it older than a minute and touch it.
+        self.credentials.changed();
+        Ok(())
     }
 }

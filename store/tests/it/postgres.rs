@@ -162,3 +162,164 @@ async fn a_session_without_a_digest_is_digested_from_its_body() {
         .unwrap();
     assert_eq!(read, written);
 }
+
+/// The listening connections of the credential caches open on the test cluster.
+async fn listeners(admin: &tokio_postgres::Client) -> i64 {
+    admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN vigil_credentials'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The authentication path's cache (`store/src/postgres/credentials.rs`), with two replicas on
+/// one database: a key and an organization read (and cached) through one are seen revoked and
+/// suspended through it as soon as the other changes them, well within the cache's five
+/// seconds; and with the listening connections cut, reads bypass the cache, so a change no
+/// replica could hear of still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_credentials_follow_changes_made_through_any_replica() {
+    use schemas::credential::Environment;
+    use schemas::resources::OrgStatus;
+    use std::time::{Duration, Instant};
+
+    let url = fresh_schema().await;
+    store::postgres::migrations::migrate(&url).await.unwrap();
+    let (admin, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let before = listeners(&admin).await;
+    let writer = store::open(&url).await.unwrap();
+    let reader = store::open(&url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while listeners(&admin).await < before + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "both replicas listen for changes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let org = store::conformance::organization("cache");
+    writer.create_organization(&org).await.unwrap();
+    let key =
+        store::conformance::api_key(org.id, Environment::Live, schemas::ids::KeyId::generate());
+    writer.create_api_key(&key).await.unwrap();
+    // Read twice: the second answer is the cached one.
+    for _ in 0..2 {
+        let read = reader
+            .find_api_key_by_hash(&key.key_hash)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.revoked_at, None);
+        assert_eq!(
+            reader
+                .get_organization(org.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
+            OrgStatus::Active
+        );
+    }
+
+    let seen = |what: &'static str,
+                check: Box<
+        dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send,
+    >| async move {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !check().await {
+            assert!(
+                Instant::now() < deadline,
+                "{what} is seen through the other replica within a second"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let revoked = store::ApiKeyRecord {
+        revoked_at: Some(schemas::time::now()),
+        ..key.clone()
+    };
+    writer.update_api_key(&revoked).await.unwrap();
+    let (r, hash) = (reader.clone(), key.key_hash);
+    seen(
+        "the revocation",
+        Box::new(move || {
+            let r = r.clone();
+            Box::pin(async move {
+                r.find_api_key_by_hash(&hash)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .revoked_at
+                    .is_some()
+            })
+        }),
+    )
+    .await;
+    let suspended = store::OrganizationRecord {
+        status: OrgStatus::Suspended,
+        ..org.clone()
+    };
+    writer.update_organization(&suspended).await.unwrap();
+    let (r, id) = (reader.clone(), org.id);
+    seen(
+        "the suspension",
+        Box::new(move || {
+            let r = r.clone();
+            Box::pin(async move {
+                r.get_organization(id).await.unwrap().unwrap().status == OrgStatus::Suspended
+            })
+        }),
+    )
+    .await;
+
+    // The listeners cut: a change is notified to nobody, and still counts at the next read.
+    let other =
+        store::conformance::api_key(org.id, Environment::Live, schemas::ids::KeyId::generate());
+    writer.create_api_key(&other).await.unwrap();
+    assert!(
+        reader
+            .find_api_key_by_hash(&other.key_hash)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query = 'LISTEN vigil_credentials'",
+            &[],
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Read while nothing can be heard: not kept.
+    assert!(
+        reader
+            .find_api_key_by_hash(&other.key_hash)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let gone = store::ApiKeyRecord {
+        revoked_at: Some(schemas::time::now()),
+        ..other.clone()
+    };
+    writer.update_api_key(&gone).await.unwrap();
+    assert!(
+        reader
+            .find_api_key_by_hash(&other.key_hash)
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at
+            .is_some(),
+        "with the listener cut, the read bypasses the cache"
+    );
+}
