@@ -55,15 +55,34 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
             })?;
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(map)) => Ok(JsonObject(map)),
-            Ok(_) => Err(ApiError::new(
-                ErrorCode::Malformed,
-                "request body must be a JSON object",
-            )),
+            // It parses, so it is not malformed: it is the wrong shape, a validation failure
+            // like any other (400 is for bodies that do not parse).
+            Ok(other) => Err(ApiError {
+                message: "request body must be a JSON object".into(),
+                ..ApiError::validation(vec![FieldIssue {
+                    name: String::new(),
+                    issue: "must be a JSON object".into(),
+                    expected: Some("object".into()),
+                    received: Some(Value::String(json_type(&other).into())),
+                }])
+            }),
             Err(e) => Err(ApiError::new(
                 ErrorCode::Malformed,
                 format!("request body is not valid JSON: {e}"),
             )),
         }
+    }
+}
+
+/// The JSON type of a value, as `details.fields[].received` names a body of the wrong shape.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
     }
 }
 

@@ -3,7 +3,8 @@
 //! HTTP, against a bare axum handler answering the same bytes, measured in the same run with
 //! the same load generator (wrk). Prints requests/s and p99 for each and the ratio to the bare
 //! handler, once with the in-process limiter, once with Redis, and once on the PostgreSQL store
-//! (no row cache: every request reads the key by its hash index).
+//! (its authentication cache on: keys and organizations kept while the store listens for
+//! changes to them, store/src/postgres/credentials.rs).
 //!
 //! Run with `scripts/bench.sh` (it installs wrk and starts Redis). Settings:
 //! `VIGIL_BENCH_SECONDS` (default 10), `VIGIL_BENCH_CONNECTIONS` (default 64).

@@ -34,11 +34,13 @@ async fn transport_failures_answer_in_the_envelope() {
         .send()
         .await
         .err(400, "request.malformed");
-    post()
-        .raw_body("application/json", "[1,2]")
-        .send()
-        .await
-        .err(400, "request.malformed");
+    // JSON of the wrong shape is a validation failure; 400 is for bodies that do not parse.
+    let array = post().raw_body("application/json", "[1,2]").send().await;
+    assert_eq!(
+        array.err(422, "request.validation_failed")["details"]["fields"][0],
+        serde_json::json!({"name": "", "issue": "must be a JSON object",
+                           "expected": "object", "received": "array"})
+    );
     post()
         .raw_body("application/json", "")
         .send()

@@ -176,6 +176,26 @@ async fn a_signup_then_a_login_end_to_end() {
         .send()
         .await;
     assert_eq!(live.ok(200)["valid"], false);
+    // A token without the `agt_` prefix is not a token verify reads: a validation failure.
+    let unprefixed = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(sk)
+        .json(json!({"agent_token": "nope"}))
+        .send()
+        .await;
+    let field = unprefixed.err(422, "request.validation_failed")["details"]["fields"][0].clone();
+    assert_eq!(
+        (field["name"].clone(), field["received"].clone()),
+        (json!("agent_token"), json!("nope"))
+    );
+    // One of the right form that is nobody's reads as invalid.
+    let stranger = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(sk)
+        .json(json!({"agent_token": format!("agt_{}", "0".repeat(43))}))
+        .send()
+        .await;
+    assert_eq!(stranger.ok(200)["valid"], false);
 
     // Acknowledged, the delivery is gone.
     let wrong = s

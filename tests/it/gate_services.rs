@@ -118,6 +118,23 @@ async fn a_service_is_created_read_listed_updated_and_disabled() {
         .send()
         .await;
     assert_eq!(field_names(&renamed), ["id"]);
+    let field = renamed.body["error"]["details"]["fields"][0].clone();
+    assert_eq!(
+        (field["expected"].clone(), field["received"].clone()),
+        (json!("acme-cli"), json!("acme-tool"))
+    );
+    // Its own id, unchanged, is accepted with the rest of a PATCH (the resource sent back).
+    let same = s
+        .patch(&format!("{SERVICES}/acme-cli"))
+        .key(sk)
+        .json(json!({"id": "acme-cli", "description": "The Acme command line"}))
+        .send()
+        .await;
+    let same = same.ok(200).clone();
+    assert_eq!(
+        (same["id"].clone(), same["description"].clone()),
+        (json!("acme-cli"), json!("The Acme command line"))
+    );
     let new_secret = "s".repeat(40);
     let replaced = s
         .patch(&format!("{SERVICES}/acme-cli"))

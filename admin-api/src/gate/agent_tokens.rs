@@ -23,11 +23,17 @@ pub fn router() -> Router<AdminState> {
         .route("/v1/gate/agent-tokens/revoke", post(revoke))
 }
 
-/// The `agent_token` member of the body: a string, checked for shape only (a malformed token
-/// verifies as invalid rather than failing the call).
-fn presented(body: JsonObject) -> Result<String, ApiError> {
+/// The `agent_token` member of the body: a string, which verify also requires to carry the
+/// `agt_` prefix (docs/gate.md#agent-tokens). Otherwise checked for shape only: a token of the
+/// right form that is not one of ours reads as invalid rather than failing the call.
+fn presented(body: JsonObject, prefixed: bool) -> Result<String, ApiError> {
     let mut f = Fields::new(body);
-    let token = f.string("agent_token", true);
+    let token = f.checked_string("agent_token", true, |s| {
+        if prefixed && !s.starts_with(TokenKind::Agent.prefix()) {
+            return Err(format!("must start with `{}`", TokenKind::Agent.prefix()));
+        }
+        Ok(())
+    });
     f.finish()?;
     token.ok_or_else(|| ApiError::internal("agent token", "validated token missing"))
 }
@@ -56,7 +62,7 @@ async fn verify(
     caller: SecretKey<VerifyAgentTokens>,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
-    let token = presented(body)?;
+    let token = presented(body, true)?;
     let now = time::now();
     let Some(record) = owned(&state, &caller, &token).await? else {
         return Ok(Reply::ok(json!({"valid": false, "status": "invalid"})));
@@ -81,7 +87,7 @@ async fn revoke(
     caller: SecretKey<RevokeAgentTokens>,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
-    let token = presented(body)?;
+    let token = presented(body, false)?;
     let mut record = owned(&state, &caller, &token)
         .await?
         .ok_or_else(|| ApiError::not_found("agent token"))?;

@@ -729,10 +729,18 @@ async fn update(
         return Err(read_only_system_service());
     }
     let mut f = Fields::new(body);
-    f.forbid(
-        "id",
-        "cannot be changed after creation: agent tokens and the registry name the service by it",
-    );
+    // `id` is writable at creation only; a PATCH may carry it unchanged (a client sending back
+    // the resource it read), never a new one.
+    if let Some(given) = f.take("id")
+        && given.as_str() != Some(service.id.as_str())
+    {
+        f.issue(
+            "id",
+            "cannot be changed after creation: agent tokens and the registry name the service by it",
+            Some(&service.id),
+            Some(given),
+        );
+    }
     let draft = read_draft(&mut f, false, state.allow_private_webhooks);
     f.finish()?;
     destinations(&draft, state.allow_private_webhooks).await?;
