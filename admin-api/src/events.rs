@@ -51,22 +51,45 @@ impl Filter {
     }
 }
 
-/// A delivery in the interface's shape (`webhook_delivery`).
-fn delivery(d: &WebhookDeliveryRecord) -> Value {
-    serde_json::json!({
-        "id": d.id,
-        "object": "webhook_delivery",
-        "event_id": d.event_id,
-        "endpoint_id": d.endpoint_id,
-        "event_type": d.event_type,
-        "status": d.status,
-        "attempts": d.attempts,
-        "response_status": d.response_status,
-        "response_body": d.response_body,
-        "error": d.error,
-        "created_at": time::format(&d.created_at),
-        "updated_at": time::format(&d.updated_at),
-    })
+/// A delivery in the interface's shape (`webhook_delivery`). What an attempt has not told yet
+/// (the endpoint's answer before the first attempt, an error once one succeeded) is left out:
+/// the interface types those members as integer and strings, never null.
+#[derive(serde::Serialize)]
+struct Delivery<'a> {
+    id: schemas::ids::WebhookDeliveryId,
+    object: &'static str,
+    event_id: EventId,
+    endpoint_id: WebhookEndpointId,
+    event_type: EventType,
+    status: store::DeliveryStatus,
+    attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_body: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(serialize_with = "time::ser")]
+    created_at: time::Timestamp,
+    #[serde(serialize_with = "time::ser")]
+    updated_at: time::Timestamp,
+}
+
+fn delivery(d: &WebhookDeliveryRecord) -> Delivery<'_> {
+    Delivery {
+        id: d.id,
+        object: "webhook_delivery",
+        event_id: d.event_id,
+        endpoint_id: d.endpoint_id,
+        event_type: d.event_type,
+        status: d.status,
+        attempts: d.attempts,
+        response_status: d.response_status,
+        response_body: d.response_body.as_deref(),
+        error: d.error.as_deref(),
+        created_at: d.created_at,
+        updated_at: d.updated_at,
+    }
 }
 
 async fn list(
@@ -118,7 +141,14 @@ async fn list(
             let mut read = Vec::with_capacity(events.len());
             for event in events {
                 let deliveries = store.list_event_deliveries(org, env, event.id).await?;
-                let deliveries: Vec<Value> = deliveries.iter().map(delivery).collect();
+                let deliveries = deliveries
+                    .iter()
+                    .map(|d| serde_json::to_value(delivery(d)))
+                    .collect::<Result<Vec<Value>, _>>()
+                    .map_err(|e| store::StoreError::Corrupt {
+                        table: "webhook_deliveries",
+                        detail: e.to_string(),
+                    })?;
                 read.push((event, deliveries));
             }
             Ok::<_, store::StoreError>(read)

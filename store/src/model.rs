@@ -757,9 +757,15 @@ pub struct GateSdk {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GateBranding {
+    // Left out when unset, in the rows and in the API alike (the interface types them as
+    // strings, never null).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub logo_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub primary_color: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub secondary_color: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ascii_art: Option<String>,
     /// Set by Vigil only.
     pub verified: bool,
@@ -767,7 +773,9 @@ pub struct GateBranding {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GateConsent {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub terms_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub privacy_url: Option<String>,
 }
 

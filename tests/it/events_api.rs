@@ -206,6 +206,8 @@ async fn events_filter_by_type_and_endpoint() {
     assert_eq!(d["status"], "succeeded");
     assert_eq!(d["attempts"], 2);
     assert_eq!(d["response_status"], 204);
+    // A delivery that succeeded has no error: left out, never null.
+    assert!(d.get("error").is_none(), "{d}");
     assert!(d["created_at"].as_str().unwrap().ends_with('Z'));
     // The other environment's key sees none of it.
     let live = s

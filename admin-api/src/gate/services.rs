@@ -68,11 +68,14 @@ pub struct Service {
     name: String,
     description: String,
     website: String,
+    /// The one member the interface lets be null.
     dashboard_login_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     webhook_url: Option<String>,
     /// In full in the answer of the call that set it; otherwise `••••` and its last four.
     webhook_secret: String,
     env_vars: Vec<GateEnvVar>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
     sdks: Vec<GateSdk>,
     branding: GateBranding,
