@@ -37,6 +37,9 @@ use web_bot_auth::{ImplementationError, SignatureAgentLink, WebBotAuthVerifier};
 
 /// How far a signature's `created` and `expires` may be from our clock.
 const CLOCK_SKEW_SECS: i64 = 60;
+/// The longest a signature may be valid: its nonce is kept that long (in a fleet's store), so an
+/// agent cannot make it keep one for years. Web Bot Auth signatures live a minute or so.
+const MAX_VALIDITY_SECS: i64 = 3600;
 /// The longest `Signature-Agent` kept when reporting an unverified claim.
 const MAX_AGENT_LEN: usize = 256;
 /// The longest nonce remembered; Web Bot Auth's are 88 characters (base64 of 64 bytes).
@@ -288,7 +291,10 @@ impl TrustedAgents {
         let (Some(created), Some(expires)) = (details.created, details.expires) else {
             return Refused(Invalid);
         };
-        if expires + CLOCK_SKEW_SECS <= now || created - CLOCK_SKEW_SECS > now || created > expires
+        if expires + CLOCK_SKEW_SECS <= now
+            || created - CLOCK_SKEW_SECS > now
+            || created > expires
+            || expires - created > MAX_VALIDITY_SECS
         {
             return Refused(Invalid);
         }

@@ -30,7 +30,7 @@
 //! stores and commits what it folded of it before its next poll hands the partition over, and
 //! forgets the sessions it held of it; the next owner starts after that commit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bus::{Group, Log, LogConsumer, Record, Topic};
@@ -280,6 +280,9 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
     // The generation of this processor's claim on each partition it reads: its saves carry it,
     // and the store refuses them once another processor claimed the partition since.
     let mut claims: HashMap<u32, u64> = HashMap::new();
+    // Partitions whose saves were refused as fenced: another processor owns them now, so none
+    // of their positions may be committed here until the group assigns them back.
+    let mut fenced: HashSet<u32> = HashSet::new();
     if !claim(pipeline, consumer.partitions(), &mut claims, shutdown).await {
         return;
     }
@@ -315,6 +318,9 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 if !claim(pipeline, &rebalance.assigned, &mut claims, shutdown).await {
                     break;
                 }
+                for partition in &rebalance.assigned {
+                    fenced.remove(partition);
+                }
                 rebalance.revoked
             }
             None => Vec::new(),
@@ -333,7 +339,7 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                     .iter()
                     .any(|g| memory.is_pending(g[0].batch.session_id))
         }) && let Some(previous) = in_flight.take()
-            && !land(previous, &mut memory, &mut uncommitted).await
+            && !land(previous, &mut memory, &mut uncommitted, &mut fenced).await
         {
             return;
         }
@@ -366,9 +372,11 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                     if let Some((mut save, state)) = save {
                         // A session's records share a partition (they share its key).
                         let partition = group[0].record.partition;
-                        save.fence = claims.get(&partition).map(|&generation| PartitionFence {
+                        // Never unfenced: without a claim (which every assigned partition has),
+                        // generation 0, which any claim by anyone supersedes.
+                        save.fence = Some(PartitionFence {
                             partition,
-                            generation,
+                            generation: claims.get(&partition).copied().unwrap_or(0),
                         });
                         pending.push(Pending {
                             partition,
@@ -423,7 +431,7 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         // The previous save first: saves land in log order, and positions are committed only
         // once what they cover is stored.
         if let Some(previous) = in_flight.take()
-            && !land(previous, &mut memory, &mut uncommitted).await
+            && !land(previous, &mut memory, &mut uncommitted, &mut fenced).await
         {
             return;
         }
@@ -466,16 +474,21 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         // double effect.)
         if !revoked.is_empty() {
             if let Some(previous) = in_flight.take()
-                && !land(previous, &mut memory, &mut uncommitted).await
+                && !land(previous, &mut memory, &mut uncommitted, &mut fenced).await
             {
                 return;
             }
             memory.forget_partitions(&revoked);
-            for partition in &revoked {
+            // A partition revoked and assigned again in one rebalance keeps its new claim.
+            for partition in revoked
+                .iter()
+                .filter(|p| !consumer.partitions().contains(p))
+            {
                 claims.remove(partition);
             }
         }
         let commit_now = !revoked.is_empty() || last_commit.elapsed() >= COMMIT_INTERVAL;
+        uncommitted.retain(|p| !fenced.contains(&p.partition));
         if !uncommitted.is_empty() && commit_now {
             commit(&mut *consumer, &uncommitted, shutdown).await;
             uncommitted.clear();
@@ -486,10 +499,11 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
     // committed, so a restart re-reads nothing. What was polled but not yet stored is not
     // committed, and is read again after the restart.
     if let Some(previous) = in_flight.take()
-        && !land(previous, &mut memory, &mut uncommitted).await
+        && !land(previous, &mut memory, &mut uncommitted, &mut fenced).await
     {
         return;
     }
+    uncommitted.retain(|p| !fenced.contains(&p.partition));
     if !uncommitted.is_empty() {
         match consumer.commit(&uncommitted).await {
             Ok(()) => tracing::info!(
@@ -509,6 +523,7 @@ async fn land(
     previous: InFlight,
     memory: &mut Memory,
     uncommitted: &mut Vec<bus::Position>,
+    fenced: &mut HashSet<u32>,
 ) -> bool {
     match previous.task.await {
         Ok(Some(unstored)) => {
@@ -517,11 +532,12 @@ async fn land(
             // Fenced partitions are another processor's now: nothing of them is kept, and
             // their positions are the new owner's to commit.
             memory.forget_partitions(&unstored.fenced);
+            fenced.extend(&unstored.fenced);
             uncommitted.extend(
                 previous
                     .positions
                     .into_iter()
-                    .filter(|p| !unstored.fenced.contains(&p.partition)),
+                    .filter(|p| !fenced.contains(&p.partition)),
             );
             true
         }

@@ -6,8 +6,9 @@
 //! revocation, rotation, scope change or suspension made anywhere counts on the next request
 //! everywhere.
 //!
-//! A read that raced a change is not cached: each entry is kept only if no notification arrived
-//! between the read's start and its end (the epoch it read under is still current).
+//! A read that raced a change is never served: each entry carries the epoch its read began in,
+//! and is served only while that epoch is current (every change raises it), so an entry put
+//! back just after a change was heard is stale from the start.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -32,12 +33,20 @@ const CAPACITY: usize = 10_000;
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
 pub(super) struct CredentialCache {
-    keys: quick_cache::sync::Cache<CredentialHash, (ApiKeyRecord, Instant)>,
-    organizations: quick_cache::sync::Cache<OrgId, (OrganizationRecord, Instant)>,
+    keys: quick_cache::sync::Cache<CredentialHash, Entry<ApiKeyRecord>>,
+    organizations: quick_cache::sync::Cache<OrgId, Entry<OrganizationRecord>>,
     /// Whether the listening connection is up: while not, nothing is served or kept.
     listening: AtomicBool,
     /// Raised by every change seen; a read keeps its answer only under the epoch it began in.
     epoch: AtomicU64,
+}
+
+/// A cached record: when it was read, and in which epoch its read began.
+#[derive(Clone)]
+struct Entry<T> {
+    record: T,
+    at: Instant,
+    epoch: u64,
 }
 
 impl CredentialCache {
@@ -63,22 +72,37 @@ impl CredentialCache {
         self.fresh(self.organizations.get(&id))
     }
 
-    fn fresh<T>(&self, entry: Option<(T, Instant)>) -> Option<T> {
-        let (value, at) = entry?;
-        (self.listening.load(Ordering::SeqCst) && at.elapsed() < FRESH_FOR).then_some(value)
+    fn fresh<T>(&self, entry: Option<Entry<T>>) -> Option<T> {
+        let entry = entry?;
+        (self.listening.load(Ordering::SeqCst)
+            && entry.epoch == self.epoch()
+            && entry.at.elapsed() < FRESH_FOR)
+            .then_some(entry.record)
     }
 
     pub(super) fn keep_key(&self, hash: CredentialHash, key: &ApiKeyRecord, read_in: u64) {
         if self.keeps(read_in) {
-            self.keys.insert(hash, (key.clone(), Instant::now()));
+            self.keys.insert(hash, self.entry(key, read_in));
         }
     }
 
     pub(super) fn keep_organization(&self, org: &OrganizationRecord, read_in: u64) {
         if self.keeps(read_in) {
-            self.organizations
-                .insert(org.id, (org.clone(), Instant::now()));
+            self.organizations.insert(org.id, self.entry(org, read_in));
         }
+    }
+
+    fn entry<T: Clone>(&self, record: &T, epoch: u64) -> Entry<T> {
+        Entry {
+            record: record.clone(),
+            at: Instant::now(),
+            epoch,
+        }
+    }
+
+    /// A key's entry goes (its last use changed here, which nothing notifies).
+    pub(super) fn forget_key(&self, hash: &CredentialHash) {
+        self.keys.remove(hash);
     }
 
     fn keeps(&self, read_in: u64) -> bool {
@@ -147,8 +171,18 @@ async fn listen(
                             match heard {
                                 Ok(Some(())) => cache.changed(),
                                 Ok(None) => break,
-                                // Quiet: still in use? Checked again after the next wait.
-                                Err(_) => {}
+                                // Quiet: is the connection still alive? One that died without
+                                // a word (a half-open socket) would hide every change.
+                                Err(_) => {
+                                    let alive = tokio::time::timeout(
+                                        Duration::from_secs(2),
+                                        client.simple_query("SELECT 1"),
+                                    )
+                                    .await;
+                                    if !matches!(alive, Ok(Ok(_))) {
+                                        break;
+                                    }
+                                }
                             }
                         }
                     }

@@ -267,8 +267,8 @@ impl OrganizationStore for PostgresStore {
         write_api_key(&tx, &stored).await?;
         tx.commit().await.map_err(db_error)?;
         // Not notified (a key's last use changes nothing of what it may do), but this replica's
-        // copy is refreshed, or every request would find it older than a minute and touch it.
-        self.credentials.changed();
+        // copy is dropped, or every request would find it older than a minute and touch it.
+        self.credentials.forget_key(&stored.key_hash);
         Ok(())
     }
 }

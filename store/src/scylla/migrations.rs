@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "gate",
         include_str!("../../../schemas/cql/010_gate.cql"),
     ),
+    (
+        11,
+        "fleet writes",
+        include_str!("../../../schemas/cql/011_fleet_writes.cql"),
+    ),
 ];
 
 /// The version this build needs.

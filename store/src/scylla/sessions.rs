@@ -69,6 +69,9 @@ const FIRST_CLAIM: &str =
 const NEXT_CLAIM: &str =
     "UPDATE processor_partitions SET generation = ? WHERE partition = ? IF generation = ?";
 
+/// How many read-then-claim rounds a partition's claim tries before it reports the store busy.
+const CLAIM_ROUNDS: u32 = 32;
+
 /// A partition number as its `int` column.
 fn partition_column(partition: u32) -> Result<i32> {
     i32::try_from(partition)
@@ -360,7 +363,14 @@ impl SessionStore for ScyllaStore {
             let p = partition_column(partition)?;
             // Claims race only with other claims of the partition: each lost round means
             // another processor's claim won, and the next read sees it.
+            let mut rounds = 0;
             let generation = loop {
+                rounds += 1;
+                if rounds > CLAIM_ROUNDS {
+                    return Err(StoreError::Unavailable(format!(
+                        "partition {partition}: no claim applied in {CLAIM_ROUNDS} rounds"
+                    )));
+                }
                 let applied = match self.generation(partition).await? {
                     None => self.applied(FIRST_CLAIM, (p,)).await?.then_some(1),
                     Some(g) => {

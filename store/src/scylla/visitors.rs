@@ -17,16 +17,16 @@ use crate::{Result, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorStore};
 const VISITORS: &str = "visitors";
 const VISITORS_BY_ANCHOR: &str = "visitors_by_anchor";
 
-const READ_STORED: &str = "SELECT last_seen, seen_count, first_seen, anchor_digests, revision \
+const READ_STORED: &str = "SELECT last_seen, seen_count, first_seen, anchor_digests, body \
      FROM visitors WHERE organization_id = ? AND environment = ? AND id = ?";
 /// The row of a visitor not stored yet (or dropped by retention since it was read).
 const INSERT: &str = "INSERT INTO visitors (organization_id, environment, id, last_seen, \
-     seen_count, first_seen, anchor_digests, body, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
-     IF NOT EXISTS";
-/// The row of a stored visitor, over the revision before the one saved.
+     seen_count, first_seen, anchor_digests, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS";
+/// The row of a stored visitor, over the row as read: its record (which holds its revision) is
+/// compared whole, so the table needs no column of its own for the revision.
 const UPDATE: &str = "UPDATE visitors SET last_seen = ?, seen_count = ?, first_seen = ?, \
-     anchor_digests = ?, body = ?, revision = ? \
-     WHERE organization_id = ? AND environment = ? AND id = ? IF revision = ?";
+     anchor_digests = ?, body = ? WHERE organization_id = ? AND environment = ? AND id = ? \
+     IF body = ?";
 const INDEX_ANCHOR: &str = "INSERT INTO visitors_by_anchor \
      (organization_id, environment, anchor_digest, visitor_id) VALUES (?, ?, ?, ?)";
 const UNINDEX_ANCHOR: &str = "DELETE FROM visitors_by_anchor \
@@ -118,18 +118,18 @@ fn text(s: impl Into<String>) -> Bound {
 }
 
 /// What a save must know of the stored row: its value in each order, its anchor digests, its
-/// revision.
+/// record (for its revision, and the condition of the write).
 type Stored = (
     Option<i64>,
     Option<i64>,
     Option<i64>,
     Option<Vec<Vec<u8>>>,
-    Option<i64>,
+    Option<String>,
 );
 
 impl ScyllaStore {
-    /// Writes the visitor's row by a lightweight transaction over the revision before its own
-    /// (or if absent), then its index rows in one batch. False, with nothing written, when the
+    /// Writes the visitor's row by a lightweight transaction over the row as read, if that is at
+    /// the revision before the visitor's (or if absent), then its index rows in one batch. False, with nothing written, when the
     /// row is at another revision. Should the index batch fail after the row was written, the
     /// next save of the visitor writes its index rows again.
     async fn save_visitor_batch(&self, v: &VisitorRecord) -> Result<bool> {
@@ -146,7 +146,6 @@ impl ScyllaStore {
             .maybe_first_row::<Stored>()
             .map_err(|e| corrupt(VISITORS, &e))?;
         let digests: Vec<Vec<u8>> = v.anchors.digests().iter().map(|d| d.0.to_vec()).collect();
-        let revision = i64::try_from(v.revision).unwrap_or(i64::MAX);
         let body = encode(v);
         let orders = (
             order_value(VisitorOrder::LastSeen, v),
@@ -154,8 +153,15 @@ impl ScyllaStore {
             order_value(VisitorOrder::FirstSeen, v),
         );
         let written = match &stored {
-            Some(row) if row.4.unwrap_or(0).checked_add(1) != Some(revision) => return Ok(false),
-            Some(_) => {
+            Some(row) => {
+                let read: Option<VisitorRecord> = match row.4.as_deref() {
+                    Some(body) => Some(super::decode(VISITORS, body)?),
+                    None => None,
+                };
+                let at = read.as_ref().map_or(0, |r| r.revision);
+                if at.checked_add(1) != Some(v.revision) {
+                    return Ok(false);
+                }
                 self.applied(
                     UPDATE,
                     (
@@ -164,11 +170,10 @@ impl ScyllaStore {
                         orders.2,
                         &digests,
                         body.as_str(),
-                        revision,
                         org.as_str(),
                         env,
                         id.as_str(),
-                        revision - 1,
+                        row.4.as_deref(),
                     ),
                 )
                 .await?
@@ -185,7 +190,6 @@ impl ScyllaStore {
                         orders.2,
                         &digests,
                         body.as_str(),
-                        revision,
                     ),
                 )
                 .await?

@@ -163,12 +163,14 @@ async fn a_session_without_a_digest_is_digested_from_its_body() {
     assert_eq!(read, written);
 }
 
-/// The listening connections of the credential caches open on the test cluster.
-async fn listeners(admin: &tokio_postgres::Client) -> i64 {
+/// The listening connections of this test's credential caches (named by `application_name`, so
+/// other tests' stores on the cluster are not counted).
+async fn listeners(admin: &tokio_postgres::Client, name: &str) -> i64 {
     admin
         .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN vigil_credentials'",
-            &[],
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE query = 'LISTEN vigil_credentials' AND application_name = $1",
+            &[&name],
         )
         .await
         .unwrap()
@@ -188,15 +190,16 @@ async fn cached_credentials_follow_changes_made_through_any_replica() {
 
     let url = fresh_schema().await;
     store::postgres::migrations::migrate(&url).await.unwrap();
+    let name = format!("cache_{}", schemas::ids::OrgId::generate().ulid());
+    let url = format!("{url}&application_name={name}");
     let (admin, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
-    let before = listeners(&admin).await;
     let writer = store::open(&url).await.unwrap();
     let reader = store::open(&url).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while listeners(&admin).await < before + 2 {
+    while listeners(&admin, &name).await < 2 {
         assert!(
             Instant::now() < deadline,
             "both replicas listen for changes"
@@ -293,8 +296,8 @@ async fn cached_credentials_follow_changes_made_through_any_replica() {
     admin
         .execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE query = 'LISTEN vigil_credentials'",
-            &[],
+             WHERE query = 'LISTEN vigil_credentials' AND application_name = $1",
+            &[&name],
         )
         .await
         .unwrap();
