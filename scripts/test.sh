@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
 # (redis-server, postgresql, nodejs, curl, chromium, chromium-driver, xvfb and xdotool from Debian's
-# packages, Python's requests and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
+# packages, Python's requests, the OpenAPI validator and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
 # crates.io), starts Redis and PostgreSQL on free ports, checks the
 # lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
 # happens.
@@ -18,6 +18,9 @@ need_deb chromedriver chromium chromium-driver
 # and Python's requests.
 need_deb curl curl
 python3 -c 'import requests' 2>/dev/null || python3 -m pip install --quiet requests
+# The OpenAPI document's validator (tests/it/openapi.rs).
+python3 -c 'import openapi_spec_validator' 2>/dev/null \
+  || python3 -m pip install --quiet openapi-spec-validator
 # Exports are read by the analysts' own tools (tests/it/exports.rs, docs/analysts.md's snippets).
 python3 -c 'import pyarrow, polars, duckdb, pandas' 2>/dev/null \
   || python3 -m pip install --quiet pyarrow polars duckdb pandas

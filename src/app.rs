@@ -129,7 +129,9 @@ pub fn router(parts: AppParts) -> Router {
         .with_state(probe_state)
         .route("/metrics", get(edge::metrics::render));
     // The error reference goes with any API role (errors link to it), the SDK with ingest.
-    let docs = Router::new().route("/docs/errors", get(error_docs));
+    let docs = Router::new()
+        .route("/docs/errors", get(error_docs))
+        .route("/v1/openapi.json", get(crate::openapi::serve));
     let sdk = Router::new()
         .route("/sdk/v1/vigil.js", get(ingest::sdk::script))
         .route(

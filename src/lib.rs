@@ -10,6 +10,7 @@ pub mod export;
 pub mod gate_client;
 pub mod healthcheck;
 pub mod log_roles;
+pub mod openapi;
 pub mod retention;
 pub mod server;
 pub mod web_bot_auth_keys;

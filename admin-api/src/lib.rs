@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use edge::Authenticator;
+use utoipa_axum::router::OpenApiRouter;
 
 /// What the management handlers share.
 #[derive(Clone)]
@@ -42,14 +43,24 @@ pub struct AdminState {
     pub log_ready: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
-pub fn router(state: AdminState) -> Router {
-    Router::new()
+/// The management routes, with the OpenAPI document of those that carry one (the others are
+/// still to be described: docs/api.md#openapi).
+fn routes() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
         .merge(organizations::router())
-        .merge(api_keys::router())
-        .merge(events::router())
-        .merge(webhook_endpoints::router())
-        .merge(gate::router())
-        .with_state(state)
+        .merge(api_keys::router().into())
+        .merge(events::router().into())
+        .merge(webhook_endpoints::router().into())
+        .merge(gate::router().into())
+}
+
+pub fn router(state: AdminState) -> Router {
+    routes().with_state(state).into()
+}
+
+/// The management API's part of the OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes().into_openapi()
 }
 
 /// The organization in the path, which must be the caller's own: any other is a 404, so

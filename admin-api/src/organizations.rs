@@ -1,26 +1,69 @@
 //! `POST /v1/organizations`, `GET` and `PATCH /v1/organizations/{organizationId}`: handlers,
 //! their validation, and organization creation shared with the operator CLI.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
 use edge::body::PathParams;
-use edge::body::{Fields, JsonObject, Reply};
+use edge::body::{Fields, Reply, RequestBody, Valid};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{CreateOrganization, ReadOrganization, UpdateOrganization};
 use edge::{ApiError, SecretKey};
-use schemas::resources::{OrgStatus, Organization};
+use schemas::error::ErrorEnvelope;
+use schemas::resources::{OrgStatus, Organization, Single};
 use schemas::{OrgId, validate};
 use store::{OrganizationRecord, Store, StoreError};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::{AdminState, own_organization};
 
-pub fn router() -> Router<AdminState> {
-    Router::new()
-        .route("/v1/organizations", post(create))
-        .route(
-            "/v1/organizations/{organizationId}",
-            get(read).patch(update),
-        )
+pub fn router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(create))
+        .routes(routes!(read, update))
+}
+
+/// The body of `POST /v1/organizations`.
+#[derive(utoipa::ToSchema)]
+pub struct NewOrganization {
+    /// Shown to people; at most 200 characters (`validate::NAME_MAX_CHARS`).
+    #[schema(min_length = 1, max_length = 200)]
+    name: String,
+    /// Unique across the service, fixed once created (`validate::SLUG_PATTERN`).
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = "^[a-z0-9]+(?:-[a-z0-9]+)*$"
+    )]
+    slug: String,
+}
+
+impl RequestBody for NewOrganization {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let name = f.checked_string("name", true, validate::name);
+        let slug = f.checked_string("slug", true, validate::slug);
+        Some(NewOrganization {
+            name: name?,
+            slug: slug?,
+        })
+    }
+}
+
+/// The body of `PATCH /v1/organizations/{organizationId}`: any subset of the members.
+#[derive(utoipa::ToSchema)]
+pub struct OrganizationChange {
+    #[schema(min_length = 1, max_length = 200)]
+    name: Option<String>,
+    /// `suspended` stops the organization's scoring and reads until set `active` again.
+    status: Option<OrgStatus>,
+}
+
+impl RequestBody for OrganizationChange {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let name = f.checked_string("name", false, validate::name);
+        let status = f.enumerated("status", false, &OrgStatus::ALL, OrgStatus::parse);
+        f.forbid("slug", "is immutable after creation");
+        Some(OrganizationChange { name, status })
+    }
 }
 
 pub fn resource(org: &OrganizationRecord) -> Organization {
@@ -73,42 +116,69 @@ pub fn slug_conflict(e: StoreError, slug: &str) -> ApiError {
     }
 }
 
+/// Creates an organization (a live key with `organizations:create`).
+#[utoipa::path(
+    post,
+    path = "/v1/organizations",
+    tag = "organizations",
+    request_body = NewOrganization,
+    security(("secret_key" = ["organizations:create"])),
+    responses(
+        (status = 201, description = "The organization, active.", body = Single<Organization>),
+        (status = 409, description = "`resource.conflict`: the slug is taken.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn create(
     State(state): State<AdminState>,
     _caller: SecretKey<CreateOrganization>,
-    body: JsonObject,
+    Valid(body): Valid<NewOrganization>,
 ) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let name = f.checked_string("name", true, validate::name);
-    let slug = f.checked_string("slug", true, validate::slug);
-    f.finish()?;
-    let (Some(name), Some(slug)) = (name, slug) else {
-        return Err(ApiError::internal(
-            "organization create",
-            "validated fields missing",
-        ));
-    };
-    let org = create_organization(&state.auth.store, name, slug).await?;
+    let org = create_organization(&state.auth.store, body.name, body.slug).await?;
     Ok(Reply::created(resource(&org)))
 }
 
+/// The caller's own organization; any other id is a 404.
+#[utoipa::path(
+    get,
+    path = "/v1/organizations/{organizationId}",
+    tag = "organizations",
+    params(("organizationId" = OrgId, Path, description = "The caller's organization.")),
+    security(("secret_key" = ["organizations:read"])),
+    responses(
+        (status = 200, description = "The organization.", body = Single<Organization>),
+        (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn read(caller: SecretKey<ReadOrganization>, params: PathParams) -> Result<Reply, ApiError> {
     own_organization(&caller, &params)?;
     Ok(Reply::ok(resource(&caller.organization)))
 }
 
+/// Renames, suspends or reactivates the caller's organization (a live key).
+#[utoipa::path(
+    patch,
+    path = "/v1/organizations/{organizationId}",
+    tag = "organizations",
+    params(("organizationId" = OrgId, Path, description = "The caller's organization.")),
+    request_body = OrganizationChange,
+    security(("secret_key" = ["organizations:update"])),
+    responses(
+        (status = 200, description = "The organization as changed.", body = Single<Organization>),
+        (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn update(
     State(state): State<AdminState>,
     caller: SecretKey<UpdateOrganization>,
     params: PathParams,
-    body: JsonObject,
+    Valid(OrganizationChange { name, status }): Valid<OrganizationChange>,
 ) -> Result<Reply, ApiError> {
     let id = own_organization(&caller, &params)?;
-    let mut f = Fields::new(body);
-    let name = f.checked_string("name", false, validate::name);
-    let status = f.enumerated("status", false, &OrgStatus::ALL, OrgStatus::parse);
-    f.forbid("slug", "is immutable after creation");
-    f.finish()?;
     // Re-read so that the update applies to the stored row, not the one seen at authentication.
     let mut org = state
         .auth

@@ -74,6 +74,30 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
     }
 }
 
+/// A request body of its own type (docs/api.md#openapi): it reads its members from the object
+/// through [`Fields`], so every problem of the body is reported at once in one 422, and its
+/// `ToSchema` gives the OpenAPI document the same members and constraints.
+pub trait RequestBody: Sized {
+    /// The body from `f`'s members; `None` only when a problem was recorded on `f`.
+    fn read(f: &mut Fields) -> Option<Self>;
+}
+
+/// A request body read into `T`, every constraint of it checked.
+pub struct Valid<T>(pub T);
+
+impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Valid<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let mut f = Fields::new(JsonObject::from_request(req, state).await?);
+        let body = T::read(&mut f);
+        f.finish()?;
+        body.map(Valid).ok_or_else(|| {
+            ApiError::internal("request body", "a body reader gave up without an issue")
+        })
+    }
+}
+
 /// The JSON type of a value, as `details.fields[].received` names a body of the wrong shape.
 fn json_type(value: &Value) -> &'static str {
     match value {

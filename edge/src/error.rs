@@ -121,13 +121,10 @@ impl std::fmt::Display for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        #[derive(serde::Serialize)]
-        struct Envelope {
-            error: ErrorBody,
-        }
         let status =
             StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&Envelope { error: self.body() }).unwrap_or_default();
+        let body = serde_json::to_vec(&schemas::error::ErrorEnvelope { error: self.body() })
+            .unwrap_or_default();
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(

@@ -9,6 +9,7 @@ pub mod error;
 pub mod idempotency;
 pub mod limiter;
 pub mod metrics;
+pub mod openapi;
 pub mod pagination;
 pub mod policy;
 pub mod transport;

@@ -74,18 +74,20 @@ impl ErrorCode {
 }
 
 /// One invalid request field.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct FieldIssue {
     pub name: String,
     pub issue: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected: Option<String>,
+    /// What came, as it came (a long string is cut).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub received: Option<serde_json::Value>,
 }
 
 /// The optional `details` members of an error.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetails {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<FieldIssue>,
@@ -103,8 +105,10 @@ pub struct ErrorDetails {
 }
 
 /// `error` in `{ "error": ... }`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
+    /// One of the closed set of codes (`ErrorCode`, docs/api.md#errors).
+    #[schema(value_type = String)]
     pub code: &'static str,
     pub message: String,
     pub status: u16,
@@ -112,6 +116,12 @@ pub struct ErrorBody {
     pub request_id: String,
     pub docs_url: String,
     pub details: ErrorDetails,
+}
+
+/// Every error answer: `{ "error": ... }`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
 }
 
 #[cfg(test)]

@@ -116,6 +116,19 @@ macro_rules! id_type {
             }
         }
 
+        /// In the OpenAPI document: a string of the id's form.
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .pattern(Some(id_pattern($prefix, stringify!($spell))))
+                    .examples([$name::from_parts(1_700_000_000_000, 0x2a).to_string()])
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str($prefix)?;
@@ -181,6 +194,15 @@ id_type!(
 );
 
 /// The interface's base32 spelling of a ULID: Crockford, lowercase.
+/// The pattern of the ids with `prefix` spelled by `spell` (the name of one of the two spellers
+/// below): what the OpenAPI document gives for each id.
+fn id_pattern(prefix: &str, spell: &str) -> String {
+    match spell {
+        "spell_hex" => format!("^{prefix}[0-9a-f]{{32}}$"),
+        _ => format!("^{prefix}[0-9a-hjkmnp-tv-z]{{26}}$"),
+    }
+}
+
 fn spell_base32(ulid: Ulid, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     f.write_str(&ulid.to_string().to_ascii_lowercase())
 }

@@ -8,7 +8,7 @@ use crate::scope::Scope;
 use crate::time::{self, Timestamp};
 
 /// Organization statuses (docs/architecture.md#organizations).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrgStatus {
     Active,
@@ -27,16 +27,19 @@ impl OrgStatus {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Organization {
     pub id: OrgId,
+    #[schema(value_type = String, pattern = "^organization$")]
     pub object: &'static str,
     pub name: String,
     pub slug: String,
     pub status: OrgStatus,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     pub updated_at: Timestamp,
 }
 
@@ -129,13 +132,13 @@ impl From<ApiKey> for ApiKeyListItem {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Meta {
     pub request_id: String,
 }
 
 /// `{ data, meta }`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Single<T> {
     pub data: T,
     pub meta: Meta,

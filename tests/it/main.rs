@@ -29,6 +29,7 @@ mod idempotency;
 mod kafka_pipeline;
 mod limiter_conformance;
 mod limits;
+mod openapi;
 mod operator;
 mod organizations;
 mod pipeline;

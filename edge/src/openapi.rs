@@ -1,0 +1,46 @@
+//! What every route's part of the OpenAPI document shares (docs/api.md#openapi): the error
+//! answers each kind of caller can meet, as `IntoResponses` for a handler's
+//! `#[utoipa::path(responses(...))]`, and the names of the security schemes.
+
+use schemas::error::ErrorEnvelope;
+
+/// The security scheme of secret keys (`sk_live_…`, `sk_test_…`); a route's requirement names
+/// the scope it needs.
+pub const SECRET_KEY: &str = "secret_key";
+/// The security scheme of publishable keys (`pk_live_…`, `pk_test_…`).
+pub const PUBLISHABLE_KEY: &str = "publishable_key";
+
+/// What any route called with a secret key may answer besides its own outcomes.
+#[derive(utoipa::IntoResponses)]
+pub enum SecretKeyErrors {
+    /// `auth.*`: no key, or one that is unknown, revoked, expired or of the wrong kind.
+    #[response(status = 401)]
+    Unauthenticated(#[to_schema] ErrorEnvelope),
+    /// The key lacks the route's scope, its environment may not do this, or its organization
+    /// is suspended.
+    #[response(status = 403)]
+    Forbidden(#[to_schema] ErrorEnvelope),
+    /// The key's bucket is empty: retry after `Retry-After` seconds.
+    #[response(status = 429)]
+    RateLimited(#[to_schema] ErrorEnvelope),
+    /// An internal error (logged with the request id) or the store unavailable (503).
+    #[response(status = "5XX")]
+    ServerError(#[to_schema] ErrorEnvelope),
+}
+
+/// What a route with a JSON body may answer for a body it cannot take.
+#[derive(utoipa::IntoResponses)]
+pub enum BodyErrors {
+    /// `request.malformed`: the body does not parse as JSON.
+    #[response(status = 400)]
+    Malformed(#[to_schema] ErrorEnvelope),
+    /// `request.too_large`.
+    #[response(status = 413)]
+    TooLarge(#[to_schema] ErrorEnvelope),
+    /// `request.unsupported_media_type`: not `application/json`.
+    #[response(status = 415)]
+    UnsupportedMediaType(#[to_schema] ErrorEnvelope),
+    /// `request.validation_failed`, with `details.fields`.
+    #[response(status = 422)]
+    ValidationFailed(#[to_schema] ErrorEnvelope),
+}

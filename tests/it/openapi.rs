@@ -1,0 +1,88 @@
+//! The OpenAPI document (docs/api.md#openapi): served at `/v1/openapi.json` without a key, equal
+//! to the committed `docs/openapi.json` (so every contract change shows in review), valid
+//! OpenAPI 3.1 by `openapi-spec-validator`, and naming only routes the server answers.
+//! `VIGIL_UPDATE_OPENAPI=1` writes the served document to the snapshot instead of comparing.
+
+use serde_json::Value;
+use vigil_tests::{TestServer, run_client};
+
+const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+
+/// A value of the path parameter `name` of the right form (the document's own example).
+fn example(doc: &Value, path: &str, method: &str, name: &str) -> String {
+    doc["paths"][path][method]["parameters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == name)
+        .map(|p| resolved(doc, &p["schema"]))
+        .and_then(|schema| schema["examples"][0].as_str())
+        .unwrap_or_else(|| panic!("{method} {path}: parameter {name} has no example"))
+        .to_owned()
+}
+
+/// `schema`, or what its `$ref` names.
+fn resolved<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(pointer) => doc
+            .pointer(pointer.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("{pointer} is not in the document")),
+        None => schema,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_document_is_the_committed_one_valid_and_names_served_routes_only() {
+    let s = TestServer::start().await;
+    // No key: a client generator or a gateway fetches it first.
+    let served = s.get("/v1/openapi.json").send().await;
+    assert_eq!(served.status, 200);
+    let doc = served.body.clone();
+    assert_eq!(
+        doc["openapi"].as_str().map(|v| &v[..3]),
+        Some("3.1"),
+        "{doc}"
+    );
+
+    let pretty = serde_json::to_string_pretty(&doc).unwrap() + "\n";
+    if std::env::var_os("VIGIL_UPDATE_OPENAPI").is_some() {
+        std::fs::write(SNAPSHOT, &pretty).unwrap();
+    }
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(SNAPSHOT).expect("docs/openapi.json is committed"),
+    )
+    .expect("docs/openapi.json is JSON");
+    assert!(
+        committed == doc,
+        "the served document differs from docs/openapi.json: run the test with \
+         VIGIL_UPDATE_OPENAPI=1 and review the change"
+    );
+    run_client("python3", &["-m", "openapi_spec_validator", SNAPSHOT]);
+
+    // Every operation it names is routed: called without a key, each answers its own refusal,
+    // never the unknown-route 404 or a 405.
+    let paths = doc["paths"].as_object().expect("paths");
+    assert!(!paths.is_empty());
+    let mut operations = 0;
+    for (path, methods) in paths {
+        for method in methods.as_object().unwrap().keys() {
+            let mut concrete = path.clone();
+            while let Some(open) = concrete.find('{') {
+                let close = concrete[open..].find('}').unwrap() + open;
+                let name = concrete[open + 1..close].to_owned();
+                concrete.replace_range(open..=close, &example(&doc, path, method, &name));
+            }
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let answer = s.call(method.clone(), &concrete).send().await;
+            let code = answer.body["error"]["code"].as_str().unwrap_or_default();
+            assert!(
+                code != "request.route_not_found" && answer.status != 405,
+                "{method} {concrete} is in the document but not served: {} {}",
+                answer.status,
+                answer.body
+            );
+            operations += 1;
+        }
+    }
+    assert!(operations >= 3, "{operations} operations");
+}
