@@ -8,37 +8,146 @@
 //! test secret key (often kept with less care) sees and manages test keys only, and can never mint
 //! or revoke live ones.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
 use edge::auth::effective_rate_limit;
 use edge::body::PathParams;
-use edge::body::{Fields, JsonObject, QueryParams, Reply, path_param};
+use edge::body::{Fields, QueryParams, Reply, RequestBody, Valid, path_param};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor};
 use edge::policy::{ManageApiKeys, ReadApiKeys, RevokeApiKey, RotateApiKey};
 use edge::{ApiError, SecretKey};
 use schemas::credential::{Credential, Environment, KeyType};
-use schemas::resources::{ApiKey, ApiKeyListItem, KeyStatus, Pagination};
+use schemas::error::ErrorEnvelope;
+use schemas::resources::{ApiKey, ApiKeyListItem, KeyStatus, List, Pagination, Single};
 use schemas::{ErrorCode, KeyId, OrgId, Scope, validate};
 use secrets::ServerSecret;
 use store::{ApiKeyRecord, Store};
 
-use crate::{AdminState, own_organization};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AdminState> {
-    Router::new()
-        .route(
-            "/v1/organizations/{organizationId}/api-keys",
-            post(create).get(list),
-        )
-        .route(
-            "/v1/organizations/{organizationId}/api-keys/{keyId}",
-            get(read).patch(update).delete(revoke),
-        )
-        .route(
-            "/v1/organizations/{organizationId}/api-keys/{keyId}/rotations",
-            post(rotate),
-        )
+use crate::{AdminState, OrgPath, own_organization};
+
+pub fn router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(read, update, revoke))
+        .routes(routes!(rotate))
+}
+
+/// The path of one key, for the OpenAPI description.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path, names("organizationId", "keyId"))]
+struct KeyPath(
+    /// The caller's organization.
+    #[allow(dead_code)]
+    OrgId,
+    /// A key of an environment the caller manages; any other is a 404.
+    #[allow(dead_code)]
+    KeyId,
+);
+
+/// The body of `POST .../api-keys`. Omitted, `type` is `secret` and `environment` the caller's
+/// own; `allowed_origins` is for publishable keys and `scopes` for secret ones. A `rate_limit`
+/// is accepted and ignored: the operator sets limits (`vigil keys set-rate-limit`).
+#[derive(utoipa::ToSchema)]
+pub struct NewApiKey {
+    #[schema(min_length = 1, max_length = 200)]
+    name: String,
+    #[schema(nullable = false, rename = "type")]
+    key_type: Option<KeyType>,
+    #[schema(nullable = false)]
+    environment: Option<Environment>,
+    /// Origins (`scheme://host[:port]`) a publishable key may be used from; none: any.
+    #[schema(nullable = false, max_items = 100)]
+    allowed_origins: Option<Vec<String>>,
+    /// Omitted: what the caller holds; never more than that.
+    #[schema(nullable = false, min_items = 1)]
+    scopes: Option<Vec<Scope>>,
+}
+
+impl RequestBody for NewApiKey {
+    fn read(f: &mut Fields) -> Option<Self> {
+        f.ignore("rate_limit");
+        let name = f.checked_string("name", true, validate::name);
+        let key_type = match f.has("type") {
+            true => f
+                .enumerated("type", true, &KeyType::ALL, KeyType::parse)
+                .map(Some),
+            false => Some(None),
+        };
+        let environment = match f.has("environment") {
+            true => f
+                .enumerated("environment", true, &Environment::ALL, Environment::parse)
+                .map(Some),
+            false => Some(None),
+        };
+        let (origins, scopes) = match key_type {
+            Some(t) => {
+                let t = t.unwrap_or(KeyType::Secret);
+                (
+                    origins_only_for_publishable(f, t),
+                    scopes_only_for_secret(f, t),
+                )
+            }
+            None => {
+                // The type is unknown, so which of these applies cannot be told; set them aside.
+                f.ignore("allowed_origins");
+                f.ignore("scopes");
+                (None, None)
+            }
+        };
+        Some(NewApiKey {
+            name: name?,
+            key_type: key_type?,
+            environment: environment?,
+            allowed_origins: origins,
+            scopes,
+        })
+    }
+}
+
+/// The body of `PATCH .../api-keys/{keyId}`: any subset. What makes the credential (its type,
+/// environment and key) is fixed; rotate the key to change it.
+#[derive(utoipa::ToSchema)]
+pub struct ApiKeyChange {
+    #[schema(nullable = false, min_length = 1, max_length = 200)]
+    name: Option<String>,
+    /// Publishable keys only.
+    #[schema(nullable = false, max_items = 100)]
+    allowed_origins: Option<Vec<String>>,
+    /// Secret keys only; never more than the caller holds.
+    #[schema(nullable = false, min_items = 1)]
+    scopes: Option<Vec<Scope>>,
+}
+
+impl ApiKeyChange {
+    /// What a PATCH may say depends on the key's type, which the body does not carry, so it is
+    /// read once the key is found.
+    fn read_for(body: edge::body::JsonObject, key_type: KeyType) -> Result<Self, ApiError> {
+        let mut f = Fields::new(body);
+        f.ignore("rate_limit");
+        for immutable in [
+            "type",
+            "environment",
+            "revealed_key",
+            "key",
+            "key_preview",
+            "display_key",
+        ] {
+            f.forbid(
+                immutable,
+                "is immutable after creation; rotate the key to change its credential",
+            );
+        }
+        let change = ApiKeyChange {
+            name: f.checked_string("name", false, validate::name),
+            allowed_origins: origins_only_for_publishable(&mut f, key_type),
+            scopes: scopes_only_for_secret(&mut f, key_type),
+        };
+        f.finish()?;
+        Ok(change)
+    }
 }
 
 /// What a new key is for; the credential itself is minted by [`issue_key`].
@@ -249,42 +358,41 @@ async fn own_key(
     Err(ApiError::not_found("API key"))
 }
 
+/// Issues a key; its full credential is in `revealed_key` of this answer only (for a secret
+/// key).
+#[utoipa::path(
+    operation_id = "create_api_key",
+    post,
+    path = "/v1/organizations/{organizationId}/api-keys",
+    tag = "api keys",
+    params(OrgPath),
+    request_body = NewApiKey,
+    security(("secret_key" = ["api_keys:manage"])),
+    responses(
+        (status = 201, description = "The key, with `revealed_key`.", body = Single<ApiKey>),
+        (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn create(
     State(state): State<AdminState>,
     caller: SecretKey<ManageApiKeys>,
     params: PathParams,
-    body: JsonObject,
+    Valid(body): Valid<NewApiKey>,
 ) -> Result<Reply, ApiError> {
     let org = own_organization(&caller, &params)?;
-    let mut f = Fields::new(body);
-    f.ignore("rate_limit");
-    let name = f.checked_string("name", true, validate::name);
+    let NewApiKey {
+        name,
+        key_type,
+        environment,
+        allowed_origins: origins,
+        scopes,
+    } = body;
     // Omitted, `type` is secret and `environment` the caller's own
     // (docs/architecture.md#environments).
-    let key_type = match f.has("type") {
-        true => f.enumerated("type", true, &KeyType::ALL, KeyType::parse),
-        false => Some(KeyType::Secret),
-    };
-    let environment = match f.has("environment") {
-        true => f.enumerated("environment", true, &Environment::ALL, Environment::parse),
-        false => Some(caller.environment()),
-    };
-    let (origins, scopes) = match key_type {
-        Some(t) => (
-            origins_only_for_publishable(&mut f, t),
-            scopes_only_for_secret(&mut f, t),
-        ),
-        None => {
-            // The type is unknown, so which of these applies cannot be told; set them aside.
-            f.ignore("allowed_origins");
-            f.ignore("scopes");
-            (None, None)
-        }
-    };
-    f.finish()?;
-    let (Some(name), Some(key_type), Some(environment)) = (name, key_type, environment) else {
-        return Err(ApiError::internal("key create", "validated fields missing"));
-    };
+    let key_type = key_type.unwrap_or(KeyType::Secret);
+    let environment = environment.unwrap_or(caller.environment());
     check_manageable(&caller, environment)?;
     let spec = KeySpec {
         name,
@@ -302,6 +410,26 @@ async fn create(
     Ok(Reply::created(resource(&record, Some(&credential))).showing_secrets())
 }
 
+/// The keys of the environments the caller manages (a test key: test keys only), newest first.
+#[utoipa::path(
+    operation_id = "list_api_keys",
+    get,
+    path = "/v1/organizations/{organizationId}/api-keys",
+    tag = "api keys",
+    params(
+        OrgPath,
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Default 50."),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before."),
+        ("environment" = Option<Environment>, Query, description = "One environment only."),
+    ),
+    security(("secret_key" = ["api_keys:read"])),
+    responses(
+        (status = 200, description = "A page of keys.", body = List<ApiKeyListItem>),
+        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn list(
     State(state): State<AdminState>,
     caller: SecretKey<ReadApiKeys>,
@@ -365,6 +493,20 @@ async fn list(
     ))
 }
 
+/// One key.
+#[utoipa::path(
+    operation_id = "read_api_key",
+    get,
+    path = "/v1/organizations/{organizationId}/api-keys/{keyId}",
+    tag = "api keys",
+    params(KeyPath),
+    security(("secret_key" = ["api_keys:read"])),
+    responses(
+        (status = 200, description = "The key.", body = Single<ApiKey>),
+        (status = 404, description = "`resource.not_found`: no such key for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn read(
     State(state): State<AdminState>,
     caller: SecretKey<ReadApiKeys>,
@@ -374,32 +516,35 @@ async fn read(
     Ok(Reply::ok(resource(&key, None)))
 }
 
+/// Renames a key, or changes its origins (publishable) or scopes (secret).
+#[utoipa::path(
+    operation_id = "update_api_key",
+    patch,
+    path = "/v1/organizations/{organizationId}/api-keys/{keyId}",
+    tag = "api keys",
+    params(KeyPath),
+    request_body = ApiKeyChange,
+    security(("secret_key" = ["api_keys:manage"])),
+    responses(
+        (status = 200, description = "The key as changed.", body = Single<ApiKey>),
+        (status = 404, description = "`resource.not_found`: no such key for the caller.", body = ErrorEnvelope),
+        (status = 409, description = "`resource.conflict`: the key is revoked.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn update(
     State(state): State<AdminState>,
     caller: SecretKey<ManageApiKeys>,
     params: PathParams,
-    body: JsonObject,
+    body: edge::body::JsonObject,
 ) -> Result<Reply, ApiError> {
     let mut key = own_key(&state, &caller, &params).await?;
-    let mut f = Fields::new(body);
-    f.ignore("rate_limit");
-    for immutable in [
-        "type",
-        "environment",
-        "revealed_key",
-        "key",
-        "key_preview",
-        "display_key",
-    ] {
-        f.forbid(
-            immutable,
-            "is immutable after creation; rotate the key to change its credential",
-        );
-    }
-    let name = f.checked_string("name", false, validate::name);
-    let origins = origins_only_for_publishable(&mut f, key.key_type);
-    let scopes = scopes_only_for_secret(&mut f, key.key_type);
-    f.finish()?;
+    let ApiKeyChange {
+        name,
+        allowed_origins: origins,
+        scopes,
+    } = ApiKeyChange::read_for(body, key.key_type)?;
     if key.revoked_at.is_some() {
         return Err(ApiError::new(
             ErrorCode::Conflict,
@@ -420,6 +565,20 @@ async fn update(
     Ok(Reply::ok(resource(&key, None)))
 }
 
+/// Revokes a key at once (again: no change).
+#[utoipa::path(
+    operation_id = "revoke_api_key",
+    delete,
+    path = "/v1/organizations/{organizationId}/api-keys/{keyId}",
+    tag = "api keys",
+    params(KeyPath),
+    security(("secret_key" = ["api_keys:manage"])),
+    responses(
+        (status = 200, description = "The key, revoked.", body = Single<ApiKey>),
+        (status = 404, description = "`resource.not_found`: no such key for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn revoke(
     State(state): State<AdminState>,
     caller: SecretKey<RevokeApiKey>,
@@ -433,6 +592,22 @@ async fn revoke(
     Ok(Reply::ok(resource(&key, None)))
 }
 
+/// Issues a replacement with the same grants; the old key keeps working until its
+/// `grace_expires_at`.
+#[utoipa::path(
+    operation_id = "rotate_api_key",
+    post,
+    path = "/v1/organizations/{organizationId}/api-keys/{keyId}/rotations",
+    tag = "api keys",
+    params(KeyPath),
+    security(("secret_key" = ["api_keys:manage"])),
+    responses(
+        (status = 201, description = "The replacement, with `revealed_key`.", body = Single<ApiKey>),
+        (status = 404, description = "`resource.not_found`: no such key for the caller.", body = ErrorEnvelope),
+        (status = 409, description = "`resource.conflict`: revoked, or rotated already.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn rotate(
     State(state): State<AdminState>,
     caller: SecretKey<RotateApiKey>,

@@ -48,7 +48,7 @@ pub struct AdminState {
 fn routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .merge(organizations::router())
-        .merge(api_keys::router().into())
+        .merge(api_keys::router())
         .merge(events::router().into())
         .merge(webhook_endpoints::router().into())
         .merge(gate::router().into())
@@ -62,6 +62,15 @@ pub fn router(state: AdminState) -> Router {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     routes().into_openapi()
 }
+
+/// The path of an organization's routes, for their OpenAPI description.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path, names("organizationId"))]
+pub(crate) struct OrgPath(
+    /// The caller's organization; any other is a 404.
+    #[allow(dead_code)]
+    schemas::OrgId,
+);
 
 /// The organization in the path, which must be the caller's own: any other is a 404, so
 /// another organization's ids cannot even be probed.

@@ -14,7 +14,7 @@ use store::{OrganizationRecord, Store, StoreError};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{AdminState, own_organization};
+use crate::{AdminState, OrgPath, own_organization};
 
 pub fn router() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
@@ -51,9 +51,10 @@ impl RequestBody for NewOrganization {
 /// The body of `PATCH /v1/organizations/{organizationId}`: any subset of the members.
 #[derive(utoipa::ToSchema)]
 pub struct OrganizationChange {
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(nullable = false, min_length = 1, max_length = 200)]
     name: Option<String>,
     /// `suspended` stops the organization's scoring and reads until set `active` again.
+    #[schema(nullable = false)]
     status: Option<OrgStatus>,
 }
 
@@ -118,6 +119,7 @@ pub fn slug_conflict(e: StoreError, slug: &str) -> ApiError {
 
 /// Creates an organization (a live key with `organizations:create`).
 #[utoipa::path(
+    operation_id = "create_organization",
     post,
     path = "/v1/organizations",
     tag = "organizations",
@@ -141,10 +143,11 @@ async fn create(
 
 /// The caller's own organization; any other id is a 404.
 #[utoipa::path(
+    operation_id = "read_organization",
     get,
     path = "/v1/organizations/{organizationId}",
     tag = "organizations",
-    params(("organizationId" = OrgId, Path, description = "The caller's organization.")),
+    params(OrgPath),
     security(("secret_key" = ["organizations:read"])),
     responses(
         (status = 200, description = "The organization.", body = Single<Organization>),
@@ -159,10 +162,11 @@ async fn read(caller: SecretKey<ReadOrganization>, params: PathParams) -> Result
 
 /// Renames, suspends or reactivates the caller's organization (a live key).
 #[utoipa::path(
+    operation_id = "update_organization",
     patch,
     path = "/v1/organizations/{organizationId}",
     tag = "organizations",
-    params(("organizationId" = OrgId, Path, description = "The caller's organization.")),
+    params(OrgPath),
     request_body = OrganizationChange,
     security(("secret_key" = ["organizations:update"])),
     responses(

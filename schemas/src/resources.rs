@@ -45,7 +45,7 @@ pub struct Organization {
 
 /// API key statuses (docs/architecture.md#api-keys): `active` (including a rotated key inside its
 /// grace window), `expired` after the grace window, `revoked` after DELETE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyStatus {
     Active,
@@ -55,9 +55,10 @@ pub enum KeyStatus {
 
 /// An API key as the single-key responses show it. List items omit `last_used_at` and
 /// `revealed_key` (see [`ApiKeyListItem`]).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ApiKey {
     pub id: KeyId,
+    #[schema(value_type = String, pattern = "^api_key$")]
     pub object: &'static str,
     #[serde(rename = "type")]
     pub key_type: KeyType,
@@ -74,21 +75,27 @@ pub struct ApiKey {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revealed_key: Option<String>,
     #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub last_used_at: Option<Timestamp>,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
     #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub rotated_at: Option<Timestamp>,
     #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub revoked_at: Option<Timestamp>,
     #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub grace_expires_at: Option<Timestamp>,
 }
 
 /// An API key as list responses show it: the interface's list-item member set.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ApiKeyListItem {
     pub id: KeyId,
+    #[schema(value_type = String, pattern = "^api_key$")]
     pub object: &'static str,
     #[serde(rename = "type")]
     pub key_type: KeyType,
@@ -101,12 +108,16 @@ pub struct ApiKeyListItem {
     pub rate_limit: u32,
     pub status: KeyStatus,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
     #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub rotated_at: Option<Timestamp>,
     #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub revoked_at: Option<Timestamp>,
     #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub grace_expires_at: Option<Timestamp>,
 }
 
@@ -144,7 +155,7 @@ pub struct Single<T> {
     pub meta: Meta,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Pagination {
     pub limit: u32,
     pub has_more: bool,
@@ -153,7 +164,7 @@ pub struct Pagination {
 }
 
 /// `{ data: [...], pagination, meta }`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct List<T> {
     pub data: Vec<T>,
     pub pagination: Pagination,

@@ -101,6 +101,18 @@ impl fmt::Display for Scope {
     }
 }
 
+/// In the OpenAPI document: one of the scopes' names.
+impl utoipa::PartialSchema for Scope {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(Scope::ALL.iter().map(|s| s.as_str())))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Scope {}
+
 impl Serialize for Scope {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())

@@ -86,3 +86,30 @@ async fn the_served_document_is_the_committed_one_valid_and_names_served_routes_
     }
     assert!(operations >= 3, "{operations} operations");
 }
+
+/// The constraints the document states are the ones the handlers enforce (`schemas::validate`),
+/// though `#[schema(...)]` takes them as literals.
+#[test]
+fn documented_constraints_are_the_enforced_ones() {
+    use schemas::validate::{NAME_MAX_CHARS, ORIGINS_MAX, SLUG_MAX_LEN, SLUG_PATTERN};
+    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let schema = |name: &str| doc["components"]["schemas"][name]["properties"].clone();
+    let organization = schema("NewOrganization");
+    assert_eq!(organization["slug"]["pattern"], SLUG_PATTERN);
+    assert_eq!(organization["slug"]["maxLength"], SLUG_MAX_LEN);
+    for body in [
+        "NewOrganization",
+        "OrganizationChange",
+        "NewApiKey",
+        "ApiKeyChange",
+    ] {
+        assert_eq!(schema(body)["name"]["maxLength"], NAME_MAX_CHARS, "{body}");
+    }
+    for body in ["NewApiKey", "ApiKeyChange"] {
+        assert_eq!(
+            schema(body)["allowed_origins"]["maxItems"],
+            ORIGINS_MAX,
+            "{body}"
+        );
+    }
+}
