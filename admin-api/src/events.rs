@@ -4,29 +4,32 @@
 //! each with its webhook deliveries (those the store has: the dispatcher that makes them comes
 //! next).
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
 use edge::body::{PathParams, QueryParams, Reply};
+use edge::openapi::SecretKeyErrors;
 use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::ListEvents;
 use edge::{ApiError, SecretKey};
 use schemas::EventId;
+use schemas::error::ErrorEnvelope;
 use schemas::events::EventType;
 use schemas::ids::WebhookEndpointId;
+use schemas::resources::List;
 use schemas::resources::Pagination;
 use schemas::time;
 use serde_json::Value;
 use store::{EventRecord, WebhookDeliveryRecord};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::{AdminState, own_organization};
+use crate::{AdminState, OrgPath, own_organization};
 
 /// How many stored events one filtered request reads at most, so a filter that matches little
 /// cannot make a request scan a whole partition; the cursor resumes after them.
 const SCAN_BUDGET: usize = 2_000;
 
-pub fn router() -> Router<AdminState> {
-    Router::new().route("/v1/organizations/{organizationId}/events", get(list))
+pub fn router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new().routes(routes!(list))
 }
 
 /// The filters of one request.
@@ -92,6 +95,28 @@ fn delivery(d: &WebhookDeliveryRecord) -> Delivery<'_> {
     }
 }
 
+/// The caller's environment's events, newest first, each with its deliveries.
+#[utoipa::path(
+    get,
+    operation_id = "list_events",
+    path = "/v1/organizations/{organizationId}/events",
+    tag = "events",
+    params(
+        OrgPath,
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Default 50."),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before."),
+        ("type" = Option<EventType>, Query, description = "Events of this type only."),
+        ("endpoint_id" = Option<WebhookEndpointId>, Query,
+            description = "Only events that produced a delivery for this endpoint."),
+    ),
+    security(("secret_key" = ["organizations:read"])),
+    responses(
+        (status = 200, description = "A page of events.", body = List<schemas::events::Event>),
+        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn list(
     State(state): State<AdminState>,
     caller: SecretKey<ListEvents>,

@@ -49,8 +49,8 @@ fn routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .merge(organizations::router())
         .merge(api_keys::router())
-        .merge(events::router().into())
-        .merge(webhook_endpoints::router().into())
+        .merge(events::router())
+        .merge(webhook_endpoints::router())
         .merge(gate::router().into())
 }
 

@@ -5,13 +5,12 @@
 //! shown in full once, in the create or rotation answer; reads show its last four characters. It is
 //! stored sealed under the server secret, because the dispatcher signs with it.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dispatcher::outbound;
 use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ManageWebhooks, ReadWebhooks};
 use edge::{ApiError, AuthContext, SecretKey};
@@ -20,55 +19,133 @@ use rand::rngs::OsRng;
 use schemas::ErrorCode;
 use schemas::EventId;
 use schemas::credential::Environment;
+use schemas::error::ErrorEnvelope;
+use schemas::events::Event;
 use schemas::events::EventSubject;
 use schemas::events::EventType;
+use schemas::ids::OrgId;
 use schemas::ids::WebhookEndpointId;
-use schemas::resources::Pagination;
+use schemas::resources::{List, Pagination, Single};
 use schemas::time::{self, Timestamp};
 use schemas::validate;
 use serde::Serialize;
 use store::{EndpointStatus, EventRecord, PreviousSecret, WebhookEndpointRecord};
 
-use crate::{AdminState, own_organization};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::{AdminState, OrgPath, own_organization};
 
 const SECRET_PREFIX: &str = "whsec_";
 
-pub fn router() -> Router<AdminState> {
-    Router::new()
-        .route(
-            "/v1/organizations/{organizationId}/webhooks/endpoints",
-            get(list).post(create),
-        )
-        .route(
-            "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}",
-            get(read).patch(update).delete(disable),
-        )
-        .route(
-            "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/rotations",
-            post(rotate),
-        )
-        .route(
-            "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/test",
-            post(test),
-        )
+pub fn router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(read, update, disable))
+        .routes(routes!(rotate))
+        .routes(routes!(test))
 }
 
+/// The path of one endpoint, for the OpenAPI description.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path, names("organizationId", "endpointId"))]
+struct EndpointPath(
+    /// The caller's organization.
+    #[allow(dead_code)]
+    OrgId,
+    /// An endpoint of the caller's environment; any other is a 404.
+    #[allow(dead_code)]
+    WebhookEndpointId,
+);
+
 /// A webhook endpoint in the interface's shape.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Endpoint {
     id: WebhookEndpointId,
+    #[schema(value_type = String, pattern = "^webhook_endpoint$")]
     object: &'static str,
     environment: Environment,
     name: String,
     url: String,
+    #[schema(value_type = String, pattern = "^(active|disabled)$")]
     status: EndpointStatus,
     event_types: Vec<EventType>,
     /// In full in the create answer only; afterwards `whsec_••••` and its last four characters.
     signing_secret: String,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
+}
+
+/// The body of `POST .../webhooks/endpoints`.
+#[derive(utoipa::ToSchema)]
+struct NewEndpoint {
+    #[schema(min_length = 1, max_length = 200)]
+    name: String,
+    /// Where deliveries go: an absolute `https` URL whose host is a public address.
+    #[schema(value_type = String, format = "uri")]
+    url: url::Url,
+    /// At least one, none twice.
+    #[schema(min_items = 1)]
+    event_types: Vec<EventType>,
+}
+
+impl NewEndpoint {
+    /// Read with the operator's `--allow-private-webhooks`, which decides what a URL may be.
+    fn read_with(body: JsonObject, allow_private: bool) -> Result<Self, ApiError> {
+        let mut f = Fields::new(body);
+        let name = f.checked_string("name", true, validate::name);
+        let url = url_member(&mut f, true, allow_private);
+        let event_types = event_types(&mut f, true);
+        f.finish()?;
+        match (name, url, event_types) {
+            (Some(name), Some(url), Some(event_types)) => Ok(NewEndpoint {
+                name,
+                url,
+                event_types,
+            }),
+            _ => Err(ApiError::internal(
+                "webhook endpoint create",
+                "validated fields missing",
+            )),
+        }
+    }
+}
+
+/// The body of `PATCH .../webhooks/endpoints/{endpointId}`: any subset. The signing secret is
+/// the server's to make (`.../rotations`).
+#[derive(utoipa::ToSchema)]
+struct EndpointChange {
+    #[schema(nullable = false, min_length = 1, max_length = 200)]
+    name: Option<String>,
+    #[schema(nullable = false, value_type = Option<String>, format = "uri")]
+    url: Option<url::Url>,
+    #[schema(nullable = false, min_items = 1)]
+    event_types: Option<Vec<EventType>>,
+    #[schema(nullable = false, value_type = Option<String>, pattern = "^(active|disabled)$")]
+    status: Option<EndpointStatus>,
+}
+
+impl EndpointChange {
+    fn read_with(body: JsonObject, allow_private: bool) -> Result<Self, ApiError> {
+        let mut f = Fields::new(body);
+        let change = EndpointChange {
+            name: f.checked_string("name", false, validate::name),
+            url: url_member(&mut f, false, allow_private),
+            event_types: event_types(&mut f, false),
+            status: f.enumerated("status", false, &["active", "disabled"], |s| match s {
+                "active" => Some(EndpointStatus::Active),
+                "disabled" => Some(EndpointStatus::Disabled),
+                _ => None,
+            }),
+        };
+        f.forbid("signing_secret", "is made by the server");
+        f.finish()?;
+        Ok(change)
+    }
 }
 
 fn resource(state: &AdminState, e: &WebhookEndpointRecord, secret: Option<&str>) -> Endpoint {
@@ -213,6 +290,24 @@ async fn stored(
         .ok_or_else(|| ApiError::not_found("webhook endpoint"))
 }
 
+/// Registers an endpoint in the caller's environment; its signing secret is shown in full here
+/// only.
+#[utoipa::path(
+    post,
+    operation_id = "create_webhook_endpoint",
+    path = "/v1/organizations/{organizationId}/webhooks/endpoints",
+    tag = "webhook endpoints",
+    params(OrgPath),
+    request_body = NewEndpoint,
+    security(("secret_key" = ["organizations:update"])),
+    responses(
+        (status = 201, description = "The endpoint, with its signing secret.", body = Single<Endpoint>),
+        (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        (status = 409, description = "`webhook.endpoint_limit_reached`: 20 active endpoints already.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn create(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,
@@ -220,17 +315,11 @@ async fn create(
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
     let org = own_organization(&caller, &params)?;
-    let mut f = Fields::new(body);
-    let name = f.checked_string("name", true, validate::name);
-    let url = url_member(&mut f, true, state.allow_private_webhooks);
-    let types = event_types(&mut f, true);
-    f.finish()?;
-    let (Some(name), Some(url), Some(event_types)) = (name, url, types) else {
-        return Err(ApiError::internal(
-            "webhook endpoint create",
-            "validated fields missing",
-        ));
-    };
+    let NewEndpoint {
+        name,
+        url,
+        event_types,
+    } = NewEndpoint::read_with(body, state.allow_private_webhooks)?;
     destination(&url, state.allow_private_webhooks).await?;
     // Every event is sent to every endpoint: their number is bounded.
     if active_endpoints(&state, org, caller.environment()).await? >= MAX_ACTIVE_ENDPOINTS {
@@ -265,6 +354,25 @@ async fn create(
     Ok(Reply::created(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 
+/// The caller's environment's endpoints, newest first.
+#[utoipa::path(
+    get,
+    operation_id = "list_webhook_endpoints",
+    path = "/v1/organizations/{organizationId}/webhooks/endpoints",
+    tag = "webhook endpoints",
+    params(
+        OrgPath,
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Default 50."),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before."),
+    ),
+    security(("secret_key" = ["organizations:read"])),
+    responses(
+        (status = 200, description = "A page of endpoints.", body = List<Endpoint>),
+        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn list(
     State(state): State<AdminState>,
     caller: SecretKey<ReadWebhooks>,
@@ -312,6 +420,20 @@ async fn list(
     ))
 }
 
+/// One endpoint.
+#[utoipa::path(
+    get,
+    operation_id = "read_webhook_endpoint",
+    path = "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}",
+    tag = "webhook endpoints",
+    params(EndpointPath),
+    security(("secret_key" = ["organizations:read"])),
+    responses(
+        (status = 200, description = "The endpoint.", body = Single<Endpoint>),
+        (status = 404, description = "`resource.not_found`: no such endpoint for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn read(
     State(state): State<AdminState>,
     caller: SecretKey<ReadWebhooks>,
@@ -321,6 +443,22 @@ async fn read(
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
 
+/// Renames an endpoint, moves it, changes its event types, or disables or reactivates it.
+#[utoipa::path(
+    patch,
+    operation_id = "update_webhook_endpoint",
+    path = "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}",
+    tag = "webhook endpoints",
+    params(EndpointPath),
+    request_body = EndpointChange,
+    security(("secret_key" = ["organizations:update"])),
+    responses(
+        (status = 200, description = "The endpoint as changed.", body = Single<Endpoint>),
+        (status = 404, description = "`resource.not_found`: no such endpoint for the caller.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn update(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,
@@ -328,17 +466,12 @@ async fn update(
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
     let mut endpoint = stored(&state, &caller, &params).await?;
-    let mut f = Fields::new(body);
-    let name = f.checked_string("name", false, validate::name);
-    let url = url_member(&mut f, false, state.allow_private_webhooks);
-    let types = event_types(&mut f, false);
-    let status = f.enumerated("status", false, &["active", "disabled"], |s| match s {
-        "active" => Some(EndpointStatus::Active),
-        "disabled" => Some(EndpointStatus::Disabled),
-        _ => None,
-    });
-    f.forbid("signing_secret", "is made by the server");
-    f.finish()?;
+    let EndpointChange {
+        name,
+        url,
+        event_types: types,
+        status,
+    } = EndpointChange::read_with(body, state.allow_private_webhooks)?;
     if let Some(url) = &url {
         destination(url, state.allow_private_webhooks).await?;
         endpoint.url = url.to_string();
@@ -361,6 +494,19 @@ async fn update(
 
 /// `DELETE`: the endpoint is disabled, not erased (docs/architecture.md#webhooks), so its
 /// deliveries stay readable.
+#[utoipa::path(
+    delete,
+    operation_id = "disable_webhook_endpoint",
+    path = "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}",
+    tag = "webhook endpoints",
+    params(EndpointPath),
+    security(("secret_key" = ["organizations:update"])),
+    responses(
+        (status = 200, description = "The endpoint, disabled.", body = Single<Endpoint>),
+        (status = 404, description = "`resource.not_found`: no such endpoint for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn disable(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,
@@ -381,6 +527,19 @@ async fn disable(
 /// The one it replaces keeps signing beside it for `--rotation-grace`, so a receiver can
 /// deploy the new secret while deliveries carry both signatures (docs/architecture.md#webhooks); a
 /// secret still in its overlap from an earlier rotation stops signing at once.
+#[utoipa::path(
+    post,
+    operation_id = "rotate_webhook_endpoint_secret",
+    path = "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/rotations",
+    tag = "webhook endpoints",
+    params(EndpointPath),
+    security(("secret_key" = ["organizations:update"])),
+    responses(
+        (status = 200, description = "The endpoint, with its new signing secret.", body = Single<Endpoint>),
+        (status = 404, description = "`resource.not_found`: no such endpoint for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn rotate(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,
@@ -409,6 +568,20 @@ async fn rotate(
 /// first and then recorded, as the processor does with session events, so one that is listed was
 /// published. Answers the event (201). A disabled endpoint's test event is recorded but not
 /// delivered.
+#[utoipa::path(
+    post,
+    operation_id = "test_webhook_endpoint",
+    path = "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/test",
+    tag = "webhook endpoints",
+    params(EndpointPath),
+    security(("secret_key" = ["organizations:update"])),
+    responses(
+        (status = 201, description = "The `webhook.test` event.", body = Single<Event>),
+        (status = 404, description = "`resource.not_found`: no such endpoint for the caller.", body = ErrorEnvelope),
+        (status = 503, description = "`service.unavailable`: the log cannot take the event now.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn test(
     State(state): State<AdminState>,
     caller: SecretKey<ManageWebhooks>,

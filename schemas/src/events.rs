@@ -55,7 +55,7 @@ impl EventDeadReason {
 pub type EventDeadLetter = crate::dead::DeadLetter<EventDeadReason>;
 
 /// The event types of the interface's Events section.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum EventType {
     /// A session was linked to a visitor fingerprint (subject: the session).
     #[serde(rename = "session.fingerprint.calculated")]
@@ -98,7 +98,7 @@ impl EventType {
 }
 
 /// What an event is about: `{ "type": "session", "id": "sid_…" }`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventSubject {
     #[serde(rename = "type")]
     pub kind: String,
@@ -106,17 +106,22 @@ pub struct EventSubject {
 }
 
 /// An event in the interface's shape, as the events log carries it and the events API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     pub id: EventId,
+    #[schema(pattern = "^event$")]
     pub object: String,
     #[serde(rename = "type")]
     pub event_type: EventType,
     pub subject: EventSubject,
+    /// What happened, by type (docs/webhooks.md).
+    #[schema(value_type = Object)]
     pub data: serde_json::Value,
-    /// The deliveries made so far; empty when the event is first recorded.
+    /// The deliveries made so far (`webhook_delivery`); empty when the event is first recorded.
+    #[schema(value_type = Vec<Object>)]
     pub webhook_deliveries: Vec<serde_json::Value>,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
 }
 
