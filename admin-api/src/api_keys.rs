@@ -12,7 +12,7 @@ use axum::extract::State;
 use edge::auth::effective_rate_limit;
 use edge::body::PathParams;
 use edge::body::{Fields, QueryParams, Reply, RequestBody, Valid, path_param};
-use edge::openapi::{BodyErrors, SecretKeyErrors};
+use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor};
 use edge::policy::{ManageApiKeys, ReadApiKeys, RevokeApiKey, RotateApiKey};
 use edge::{ApiError, SecretKey};
@@ -418,8 +418,7 @@ async fn create(
     tag = "api keys",
     params(
         OrgPath,
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Default 50."),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before."),
+        PageQuery,
         ("environment" = Option<Environment>, Query, description = "One environment only."),
     ),
     security(("secret_key" = ["api_keys:read"])),

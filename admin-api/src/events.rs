@@ -6,7 +6,7 @@
 
 use axum::extract::State;
 use edge::body::{PathParams, QueryParams, Reply};
-use edge::openapi::SecretKeyErrors;
+use edge::openapi::{PageQuery, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::ListEvents;
 use edge::{ApiError, SecretKey};
@@ -103,8 +103,7 @@ fn delivery(d: &WebhookDeliveryRecord) -> Delivery<'_> {
     tag = "events",
     params(
         OrgPath,
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Default 50."),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before."),
+        PageQuery,
         ("type" = Option<EventType>, Query, description = "Events of this type only."),
         ("endpoint_id" = Option<WebhookEndpointId>, Query,
             description = "Only events that produced a delivery for this endpoint."),

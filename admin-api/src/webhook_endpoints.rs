@@ -10,7 +10,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dispatcher::outbound;
 use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param};
-use edge::openapi::{BodyErrors, SecretKeyErrors};
+use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ManageWebhooks, ReadWebhooks};
 use edge::{ApiError, AuthContext, SecretKey};
@@ -362,8 +362,7 @@ async fn create(
     tag = "webhook endpoints",
     params(
         OrgPath,
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Default 50."),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before."),
+        PageQuery,
     ),
     security(("secret_key" = ["organizations:read"])),
     responses(

@@ -10,6 +10,17 @@ pub const SECRET_KEY: &str = "secret_key";
 /// The security scheme of publishable keys (`pk_live_…`, `pk_test_…`).
 pub const PUBLISHABLE_KEY: &str = "publishable_key";
 
+/// The paging parameters of every list route (docs/api.md#conventions).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Rows per page; 50 when omitted.
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the page before.
+    pub cursor: Option<String>,
+}
+
 /// What any route called with a secret key may answer besides its own outcomes.
 #[derive(utoipa::IntoResponses)]
 pub enum SecretKeyErrors {
