@@ -45,6 +45,7 @@ pub fn document() -> OpenApi {
         ))
         .build();
     doc.merge(admin_api::openapi());
+    doc.merge(query_api::openapi());
     doc
 }
 

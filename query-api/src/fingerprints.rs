@@ -9,15 +9,15 @@
 //! environment's visitors, never a sort in memory; the cursor carries the sort value and id of
 //! the last row returned, signed and bound to the order.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
 use edge::body::PathParams;
 use edge::body::{QueryParams, Reply, path_param};
+use edge::openapi::{PageQuery, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ListFingerprints, ReadFingerprint};
 use edge::{ApiError, SecretKey};
-use schemas::resources::Pagination;
+use schemas::error::ErrorEnvelope;
+use schemas::resources::{List, Pagination, Single};
 use schemas::session_view::{ScreenView, SessionView};
 use schemas::time::{self, Timestamp};
 use schemas::{SessionId, VisitorId};
@@ -27,6 +27,9 @@ use store::{
     SessionRecord, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest, VisitorStorage,
 };
 
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use crate::{QueryState, latest_decision};
 
 /// The values of `sort=`; without it, `last_seen`.
@@ -35,31 +38,39 @@ pub const SORTS: [&str; 2] = ["seen_count", "first_seen"];
 /// matches little cannot make a request read a whole partition; the cursor resumes after them.
 const SCAN_BUDGET: usize = 2_000;
 
-pub fn router() -> Router<QueryState> {
-    Router::new()
-        .route("/v1/fingerprints", get(list))
-        .route("/v1/fingerprints/{visitorId}", get(read))
+pub fn router() -> OpenApiRouter<QueryState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(read))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Lifecycle {
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     first_seen_at: Timestamp,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     last_seen_at: Timestamp,
     seen_count: u64,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     expires_at: Timestamp,
 }
 
-/// The members list items and the detail share.
-#[derive(Serialize)]
+/// The members list items and the detail share. Its request, storage and anchors members are
+/// documented as objects for now (docs/api.md#openapi).
+#[derive(Serialize, utoipa::ToSchema)]
 struct Fingerprint<'a> {
     id: VisitorId,
+    #[schema(value_type = String, pattern = "^visitor_fingerprint$")]
     object: &'static str,
     lifecycle: Lifecycle,
+    #[schema(value_type = Object)]
     latest_request: &'a VisitorRequest,
+    #[schema(value_type = Object)]
     storage: &'a VisitorStorage,
+    #[schema(value_type = Object)]
     anchors: &'a VisitorAnchors,
 }
 
@@ -79,11 +90,16 @@ fn fingerprint(v: &VisitorRecord) -> Fingerprint<'_> {
     }
 }
 
-#[derive(Serialize)]
+/// A visitor fingerprint with its component vector and recent sessions.
+#[derive(Serialize, utoipa::ToSchema)]
 struct Detail<'a> {
     #[serde(flatten)]
     fingerprint: Fingerprint<'a>,
+    /// `{ "vector": [number] }`.
+    #[schema(value_type = Object)]
     components: Value,
+    /// `{ "sessions": [...] }`: the most recent linked sessions.
+    #[schema(value_type = Object)]
     activity: Value,
 }
 
@@ -107,6 +123,27 @@ fn matches(v: &VisitorRecord, search: Option<&str>) -> bool {
     }
 }
 
+/// The caller's environment's visitor fingerprints, the most recently seen first unless `sort`
+/// says otherwise.
+#[utoipa::path(
+    get,
+    operation_id = "list_fingerprints",
+    path = "/v1/fingerprints",
+    tag = "fingerprints",
+    params(
+        PageQuery,
+        ("sort" = Option<String>, Query, pattern = "^(seen_count|first_seen)$",
+            description = "The most seen, or the first seen, first."),
+        ("search" = Option<String>, Query,
+            description = "A visitor id, an IP address or part of a user agent."),
+    ),
+    security(("secret_key" = ["fingerprints:list"])),
+    responses(
+        (status = 200, description = "A page of fingerprints.", body = List<Fingerprint>),
+        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn list(
     State(state): State<QueryState>,
     caller: SecretKey<ListFingerprints>,
@@ -206,6 +243,20 @@ fn linked_session(s: &SessionRecord) -> Value {
     })
 }
 
+/// One visitor fingerprint.
+#[utoipa::path(
+    get,
+    operation_id = "read_fingerprint",
+    path = "/v1/fingerprints/{visitorId}",
+    tag = "fingerprints",
+    params(("visitorId" = VisitorId, Path, description = "A visitor of the caller's environment.")),
+    security(("secret_key" = ["fingerprints:read"])),
+    responses(
+        (status = 200, description = "The fingerprint.", body = Single<Detail>),
+        (status = 404, description = "`resource.not_found`: no such visitor for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn read(
     State(state): State<QueryState>,
     caller: SecretKey<ReadFingerprint>,

@@ -36,12 +36,22 @@ fn latest_decision(session: &store::SessionRecord) -> Option<schemas::decision::
         .ok()
 }
 
-pub fn router(state: QueryState) -> Router {
-    Router::new()
+/// The secret-key reads, with the OpenAPI document of those that carry one (the exports are
+/// still to be described: docs/api.md#openapi).
+fn reads() -> utoipa_axum::router::OpenApiRouter<QueryState> {
+    utoipa_axum::router::OpenApiRouter::new()
         .merge(sessions::router())
         .merge(fingerprints::router())
-        .merge(export::router())
-        .with_state(state)
+        .merge(export::router().into())
+}
+
+pub fn router(state: QueryState) -> Router {
+    reads().with_state(state).into()
+}
+
+/// The query API's part of the OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    reads().into_openapi()
 }
 
 /// Opening a handoff, apart: it is a POST, which the server makes idempotent.

@@ -3,22 +3,25 @@
 //! #environments): handlers, query validation and the shapes they answer. A session of another
 //! organization or environment is a 404.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
 use edge::body::PathParams;
 use edge::body::{QueryParams, Reply, path_param};
+use edge::openapi::{PageQuery, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ListSessions, ReadSession};
 use edge::{ApiError, SecretKey};
 use schemas::SessionId;
 use schemas::decision::{Category, Decision, FiredSignal};
-use schemas::resources::Pagination;
+use schemas::error::ErrorEnvelope;
+use schemas::resources::{List, Pagination, Single};
 use schemas::session_view::SessionView;
 use schemas::time::{self, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
 use store::SessionRecord;
+
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::{QueryState, latest_decision};
 
@@ -29,24 +32,32 @@ pub const VERDICTS: [&str; 4] = ["human", "bot", "verified_bot", "suspicious"];
 /// them.
 const SCAN_BUDGET: usize = 2_000;
 
-pub fn router() -> Router<QueryState> {
-    Router::new()
-        .route("/v1/sessions", get(list))
-        .route("/v1/sessions/{sessionId}", get(read))
+pub fn router() -> OpenApiRouter<QueryState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(read))
 }
 
-#[derive(Serialize)]
+/// A session as the list shows it.
+#[derive(Serialize, utoipa::ToSchema)]
 struct SessionRow {
     id: SessionId,
+    #[schema(value_type = String, pattern = "^session$")]
     object: &'static str,
+    /// The linked visitor (`vid_…`), once the probes came.
     visitor_id: Option<String>,
     page_url: String,
     ip_address: String,
     user_agent: String,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
+    /// The latest decision's summary (`event_id`, `verdict`, `risk_score`, `automation_status`,
+    /// `decision_status`, `phase`, `manipulation`, `evaluated_at`); null before the first.
+    #[schema(value_type = Option<Object>)]
     latest_decision: Value,
 }
 
@@ -99,6 +110,26 @@ fn matches(s: &SessionRecord, verdict: Option<&str>, search: Option<&str>) -> bo
     }
 }
 
+/// The caller's environment's sessions, newest first.
+#[utoipa::path(
+    get,
+    operation_id = "list_sessions",
+    path = "/v1/sessions",
+    tag = "sessions",
+    params(
+        PageQuery,
+        ("verdict" = Option<String>, Query, pattern = "^(human|bot|verified_bot|suspicious)$",
+            description = "Sessions whose latest decision has this verdict."),
+        ("search" = Option<String>, Query,
+            description = "A session id, a visitor id, an IP address or part of a page URL."),
+    ),
+    security(("secret_key" = ["sessions:list"])),
+    responses(
+        (status = 200, description = "A page of sessions.", body = List<SessionRow>),
+        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn list(
     State(state): State<QueryState>,
     caller: SecretKey<ListSessions>,
@@ -152,23 +183,39 @@ async fn list(
 
 /// The session detail: members in the interface's order of importance (most actionable first,
 /// then continuity, then evidence and telemetry).
-#[derive(Serialize)]
+///
+/// Its evidence members are documented as objects for now (docs/api.md#openapi): their types
+/// are still built by hand.
+#[derive(Serialize, utoipa::ToSchema)]
 struct SessionDetail {
     id: SessionId,
+    #[schema(value_type = String, pattern = "^session$")]
     object: &'static str,
+    #[schema(value_type = Object)]
     decision: Value,
+    #[schema(value_type = Vec<Object>)]
     highlights: Value,
+    #[schema(value_type = Object)]
     automation: Value,
+    #[schema(value_type = Option<Object>)]
     web_bot_auth: Value,
+    #[schema(value_type = Object)]
     network: Value,
+    #[schema(value_type = Object)]
     runtime_integrity: Value,
+    #[schema(value_type = Option<Object>)]
     visitor_fingerprint: Value,
+    #[schema(value_type = Object)]
     connection_fingerprint: Value,
+    #[schema(value_type = Vec<Object>)]
     signals_fired: Value,
+    #[schema(value_type = Object)]
     client_telemetry: Value,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
 }
 
@@ -256,6 +303,20 @@ fn detail(s: &SessionRecord) -> SessionDetail {
     }
 }
 
+/// One session with its decision and evidence.
+#[utoipa::path(
+    get,
+    operation_id = "read_session",
+    path = "/v1/sessions/{sessionId}",
+    tag = "sessions",
+    params(("sessionId" = SessionId, Path, description = "A session of the caller's environment.")),
+    security(("secret_key" = ["sessions:read"])),
+    responses(
+        (status = 200, description = "The session.", body = Single<SessionDetail>),
+        (status = 404, description = "`resource.not_found`: no such session for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn read(
     State(state): State<QueryState>,
     caller: SecretKey<ReadSession>,
