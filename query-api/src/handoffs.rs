@@ -4,43 +4,76 @@
 //! decision, a retry of that open with its `Idempotency-Key` replays the answer, and any other
 //! later open is a 409 `handoff.already_opened`.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::post;
 use edge::ApiError;
 use edge::SecretKey;
-use edge::body::{Fields, JsonObject, Reply};
+use edge::body::{Fields, Reply, RequestBody, Valid};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::OpenHandoff;
+use schemas::error::ErrorEnvelope;
+use schemas::resources::Single;
 use schemas::time;
 use schemas::{ErrorCode, SessionId};
 use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::QueryState;
 
-pub fn router() -> Router<QueryState> {
-    Router::new().route("/v1/handoffs/open", post(open))
+pub fn router() -> OpenApiRouter<QueryState> {
+    OpenApiRouter::new().routes(routes!(open))
 }
 
-#[derive(Serialize)]
+/// The body of `POST /v1/handoffs/open`.
+#[derive(utoipa::ToSchema)]
+struct OpenHandoffBody {
+    /// The sealed handoff the page's SDK obtained and passed to the backend.
+    handoff: String,
+}
+
+impl RequestBody for OpenHandoffBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        Some(OpenHandoffBody {
+            handoff: f.string("handoff", true)?,
+        })
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
 struct Opened {
+    #[schema(value_type = String, pattern = "^handoff$")]
     object: &'static str,
     session_id: SessionId,
     /// The visitor and the latest decision, once the processor has scored the session.
     visitor_id: Option<String>,
+    /// The latest decision as the session detail shows it; null before the first.
+    #[schema(value_type = Option<Object>)]
     decision: Option<schemas::raw::RawJson>,
 }
 
+/// Opens a handoff once and answers its session's latest decision.
+#[utoipa::path(
+    post,
+    operation_id = "open_handoff",
+    path = "/v1/handoffs/open",
+    tag = "handoffs",
+    request_body = OpenHandoffBody,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Retried with the same key, the first open's answer is replayed.")),
+    security(("secret_key" = ["sessions:read"])),
+    responses(
+        (status = 200, description = "The session and its latest decision.", body = Single<Opened>),
+        (status = 404, description = "`resource.not_found`: another organization's or environment's handoff.", body = ErrorEnvelope),
+        (status = 409, description = "`handoff.already_opened`, with `details.first_opened_at`.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn open(
     State(state): State<QueryState>,
     caller: SecretKey<OpenHandoff>,
-    body: JsonObject,
+    Valid(OpenHandoffBody { handoff }): Valid<OpenHandoffBody>,
 ) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let handoff = f.string("handoff", true);
-    f.finish()?;
-    let Some(handoff) = handoff else {
-        return Err(ApiError::internal("handoff", "validated field missing"));
-    };
     let now = time::now();
     let claims = secrets::handoff::open(&state.auth.secret, &handoff, now)
         .map_err(|e| ApiError::invalid_field("handoff", e.to_string(), None))?;

@@ -51,12 +51,14 @@ pub fn router(state: QueryState) -> Router {
 
 /// The query API's part of the OpenAPI document.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    reads().into_openapi()
+    let mut doc = reads().into_openapi();
+    doc.merge(handoffs::router().into_openapi());
+    doc
 }
 
 /// Opening a handoff, apart: it is a POST, which the server makes idempotent.
 pub fn handoff_router(state: QueryState) -> Router {
-    handoffs::router().with_state(state)
+    handoffs::router().with_state(state).into()
 }
 
 /// The Gate registry's routes, apart: pages call them with a publishable key, so the server
