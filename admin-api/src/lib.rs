@@ -51,7 +51,7 @@ fn routes() -> OpenApiRouter<AdminState> {
         .merge(api_keys::router())
         .merge(events::router())
         .merge(webhook_endpoints::router())
-        .merge(gate::router().into())
+        .merge(gate::router())
 }
 
 pub fn router(state: AdminState) -> Router {

@@ -4,38 +4,96 @@
 //! once. Both see only the tokens of the caller's organization and environment: any other reads as
 //! invalid.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::post;
-use edge::body::{Fields, JsonObject, Reply};
+use edge::body::{Fields, Reply, RequestBody, Valid};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{RevokeAgentTokens, VerifyAgentTokens};
 use edge::{ApiError, AuthContext, SecretKey};
+use schemas::error::ErrorEnvelope;
 use schemas::gate::{self, TokenKind};
+use schemas::resources::Single;
 use schemas::time;
-use serde_json::json;
 use store::AgentTokenRecord;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::AdminState;
 
-pub fn router() -> Router<AdminState> {
-    Router::new()
-        .route("/v1/gate/agent-tokens/verify", post(verify))
-        .route("/v1/gate/agent-tokens/revoke", post(revoke))
+pub fn router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(verify))
+        .routes(routes!(revoke))
 }
 
-/// The `agent_token` member of the body: a string, which verify also requires to carry the
-/// `agt_` prefix (docs/gate.md#agent-tokens). Otherwise checked for shape only: a token of the
-/// right form that is not one of ours reads as invalid rather than failing the call.
-fn presented(body: JsonObject, prefixed: bool) -> Result<String, ApiError> {
-    let mut f = Fields::new(body);
-    let token = f.checked_string("agent_token", true, |s| {
-        if prefixed && !s.starts_with(TokenKind::Agent.prefix()) {
-            return Err(format!("must start with `{}`", TokenKind::Agent.prefix()));
-        }
-        Ok(())
-    });
-    f.finish()?;
-    token.ok_or_else(|| ApiError::internal("agent token", "validated token missing"))
+/// What verify answers. A token that is not one of the caller's is `{valid: false, status:
+/// invalid}` and nothing more.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Verification {
+    valid: bool,
+    #[schema(value_type = String, pattern = "^(active|expired|revoked|invalid)$")]
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gate_account_id: Option<schemas::ids::GateAccountId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_id: Option<String>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "time::ser_opt"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    created_at: Option<time::Timestamp>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "time::ser_opt"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    expires_at: Option<time::Timestamp>,
+}
+
+/// What revoke answers.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Revocation {
+    #[schema(value_type = String, pattern = "^agent_token_revocation$")]
+    object: &'static str,
+    revoked: bool,
+    gate_account_id: schemas::ids::GateAccountId,
+    #[serde(serialize_with = "time::ser_opt")]
+    #[schema(value_type = String, format = DateTime)]
+    revoked_at: Option<time::Timestamp>,
+}
+
+/// The body of `POST /v1/gate/agent-tokens/verify` (docs/gate.md#agent-tokens). A token of the
+/// right form that is not one of the caller's reads as invalid rather than failing the call.
+#[derive(utoipa::ToSchema)]
+struct TokenToVerify {
+    #[schema(pattern = "^agt_")]
+    agent_token: String,
+}
+
+impl RequestBody for TokenToVerify {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let agent_token = f.checked_string("agent_token", true, |s| {
+            if !s.starts_with(TokenKind::Agent.prefix()) {
+                return Err(format!("must start with `{}`", TokenKind::Agent.prefix()));
+            }
+            Ok(())
+        })?;
+        Some(TokenToVerify { agent_token })
+    }
+}
+
+/// The body of `POST /v1/gate/agent-tokens/revoke`.
+#[derive(utoipa::ToSchema)]
+struct TokenToRevoke {
+    agent_token: String,
+}
+
+impl RequestBody for TokenToRevoke {
+    fn read(f: &mut Fields) -> Option<Self> {
+        Some(TokenToRevoke {
+            agent_token: f.string("agent_token", true)?,
+        })
+    }
 }
 
 /// The caller's token record, whatever its state.
@@ -57,37 +115,71 @@ async fn owned(
         }))
 }
 
+/// Whether an agent token is the caller's and active, for which account, and until when.
+#[utoipa::path(
+    post,
+    operation_id = "verify_agent_token",
+    path = "/v1/gate/agent-tokens/verify",
+    tag = "gate",
+    request_body = TokenToVerify,
+    security(("secret_key" = ["gate:agent_tokens:verify"])),
+    responses(
+        (status = 200, description = "The verification.", body = Single<Verification>),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn verify(
     State(state): State<AdminState>,
     caller: SecretKey<VerifyAgentTokens>,
-    body: JsonObject,
+    Valid(TokenToVerify { agent_token: token }): Valid<TokenToVerify>,
 ) -> Result<Reply, ApiError> {
-    let token = presented(body, true)?;
     let now = time::now();
     let Some(record) = owned(&state, &caller, &token).await? else {
-        return Ok(Reply::ok(json!({"valid": false, "status": "invalid"})));
+        return Ok(Reply::ok(Verification {
+            valid: false,
+            status: "invalid",
+            gate_account_id: None,
+            service_id: None,
+            created_at: None,
+            expires_at: None,
+        }));
     };
     let status = match (record.revoked_at, record.expires_at > now) {
         (Some(_), _) => "revoked",
         (None, false) => "expired",
         (None, true) => "active",
     };
-    Ok(Reply::ok(json!({
-        "valid": status == "active",
-        "status": status,
-        "gate_account_id": record.account_id,
-        "service_id": record.service_id,
-        "created_at": time::format(&record.created_at),
-        "expires_at": time::format(&record.expires_at),
-    })))
+    Ok(Reply::ok(Verification {
+        valid: status == "active",
+        status,
+        gate_account_id: Some(record.account_id),
+        service_id: Some(record.service_id),
+        created_at: Some(record.created_at),
+        expires_at: Some(record.expires_at),
+    }))
 }
 
+/// Revokes one of the caller's agent tokens at once.
+#[utoipa::path(
+    post,
+    operation_id = "revoke_agent_token",
+    path = "/v1/gate/agent-tokens/revoke",
+    tag = "gate",
+    request_body = TokenToRevoke,
+    security(("secret_key" = ["gate:agent_tokens:revoke"])),
+    responses(
+        (status = 200, description = "The token is revoked (it may have been before).", body = Single<Revocation>),
+        (status = 404, description = "`resource.not_found`: not one of the caller's tokens.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn revoke(
     State(state): State<AdminState>,
     caller: SecretKey<RevokeAgentTokens>,
-    body: JsonObject,
+    Valid(TokenToRevoke { agent_token: token }): Valid<TokenToRevoke>,
 ) -> Result<Reply, ApiError> {
-    let token = presented(body, false)?;
     let mut record = owned(&state, &caller, &token)
         .await?
         .ok_or_else(|| ApiError::not_found("agent token"))?;
@@ -95,10 +187,10 @@ async fn revoke(
         record.revoked_at = Some(time::now());
         state.auth.store.update_agent_token(&record).await?;
     }
-    Ok(Reply::ok(json!({
-        "object": "agent_token_revocation",
-        "revoked": true,
-        "gate_account_id": record.account_id,
-        "revoked_at": record.revoked_at.as_ref().map(time::format),
-    })))
+    Ok(Reply::ok(Revocation {
+        object: "agent_token_revocation",
+        revoked: true,
+        gate_account_id: record.account_id,
+        revoked_at: record.revoked_at,
+    }))
 }

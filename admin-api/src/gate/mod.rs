@@ -10,7 +10,6 @@ pub mod consent;
 pub mod flows;
 pub mod services;
 
-use axum::Router;
 use axum::http::HeaderMap;
 use edge::ApiError;
 use rand::TryRngCore;
@@ -25,12 +24,12 @@ use store::{AgentTokenRecord, GateServiceRecord, GateSessionRecord};
 
 use crate::AdminState;
 
-pub fn router() -> Router<AdminState> {
-    Router::new()
-        .merge(services::router())
-        .merge(flows::router())
+pub fn router() -> utoipa_axum::router::OpenApiRouter<AdminState> {
+    utoipa_axum::router::OpenApiRouter::new()
+        .merge(services::router().into())
+        .merge(flows::router().into())
         .merge(agent_tokens::router())
-        .merge(consent::router())
+        .merge(consent::router().into())
 }
 
 /// The bearer token of `kind` on the request, well formed; 401 otherwise.
