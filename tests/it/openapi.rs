@@ -15,8 +15,11 @@ fn example(doc: &Value, path: &str, method: &str, name: &str) -> String {
         .into_iter()
         .flatten()
         .find(|p| p["name"] == name)
-        .map(|p| resolved(doc, &p["schema"]))
-        .and_then(|schema| schema["examples"][0].as_str())
+        .and_then(|p| {
+            p["example"]
+                .as_str()
+                .or_else(|| resolved(doc, &p["schema"])["examples"][0].as_str())
+        })
         .unwrap_or_else(|| panic!("{method} {path}: parameter {name} has no example"))
         .to_owned()
 }

@@ -26,7 +26,7 @@ use crate::AdminState;
 
 pub fn router() -> utoipa_axum::router::OpenApiRouter<AdminState> {
     utoipa_axum::router::OpenApiRouter::new()
-        .merge(services::router().into())
+        .merge(services::router())
         .merge(flows::router().into())
         .merge(agent_tokens::router())
         .merge(consent::router().into())

@@ -11,21 +11,21 @@
 //! (`gate.service_limit_reached`). The built-in `vigil` service reads like any other and
 //! cannot be changed.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dispatcher::outbound;
 use edge::body::{Fields, JsonObject, PathParams, Reply, path_param};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{ManageGateServices, ReadGateServices};
 use edge::{ApiError, AuthContext, SecretKey};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
 use schemas::credential::Environment;
 use schemas::error::ErrorCode;
+use schemas::error::ErrorEnvelope;
 use schemas::gate;
-use schemas::resources::Pagination;
+use schemas::resources::{List, Pagination, Single};
 use schemas::time::{self, Timestamp};
 use schemas::validate;
 use serde::Serialize;
@@ -34,6 +34,9 @@ use store::{
     GateBranding, GateConsent, GateEnvVar, GateSdk, GateServiceRecord, GateServiceStatus,
     GateServiceWrite,
 };
+
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::AdminState;
 
@@ -48,21 +51,20 @@ const MAX_ASCII_ART_CHARS: usize = 4_000;
 /// The longest `webhook_secret`.
 const MAX_SECRET_CHARS: usize = 256;
 
-pub fn router() -> Router<AdminState> {
-    Router::new()
-        .route("/v1/gate/services", get(list).post(create))
-        .route(
-            "/v1/gate/services/{serviceId}",
-            get(read).patch(update).delete(disable),
-        )
+pub fn router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(read, update, disable))
 }
 
 /// A Gate service in the interface's shape.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Service {
     id: String,
+    #[schema(value_type = String, pattern = "^gate_service$")]
     object: &'static str,
     environment: Environment,
+    #[schema(value_type = String, pattern = "^(active|disabled)$")]
     status: GateServiceStatus,
     discoverable: bool,
     name: String,
@@ -74,15 +76,25 @@ pub struct Service {
     webhook_url: Option<String>,
     /// In full in the answer of the call that set it; otherwise `••••` and its last four.
     webhook_secret: String,
+    /// `{name, source, ...}`: the variables a tool sets from the webhook's answer.
+    #[schema(value_type = Vec<Object>)]
     env_vars: Vec<GateEnvVar>,
     #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
+    #[schema(value_type = Vec<Object>)]
     sdks: Vec<GateSdk>,
+    /// `logo_url`, `primary_color`, `secondary_color`, `ascii_art` (each left out when unset),
+    /// `verified` (set by Vigil only).
+    #[schema(value_type = Object)]
     branding: GateBranding,
+    /// `terms_url`, `privacy_url` (each left out when unset).
+    #[schema(value_type = Object)]
     consent: GateConsent,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
 }
 
@@ -197,22 +209,37 @@ fn nonempty_text(max: usize) -> impl Fn(&str) -> Result<(), String> {
     }
 }
 
-/// The writable members read from a body: `None` for each member absent.
-#[derive(Default)]
+/// The writable members read from a body (a service's create or PATCH): `None` for each member
+/// absent. `id`, `name` and `website` are required at creation.
+#[derive(Default, utoipa::ToSchema)]
 struct Draft {
+    /// At creation only; a PATCH may repeat it unchanged.
+    #[schema(nullable = false, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
     id: Option<String>,
+    #[schema(nullable = false)]
     name: Option<String>,
+    #[schema(nullable = false)]
     description: Option<String>,
+    #[schema(nullable = false)]
     website: Option<String>,
+    #[schema(nullable = false)]
     discoverable: Option<bool>,
-    /// `Some(None)`: set to null.
+    /// null clears it (in the code, `Some(None)`).
+    #[schema(value_type = Option<String>)]
     dashboard_login_url: Option<Option<String>>,
+    #[schema(value_type = Option<String>)]
     webhook_url: Option<Option<String>>,
+    #[schema(nullable = false)]
     webhook_secret: Option<String>,
+    #[schema(nullable = false, value_type = Option<Vec<Object>>)]
     env_vars: Option<Vec<GateEnvVar>>,
+    #[schema(value_type = Option<String>)]
     docs_url: Option<Option<String>>,
+    #[schema(nullable = false, value_type = Option<Vec<Object>>)]
     sdks: Option<Vec<GateSdk>>,
+    #[schema(nullable = false, value_type = Option<Object>)]
     branding: Option<GateBranding>,
+    #[schema(nullable = false, value_type = Option<Object>)]
     consent: Option<GateConsent>,
 }
 
@@ -627,6 +654,22 @@ fn read_only_system_service() -> ApiError {
     )
 }
 
+/// Registers a service for Gate; its webhook secret is shown in full here only.
+#[utoipa::path(
+    post,
+    operation_id = "create_gate_service",
+    path = "/v1/gate/services",
+    tag = "gate",
+    request_body = Draft,
+    security(("secret_key" = ["gate:services:manage"])),
+    responses(
+        (status = 201, description = "The service, with its webhook secret.", body = Single<Service>),
+        (status = 409, description = "`resource.conflict` (the id is taken) or \
+            `gate.service_limit_reached`.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn create(
     State(state): State<AdminState>,
     caller: SecretKey<ManageGateServices>,
@@ -692,6 +735,18 @@ fn id_taken(id: &str) -> ApiError {
     )
 }
 
+/// The caller's environment's services, the built-in `vigil` one first.
+#[utoipa::path(
+    get,
+    operation_id = "list_gate_services",
+    path = "/v1/gate/services",
+    tag = "gate",
+    security(("secret_key" = ["gate:services:read"])),
+    responses(
+        (status = 200, description = "Every service (at most five, and `vigil`).", body = List<Service>),
+        SecretKeyErrors,
+    )
+)]
 async fn list(
     State(state): State<AdminState>,
     caller: SecretKey<ReadGateServices>,
@@ -712,6 +767,21 @@ async fn list(
     ))
 }
 
+/// One service.
+#[utoipa::path(
+    get,
+    operation_id = "read_gate_service",
+    path = "/v1/gate/services/{serviceId}",
+    tag = "gate",
+    params(("serviceId" = String, Path, example = "acme-cli",
+        description = "A service of the caller's environment, or `vigil`.")),
+    security(("secret_key" = ["gate:services:read"])),
+    responses(
+        (status = 200, description = "The service.", body = Single<Service>),
+        (status = 404, description = "`resource.not_found`: no such service for the caller.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn read(
     State(state): State<AdminState>,
     caller: SecretKey<ReadGateServices>,
@@ -721,6 +791,24 @@ async fn read(
     Ok(Reply::ok(resource(&state, &service, None)))
 }
 
+/// Changes any subset of a service's writable members (not its id).
+#[utoipa::path(
+    patch,
+    operation_id = "update_gate_service",
+    path = "/v1/gate/services/{serviceId}",
+    tag = "gate",
+    params(("serviceId" = String, Path, example = "acme-cli",
+        description = "A service of the caller's environment, or `vigil`.")),
+    request_body = Draft,
+    security(("secret_key" = ["gate:services:manage"])),
+    responses(
+        (status = 200, description = "The service as changed.", body = Single<Service>),
+        (status = 404, description = "`resource.not_found`: no such service for the caller.", body = ErrorEnvelope),
+        (status = 409, description = "`resource.conflict`: the built-in `vigil` service.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn update(
     State(state): State<AdminState>,
     caller: SecretKey<ManageGateServices>,
@@ -786,6 +874,22 @@ async fn update(
     }
 }
 
+/// Disables a service: it takes no signup or login from then on.
+#[utoipa::path(
+    delete,
+    operation_id = "disable_gate_service",
+    path = "/v1/gate/services/{serviceId}",
+    tag = "gate",
+    params(("serviceId" = String, Path, example = "acme-cli",
+        description = "A service of the caller's environment, or `vigil`.")),
+    security(("secret_key" = ["gate:services:manage"])),
+    responses(
+        (status = 200, description = "The service, disabled.", body = Single<Service>),
+        (status = 404, description = "`resource.not_found`: no such service for the caller.", body = ErrorEnvelope),
+        (status = 409, description = "`resource.conflict`: the built-in `vigil` service.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn disable(
     State(state): State<AdminState>,
     caller: SecretKey<ManageGateServices>,
