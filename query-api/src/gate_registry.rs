@@ -4,39 +4,47 @@
 //! environment, the built-in `vigil` service first; never a secret, a webhook URL or the owning
 //! organization.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
 use edge::ApiError;
 use edge::auth::AnyKey;
 use edge::body::{PathParams, QueryParams, Reply, path_param};
+use edge::openapi::{PageQuery, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor};
+use schemas::error::ErrorEnvelope;
 use schemas::gate::SYSTEM_SERVICE_ID;
 use schemas::resources::Pagination;
+use schemas::resources::{List, Single};
 use serde::Serialize;
 use store::{GateEnvVar, GateSdk, GateServiceRecord};
 
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use crate::QueryState;
 
-pub fn router() -> Router<QueryState> {
-    Router::new()
-        .route("/v1/gate/registry", get(list))
-        .route("/v1/gate/registry/{serviceId}", get(read))
+pub fn router() -> OpenApiRouter<QueryState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(read))
 }
 
 /// A published service as the registry shows it (`object: gate_registry_entry`).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Entry {
     id: String,
+    #[schema(value_type = String, pattern = "^gate_registry_entry$")]
     object: &'static str,
     name: String,
     description: String,
     website: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
     /// What a signup delivers: each variable's name, key and whether it is a secret.
+    #[schema(value_type = Vec<Object>)]
     env_vars: Vec<GateEnvVar>,
     /// The variable the agent token is delivered under.
     agent_token_variable: String,
+    #[schema(value_type = Vec<Object>)]
     sdks: Vec<GateSdk>,
     branding: Branding,
     consent: Consent,
@@ -44,18 +52,27 @@ struct Entry {
     dashboard_login: bool,
 }
 
-#[derive(Serialize)]
+/// A service's branding; members never set are left out.
+#[derive(Serialize, utoipa::ToSchema)]
 struct Branding {
+    #[serde(skip_serializing_if = "Option::is_none")]
     logo_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     primary_color: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     secondary_color: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ascii_art: Option<String>,
+    /// Set by Vigil only.
     verified: bool,
 }
 
-#[derive(Serialize)]
+/// A service's consent links; members never set are left out.
+#[derive(Serialize, utoipa::ToSchema)]
 struct Consent {
+    #[serde(skip_serializing_if = "Option::is_none")]
     terms_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     privacy_url: Option<String>,
 }
 
@@ -85,6 +102,20 @@ fn entry(s: GateServiceRecord) -> Entry {
     }
 }
 
+/// The published services of the key's environment, the built-in `vigil` first.
+#[utoipa::path(
+    get,
+    operation_id = "list_gate_registry",
+    path = "/v1/gate/registry",
+    tag = "gate",
+    params(PageQuery),
+    security(("publishable_key" = []), ("secret_key" = [])),
+    responses(
+        (status = 200, description = "A page of published services.", body = List<Entry>),
+        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn list(
     State(state): State<QueryState>,
     caller: AnyKey,
@@ -127,6 +158,20 @@ async fn list(
     ))
 }
 
+/// One published service.
+#[utoipa::path(
+    get,
+    operation_id = "read_gate_registry_entry",
+    path = "/v1/gate/registry/{serviceId}",
+    tag = "gate",
+    params(("serviceId" = String, Path, example = "vigil", description = "A published service.")),
+    security(("publishable_key" = []), ("secret_key" = [])),
+    responses(
+        (status = 200, description = "The service.", body = Single<Entry>),
+        (status = 404, description = "`resource.not_found`: not published in the key's environment.", body = ErrorEnvelope),
+        SecretKeyErrors,
+    )
+)]
 async fn read(
     State(state): State<QueryState>,
     caller: AnyKey,

@@ -53,6 +53,7 @@ pub fn router(state: QueryState) -> Router {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = reads().into_openapi();
     doc.merge(handoffs::router().into_openapi());
+    doc.merge(gate_registry::router().into_openapi());
     doc
 }
 
@@ -64,5 +65,5 @@ pub fn handoff_router(state: QueryState) -> Router {
 /// The Gate registry's routes, apart: pages call them with a publishable key, so the server
 /// wraps them in CORS, which the secret-key reads never get.
 pub fn registry_router(state: QueryState) -> Router {
-    gate_registry::router().with_state(state)
+    gate_registry::router().with_state(state).into()
 }

@@ -431,6 +431,12 @@ async fn the_registry_shows_published_services_without_secrets() {
     }
     let paged = s.pages(pk, "/v1/gate/registry?limit=1").await;
     assert_eq!(paged.len(), 2);
+    // The built-in service sets no logo, colours or art: left out, never null.
+    let vigil = s.get("/v1/gate/registry/vigil").key(pk).send().await;
+    let vigil = vigil.ok(200).clone();
+    for (member, value) in vigil["branding"].as_object().unwrap() {
+        assert!(!value.is_null(), "branding.{member} is null: {vigil}");
+    }
 
     // Pages on other origins read it: preflights are answered without a key, answers name
     // the origin.
