@@ -41,6 +41,14 @@ pub fn document() -> OpenApi {
                     edge::openapi::PUBLISHABLE_KEY,
                     bearer("A publishable key (`pk_live_…`, `pk_test_…`), for pages."),
                 )
+                .security_scheme(
+                    "agent_token",
+                    bearer("A Gate agent token (`agt_…`), which a signup delivered to a tool."),
+                )
+                .security_scheme(
+                    "gate_poll_token",
+                    bearer("A signup's poll token (`gtpoll_…`), for its own session only."),
+                )
                 .build(),
         ))
         .build();

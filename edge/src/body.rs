@@ -80,6 +80,17 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
 pub trait RequestBody: Sized {
     /// The body from `f`'s members; `None` only when a problem was recorded on `f`.
     fn read(f: &mut Fields) -> Option<Self>;
+
+    /// The body from a JSON object already read: for a handler that must check something
+    /// else first (a credential the body does not carry), so that its refusal comes first.
+    fn from_object(body: JsonObject) -> Result<Self, ApiError> {
+        let mut f = Fields::new(body);
+        let read = Self::read(&mut f);
+        f.finish()?;
+        read.ok_or_else(|| {
+            ApiError::internal("request body", "a body reader gave up without an issue")
+        })
+    }
 }
 
 /// A request body read into `T`, every constraint of it checked.
@@ -89,12 +100,7 @@ impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Valid<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let mut f = Fields::new(JsonObject::from_request(req, state).await?);
-        let body = T::read(&mut f);
-        f.finish()?;
-        body.map(Valid).ok_or_else(|| {
-            ApiError::internal("request body", "a body reader gave up without an issue")
-        })
+        T::from_object(JsonObject::from_request(req, state).await?).map(Valid)
     }
 }
 

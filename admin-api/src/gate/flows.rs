@@ -15,16 +15,16 @@
 //!
 //! Every token is single-purpose, stored as a keyed hash, and shown once.
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::routing::{get, post};
-use edge::body::{Fields, JsonObject, PathParams, Reply, path_param};
+use edge::body::{Fields, JsonObject, PathParams, Reply, RequestBody, Valid, path_param};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::ConsumeLoginSessions;
 use edge::{ApiError, SecretKey};
-use schemas::error::ErrorCode;
+use schemas::error::{ErrorCode, ErrorEnvelope};
 use schemas::gate::{self, TokenKind};
 use schemas::ids::GateSessionId;
+use schemas::resources::Single;
 use schemas::time::{self, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -33,44 +33,100 @@ use store::{
     GateSessionStatus,
 };
 
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use super::{Delivery, agent_token, bearer_token, delivery_context, invalid_token};
 use crate::AdminState;
 
-pub fn router() -> Router<AdminState> {
-    Router::new()
-        .route("/v1/gate/services/{serviceId}/signups", post(start_signup))
-        .route("/v1/gate/sessions/{gateSessionId}", get(poll))
-        .route("/v1/gate/sessions/{gateSessionId}/ack", post(acknowledge))
-        .route("/v1/gate/login-sessions", post(start_login))
-        .route("/v1/gate/login-sessions/consume", post(consume_login))
+pub fn router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(start_signup))
+        .routes(routes!(poll))
+        .routes(routes!(acknowledge))
+        .routes(routes!(start_login))
+        .routes(routes!(consume_login))
 }
 
 /// A started signup (`object: gate_signup`): everything the tool needs, shown once.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Signup {
     id: GateSessionId,
+    #[schema(value_type = String, pattern = "^gate_signup$")]
     object: &'static str,
     service_id: String,
+    #[schema(value_type = String, pattern = "^pending$")]
     status: &'static str,
+    /// Where the person approves; open it in their browser.
     consent_url: String,
+    /// `gtpoll_…`, the bearer token of the polls.
     poll_token: String,
+    /// Seconds between polls.
     interval: u32,
     /// The names of the variables an approval delivers (the agent token's among them), so the
     /// tool can tell before the person approves whether it would replace one it holds.
     env_vars: Vec<String>,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     expires_at: Timestamp,
 }
 
 /// A started login (`object: gate_login_session`).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct LoginSession {
     id: GateSessionId,
+    #[schema(value_type = String, pattern = "^gate_login_session$")]
     object: &'static str,
+    #[schema(value_type = String, pattern = "^pending$")]
     status: &'static str,
     consent_url: String,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     expires_at: Timestamp,
+}
+
+/// The optional body of a signup: the tool's name, shown on the consent pages.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // read by the handler, which also takes no body at all
+struct SignupBody {
+    #[schema(nullable = false, min_length = 1, max_length = 64)]
+    client_name: Option<String>,
+}
+
+/// The body of an acknowledgement.
+#[derive(utoipa::ToSchema)]
+struct AckBody {
+    /// The `ack_` token the approved poll answered.
+    #[schema(pattern = "^ack_")]
+    ack_token: String,
+}
+
+impl RequestBody for AckBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let ack_token = f.checked_string("ack_token", true, |t| {
+            if gate::well_formed(TokenKind::Ack, t) {
+                Ok(())
+            } else {
+                Err("must be the ack_ token the approved poll answered".into())
+            }
+        })?;
+        Some(AckBody { ack_token })
+    }
+}
+
+/// The body of a login session's start.
+#[derive(utoipa::ToSchema)]
+struct LoginBody {
+    /// The service whose dashboard the person logs in to.
+    #[schema(pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
+    service_id: String,
+}
+
+impl RequestBody for LoginBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let service_id = f.checked_string("service_id", true, gate::service_id)?;
+        Some(LoginBody { service_id })
+    }
 }
 
 /// The consent page's address for a session and its `gtc_` token.
@@ -136,6 +192,22 @@ const CLIENT_NAME_MAX_CHARS: usize = 64;
 /// `POST /v1/gate/services/{serviceId}/signups`: no key; limited per client address by the
 /// credential layer, like every request without one. An optional JSON body names the tool
 /// (`{ "client_name": "acme-cli 1.4" }`), which names the account on the consent pages.
+#[utoipa::path(
+    post,
+    operation_id = "start_gate_signup",
+    path = "/v1/gate/services/{serviceId}/signups",
+    tag = "gate",
+    params(("serviceId" = String, Path, example = "vigil", description = "A published service.")),
+    request_body(content = SignupBody, description = "Optional: a signup may carry no body."),
+    security(()),
+    responses(
+        (status = 201, description = "The signup, its consent URL and its poll token.", body = Single<Signup>),
+        (status = 404, description = "`resource.not_found`: no such published service.", body = ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: too many signups waiting, from this address \
+            or for this service, or the address's own limit.", body = ErrorEnvelope),
+        BodyErrors,
+    )
+)]
 async fn start_signup(
     State(state): State<AdminState>,
     params: PathParams,
@@ -239,6 +311,22 @@ async fn acknowledged_by(
 }
 
 /// `GET /v1/gate/sessions/{gateSessionId}` with `Bearer gtpoll_…`, per RFC 8628.
+#[utoipa::path(
+    get,
+    operation_id = "poll_gate_session",
+    path = "/v1/gate/sessions/{gateSessionId}",
+    tag = "gate",
+    params(("gateSessionId" = GateSessionId, Path, description = "The signup's `gate_` session.")),
+    security(("gate_poll_token" = [])),
+    responses(
+        (status = 200, description = "`status` pending, denied, expired or acknowledged; approved \
+            with the variables, the agent token and an `ack_token`, shown until acknowledged.",
+            body = Single<Object>),
+        (status = 429, description = "`gate.slow_down`: polled sooner than the interval (which \
+            grows by 5 s).", body = ErrorEnvelope),
+        (status = 401, description = "`auth.invalid_credentials`: not this session's poll token.", body = ErrorEnvelope),
+    )
+)]
 async fn poll(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -322,21 +410,25 @@ fn status_text(session: &GateSessionRecord, now: Timestamp) -> &'static str {
 
 /// `POST /v1/gate/sessions/{gateSessionId}/ack` with `{ "ack_token": "ack_…" }`: the delivery
 /// is dropped and never shown again.
+#[utoipa::path(
+    post,
+    operation_id = "acknowledge_gate_session",
+    path = "/v1/gate/sessions/{gateSessionId}/ack",
+    tag = "gate",
+    params(("gateSessionId" = GateSessionId, Path, description = "The signup's `gate_` session.")),
+    request_body = AckBody,
+    security(()),
+    responses(
+        (status = 200, description = "`{object: gate_session, id, status: acknowledged}`.", body = Single<Object>),
+        (status = 401, description = "`auth.invalid_credentials`: not this session's ack token.", body = ErrorEnvelope),
+        BodyErrors,
+    )
+)]
 async fn acknowledge(
     State(state): State<AdminState>,
     params: PathParams,
-    body: JsonObject,
+    Valid(AckBody { ack_token: token }): Valid<AckBody>,
 ) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let token = f.checked_string("ack_token", true, |t| {
-        if gate::well_formed(TokenKind::Ack, t) {
-            Ok(())
-        } else {
-            Err("must be the ack_ token the approved poll answered".into())
-        }
-    });
-    f.finish()?;
-    let token = token.ok_or_else(|| ApiError::internal("ack", "validated token missing"))?;
     let mut session = acknowledged_by(&state, &params, &token).await?;
     // Past its window the delivery was (or is about to be) withdrawn, with the account and
     // token it carried: acknowledging it now would confirm what no longer exists.
@@ -367,17 +459,28 @@ async fn acknowledge(
 
 /// `POST /v1/gate/login-sessions` with `Bearer agt_…` and `{ "service_id": … }`: a login
 /// waiting for a person's approval. An agent token alone never logs anyone in.
+#[utoipa::path(
+    post,
+    operation_id = "start_gate_login",
+    path = "/v1/gate/login-sessions",
+    tag = "gate",
+    request_body = LoginBody,
+    security(("agent_token" = [])),
+    responses(
+        (status = 201, description = "The login session and its consent URL.", body = Single<LoginSession>),
+        (status = 401, description = "`auth.invalid_credentials`: an agent token that is unknown, \
+            revoked, expired or not for this service.", body = ErrorEnvelope),
+        (status = 404, description = "`resource.not_found`: no such published service.", body = ErrorEnvelope),
+        BodyErrors,
+    )
+)]
 async fn start_login(
     State(state): State<AdminState>,
     headers: HeaderMap,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
     let token = bearer_token(&headers, TokenKind::Agent)?;
-    let mut f = Fields::new(body);
-    let service_id = f.checked_string("service_id", true, gate::service_id);
-    f.finish()?;
-    let service_id =
-        service_id.ok_or_else(|| ApiError::internal("login", "validated service id missing"))?;
+    let LoginBody { service_id } = LoginBody::from_object(body)?;
     let hash = state.auth.secret.hash_token(&token);
     let agent = agent_token(&state, &token)
         .await?
@@ -448,6 +551,20 @@ async fn start_login(
 /// "gate_session_id": … }` (the redirect to the dashboard carries both): the account the
 /// approved login is for, once. A code is bound to its login session, so it is checked against
 /// that session alone; a wrong code is as unknown as a used one.
+#[utoipa::path(
+    post,
+    operation_id = "consume_gate_login",
+    path = "/v1/gate/login-sessions/consume",
+    tag = "gate",
+    request_body(content = Object, description = "`code` (the numeric login code), \
+        `gate_session_id` (both from the redirect), and optionally `service_id`."),
+    security(("secret_key" = ["gate:login_sessions:consume"])),
+    responses(
+        (status = 200, description = "The account the approved login is for, once.", body = Single<Object>),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
 async fn consume_login(
     State(state): State<AdminState>,
     caller: SecretKey<ConsumeLoginSessions>,

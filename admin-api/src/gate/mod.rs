@@ -27,7 +27,7 @@ use crate::AdminState;
 pub fn router() -> utoipa_axum::router::OpenApiRouter<AdminState> {
     utoipa_axum::router::OpenApiRouter::new()
         .merge(services::router())
-        .merge(flows::router().into())
+        .merge(flows::router())
         .merge(agent_tokens::router())
         .merge(consent::router().into())
 }
