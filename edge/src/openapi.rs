@@ -10,6 +10,21 @@ pub const SECRET_KEY: &str = "secret_key";
 /// The security scheme of publishable keys (`pk_live_…`, `pk_test_…`).
 pub const PUBLISHABLE_KEY: &str = "publishable_key";
 
+/// A binary body (an Arrow IPC stream), as the document describes one: a string of bytes.
+pub struct Binary;
+
+impl utoipa::PartialSchema for Binary {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, SchemaFormat, Type};
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Binary {}
+
 /// The paging parameters of every list route (docs/api.md#conventions).
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]

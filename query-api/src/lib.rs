@@ -42,7 +42,7 @@ fn reads() -> utoipa_axum::router::OpenApiRouter<QueryState> {
     utoipa_axum::router::OpenApiRouter::new()
         .merge(sessions::router())
         .merge(fingerprints::router())
-        .merge(export::router().into())
+        .merge(export::router())
 }
 
 pub fn router(state: QueryState) -> Router {

@@ -118,6 +118,30 @@ pub static COLUMNS: &[Column<Row>] = &[
     },
 ];
 
+#[utoipa::path(
+    get,
+    operation_id = "export_events",
+    path = "/v1/organizations/{organizationId}/events/export",
+    tag = "exports",
+    params(
+        ("organizationId" = schemas::OrgId, Path, description = "The caller's organization."),
+        super::ExportQuery,
+    ),
+    security(("secret_key" = ["organizations:read"])),
+    responses(
+        (status = 200, description = "The events of the window, newest first.", content(
+            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
+            a column.", body = schemas::error::ErrorEnvelope),
+        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
+            body = schemas::error::ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
+            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        edge::openapi::SecretKeyErrors,
+    )
+)]
 pub(super) async fn export(
     State(state): State<QueryState>,
     caller: SecretKey<ListEvents>,
@@ -144,6 +168,30 @@ pub(super) fn open(
     Ok((request, source))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "export_events_schema",
+    path = "/v1/organizations/{organizationId}/events/export/schema",
+    tag = "exports",
+    params(
+        ("organizationId" = schemas::OrgId, Path, description = "The caller's organization."),
+        super::ExportQuery,
+    ),
+    security(("secret_key" = ["organizations:read"])),
+    responses(
+        (status = 200, description = "The export's schema: an Arrow stream with no rows (empty for NDJSON).", content(
+            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
+            a column.", body = schemas::error::ErrorEnvelope),
+        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
+            body = schemas::error::ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
+            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        edge::openapi::SecretKeyErrors,
+    )
+)]
 pub(super) async fn schema(
     caller: SecretKey<ListEvents>,
     params: PathParams,

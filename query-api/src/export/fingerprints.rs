@@ -144,6 +144,29 @@ pub static COLUMNS: &[Column<VisitorRecord>] = &[
     },
 ];
 
+#[utoipa::path(
+    get,
+    operation_id = "export_fingerprints",
+    path = "/v1/fingerprints/export",
+    tag = "exports",
+    params(
+        super::ExportQuery,
+    ),
+    security(("secret_key" = ["fingerprints:list"])),
+    responses(
+        (status = 200, description = "The visitor fingerprints of the window, newest first.", content(
+            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
+            a column.", body = schemas::error::ErrorEnvelope),
+        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
+            body = schemas::error::ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
+            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        edge::openapi::SecretKeyErrors,
+    )
+)]
 pub(super) async fn export(
     State(state): State<QueryState>,
     caller: SecretKey<ListFingerprints>,
@@ -171,6 +194,29 @@ pub(super) fn open(
     Ok((request, source))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "export_fingerprints_schema",
+    path = "/v1/fingerprints/export/schema",
+    tag = "exports",
+    params(
+        super::ExportQuery,
+    ),
+    security(("secret_key" = ["fingerprints:list"])),
+    responses(
+        (status = 200, description = "The export's schema: an Arrow stream with no rows (empty for NDJSON).", content(
+            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
+            a column.", body = schemas::error::ErrorEnvelope),
+        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
+            body = schemas::error::ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
+            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        edge::openapi::SecretKeyErrors,
+    )
+)]
 pub(super) async fn schema(
     _caller: SecretKey<ListFingerprints>,
     query: QueryParams,

@@ -21,10 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::Schema;
 use async_trait::async_trait;
-use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use bytes::Bytes;
 use chrono::TimeDelta;
 use edge::ApiError;
@@ -55,20 +53,38 @@ pub const DEFAULT_CONCURRENCY: usize = 2;
 pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
 pub const NDJSON: &str = "application/x-ndjson";
 
-pub fn router() -> Router<QueryState> {
-    Router::new()
-        .route("/v1/sessions/export", get(sessions::export))
-        .route("/v1/sessions/export/schema", get(sessions::schema))
-        .route("/v1/fingerprints/export", get(fingerprints::export))
-        .route("/v1/fingerprints/export/schema", get(fingerprints::schema))
-        .route(
-            "/v1/organizations/{organizationId}/events/export",
-            get(events::export),
-        )
-        .route(
-            "/v1/organizations/{organizationId}/events/export/schema",
-            get(events::schema),
-        )
+pub fn router() -> utoipa_axum::router::OpenApiRouter<QueryState> {
+    use utoipa_axum::routes;
+    utoipa_axum::router::OpenApiRouter::new()
+        .routes(routes!(sessions::export))
+        .routes(routes!(sessions::schema))
+        .routes(routes!(fingerprints::export))
+        .routes(routes!(fingerprints::schema))
+        .routes(routes!(events::export))
+        .routes(routes!(events::schema))
+}
+
+/// The parameters every export takes (docs/analysts.md), for the OpenAPI description.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `Request::parse`
+pub(crate) struct ExportQuery {
+    /// The window's start (RFC 3339); a day before `to` when omitted. At most 31 days.
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// The window's end (RFC 3339), exclusive; now when omitted.
+    #[param(format = DateTime)]
+    to: Option<String>,
+    /// Comma-separated columns, in the order wanted; every column when omitted.
+    columns: Option<String>,
+    /// `arrows` (an Arrow IPC stream) or `ndjson`; otherwise the `Accept` header decides.
+    #[param(pattern = "^(arrows|ndjson)$")]
+    format: Option<String>,
+    /// Rows per Arrow record batch.
+    #[param(minimum = 1, maximum = 65536)]
+    batch_size: Option<u32>,
+    /// The id of the last row a broken download received: the export continues after it.
+    after: Option<String>,
 }
 
 /// How the rows are written.

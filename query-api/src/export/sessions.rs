@@ -211,6 +211,31 @@ pub static COLUMNS: &[Column<Row>] = &[
     },
 ];
 
+#[utoipa::path(
+    get,
+    operation_id = "export_sessions",
+    path = "/v1/sessions/export",
+    tag = "exports",
+    params(
+        super::ExportQuery,
+        ("verdict" = Option<String>, Query, pattern = "^(human|bot|verified_bot|suspicious)$", description = "Sessions whose latest decision has this verdict."),
+        ("search" = Option<String>, Query, description = "As `GET /v1/sessions` takes it."),
+    ),
+    security(("secret_key" = ["sessions:list"])),
+    responses(
+        (status = 200, description = "The sessions of the window, newest first, as an Arrow stream or NDJSON.", content(
+            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
+            a column.", body = schemas::error::ErrorEnvelope),
+        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
+            body = schemas::error::ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
+            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        edge::openapi::SecretKeyErrors,
+    )
+)]
 pub(super) async fn export(
     State(state): State<QueryState>,
     caller: SecretKey<ListSessions>,
@@ -241,6 +266,31 @@ pub(super) fn open(
     Ok((request, source))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "export_sessions_schema",
+    path = "/v1/sessions/export/schema",
+    tag = "exports",
+    params(
+        super::ExportQuery,
+        ("verdict" = Option<String>, Query, pattern = "^(human|bot|verified_bot|suspicious)$", description = "Sessions whose latest decision has this verdict."),
+        ("search" = Option<String>, Query, description = "As `GET /v1/sessions` takes it."),
+    ),
+    security(("secret_key" = ["sessions:list"])),
+    responses(
+        (status = 200, description = "The export's schema: an Arrow stream with no rows (empty for NDJSON).", content(
+            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
+            a column.", body = schemas::error::ErrorEnvelope),
+        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
+            body = schemas::error::ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
+            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        edge::openapi::SecretKeyErrors,
+    )
+)]
 pub(super) async fn schema(
     _caller: SecretKey<ListSessions>,
     query: QueryParams,
