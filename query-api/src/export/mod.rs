@@ -64,6 +64,23 @@ pub fn router() -> utoipa_axum::router::OpenApiRouter<QueryState> {
         .routes(routes!(events::schema))
 }
 
+/// What every export refuses besides what any secret-key route does, for the OpenAPI
+/// description.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // described, never built: the refusals themselves are `ApiError`s
+pub(crate) enum ExportErrors {
+    /// `request.invalid_parameter`: a parameter, the window or a column.
+    #[response(status = 400)]
+    Invalid(#[to_schema] schemas::error::ErrorEnvelope),
+    /// `request.not_acceptable`: neither format is acceptable.
+    #[response(status = 406)]
+    NotAcceptable(#[to_schema] schemas::error::ErrorEnvelope),
+    /// `rate.limited`: as many exports run already, or the key's own limit; retry after
+    /// `Retry-After`.
+    #[response(status = 429)]
+    Busy(#[to_schema] schemas::error::ErrorEnvelope),
+}
+
 /// The parameters every export takes (docs/analysts.md), for the OpenAPI description.
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -227,12 +227,7 @@ pub static COLUMNS: &[Column<Row>] = &[
             (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
             (String = "application/x-ndjson"),
         )),
-        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
-            a column.", body = schemas::error::ErrorEnvelope),
-        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
-            body = schemas::error::ErrorEnvelope),
-        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
-            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
 )]
@@ -282,12 +277,7 @@ pub(super) fn open(
             (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
             (String = "application/x-ndjson"),
         )),
-        (status = 400, description = "`request.invalid_parameter`: a parameter, the window or \\
-            a column.", body = schemas::error::ErrorEnvelope),
-        (status = 406, description = "`request.not_acceptable`: neither format is acceptable.",
-            body = schemas::error::ErrorEnvelope),
-        (status = 429, description = "`rate.limited`: as many exports run already, or the key's \\
-            own limit; retry after `Retry-After`.", body = schemas::error::ErrorEnvelope),
+        super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
 )]
