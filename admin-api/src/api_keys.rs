@@ -125,7 +125,10 @@ impl ApiKeyChange {
     /// What a PATCH may say depends on the key's type, which the body does not carry, so it is
     /// read once the key is found.
     fn read_for(body: edge::body::JsonObject, key_type: KeyType) -> Result<Self, ApiError> {
-        let mut f = Fields::new(body);
+        edge::body::read_body(body, |f| Some(Self::read_members(f, key_type)))
+    }
+
+    fn read_members(f: &mut Fields, key_type: KeyType) -> Self {
         f.ignore("rate_limit");
         for immutable in [
             "type",
@@ -140,13 +143,11 @@ impl ApiKeyChange {
                 "is immutable after creation; rotate the key to change its credential",
             );
         }
-        let change = ApiKeyChange {
+        ApiKeyChange {
             name: f.checked_string("name", false, validate::name),
-            allowed_origins: origins_only_for_publishable(&mut f, key_type),
-            scopes: scopes_only_for_secret(&mut f, key_type),
-        };
-        f.finish()?;
-        Ok(change)
+            allowed_origins: origins_only_for_publishable(f, key_type),
+            scopes: scopes_only_for_secret(f, key_type),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dispatcher::outbound;
-use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param};
+use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param, read_body};
 use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
 use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ManageWebhooks, ReadWebhooks};
@@ -96,22 +96,16 @@ struct NewEndpoint {
 impl NewEndpoint {
     /// Read with the operator's `--allow-private-webhooks`, which decides what a URL may be.
     fn read_with(body: JsonObject, allow_private: bool) -> Result<Self, ApiError> {
-        let mut f = Fields::new(body);
-        let name = f.checked_string("name", true, validate::name);
-        let url = url_member(&mut f, true, allow_private);
-        let event_types = event_types(&mut f, true);
-        f.finish()?;
-        match (name, url, event_types) {
-            (Some(name), Some(url), Some(event_types)) => Ok(NewEndpoint {
-                name,
-                url,
-                event_types,
-            }),
-            _ => Err(ApiError::internal(
-                "webhook endpoint create",
-                "validated fields missing",
-            )),
-        }
+        read_body(body, |f| {
+            let name = f.checked_string("name", true, validate::name);
+            let url = url_member(f, true, allow_private);
+            let event_types = event_types(f, true);
+            Some(NewEndpoint {
+                name: name?,
+                url: url?,
+                event_types: event_types?,
+            })
+        })
     }
 }
 
@@ -131,20 +125,20 @@ struct EndpointChange {
 
 impl EndpointChange {
     fn read_with(body: JsonObject, allow_private: bool) -> Result<Self, ApiError> {
-        let mut f = Fields::new(body);
-        let change = EndpointChange {
-            name: f.checked_string("name", false, validate::name),
-            url: url_member(&mut f, false, allow_private),
-            event_types: event_types(&mut f, false),
-            status: f.enumerated("status", false, &["active", "disabled"], |s| match s {
-                "active" => Some(EndpointStatus::Active),
-                "disabled" => Some(EndpointStatus::Disabled),
-                _ => None,
-            }),
-        };
-        f.forbid("signing_secret", "is made by the server");
-        f.finish()?;
-        Ok(change)
+        read_body(body, |f| {
+            let change = EndpointChange {
+                name: f.checked_string("name", false, validate::name),
+                url: url_member(f, false, allow_private),
+                event_types: event_types(f, false),
+                status: f.enumerated("status", false, &["active", "disabled"], |s| match s {
+                    "active" => Some(EndpointStatus::Active),
+                    "disabled" => Some(EndpointStatus::Disabled),
+                    _ => None,
+                }),
+            };
+            f.forbid("signing_secret", "is made by the server");
+            Some(change)
+        })
     }
 }
 

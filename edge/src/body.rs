@@ -84,13 +84,22 @@ pub trait RequestBody: Sized {
     /// The body from a JSON object already read: for a handler that must check something
     /// else first (a credential the body does not carry), so that its refusal comes first.
     fn from_object(body: JsonObject) -> Result<Self, ApiError> {
-        let mut f = Fields::new(body);
-        let read = Self::read(&mut f);
-        f.finish()?;
-        read.ok_or_else(|| {
-            ApiError::internal("request body", "a body reader gave up without an issue")
-        })
+        read_body(body, Self::read)
     }
+}
+
+/// Reads `body` through `read`, which records every problem on the [`Fields`] it is given:
+/// one 422 for them all, or the value. For bodies whose reading needs more than the body (the
+/// key a PATCH changes, the operator's flags); [`RequestBody`] types go through it too.
+pub fn read_body<T>(
+    body: JsonObject,
+    read: impl FnOnce(&mut Fields) -> Option<T>,
+) -> Result<T, ApiError> {
+    let mut f = Fields::new(body);
+    let value = read(&mut f);
+    f.finish()?;
+    value
+        .ok_or_else(|| ApiError::internal("request body", "a body reader gave up without an issue"))
 }
 
 /// A request body read into `T`, every constraint of it checked.

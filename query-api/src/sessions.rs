@@ -38,6 +38,18 @@ pub fn router() -> OpenApiRouter<QueryState> {
         .routes(routes!(read))
 }
 
+/// The filters of the session list and the sessions export, for the OpenAPI description.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read from the query by the handlers
+pub(crate) struct SessionFilters {
+    /// Sessions whose latest decision has this verdict.
+    #[param(pattern = "^(human|bot|verified_bot|suspicious)$")]
+    verdict: Option<String>,
+    /// A session id, a visitor id, an IP address or part of a page URL.
+    search: Option<String>,
+}
+
 /// A session as the list shows it.
 #[derive(Serialize, utoipa::ToSchema)]
 struct SessionRow {
@@ -118,10 +130,7 @@ fn matches(s: &SessionRecord, verdict: Option<&str>, search: Option<&str>) -> bo
     tag = "sessions",
     params(
         PageQuery,
-        ("verdict" = Option<String>, Query, pattern = "^(human|bot|verified_bot|suspicious)$",
-            description = "Sessions whose latest decision has this verdict."),
-        ("search" = Option<String>, Query,
-            description = "A session id, a visitor id, an IP address or part of a page URL."),
+        SessionFilters,
     ),
     security(("secret_key" = ["sessions:list"])),
     responses(

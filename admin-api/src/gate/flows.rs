@@ -222,18 +222,19 @@ async fn start_signup(
         .contains_key(axum::http::header::CONTENT_TYPE)
     {
         use axum::extract::FromRequest;
-        let mut f = Fields::new(JsonObject::from_request(request, &()).await?);
-        let name = f.checked_string("client_name", false, |n| {
-            schemas::validate::shown_text(n, false)?;
-            match n.trim().chars().count() {
-                0 => Err("must not be blank".into()),
-                n if n > CLIENT_NAME_MAX_CHARS => Err(format!(
-                    "must be at most {CLIENT_NAME_MAX_CHARS} characters"
-                )),
-                _ => Ok(()),
-            }
-        });
-        f.finish()?;
+        let body = JsonObject::from_request(request, &()).await?;
+        let name = edge::body::read_body(body, |f| {
+            Some(f.checked_string("client_name", false, |n| {
+                schemas::validate::shown_text(n, false)?;
+                match n.trim().chars().count() {
+                    0 => Err("must not be blank".into()),
+                    n if n > CLIENT_NAME_MAX_CHARS => Err(format!(
+                        "must be at most {CLIENT_NAME_MAX_CHARS} characters"
+                    )),
+                    _ => Ok(()),
+                }
+            }))
+        })?;
         name.map(|n| n.trim().to_owned())
     } else {
         None
@@ -570,23 +571,21 @@ async fn consume_login(
     caller: SecretKey<ConsumeLoginSessions>,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let code = f.checked_string("code", true, |c| {
-        if super::is_login_code(c) {
-            Ok(())
-        } else {
-            Err("must be the numeric login code Gate sent to the dashboard".into())
-        }
-    });
-    let session_id = f.parsed_string("gate_session_id", true, |id| {
-        id.parse::<GateSessionId>()
-            .map_err(|_| "must be the gate_ id the dashboard's redirect carried".to_owned())
-    });
-    let service_id = f.checked_string("service_id", false, gate::service_id);
-    f.finish()?;
-    let (Some(code), Some(session_id)) = (code, session_id) else {
-        return Err(ApiError::internal("consume", "validated members missing"));
-    };
+    let (code, session_id, service_id) = edge::body::read_body(body, |f| {
+        let code = f.checked_string("code", true, |c| {
+            if super::is_login_code(c) {
+                Ok(())
+            } else {
+                Err("must be the numeric login code Gate sent to the dashboard".into())
+            }
+        });
+        let session_id = f.parsed_string("gate_session_id", true, |id| {
+            id.parse::<GateSessionId>()
+                .map_err(|_| "must be the gate_ id the dashboard's redirect carried".to_owned())
+        });
+        let service_id = f.checked_string("service_id", false, gate::service_id);
+        Some((code?, session_id?, service_id))
+    })?;
     let unknown = || {
         ApiError::new(
             ErrorCode::InvalidCredentials,

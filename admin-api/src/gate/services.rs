@@ -15,7 +15,7 @@ use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dispatcher::outbound;
-use edge::body::{Fields, JsonObject, PathParams, Reply, path_param};
+use edge::body::{Fields, JsonObject, PathParams, Reply, path_param, read_body};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{ManageGateServices, ReadGateServices};
 use edge::{ApiError, AuthContext, SecretKey};
@@ -675,9 +675,9 @@ async fn create(
     caller: SecretKey<ManageGateServices>,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let draft = read_draft(&mut f, true, state.allow_private_webhooks);
-    f.finish()?;
+    let draft = read_body(body, |f| {
+        Some(read_draft(f, true, state.allow_private_webhooks))
+    })?;
     destinations(&draft, state.allow_private_webhooks).await?;
     let now = time::now();
     let secret = draft.webhook_secret.clone().unwrap_or_else(new_secret);
@@ -819,21 +819,21 @@ async fn update(
     if service.id == gate::SYSTEM_SERVICE_ID {
         return Err(read_only_system_service());
     }
-    let mut f = Fields::new(body);
-    // `id` is writable at creation only; a PATCH may carry it unchanged (a client sending back
-    // the resource it read), never a new one.
-    if let Some(given) = f.take("id")
-        && given.as_str() != Some(service.id.as_str())
-    {
-        f.issue(
-            "id",
-            "cannot be changed after creation: agent tokens and the registry name the service by it",
-            Some(&service.id),
-            Some(given),
-        );
-    }
-    let draft = read_draft(&mut f, false, state.allow_private_webhooks);
-    f.finish()?;
+    let draft = read_body(body, |f| {
+        // `id` is writable at creation only; a PATCH may carry it unchanged (a client sending
+        // back the resource it read), never a new one.
+        if let Some(given) = f.take("id")
+            && given.as_str() != Some(service.id.as_str())
+        {
+            f.issue(
+                "id",
+                "cannot be changed after creation: agent tokens and the registry name the service by it",
+                Some(&service.id),
+                Some(given),
+            );
+        }
+        Some(read_draft(f, false, state.allow_private_webhooks))
+    })?;
     destinations(&draft, state.allow_private_webhooks).await?;
     let previous_id = service.id.clone();
     let old_secret = state.auth.secret.open(

@@ -218,8 +218,7 @@ pub static COLUMNS: &[Column<Row>] = &[
     tag = "exports",
     params(
         super::ExportQuery,
-        ("verdict" = Option<String>, Query, pattern = "^(human|bot|verified_bot|suspicious)$", description = "Sessions whose latest decision has this verdict."),
-        ("search" = Option<String>, Query, description = "As `GET /v1/sessions` takes it."),
+        crate::sessions::SessionFilters,
     ),
     security(("secret_key" = ["sessions:list"])),
     responses(
@@ -268,8 +267,7 @@ pub(super) fn open(
     tag = "exports",
     params(
         super::ExportQuery,
-        ("verdict" = Option<String>, Query, pattern = "^(human|bot|verified_bot|suspicious)$", description = "Sessions whose latest decision has this verdict."),
-        ("search" = Option<String>, Query, description = "As `GET /v1/sessions` takes it."),
+        crate::sessions::SessionFilters,
     ),
     security(("secret_key" = ["sessions:list"])),
     responses(
