@@ -61,6 +61,21 @@ async fn the_served_document_is_the_committed_one_valid_and_names_served_routes_
          VIGIL_UPDATE_OPENAPI=1 and review the change"
     );
     run_client("python3", &["-m", "openapi_spec_validator", SNAPSHOT]);
+    // As a client generator fetches it: curl, and Python's requests, with no key.
+    let url = format!("{}/v1/openapi.json", s.base);
+    let by_curl: Value = serde_json::from_str(&run_client("curl", &["-sf", &url])).unwrap();
+    assert!(by_curl == doc, "curl reads the same document");
+    let by_requests = run_client(
+        "python3",
+        &[
+            "-c",
+            "import requests, sys; r = requests.get(sys.argv[1]); r.raise_for_status(); \
+             print(r.headers['content-type']); print(len(r.json()['paths']))",
+            &url,
+        ],
+    );
+    let paths = doc["paths"].as_object().map_or(0, |p| p.len());
+    assert_eq!(by_requests, format!("application/json\n{paths}"));
 
     // Every operation it names is routed: called without a key, each answers its own refusal,
     // never the unknown-route 404 or a 405.
