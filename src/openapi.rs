@@ -54,6 +54,7 @@ pub fn document() -> OpenApi {
         .build();
     doc.merge(admin_api::openapi());
     doc.merge(query_api::openapi());
+    doc.merge(ingest::openapi());
     doc
 }
 

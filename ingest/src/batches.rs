@@ -6,11 +6,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use edge::body::PathParams;
-use edge::body::{Fields, JsonObject, Reply, path_param};
+use edge::body::{Fields, PathParams, Reply, RequestBody, Valid, path_param};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, PublishableKey};
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::error::ErrorEnvelope;
 use schemas::raw::RawJson;
+use schemas::resources::Single;
 use schemas::{ErrorCode, SessionId};
 use serde::Serialize;
 use serde_json::Value;
@@ -20,12 +22,56 @@ use crate::sessions::MAX_BATCH_BYTES;
 use crate::transport::{self, BatchKey};
 use crate::web_bot_auth::Request as WebBotAuthRequest;
 
-#[derive(Serialize)]
+/// A batch's acknowledgement (`object: collect_batch`): the log has it.
+#[derive(Serialize, utoipa::ToSchema)]
 struct Accepted {
+    #[schema(value_type = String, pattern = "^collect_batch$")]
     object: &'static str,
     session_id: SessionId,
     seq: u64,
     accepted: bool,
+}
+
+/// An encrypted batch (schemas/collect.md, section 2).
+#[derive(utoipa::ToSchema)]
+pub(crate) struct BatchBody {
+    /// The batch's number in its session, from 1, each above the last accepted.
+    #[schema(minimum = 1)]
+    seq: u64,
+    /// AES-256-GCM of the batch's JSON under the session's batch key, base64url without
+    /// padding.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]+$")]
+    ciphertext: Vec<u8>,
+}
+
+impl RequestBody for BatchBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let seq = match f.take("seq") {
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => n.as_u64(),
+            Some(other) => {
+                f.issue(
+                    "seq",
+                    "must be an integer from 1",
+                    Some("integer"),
+                    Some(other),
+                );
+                None
+            }
+            None => {
+                f.issue("seq", "is required", Some("integer"), None);
+                None
+            }
+        };
+        let ciphertext = f.parsed_string("ciphertext", true, |s| {
+            URL_SAFE_NO_PAD
+                .decode(s)
+                .map_err(|_| "must be base64url without padding".into())
+        });
+        Some(BatchBody {
+            seq: seq?,
+            ciphertext: ciphertext?,
+        })
+    }
 }
 
 /// The one member of a batch ingest reads.
@@ -42,42 +88,35 @@ fn invalid_batch() -> ApiError {
     )
 }
 
-pub async fn accept(
+#[utoipa::path(
+    post,
+    operation_id = "send_collect_batch",
+    path = "/v1/collect/sessions/{sessionId}/batches",
+    tag = "collect",
+    params(("sessionId" = SessionId, Path, description = "The opened session.")),
+    request_body = BatchBody,
+    security(("publishable_key" = [])),
+    responses(
+        (status = 202, description = "The log has the batch.", body = Single<Accepted>),
+        (status = 409, description = "`collect.batch_replayed`: this number was accepted already.", body = ErrorEnvelope),
+        (status = 404, description = "`resource.not_found`: no such session for this key.", body = ErrorEnvelope),
+        (status = 410, description = "`collect.session_expired`: open a new session.", body = ErrorEnvelope),
+        (status = 503, description = "`service.unavailable`: the log cannot take it now; retry.", body = ErrorEnvelope),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
+pub(crate) async fn accept(
     State(state): State<IngestState>,
     caller: PublishableKey,
     params: PathParams,
     method: axum::http::Method,
     headers: HeaderMap,
     uri: axum::http::Uri,
-    body: JsonObject,
+    Valid(body): Valid<BatchBody>,
 ) -> Result<Reply, ApiError> {
     let id: SessionId = path_param(&params, "sessionId")?;
-    let mut f = Fields::new(body);
-    let seq = match f.take("seq") {
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => n.as_u64(),
-        Some(other) => {
-            f.issue(
-                "seq",
-                "must be an integer from 1",
-                Some("integer"),
-                Some(other),
-            );
-            None
-        }
-        None => {
-            f.issue("seq", "is required", Some("integer"), None);
-            None
-        }
-    };
-    let ciphertext = f.parsed_string("ciphertext", true, |s| {
-        URL_SAFE_NO_PAD
-            .decode(s)
-            .map_err(|_| "must be base64url without padding".into())
-    });
-    f.finish()?;
-    let (Some(seq), Some(ciphertext)) = (seq, ciphertext) else {
-        return Err(ApiError::internal("batch", "validated fields missing"));
-    };
+    let BatchBody { seq, ciphertext } = body;
     // AES-GCM adds a 16-byte tag to the plaintext.
     if ciphertext.len() > MAX_BATCH_BYTES + 16 {
         return Err(ApiError::new(

@@ -14,19 +14,26 @@ use schemas::time::{self, Timestamp};
 use secrets::handoff::{HandoffClaims, seal};
 use serde::Serialize;
 
-use crate::IngestState;
-use crate::proof;
+use crate::proof::{self, ProofHeader};
 use crate::sessions::own_session;
+use crate::{CollectErrors, IngestState};
+use edge::openapi::SecretKeyErrors;
+use schemas::resources::Single;
 
 /// How long a handoff can be opened.
 pub const HANDOFF_LIFETIME_MINUTES: i64 = 10;
 
-#[derive(Serialize)]
+/// A handoff for the site's backend (`object: handoff`).
+#[derive(Serialize, utoipa::ToSchema)]
 struct Minted {
+    #[schema(value_type = String, pattern = "^handoff$")]
     object: &'static str,
     session_id: SessionId,
+    /// Sealed; `POST /v1/handoffs/open` opens it once, within ten minutes.
+    #[schema(pattern = "^vh1\\.")]
     handoff: String,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     expires_at: Timestamp,
     /// The signed visitor token (docs/architecture.md#visitors) once the processor has linked the
     /// session to a visitor, for the SDK to keep in first-party storage; `null` before.
@@ -35,6 +42,22 @@ struct Minted {
 
 /// `POST /v1/collect/sessions/{sessionId}/results`: proven (`crate::proof`), since the handoff
 /// and the visitor token it returns are the visitor's, and the first call finalises the session.
+#[utoipa::path(
+    post,
+    operation_id = "mint_collect_handoff",
+    path = "/v1/collect/sessions/{sessionId}/results",
+    tag = "collect",
+    params(
+        ("sessionId" = SessionId, Path, description = "The opened session."),
+        ProofHeader,
+    ),
+    security(("publishable_key" = [])),
+    responses(
+        (status = 200, description = "A fresh handoff; the first makes the decision final.", body = Single<Minted>),
+        CollectErrors,
+        SecretKeyErrors,
+    )
+)]
 pub async fn mint(
     State(state): State<IngestState>,
     caller: PublishableKey,

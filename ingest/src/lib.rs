@@ -18,8 +18,9 @@ pub mod web_bot_auth;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{get, post};
 use edge::Authenticator;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// What the ingest handlers share.
 #[derive(Clone)]
@@ -38,23 +39,41 @@ pub struct IngestState {
     pub opened: Arc<opened::OpenedSessions>,
 }
 
-/// The Collect API routes (publishable key); the caller adds the credential layer, and CORS
-/// outside it.
+/// The Collect API routes (publishable key), with their part of the OpenAPI document; the
+/// caller adds the credential layer, and CORS outside it.
+fn routes() -> OpenApiRouter<IngestState> {
+    OpenApiRouter::new()
+        .routes(routes!(sessions::open))
+        .routes(routes!(sessions::ping))
+        .routes(routes!(batches::accept))
+        .routes(routes!(handoff::mint))
+        .routes(routes!(network::check))
+        .routes(routes!(network::websocket))
+}
+
 pub fn router(state: IngestState) -> Router {
-    Router::new()
-        .route("/v1/collect/sessions", post(sessions::open))
-        .route("/v1/collect/pings/{pingId}", get(sessions::ping))
-        .route(
-            "/v1/collect/sessions/{sessionId}/batches",
-            post(batches::accept),
-        )
-        .route(
-            "/v1/collect/sessions/{sessionId}/results",
-            post(handoff::mint),
-        )
-        .route("/v1/collect/network-checks", post(network::check))
-        .route("/v1/collect/ws", get(network::websocket))
-        .with_state(state)
+    routes().with_state(state).into()
+}
+
+/// The Collect API's part of the OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes().into_openapi()
+}
+
+/// What a call on an opened session may answer besides its own outcomes.
+#[derive(utoipa::IntoResponses)]
+pub enum CollectErrors {
+    /// `collect.session_proof_invalid`: the `Vigil-Session-Proof` header is missing, malformed,
+    /// spent, or not this call's.
+    #[response(status = 401)]
+    ProofInvalid(#[to_schema] schemas::error::ErrorEnvelope),
+    /// `resource.not_found`: no such session (or ping) for this key's organization and
+    /// environment.
+    #[response(status = 404)]
+    NotFound(#[to_schema] schemas::error::ErrorEnvelope),
+    /// `collect.session_expired`: open a new session.
+    #[response(status = 410)]
+    Expired(#[to_schema] schemas::error::ErrorEnvelope),
 }
 
 /// Makes sure the log has the topics ingest writes (the embedded log and Kafka both refuse

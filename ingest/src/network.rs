@@ -10,22 +10,25 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
-use edge::body::{Fields, JsonObject, QueryParams, Reply};
+use edge::body::{Fields, QueryParams, Reply, RequestBody, Valid};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::transport::ClientInfo;
 use edge::{ApiError, AuthContext, PublishableKey};
 use schemas::collect::{
     BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, ConnectionIdentity, ServerRecord,
 };
+use schemas::error::ErrorEnvelope;
 use schemas::raw::RawJson;
+use schemas::resources::Single;
 use schemas::{ErrorCode, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::IngestState;
-use crate::proof;
+use crate::proof::{self, ProofHeader};
 use crate::sessions::own_session;
+use crate::{CollectErrors, IngestState};
 
 /// What one connection shows of its client.
 fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> ConnectionIdentity {
@@ -46,8 +49,37 @@ fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> ConnectionIdent
     }
 }
 
+/// The WebSocket's query: browsers cannot put a key on a WebSocket, so the session's one-time
+/// token authenticates it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read from `QueryParams`, which also refuses unknown parameters
+struct WebSocketQuery {
+    /// The opened session.
+    session: SessionId,
+    /// The session's `network_check_token`.
+    token: String,
+}
+
 /// `GET /v1/collect/ws?session=…&token=…`. Browsers cannot put a key on a WebSocket, so the
 /// session's one-time token authenticates it.
+#[utoipa::path(
+    get,
+    operation_id = "open_collect_websocket",
+    path = "/v1/collect/ws",
+    tag = "collect",
+    params(WebSocketQuery),
+    security(()),
+    responses(
+        (status = 101, description = "Switching protocols: the server sends one `hello` text \
+            message (`{type: hello, session_id}`) and closes."),
+        (status = 400, description = "`request.malformed`: not a WebSocket upgrade; \
+            `request.invalid_parameter`: an unknown query parameter.", body = ErrorEnvelope),
+        (status = 404, description = "`resource.not_found`: no such session, an expired one, or \
+            not its token.", body = ErrorEnvelope),
+        (status = 422, description = "`request.validation_failed`: `session` missing or not an id.", body = ErrorEnvelope),
+    )
+)]
 pub async fn websocket(
     State(state): State<IngestState>,
     query: QueryParams,
@@ -104,34 +136,56 @@ async fn greet(mut socket: WebSocket, id: SessionId) {
     let _ = socket.send(Message::Close(None)).await;
 }
 
-#[derive(Serialize)]
+/// A network check's outcome (`object: network_check`).
+#[derive(Serialize, utoipa::ToSchema)]
 struct Checked {
+    #[schema(value_type = String, pattern = "^network_check$")]
     object: &'static str,
     session_id: SessionId,
+    /// Whether the WebSocket and this request show the same client.
     consistent: bool,
+}
+
+/// The body of a network check.
+#[derive(utoipa::ToSchema)]
+pub(crate) struct CheckBody {
+    /// The session whose WebSocket this request is compared with.
+    session_id: SessionId,
+}
+
+impl RequestBody for CheckBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let session_id = f.parsed_string("session_id", true, |s| {
+            s.parse::<SessionId>()
+                .map_err(|e| format!("is not a valid id: {e}"))
+        })?;
+        Some(CheckBody { session_id })
+    }
 }
 
 /// `POST /v1/collect/network-checks`: proven (`crate::proof`), so nobody else can add a
 /// comparison to the session's stream.
-pub async fn check(
+#[utoipa::path(
+    post,
+    operation_id = "check_collect_network",
+    path = "/v1/collect/network-checks",
+    tag = "collect",
+    params(ProofHeader),
+    request_body = CheckBody,
+    security(("publishable_key" = [])),
+    responses(
+        (status = 200, description = "The comparison, also appended to the session's stream.", body = Single<Checked>),
+        CollectErrors,
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
+pub(crate) async fn check(
     State(state): State<IngestState>,
     caller: PublishableKey,
     headers: HeaderMap,
-    body: JsonObject,
+    Valid(CheckBody { session_id: id }): Valid<CheckBody>,
 ) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let id = f.checked_string("session_id", true, |s| {
-        s.parse::<SessionId>()
-            .map(|_| ())
-            .map_err(|e| format!("is not a valid id: {e}"))
-    });
-    f.finish()?;
-    let Some(id) = id.and_then(|s| s.parse::<SessionId>().ok()) else {
-        return Err(ApiError::internal(
-            "network check",
-            "validated field missing",
-        ));
-    };
     let ctx = &caller.ctx;
     let session = own_session(&state, ctx, id).await?;
     proof::require(&state, &session, &headers, proof::Call::NetworkCheck).await?;

@@ -24,6 +24,20 @@ pub const HEADER: &str = "vigil-session-proof";
 const HEADER_DISPLAY: &str = "Vigil-Session-Proof";
 type HmacSha256 = Hmac<Sha256>;
 
+/// The proof header, as the OpenAPI document lists it on each proven route.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // read by `require`, from the headers themselves
+pub struct ProofHeader {
+    /// `<counter>.<HMAC>`: a counter spent once, and the HMAC of the call (schemas/collect.md,
+    /// section 1.1), base64url without padding.
+    #[param(
+        rename = "Vigil-Session-Proof",
+        pattern = "^[0-9]{1,20}\\.[A-Za-z0-9_-]{43}$"
+    )]
+    vigil_session_proof: String,
+}
+
 /// A call that must be proven, which names its method and path (the route's path with its id,
 /// without the endpoint's own prefix or any query: what a proxy in front may rewrite is not
 /// part of it).

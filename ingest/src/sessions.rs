@@ -6,19 +6,21 @@ use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Duration;
-use edge::body::PathParams;
-use edge::body::{Fields, JsonObject, Reply, path_param};
+use edge::body::{Fields, PathParams, Reply, RequestBody, Valid, path_param};
+use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, AuthContext, PublishableKey};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
+use schemas::resources::Single;
 use schemas::time::{self, Timestamp};
 use schemas::{ErrorCode, PingId, SessionId};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use store::{CollectSessionRecord, PingRecord};
 
+use crate::CollectErrors;
 use crate::IngestState;
-use crate::proof;
+use crate::proof::{self, ProofHeader};
 use crate::transport::{self, TransportError, seal_key};
 
 /// How long a collect session accepts requests (schemas/collect.md, section 1).
@@ -27,56 +29,91 @@ pub const SESSION_LIFETIME_MINUTES: i64 = 30;
 pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 const PINGS_PER_SESSION: usize = 3;
 
-#[derive(Serialize)]
+/// An opened collect session (`object: collect_session`): what the SDK needs to encrypt its
+/// batches and prove its calls.
+#[derive(Serialize, utoipa::ToSchema)]
 struct OpenedSession {
+    #[schema(value_type = String, pattern = "^collect_session$")]
     object: &'static str,
     id: SessionId,
+    /// The server's X25519 public key, base64url without padding.
     server_public_key: String,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     expires_at: Timestamp,
+    /// The ping ids the SDK times round trips with.
     pings: Vec<PingId>,
     max_batch_bytes: usize,
+    /// The token of `GET /v1/collect/ws`.
     network_check_token: String,
 }
 
-pub async fn open(
+/// The body of a session's opening.
+#[derive(utoipa::ToSchema)]
+pub(crate) struct OpenBody {
+    /// The SDK's X25519 public key: 32 bytes, base64url without padding.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{43}$")]
+    client_public_key: Vec<u8>,
+    #[schema(min_length = 1, max_length = 32)]
+    sdk_version: String,
+    /// The page the SDK runs on.
+    #[schema(max_length = 2048, pattern = "^https?://", format = "uri")]
+    page_url: String,
+}
+
+impl RequestBody for OpenBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let client_public_key = f.parsed_string("client_public_key", true, |s| {
+            URL_SAFE_NO_PAD
+                .decode(s)
+                .map_err(|_| "must be base64url without padding".into())
+        });
+        let sdk_version = f.checked_string("sdk_version", true, |s| {
+            if s.is_empty() || s.len() > 32 {
+                Err("must be 1 to 32 characters".into())
+            } else {
+                Ok(())
+            }
+        });
+        let page_url = f.checked_string("page_url", true, |s| {
+            let ok = s.len() <= 2048 && (s.starts_with("https://") || s.starts_with("http://"));
+            if ok {
+                Ok(())
+            } else {
+                Err("must be an http(s) URL of at most 2048 characters".into())
+            }
+        });
+        Some(OpenBody {
+            client_public_key: client_public_key?,
+            sdk_version: sdk_version?,
+            page_url: page_url?,
+        })
+    }
+}
+
+#[utoipa::path(
+    post,
+    operation_id = "open_collect_session",
+    path = "/v1/collect/sessions",
+    tag = "collect",
+    request_body = OpenBody,
+    security(("publishable_key" = [])),
+    responses(
+        (status = 201, description = "The session: its key, its pings, its limits.", body = Single<OpenedSession>),
+        BodyErrors,
+        SecretKeyErrors,
+    )
+)]
+pub(crate) async fn open(
     State(state): State<IngestState>,
     caller: PublishableKey,
-    body: JsonObject,
+    Valid(body): Valid<OpenBody>,
 ) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let public_key = f.checked_string("client_public_key", true, |s| {
-        URL_SAFE_NO_PAD
-            .decode(s)
-            .map(|_| ())
-            .map_err(|_| "must be base64url without padding".into())
-    });
-    let sdk_version = f.checked_string("sdk_version", true, |s| {
-        if s.is_empty() || s.len() > 32 {
-            Err("must be 1 to 32 characters".into())
-        } else {
-            Ok(())
-        }
-    });
-    let page_url = f.checked_string("page_url", true, |s| {
-        let ok = s.len() <= 2048 && (s.starts_with("https://") || s.starts_with("http://"));
-        if ok {
-            Ok(())
-        } else {
-            Err("must be an http(s) URL of at most 2048 characters".into())
-        }
-    });
-    f.finish()?;
-    let (Some(public_key), Some(sdk_version), Some(page_url)) = (public_key, sdk_version, page_url)
-    else {
-        return Err(ApiError::internal(
-            "collect session",
-            "validated fields missing",
-        ));
-    };
-    let public_key = URL_SAFE_NO_PAD
-        .decode(&public_key)
-        .map_err(|e| ApiError::internal("collect session", e))?;
+    let OpenBody {
+        client_public_key: public_key,
+        sdk_version,
+        page_url,
+    } = body;
 
     let id = SessionId::generate();
     let (server_public, batch_key, proof_key) = transport::agree(&public_key, &id.to_string())
@@ -165,16 +202,35 @@ pub fn check_owned(
     Ok(())
 }
 
-#[derive(Serialize)]
+/// A ping's answer (`object: collect_ping`).
+#[derive(Serialize, utoipa::ToSchema)]
 struct Pong {
+    #[schema(value_type = String, pattern = "^collect_ping$")]
     object: &'static str,
     id: PingId,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     server_time: Timestamp,
 }
 
 /// A ping proves its session (`crate::proof`): the ping ids are the opener's, but a ping's
 /// arrival is timing evidence that nobody else may plant.
+#[utoipa::path(
+    get,
+    operation_id = "ping_collect_session",
+    path = "/v1/collect/pings/{pingId}",
+    tag = "collect",
+    params(
+        ("pingId" = PingId, Path, description = "One of the opened session's `pings`."),
+        ProofHeader,
+    ),
+    security(("publishable_key" = [])),
+    responses(
+        (status = 200, description = "The server's time at the ping's arrival.", body = Single<Pong>),
+        CollectErrors,
+        SecretKeyErrors,
+    )
+)]
 pub async fn ping(
     State(state): State<IngestState>,
     caller: PublishableKey,

@@ -36,8 +36,7 @@ fn latest_decision(session: &store::SessionRecord) -> Option<schemas::decision::
         .ok()
 }
 
-/// The secret-key reads, with the OpenAPI document of those that carry one (the exports are
-/// still to be described: docs/api.md#openapi).
+/// The secret-key reads, with their part of the OpenAPI document.
 fn reads() -> utoipa_axum::router::OpenApiRouter<QueryState> {
     utoipa_axum::router::OpenApiRouter::new()
         .merge(sessions::router())

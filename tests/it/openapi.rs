@@ -131,3 +131,61 @@ fn documented_constraints_are_the_enforced_ones() {
         );
     }
 }
+
+/// The route tables a reader meets (docs/api.md, docs/gate.md#routes, docs/sdk.md's Collect
+/// API) name exactly the document's operations: a route added to one and not the other fails.
+#[test]
+fn the_docs_route_tables_are_the_documents_operations() {
+    use std::collections::BTreeSet;
+    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, methods)| {
+            methods
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+
+    let mut tabled = BTreeSet::new();
+    for page in ["api.md", "gate.md", "sdk.md"] {
+        let text =
+            std::fs::read_to_string(format!("{}/../docs/{page}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap();
+        // `| GET, POST | `/v1/…`, `/v1/…` | who may call |`
+        for row in text.lines().filter(|l| l.starts_with("| ")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let (Some(methods), Some(paths)) = (cells.get(1), cells.get(2)) else {
+                continue;
+            };
+            let paths = paths
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|p| p.starts_with("/v1/") && !p.contains('…'))
+                // The document does not list itself.
+                .filter(|p| *p != "/v1/openapi.json");
+            for path in paths {
+                for method in methods.split(',').map(str::trim) {
+                    tabled.insert((method.to_owned(), path.to_owned()));
+                }
+            }
+        }
+    }
+    let missing: Vec<_> = tabled.difference(&documented).collect();
+    let untabled: Vec<_> = documented.difference(&tabled).collect();
+    assert!(
+        missing.is_empty() && untabled.is_empty(),
+        "in a route table but not the document: {missing:?}; in the document but no route \
+         table: {untabled:?}"
+    );
+    assert!(
+        tabled.len() >= 40,
+        "{} routes read from the tables",
+        tabled.len()
+    );
+}
