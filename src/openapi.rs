@@ -3,23 +3,37 @@
 //! each described route's `#[utoipa::path]` sits on its handler, its bodies are the handler's
 //! own types, and the routers that serve the routes are the ones that list them
 //! (`utoipa_axum::OpenApiRouter`), so the document cannot name a route that is not served.
-//! This module adds what no handler owns: the title, the security schemes and the shared
-//! components.
+//! This module adds what no handler owns: the title, the security schemes, the headers that
+//! layers around the handlers add (request id, rate limits, `Retry-After`, `Idempotency-Key`)
+//! and the webhooks Vigil sends.
 
 use std::sync::LazyLock;
 
+use serde_json::{Map, Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApi, OpenApiBuilder};
 
 /// The document, built once.
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    document().to_pretty_json().unwrap_or_else(|e| {
+    serde_json::to_string_pretty(&document()).unwrap_or_else(|e| {
         format!("{{\"error\": \"the OpenAPI document does not serialize: {e}\"}}")
     })
 });
 
-/// The whole document: every role's routes, whichever roles this process serves.
-pub fn document() -> OpenApi {
+/// The whole document: every role's routes, whichever roles this process serves, with the
+/// layers' headers and the webhooks.
+pub fn document() -> Value {
+    let mut doc = match serde_json::to_value(routes()) {
+        Ok(doc) => doc,
+        Err(e) => return json!({"error": format!("the OpenAPI document does not serialize: {e}")}),
+    };
+    describe_layers(&mut doc);
+    describe_webhooks(&mut doc);
+    doc
+}
+
+/// What the handlers' annotations describe.
+fn routes() -> OpenApi {
     let mut doc = OpenApiBuilder::new()
         .info(
             InfoBuilder::new()
@@ -65,6 +79,169 @@ fn bearer(description: &str) -> SecurityScheme {
             .description(Some(description))
             .build(),
     )
+}
+
+/// The headers the layers around every handler add (edge::auth, edge::error, edge::idempotency),
+/// which no handler's annotation can name: a request id on every answer, the key's rate limit
+/// on a keyed route's success, `Retry-After` on 429 and 503, and `Idempotency-Key` on every
+/// POST a secret key makes.
+fn describe_layers(doc: &mut Value) {
+    doc["components"]["headers"] = json!({
+        "RequestId": {
+            "description": "This request's id, as `meta.request_id` and the server's logs name it.",
+            "required": true,
+            "schema": {"type": "string", "pattern": "^req_"}
+        },
+        "RateLimitLimit": {
+            "description": "Requests the key's bucket holds (docs/api.md#rate-limits).",
+            "required": true,
+            "schema": {"type": "integer", "minimum": 0}
+        },
+        "RateLimitRemaining": {
+            "description": "Requests left in the key's bucket.",
+            "required": true,
+            "schema": {"type": "integer", "minimum": 0}
+        },
+        "RetryAfter": {
+            "description": "Seconds to wait before retrying.",
+            "required": true,
+            "schema": {"type": "integer", "minimum": 1}
+        }
+    });
+    doc["components"]["parameters"] = json!({
+        "IdempotencyKey": {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": false,
+            "description": "Makes the POST safe to retry: the same key and body answer the first \
+                answer again for 24 hours (docs/api.md#idempotency).",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}
+        }
+    });
+    let header = |name: &str| json!({"$ref": format!("#/components/headers/{name}")});
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (_, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for (method, operation) in item.iter_mut() {
+            let schemes: Vec<String> = operation["security"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_object)
+                .flat_map(|requirement| requirement.keys().cloned())
+                .collect();
+            let keyed = schemes
+                .iter()
+                .any(|s| s == edge::openapi::SECRET_KEY || s == edge::openapi::PUBLISHABLE_KEY);
+            if method == "post" && schemes.iter().any(|s| s == edge::openapi::SECRET_KEY) {
+                if let Some(parameters) = parameters(operation) {
+                    parameters.push(json!({"$ref": "#/components/parameters/IdempotencyKey"}));
+                }
+                let conflict = "`request.idempotency_conflict`: this `Idempotency-Key` was used \
+                    with another body, or its first request is still running.";
+                match operation["responses"]["409"]["description"].as_str() {
+                    Some(own) => {
+                        operation["responses"]["409"]["description"] =
+                            Value::String(format!("{own} {conflict}"))
+                    }
+                    None => {
+                        operation["responses"]["409"] = json!({
+                            "description": conflict,
+                            "content": {"application/json": {"schema":
+                                {"$ref": "#/components/schemas/ErrorEnvelope"}}}
+                        })
+                    }
+                }
+            }
+            let Some(responses) = operation["responses"].as_object_mut() else {
+                continue;
+            };
+            for (status, response) in responses.iter_mut() {
+                if status == "101" {
+                    continue;
+                }
+                let headers = response["headers"].as_object_mut().map(std::mem::take);
+                let mut headers = headers.unwrap_or_default();
+                headers.insert("X-Request-Id".into(), header("RequestId"));
+                if keyed && status.starts_with('2') {
+                    headers.insert("X-RateLimit-Limit".into(), header("RateLimitLimit"));
+                    headers.insert("X-RateLimit-Remaining".into(), header("RateLimitRemaining"));
+                }
+                if status == "429" || status == "503" {
+                    headers.insert("Retry-After".into(), header("RetryAfter"));
+                }
+                response["headers"] = Value::Object(headers);
+            }
+        }
+    }
+}
+
+/// An operation's parameter list, made if it has none.
+fn parameters(operation: &mut Value) -> Option<&mut Vec<Value>> {
+    if operation.get("parameters").is_none() {
+        operation["parameters"] = json!([]);
+    }
+    operation["parameters"].as_array_mut()
+}
+
+/// The events Vigil POSTs to webhook endpoints (docs/webhooks.md), one OpenAPI `webhooks` entry
+/// per event type: the event as the events API lists it, without `webhook_deliveries`, signed by
+/// the three Standard Webhooks headers.
+fn describe_webhooks(doc: &mut Value) {
+    let event = &doc["components"]["schemas"]["Event"];
+    let mut payload = event.clone();
+    if let Some(properties) = payload["properties"].as_object_mut() {
+        properties.remove("webhook_deliveries");
+    }
+    if let Some(required) = payload["required"].as_array_mut() {
+        required.retain(|r| r != "webhook_deliveries");
+    }
+    payload["description"] = json!("An event as a webhook delivery carries it.");
+    let types: Vec<String> = doc["components"]["schemas"]["EventType"]["enum"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    doc["components"]["schemas"]["WebhookPayload"] = payload;
+    let signed = |name: &str, description: &str| {
+        json!({"name": name, "in": "header", "required": true, "description": description,
+               "schema": {"type": "string"}})
+    };
+    let mut webhooks = Map::new();
+    for event_type in types {
+        webhooks.insert(
+            event_type.clone(),
+            json!({"post": {
+                "operationId": format!("webhook_{}", event_type.replace('.', "_")),
+                "summary": format!("A `{event_type}` event (docs/webhooks.md#what-arrives)."),
+                "parameters": [
+                    signed("webhook-id", "The event's id, the same on every retry."),
+                    signed("webhook-timestamp", "When this attempt was signed, in Unix seconds."),
+                    signed("webhook-signature", "`v1,` and the base64 HMAC-SHA256 of \
+                        `{webhook-id}.{webhook-timestamp}.{body}` under the endpoint's secret; two, \
+                        space-separated and newest first, while the secret rotates."),
+                ],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                    "allOf": [
+                        {"$ref": "#/components/schemas/WebhookPayload"},
+                        {"properties": {"type": {"const": event_type}}}
+                    ]
+                }}}},
+                "responses": {
+                    "2XX": {"description": "Acknowledged, within the endpoint's timeout."},
+                    "410": {"description": "Gone: the delivery fails and the endpoint is disabled."},
+                    "default": {"description": "A failed attempt, retried on the schedule \
+                        (at least as late as a `Retry-After` asks)."}
+                }
+            }}),
+        );
+    }
+    doc["webhooks"] = Value::Object(webhooks);
 }
 
 /// `GET /v1/openapi.json`.

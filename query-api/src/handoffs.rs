@@ -58,8 +58,6 @@ struct Opened {
     path = "/v1/handoffs/open",
     tag = "handoffs",
     request_body = OpenHandoffBody,
-    params(("Idempotency-Key" = Option<String>, Header,
-        description = "Retried with the same key, the first open's answer is replayed.")),
     security(("secret_key" = ["sessions:read"])),
     responses(
         (status = 200, description = "The session and its latest decision.", body = Single<Opened>),
