@@ -65,7 +65,39 @@ error_codes! {
     Internal => ("internal.error", 500, true),
 }
 
+/// The document's schema of `error.code`: the closed set itself, so a generated client knows
+/// every code.
+impl utoipa::PartialSchema for ErrorCode {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::Type;
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "The closed set of error codes; each is explained at `docs_url` (docs/errors.md).",
+            ))
+            .enum_values(Some(ErrorCode::ALL.iter().map(|c| c.as_str())))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ErrorCode {}
+
 impl ErrorCode {
+    /// The error reference's summary table (docs/errors.md, between its `error-codes` markers),
+    /// from the closed set, so the reference cannot drift from it.
+    pub fn markdown_table() -> String {
+        let mut table = String::from("| code | HTTP | retryable |\n| --- | --- | --- |\n");
+        for code in ErrorCode::ALL {
+            let retry = if code.retryable() { "yes" } else { "no" };
+            table.push_str(&format!(
+                "| [`{0}`](#{0}) | {1} | {retry} |\n",
+                code.as_str(),
+                code.status()
+            ));
+        }
+        table
+    }
+
     /// The anchor of the code's section in the error reference (`docs/errors.md`, served at
     /// `/docs/errors`): the code itself, which is also the section's heading.
     pub fn docs_anchor(self) -> &'static str {
@@ -107,8 +139,8 @@ pub struct ErrorDetails {
 /// `error` in `{ "error": ... }`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
-    /// One of the closed set of codes (`ErrorCode`, docs/api.md#errors).
-    #[schema(value_type = String)]
+    /// One of the closed set of codes (`ErrorCode`, docs/errors.md).
+    #[schema(value_type = ErrorCode)]
     pub code: &'static str,
     pub message: String,
     pub status: u16,

@@ -189,3 +189,44 @@ fn the_docs_route_tables_are_the_documents_operations() {
         tabled.len()
     );
 }
+
+/// The error reference's table and the document's `ErrorCode` are the closed set of
+/// `schemas/src/error.rs`, and every code has its section. `VIGIL_UPDATE_OPENAPI=1` rewrites
+/// the table.
+#[test]
+fn the_error_reference_and_the_document_list_the_closed_set_of_codes() {
+    use schemas::ErrorCode;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/errors.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let (begin, end) = ("<!-- error-codes:begin -->\n", "<!-- error-codes:end -->");
+    let start = text.find(begin).expect("the table's begin marker") + begin.len();
+    let stop = text.find(end).expect("the table's end marker");
+    let table = ErrorCode::markdown_table();
+    if std::env::var_os("VIGIL_UPDATE_OPENAPI").is_some() {
+        std::fs::write(path, format!("{}{table}{}", &text[..start], &text[stop..])).unwrap();
+    } else {
+        assert_eq!(
+            &text[start..stop],
+            table,
+            "docs/errors.md's table differs from ErrorCode: run with VIGIL_UPDATE_OPENAPI=1"
+        );
+    }
+    for code in ErrorCode::ALL {
+        let section = format!("## {}\n\nHTTP {}.", code.as_str(), code.status());
+        assert!(text.contains(&section), "docs/errors.md lacks `{section}`");
+    }
+
+    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let listed: Vec<&str> = doc["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .expect("ErrorCode is an enum")
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(listed, all);
+    assert_eq!(
+        doc["components"]["schemas"]["ErrorBody"]["properties"]["code"]["$ref"],
+        "#/components/schemas/ErrorCode"
+    );
+}
