@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
 # (redis-server, postgresql, nodejs, curl, chromium, chromium-driver, xvfb and xdotool from Debian's
-# packages, Python's requests, the OpenAPI validator and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
+# packages, Python's requests, the OpenAPI validator, schemathesis and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
 # crates.io), starts Redis and PostgreSQL on free ports, checks the
 # lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
 # happens.
@@ -67,6 +67,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 # The CLI tests run the real `vigil` executable.
 cargo build --bin vigil
+# The contract check: schemathesis (from PyPI, in a venv of its own) fuzzes a served Vigil from
+# its OpenAPI document and prints `schemathesis: N passed, N failed` (docs/testing.md).
+scripts/schemathesis.sh
 # The ScyllaDB backend's tests that need a real node are ignored unless one is named; say so.
 if [ -n "${VIGIL_TEST_SCYLLA_URL:-}" ]; then
   cargo nextest run -p vigil-store --run-ignored only -E 'test(/^scylla::/)'

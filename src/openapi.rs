@@ -28,6 +28,7 @@ pub fn document() -> Value {
         Err(e) => return json!({"error": format!("the OpenAPI document does not serialize: {e}")}),
     };
     describe_layers(&mut doc);
+    close_request_bodies(&mut doc);
     describe_webhooks(&mut doc);
     doc
 }
@@ -157,9 +158,45 @@ fn describe_layers(doc: &mut Value) {
                     }
                 }
             }
+            let has_parameters = operation["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["in"] == "path" || p["in"] == "query"));
             let Some(responses) = operation["responses"].as_object_mut() else {
                 continue;
             };
+            // Answers any route may give, from the layers: a malformed id or query parameter,
+            // a client address's or key's limit, a server error.
+            let envelope = || json!({"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}});
+            if has_parameters && !responses.contains_key("422") {
+                responses.insert(
+                    "422".into(),
+                    json!({
+                        "description": "`request.validation_failed`: a path id or query parameter \
+                            (`details.parameter_set`).",
+                        "content": envelope()
+                    }),
+                );
+            }
+            if !responses.contains_key("429") {
+                responses.insert(
+                    "429".into(),
+                    json!({
+                        "description": "`rate.limited`: the client address's or the key's limit; \
+                            retry after `Retry-After` seconds.",
+                        "content": envelope()
+                    }),
+                );
+            }
+            if !responses.contains_key("5XX") {
+                responses.insert(
+                    "5XX".into(),
+                    json!({
+                        "description": "`internal.error` (logged with the request id) or \
+                            `service.unavailable`.",
+                        "content": envelope()
+                    }),
+                );
+            }
             for (status, response) in responses.iter_mut() {
                 if status == "101" {
                     continue;
@@ -177,6 +214,67 @@ fn describe_layers(doc: &mut Value) {
                 response["headers"] = Value::Object(headers);
             }
         }
+    }
+}
+
+/// Every request body refuses members it does not name (edge::body::Fields::finish), nested
+/// objects too, so each body's schema, and each schema it names, says
+/// `additionalProperties: false`.
+fn close_request_bodies(doc: &mut Value) {
+    let mut pending = Vec::new();
+    for item in doc["paths"]
+        .as_object()
+        .into_iter()
+        .flat_map(|p| p.values())
+    {
+        for operation in item.as_object().into_iter().flat_map(|i| i.values()) {
+            pending.extend(refs(
+                &operation["requestBody"]["content"]["application/json"]["schema"],
+            ));
+        }
+    }
+    let mut closed = std::collections::BTreeSet::new();
+    while let Some(name) = pending.pop() {
+        if !closed.insert(name.clone()) {
+            continue;
+        }
+        let schema = &mut doc["components"]["schemas"][&name];
+        if let Some(properties) = schema.get("properties") {
+            pending.extend(
+                properties
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|p| p.values())
+                    .flat_map(refs),
+            );
+            schema["additionalProperties"] = Value::Bool(false);
+        }
+    }
+}
+
+/// The component schemas `schema` names, directly or through its items and alternatives.
+fn refs(schema: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Some(name) = schema["$ref"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+    {
+        names.push(name.to_owned());
+    }
+    names.extend(refs_in(&schema["items"]));
+    for alternatives in ["oneOf", "anyOf", "allOf"] {
+        for alternative in schema[alternatives].as_array().into_iter().flatten() {
+            names.extend(refs(alternative));
+        }
+    }
+    names
+}
+
+fn refs_in(schema: &Value) -> Vec<String> {
+    if schema.is_null() {
+        Vec::new()
+    } else {
+        refs(schema)
     }
 }
 

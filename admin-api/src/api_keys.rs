@@ -47,6 +47,23 @@ struct KeyPath(
     KeyId,
 );
 
+/// An origin a publishable key may be used from, as the document describes one
+/// (`validate::ORIGIN_PATTERN`; `validate::origin` also normalises it).
+struct Origin;
+
+impl utoipa::PartialSchema for Origin {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::Type;
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(validate::ORIGIN_PATTERN))
+            .examples(["https://shop.example"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Origin {}
+
 /// The body of `POST .../api-keys`. Omitted, `type` is `secret` and `environment` the caller's
 /// own; `allowed_origins` is for publishable keys and `scopes` for secret ones. A `rate_limit`
 /// is accepted and ignored: the operator sets limits (`vigil keys set-rate-limit`).
@@ -59,7 +76,7 @@ pub struct NewApiKey {
     #[schema(nullable = false)]
     environment: Option<Environment>,
     /// Origins (`scheme://host[:port]`) a publishable key may be used from; none: any.
-    #[schema(nullable = false, max_items = 100)]
+    #[schema(nullable = false, max_items = 100, value_type = Option<Vec<Origin>>)]
     allowed_origins: Option<Vec<String>>,
     /// Omitted: what the caller holds; never more than that.
     #[schema(nullable = false, min_items = 1)]
@@ -114,7 +131,7 @@ pub struct ApiKeyChange {
     #[schema(nullable = false, min_length = 1, max_length = 200)]
     name: Option<String>,
     /// Publishable keys only.
-    #[schema(nullable = false, max_items = 100)]
+    #[schema(nullable = false, max_items = 100, value_type = Option<Vec<Origin>>)]
     allowed_origins: Option<Vec<String>>,
     /// Secret keys only; never more than the caller holds.
     #[schema(nullable = false, min_items = 1)]
@@ -425,7 +442,7 @@ async fn create(
     security(("secret_key" = ["api_keys:read"])),
     responses(
         (status = 200, description = "A page of keys.", body = List<ApiKeyListItem>),
-        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        (status = 422, description = "`request.validation_failed`: a query parameter or path id (`details.parameter_set`).", body = ErrorEnvelope),
         (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
         SecretKeyErrors,
     )

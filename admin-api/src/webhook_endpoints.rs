@@ -361,7 +361,7 @@ async fn create(
     security(("secret_key" = ["organizations:read"])),
     responses(
         (status = 200, description = "A page of endpoints.", body = List<Endpoint>),
-        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        (status = 422, description = "`request.validation_failed`: a query parameter or path id (`details.parameter_set`).", body = ErrorEnvelope),
         (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
         SecretKeyErrors,
     )

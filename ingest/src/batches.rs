@@ -39,15 +39,17 @@ pub(crate) struct BatchBody {
     #[schema(minimum = 1)]
     seq: u64,
     /// AES-256-GCM of the batch's JSON under the session's batch key, base64url without
-    /// padding.
-    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]+$")]
+    /// padding (its unused last bits zero).
+    #[schema(value_type = String, pattern = "^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-][AQgw]|[A-Za-z0-9_-]{2}[AEIMQUYcgkosw048])?$")]
     ciphertext: Vec<u8>,
 }
 
 impl RequestBody for BatchBody {
     fn read(f: &mut Fields) -> Option<Self> {
         let seq = match f.take("seq") {
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => n.as_u64(),
+            // An integer, whichever way JSON spells it: `3` and `3.0` are one number (JSON
+            // Schema's `integer` takes both, and so do clients that only have doubles).
+            Some(Value::Number(n)) if integer(&n).is_some_and(|n| n >= 1) => integer(&n),
             Some(other) => {
                 f.issue(
                     "seq",
@@ -79,6 +81,15 @@ impl RequestBody for BatchBody {
 struct BatchKind<'a> {
     #[serde(borrow)]
     kind: std::borrow::Cow<'a, str>,
+}
+
+/// A JSON number's value as a `u64` when it is a whole number in range, however spelled.
+fn integer(n: &serde_json::Number) -> Option<u64> {
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= 2f64.powi(53))
+            .map(|f| f as u64)
+    })
 }
 
 fn invalid_batch() -> ApiError {

@@ -64,6 +64,7 @@ pub async fn mint(
     params: PathParams,
     headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
+    proof::presented(&headers)?;
     let id: SessionId = path_param(&params, "sessionId")?;
     let session = own_session(&state, &caller.ctx, id).await?;
     proof::require(&state, &session, &headers, proof::Call::Results(id)).await?;

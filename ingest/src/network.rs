@@ -73,11 +73,12 @@ struct WebSocketQuery {
     responses(
         (status = 101, description = "Switching protocols: the server sends one `hello` text \
             message (`{type: hello, session_id}`) and closes."),
-        (status = 400, description = "`request.malformed`: not a WebSocket upgrade; \
-            `request.invalid_parameter`: an unknown query parameter.", body = ErrorEnvelope),
+        (status = 400, description = "`request.malformed`: not a WebSocket upgrade.", body = ErrorEnvelope),
         (status = 404, description = "`resource.not_found`: no such session, an expired one, or \
             not its token.", body = ErrorEnvelope),
-        (status = 422, description = "`request.validation_failed`: `session` missing or not an id.", body = ErrorEnvelope),
+        (status = 422, description = "`request.validation_failed`: `session` missing or not an \
+            id, or an unknown query parameter.", body = ErrorEnvelope),
+        (status = 429, description = "`rate.limited`: the client address's limit.", body = ErrorEnvelope),
     )
 )]
 pub async fn websocket(
@@ -186,6 +187,7 @@ pub(crate) async fn check(
     headers: HeaderMap,
     Valid(CheckBody { session_id: id }): Valid<CheckBody>,
 ) -> Result<Reply, ApiError> {
+    proof::presented(&headers)?;
     let ctx = &caller.ctx;
     let session = own_session(&state, ctx, id).await?;
     proof::require(&state, &session, &headers, proof::Call::NetworkCheck).await?;

@@ -33,7 +33,7 @@ pub struct ProofHeader {
     /// section 1.1), base64url without padding.
     #[param(
         rename = "Vigil-Session-Proof",
-        pattern = "^[0-9]{1,20}\\.[A-Za-z0-9_-]{43}$"
+        pattern = "^[1-9][0-9]{0,19}\\.[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$"
     )]
     vigil_session_proof: String,
 }
@@ -138,6 +138,16 @@ fn refused(e: ProofError) -> ApiError {
 /// Refuses `call` on `session` unless the request proves it, then spends the proof's counter.
 /// Nothing is written for a refused call: the counter is spent only once the MAC verified, and
 /// a counter not above the last is refused without a write.
+/// Refuses a call with no proof header, before its session is looked up: a call that cannot
+/// be proven is refused as such (401), whether or not its session exists.
+pub fn presented(headers: &HeaderMap) -> Result<(), ApiError> {
+    match headers.get(HEADER) {
+        None => Err(refused(ProofError::Missing)),
+        Some(value) if value.to_str().is_err() => Err(refused(ProofError::Malformed)),
+        Some(_) => Ok(()),
+    }
+}
+
 pub async fn require(
     state: &IngestState,
     session: &CollectSessionRecord,

@@ -36,7 +36,7 @@ struct OpenedSession {
     #[schema(value_type = String, pattern = "^collect_session$")]
     object: &'static str,
     id: SessionId,
-    /// The server's X25519 public key, base64url without padding.
+    /// The server's P-256 public key (SEC1, uncompressed), base64url without padding.
     server_public_key: String,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
@@ -51,8 +51,9 @@ struct OpenedSession {
 /// The body of a session's opening.
 #[derive(utoipa::ToSchema)]
 pub(crate) struct OpenBody {
-    /// The SDK's X25519 public key: 32 bytes, base64url without padding.
-    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{43}$")]
+    /// The SDK's ephemeral P-256 public key (SEC1, the 65-byte uncompressed point), base64url
+    /// without padding; a string of this form that is not a point on the curve is a 422.
+    #[schema(value_type = String, pattern = "^B[A-Za-z0-9_-]{85}[AEIMQUYcgkosw048]$")]
     client_public_key: Vec<u8>,
     #[schema(min_length = 1, max_length = 32)]
     sdk_version: String,
@@ -238,6 +239,7 @@ pub async fn ping(
     headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
     let arrived = time::now();
+    proof::presented(&headers)?;
     let ping: PingId = path_param(&params, "pingId")?;
     let session = state
         .auth

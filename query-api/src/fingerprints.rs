@@ -140,7 +140,7 @@ fn matches(v: &VisitorRecord, search: Option<&str>) -> bool {
     security(("secret_key" = ["fingerprints:list"])),
     responses(
         (status = 200, description = "A page of fingerprints.", body = List<Fingerprint>),
-        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        (status = 422, description = "`request.validation_failed`: a query parameter or path id (`details.parameter_set`).", body = ErrorEnvelope),
         SecretKeyErrors,
     )
 )]

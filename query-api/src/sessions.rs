@@ -135,7 +135,7 @@ fn matches(s: &SessionRecord, verdict: Option<&str>, search: Option<&str>) -> bo
     security(("secret_key" = ["sessions:list"])),
     responses(
         (status = 200, description = "A page of sessions.", body = List<SessionRow>),
-        (status = 400, description = "`request.invalid_parameter`: a query parameter.", body = ErrorEnvelope),
+        (status = 422, description = "`request.validation_failed`: a query parameter or path id (`details.parameter_set`).", body = ErrorEnvelope),
         SecretKeyErrors,
     )
 )]

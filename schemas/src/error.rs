@@ -114,7 +114,7 @@ pub struct FieldIssue {
     pub expected: Option<String>,
     /// What came, as it came (a long string is cut).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = serde_json::Value)]
     pub received: Option<serde_json::Value>,
 }
 

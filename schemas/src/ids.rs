@@ -35,9 +35,14 @@ pub const ID_ALPHABET: &str = "0123456789abcdefghjkmnpqrstvwxyz";
 /// Why a string is not an id of the expected kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdError {
-    WrongPrefix { expected: &'static str },
+    WrongPrefix {
+        expected: &'static str,
+    },
     WrongLength,
     BadCharacter,
+    /// The first character is above `7`: a 26-character ULID holds 130 bits, of which only 128
+    /// are the id.
+    Overflow,
 }
 
 impl fmt::Display for IdError {
@@ -49,6 +54,7 @@ impl fmt::Display for IdError {
                 f,
                 "characters after the prefix must be from `{ID_ALPHABET}`"
             ),
+            IdError::Overflow => f.write_str("the first character after the prefix must be 0 to 7"),
         }
     }
 }
@@ -81,7 +87,7 @@ pub fn parse_ulid_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
     // The first character of a ULID encodes only 3 bits; larger values would overflow 128 bits
     // and print back as a different id.
     if rest.as_bytes()[0] > b'7' {
-        return Err(IdError::BadCharacter);
+        return Err(IdError::Overflow);
     }
     Ulid::from_string(rest).map_err(|_| IdError::BadCharacter)
 }
@@ -193,16 +199,17 @@ id_type!(
     DecisionId, "evt_", spell_base32, parse_ulid_id
 );
 
-/// The interface's base32 spelling of a ULID: Crockford, lowercase.
 /// The pattern of the ids with `prefix` spelled by `spell` (the name of one of the two spellers
-/// below): what the OpenAPI document gives for each id.
+/// below): what the OpenAPI document gives for each id. A base32 id's first character is at
+/// most `7` ([`IdError::Overflow`]).
 fn id_pattern(prefix: &str, spell: &str) -> String {
     match spell {
         "spell_hex" => format!("^{prefix}[0-9a-f]{{32}}$"),
-        _ => format!("^{prefix}[0-9a-hjkmnp-tv-z]{{26}}$"),
+        _ => format!("^{prefix}[0-7][0-9a-hjkmnp-tv-z]{{25}}$"),
     }
 }
 
+/// The interface's base32 spelling of a ULID: Crockford, lowercase.
 fn spell_base32(ulid: Ulid, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     f.write_str(&ulid.to_string().to_ascii_lowercase())
 }

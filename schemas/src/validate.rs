@@ -12,6 +12,39 @@ pub const NAME_MAX_CHARS: usize = 200;
 /// Not in the interface; a bound on `allowed_origins`.
 pub const ORIGINS_MAX: usize = 100;
 
+/// The OpenAPI document's patterns of the rules below, each a subset of what its rule accepts
+/// (the tests generate strings from each and check them). They are literals in the handlers'
+/// `#[schema(pattern = ...)]`, which takes no constants, and `tests/it/openapi.rs` compares
+/// those with these.
+///
+/// Text on one line ([`shown_text`] without `multiline`): no control or bidirectional
+/// formatting characters.
+pub const SHOWN_LINE_PATTERN: &str =
+    "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$";
+/// Text of several lines ([`shown_text`] with `multiline`): line breaks and tabs allowed.
+pub const SHOWN_TEXT_PATTERN: &str = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$";
+/// Text of several lines with something besides white space in it.
+pub const SHOWN_NONBLANK_PATTERN: &str = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069\\s][^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$";
+/// An [`origin`] as the document gives it: a host name whose last label starts with a letter
+/// (so that it is never read as an IPv4 address) and an optional port.
+pub const ORIGIN_PATTERN: &str = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$";
+/// An [`http_uri`] as the document gives it: an origin and a plain path.
+pub const HTTP_URI_PATTERN: &str = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$";
+/// The longest URI [`http_uri`] takes.
+pub const HTTP_URI_MAX_BYTES: usize = 2048;
+
+/// An absolute `http` or `https` URI with a host, of at most [`HTTP_URI_MAX_BYTES`].
+pub fn http_uri(s: &str) -> Result<(), String> {
+    if s.len() > HTTP_URI_MAX_BYTES {
+        return Err(format!("must be at most {HTTP_URI_MAX_BYTES} bytes"));
+    }
+    let url = Url::parse(s).map_err(|e| format!("must be an absolute URI ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("must be an http or https URI with a host".into());
+    }
+    Ok(())
+}
+
 pub fn slug(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty".into());
@@ -135,6 +168,22 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn what_the_documented_patterns_generate_the_rules_accept(
+            line in proptest::string::string_regex(SHOWN_LINE_PATTERN.trim_matches(['^', '$'])).unwrap(),
+            text in proptest::string::string_regex(SHOWN_TEXT_PATTERN.trim_matches(['^', '$'])).unwrap(),
+            nonblank in proptest::string::string_regex(SHOWN_NONBLANK_PATTERN.trim_matches(['^', '$'])).unwrap(),
+            origin_text in proptest::string::string_regex(ORIGIN_PATTERN.trim_matches(['^', '$'])).unwrap(),
+            uri in proptest::string::string_regex(HTTP_URI_PATTERN.trim_matches(['^', '$'])).unwrap(),
+        ) {
+            prop_assert!(shown_text(&line, false).is_ok(), "{line:?}");
+            prop_assert!(shown_text(&text, true).is_ok(), "{text:?}");
+            prop_assert!(shown_text(&nonblank, true).is_ok() && !nonblank.trim().is_empty(), "{nonblank:?}");
+            prop_assert!(origin(&origin_text).is_ok(), "{origin_text:?}");
+            prop_assert!(uri.len() > HTTP_URI_MAX_BYTES || http_uri(&uri).is_ok(), "{uri:?}");
+        }
+
         #[test]
         fn slug_matches_its_pattern(s in "[a-z0-9-]{1,30}") {
             let by_hand = !s.starts_with('-') && !s.ends_with('-') && !s.contains("--");

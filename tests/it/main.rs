@@ -8,6 +8,7 @@ mod browser;
 mod collect;
 mod collect_binding;
 mod compose;
+mod contract;
 mod crash;
 mod dead_letters;
 mod dependencies;

@@ -130,6 +130,41 @@ fn documented_constraints_are_the_enforced_ones() {
             "{body}"
         );
     }
+
+    // The text and URI patterns, which schemas::validate's tests generate strings from.
+    use schemas::validate::{
+        HTTP_URI_MAX_BYTES, HTTP_URI_PATTERN, ORIGIN_PATTERN, SHOWN_LINE_PATTERN,
+        SHOWN_NONBLANK_PATTERN, SHOWN_TEXT_PATTERN,
+    };
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["Origin"]["pattern"], ORIGIN_PATTERN);
+    let draft = schema("Draft");
+    assert_eq!(draft["name"]["pattern"], SHOWN_LINE_PATTERN);
+    assert_eq!(draft["description"]["pattern"], SHOWN_TEXT_PATTERN);
+    assert_eq!(
+        schema("SignupBody")["client_name"]["pattern"],
+        SHOWN_LINE_PATTERN
+    );
+    assert_eq!(schema("GateEnvVar")["name"]["pattern"], SHOWN_LINE_PATTERN);
+    assert_eq!(
+        schema("GateSdk")["install"]["pattern"],
+        SHOWN_NONBLANK_PATTERN
+    );
+    assert_eq!(
+        schema("BrandingBody")["ascii_art"]["pattern"],
+        SHOWN_TEXT_PATTERN
+    );
+    for uri in [
+        &draft["website"],
+        &draft["docs_url"],
+        &schema("GateSdk")["url"],
+        &schema("BrandingBody")["logo_url"],
+        &schema("GateConsent")["terms_url"],
+        &schema("GateConsent")["privacy_url"],
+    ] {
+        assert_eq!(uri["pattern"], HTTP_URI_PATTERN, "{uri}");
+        assert_eq!(uri["maxLength"], HTTP_URI_MAX_BYTES, "{uri}");
+    }
 }
 
 /// The route tables a reader meets (docs/api.md, docs/gate.md#routes, docs/sdk.md's Collect

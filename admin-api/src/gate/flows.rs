@@ -89,7 +89,12 @@ struct LoginSession {
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)] // read by the handler, which also takes no body at all
 struct SignupBody {
-    #[schema(nullable = false, min_length = 1, max_length = 64)]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     client_name: Option<String>,
 }
 
@@ -126,6 +131,41 @@ impl RequestBody for LoginBody {
     fn read(f: &mut Fields) -> Option<Self> {
         let service_id = f.checked_string("service_id", true, gate::service_id)?;
         Some(LoginBody { service_id })
+    }
+}
+
+/// The body of a login code's exchange: both from the redirect to the dashboard.
+#[derive(utoipa::ToSchema)]
+struct ConsumeBody {
+    /// The numeric login code.
+    #[schema(pattern = "^[0-9]{8}$")]
+    code: String,
+    /// The login session the code belongs to.
+    gate_session_id: GateSessionId,
+    /// The service the dashboard is; when given, a code of another service is unknown.
+    #[schema(nullable = false, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
+    service_id: Option<String>,
+}
+
+impl RequestBody for ConsumeBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let code = f.checked_string("code", true, |c| {
+            if super::is_login_code(c) {
+                Ok(())
+            } else {
+                Err("must be the numeric login code Gate sent to the dashboard".into())
+            }
+        });
+        let gate_session_id = f.parsed_string("gate_session_id", true, |id| {
+            id.parse::<GateSessionId>()
+                .map_err(|_| "must be the gate_ id the dashboard's redirect carried".to_owned())
+        });
+        let service_id = f.checked_string("service_id", false, gate::service_id);
+        Some(ConsumeBody {
+            code: code?,
+            gate_session_id: gate_session_id?,
+            service_id,
+        })
     }
 }
 
@@ -197,7 +237,7 @@ const CLIENT_NAME_MAX_CHARS: usize = 64;
     operation_id = "start_gate_signup",
     path = "/v1/gate/services/{serviceId}/signups",
     tag = "gate",
-    params(("serviceId" = String, Path, example = "vigil", description = "A published service.")),
+    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "vigil", description = "A published service.")),
     request_body(content = SignupBody, description = "Optional: a signup may carry no body."),
     security(()),
     responses(
@@ -557,8 +597,7 @@ async fn start_login(
     operation_id = "consume_gate_login",
     path = "/v1/gate/login-sessions/consume",
     tag = "gate",
-    request_body(content = Object, description = "`code` (the numeric login code), \
-        `gate_session_id` (both from the redirect), and optionally `service_id`."),
+    request_body = ConsumeBody,
     security(("secret_key" = ["gate:login_sessions:consume"])),
     responses(
         (status = 200, description = "The account the approved login is for, once.", body = Single<Object>),
@@ -569,23 +608,12 @@ async fn start_login(
 async fn consume_login(
     State(state): State<AdminState>,
     caller: SecretKey<ConsumeLoginSessions>,
-    body: JsonObject,
+    Valid(ConsumeBody {
+        code,
+        gate_session_id: session_id,
+        service_id,
+    }): Valid<ConsumeBody>,
 ) -> Result<Reply, ApiError> {
-    let (code, session_id, service_id) = edge::body::read_body(body, |f| {
-        let code = f.checked_string("code", true, |c| {
-            if super::is_login_code(c) {
-                Ok(())
-            } else {
-                Err("must be the numeric login code Gate sent to the dashboard".into())
-            }
-        });
-        let session_id = f.parsed_string("gate_session_id", true, |id| {
-            id.parse::<GateSessionId>()
-                .map_err(|_| "must be the gate_ id the dashboard's redirect carried".to_owned())
-        });
-        let service_id = f.checked_string("service_id", false, gate::service_id);
-        Some((code?, session_id?, service_id))
-    })?;
     let unknown = || {
         ApiError::new(
             ErrorCode::InvalidCredentials,

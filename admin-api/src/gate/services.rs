@@ -40,8 +40,6 @@ use utoipa_axum::routes;
 
 use crate::AdminState;
 
-/// The longest URI accepted in a service.
-const MAX_URI_BYTES: usize = 2048;
 /// The most `env_vars` and `sdks` items.
 const MAX_ITEMS: usize = 20;
 /// The longest `description`, `install` line and `ascii_art`.
@@ -76,19 +74,16 @@ pub struct Service {
     webhook_url: Option<String>,
     /// In full in the answer of the call that set it; otherwise `••••` and its last four.
     webhook_secret: String,
-    /// `{name, source, ...}`: the variables a tool sets from the webhook's answer.
-    #[schema(value_type = Vec<Object>)]
+    /// The variables a tool sets from the webhook's answer.
+    #[schema(value_type = Vec<EnvVarDoc>)]
     env_vars: Vec<GateEnvVar>,
     #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<SdkDoc>)]
     sdks: Vec<GateSdk>,
-    /// `logo_url`, `primary_color`, `secondary_color`, `ascii_art` (each left out when unset),
-    /// `verified` (set by Vigil only).
-    #[schema(value_type = Object)]
+    #[schema(value_type = BrandingDoc)]
     branding: GateBranding,
-    /// `terms_url`, `privacy_url` (each left out when unset).
-    #[schema(value_type = Object)]
+    #[schema(value_type = ConsentDoc)]
     consent: GateConsent,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
@@ -157,18 +152,6 @@ fn new_secret() -> String {
     format!("whsec_{}", STANDARD.encode(bytes))
 }
 
-/// An absolute `http` or `https` URI, stored as given.
-fn uri(s: &str) -> Result<(), String> {
-    if s.len() > MAX_URI_BYTES {
-        return Err(format!("must be at most {MAX_URI_BYTES} bytes"));
-    }
-    let url = url::Url::parse(s).map_err(|e| format!("must be an absolute URI ({e})"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err("must be an http or https URI with a host".into());
-    }
-    Ok(())
-}
-
 /// Text the consent page shows a person, lines allowed.
 fn text(max: usize) -> impl Fn(&str) -> Result<(), String> {
     move |s: &str| {
@@ -216,32 +199,168 @@ struct Draft {
     /// At creation only; a PATCH may repeat it unchanged.
     #[schema(nullable = false, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
     id: Option<String>,
-    #[schema(nullable = false)]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     name: Option<String>,
-    #[schema(nullable = false)]
+    #[schema(
+        nullable = false,
+        max_length = 1000,
+        pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     description: Option<String>,
-    #[schema(nullable = false)]
+    #[schema(
+        nullable = false,
+        max_length = 2048,
+        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
+    )]
     website: Option<String>,
     #[schema(nullable = false)]
     discoverable: Option<bool>,
-    /// null clears it (in the code, `Some(None)`).
-    #[schema(value_type = Option<String>)]
+    /// null clears it (in the code, `Some(None)`). Its host must resolve to public addresses.
+    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https://")]
     dashboard_login_url: Option<Option<String>>,
-    #[schema(value_type = Option<String>)]
+    /// Where each signup's variables come from; its host must resolve to public addresses.
+    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https://")]
     webhook_url: Option<Option<String>>,
-    #[schema(nullable = false)]
+    #[schema(nullable = false, min_length = 32, max_length = 256)]
     webhook_secret: Option<String>,
-    #[schema(nullable = false, value_type = Option<Vec<Object>>)]
+    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<EnvVarDoc>>)]
     env_vars: Option<Vec<GateEnvVar>>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$")]
     docs_url: Option<Option<String>>,
-    #[schema(nullable = false, value_type = Option<Vec<Object>>)]
+    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<SdkDoc>>)]
     sdks: Option<Vec<GateSdk>>,
-    #[schema(nullable = false, value_type = Option<Object>)]
+    #[schema(nullable = false, value_type = Option<BrandingBody>)]
     branding: Option<GateBranding>,
-    #[schema(nullable = false, value_type = Option<Object>)]
+    #[schema(nullable = false, value_type = Option<ConsentDoc>)]
     consent: Option<GateConsent>,
 }
+
+/// A variable a tool sets from the service's webhook answer at each signup.
+#[derive(utoipa::ToSchema)]
+#[schema(as = GateEnvVar)]
+#[allow(dead_code)] // described; read by `env_vars`
+struct EnvVarDoc {
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
+    name: String,
+    /// A shell variable's name; none ending in `_GATE_AGENT_TOKEN`.
+    #[schema(pattern = "^[A-Z_][A-Z0-9_]{0,63}$")]
+    key: String,
+    /// Whether the value is a secret (kept out of logs and shown masked).
+    secret: bool,
+}
+
+/// An SDK the consent and registry pages list.
+#[derive(utoipa::ToSchema)]
+#[schema(as = GateSdk)]
+#[allow(dead_code)] // described; read by `sdks`
+struct SdkDoc {
+    #[schema(min_length = 1, max_length = 200)]
+    label: String,
+    /// The install command.
+    #[schema(
+        max_length = 500,
+        pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069\\s][^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
+    install: String,
+    #[schema(
+        max_length = 2048,
+        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
+    )]
+    url: String,
+}
+
+/// A service's branding as a body writes it (`verified` is Vigil's to set).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // described; read by `branding`
+struct BrandingBody {
+    #[schema(
+        nullable = false,
+        max_length = 2048,
+        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
+    )]
+    logo_url: Option<String>,
+    #[schema(
+        nullable = false,
+        pattern = "^#(?:[0-9A-Fa-f]{3,4}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})$"
+    )]
+    primary_color: Option<String>,
+    #[schema(
+        nullable = false,
+        pattern = "^#(?:[0-9A-Fa-f]{3,4}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})$"
+    )]
+    secondary_color: Option<String>,
+    #[schema(
+        nullable = false,
+        max_length = 4000,
+        pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
+    ascii_art: Option<String>,
+}
+
+/// A service's branding as reads show it: each member left out when unset.
+#[derive(utoipa::ToSchema)]
+#[schema(as = GateBranding)]
+#[allow(dead_code)] // described; the answer serializes the stored `GateBranding`
+struct BrandingDoc {
+    #[schema(nullable = false)]
+    logo_url: Option<String>,
+    #[schema(nullable = false)]
+    primary_color: Option<String>,
+    #[schema(nullable = false)]
+    secondary_color: Option<String>,
+    #[schema(nullable = false)]
+    ascii_art: Option<String>,
+    /// Set by Vigil only.
+    verified: bool,
+}
+
+/// The links a consent page shows, each left out when unset.
+#[derive(utoipa::ToSchema)]
+#[schema(as = GateConsent)]
+#[allow(dead_code)] // described; read by `consent`
+struct ConsentDoc {
+    #[schema(
+        nullable = false,
+        max_length = 2048,
+        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
+    )]
+    terms_url: Option<String>,
+    #[schema(
+        nullable = false,
+        max_length = 2048,
+        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
+    )]
+    privacy_url: Option<String>,
+}
+
+/// A service's creation body, as the document shows it: a [`Draft`] whose `id`, `name` and
+/// `website` are required.
+struct NewService;
+
+impl utoipa::PartialSchema for NewService {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::Schema;
+        let mut schema = <Draft as utoipa::PartialSchema>::schema();
+        if let RefOr::T(Schema::Object(object)) = &mut schema {
+            object.required = ["id", "name", "website"].map(String::from).to_vec();
+            object.description =
+                Some("A new service: `id`, `name` and `website` are required.".into());
+        }
+        schema
+    }
+}
+
+impl utoipa::ToSchema for NewService {}
 
 /// Reads the allowlist from `f`; every problem is recorded on `f` (reported by `finish`).
 fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
@@ -249,7 +368,7 @@ fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
         id: f.checked_string("id", creating, gate::service_id),
         name: f.checked_string("name", creating, shown_name),
         description: f.checked_string("description", false, text(MAX_DESCRIPTION_CHARS)),
-        website: f.checked_string("website", creating, uri),
+        website: f.checked_string("website", creating, validate::http_uri),
         webhook_secret: f.checked_string("webhook_secret", false, |s| {
             let n = s.chars().count();
             if n < gate::MIN_WEBHOOK_SECRET_CHARS {
@@ -281,7 +400,7 @@ fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
     let outbound_uri = |s: &str| outbound::check_url(s, allow_private).map(|_| ());
     d.dashboard_login_url = nullable(f, "dashboard_login_url", &outbound_uri);
     d.webhook_url = nullable(f, "webhook_url", &outbound_uri);
-    d.docs_url = nullable(f, "docs_url", &uri);
+    d.docs_url = nullable(f, "docs_url", &validate::http_uri);
     if let Some(v) = f.take("env_vars") {
         d.env_vars = env_vars(f, v);
     }
@@ -487,7 +606,7 @@ fn sdks(f: &mut Fields, v: Value) -> Option<Vec<GateSdk>> {
             &format!("{at}.install"),
             &nonempty_text(MAX_INSTALL_CHARS),
         );
-        let url = required_member(f, &mut map, &format!("{at}.url"), &uri);
+        let url = required_member(f, &mut map, &format!("{at}.url"), &validate::http_uri);
         let clean = leftovers(f, &at, map);
         match (label, install, url) {
             (Ok(label), Ok(install), Ok(url)) if clean => out.push(GateSdk {
@@ -508,7 +627,7 @@ fn branding(f: &mut Fields, v: Value) -> Option<GateBranding> {
         v,
         &[("verified", "is managed by Vigil and cannot be written")],
     )?;
-    let logo_url = member(f, &mut map, "branding.logo_url", &uri);
+    let logo_url = member(f, &mut map, "branding.logo_url", &validate::http_uri);
     let primary = member(f, &mut map, "branding.primary_color", &gate::color);
     let secondary = member(f, &mut map, "branding.secondary_color", &gate::color);
     let art = member(
@@ -534,8 +653,8 @@ fn branding(f: &mut Fields, v: Value) -> Option<GateBranding> {
 
 fn consent(f: &mut Fields, v: Value) -> Option<GateConsent> {
     let mut map = object(f, "consent", v, &[])?;
-    let terms = member(f, &mut map, "consent.terms_url", &uri);
-    let privacy = member(f, &mut map, "consent.privacy_url", &uri);
+    let terms = member(f, &mut map, "consent.terms_url", &validate::http_uri);
+    let privacy = member(f, &mut map, "consent.privacy_url", &validate::http_uri);
     let clean = leftovers(f, "consent", map);
     match (terms, privacy) {
         (Ok(terms_url), Ok(privacy_url)) if clean => Some(GateConsent {
@@ -660,7 +779,7 @@ fn read_only_system_service() -> ApiError {
     operation_id = "create_gate_service",
     path = "/v1/gate/services",
     tag = "gate",
-    request_body = Draft,
+    request_body = NewService,
     security(("secret_key" = ["gate:services:manage"])),
     responses(
         (status = 201, description = "The service, with its webhook secret.", body = Single<Service>),
@@ -773,7 +892,7 @@ async fn list(
     operation_id = "read_gate_service",
     path = "/v1/gate/services/{serviceId}",
     tag = "gate",
-    params(("serviceId" = String, Path, example = "acme-cli",
+    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "acme-cli",
         description = "A service of the caller's environment, or `vigil`.")),
     security(("secret_key" = ["gate:services:read"])),
     responses(
@@ -797,7 +916,7 @@ async fn read(
     operation_id = "update_gate_service",
     path = "/v1/gate/services/{serviceId}",
     tag = "gate",
-    params(("serviceId" = String, Path, example = "acme-cli",
+    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "acme-cli",
         description = "A service of the caller's environment, or `vigil`.")),
     request_body = Draft,
     security(("secret_key" = ["gate:services:manage"])),
@@ -880,7 +999,7 @@ async fn update(
     operation_id = "disable_gate_service",
     path = "/v1/gate/services/{serviceId}",
     tag = "gate",
-    params(("serviceId" = String, Path, example = "acme-cli",
+    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "acme-cli",
         description = "A service of the caller's environment, or `vigil`.")),
     security(("secret_key" = ["gate:services:manage"])),
     responses(

@@ -157,10 +157,19 @@ pub(super) fn open(
     query: &QueryParams,
     headers: &HeaderMap,
 ) -> Result<(Request<Row>, Events), ApiError> {
-    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
-    let after = super::after::<EventId>(query, "must be the id (evt_) of the last event received")?;
+    let (request, after) = read(query, headers)?;
     let source = Events::new(store, tenancy, request.window, after);
     Ok((request, source))
+}
+
+/// The export's query, every parameter checked: the request and its `after`.
+fn read(
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<(Request<Row>, Option<EventId>), ApiError> {
+    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
+    let after = super::after::<EventId>(query, "must be the id (evt_) of the last event received")?;
+    Ok((request, after))
 }
 
 #[utoipa::path(
@@ -189,7 +198,7 @@ pub(super) async fn schema(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     own_organization(&caller, &params)?;
-    super::schema_only(EXPORT, COLUMNS, &query, &headers, EXTRA)
+    super::schema_only(EXPORT, read(&query, &headers)?.0)
 }
 
 /// The organization in the path, which must be the caller's own: any other is a 404.

@@ -180,13 +180,22 @@ pub(super) fn open(
     query: &QueryParams,
     headers: &HeaderMap,
 ) -> Result<(Request<VisitorRecord>, Visitors), ApiError> {
+    let (request, after) = read(query, headers)?;
+    let source = Visitors::new(store, tenancy, request.window, after);
+    Ok((request, source))
+}
+
+/// The export's query, every parameter checked: the request and its `after`.
+fn read(
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<(Request<VisitorRecord>, Option<VisitorId>), ApiError> {
     let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
     let after = super::after::<VisitorId>(
         query,
         "must be the id (vid_) of the last fingerprint received",
     )?;
-    let source = Visitors::new(store, tenancy, request.window, after);
-    Ok((request, source))
+    Ok((request, after))
 }
 
 #[utoipa::path(
@@ -212,7 +221,7 @@ pub(super) async fn schema(
     query: QueryParams,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    super::schema_only(EXPORT, COLUMNS, &query, &headers, EXTRA)
+    super::schema_only(EXPORT, read(&query, &headers)?.0)
 }
 
 /// A walk of one organization's and environment's visitors, newest first (by id, minted when

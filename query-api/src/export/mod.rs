@@ -69,8 +69,9 @@ pub fn router() -> utoipa_axum::router::OpenApiRouter<QueryState> {
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // described, never built: the refusals themselves are `ApiError`s
 pub(crate) enum ExportErrors {
-    /// `request.invalid_parameter`: a parameter, the window or a column.
-    #[response(status = 400)]
+    /// `request.validation_failed`: a parameter, the window or a column
+    /// (`details.parameter_set` is `query`).
+    #[response(status = 422)]
     Invalid(#[to_schema] schemas::error::ErrorEnvelope),
     /// `request.not_acceptable`: neither format is acceptable.
     #[response(status = 406)]
@@ -463,14 +464,9 @@ fn body<S: Source>(
 
 /// The empty stream of an export's schema (the columns `columns=` keeps): its header alone
 /// in Arrow, nothing in NDJSON.
-fn schema_only<R>(
-    export: &'static str,
-    table: &'static [Column<R>],
-    query: &QueryParams,
-    headers: &HeaderMap,
-    extra: &[&str],
-) -> Result<Response, ApiError> {
-    let request = Request::parse(query, headers, table, extra)?;
+/// An export's schema alone, for a request read and checked as its export reads it (so a
+/// parameter the export would refuse is refused here too).
+fn schema_only<R>(export: &'static str, request: Request<R>) -> Result<Response, ApiError> {
     let body = match request.format {
         Format::Arrow => {
             let schema = columns::schema(export, &request.columns);

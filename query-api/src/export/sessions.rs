@@ -248,6 +248,27 @@ pub(super) fn open(
     query: &QueryParams,
     headers: &HeaderMap,
 ) -> Result<(Request<Row>, Sessions), ApiError> {
+    let (request, filters) = read(query, headers)?;
+    let source = Sessions::new(
+        store,
+        tenancy,
+        request.window,
+        filters.after,
+        filters.verdict,
+        filters.search,
+    );
+    Ok((request, source))
+}
+
+/// What a sessions export's query chooses besides its window, format and columns.
+struct Filters {
+    verdict: Option<String>,
+    search: Option<String>,
+    after: Option<SessionId>,
+}
+
+/// The export's query, every parameter checked.
+fn read(query: &QueryParams, headers: &HeaderMap) -> Result<(Request<Row>, Filters), ApiError> {
     let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
     let verdict = query.one_of("verdict", &VERDICTS)?.map(str::to_owned);
     let search = query
@@ -256,8 +277,14 @@ pub(super) fn open(
         .map(str::to_owned);
     let after =
         super::after::<SessionId>(query, "must be the id (sid_) of the last session received")?;
-    let source = Sessions::new(store, tenancy, request.window, after, verdict, search);
-    Ok((request, source))
+    Ok((
+        request,
+        Filters {
+            verdict,
+            search,
+            after,
+        },
+    ))
 }
 
 #[utoipa::path(
@@ -284,7 +311,7 @@ pub(super) async fn schema(
     query: QueryParams,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    super::schema_only(EXPORT, COLUMNS, &query, &headers, EXTRA)
+    super::schema_only(EXPORT, read(&query, &headers)?.0)
 }
 
 /// A walk of one organization's and environment's sessions, newest first, from the window's

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The contract check (docs/testing.md#the-contract-check): schemathesis, from PyPI, fuzzes a
+# served Vigil from its own OpenAPI document, in three bounded runs: the routes a secret key
+# reaches (with a test secret key), the routes a publishable key reaches (with a test
+# publishable key), and the rest without a key. Its checks: server errors, status codes,
+# content types, response schemas and headers, negative data refused and positive data
+# accepted. Prints one `schemathesis: N passed, N failed` line (operations, over the three
+# runs) and fails when any check failed. Run by scripts/test.sh; alone, it needs a built
+# `target/debug/vigil` and python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/servers.sh
+
+SCHEMATHESIS_VERSION=4.32.5
+venv=target/schemathesis
+[ -x "$venv/bin/schemathesis" ] && "$venv/bin/schemathesis" --version 2>/dev/null \
+    | grep -q "$SCHEMATHESIS_VERSION" \
+  || { python3 -m venv "$venv" \
+       && "$venv/bin/pip" install --quiet "schemathesis==$SCHEMATHESIS_VERSION"; }
+
+vigil=target/debug/vigil
+[ -x "$vigil" ] || cargo build --quiet --bin vigil
+work=$(mktemp -d)
+data="$work/data"
+# Kept after the run (and replaced by the next): each run's log and JUnit report.
+reports="$venv/last"
+rm -rf "$reports"
+mkdir -p "$reports"
+server_pid=
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# An organization of its own, whose test keys are not limited: the fuzzer's thousands of calls
+# would otherwise meet 429s instead of the routes (a 429 is documented, so it hides nothing, but
+# it spends the examples).
+"$vigil" bootstrap --data-dir "$data" --name Contract --slug contract > "$work/credentials.json" 2>/dev/null
+credential() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))$2)" "$work/credentials.json"; }
+export VIGIL_ORG=$(credential "" '["organization"]["id"]')
+export VIGIL_SK=$(credential "" '["keys"]["secret_test"]')
+export VIGIL_PK=$(credential "" '["keys"]["publishable_test"]')
+for key in "$VIGIL_SK" "$VIGIL_PK"; do
+  "$vigil" keys set-rate-limit --data-dir "$data" --key "$key" --limit 1000000 >/dev/null 2>&1
+done
+
+port=$(free_port)
+export VIGIL_URL="http://127.0.0.1:$port"
+# Private webhooks: the endpoint the run reads, rotates and deletes points at this machine.
+"$vigil" serve --listen "127.0.0.1:$port" --data-dir "$data" --anonymous-rate-limit 1000000 \
+  --allow-private-webhooks > "$work/serve.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 100); do
+  curl -sf "$VIGIL_URL/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -sf "$VIGIL_URL/readyz" >/dev/null || { cat "$work/serve.log"; exit 1; }
+
+# What the path parameters name, made first so the fuzzer reaches real resources: a secret key
+# of its own to update, rotate and revoke (never the run's), a webhook endpoint, a published
+# Gate service.
+api() {
+  curl -sf -X POST "$VIGIL_URL$1" -H "Authorization: Bearer $VIGIL_SK" \
+       -H 'Content-Type: application/json' -d "$2" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["id"])'
+}
+export VIGIL_KEY_ID=$(api "/v1/organizations/$VIGIL_ORG/api-keys" '{"name":"fuzzed","type":"secret"}')
+export VIGIL_ENDPOINT_ID=$(api "/v1/organizations/$VIGIL_ORG/webhooks/endpoints" \
+  '{"name":"fuzzed","url":"http://127.0.0.1:9/hook","event_types":["webhook.test"]}')
+export VIGIL_SERVICE_ID=$(api /v1/gate/services \
+  '{"id":"fuzzed","name":"Fuzzed","website":"https://fuzzed.example","discoverable":true}')
+
+curl -sf "$VIGIL_URL/v1/openapi.json" > "$work/openapi.json"
+# The operations of each run, by the security each declares.
+operations() {
+  python3 - "$work/openapi.json" "$1" <<'EOF'
+import json, sys
+doc, wanted = json.load(open(sys.argv[1])), sys.argv[2]
+for item in doc["paths"].values():
+    for op in item.values():
+        schemes = {s for req in op.get("security", [{}]) for s in req}
+        kind = ("secret" if "secret_key" in schemes and "publishable_key" not in schemes
+                else "publishable" if "publishable_key" in schemes else "none")
+        if kind == wanted:
+            print(op["operationId"])
+EOF
+}
+
+status=0
+# The secret run last: it disables the Gate service and revokes the key the others may read.
+for run in none publishable secret; do
+  args=()
+  for id in $(operations "$run"); do args+=(--include-operation-id "$id"); done
+  set +e
+  "$venv/bin/schemathesis" --config-file scripts/schemathesis.toml run "$work/openapi.json" \
+    "${args[@]}" --report junit --report-dir "$reports/$run" > "$reports/$run.log" 2>&1
+  code=$?
+  set -e
+  # 1 is a failed check (counted below); anything else is the run itself failing.
+  if [ "$code" -ne 0 ] && [ "$code" -ne 1 ]; then
+    echo "schemathesis ($run run) did not run (exit $code):"; cat "$reports/$run.log"; status=1
+  fi
+  [ "$code" -eq 1 ] && { echo "schemathesis ($run run) found:"; cat "$reports/$run.log"; }
+  echo "schemathesis ($run run): $(grep -A1 '^Test cases:' "$reports/$run.log" | tail -1 | xargs)"
+done
+
+python3 - "$reports" <<'EOF' || status=1
+import glob, sys
+import xml.etree.ElementTree as ET
+passed = failed = 0
+for report in glob.glob(f"{sys.argv[1]}/*/junit*.xml"):
+    for case in ET.parse(report).iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.find("skipped") is None:
+            passed += 1
+print(f"schemathesis: {passed} passed, {failed} failed")
+sys.exit(1 if failed or not passed else 0)
+EOF
+exit $status

@@ -1,0 +1,228 @@
+//! What the contract check (scripts/schemathesis.sh) found, each kept as an ordinary test: the
+//! server and its OpenAPI document disagreed, and these hold them together. The document's own
+//! tests are in openapi.rs.
+
+use serde_json::Value;
+use vigil_tests::collect::open_session;
+use vigil_tests::{TestServer, json};
+
+fn document() -> Value {
+    serde_json::to_value(vigil::openapi::document()).unwrap()
+}
+
+/// Every operation of the document, as (method, path, operation).
+fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+    let mut all = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            all.push((method.clone(), path.clone(), operation.clone()));
+        }
+    }
+    all
+}
+
+/// Found: the id pattern allowed a first character of 8 to z, which the server refuses (a
+/// ULID's first character holds 3 bits), and the refusal said the characters were outside the
+/// alphabet, though every one was in it.
+#[tokio::test]
+async fn an_ids_first_character_above_7_is_refused_as_such_and_the_pattern_says_so() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    let r = s
+        .get("/v1/sessions/sid_t0000000000000000000000000")
+        .key(sk)
+        .send()
+        .await;
+    let body = r.err(422, "request.validation_failed");
+    let issue = body["details"]["fields"][0]["issue"].as_str().unwrap();
+    assert!(
+        issue.contains("first character after the prefix must be 0 to 7"),
+        "{issue}"
+    );
+    // The largest id the pattern allows is one the server reads.
+    s.get("/v1/sessions/sid_7zzzzzzzzzzzzzzzzzzzzzzzzz")
+        .key(sk)
+        .send()
+        .await
+        .err(404, "resource.not_found");
+    let doc = document();
+    assert_eq!(
+        doc["components"]["schemas"]["SessionId"]["pattern"],
+        "^sid_[0-7][0-9a-hjkmnp-tv-z]{25}$"
+    );
+}
+
+/// Found: `details.fields[].received` was typed as an object, but it echoes whatever came (here
+/// the name of a body's JSON type, a string).
+#[tokio::test]
+async fn received_is_any_json_value() {
+    let s = TestServer::start().await;
+    let r = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(&s.creds.keys.secret_test)
+        .json(json!([null, null]))
+        .send()
+        .await;
+    let body = r.err(422, "request.validation_failed");
+    assert_eq!(body["details"]["fields"][0]["received"], "array");
+    let received = &document()["components"]["schemas"]["FieldIssue"]["properties"]["received"];
+    assert!(
+        received.get("type").is_none(),
+        "received takes any JSON value: {received}"
+    );
+}
+
+/// Found: invalid path ids, unknown query parameters and cursors answer 422, which most
+/// routes did not document (lists documented a 400 `request.invalid_parameter`, a code that
+/// does not exist); and 429 was missing where only the client address is limited.
+#[test]
+fn every_route_documents_422_for_its_parameters_and_429_and_no_unknown_code() {
+    let doc = document();
+    let text = doc.to_string();
+    assert!(!text.contains("invalid_parameter"));
+    for (method, path, operation) in operations(&doc) {
+        let responses = &operation["responses"];
+        let takes_parameters = operation["parameters"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p["in"] == "path" || p["in"] == "query"));
+        if takes_parameters {
+            assert!(responses.get("422").is_some(), "{method} {path} lacks 422");
+        }
+        assert!(responses.get("429").is_some(), "{method} {path} lacks 429");
+        assert!(responses.get("5XX").is_some(), "{method} {path} lacks 5XX");
+    }
+}
+
+/// Found: bodies with members the server refuses (`"extra": 1` is a 422 "is not a writable
+/// field") were documented as open objects; and Gate's login-code exchange was documented as
+/// any object, a service's creation without its required members.
+#[tokio::test]
+async fn request_bodies_are_closed_and_name_their_required_members() {
+    let s = TestServer::start().await;
+    let r = s
+        .post("/v1/gate/agent-tokens/verify")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({"agent_token": "agt_x", "extra": 1}))
+        .send()
+        .await;
+    r.err(422, "request.validation_failed");
+    assert!(r.field_names().contains(&"extra".to_owned()));
+
+    let doc = document();
+    let schemas = &doc["components"]["schemas"];
+    for (method, path, operation) in operations(&doc) {
+        let Some(body) =
+            operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].as_str()
+        else {
+            continue;
+        };
+        let name = body.trim_start_matches("#/components/schemas/");
+        assert_eq!(
+            schemas[name]["additionalProperties"], false,
+            "{method} {path}: {name} is open"
+        );
+    }
+    assert_eq!(
+        schemas["ConsumeBody"]["required"],
+        json!(["code", "gate_session_id"])
+    );
+    assert_eq!(
+        schemas["NewService"]["required"],
+        json!(["id", "name", "website"])
+    );
+    // Nested bodies are closed too.
+    assert_eq!(schemas["GateEnvVar"]["additionalProperties"], false);
+    assert_eq!(schemas["BrandingBody"]["additionalProperties"], false);
+
+    // What the document now says is what the server does.
+    let consume = s
+        .post("/v1/gate/login-sessions/consume")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({}))
+        .send()
+        .await;
+    consume.err(422, "request.validation_failed");
+    assert_eq!(consume.field_names(), ["code", "gate_session_id"]);
+    let service = s
+        .post("/v1/gate/services")
+        .key(&s.creds.keys.secret_test)
+        .json(json!({"id": "acme-x"}))
+        .send()
+        .await;
+    service.err(422, "request.validation_failed");
+    assert_eq!(service.field_names(), ["name", "website"]);
+}
+
+/// Found: a batch number written `1.0` (what a client with only doubles sends, and what JSON
+/// Schema's `integer` takes) was refused as not an integer.
+#[tokio::test]
+async fn a_batch_number_written_as_a_whole_double_is_that_number() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let session = open_session(&s, pk).await;
+    let mut body = session.batch(1, &json!({"kind": "probes", "collected_in_ms": 1.0}));
+    body["seq"] = json!(1.0);
+    let path = format!("/v1/collect/sessions/{}/batches", session.id);
+    let r = s.post(&path).key(pk).json(body).send().await;
+    assert_eq!(r.ok(202)["seq"], 1);
+    let mut half = session.batch(2, &json!({"kind": "probes", "collected_in_ms": 1.0}));
+    half["seq"] = json!(2.5);
+    let r = s.post(&path).key(pk).json(half).send().await;
+    r.err(422, "request.validation_failed");
+    assert_eq!(r.field_names(), ["seq"]);
+}
+
+/// Found: an export's schema route took `verdict=null` (and any `after`) without a word, though
+/// the export itself refuses them: the two now read their query alike.
+#[tokio::test]
+async fn an_exports_schema_route_refuses_what_its_export_refuses() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_test;
+    for path in [
+        "/v1/sessions/export/schema?verdict=null",
+        "/v1/sessions/export/schema?after=nope",
+        "/v1/fingerprints/export/schema?after=nope",
+    ] {
+        let r = s.get(path).key(sk).send().await;
+        r.err(422, "request.validation_failed");
+    }
+    let events = format!("{}/events/export/schema?after=nope", s.org_path());
+    s.get(&events)
+        .key(sk)
+        .send()
+        .await
+        .err(422, "request.validation_failed");
+    let fine = s
+        .get("/v1/sessions/export/schema?verdict=bot")
+        .key(sk)
+        .send()
+        .await;
+    assert_eq!(fine.status, 200);
+}
+
+/// Found: a proven call without its `Vigil-Session-Proof` header, on a session that does not
+/// exist, answered 404: the missing header is now refused first, whatever the session.
+#[tokio::test]
+async fn a_call_without_its_proof_is_refused_before_its_session_is_looked_up() {
+    let s = TestServer::start().await;
+    let pk = &s.creds.keys.publishable_test;
+    let unknown = "sid_01m8b7336nkz18pth0mzq1zy77";
+    for r in [
+        s.post("/v1/collect/network-checks")
+            .key(pk)
+            .json(json!({"session_id": unknown}))
+            .send()
+            .await,
+        s.post(&format!("/v1/collect/sessions/{unknown}/results"))
+            .key(pk)
+            .send()
+            .await,
+        s.get("/v1/collect/pings/png_01m8b7336nkz18pth0mzq1zy77")
+            .key(pk)
+            .send()
+            .await,
+    ] {
+        let body = r.err(401, "collect.session_proof_invalid");
+        assert_eq!(body["details"]["header_name"], "Vigil-Session-Proof");
+    }
+}
