@@ -18,19 +18,16 @@ use edge::policy::{ListFingerprints, ReadFingerprint};
 use edge::{ApiError, SecretKey};
 use schemas::error::ErrorEnvelope;
 use schemas::resources::{List, Pagination, Single};
-use schemas::session_view::{ScreenView, SessionView};
 use schemas::time::{self, Timestamp};
 use schemas::{SessionId, VisitorId};
 use serde::Serialize;
-use serde_json::{Value, json};
-use store::{
-    SessionRecord, VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest, VisitorStorage,
-};
+use store::{VisitorAnchors, VisitorOrder, VisitorRecord, VisitorRequest, VisitorStorage};
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{QueryState, latest_decision};
+use crate::QueryState;
+use crate::evidence::LinkedSession;
 
 /// The values of `sort=`; without it, `last_seen`.
 pub const SORTS: [&str; 2] = ["seen_count", "first_seen"];
@@ -58,19 +55,18 @@ struct Lifecycle {
     expires_at: Timestamp,
 }
 
-/// The members list items and the detail share. Its request, storage and anchors members are
-/// documented as objects for now (docs/api.md#openapi).
+/// The members list items and the detail share.
 #[derive(Serialize, utoipa::ToSchema)]
 struct Fingerprint<'a> {
     id: VisitorId,
     #[schema(value_type = String, pattern = "^visitor_fingerprint$")]
     object: &'static str,
     lifecycle: Lifecycle,
-    #[schema(value_type = Object)]
+    #[schema(value_type = RequestDoc)]
     latest_request: &'a VisitorRequest,
-    #[schema(value_type = Object)]
+    #[schema(value_type = StorageDoc)]
     storage: &'a VisitorStorage,
-    #[schema(value_type = Object)]
+    #[schema(value_type = AnchorsDoc)]
     anchors: &'a VisitorAnchors,
 }
 
@@ -95,12 +91,51 @@ fn fingerprint(v: &VisitorRecord) -> Fingerprint<'_> {
 struct Detail<'a> {
     #[serde(flatten)]
     fingerprint: Fingerprint<'a>,
-    /// `{ "vector": [number] }`.
-    #[schema(value_type = Object)]
-    components: Value,
-    /// `{ "sessions": [...] }`: the most recent linked sessions.
-    #[schema(value_type = Object)]
-    activity: Value,
+    components: Components<'a>,
+    activity: Activity,
+}
+
+/// The fingerprint's component vector.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Components<'a> {
+    vector: &'a [f64],
+}
+
+/// The visitor's most recent linked sessions.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Activity {
+    sessions: Vec<LinkedSession>,
+}
+
+/// The request that last linked to the visitor.
+#[derive(utoipa::ToSchema)]
+#[schema(as = VisitorRequest)]
+#[allow(dead_code)] // described; the answer serializes the store's `VisitorRequest`
+struct RequestDoc {
+    user_agent: String,
+    ip_address: String,
+}
+
+/// Where the SDK found the visitor token.
+#[derive(utoipa::ToSchema)]
+#[schema(as = VisitorStorage)]
+#[allow(dead_code)] // described; the answer serializes the store's `VisitorStorage`
+struct StorageDoc {
+    cookies: bool,
+    local_storage: bool,
+    indexed_db: bool,
+    service_worker: bool,
+    window_name: bool,
+}
+
+/// The rendering hashes that link a fresh profile on the same machine.
+#[derive(utoipa::ToSchema)]
+#[schema(as = VisitorAnchors)]
+#[allow(dead_code)] // described; the answer serializes the store's `VisitorAnchors`
+struct AnchorsDoc {
+    webgl_hash: Option<String>,
+    parameters_hash: Option<String>,
+    audio_hash: Option<String>,
 }
 
 fn sort_name(order: VisitorOrder) -> &'static str {
@@ -203,46 +238,6 @@ async fn list(
     ))
 }
 
-/// One recent linked session, in the interface's shape.
-fn linked_session(s: &SessionRecord) -> Value {
-    let decided = latest_decision(s);
-    let d = decided.as_ref();
-    let view = SessionView::of(&s.state);
-    let probes = view.probes();
-    let screen = probes.and_then(|p| p.screen.as_ref());
-    let touch_points = probes
-        .and_then(|p| p.browser.as_ref())
-        .and_then(|b| b.max_touch_points)
-        .unwrap_or(0.0);
-    let is_touch_capable = screen.and_then(|s| s.touch).unwrap_or(false) || touch_points > 0.0;
-    json!({
-        "session_id": s.id,
-        "decision": {
-            "event_id": d.map(|d| d.event_id),
-            "verdict": d.map(|d| d.verdict),
-            "risk_score": d.map(|d| d.risk_score),
-            "phase": d.map(|d| d.phase),
-            "is_provisional": d.map(|d| d.is_provisional),
-            "manipulation": d.and_then(|d| d.manipulation),
-            "evaluation_duration_ms": d.map(|d| d.evaluation_duration_ms),
-            "evaluated_at": d.map(|d| time::format(&d.evaluated_at)),
-        },
-        "request": {
-            "url": s.page_url,
-            "user_agent": s.user_agent,
-            "ip_address": s.ip,
-            "screen_size": screen.and_then(ScreenView::size),
-            "is_touch_capable": is_touch_capable,
-        },
-        "score_breakdown": {
-            "categories": match d {
-                Some(d) => json!(d.score_breakdown.categories),
-                None => json!({}),
-            },
-        },
-    })
-}
-
 /// One visitor fingerprint.
 #[utoipa::path(
     get,
@@ -274,12 +269,14 @@ async fn read(
     for sid in &visitor.recent_sessions {
         let sid: SessionId = *sid;
         if let Some(s) = state.auth.store.get_session(org, env, sid).await? {
-            sessions.push(linked_session(&s));
+            sessions.push(LinkedSession::of(&s));
         }
     }
     Ok(Reply::ok(Detail {
         fingerprint: fingerprint(&visitor),
-        components: json!({ "vector": visitor.components }),
-        activity: json!({ "sessions": sessions }),
+        components: Components {
+            vector: &visitor.components,
+        },
+        activity: Activity { sessions },
     }))
 }

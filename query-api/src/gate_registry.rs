@@ -40,11 +40,11 @@ struct Entry {
     #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
     /// What a signup delivers: each variable's name, key and whether it is a secret.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<schemas::gate::EnvVarDoc>)]
     env_vars: Vec<GateEnvVar>,
     /// The variable the agent token is delivered under.
     agent_token_variable: String,
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<schemas::gate::SdkDoc>)]
     sdks: Vec<GateSdk>,
     branding: Branding,
     consent: Consent,

@@ -47,7 +47,7 @@ struct Opened {
     /// The visitor and the latest decision, once the processor has scored the session.
     visitor_id: Option<String>,
     /// The latest decision as the session detail shows it; null before the first.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<schemas::decision::Decision>)]
     decision: Option<schemas::raw::RawJson>,
 }
 

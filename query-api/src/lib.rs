@@ -7,6 +7,7 @@
 //! (`schemas::decision::Decision`, `schemas::session_view::SessionView`), never by pointing
 //! into its JSON: the two run as separate processes, perhaps of different versions.
 
+pub mod evidence;
 pub mod export;
 pub mod fingerprints;
 pub mod gate_registry;

@@ -11,18 +11,20 @@ use edge::pagination::{decode_cursor, encode_cursor, scan_page};
 use edge::policy::{ListSessions, ReadSession};
 use edge::{ApiError, SecretKey};
 use schemas::SessionId;
-use schemas::decision::{Category, Decision, FiredSignal};
+use schemas::decision::{FiredSignal, Highlight};
 use schemas::error::ErrorEnvelope;
 use schemas::resources::{List, Pagination, Single};
-use schemas::session_view::SessionView;
 use schemas::time::{self, Timestamp};
 use serde::Serialize;
-use serde_json::{Value, json};
 use store::SessionRecord;
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::evidence::{
+    AutomationEvidence, ClientTelemetry, ConnectionFingerprint, DecisionDetail, DecisionSummary,
+    Evidence, IntegrityEvidence, NetworkEvidence, VisitorLink, WebBotAuthEvidence,
+};
 use crate::{QueryState, latest_decision};
 
 /// The verdict enumeration (docs/architecture.md#decisions), the values of `verdict=`.
@@ -67,24 +69,8 @@ struct SessionRow {
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
-    /// The latest decision's summary (`event_id`, `verdict`, `risk_score`, `automation_status`,
-    /// `decision_status`, `phase`, `manipulation`, `evaluated_at`); null before the first.
-    #[schema(value_type = Option<Object>)]
-    latest_decision: Value,
-}
-
-/// The summary of a decision that list rows carry.
-fn summary(d: &Decision) -> Value {
-    json!({
-        "event_id": d.event_id,
-        "verdict": d.verdict,
-        "risk_score": d.risk_score,
-        "automation_status": d.automation_status,
-        "decision_status": d.decision_status,
-        "phase": d.phase,
-        "manipulation": d.manipulation,
-        "evaluated_at": time::format(&d.evaluated_at),
-    })
+    /// The latest decision's summary; null before the first.
+    latest_decision: Option<DecisionSummary>,
 }
 
 fn row(s: &SessionRecord) -> SessionRow {
@@ -97,9 +83,7 @@ fn row(s: &SessionRecord) -> SessionRow {
         user_agent: s.user_agent.clone(),
         created_at: s.opened_at,
         updated_at: s.updated_at,
-        latest_decision: latest_decision(s)
-            .map(|d| summary(&d))
-            .unwrap_or(Value::Null),
+        latest_decision: latest_decision(s).as_ref().map(DecisionSummary::of),
     }
 }
 
@@ -192,34 +176,22 @@ async fn list(
 
 /// The session detail: members in the interface's order of importance (most actionable first,
 /// then continuity, then evidence and telemetry).
-///
-/// Its evidence members are documented as objects for now (docs/api.md#openapi): their types
-/// are still built by hand.
 #[derive(Serialize, utoipa::ToSchema)]
 struct SessionDetail {
     id: SessionId,
     #[schema(value_type = String, pattern = "^session$")]
     object: &'static str,
-    #[schema(value_type = Object)]
-    decision: Value,
-    #[schema(value_type = Vec<Object>)]
-    highlights: Value,
-    #[schema(value_type = Object)]
-    automation: Value,
-    #[schema(value_type = Option<Object>)]
-    web_bot_auth: Value,
-    #[schema(value_type = Object)]
-    network: Value,
-    #[schema(value_type = Object)]
-    runtime_integrity: Value,
-    #[schema(value_type = Option<Object>)]
-    visitor_fingerprint: Value,
-    #[schema(value_type = Object)]
-    connection_fingerprint: Value,
-    #[schema(value_type = Vec<Object>)]
-    signals_fired: Value,
-    #[schema(value_type = Object)]
-    client_telemetry: Value,
+    decision: DecisionDetail,
+    /// At most five, concerning first.
+    highlights: Vec<Highlight>,
+    automation: AutomationEvidence,
+    web_bot_auth: WebBotAuthEvidence,
+    network: NetworkEvidence,
+    runtime_integrity: IntegrityEvidence,
+    visitor_fingerprint: VisitorLink,
+    connection_fingerprint: ConnectionFingerprint,
+    signals_fired: Vec<FiredSignal>,
+    client_telemetry: ClientTelemetry,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
@@ -228,85 +200,21 @@ struct SessionDetail {
     updated_at: Timestamp,
 }
 
-/// The fired signals of one category; none without a decision.
-fn signals_of(d: Option<&Decision>, category: Category) -> Vec<&FiredSignal> {
-    d.map(|d| d.signals_of(category).collect())
-        .unwrap_or_default()
-}
-
 fn detail(s: &SessionRecord) -> SessionDetail {
-    let decided = latest_decision(s);
-    let d = decided.as_ref();
-    let view = SessionView::of(&s.state);
-    let probes = view.probes();
-    let automation = probes.and_then(|p| p.automation.as_ref());
-    let integrity = probes.and_then(|p| p.integrity.as_ref());
-    let context = view.context();
+    let e = Evidence::of(s);
     SessionDetail {
         id: s.id,
         object: "session",
-        decision: json!({
-            "event_id": d.map(|d| d.event_id),
-            "automation_status": d.map(|d| d.automation_status),
-            "decision_status": d.map(|d| d.decision_status),
-            "verdict": d.map(|d| d.verdict),
-            "risk_score": d.map(|d| d.risk_score),
-            "phase": d.map(|d| d.phase),
-            "manipulation": d.and_then(|d| d.manipulation),
-            "score_breakdown": d.map(|d| &d.score_breakdown),
-            "is_provisional": d.map(|d| d.is_provisional),
-            "evaluation_duration_ms": d.map(|d| d.evaluation_duration_ms),
-            "evaluated_at": d.map(|d| time::format(&d.evaluated_at)),
-            "rule": d.map(|d| &d.rule),
-        }),
-        highlights: json!(d.map(|d| &d.highlights[..]).unwrap_or_default()),
-        automation: json!({
-            "status": d.map(|d| d.automation_status),
-            "webdriver": automation.and_then(|a| a.webdriver),
-            "signals": signals_of(d, Category::Automation),
-        }),
-        web_bot_auth: json!({
-            "status": context.and_then(|c| c.web_bot_auth),
-            "signature_agent": context.and_then(|c| c.signature_agent.as_ref()),
-        }),
-        network: json!({
-            "ip_address": s.ip,
-            "ping_rtts_ms": probes
-                .and_then(|p| p.network.as_ref())
-                .and_then(|n| n.ping_rtts_ms.as_ref()),
-            "server_ping_arrivals": context.and_then(|c| c.ping_arrivals.as_ref()),
-            "network_check_consistent": context.and_then(|c| c.network_check_consistent),
-            "signals": signals_of(d, Category::Network),
-        }),
-        runtime_integrity: json!({
-            "tampered_natives": integrity.and_then(|i| i.tampered_natives.as_ref()),
-            "descriptor_anomalies": integrity.and_then(|i| i.descriptor_anomalies.as_ref()),
-            "signals": signals_of(d, Category::Integrity),
-        }),
-        visitor_fingerprint: json!({ "id": s.visitor_id.map(|v| v.to_string()) }),
-        connection_fingerprint: json!({
-            "user_agent": s.user_agent,
-            "header_names": context
-                .and_then(|c| c.request.as_ref())
-                .and_then(|r| r.header_names.as_ref()),
-        }),
-        signals_fired: json!(d.map(|d| &d.signals_fired[..]).unwrap_or_default()),
-        client_telemetry: json!({
-            "user_agent": automation.and_then(|a| a.user_agent.as_ref()),
-            "platform": probes
-                .and_then(|p| p.browser.as_ref())
-                .and_then(|b| b.platform.as_ref()),
-            "languages": automation.and_then(|a| a.languages.as_ref()),
-            "timezone": probes
-                .and_then(|p| p.locale.as_ref())
-                .and_then(|l| l.timezone.as_ref()),
-            "screen": probes.and_then(|p| p.screen.as_ref()),
-            "webgl_renderer": probes
-                .and_then(|p| p.rendering.as_ref())
-                .and_then(|r| r.webgl_renderer.as_ref()),
-            "collected_in_ms": probes.and_then(|p| p.collected_in_ms),
-            "timed_out": probes.and_then(|p| p.timed_out.as_ref()),
-        }),
+        decision: e.decision,
+        highlights: e.highlights,
+        automation: e.automation,
+        web_bot_auth: e.web_bot_auth,
+        network: e.network,
+        runtime_integrity: e.runtime_integrity,
+        visitor_fingerprint: e.visitor_fingerprint,
+        connection_fingerprint: e.connection_fingerprint,
+        signals_fired: e.signals_fired,
+        client_telemetry: e.client_telemetry,
         created_at: s.opened_at,
         updated_at: s.updated_at,
     }

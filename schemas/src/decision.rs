@@ -18,7 +18,7 @@ use crate::raw::RawJson;
 use crate::time::{self, Timestamp};
 
 /// Whether a program or a person drives the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AutomationStatus {
     Automated,
@@ -27,7 +27,7 @@ pub enum AutomationStatus {
 }
 
 /// What the customer should make of the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Human,
@@ -56,7 +56,7 @@ impl Verdict {
 }
 
 /// How much of the session the decision has seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Static probes only.
@@ -68,7 +68,7 @@ pub enum Phase {
 }
 
 /// Preliminary until the decision is made final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionStatus {
     Preliminary,
@@ -76,7 +76,7 @@ pub enum DecisionStatus {
 }
 
 /// The kind of disguise the signals point to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Manipulation {
     UserAgentSpoofing,
@@ -87,7 +87,19 @@ pub enum Manipulation {
 
 /// The five score categories of a decision (docs/architecture.md#decisions). Declared (and so
 /// ordered, as the keys of [`ScoreBreakdown::categories`]) by name, as the documents list them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     Automation,
@@ -109,7 +121,7 @@ impl Category {
 }
 
 /// Whether a highlight counts for or against the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HighlightKind {
     Concerning,
@@ -117,11 +129,12 @@ pub enum HighlightKind {
 }
 
 /// A decision about a session at one point in its life, as stored and shown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Decision {
     pub automation_status: AutomationStatus,
     pub decision_status: DecisionStatus,
     #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
     pub evaluated_at: Timestamp,
     /// How long folding the batches and deciding took.
     pub evaluation_duration_ms: f64,
@@ -134,6 +147,7 @@ pub struct Decision {
     pub manipulation: Option<Manipulation>,
     pub phase: Phase,
     /// 0 to 100.
+    #[schema(maximum = 100)]
     pub risk_score: u8,
     /// The row of the processor's rules table that decided, for whoever asks why.
     pub rule: String,
@@ -143,49 +157,56 @@ pub struct Decision {
     pub verdict: Verdict,
     /// Members of a newer writer, kept so that reading and writing back loses nothing.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Map<String, Value>,
 }
 
 /// Per-category scores, 0..=100 each.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScoreBreakdown {
     pub categories: BTreeMap<Category, u8>,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Map<String, Value>,
 }
 
 /// One curated line of explanation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Highlight {
     pub evidence: Evidence,
     pub kind: HighlightKind,
     /// Written for a customer reading the session.
     pub sentence: String,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Map<String, Value>,
 }
 
 /// What a highlight rests on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Evidence {
     /// The value the signal observed.
+    #[schema(value_type = serde_json::Value)]
     pub observed: Value,
     /// The signal's slug.
     pub signal: String,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Map<String, Value>,
 }
 
 /// One finding about the session: an entry of `signals_fired`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FiredSignal {
     pub category: Category,
+    #[schema(value_type = serde_json::Value)]
     pub observed: Value,
     #[serde(rename = "signal")]
     pub slug: String,
     /// Positive is concerning, negative is reassuring.
     pub weight: i32,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Map<String, Value>,
 }
 

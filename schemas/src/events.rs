@@ -117,12 +117,43 @@ pub struct Event {
     /// What happened, by type (docs/webhooks.md).
     #[schema(value_type = Object)]
     pub data: serde_json::Value,
-    /// The deliveries made so far (`webhook_delivery`); empty when the event is first recorded.
-    #[schema(value_type = Vec<Object>)]
+    /// The deliveries made so far; empty when the event is first recorded.
+    #[schema(value_type = Vec<WebhookDelivery>)]
     pub webhook_deliveries: Vec<serde_json::Value>,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
+}
+
+/// A delivery of an event to an endpoint (`object: webhook_delivery`), as the document
+/// describes the events API's `webhook_deliveries`; the admin API builds it from the store's
+/// record. What an attempt has not told yet (the endpoint's answer before the first attempt, an
+/// error once one succeeded) is left out, never null.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // described; the admin API serializes its own view of the stored delivery
+pub struct WebhookDelivery {
+    id: crate::ids::WebhookDeliveryId,
+    #[schema(pattern = "^webhook_delivery$")]
+    object: String,
+    event_id: EventId,
+    endpoint_id: crate::ids::WebhookEndpointId,
+    event_type: EventType,
+    #[schema(pattern = "^(pending|succeeded|failed)$")]
+    status: String,
+    attempts: u32,
+    /// The endpoint's status at the latest attempt that got one.
+    #[schema(nullable = false)]
+    response_status: Option<u16>,
+    /// The start of the endpoint's answer.
+    #[schema(nullable = false)]
+    response_body: Option<String>,
+    /// Why the latest attempt failed.
+    #[schema(nullable = false)]
+    error: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    updated_at: Timestamp,
 }
 
 /// The version of [`LoggedEvent`] this build writes.

@@ -226,3 +226,255 @@ async fn a_call_without_its_proof_is_refused_before_its_session_is_looked_up() {
         assert_eq!(body["details"]["header_name"], "Vigil-Session-Proof");
     }
 }
+
+fn record(
+    answers: &mut Vec<Answered>,
+    method: &'static str,
+    path: &'static str,
+    r: &vigil_tests::Resp,
+) {
+    answers.push(Answered {
+        method,
+        path,
+        status: r.status,
+        body: r.body.clone(),
+    });
+}
+
+/// One real answer and where the document describes it.
+struct Answered {
+    method: &'static str,
+    /// The document's path template.
+    path: &'static str,
+    status: u16,
+    body: Value,
+}
+
+/// The fuzzer meets few real resources (no scored session, no delivery): here every kind of
+/// resource exists, filled as a real deployment fills it, and each answer is validated against
+/// its response schema by Python's `jsonschema` (JSON Schema 2020-12, which OpenAPI 3.1 uses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_answers_of_every_resource_match_the_document() {
+    use vigil_tests::collect::score_session;
+    use vigil_tests::receiver::Receiver;
+    let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
+    let sk = &s.creds.keys.secret_test;
+    let pk = &s.creds.keys.publishable_test;
+    let org = s.org_path();
+    let mut answers: Vec<Answered> = Vec::new();
+
+    // A scored, linked, final session: the handoff, the list, the detail, the fingerprint.
+    let probes = json!({"kind": "probes", "collected_in_ms": 12.0,
+        "automation": {"webdriver": true, "user_agent": "Mozilla/5.0", "languages": ["en"]},
+        "screen": {"width": 1920.0, "height": 1080.0, "touch": false},
+        "network": {"ping_rtts_ms": [1.0, 2.0]}});
+    let (session, opened) = score_session(&s, &probes, Some("Mozilla/5.0"), |d| {
+        d["decision"]["decision_status"] == "final" && !d["visitor_id"].is_null()
+    })
+    .await;
+    answers.push(Answered {
+        method: "post",
+        path: "/v1/handoffs/open",
+        status: 200,
+        body: json!({"data": opened, "meta": {"request_id": "req_x"}}),
+    });
+    let r = s.get("/v1/sessions").key(sk).send().await;
+    record(&mut answers, "get", "/v1/sessions", &r);
+    let r = s
+        .get(&format!("/v1/sessions/{}", session.id))
+        .key(sk)
+        .send()
+        .await;
+    record(&mut answers, "get", "/v1/sessions/{sessionId}", &r);
+    let visitor = opened["visitor_id"].as_str().unwrap().to_owned();
+    let r = s.get("/v1/fingerprints").key(sk).send().await;
+    record(&mut answers, "get", "/v1/fingerprints", &r);
+    let r = s
+        .get(&format!("/v1/fingerprints/{visitor}"))
+        .key(sk)
+        .send()
+        .await;
+    record(&mut answers, "get", "/v1/fingerprints/{visitorId}", &r);
+
+    // The Collect API's own answers.
+    let collect = open_session(&s, pk).await;
+    answers.push(Answered {
+        method: "post",
+        path: "/v1/collect/sessions",
+        status: 201,
+        body: json!({"data": collect.opened, "meta": {"request_id": "req_x"}}),
+    });
+    let r = collect.ping(&s, pk, &collect.pings[0]).await;
+    record(&mut answers, "get", "/v1/collect/pings/{pingId}", &r);
+    let r = collect.results(&s, pk).send().await;
+    record(
+        &mut answers,
+        "post",
+        "/v1/collect/sessions/{sessionId}/results",
+        &r,
+    );
+
+    // An endpoint, a test event delivered to it, the events with their deliveries.
+    let receiver = Receiver::start().await;
+    let r = s
+        .post(&format!("{org}/webhooks/endpoints"))
+        .key(sk)
+        .json(
+            json!({"name": "receiver", "url": format!("{}/hook", receiver.base),
+                     "event_types": ["webhook.test"]}),
+        )
+        .send()
+        .await;
+    record(
+        &mut answers,
+        "post",
+        "/v1/organizations/{organizationId}/webhooks/endpoints",
+        &r,
+    );
+    let endpoint = r.ok(201)["id"].as_str().unwrap().to_owned();
+    let r = s
+        .post(&format!("{org}/webhooks/endpoints/{endpoint}/test"))
+        .key(sk)
+        .send()
+        .await;
+    record(
+        &mut answers,
+        "post",
+        "/v1/organizations/{organizationId}/webhooks/endpoints/{endpointId}/test",
+        &r,
+    );
+    let mut delivered = Value::Null;
+    for _ in 0..400 {
+        let r = s.get(&format!("{org}/events")).key(sk).send().await;
+        let done = r.ok(200).as_array().unwrap().iter().any(|e| {
+            e["webhook_deliveries"]
+                .as_array()
+                .is_some_and(|ds| ds.iter().any(|d| d["status"] == "succeeded"))
+        });
+        if done {
+            delivered = r.body.clone();
+            record(
+                &mut answers,
+                "get",
+                "/v1/organizations/{organizationId}/events",
+                &r,
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(!delivered.is_null(), "the test event was delivered");
+    let r = s
+        .get(&format!("{org}/webhooks/endpoints"))
+        .key(sk)
+        .send()
+        .await;
+    record(
+        &mut answers,
+        "get",
+        "/v1/organizations/{organizationId}/webhooks/endpoints",
+        &r,
+    );
+
+    // A Gate service with every member, its registry entry, a signup and its poll.
+    let r = s
+        .post("/v1/gate/services")
+        .key(sk)
+        .json(json!({
+            "id": "contract", "name": "Contract", "website": "https://contract.example",
+            "discoverable": true, "description": "For the contract test.",
+            "webhook_url": format!("{}/gate", receiver.base),
+            "env_vars": [{"name": "API key", "key": "CONTRACT_API_KEY", "secret": true}],
+            "docs_url": "https://contract.example/docs",
+            "sdks": [{"label": "Node", "install": "npm i contract", "url": "https://contract.example/node"}],
+            "branding": {"logo_url": "https://contract.example/logo.png", "primary_color": "#123456"},
+            "consent": {"terms_url": "https://contract.example/terms"}
+        }))
+        .send()
+        .await;
+    record(&mut answers, "post", "/v1/gate/services", &r);
+    r.ok(201);
+    let r = s.get("/v1/gate/services/contract").key(sk).send().await;
+    record(&mut answers, "get", "/v1/gate/services/{serviceId}", &r);
+    let r = s.get("/v1/gate/registry").key(pk).send().await;
+    record(&mut answers, "get", "/v1/gate/registry", &r);
+    let r = s.get("/v1/gate/registry/contract").key(pk).send().await;
+    record(&mut answers, "get", "/v1/gate/registry/{serviceId}", &r);
+    let r = s
+        .post("/v1/gate/services/contract/signups")
+        .json(json!({"client_name": "contract test"}))
+        .send()
+        .await;
+    record(
+        &mut answers,
+        "post",
+        "/v1/gate/services/{serviceId}/signups",
+        &r,
+    );
+    let signup = r.ok(201).clone();
+    let r = s
+        .get(&format!(
+            "/v1/gate/sessions/{}",
+            signup["id"].as_str().unwrap()
+        ))
+        .key(signup["poll_token"].as_str().unwrap())
+        .send()
+        .await;
+    record(&mut answers, "get", "/v1/gate/sessions/{gateSessionId}", &r);
+
+    // The organization and its keys.
+    let r = s.get(&org).key(sk).send().await;
+    record(
+        &mut answers,
+        "get",
+        "/v1/organizations/{organizationId}",
+        &r,
+    );
+    let r = s.get(&format!("{org}/api-keys")).key(sk).send().await;
+    record(
+        &mut answers,
+        "get",
+        "/v1/organizations/{organizationId}/api-keys",
+        &r,
+    );
+
+    for a in &answers {
+        assert!(
+            a.status < 300,
+            "{} {}: {} {}",
+            a.method,
+            a.path,
+            a.status,
+            a.body
+        );
+    }
+    let checked = serde_json::to_string(&json!({
+        "doc": document(),
+        "answers": answers.iter().map(|a| json!({
+            "method": a.method, "path": a.path, "status": a.status.to_string(), "body": a.body,
+        })).collect::<Vec<_>>(),
+    }))
+    .unwrap();
+    let file = std::env::temp_dir().join(format!("vigil-contract-{}.json", std::process::id()));
+    std::fs::write(&file, checked).unwrap();
+    let out = vigil_tests::run_client("python3", &["-c", VALIDATE, file.to_str().unwrap()]);
+    std::fs::remove_file(&file).ok();
+    assert_eq!(out, format!("{} answers valid", answers.len()));
+}
+
+/// Validates each answer against its response schema (the document's components beside it, so
+/// `#/components/...` resolves); prints every failure, or the count.
+const VALIDATE: &str = r#"
+import json, sys
+from jsonschema import Draft202012Validator
+given = json.load(open(sys.argv[1]))
+doc, failures = given["doc"], []
+for a in given["answers"]:
+    response = doc["paths"][a["path"]][a["method"]]["responses"][a["status"]]
+    schema = dict(response["content"]["application/json"]["schema"], components=doc["components"])
+    for e in Draft202012Validator(schema).iter_errors(a["body"]):
+        failures.append(f'{a["method"]} {a["path"]} {a["status"]}: {"/".join(map(str, e.absolute_path))}: {e.message}')
+if failures:
+    print("\n".join(failures)); sys.exit(1)
+print(f'{len(given["answers"])} answers valid')
+"#;

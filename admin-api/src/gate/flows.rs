@@ -27,7 +27,7 @@ use schemas::ids::GateSessionId;
 use schemas::resources::Single;
 use schemas::time::{self, Timestamp};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use store::{
     AgentLogin, CredentialHash, GateFlow, GatePoll, GateServiceRecord, GateSessionRecord,
     GateSessionStatus,
@@ -167,6 +167,55 @@ impl RequestBody for ConsumeBody {
             service_id,
         })
     }
+}
+
+/// A signup as its poll shows it (`object: gate_session`); the delivery only while approved
+/// and unacknowledged.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Polled {
+    id: GateSessionId,
+    #[schema(value_type = String, pattern = "^gate_session$")]
+    object: &'static str,
+    service_id: String,
+    #[schema(value_type = String, pattern = "^(pending|approved|denied|expired|acknowledged)$")]
+    status: &'static str,
+    /// Seconds to wait between polls; a poll sooner is `gate.slow_down`.
+    interval: u32,
+    #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
+    expires_at: Timestamp,
+    /// Approved: the variables to set, by name, the agent token's among them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<std::collections::BTreeMap<String, String>>)]
+    env_vars: Option<serde_json::Map<String, Value>>,
+    /// Approved: the token that acknowledges the delivery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^ack_")]
+    ack_token: Option<String>,
+    /// Approved: the account the signup made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    gate_account_id: Option<schemas::ids::GateAccountId>,
+}
+
+/// An acknowledged delivery (`object: gate_session_delivery`).
+#[derive(Serialize, utoipa::ToSchema)]
+struct Acknowledged {
+    gate_session_id: GateSessionId,
+    #[schema(value_type = String, pattern = "^gate_session_delivery$")]
+    object: &'static str,
+    #[schema(value_type = String, pattern = "^acknowledged$")]
+    status: &'static str,
+}
+
+/// The account an approved login is for (`object: gate_dashboard_login`).
+#[derive(Serialize, utoipa::ToSchema)]
+struct DashboardLogin {
+    #[schema(value_type = String, pattern = "^gate_dashboard_login$")]
+    object: &'static str,
+    gate_account_id: schemas::ids::GateAccountId,
+    account_name: String,
+    service_id: String,
 }
 
 /// The consent page's address for a session and its `gtc_` token.
@@ -362,7 +411,7 @@ async fn acknowledged_by(
     responses(
         (status = 200, description = "`status` pending, denied, expired or acknowledged; approved \
             with the variables, the agent token and an `ack_token`, shown until acknowledged.",
-            body = Single<Object>),
+            body = Single<Polled>),
         (status = 429, description = "`gate.slow_down`: polled sooner than the interval (which \
             grows by 5 s).", body = ErrorEnvelope),
         (status = 401, description = "`auth.invalid_credentials`: not this session's poll token.", body = ErrorEnvelope),
@@ -414,14 +463,17 @@ async fn poll(
             return Err(e);
         }
     }
-    let mut answer = json!({
-        "id": session.id,
-        "object": "gate_session",
-        "service_id": session.service_id,
-        "status": status_text(&session, now),
-        "interval": session.interval_secs,
-        "expires_at": time::format(&session.expires_at),
-    });
+    let mut answer = Polled {
+        id: session.id,
+        object: "gate_session",
+        service_id: session.service_id.clone(),
+        status: status_text(&session, now),
+        interval: session.interval_secs,
+        expires_at: session.expires_at,
+        env_vars: None,
+        ack_token: None,
+        gate_account_id: None,
+    };
     if session.status == GateSessionStatus::Approved && !session.delivery_expired(now) {
         let opened = state
             .auth
@@ -431,9 +483,9 @@ async fn poll(
             .ok_or_else(|| {
                 ApiError::internal("gate delivery", "the sealed delivery does not open")
             })?;
-        answer["env_vars"] = Value::Object(opened.env_vars);
-        answer["ack_token"] = Value::String(opened.ack_token);
-        answer["gate_account_id"] = json!(session.account_id);
+        answer.env_vars = Some(opened.env_vars);
+        answer.ack_token = Some(opened.ack_token);
+        answer.gate_account_id = session.account_id;
     }
     Ok(Reply::ok(answer).showing_secrets())
 }
@@ -460,7 +512,7 @@ fn status_text(session: &GateSessionRecord, now: Timestamp) -> &'static str {
     request_body = AckBody,
     security(()),
     responses(
-        (status = 200, description = "`{object: gate_session, id, status: acknowledged}`.", body = Single<Object>),
+        (status = 200, description = "The delivery, acknowledged: never shown again.", body = Single<Acknowledged>),
         (status = 401, description = "`auth.invalid_credentials`: not this session's ack token.", body = ErrorEnvelope),
         BodyErrors,
     )
@@ -491,11 +543,11 @@ async fn acknowledge(
             .transition_gate_session(&session, GateSessionStatus::Approved, None)
             .await?;
     }
-    Ok(Reply::ok(json!({
-        "gate_session_id": session.id,
-        "object": "gate_session_delivery",
-        "status": "acknowledged",
-    })))
+    Ok(Reply::ok(Acknowledged {
+        gate_session_id: session.id,
+        object: "gate_session_delivery",
+        status: "acknowledged",
+    }))
 }
 
 /// `POST /v1/gate/login-sessions` with `Bearer agt_…` and `{ "service_id": … }`: a login
@@ -600,7 +652,7 @@ async fn start_login(
     request_body = ConsumeBody,
     security(("secret_key" = ["gate:login_sessions:consume"])),
     responses(
-        (status = 200, description = "The account the approved login is for, once.", body = Single<Object>),
+        (status = 200, description = "The account the approved login is for, once.", body = Single<DashboardLogin>),
         BodyErrors,
         SecretKeyErrors,
     )
@@ -694,10 +746,10 @@ async fn consume_login(
         .get_gate_account(account_id)
         .await?
         .ok_or_else(unknown)?;
-    Ok(Reply::ok(json!({
-        "object": "gate_dashboard_login",
-        "gate_account_id": account.id,
-        "account_name": account.name,
-        "service_id": account.service_id,
-    })))
+    Ok(Reply::ok(DashboardLogin {
+        object: "gate_dashboard_login",
+        gate_account_id: account.id,
+        account_name: account.name,
+        service_id: account.service_id,
+    }))
 }

@@ -75,15 +75,15 @@ pub struct Service {
     /// In full in the answer of the call that set it; otherwise `••••` and its last four.
     webhook_secret: String,
     /// The variables a tool sets from the webhook's answer.
-    #[schema(value_type = Vec<EnvVarDoc>)]
+    #[schema(value_type = Vec<gate::EnvVarDoc>)]
     env_vars: Vec<GateEnvVar>,
     #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
-    #[schema(value_type = Vec<SdkDoc>)]
+    #[schema(value_type = Vec<gate::SdkDoc>)]
     sdks: Vec<GateSdk>,
-    #[schema(value_type = BrandingDoc)]
+    #[schema(value_type = gate::BrandingDoc)]
     branding: GateBranding,
-    #[schema(value_type = ConsentDoc)]
+    #[schema(value_type = gate::ConsentDoc)]
     consent: GateConsent,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
@@ -228,54 +228,16 @@ struct Draft {
     webhook_url: Option<Option<String>>,
     #[schema(nullable = false, min_length = 32, max_length = 256)]
     webhook_secret: Option<String>,
-    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<EnvVarDoc>>)]
+    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<gate::EnvVarDoc>>)]
     env_vars: Option<Vec<GateEnvVar>>,
     #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$")]
     docs_url: Option<Option<String>>,
-    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<SdkDoc>>)]
+    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<gate::SdkDoc>>)]
     sdks: Option<Vec<GateSdk>>,
     #[schema(nullable = false, value_type = Option<BrandingBody>)]
     branding: Option<GateBranding>,
-    #[schema(nullable = false, value_type = Option<ConsentDoc>)]
+    #[schema(nullable = false, value_type = Option<gate::ConsentDoc>)]
     consent: Option<GateConsent>,
-}
-
-/// A variable a tool sets from the service's webhook answer at each signup.
-#[derive(utoipa::ToSchema)]
-#[schema(as = GateEnvVar)]
-#[allow(dead_code)] // described; read by `env_vars`
-struct EnvVarDoc {
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
-    )]
-    name: String,
-    /// A shell variable's name; none ending in `_GATE_AGENT_TOKEN`.
-    #[schema(pattern = "^[A-Z_][A-Z0-9_]{0,63}$")]
-    key: String,
-    /// Whether the value is a secret (kept out of logs and shown masked).
-    secret: bool,
-}
-
-/// An SDK the consent and registry pages list.
-#[derive(utoipa::ToSchema)]
-#[schema(as = GateSdk)]
-#[allow(dead_code)] // described; read by `sdks`
-struct SdkDoc {
-    #[schema(min_length = 1, max_length = 200)]
-    label: String,
-    /// The install command.
-    #[schema(
-        max_length = 500,
-        pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069\\s][^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
-    )]
-    install: String,
-    #[schema(
-        max_length = 2048,
-        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
-    )]
-    url: String,
 }
 
 /// A service's branding as a body writes it (`verified` is Vigil's to set).
@@ -304,42 +266,6 @@ struct BrandingBody {
         pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
     ascii_art: Option<String>,
-}
-
-/// A service's branding as reads show it: each member left out when unset.
-#[derive(utoipa::ToSchema)]
-#[schema(as = GateBranding)]
-#[allow(dead_code)] // described; the answer serializes the stored `GateBranding`
-struct BrandingDoc {
-    #[schema(nullable = false)]
-    logo_url: Option<String>,
-    #[schema(nullable = false)]
-    primary_color: Option<String>,
-    #[schema(nullable = false)]
-    secondary_color: Option<String>,
-    #[schema(nullable = false)]
-    ascii_art: Option<String>,
-    /// Set by Vigil only.
-    verified: bool,
-}
-
-/// The links a consent page shows, each left out when unset.
-#[derive(utoipa::ToSchema)]
-#[schema(as = GateConsent)]
-#[allow(dead_code)] // described; read by `consent`
-struct ConsentDoc {
-    #[schema(
-        nullable = false,
-        max_length = 2048,
-        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
-    )]
-    terms_url: Option<String>,
-    #[schema(
-        nullable = false,
-        max_length = 2048,
-        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
-    )]
-    privacy_url: Option<String>,
 }
 
 /// A service's creation body, as the document shows it: a [`Draft`] whose `id`, `name` and
