@@ -154,12 +154,12 @@ impl Fields {
             Some(Value::String(s)) => Some(Value::String(echo_safely(&s))),
             other => other,
         };
-        self.issues.push(FieldIssue {
-            name: name.into(),
-            issue: issue.into(),
-            expected: expected.map(Into::into),
+        self.issues.push(FieldIssue::new(
+            name,
+            issue,
+            expected.map(Into::into),
             received,
-        });
+        ));
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -414,11 +414,13 @@ impl QueryParams {
             .0
             .iter()
             .filter(|(k, _)| !known.contains(&k.as_str()))
-            .map(|(k, v)| FieldIssue {
-                name: k.clone(),
-                issue: "is not a parameter of this route".into(),
-                expected: None,
-                received: Some(Value::String(v.clone())),
+            .map(|(k, v)| {
+                FieldIssue::new(
+                    k.clone(),
+                    "is not a parameter of this route",
+                    Some(format!("one of: {}", known.join(", "))),
+                    Some(Value::String(v.clone())),
+                )
             })
             .collect();
         if unknown.is_empty() {

@@ -59,12 +59,7 @@ impl ApiError {
         issue: impl Into<String>,
         received: Option<serde_json::Value>,
     ) -> Self {
-        Self::validation(vec![FieldIssue {
-            name: name.into(),
-            issue: issue.into(),
-            expected: None,
-            received,
-        }])
+        Self::validation(vec![FieldIssue::new(name, issue, None, received)])
     }
 
     pub fn internal(context: &str, err: impl std::fmt::Display) -> Self {

@@ -118,6 +118,45 @@ pub struct FieldIssue {
     pub received: Option<serde_json::Value>,
 }
 
+impl FieldIssue {
+    /// An issue; without an `expected` of its own, what the issue's text asks for stands in
+    /// (`must be base64url without padding` expects `base64url without padding`), so that
+    /// `details.fields[].expected` is there wherever the rule says what it wants.
+    pub fn new(
+        name: impl Into<String>,
+        issue: impl Into<String>,
+        expected: Option<String>,
+        received: Option<serde_json::Value>,
+    ) -> Self {
+        let issue = issue.into();
+        let expected = expected.or_else(|| Self::expected_of(&issue));
+        FieldIssue {
+            name: name.into(),
+            issue,
+            expected,
+            received,
+        }
+    }
+
+    /// What an issue's text says is wanted: the rest of its last `must …`, unless that is a
+    /// prohibition (`must not …` says what is not wanted).
+    pub fn expected_of(issue: &str) -> Option<String> {
+        let rule = &issue[issue.rfind("must ")? + "must ".len()..];
+        let wanted = if let Some(rest) = rule.strip_prefix("be ") {
+            rest.to_owned()
+        } else if let Some(rest) = rule.strip_prefix("start with ") {
+            format!("starting with {rest}")
+        } else if let Some(rest) = rule.strip_prefix("match ") {
+            format!("matching {rest}")
+        } else if let Some(rest) = rule.strip_prefix("have ") {
+            rest.to_owned()
+        } else {
+            return None;
+        };
+        Some(wanted.trim_end_matches('.').to_owned())
+    }
+}
+
 /// The optional `details` members of an error.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetails {
@@ -159,6 +198,40 @@ pub struct ErrorEnvelope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_issue_says_what_it_expects() {
+        let expected = |issue| FieldIssue::expected_of(issue);
+        assert_eq!(
+            expected("must be base64url without padding").as_deref(),
+            Some("base64url without padding")
+        );
+        assert_eq!(
+            expected("is not a valid id: must start with `sid_`").as_deref(),
+            Some("starting with `sid_`")
+        );
+        assert_eq!(
+            expected("must match ^[a-z]+$").as_deref(),
+            Some("matching ^[a-z]+$")
+        );
+        assert_eq!(
+            expected("must have at most 20 items").as_deref(),
+            Some("at most 20 items")
+        );
+        assert_eq!(expected("must not contain control characters"), None);
+        assert_eq!(expected("is required"), None);
+        let given = FieldIssue::new(
+            "x",
+            "must be 1 to 32 characters",
+            Some("string".into()),
+            None,
+        );
+        assert_eq!(
+            given.expected.as_deref(),
+            Some("string"),
+            "an expected given is kept"
+        );
+    }
 
     #[test]
     fn codes_are_dotted_and_statuses_are_errors() {

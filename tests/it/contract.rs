@@ -478,3 +478,45 @@ if failures:
     print("\n".join(failures)); sys.exit(1)
 print(f'{len(given["answers"])} answers valid')
 "#;
+
+/// Found: `details.fields[]` often lacked `expected`; it is now there wherever the rule says
+/// what it wants, and for an unknown query parameter it names the route's own.
+#[tokio::test]
+async fn a_field_issue_says_what_was_expected() {
+    let s = TestServer::start().await;
+    let r = s
+        .post("/v1/collect/sessions")
+        .key(&s.creds.keys.publishable_test)
+        .json(json!({"client_public_key": "***", "sdk_version": "", "page_url": "ftp://x"}))
+        .send()
+        .await;
+    r.err(422, "request.validation_failed");
+    let fields = &r.body["error"]["details"]["fields"];
+    let expected = |name: &str| {
+        fields
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .map(|f| f["expected"].clone())
+            .unwrap_or_else(|| panic!("no issue for {name}: {fields}"))
+    };
+    assert_eq!(expected("client_public_key"), "base64url without padding");
+    assert_eq!(expected("sdk_version"), "1 to 32 characters");
+    assert_eq!(
+        expected("page_url"),
+        "an http(s) URL of at most 2048 characters"
+    );
+    let r = s
+        .get("/v1/sessions?colour=red")
+        .key(&s.creds.keys.secret_test)
+        .send()
+        .await;
+    r.err(422, "request.validation_failed");
+    let issue = &r.body["error"]["details"]["fields"][0];
+    assert_eq!(issue["name"], "colour");
+    assert!(
+        issue["expected"].as_str().unwrap().starts_with("one of: "),
+        "{issue}"
+    );
+}
