@@ -15,11 +15,10 @@ use axum::Router;
 use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use edge::body::{Fields, JsonObject, Reply};
+use edge::body::{Fields, JsonObject, Reply, RequestBody};
 use edge::{ApiError, Authenticator};
 use schemas::OrgId;
 use schemas::credential::Environment;
-use serde_json::json;
 
 #[derive(Clone)]
 struct Demo {
@@ -78,11 +77,27 @@ async fn decision(
     .await
 }
 
+/// The demo page's body: the handoff its SDK minted.
+struct HandoffBody {
+    handoff: String,
+}
+
+impl RequestBody for HandoffBody {
+    fn read(f: &mut Fields) -> Option<Self> {
+        let handoff = f.string("handoff", true)?;
+        Some(HandoffBody { handoff })
+    }
+}
+
+/// What the page shows: the decision the site's backend would read.
+#[derive(serde::Serialize)]
+struct DemoDecision {
+    session_id: schemas::SessionId,
+    decision: Option<serde_json::Value>,
+}
+
 async fn open_test_handoff(demo: &Demo, body: JsonObject) -> Result<Reply, ApiError> {
-    let mut f = Fields::new(body);
-    let handoff = f.string("handoff", true);
-    f.finish()?;
-    let handoff = handoff.ok_or_else(|| ApiError::internal("demo", "validated field missing"))?;
+    let HandoffBody { handoff } = HandoffBody::from_object(body)?;
     let claims = secrets::handoff::open(&demo.auth.secret, &handoff, schemas::time::now())
         .map_err(|e| ApiError::invalid_field("handoff", e.to_string(), None))?;
     if claims.organization_id != demo.organization || claims.environment != Environment::Test {
@@ -97,10 +112,10 @@ async fn open_test_handoff(demo: &Demo, body: JsonObject) -> Result<Reply, ApiEr
             claims.session_id,
         )
         .await?;
-    Ok(Reply::ok(json!({
-        "session_id": claims.session_id,
-        "decision": session.and_then(|s| s.latest_decision).map(|d| d.to_value()),
-    })))
+    Ok(Reply::ok(DemoDecision {
+        session_id: claims.session_id,
+        decision: session.and_then(|s| s.latest_decision).map(|d| d.to_value()),
+    }))
 }
 
 const PAGE: &str = r#"<!doctype html>
