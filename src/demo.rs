@@ -114,7 +114,9 @@ async fn open_test_handoff(demo: &Demo, body: JsonObject) -> Result<Reply, ApiEr
         .await?;
     Ok(Reply::ok(DemoDecision {
         session_id: claims.session_id,
-        decision: session.and_then(|s| s.latest_decision).map(|d| d.to_value()),
+        decision: session
+            .and_then(|s| s.latest_decision)
+            .map(|d| d.to_value()),
     }))
 }
 

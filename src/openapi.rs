@@ -223,14 +223,32 @@ fn describe_layers(doc: &mut Value) {
 fn close_request_bodies(doc: &mut Value) {
     let mut pending = Vec::new();
     for item in doc["paths"]
-        .as_object()
+        .as_object_mut()
         .into_iter()
-        .flat_map(|p| p.values())
+        .flat_map(|p| p.values_mut())
     {
-        for operation in item.as_object().into_iter().flat_map(|i| i.values()) {
-            pending.extend(refs(
-                &operation["requestBody"]["content"]["application/json"]["schema"],
-            ));
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|i| i.values_mut())
+        {
+            let Some(schema) =
+                operation.pointer_mut("/requestBody/content/application~1json/schema")
+            else {
+                continue;
+            };
+            // An optional body (`Option<T>`) is one the request may leave out, which
+            // `requestBody.required` says; sent, it is a `T`, never a JSON null.
+            let null = json!({"type": "null"});
+            let sent = match schema["oneOf"].as_array().map(Vec::as_slice) {
+                Some([one, other]) if *other == null => Some(one.clone()),
+                Some([one, other]) if *one == null => Some(other.clone()),
+                _ => None,
+            };
+            if let Some(sent) = sent {
+                *schema = sent;
+            }
+            pending.extend(refs(schema));
         }
     }
     let mut closed = std::collections::BTreeSet::new();

@@ -15,7 +15,6 @@ use schemas::raw::RawJson;
 use schemas::resources::Single;
 use schemas::{ErrorCode, SessionId};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::IngestState;
 use crate::sessions::MAX_BATCH_BYTES;
@@ -46,23 +45,25 @@ pub(crate) struct BatchBody {
 
 impl RequestBody for BatchBody {
     fn read(f: &mut Fields) -> Option<Self> {
+        // An integer, whichever way JSON spells it: `3` and `3.0` are one number (JSON Schema's
+        // `integer` takes both, and so do clients that only have doubles).
         let seq = match f.take("seq") {
-            // An integer, whichever way JSON spells it: `3` and `3.0` are one number (JSON
-            // Schema's `integer` takes both, and so do clients that only have doubles).
-            Some(Value::Number(n)) if integer(&n).is_some_and(|n| n >= 1) => integer(&n),
-            Some(other) => {
-                f.issue(
-                    "seq",
-                    "must be an integer from 1",
-                    Some("integer"),
-                    Some(other),
-                );
-                None
-            }
             None => {
                 f.issue("seq", "is required", Some("integer"), None);
                 None
             }
+            Some(value) => match value.as_number().and_then(integer).filter(|&n| n >= 1) {
+                Some(n) => Some(n),
+                None => {
+                    f.issue(
+                        "seq",
+                        "must be an integer from 1",
+                        Some("integer"),
+                        Some(value),
+                    );
+                    None
+                }
+            },
         };
         let ciphertext = f.parsed_string("ciphertext", true, |s| {
             URL_SAFE_NO_PAD

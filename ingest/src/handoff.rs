@@ -16,8 +16,7 @@ use serde::Serialize;
 
 use crate::proof::{self, ProofHeader};
 use crate::sessions::own_session;
-use crate::{CollectErrors, IngestState};
-use edge::openapi::SecretKeyErrors;
+use crate::{IngestState, ProvenCallErrors};
 use schemas::resources::Single;
 
 /// How long a handoff can be opened.
@@ -37,6 +36,7 @@ struct Minted {
     expires_at: Timestamp,
     /// The signed visitor token (docs/architecture.md#visitors) once the processor has linked the
     /// session to a visitor, for the SDK to keep in first-party storage; `null` before.
+    #[schema(required = true)]
     visitor_token: Option<String>,
 }
 
@@ -54,8 +54,7 @@ struct Minted {
     security(("publishable_key" = [])),
     responses(
         (status = 200, description = "A fresh handoff; the first makes the decision final.", body = Single<Minted>),
-        CollectErrors,
-        SecretKeyErrors,
+        ProvenCallErrors,
     )
 )]
 pub async fn mint(

@@ -60,13 +60,19 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     routes().into_openapi()
 }
 
-/// What a call on an opened session may answer besides its own outcomes.
+/// What a proven call on an opened session may answer besides its own outcomes: the key's
+/// refusals and the proof's share the 401, so they are one set (a second 401 would replace the
+/// first in the document).
 #[derive(utoipa::IntoResponses)]
-pub enum CollectErrors {
-    /// `collect.session_proof_invalid`: the `Vigil-Session-Proof` header is missing, malformed,
-    /// spent, or not this call's.
+pub enum ProvenCallErrors {
+    /// `auth.*` (no key, or one that is unknown, revoked or of the wrong kind), or
+    /// `collect.session_proof_invalid`: the `Vigil-Session-Proof` header is missing,
+    /// malformed, spent, or not this call's.
     #[response(status = 401)]
-    ProofInvalid(#[to_schema] schemas::error::ErrorEnvelope),
+    Unauthenticated(#[to_schema] schemas::error::ErrorEnvelope),
+    /// The key's origin, environment or organization may not do this.
+    #[response(status = 403)]
+    Forbidden(#[to_schema] schemas::error::ErrorEnvelope),
     /// `resource.not_found`: no such session (or ping) for this key's organization and
     /// environment.
     #[response(status = 404)]
@@ -74,6 +80,12 @@ pub enum CollectErrors {
     /// `collect.session_expired`: open a new session.
     #[response(status = 410)]
     Expired(#[to_schema] schemas::error::ErrorEnvelope),
+    /// `rate.limited`: retry after `Retry-After` seconds.
+    #[response(status = 429)]
+    RateLimited(#[to_schema] schemas::error::ErrorEnvelope),
+    /// `internal.error` (logged with the request id) or `service.unavailable`.
+    #[response(status = "5XX")]
+    ServerError(#[to_schema] schemas::error::ErrorEnvelope),
 }
 
 /// Makes sure the log has the topics ingest writes (the embedded log and Kafka both refuse

@@ -11,7 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use edge::body::{Fields, QueryParams, Reply, RequestBody, Valid};
-use edge::openapi::{BodyErrors, SecretKeyErrors};
+use edge::openapi::BodyErrors;
 use edge::transport::ClientInfo;
 use edge::{ApiError, AuthContext, PublishableKey};
 use schemas::collect::{
@@ -28,7 +28,7 @@ use subtle::ConstantTimeEq;
 
 use crate::proof::{self, ProofHeader};
 use crate::sessions::own_session;
-use crate::{CollectErrors, IngestState};
+use crate::{IngestState, ProvenCallErrors};
 
 /// What one connection shows of its client.
 fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> ConnectionIdentity {
@@ -176,9 +176,8 @@ impl RequestBody for CheckBody {
     security(("publishable_key" = [])),
     responses(
         (status = 200, description = "The comparison, also appended to the session's stream.", body = Single<Checked>),
-        CollectErrors,
+        ProvenCallErrors,
         BodyErrors,
-        SecretKeyErrors,
     )
 )]
 pub(crate) async fn check(

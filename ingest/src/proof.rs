@@ -111,6 +111,15 @@ pub fn verify(
     path: &str,
     session_id: &str,
 ) -> Result<u64, ProofError> {
+    let (counter, tag) = parse(value)?;
+    mac(key, method, path, session_id, counter)
+        .verify_slice(&tag)
+        .map_err(|_| ProofError::Mismatch)?;
+    Ok(counter)
+}
+
+/// A header value's counter and MAC, when it has the proof's form: `<counter>.<b64u>`.
+fn parse(value: &str) -> Result<(u64, Vec<u8>), ProofError> {
     let (counter, tag) = value.split_once('.').ok_or(ProofError::Malformed)?;
     // Decimal digits only, no sign and no leading zero: one spelling per counter.
     let canonical = !counter.is_empty()
@@ -125,29 +134,27 @@ pub fn verify(
     let tag = URL_SAFE_NO_PAD
         .decode(tag)
         .map_err(|_| ProofError::Malformed)?;
-    mac(key, method, path, session_id, counter)
-        .verify_slice(&tag)
-        .map_err(|_| ProofError::Mismatch)?;
-    Ok(counter)
+    Ok((counter, tag))
 }
 
 fn refused(e: ProofError) -> ApiError {
     ApiError::new(ErrorCode::SessionProofInvalid, e.to_string()).with_header_name(HEADER_DISPLAY)
 }
 
+/// Refuses a call whose proof header is missing or not of the proof's form, before its session
+/// is looked up: a call that cannot be proven is refused as such (401), whether or not its
+/// session exists.
+pub fn presented(headers: &HeaderMap) -> Result<(), ApiError> {
+    let value = headers
+        .get(HEADER)
+        .ok_or_else(|| refused(ProofError::Missing))?;
+    let value = value.to_str().map_err(|_| refused(ProofError::Malformed))?;
+    parse(value).map(|_| ()).map_err(refused)
+}
+
 /// Refuses `call` on `session` unless the request proves it, then spends the proof's counter.
 /// Nothing is written for a refused call: the counter is spent only once the MAC verified, and
 /// a counter not above the last is refused without a write.
-/// Refuses a call with no proof header, before its session is looked up: a call that cannot
-/// be proven is refused as such (401), whether or not its session exists.
-pub fn presented(headers: &HeaderMap) -> Result<(), ApiError> {
-    match headers.get(HEADER) {
-        None => Err(refused(ProofError::Missing)),
-        Some(value) if value.to_str().is_err() => Err(refused(ProofError::Malformed)),
-        Some(_) => Ok(()),
-    }
-}
-
 pub async fn require(
     state: &IngestState,
     session: &CollectSessionRecord,

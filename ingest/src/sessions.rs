@@ -18,8 +18,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use store::{CollectSessionRecord, PingRecord};
 
-use crate::CollectErrors;
 use crate::IngestState;
+use crate::ProvenCallErrors;
 use crate::proof::{self, ProofHeader};
 use crate::transport::{self, TransportError, seal_key};
 
@@ -228,8 +228,7 @@ struct Pong {
     security(("publishable_key" = [])),
     responses(
         (status = 200, description = "The server's time at the ping's arrival.", body = Single<Pong>),
-        CollectErrors,
-        SecretKeyErrors,
+        ProvenCallErrors,
     )
 )]
 pub async fn ping(

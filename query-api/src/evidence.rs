@@ -26,6 +26,7 @@ pub struct DecisionSummary {
     automation_status: AutomationStatus,
     decision_status: DecisionStatus,
     phase: Phase,
+    #[schema(required = true)]
     manipulation: Option<Manipulation>,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
@@ -50,29 +51,40 @@ impl DecisionSummary {
 /// The detail's decision: every member null before the first decision.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct DecisionDetail {
+    #[schema(required = true)]
     event_id: Option<DecisionId>,
+    #[schema(required = true)]
     automation_status: Option<AutomationStatus>,
+    #[schema(required = true)]
     decision_status: Option<DecisionStatus>,
+    #[schema(required = true)]
     verdict: Option<Verdict>,
-    #[schema(maximum = 100)]
+    #[schema(required = true, maximum = 100)]
     risk_score: Option<u8>,
+    #[schema(required = true)]
     phase: Option<Phase>,
+    #[schema(required = true)]
     manipulation: Option<Manipulation>,
-    #[schema(value_type = Option<schemas::decision::ScoreBreakdown>)]
+    #[schema(required = true, value_type = Option<schemas::decision::ScoreBreakdown>)]
     score_breakdown: Option<schemas::decision::ScoreBreakdown>,
+    #[schema(required = true)]
     is_provisional: Option<bool>,
+    #[schema(required = true)]
     evaluation_duration_ms: Option<f64>,
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(required = true, value_type = Option<String>, format = DateTime)]
     evaluated_at: Option<String>,
     /// The row of the rules table that decided.
+    #[schema(required = true)]
     rule: Option<String>,
 }
 
 /// `automation`: whether a program drives the browser, and the signals that say so.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct AutomationEvidence {
+    #[schema(required = true)]
     status: Option<AutomationStatus>,
     /// `navigator.webdriver`, as the browser reported it.
+    #[schema(required = true)]
     webdriver: Option<bool>,
     signals: Vec<FiredSignal>,
 }
@@ -80,9 +92,10 @@ pub struct AutomationEvidence {
 /// `web_bot_auth`: the outcome of the session's signed requests.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct WebBotAuthEvidence {
-    #[schema(value_type = Option<String>, pattern = "^(verified|invalid|unverified|absent)$")]
+    #[schema(required = true)]
     status: Option<WebBotAuthOutcome>,
     /// The `Signature-Agent` a signed request named.
+    #[schema(required = true)]
     signature_agent: Option<String>,
 }
 
@@ -91,11 +104,13 @@ pub struct WebBotAuthEvidence {
 pub struct NetworkEvidence {
     ip_address: String,
     /// As the SDK measured them.
+    #[schema(required = true)]
     ping_rtts_ms: Option<Vec<f64>>,
     /// When each ping reached the server.
-    #[schema(value_type = Option<Vec<String>>)]
+    #[schema(required = true, value_type = Option<Vec<String>>)]
     server_ping_arrivals: Option<Vec<Timestamp>>,
     /// Whether the WebSocket showed the same client; null until the network check ran.
+    #[schema(required = true)]
     network_check_consistent: Option<bool>,
     signals: Vec<FiredSignal>,
 }
@@ -104,8 +119,10 @@ pub struct NetworkEvidence {
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct IntegrityEvidence {
     /// Native functions whose source is not native code.
+    #[schema(required = true)]
     tampered_natives: Option<Vec<String>>,
     /// Properties defined on the instance rather than the prototype.
+    #[schema(required = true)]
     descriptor_anomalies: Option<Vec<String>>,
     signals: Vec<FiredSignal>,
 }
@@ -113,6 +130,7 @@ pub struct IntegrityEvidence {
 /// `visitor_fingerprint`: the visitor the session was linked to; null until linked.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct VisitorLink {
+    #[schema(required = true)]
     id: Option<VisitorId>,
 }
 
@@ -121,23 +139,31 @@ pub struct VisitorLink {
 pub struct ConnectionFingerprint {
     user_agent: String,
     /// Header names of the first batch's request, in wire order, lower case.
+    #[schema(required = true)]
     header_names: Option<Vec<String>>,
 }
 
 /// `client_telemetry`: curated client telemetry, not the raw probes.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ClientTelemetry {
+    #[schema(required = true)]
     user_agent: Option<String>,
+    #[schema(required = true)]
     platform: Option<String>,
+    #[schema(required = true)]
     languages: Option<Vec<String>>,
     /// IANA name.
+    #[schema(required = true)]
     timezone: Option<String>,
     /// `width`, `height`, `touch`, and what else the browser reported of its screen.
-    #[schema(value_type = Option<Object>)]
+    #[schema(required = true, value_type = Option<Object>)]
     screen: Option<ScreenView>,
+    #[schema(required = true)]
     webgl_renderer: Option<String>,
+    #[schema(required = true)]
     collected_in_ms: Option<f64>,
     /// The probes that ran out of time.
+    #[schema(required = true)]
     timed_out: Option<Vec<String>>,
 }
 
@@ -249,15 +275,21 @@ pub struct LinkedSession {
 /// A linked session's decision; every member null before the first.
 #[derive(Serialize, utoipa::ToSchema)]
 struct LinkedDecision {
+    #[schema(required = true)]
     event_id: Option<DecisionId>,
+    #[schema(required = true)]
     verdict: Option<Verdict>,
-    #[schema(maximum = 100)]
+    #[schema(required = true, maximum = 100)]
     risk_score: Option<u8>,
+    #[schema(required = true)]
     phase: Option<Phase>,
+    #[schema(required = true)]
     is_provisional: Option<bool>,
+    #[schema(required = true)]
     manipulation: Option<Manipulation>,
+    #[schema(required = true)]
     evaluation_duration_ms: Option<f64>,
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(required = true, value_type = Option<String>, format = DateTime)]
     evaluated_at: Option<String>,
 }
 
@@ -268,7 +300,7 @@ struct LinkedRequest {
     user_agent: String,
     ip_address: String,
     /// `<width>x<height>`, when the browser reported both.
-    #[schema(pattern = "^[0-9]+x[0-9]+$")]
+    #[schema(required = true, pattern = "^[0-9]+x[0-9]+$")]
     screen_size: Option<String>,
     is_touch_capable: bool,
 }

@@ -133,8 +133,11 @@ struct StorageDoc {
 #[schema(as = VisitorAnchors)]
 #[allow(dead_code)] // described; the answer serializes the store's `VisitorAnchors`
 struct AnchorsDoc {
+    #[schema(required = true)]
     webgl_hash: Option<String>,
+    #[schema(required = true)]
     parameters_hash: Option<String>,
+    #[schema(required = true)]
     audio_hash: Option<String>,
 }
 

@@ -45,9 +45,10 @@ struct Opened {
     object: &'static str,
     session_id: SessionId,
     /// The visitor and the latest decision, once the processor has scored the session.
+    #[schema(required = true)]
     visitor_id: Option<String>,
     /// The latest decision as the session detail shows it; null before the first.
-    #[schema(value_type = Option<schemas::decision::Decision>)]
+    #[schema(required = true, value_type = Option<schemas::decision::Decision>)]
     decision: Option<schemas::raw::RawJson>,
 }
 

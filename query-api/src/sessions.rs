@@ -59,6 +59,7 @@ struct SessionRow {
     #[schema(value_type = String, pattern = "^session$")]
     object: &'static str,
     /// The linked visitor (`vid_…`), once the probes came.
+    #[schema(required = true)]
     visitor_id: Option<String>,
     page_url: String,
     ip_address: String,
@@ -70,6 +71,7 @@ struct SessionRow {
     #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
     /// The latest decision's summary; null before the first.
+    #[schema(required = true)]
     latest_decision: Option<DecisionSummary>,
 }
 

@@ -144,6 +144,7 @@ pub struct Decision {
     pub highlights: Vec<Highlight>,
     /// True until the decision is final.
     pub is_provisional: bool,
+    #[schema(required = true)]
     pub manipulation: Option<Manipulation>,
     pub phase: Phase,
     /// 0 to 100.

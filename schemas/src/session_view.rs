@@ -152,7 +152,7 @@ impl ScreenView {
 }
 
 /// The outcome of Web Bot Auth verification for the session's requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WebBotAuthOutcome {
     Verified,

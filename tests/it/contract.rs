@@ -74,23 +74,57 @@ async fn received_is_any_json_value() {
 
 /// Found: invalid path ids, unknown query parameters and cursors answer 422, which most
 /// routes did not document (lists documented a 400 `request.invalid_parameter`, a code that
-/// does not exist); and 429 was missing where only the client address is limited.
-#[test]
-fn every_route_documents_422_for_its_parameters_and_429_and_no_unknown_code() {
+/// does not exist). Every operation is called here with a malformed id in each path parameter
+/// and an unknown query parameter, with the key its security names, and what it answers must
+/// be among its documented statuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_every_route_answers_a_malformed_call_is_documented() {
+    let s = TestServer::start().await;
     let doc = document();
-    let text = doc.to_string();
-    assert!(!text.contains("invalid_parameter"));
+    assert!(!doc.to_string().contains("invalid_parameter"));
+    let mut called = 0;
     for (method, path, operation) in operations(&doc) {
-        let responses = &operation["responses"];
-        let takes_parameters = operation["parameters"]
+        let schemes: Vec<&str> = operation["security"]
             .as_array()
-            .is_some_and(|ps| ps.iter().any(|p| p["in"] == "path" || p["in"] == "query"));
-        if takes_parameters {
-            assert!(responses.get("422").is_some(), "{method} {path} lacks 422");
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_object())
+            .flat_map(|r| r.keys().map(String::as_str))
+            .collect();
+        // The publishable key where a route takes one: a secret key on a browser route is
+        // revoked on the spot.
+        let key = if schemes.contains(&"publishable_key") {
+            Some(&s.creds.keys.publishable_test)
+        } else if schemes.contains(&"secret_key") {
+            Some(&s.creds.keys.secret_test)
+        } else {
+            None
+        };
+        let concrete = path
+            .split('/')
+            .map(|part| if part.starts_with('{') { "nope" } else { part })
+            .collect::<Vec<_>>()
+            .join("/");
+        let method_ = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let mut call = s.call(method_, &format!("{concrete}?unknown_parameter=1"));
+        if let Some(key) = key {
+            call = call.key(key);
         }
-        assert!(responses.get("429").is_some(), "{method} {path} lacks 429");
-        assert!(responses.get("5XX").is_some(), "{method} {path} lacks 5XX");
+        if method != "get" && method != "delete" {
+            call = call.json(json!({}));
+        }
+        let answer = call.send().await;
+        let responses = &operation["responses"];
+        let status = answer.status.to_string();
+        let range = format!("{}XX", &status[..1]);
+        assert!(
+            responses.get(&status).is_some() || responses.get(&range).is_some(),
+            "{method} {concrete} answered {status}, which it does not document: {}",
+            answer.body
+        );
+        called += 1;
     }
+    assert!(called >= 48, "{called} operations called");
 }
 
 /// Found: bodies with members the server refuses (`"extra": 1` is a 422 "is not a writable
@@ -224,6 +258,29 @@ async fn a_call_without_its_proof_is_refused_before_its_session_is_looked_up() {
     ] {
         let body = r.err(401, "collect.session_proof_invalid");
         assert_eq!(body["details"]["header_name"], "Vigil-Session-Proof");
+    }
+    // A header that is not of the proof's form is refused as early.
+    let r = s
+        .post(&format!("/v1/collect/sessions/{unknown}/results"))
+        .key(pk)
+        .header("vigil-session-proof", "x")
+        .send()
+        .await;
+    r.err(401, "collect.session_proof_invalid");
+    // And the document says so, beside the key's own refusals.
+    let doc = document();
+    for (path, method) in [
+        ("/v1/collect/network-checks", "post"),
+        ("/v1/collect/sessions/{sessionId}/results", "post"),
+        ("/v1/collect/pings/{pingId}", "get"),
+    ] {
+        let described = doc["paths"][path][method]["responses"]["401"]["description"]
+            .as_str()
+            .unwrap();
+        assert!(
+            described.contains("collect.session_proof_invalid") && described.contains("auth."),
+            "{method} {path}: {described}"
+        );
     }
 }
 
@@ -386,9 +443,10 @@ async fn real_answers_of_every_resource_match_the_document() {
             "webhook_url": format!("{}/gate", receiver.base),
             "env_vars": [{"name": "API key", "key": "CONTRACT_API_KEY", "secret": true}],
             "docs_url": "https://contract.example/docs",
-            "sdks": [{"label": "Node", "install": "npm i contract", "url": "https://contract.example/node"}],
+            "sdks": [{"label": "Node", "install": "npm i @contract/cli",
+                      "url": "https://www.npmjs.com/package/@contract/cli"}],
             "branding": {"logo_url": "https://contract.example/logo.png", "primary_color": "#123456"},
-            "consent": {"terms_url": "https://contract.example/terms"}
+            "consent": {"terms_url": "https://contract.example/terms?lang=en#use"}
         }))
         .send()
         .await;
@@ -518,5 +576,30 @@ async fn a_field_issue_says_what_was_expected() {
     assert!(
         issue["expected"].as_str().unwrap().starts_with("one of: "),
         "{issue}"
+    );
+}
+
+/// Found: a signup without a body, which the server takes (the tool's name is optional), was
+/// documented as needing one.
+#[tokio::test]
+async fn a_signup_may_carry_no_body_and_the_document_says_so() {
+    let s = TestServer::start().await;
+    s.post("/v1/gate/services")
+        .key(&s.creds.keys.secret_test)
+        .json(
+            json!({"id": "bodiless", "name": "Bodiless", "website": "https://b.example",
+                     "discoverable": true}),
+        )
+        .send()
+        .await
+        .ok(201);
+    let r = s.post("/v1/gate/services/bodiless/signups").send().await;
+    assert_eq!(r.ok(201)["status"], "pending");
+    let body = &document()["paths"]["/v1/gate/services/{serviceId}/signups"]["post"]["requestBody"];
+    assert_ne!(body["required"], true, "{body}");
+    // Sent, it is an object: a JSON null is not a signup's body.
+    assert_eq!(
+        body["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/SignupBody"
     );
 }

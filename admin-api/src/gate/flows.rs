@@ -287,7 +287,7 @@ const CLIENT_NAME_MAX_CHARS: usize = 64;
     path = "/v1/gate/services/{serviceId}/signups",
     tag = "gate",
     params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "vigil", description = "A published service.")),
-    request_body(content = SignupBody, description = "Optional: a signup may carry no body."),
+    request_body(content = Option<SignupBody>, description = "Optional: a signup may carry no body."),
     security(()),
     responses(
         (status = 201, description = "The signup, its consent URL and its poll token.", body = Single<Signup>),
@@ -413,7 +413,8 @@ async fn acknowledged_by(
             with the variables, the agent token and an `ack_token`, shown until acknowledged.",
             body = Single<Polled>),
         (status = 429, description = "`gate.slow_down`: polled sooner than the interval (which \
-            grows by 5 s).", body = ErrorEnvelope),
+            grows by 5 s); or `rate.limited`: the session's polls are spent, start a new signup.",
+            body = ErrorEnvelope),
         (status = 401, description = "`auth.invalid_credentials`: not this session's poll token.", body = ErrorEnvelope),
     )
 )]
@@ -442,13 +443,17 @@ async fn poll(
     match counted {
         GatePoll::Counted => {}
         GatePoll::Exhausted => {
-            return Err(ApiError::new(
+            // Every 429 carries `Retry-After` (docs/api.md#rate-limits); this one's is the
+            // poll interval, though only a new signup gets an answer again.
+            let mut e = ApiError::new(
                 ErrorCode::RateLimited,
                 format!(
                     "a Gate session answers {} polls; start a new one",
                     gate::MAX_POLLS
                 ),
-            ));
+            );
+            e.retry_after = Some(u64::from(session.interval_secs));
+            return Err(e);
         }
         GatePoll::TooSoon => {
             let mut e = ApiError::new(

@@ -69,6 +69,7 @@ pub struct Service {
     description: String,
     website: String,
     /// The one member the interface lets be null.
+    #[schema(required = true)]
     dashboard_login_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     webhook_url: Option<String>,
@@ -215,7 +216,7 @@ struct Draft {
     #[schema(
         nullable = false,
         max_length = 2048,
-        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
+        pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
     )]
     website: Option<String>,
     #[schema(nullable = false)]
@@ -230,7 +231,7 @@ struct Draft {
     webhook_secret: Option<String>,
     #[schema(nullable = false, max_items = 20, value_type = Option<Vec<gate::EnvVarDoc>>)]
     env_vars: Option<Vec<GateEnvVar>>,
-    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$")]
+    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$")]
     docs_url: Option<Option<String>>,
     #[schema(nullable = false, max_items = 20, value_type = Option<Vec<gate::SdkDoc>>)]
     sdks: Option<Vec<GateSdk>>,
@@ -247,7 +248,7 @@ struct BrandingBody {
     #[schema(
         nullable = false,
         max_length = 2048,
-        pattern = "^https?://(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(?:/[A-Za-z0-9._~/-]*)?$"
+        pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
     )]
     logo_url: Option<String>,
     #[schema(
