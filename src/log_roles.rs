@@ -20,11 +20,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct LogPreparation(Arc<watch::Sender<Result<(), String>>>);
 
+/// The status before the first preparation has finished.
+const NOT_YET: &str = "the log's topics are not prepared yet";
+
 impl LogPreparation {
     fn new() -> Self {
-        Self(Arc::new(watch::Sender::new(Err(
-            "the log's topics are not prepared yet".into(),
-        ))))
+        Self(Arc::new(watch::Sender::new(Err(NOT_YET.into()))))
     }
 
     /// `Ok` once the topics exist (and the log roles of this process run); else the last
@@ -41,6 +42,16 @@ impl LogPreparation {
         tokio::time::timeout(bound, status.wait_for(Result::is_ok))
             .await
             .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Waits up to `bound` for the first preparation to finish, however it went; whether the
+    /// topics are ready. For the embedded log, whose preparation needs no network: a busy
+    /// machine's seconds are waited out, a failing disk is not.
+    pub async fn wait_first_attempt(&self, bound: Duration) -> bool {
+        let mut status = self.0.subscribe();
+        let settled = |s: &Result<(), String>| s.as_ref().err().is_none_or(|e| e != NOT_YET);
+        let _ = tokio::time::timeout(bound, status.wait_for(settled)).await;
+        self.status().is_ok()
     }
 
     fn set(&self, status: Result<(), String>) {

@@ -18,8 +18,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ServeArgs, StoreArgs, redact_url};
 use crate::connections::{ConnectionLimits, Transport};
 
-/// How long start-up waits for the log's topics before serving without them.
+/// How long start-up waits for Kafka's topics before serving without them.
 const LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long it waits for the embedded log's first preparation: it needs no network, only this
+/// machine, so a busy machine's seconds are waited out rather than answered with 503s.
+const EMBEDDED_LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A running server; tests hold one per case.
 /// The most threads the runtime runs blocking work on (tokio's default is 512). The embedded
@@ -179,7 +182,14 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         }),
         shutdown.clone(),
     );
-    if !log_preparation.wait_ready(LOG_READY_BOUND).await {
+    let ready = if args.bus_url().starts_with("embedded:") {
+        log_preparation
+            .wait_first_attempt(EMBEDDED_LOG_READY_BOUND)
+            .await
+    } else {
+        log_preparation.wait_ready(LOG_READY_BOUND).await
+    };
+    if !ready {
         tracing::warn!(bus = %redact_url(&args.bus_url()), "the log is not ready; serving without it until it is (see /readyz)");
     }
     let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
