@@ -40,13 +40,13 @@ pub struct AppParts {
 pub fn router(parts: AppParts) -> Router {
     let exports = query_api::export::Slots::new(parts.export_concurrency);
     let admin_preparation = parts.log_preparation.clone();
-    let admin = admin_api::router(admin_api::AdminState {
+    let admin = admin_api::router(admin_api::AdminState::new(admin_api::AdminParts {
         auth: parts.auth.clone(),
         rotation_grace: parts.rotation_grace,
         allow_private_webhooks: parts.allow_private_webhooks,
         log: parts.log.clone(),
         log_ready: Arc::new(move || admin_preparation.status().is_ok()),
-    })
+    }))
     // Set here, inside the credential layer, so that a wrong method on an API route is counted
     // and carries the key's rate-limit headers like any other answer.
     .method_not_allowed_fallback(method_not_allowed)
@@ -66,14 +66,14 @@ pub fn router(parts: AppParts) -> Router {
         roles: parts.roles,
     };
     let preparation = parts.log_preparation.clone();
-    let ingest_state = ingest::IngestState {
+    let ingest_state = ingest::IngestState::new(ingest::IngestParts {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
         log_ready: Arc::new(move || preparation.status().is_ok()),
         batches: parts.batches.clone(),
         agents: parts.agents.clone(),
         opened: Arc::default(),
-    };
+    });
     let backend = query_api::handoff_router(query_api::QueryState {
         auth: parts.auth.clone(),
         exports: exports.clone(),

@@ -26,9 +26,27 @@ use axum::Router;
 use edge::Authenticator;
 use utoipa_axum::router::OpenApiRouter;
 
-/// What the management handlers share.
+/// What the management handlers share, behind one `Arc`: axum clones a handler's state for
+/// every request, and one reference count is cheaper than one per member.
 #[derive(Clone)]
-pub struct AdminState {
+pub struct AdminState(Arc<AdminParts>);
+
+impl AdminState {
+    pub fn new(parts: AdminParts) -> Self {
+        AdminState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AdminState {
+    type Target = AdminParts;
+
+    fn deref(&self) -> &AdminParts {
+        &self.0
+    }
+}
+
+/// The members of [`AdminState`].
+pub struct AdminParts {
     pub auth: Arc<Authenticator>,
     /// How long a rotated key keeps working (`--rotation-grace`, docs/architecture.md#api-keys).
     pub rotation_grace: chrono::Duration,
@@ -43,8 +61,7 @@ pub struct AdminState {
     pub log_ready: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
-/// The management routes, with the OpenAPI document of those that carry one (the others are
-/// still to be described: docs/api.md#openapi).
+/// The management routes, with their part of the OpenAPI document.
 fn routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .merge(organizations::router())

@@ -37,7 +37,7 @@ pub fn in_current_request<F: std::future::Future>(
 /// carry the id and are counted too. One layer rather than two: each costs a boxed future.
 pub async fn observe(mut req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
-    let route = crate::metrics::route_label(&req);
+    let matched = crate::metrics::route_label(&req);
     let method = crate::metrics::method_label(req.method());
     let id = RequestId::generate();
     req.extensions_mut().insert(id);
@@ -48,7 +48,8 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
     let status = response.status().as_u16();
-    crate::metrics::record(&route, method, status, started);
+    crate::metrics::record(matched.as_ref(), method, status, started);
+    let route = matched.as_ref().map_or("unmatched", |m| m.as_str());
     // One line per answered request: refusals and failures at info and above, so their ids are
     // in the log; successes at debug, off by default. 429s are counted, not logged: a flood
     // would drown the log.

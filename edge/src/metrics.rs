@@ -102,11 +102,9 @@ pub fn register(collector: Box<dyn prometheus::core::Collector>) -> Result<(), p
 }
 
 /// The label of the route a request matched: its template, never the raw path.
-pub fn route_label(req: &Request) -> String {
-    req.extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned())
+pub fn route_label(req: &Request) -> Option<MatchedPath> {
+    // The route's template is shared by every request it matches: cloned, not copied.
+    req.extensions().get::<MatchedPath>().cloned()
 }
 
 /// The method label: one of the standard methods or `OTHER`, so that a client inventing
@@ -125,15 +123,43 @@ pub fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
+/// One series' counter and histogram.
+type Series = (prometheus::IntCounter, prometheus::Histogram);
+/// A worker's series of one route, by method and status.
+type RouteSeries = std::collections::HashMap<(&'static str, u16), Series>;
+
+thread_local! {
+    /// The series each worker thread has answered, by route: looking a series up in the
+    /// vectors hashes its labels and takes their lock on every request, which a worker does
+    /// once per series instead. Bounded as the series are: by the routes, the methods of
+    /// `method_label` and the statuses.
+    static SERIES: std::cell::RefCell<std::collections::HashMap<Box<str>, RouteSeries>> =
+        std::cell::RefCell::default();
+}
+
 /// Counts and times one answered request.
-pub fn record(route: &str, method: &str, status: u16, started: Instant) {
-    let digits = itoa_status(status);
-    let labels = [route, method, std::str::from_utf8(&digits).unwrap_or("000")];
-    METRICS.requests.with_label_values(&labels).inc();
-    METRICS
-        .latency
-        .with_label_values(&labels)
-        .observe(started.elapsed().as_secs_f64());
+pub fn record(route: Option<&MatchedPath>, method: &'static str, status: u16, started: Instant) {
+    let route = route.map_or("unmatched", MatchedPath::as_str);
+    let elapsed = started.elapsed().as_secs_f64();
+    SERIES.with(|series| {
+        let mut series = series.borrow_mut();
+        if !series.contains_key(route) {
+            series.insert(route.into(), std::collections::HashMap::new());
+        }
+        let Some(by_route) = series.get_mut(route) else {
+            return;
+        };
+        let (requests, latency) = by_route.entry((method, status)).or_insert_with(|| {
+            let digits = itoa_status(status);
+            let labels = [route, method, std::str::from_utf8(&digits).unwrap_or("000")];
+            (
+                METRICS.requests.with_label_values(&labels),
+                METRICS.latency.with_label_values(&labels),
+            )
+        });
+        requests.inc();
+        latency.observe(elapsed);
+    });
 }
 
 fn itoa_status(status: u16) -> [u8; 3] {

@@ -22,9 +22,27 @@ use edge::Authenticator;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// What the ingest handlers share.
+/// What the ingest handlers share, behind one `Arc`: axum clones a handler's state for every
+/// request, and one reference count is cheaper than one per member.
 #[derive(Clone)]
-pub struct IngestState {
+pub struct IngestState(Arc<IngestParts>);
+
+impl IngestState {
+    pub fn new(parts: IngestParts) -> Self {
+        IngestState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for IngestState {
+    type Target = IngestParts;
+
+    fn deref(&self) -> &IngestParts {
+        &self.0
+    }
+}
+
+/// The members of [`IngestState`].
+pub struct IngestParts {
     pub auth: Arc<Authenticator>,
     pub log: bus::Log,
     pub batches: bus::Topic,

@@ -7,12 +7,13 @@
 use std::fmt;
 use std::str::FromStr;
 
-use rand::TryRngCore;
-use rand::rngs::OsRng;
+use rand::RngCore;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use ulid::Ulid;
 
-/// A fresh ULID: the current millisecond, then 80 bits straight from the OS random source.
+/// A fresh ULID: the current millisecond, then 80 bits from the thread's CSPRNG (`rand`'s
+/// ChaCha12, seeded and reseeded from the OS random source), as unguessable as the OS source
+/// itself without a system call per id: every request mints one for its request id.
 /// There is deliberately no monotonic increment within a millisecond
 /// (docs/architecture.md#ids-and-credentials): ids made together would differ by one, so any
 /// response's id (a request id included) would predict its neighbours. Ids still sort by their
@@ -20,9 +21,7 @@ use ulid::Ulid;
 /// made at the same instant.
 pub fn next_ulid() -> Ulid {
     let mut random = [0u8; 16];
-    OsRng
-        .try_fill_bytes(&mut random[6..])
-        .expect("the OS random source is readable");
+    rand::rng().fill_bytes(&mut random[6..]);
     Ulid::from_parts(
         crate::time::now().timestamp_millis().max(0) as u64,
         u128::from_be_bytes(random),
