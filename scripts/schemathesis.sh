@@ -5,8 +5,8 @@
 # publishable key), and the rest without a key. Its checks: server errors, status codes,
 # content types, response schemas and headers, negative data refused and positive data
 # accepted. Prints one `schemathesis: N passed, N failed` line (operations, over the three
-# runs) and fails when any check failed. Run by scripts/test.sh; alone, it needs a built
-# `target/debug/vigil` and python3.
+# runs) and fails when any check failed. Run by scripts/test.sh; alone, it builds the `vigil`
+# executable and needs python3 and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
