@@ -15,7 +15,7 @@ use schemas::gate::SYSTEM_SERVICE_ID;
 use schemas::resources::Pagination;
 use schemas::resources::{List, Single};
 use serde::Serialize;
-use store::{GateEnvVar, GateSdk, GateServiceRecord};
+use store::{GateBranding, GateConsent, GateEnvVar, GateSdk, GateServiceRecord};
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -46,34 +46,13 @@ struct Entry {
     agent_token_variable: String,
     #[schema(value_type = Vec<schemas::gate::SdkDoc>)]
     sdks: Vec<GateSdk>,
-    branding: Branding,
-    consent: Consent,
+    /// Members never set are left out.
+    #[schema(value_type = schemas::gate::BrandingDoc)]
+    branding: GateBranding,
+    #[schema(value_type = schemas::gate::ConsentDoc)]
+    consent: GateConsent,
     /// Whether a person can log in to its dashboard through Gate.
     dashboard_login: bool,
-}
-
-/// A service's branding; members never set are left out.
-#[derive(Serialize, utoipa::ToSchema)]
-struct Branding {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    logo_url: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    primary_color: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    secondary_color: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ascii_art: Option<String>,
-    /// Set by Vigil only.
-    verified: bool,
-}
-
-/// A service's consent links; members never set are left out.
-#[derive(Serialize, utoipa::ToSchema)]
-struct Consent {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    terms_url: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    privacy_url: Option<String>,
 }
 
 fn entry(s: GateServiceRecord) -> Entry {
@@ -88,17 +67,8 @@ fn entry(s: GateServiceRecord) -> Entry {
         docs_url: s.docs_url,
         env_vars: s.env_vars,
         sdks: s.sdks,
-        branding: Branding {
-            logo_url: s.branding.logo_url,
-            primary_color: s.branding.primary_color,
-            secondary_color: s.branding.secondary_color,
-            ascii_art: s.branding.ascii_art,
-            verified: s.branding.verified,
-        },
-        consent: Consent {
-            terms_url: s.consent.terms_url,
-            privacy_url: s.consent.privacy_url,
-        },
+        branding: s.branding,
+        consent: s.consent,
     }
 }
 
