@@ -58,6 +58,7 @@ fn kind(e: &BusError) -> &'static str {
         BusError::UnknownTopic(_) => "unknown_topic",
         BusError::UnknownPartition { .. } => "unknown_partition",
         BusError::TooLarge { .. } => "too_large",
+        BusError::Busy(_) => "busy",
         BusError::Unavailable(_) => "unavailable",
         BusError::Corrupt(_) => "corrupt",
         BusError::NotEnabled(_) => "not_enabled",

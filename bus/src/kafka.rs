@@ -53,6 +53,16 @@ use crate::{
 /// How long a metadata lookup, a topic creation or a commit may take before the backend is
 /// reported unavailable.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many appends the producer holds in flight before refusing more: about half a second
+/// of the appends one ingest process makes at its saturated rate, the latency an append may
+/// queue for (docs/performance.md#ingest).
+const PRODUCER_QUEUE: &str = "4096";
+/// The longest a broker holds a fetch that found nothing new. Brokers answer as soon as data
+/// arrives, but some hold every fetch to this bound (librdkafka's mock cluster does, and so
+/// does any broker whose `fetch.min.bytes` is raised), and at librdkafka's default of 500 ms a
+/// batch then waits up to that long before the processor reads it. An idle consumer pays for
+/// this with one empty fetch per broker every 10 ms.
+const FETCH_WAIT_MS: &str = "10";
 /// How long a member's commit waits out a rebalance in progress before it is dropped.
 const REBALANCE_COMMIT_WAIT: Duration = Duration::from_secs(5);
 
@@ -236,11 +246,20 @@ impl KafkaLog {
         producer
             .set("acks", "all")
             .set("enable.idempotence", "true");
-        // Defaults a URL may override. Send as soon as a record is queued: an append is awaited
-        // by a client request, and records that queue while a request is in flight still share
-        // the next one. And fail an append (ingest answers 503) rather than hang for
-        // librdkafka's default five minutes when the brokers are gone.
-        for (name, value) in [("linger.ms", "0"), ("message.timeout.ms", "30000")] {
+        // Defaults a URL may override:
+        // - Send as soon as a record is queued: an append is awaited by a client request, and
+        //   records that queue while a request is in flight still share the next one.
+        // - Fail an append (ingest answers 503) rather than hang for librdkafka's default five
+        //   minutes when the brokers are gone.
+        // - Hold at most PRODUCER_QUEUE appends in flight. Each awaits its own acknowledgement,
+        //   so the queue only grows when the brokers slow down; past the bound an append is
+        //   refused at once (`BusError::Busy`, a 503 with `Retry-After`) rather than queued
+        //   for seconds behind librdkafka's default of 100,000.
+        for (name, value) in [
+            ("linger.ms", "0"),
+            ("message.timeout.ms", "30000"),
+            ("queue.buffering.max.messages", PRODUCER_QUEUE),
+        ] {
             if producer.get(name).is_none() {
                 producer.set(name, value);
             }
@@ -381,9 +400,10 @@ impl LogBackend for KafkaLog {
             .partition(partition as i32)
             .key(key)
             .payload(payload);
+        // No wait for room in the queue: a full one is answered at once (see PRODUCER_QUEUE).
         match self
             .producer
-            .send(record, Timeout::After(BROKER_TIMEOUT))
+            .send(record, Timeout::After(Duration::ZERO))
             .await
         {
             Ok(delivery) => Ok(Position {
@@ -394,6 +414,9 @@ impl LogBackend for KafkaLog {
                 Some(
                     RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
                 ) => BusError::UnknownTopic(topic.to_string()),
+                Some(RDKafkaErrorCode::QueueFull) => BusError::Busy(format!(
+                    "kafka: {PRODUCER_QUEUE} appends are waiting for the brokers already"
+                )),
                 Some(RDKafkaErrorCode::MessageSizeTooLarge) => BusError::TooLarge {
                     size: key.len() + payload.len(),
                     limit: crate::MAX_RECORD_BYTES,
@@ -506,6 +529,9 @@ impl KafkaLog {
             // committed offset was deleted by retention: at least once, never skipped.
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false");
+        if config.get("fetch.wait.max.ms").is_none() {
+            config.set("fetch.wait.max.ms", FETCH_WAIT_MS);
+        }
         config
             .create_with_context(GroupContext::new(topic))
             .map_err(|e| unavailable("creating a consumer", e))

@@ -69,6 +69,10 @@ pub enum BusError {
     /// The backend cannot be reached or refused the operation; a retry may help.
     #[error("log unavailable: {0}")]
     Unavailable(String),
+    /// The backend holds as many appends in flight as it takes (the Kafka producer's queue is
+    /// full): refused at once rather than queued behind them, so a retry a moment later helps.
+    #[error("log busy: {0}")]
+    Busy(String),
     /// Stored data could not be decoded: a bug or a damaged log.
     #[error("corrupt log data: {0}")]
     Corrupt(String),
@@ -80,7 +84,7 @@ pub enum BusError {
 impl BusError {
     /// Whether the same call may succeed later (back off and retry rather than drop).
     pub fn is_transient(&self) -> bool {
-        matches!(self, BusError::Unavailable(_))
+        matches!(self, BusError::Unavailable(_) | BusError::Busy(_))
     }
 }
 

@@ -37,10 +37,17 @@ impl ApiError {
     /// The retryable 503 of a record the log cannot take now (it is down, or its topics are
     /// not prepared yet).
     pub fn log_unavailable() -> Self {
-        let mut err = Self::new(
-            ErrorCode::ServiceUnavailable,
-            "the log is unavailable; retry shortly",
-        );
+        Self::retry_shortly("the log is unavailable; retry shortly")
+    }
+
+    /// The retryable 503 of a record the log refused because as many wait for it already
+    /// (its producer's queue is full): load shed, not an outage.
+    pub fn log_busy() -> Self {
+        Self::retry_shortly("the log is taking no more records at the moment; retry shortly")
+    }
+
+    fn retry_shortly(message: &'static str) -> Self {
+        let mut err = Self::new(ErrorCode::ServiceUnavailable, message);
         err.retry_after = Some(1);
         err
     }

@@ -195,16 +195,11 @@ pub(crate) async fn accept(
     // The log first: a batch the log does not have is never acknowledged. A crash between the
     // two steps lets the SDK's retry append it again, which the processor ignores by (session,
     // number).
-    state.log.append(&state.batches, id.to_string().as_bytes(), &payload).await.map_err(|e| {
-        // An unknown topic is the log not prepared yet (the server prepares it in the
-        // background while the log is unreachable): as retryable as the log being down.
-        if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) {
-            tracing::error!(request_id = %edge::context::request_id(), error = %e, "appending a batch");
-            ApiError::log_unavailable()
-        } else {
-            ApiError::internal("appending a batch", e)
-        }
-    })?;
+    state
+        .log
+        .append(&state.batches, id.to_string().as_bytes(), &payload)
+        .await
+        .map_err(|e| crate::append_failed("appending a batch", e))?;
     if !state.auth.store.advance_collect_seq(id, seq).await? {
         return Err(replayed());
     }

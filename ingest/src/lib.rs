@@ -114,3 +114,18 @@ pub async fn prepare_log(log: &bus::Log) -> Result<bus::Topic, bus::BusError> {
         .await?;
     Ok(topic)
 }
+
+/// The answer to an append the log did not take. A full producer queue is load shed, refused
+/// without an error line each (a saturated ingest would log thousands a second); an unknown
+/// topic is the log not prepared yet (the server prepares it in the background while the log
+/// is unreachable), as retryable as the log being down.
+fn append_failed(context: &'static str, e: bus::BusError) -> edge::ApiError {
+    match e {
+        bus::BusError::Busy(_) => edge::ApiError::log_busy(),
+        e if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) => {
+            tracing::error!(request_id = %edge::context::request_id(), error = %e, "{context}");
+            edge::ApiError::log_unavailable()
+        }
+        e => edge::ApiError::internal(context, e),
+    }
+}

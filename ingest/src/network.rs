@@ -246,6 +246,6 @@ pub async fn append_server_record(
         .log
         .append(&state.batches, id.to_string().as_bytes(), &payload)
         .await
-        .map_err(|e| ApiError::internal("appending a server record", e))?;
+        .map_err(|e| crate::append_failed("appending a server record", e))?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Absent or failing dependencies, over HTTP: a server started while Kafka is unreachable
 //! serves at once (`/healthz` 200, `/readyz` 503 naming the bus, collect batches a retryable
 //! 503) and recovers by itself when the broker appears; a broker that goes down mid-stream
-//! loses no acknowledged batch. The broker is librdkafka's mock cluster
+//! loses no acknowledged batch; a batch past the producer's full queue is refused with a 503 at
+//! once, not queued. The broker is librdkafka's mock cluster
 //! (docs/testing.md#real-clients-and-servers). (Redis failing open is `limits.rs`'s.)
 
 use std::net::SocketAddr;
@@ -172,6 +173,49 @@ async fn a_broker_going_down_mid_stream_loses_no_acknowledged_batch() {
         attempt(&mut acknowledged).await;
     }
     all_decided(&s, &acknowledged, Duration::from_secs(60)).await;
+    s.stop().await;
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_past_a_full_producer_queue_is_refused_at_once_and_the_queued_one_lands() {
+    let cluster = MockKafka::start(1).expect("the mock cluster starts");
+    vigil_tests::create_kafka_topics(&cluster);
+    // A queue of one append, so one batch waiting for a broker that is down fills it.
+    let url = format!("{}?queue.buffering.max.messages=1", cluster.url());
+    let mut s = TestServer::start_with(move |a| a.bus = url.clone()).await;
+    let pk = s.creds.keys.publishable_test.clone();
+    let (queued, shed) = (open_session(&s, &pk).await, open_session(&s, &pk).await);
+
+    cluster.broker_down(-1).unwrap();
+    let (landed, (refused, took)) = tokio::join!(send_batch(&s, &queued, 1), async {
+        // The first batch is in the producer's queue by now, waiting for the broker.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let asked = Instant::now();
+        let refused = send_batch(&s, &shed, 1).await;
+        let took = asked.elapsed();
+        cluster.broker_up(-1).unwrap();
+        (refused, took)
+    });
+    let error = refused.err(503, "service.unavailable");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no more records"),
+        "load shed, not an outage: {error}"
+    );
+    assert_eq!(refused.header("retry-after").as_deref(), Some("1"));
+    assert!(took < Duration::from_secs(1), "refused at once: {took:?}");
+    landed.ok(202);
+    // The refused batch is not half-taken: sent again, it is accepted as new.
+    send_batch(&s, &shed, 1).await.ok(202);
+    all_decided(
+        &s,
+        &[queued.id.clone(), shed.id.clone()],
+        Duration::from_secs(60),
+    )
+    .await;
     s.stop().await;
     drop(cluster);
 }

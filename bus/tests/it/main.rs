@@ -1,6 +1,7 @@
 //! The log's tests in one binary: the conformance suite on both backends, consumer groups, the
 //! embedded log's crash durability and its retention.
 
+mod backpressure;
 mod conformance;
 mod crash;
 mod groups;
