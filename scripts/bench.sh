@@ -9,6 +9,8 @@
 # reads through the PostgreSQL store), and the embedded log's retention (the same appends with
 # and without it), and the sessions export (rows/s into an Arrow reader against an in-memory IPC
 # write, and peak memory at 100k and 1M rows, embedded and PostgreSQL); starts PostgreSQL too, and stops both whatever happens.
+# Ends with a table of every performance goal, its figure in this run and whether it held; the
+# whole output is kept in target/bench/last.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
@@ -26,4 +28,13 @@ export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 cargo build --release --bin vigil
 # The embedded log's retention: the same load with and without it.
 cargo run --release -p vigil-bus --example log_retention
-cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries --bench fleet --bench export "$@"
+mkdir -p target/bench
+cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries --bench fleet --bench export "$@" \
+  | tee target/bench/last.log
+
+# Every goal of docs/performance.md with this run's figure and its ceiling, gathered from the
+# benchmarks' `goal | ...` lines.
+echo
+echo "| path | figure (ceiling measured in the same run) | goal | |"
+echo "| --- | --- | --- | --- |"
+grep '^goal | ' target/bench/last.log | sed 's/^goal | /| /; s/$/ |/'

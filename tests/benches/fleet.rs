@@ -5,7 +5,9 @@
 //! sessions stream interaction batches into the ingest process as fast as each is
 //! acknowledged; the figures are the batches/s acknowledged, and the batches/s folded into
 //! stored decisions (from the first batch sent to the last one folded, counted by the
-//! processors' `vigil_processor_records_folded_total`).
+//! processors' `vigil_processor_records_folded_total`), and the latency from ingest's
+//! acceptance of a batch to its stored decision (p50, p99, from the processors'
+//! `vigil_processor_batch_to_decision_seconds`).
 //!
 //! Every process shares the machine's two cores with the others and with the load generator,
 //! so a second processor is expected to gain little here: the figure says what scaling out
@@ -28,9 +30,12 @@ use vigil_tests::served::Served;
 use vigil_tests::{http_client, postgres_database, vigil_binary};
 
 #[path = "common/load.rs"]
-#[allow(dead_code)] // its percentiles are the other benchmarks'
+#[allow(dead_code)] // its sample percentiles are the other benchmarks'
 mod load;
-use load::{Connection, bare_ceiling};
+use load::{Connection, bare_ceiling, bucket_percentile, decision_histogram};
+#[path = "common/goals.rs"]
+mod goals;
+use goals::goal;
 
 /// A realistic interactions batch: 40 pointer events.
 fn interactions() -> Vec<u8> {
@@ -87,6 +92,9 @@ async fn wait_folded(client: &reqwest::Client, processors: &[Served], n: u64) {
 struct Figures {
     accepted_per_sec: f64,
     folded_per_sec: f64,
+    /// From ingest's acceptance of a batch to its stored decision.
+    decision_p50_ms: Option<f64>,
+    decision_p99_ms: Option<f64>,
     /// The same requests from the same client against a bare handler, in the same run.
     ceiling_per_sec: f64,
 }
@@ -215,12 +223,19 @@ async fn run(processors: usize, sessions: usize, seconds: u64) -> Figures {
     }
     wait_folded(&client, &members, sessions.len() as u64).await;
     let before = folded(&client, &members).await;
+    let histogram_before = decisions(&members).await;
 
     let started = Instant::now();
     let accepted = stream(&ingest.base, &pk, &sessions, seconds, 1).await;
     let sent_for = started.elapsed().as_secs_f64();
     wait_folded(&client, &members, before + accepted).await;
     let folded_for = started.elapsed().as_secs_f64();
+    let window: Vec<(f64, f64)> = decisions(&members)
+        .await
+        .iter()
+        .zip(&histogram_before)
+        .map(|((le, after), (_, before))| (*le, after - before))
+        .collect();
     drop(members);
     let bare = bare_ceiling().await;
     let ceiling_started = Instant::now();
@@ -230,8 +245,26 @@ async fn run(processors: usize, sessions: usize, seconds: u64) -> Figures {
     Figures {
         accepted_per_sec: accepted as f64 / sent_for,
         folded_per_sec: accepted as f64 / folded_for,
+        decision_p50_ms: bucket_percentile(&window, 0.5),
+        decision_p99_ms: bucket_percentile(&window, 0.99),
         ceiling_per_sec,
     }
+}
+
+/// The processors' batch-to-decision histograms, summed bucket by bucket.
+async fn decisions(processors: &[Served]) -> Vec<(f64, f64)> {
+    let mut sum: Vec<(f64, f64)> = Vec::new();
+    for p in processors {
+        let one = decision_histogram(&format!("{}/metrics", p.base)).await;
+        if sum.is_empty() {
+            sum = one;
+        } else {
+            for (total, (_, count)) in sum.iter_mut().zip(one) {
+                total.1 += count;
+            }
+        }
+    }
+    sum
 }
 
 fn main() {
@@ -253,18 +286,37 @@ fn main() {
             "fleet: one ingest process and N processor processes on the mock Kafka cluster and PostgreSQL, {sessions} sessions streaming interaction batches for {seconds} s; 2 cores shared by every process and the load generator"
         );
         println!(
-            "{:<12} {:>12} {:>10} {:>22}",
-            "processors", "accepted/s", "folded/s", "bare handler (ceiling)"
+            "{:<12} {:>12} {:>10} {:>9} {:>9} {:>22}",
+            "processors", "accepted/s", "folded/s", "p50 ms", "p99 ms", "bare handler (ceiling)"
         );
+        let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
         let mut first = None;
         for processors in [1, 2] {
             let f = run(processors, sessions, seconds).await;
             println!(
-                "{processors:<12} {:>12.0} {:>10.0} {:>22.0}",
-                f.accepted_per_sec, f.folded_per_sec, f.ceiling_per_sec
+                "{processors:<12} {:>12.0} {:>10.0} {:>9} {:>9} {:>22.0}",
+                f.accepted_per_sec,
+                f.folded_per_sec,
+                ms(f.decision_p50_ms),
+                ms(f.decision_p99_ms),
+                f.ceiling_per_sec
             );
             match first {
-                None => first = Some(f.folded_per_sec),
+                None => {
+                    first = Some(f.folded_per_sec);
+                    goal(
+                        "fleet (Kafka + PostgreSQL), one processor process",
+                        format!(
+                            "{:.0} folded/s, decision p99 {} ms (ceiling {:.0}/s)",
+                            f.folded_per_sec,
+                            ms(f.decision_p99_ms),
+                            f.ceiling_per_sec
+                        ),
+                        ">= 5,000/s, p99 < 250 ms",
+                        f.folded_per_sec >= 5_000.0
+                            && f.decision_p99_ms.is_some_and(|p| p < 250.0),
+                    );
+                }
                 Some(one) => println!(
                     "two processors fold {:.2}x what one does on this machine",
                     f.folded_per_sec / one

@@ -28,8 +28,12 @@ use vigil_tests::TestServer;
 use vigil_tests::collect::{CollectSession, open_session};
 
 #[path = "common/load.rs"]
+#[allow(dead_code)] // its histogram readers are the other benchmarks'
 mod load;
 use load::{Connection, bare_ceiling, percentile};
+#[path = "common/goals.rs"]
+mod goals;
+use goals::goal;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -194,8 +198,11 @@ async fn vigil(bus: Option<String>) -> Arc<TestServer> {
     Arc::new(s)
 }
 
+fn ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
+}
+
 fn print(name: &str, f: &Figures, ceiling: f64) {
-    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
     println!(
         "{name:<44} {:>10.0} {:>7.0}% {:>9} {:>9} {:>9} {:>9}",
         f.per_sec,
@@ -257,6 +264,19 @@ fn main() {
         )
         .await;
         print("vigil, embedded log, saturated", &embedded, ceiling.per_sec);
+        let ratio = embedded.per_sec / ceiling.per_sec;
+        goal(
+            "collect batches, embedded log, saturated",
+            format!(
+                "{:.0}/s = {:.0}% of {:.0}, decision p99 {} ms",
+                embedded.per_sec,
+                100.0 * ratio,
+                ceiling.per_sec,
+                ms(embedded.p99_ms)
+            ),
+            ">= 20% of the ceiling, p99 < 50 ms",
+            ratio >= 0.20 && embedded.p99_ms.is_some_and(|p| p < 50.0),
+        );
         let paced = stream(
             s.base.clone(),
             pk,
@@ -289,6 +309,16 @@ fn main() {
         )
         .await;
         print("vigil, Kafka (mock cluster), offered 5,000/s", &kafka_paced, ceiling.per_sec);
+        goal(
+            "collect batches, Kafka (mock cluster), 5,000/s offered",
+            format!(
+                "{:.0}/s, decision p99 {} ms",
+                kafka_paced.per_sec,
+                ms(kafka_paced.p99_ms)
+            ),
+            "p99 < 250 ms",
+            kafka_paced.p99_ms.is_some_and(|p| p < 250.0),
+        );
         let ksessions = open_sessions(&k, n).await;
         let on_kafka = stream(
             k.base.clone(),
@@ -300,6 +330,18 @@ fn main() {
         )
         .await;
         print("vigil, Kafka (mock cluster), saturated", &on_kafka, ceiling.per_sec);
+        goal(
+            "collect batches, Kafka (mock cluster), saturated",
+            format!(
+                "{:.0}/s = {:.0}% of {:.0}, decision p99 {} ms",
+                on_kafka.per_sec,
+                100.0 * on_kafka.per_sec / ceiling.per_sec,
+                ceiling.per_sec,
+                ms(on_kafka.p99_ms)
+            ),
+            "p99 < 500 ms",
+            on_kafka.p99_ms.is_some_and(|p| p < 500.0),
+        );
 
     });
 }

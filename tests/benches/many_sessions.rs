@@ -35,7 +35,10 @@ use vigil_tests::served::Served;
 
 #[path = "common/load.rs"]
 mod load;
-use load::{Connection, bare_ceiling, percentile};
+use load::{Connection, bare_ceiling, bucket_percentile, decision_histogram, percentile};
+#[path = "common/goals.rs"]
+mod goals;
+use goals::goal;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -252,57 +255,6 @@ async fn concurrent(
     figures
 }
 
-/// The cumulative buckets (upper bound in ms, count) of the processor's batch-to-decision
-/// histogram, `+Inf` last.
-async fn decision_histogram(url: &str) -> Vec<(f64, f64)> {
-    let text = vigil_tests::http_client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let prefix = "vigil_processor_batch_to_decision_seconds_bucket{le=\"";
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(prefix)?;
-            let (le, count) = rest.split_once("\"} ")?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse::<f64>().ok()? * 1000.0
-            };
-            Some((le, count.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// The value at fraction `p` of cumulative buckets, interpolated linearly within its bucket.
-fn bucket_percentile(buckets: &[(f64, f64)], p: f64) -> Option<f64> {
-    let total = buckets.last()?.1;
-    if total == 0.0 {
-        return None;
-    }
-    let rank = p * total;
-    let (mut lower, mut below) = (0.0, 0.0);
-    for &(le, count) in buckets {
-        if count >= rank {
-            if le.is_infinite() {
-                return Some(lower);
-            }
-            let within = if count > below {
-                (rank - below) / (count - below)
-            } else {
-                1.0
-            };
-            return Some(lower + (le - lower) * within);
-        }
-        (lower, below) = (le, count);
-    }
-    None
-}
-
 fn ms(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
 }
@@ -348,6 +300,17 @@ fn run_concurrent(runtime: &tokio::runtime::Runtime) {
             ms(vigil.decision_p50_ms),
             ms(vigil.decision_p99_ms),
             vigil.decided
+        );
+        goal(
+            &format!("{n} sessions at once, batch to stored decision"),
+            format!(
+                "p99 {} ms ({:.0} batches/s; ceiling {:.0}/s)",
+                ms(vigil.decision_p99_ms),
+                vigil.accepted as f64 / vigil.elapsed.as_secs_f64(),
+                ceiling.accepted as f64 / ceiling.elapsed.as_secs_f64()
+            ),
+            "p99 < 100 ms",
+            vigil.decision_p99_ms.is_some_and(|p| p < 100.0),
         );
         // Every metric of the run, for looking into where the time went.
         if let Ok(path) = std::env::var("VIGIL_BENCH_METRICS_OUT") {

@@ -16,6 +16,10 @@ use axum::http::header;
 use axum::routing::get;
 use vigil_tests::TestServer;
 
+#[path = "common/goals.rs"]
+mod goals;
+use goals::goal;
+
 /// The same allocator as the `vigil` binary, so the in-process server is measured as it ships.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -177,13 +181,27 @@ fn main() {
                 let counts: Vec<&str> = metrics.as_str().unwrap_or("").lines().filter(|l| l.starts_with("vigil_http_requests_total")).collect();
                 panic!("{name}: {} requests failed; every request must succeed for the figure to mean anything:\n{}", f.non_2xx, counts.join("\n"));
             }
+            let ratio = f.requests_per_sec / ceiling.requests_per_sec;
             println!(
                 "{:<40} {:>10.0} {:>9.2} {:>7.0}%",
                 name,
                 f.requests_per_sec,
                 f.p99_ms,
-                100.0 * f.requests_per_sec / ceiling.requests_per_sec
+                100.0 * ratio
             );
+            if name == "vigil, in-process limiter" {
+                goal(
+                    "authenticated GET /v1/organizations/{id}, in-process limiter",
+                    format!(
+                        "{:.0} req/s = {:.0}% of {:.0}",
+                        f.requests_per_sec,
+                        100.0 * ratio,
+                        ceiling.requests_per_sec
+                    ),
+                    ">= 70% of the ceiling",
+                    ratio >= 0.70,
+                );
+            }
         }
         if postgres_stack.is_none() {
             println!("(PostgreSQL store not measured: VIGIL_TEST_POSTGRES_URL is not set; scripts/bench.sh sets it)");

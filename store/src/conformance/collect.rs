@@ -389,6 +389,45 @@ async fn concurrent_collect_counter_advances_have_one_winner(
     );
 }
 
+/// Many sessions' batch numbers advanced at once (as ingest does for every batch, and as the
+/// stores raise them, in groups): each session ends at its highest number, the highest is
+/// accepted for each, and an unknown session among them is answered `false` and not created.
+pub async fn collect_seq_advances_of_many_sessions_at_once_stay_apart(store: Store) {
+    let mut sessions = Vec::new();
+    for _ in 0..16 {
+        let session = collect_session(1);
+        store.create_collect_session(&session).await.unwrap();
+        sessions.push(session);
+    }
+    let ghost = SessionId::generate();
+    let ids: Vec<SessionId> = sessions.iter().map(|s| s.id).collect();
+    let results = race(16 * 4 + 1, |i| {
+        let store = store.clone();
+        // The last racer advances a session that does not exist.
+        let (id, to) = match ids.get(i % 16) {
+            Some(&id) if i < 64 => (id, 1 + (i / 16) as u64),
+            _ => (ghost, 1),
+        };
+        async move { (id, to, store.advance_collect_seq(id, to).await.unwrap()) }
+    })
+    .await;
+    for session in &sessions {
+        assert!(
+            results.contains(&(session.id, 4, true)),
+            "the highest number of {} was refused: {results:?}",
+            session.id
+        );
+        let mut expected = session.clone();
+        expected.last_seq = 4;
+        assert_eq!(
+            store.get_collect_session(session.id).await.unwrap(),
+            Some(expected)
+        );
+    }
+    assert!(results.contains(&(ghost, 1, false)), "{results:?}");
+    assert_eq!(store.get_collect_session(ghost).await.unwrap(), None);
+}
+
 pub async fn collect_ping_first_arrival_wins(store: Store) {
     let session = collect_session(3);
     let other = collect_session(1);

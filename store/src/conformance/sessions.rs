@@ -667,6 +667,45 @@ pub async fn decision_history_keeps_turning_points_and_the_latest(store: Store) 
     );
 }
 
+/// Sessions saved together in one call have their decision histories pruned each on its own:
+/// one session's turning points neither keep nor drop another's decisions.
+pub async fn decision_histories_saved_together_are_pruned_each_alone(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let (a, b) = (SessionId::generate(), SessionId::generate());
+    let da = sorted_ids(4, DecisionId::generate);
+    let db = sorted_ids(4, DecisionId::generate);
+    // `a` never turns, so each new latest replaces the last; `b` turns every time.
+    let verdicts_b = ["human", "bot", "human", "bot"];
+    for i in 0..4 {
+        let saves: Vec<SessionSave> = [(a, da[i], "human"), (b, db[i], verdicts_b[i])]
+            .into_iter()
+            .map(|(sid, id, verdict)| {
+                let decision = turn(sid, id, "snapshot", verdict);
+                let mut session = session_record(org, env, sid);
+                session.latest_decision = Some(decision.decision.clone());
+                SessionSave {
+                    session,
+                    decision: Some(decision),
+                    events: Vec::new(),
+                    settled: None,
+                    fence: None,
+                }
+            })
+            .collect();
+        store.save_sessions(&saves).await.unwrap();
+    }
+    assert_eq!(
+        decision_ids(&store.list_decisions(org, env, a, 100).await.unwrap()),
+        vec![da[3], da[0]],
+        "the first and the latest of a session that never turned"
+    );
+    assert_eq!(
+        decision_ids(&store.list_decisions(org, env, b, 100).await.unwrap()),
+        vec![db[3], db[2], db[1], db[0]],
+        "every decision of a session that turned each time"
+    );
+}
+
 /// `list_sessions_by_verdict` reads the sessions whose latest decision has the verdict, newest
 /// first, paginated and isolated; a session moves between verdicts with its latest decision.
 pub async fn sessions_by_verdict_follow_the_latest_decision(store: Store) {

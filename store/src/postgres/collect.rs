@@ -11,7 +11,7 @@ use schemas::time::Timestamp;
 use super::{PostgresStore, db_error, decode_opt, execute, json, row, ulid_bytes, ulid_of};
 use crate::{CollectSessionRecord, CollectStore, Result};
 
-const COLLECT_SESSIONS: &str = "collect_sessions";
+pub(super) const COLLECT_SESSIONS: &str = "collect_sessions";
 
 /// Reads the session under its row lock, lets `change` modify it (answering whether it did),
 /// and writes it back only if it changed. `None` if there is no such session; otherwise
@@ -101,16 +101,9 @@ impl CollectStore for PostgresStore {
             .transpose()
     }
 
+    /// Raised in groups with the other advances waiting (see `seqs`).
     async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        let changed = change(self, id, |s| {
-            let raised = seq > s.last_seq;
-            if raised {
-                s.last_seq = seq;
-            }
-            raised
-        })
-        .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        self.seqs.advance(id, seq).await
     }
 
     async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {

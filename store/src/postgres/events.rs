@@ -81,24 +81,43 @@ async fn reschedule(
 }
 
 /// Inserts or replaces events by id.
-pub(super) async fn insert_events(tx: &impl GenericClient, events: &[EventRecord]) -> Result<()> {
-    for e in events {
-        execute(
-            tx,
-            "INSERT INTO events (organization_id, environment, id, created_at, body)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (organization_id, environment, id) DO UPDATE SET
-                 created_at = excluded.created_at, body = excluded.body",
-            &[
-                &ulid_bytes(e.organization_id.ulid()),
-                &env_code(e.environment),
-                &ulid_bytes(e.id.ulid()),
-                &e.created_at,
-                &json(e),
-            ],
-        )
-        .await?;
+pub(super) async fn insert_events(tx: &impl GenericClient, events: &[&EventRecord]) -> Result<()> {
+    // An id given twice is written once, the last standing: one statement cannot update a row
+    // twice.
+    let mut unique: Vec<&EventRecord> = Vec::with_capacity(events.len());
+    for e in events.iter().rev() {
+        if !unique.iter().any(|u| u.id == e.id) {
+            unique.push(e);
+        }
     }
+    if unique.is_empty() {
+        return Ok(());
+    }
+    execute(
+        tx,
+        "INSERT INTO events (organization_id, environment, id, created_at, body)
+         SELECT * FROM unnest($1::bytea[], $2::smallint[], $3::bytea[], $4::timestamptz[],
+                              $5::json[])
+         ON CONFLICT (organization_id, environment, id) DO UPDATE SET
+             created_at = excluded.created_at, body = excluded.body",
+        &[
+            &unique
+                .iter()
+                .map(|e| ulid_bytes(e.organization_id.ulid()))
+                .collect::<Vec<_>>(),
+            &unique
+                .iter()
+                .map(|e| env_code(e.environment))
+                .collect::<Vec<_>>(),
+            &unique
+                .iter()
+                .map(|e| ulid_bytes(e.id.ulid()))
+                .collect::<Vec<_>>(),
+            &unique.iter().map(|e| e.created_at).collect::<Vec<_>>(),
+            &unique.iter().map(|e| json(*e)).collect::<Vec<_>>(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -121,7 +140,7 @@ impl EventStore for PostgresStore {
         }
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
-        insert_events(&tx, events).await?;
+        insert_events(&tx, &events.iter().collect::<Vec<_>>()).await?;
         tx.commit().await.map_err(db_error)
     }
 

@@ -26,6 +26,7 @@ mod idempotency;
 pub mod migrations;
 mod organizations;
 mod retention;
+mod seqs;
 mod sessions;
 pub mod tls;
 mod visitors;
@@ -51,6 +52,8 @@ pub struct PostgresStore {
     pool: Pool,
     /// The authentication path's keys and organizations, while changes can be heard.
     credentials: std::sync::Arc<credentials::CredentialCache>,
+    /// Ingest's batch counters, raised in groups.
+    seqs: std::sync::Arc<seqs::SeqGroups>,
 }
 
 impl PostgresStore {
@@ -74,7 +77,11 @@ impl PostgresStore {
             .wait_timeout(Some(std::time::Duration::from_secs(10)))
             .build()
             .map_err(|e| StoreError::Invalid(format!("PostgreSQL pool: {e}")))?;
-        let store = PostgresStore { pool, credentials };
+        let store = PostgresStore {
+            seqs: seqs::SeqGroups::new(pool.clone()),
+            pool,
+            credentials,
+        };
         match store.pool.get().await {
             Ok(client) => migrations::check(&client).await?,
             Err(e) => tracing::warn!(

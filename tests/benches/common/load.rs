@@ -1,6 +1,7 @@
-//! The benchmarks' load generator, shared by the ingest and many-sessions benchmarks: a plain
-//! HTTP/1 connection per collect session with prepared headers (so the client's share of the
-//! two cores stays small), and percentiles.
+//! The benchmarks' load generator, shared by the ingest, many-sessions and fleet benchmarks: a
+//! plain HTTP/1 connection per collect session with prepared headers (so the client's share of
+//! the two cores stays small), and percentiles, of samples or of the processor's
+//! batch-to-decision histogram.
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -70,4 +71,55 @@ pub async fn bare_ceiling() -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("http://{addr}")
+}
+
+/// The cumulative buckets (upper bound in ms, count) of the processor's batch-to-decision
+/// histogram, `+Inf` last.
+pub async fn decision_histogram(url: &str) -> Vec<(f64, f64)> {
+    let text = vigil_tests::http_client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prefix = "vigil_processor_batch_to_decision_seconds_bucket{le=\"";
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(prefix)?;
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse::<f64>().ok()? * 1000.0
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The value at fraction `p` of cumulative buckets, interpolated linearly within its bucket.
+pub fn bucket_percentile(buckets: &[(f64, f64)], p: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total == 0.0 {
+        return None;
+    }
+    let rank = p * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(lower);
+            }
+            let within = if count > below {
+                (rank - below) / (count - below)
+            } else {
+                1.0
+            };
+            return Some(lower + (le - lower) * within);
+        }
+        (lower, below) = (le, count);
+    }
+    None
 }
