@@ -56,12 +56,13 @@ async fn main() {
         blocking.push(f("blocking_ms"));
         long_tasks.push(f("long_task_ms"));
         println!(
-            "visit {visit}: load {:.1} ms, blocking {:.1} ms, long tasks {:.1} ms {}\n  phases {}\n  requests [path, start, duration] {}",
+            "visit {visit}: load {:.1} ms, blocking {:.1} ms, long tasks {:.1} ms {}\n  phases {}\n  probes {}\n  requests [path, start, duration] {}",
             f("load_ms"),
             f("blocking_ms"),
             f("long_task_ms"),
             r["long_tasks"],
             r["timings"]["phases"],
+            r["timings"]["probes"],
             r["requests"],
         );
         browser.quit().await;
