@@ -115,6 +115,10 @@ impl LogBackend for Instrumented {
         measured("append", self.inner.append(topic, key, payload)).await
     }
 
+    async fn try_append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
+        measured("append", self.inner.try_append(topic, key, payload)).await
+    }
+
     async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {
         measured("end_offsets", self.inner.end_offsets(topic)).await
     }

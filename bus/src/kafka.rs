@@ -252,9 +252,10 @@ impl KafkaLog {
         // - Fail an append (ingest answers 503) rather than hang for librdkafka's default five
         //   minutes when the brokers are gone.
         // - Hold at most PRODUCER_QUEUE appends in flight. Each awaits its own acknowledgement,
-        //   so the queue only grows when the brokers slow down; past the bound an append is
-        //   refused at once (`BusError::Busy`, a 503 with `Retry-After`) rather than queued
-        //   for seconds behind librdkafka's default of 100,000.
+        //   so the queue only grows when the brokers slow down; past the bound a client's
+        //   append (`try_append`) is refused at once (`BusError::Busy`, a 503 with
+        //   `Retry-After`) rather than queued for seconds behind librdkafka's default of
+        //   100,000, while internal appends wait for room.
         for (name, value) in [
             ("linger.ms", "0"),
             ("message.timeout.ms", "30000"),
@@ -329,6 +330,43 @@ impl KafkaLog {
     }
 }
 
+impl KafkaLog {
+    /// Appends through the producer, waiting up to `queue_wait` for room in its queue.
+    async fn send(
+        &self,
+        topic: &Topic,
+        key: &[u8],
+        payload: &[u8],
+        queue_wait: Duration,
+    ) -> Result<Position> {
+        check_record_size(key, payload)?;
+        let partition = partition_for(key, self.partitions(topic).await?);
+        let record = FutureRecord::to(topic.as_str())
+            .partition(partition as i32)
+            .key(key)
+            .payload(payload);
+        match self.producer.send(record, Timeout::After(queue_wait)).await {
+            Ok(delivery) => Ok(Position {
+                partition: delivery.partition as u32,
+                offset: delivery.offset as u64,
+            }),
+            Err((e, _)) => Err(match e.rdkafka_error_code() {
+                Some(
+                    RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
+                ) => BusError::UnknownTopic(topic.to_string()),
+                Some(RDKafkaErrorCode::QueueFull) => BusError::Busy(
+                    "kafka: the producer's queue (queue.buffering.max.messages) is full".into(),
+                ),
+                Some(RDKafkaErrorCode::MessageSizeTooLarge) => BusError::TooLarge {
+                    size: key.len() + payload.len(),
+                    limit: crate::MAX_RECORD_BYTES,
+                },
+                _ => unavailable("append", e),
+            }),
+        }
+    }
+}
+
 #[async_trait]
 impl LogBackend for KafkaLog {
     async fn ping(&self) -> Result<()> {
@@ -393,37 +431,16 @@ impl LogBackend for KafkaLog {
             .ok_or_else(|| BusError::UnknownTopic(topic.to_string()))
     }
 
+    /// Waits for room in the producer's queue, up to the brokers' timeout: the processor's,
+    /// the dispatcher's and the admin API's records are internal work that must not be lost to
+    /// the clients' load.
     async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
-        check_record_size(key, payload)?;
-        let partition = partition_for(key, self.partitions(topic).await?);
-        let record = FutureRecord::to(topic.as_str())
-            .partition(partition as i32)
-            .key(key)
-            .payload(payload);
-        // No wait for room in the queue: a full one is answered at once (see PRODUCER_QUEUE).
-        match self
-            .producer
-            .send(record, Timeout::After(Duration::ZERO))
-            .await
-        {
-            Ok(delivery) => Ok(Position {
-                partition: delivery.partition as u32,
-                offset: delivery.offset as u64,
-            }),
-            Err((e, _)) => Err(match e.rdkafka_error_code() {
-                Some(
-                    RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
-                ) => BusError::UnknownTopic(topic.to_string()),
-                Some(RDKafkaErrorCode::QueueFull) => BusError::Busy(format!(
-                    "kafka: {PRODUCER_QUEUE} appends are waiting for the brokers already"
-                )),
-                Some(RDKafkaErrorCode::MessageSizeTooLarge) => BusError::TooLarge {
-                    size: key.len() + payload.len(),
-                    limit: crate::MAX_RECORD_BYTES,
-                },
-                _ => unavailable("append", e),
-            }),
-        }
+        self.send(topic, key, payload, BROKER_TIMEOUT).await
+    }
+
+    /// No wait for room: a full queue is answered at once (see PRODUCER_QUEUE).
+    async fn try_append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
+        self.send(topic, key, payload, Duration::ZERO).await
     }
 
     async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {

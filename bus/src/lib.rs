@@ -137,6 +137,14 @@ pub trait LogBackend: Send + Sync + 'static {
     /// retry may then duplicate the record, which consumers tolerate: delivery is at least once).
     async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position>;
 
+    /// As [`LogBackend::append`], but refused at once with [`BusError::Busy`] when the backend
+    /// holds as many appends in flight as it takes, instead of waiting for room: for a client's
+    /// request, which the client retries, where internal work waits. A backend without such a
+    /// bound appends as `append` does.
+    async fn try_append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
+        self.append(topic, key, payload).await
+    }
+
     /// The offset the next append to each partition of `topic` will get (index = partition):
     /// with a group's position, the group's lag. `UnknownTopic` if the topic does not exist.
     async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>>;

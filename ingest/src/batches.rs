@@ -197,7 +197,7 @@ pub(crate) async fn accept(
     // number).
     state
         .log
-        .append(&state.batches, id.to_string().as_bytes(), &payload)
+        .try_append(&state.batches, id.to_string().as_bytes(), &payload)
         .await
         .map_err(|e| crate::append_failed("appending a batch", e))?;
     if !state.auth.store.advance_collect_seq(id, seq).await? {

@@ -244,7 +244,7 @@ pub async fn append_server_record(
         serde_json::to_vec(&record).map_err(|e| ApiError::internal("server record", e))?;
     state
         .log
-        .append(&state.batches, id.to_string().as_bytes(), &payload)
+        .try_append(&state.batches, id.to_string().as_bytes(), &payload)
         .await
         .map_err(|e| crate::append_failed("appending a server record", e))?;
     Ok(())

@@ -1,6 +1,7 @@
 //! Backpressure on Kafka (librdkafka's mock cluster): once the producer holds as many appends
-//! as its queue takes, the next append is refused at once as busy, a retryable error, rather
-//! than queued behind them; the appends already queued still land once the brokers are back.
+//! as its queue takes, the next client append (`try_append`) is refused at once as busy, a
+//! retryable error, rather than queued behind them, while an internal append waits for room;
+//! the appends already queued still land once the brokers are back.
 
 #![cfg(feature = "kafka")]
 
@@ -39,7 +40,7 @@ async fn a_full_producer_queue_refuses_the_next_append_at_once() {
     );
 
     let asked = Instant::now();
-    let refused = log.append(&topic, b"k", b"one too many").await;
+    let refused = log.try_append(&topic, b"k", b"one too many").await;
     match refused {
         Err(e @ BusError::Busy(_)) => assert!(e.is_transient(), "busy is retryable"),
         other => panic!("a full queue took another append: {other:?}"),
@@ -50,8 +51,16 @@ async fn a_full_producer_queue_refuses_the_next_append_at_once() {
         asked.elapsed()
     );
 
+    // An internal append waits for room instead, and lands once the broker is back.
+    let patient = {
+        let (log, topic) = (log.clone(), topic.clone());
+        tokio::spawn(async move { log.append(&topic, b"k", b"internal").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!patient.is_finished(), "an internal append waits for room");
+
     cluster.broker_up(-1).unwrap();
-    for t in waiting {
+    for t in waiting.into_iter().chain([patient]) {
         let landed = tokio::time::timeout(Duration::from_secs(60), t)
             .await
             .expect("the queued appends land once the broker is back")

@@ -50,6 +50,9 @@ impl SeqGroups {
     /// session does not exist). The group is written by a task of its own, so a caller that
     /// stops waiting (a client gone mid-request) leaves the others' answers to come.
     pub(super) async fn advance(self: &Arc<Self>, id: SessionId, seq: u64) -> Result<bool> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            StoreError::Unavailable("the batch counter is raised on a Tokio runtime only".into())
+        })?;
         let (answer, answered) = oneshot::channel();
         let start = {
             let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -57,7 +60,7 @@ impl SeqGroups {
             !std::mem::replace(&mut waiting.writing, true)
         };
         if start {
-            tokio::spawn(Arc::clone(self).write_groups());
+            runtime.spawn(Arc::clone(self).write_groups());
         }
         answered
             .await
@@ -66,11 +69,16 @@ impl SeqGroups {
 
     /// Writes groups until none waits.
     async fn write_groups(self: Arc<Self>) {
+        let mut writer = Writer {
+            groups: &self,
+            done: false,
+        };
         loop {
             let group: Vec<Advance> = {
                 let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
                 if waiting.advances.is_empty() {
                     waiting.writing = false;
+                    writer.done = true;
                     return;
                 }
                 let n = waiting.advances.len().min(GROUP);
@@ -79,25 +87,23 @@ impl SeqGroups {
             match self.raise(&group).await {
                 Ok(answers) => {
                     for (advance, answer) in group.into_iter().zip(answers) {
-                        let _ = advance.answer.send(Ok(answer));
+                        let _ = advance.answer.send(answer);
                     }
                 }
                 Err(e) => {
-                    let message = e.to_string();
                     for advance in group {
-                        let _ = advance
-                            .answer
-                            .send(Err(StoreError::Unavailable(message.clone())));
+                        let _ = advance.answer.send(Err(again(&e)));
                     }
                 }
             }
         }
     }
 
-    /// Raises the group's counters in one transaction; one answer per advance, in order. The
-    /// rows are locked in id order, as every group and every other change of a collect
+    /// Raises the group's counters in one transaction; one answer per advance, in order. A
+    /// session whose row does not decode is answered as damaged, alone: the others are raised.
+    /// The rows are locked in id order, as every group and every other change of a collect
     /// session takes them one at a time, so two ingest processes cannot deadlock.
-    async fn raise(&self, group: &[Advance]) -> Result<Vec<bool>> {
+    async fn raise(&self, group: &[Advance]) -> Result<Vec<Result<bool>>> {
         let mut client = self.pool.get().await.map_err(|e| {
             StoreError::Unavailable(format!("PostgreSQL connection: {}", described(&e)))
         })?;
@@ -113,26 +119,37 @@ impl SeqGroups {
         .await?;
         // Each session with whether the group raised it: a session advanced twice in a group
         // is raised from its first raise, as one after the other would be.
-        let mut sessions: HashMap<SessionId, (CollectSessionRecord, bool)> = HashMap::new();
+        let mut sessions: HashMap<
+            Vec<u8>,
+            std::result::Result<(CollectSessionRecord, bool), StoreError>,
+        > = HashMap::with_capacity(found.len());
         for row in &found {
-            let session: CollectSessionRecord = decode(COLLECT_SESSIONS, row, 1)?;
-            sessions.insert(session.id, (session, false));
+            let session = decode::<CollectSessionRecord>(COLLECT_SESSIONS, row, 1);
+            sessions.insert(row.get(0), session.map(|s| (s, false)));
         }
         let answers = group
             .iter()
-            .map(|a| match sessions.get_mut(&a.id) {
-                Some((session, raised)) if a.seq > session.last_seq => {
-                    session.last_seq = a.seq;
-                    *raised = true;
-                    true
-                }
-                _ => false,
-            })
+            .map(
+                |a| match sessions.get_mut(ulid_bytes(a.id.ulid()).as_slice()) {
+                    None => Ok(false),
+                    Some(Err(damaged)) => Err(again(damaged)),
+                    Some(Ok((session, raised))) => {
+                        let rose = a.seq > session.last_seq;
+                        if rose {
+                            session.last_seq = a.seq;
+                            *raised = true;
+                        }
+                        Ok(rose)
+                    }
+                },
+            )
             .collect();
         let raised: Vec<&CollectSessionRecord> = sessions
             .values()
-            .filter(|(_, raised)| *raised)
-            .map(|(session, _)| session)
+            .filter_map(|s| match s {
+                Ok((session, true)) => Some(session),
+                _ => None,
+            })
             .collect();
         if !raised.is_empty() {
             execute(
@@ -152,5 +169,40 @@ impl SeqGroups {
         }
         tx.commit().await.map_err(db_error)?;
         Ok(answers)
+    }
+}
+
+/// The running writer. Should it end before its queue is empty (its runtime shutting down, a
+/// panic), the advances still waiting are answered as failed (their senders dropped) and the
+/// next advance starts a writer again, rather than every later advance waiting forever.
+struct Writer<'a> {
+    groups: &'a SeqGroups,
+    done: bool,
+}
+
+impl Drop for Writer<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut waiting = self
+                .groups
+                .waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            waiting.advances.clear();
+            waiting.writing = false;
+        }
+    }
+}
+
+/// The same error for each advance of a group (`StoreError` is not `Clone`): its kind kept,
+/// its text not wrapped twice.
+fn again(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Corrupt { table, detail } => StoreError::Corrupt {
+            table,
+            detail: detail.clone(),
+        },
+        StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
+        other => StoreError::Unavailable(other.to_string()),
     }
 }

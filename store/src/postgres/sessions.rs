@@ -110,17 +110,23 @@ async fn append_decisions(
         return Ok(());
     }
     let sessions: Vec<&Vec<u8>> = decided.iter().map(|(s, _)| *s).collect();
-    // Each session's two newest decisions, newest first.
+    // Each session's two newest decisions, newest first: two index reads a session.
     let newest = rows(
         tx,
-        "SELECT session_id, id, body FROM (
-             SELECT session_id, id, body,
-                    row_number() OVER (PARTITION BY session_id ORDER BY id DESC) AS place
-             FROM session_decisions WHERE session_id = ANY($1)
-         ) AS newest WHERE place <= 2 ORDER BY session_id, id DESC",
+        "SELECT d.session_id, d.id, d.body FROM unnest($1::bytea[]) AS s (id)
+         CROSS JOIN LATERAL (
+             SELECT session_id, id, body FROM session_decisions
+             WHERE session_id = s.id ORDER BY id DESC LIMIT 2
+         ) AS d
+         ORDER BY d.session_id, d.id DESC",
         &[&sessions],
     )
     .await?;
+    let mut by_session: std::collections::HashMap<&[u8], Vec<&tokio_postgres::Row>> =
+        std::collections::HashMap::with_capacity(decided.len());
+    for row in &newest {
+        by_session.entry(row.get(0)).or_default().push(row);
+    }
     let ids: Vec<Vec<u8>> = decided
         .iter()
         .map(|(_, d)| ulid_bytes(d.id.ulid()))
@@ -144,11 +150,10 @@ async fn append_decisions(
     };
     let mut pruned: (Vec<&Vec<u8>>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
     for ((session, _), id) in decided.iter().zip(&ids) {
-        let of_session: Vec<&tokio_postgres::Row> = newest
-            .iter()
-            .filter(|r| r.get::<_, &[u8]>(0) == session.as_slice())
-            .collect();
-        if let [latest, before] = of_session.as_slice() {
+        let of_session = by_session
+            .get(session.as_slice())
+            .map_or(&[][..], Vec::as_slice);
+        if let [latest, before] = of_session {
             let latest_id: Vec<u8> = latest.get(1);
             if *id > latest_id && turn(latest)? == turn(before)? {
                 pruned.0.push(session);

@@ -326,3 +326,75 @@ async fn cached_credentials_follow_changes_made_through_any_replica() {
         "with the listener cut, the read bypasses the cache"
     );
 }
+
+/// Ingest's batch counters are raised in groups: a session whose row no longer decodes is
+/// answered as damaged alone, and the sessions advanced in the same group are raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_collect_session_fails_its_own_advance_only() {
+    use schemas::credential::Environment;
+    let url = fresh_schema().await;
+    store::postgres::migrations::migrate(&url).await.unwrap();
+    let store = store::open(&url).await.unwrap();
+    let now = schemas::time::now();
+    let session = |_| store::CollectSessionRecord {
+        id: schemas::SessionId::generate(),
+        organization_id: schemas::ids::OrgId::generate(),
+        environment: Environment::Live,
+        key_id: schemas::ids::KeyId::generate(),
+        sealed_batch_key: vec![1, 2, 3],
+        sealed_proof_key: vec![4, 5, 6],
+        page_url: "https://shop.example/".into(),
+        sdk_version: "1.1.1".into(),
+        opened_at: now,
+        expires_at: now + chrono::TimeDelta::minutes(30),
+        last_seq: 0,
+        last_call: 0,
+        pings: Vec::new(),
+        network_check_token_hash: [7; 32],
+        ws_identity: None,
+        results_at: None,
+    };
+    let sessions: Vec<store::CollectSessionRecord> = (0..8).map(session).collect();
+    for s in &sessions {
+        store.create_collect_session(s).await.unwrap();
+    }
+    let damaged = sessions[3].id;
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+    let changed = client
+        .execute(
+            "UPDATE collect_sessions SET body = '{\"damaged\": true}' WHERE id = $1",
+            &[&damaged.ulid().to_bytes().to_vec()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(client);
+    let _ = driver.await;
+
+    // All at once, so they share groups.
+    let answers =
+        futures::future::join_all(sessions.iter().map(|s| store.advance_collect_seq(s.id, 1)))
+            .await;
+    for (s, answer) in sessions.iter().zip(answers) {
+        if s.id == damaged {
+            assert!(
+                matches!(answer, Err(store::StoreError::Corrupt { .. })),
+                "the damaged row is reported as damaged: {answer:?}"
+            );
+        } else {
+            assert!(matches!(answer, Ok(true)), "{}: {answer:?}", s.id);
+            assert_eq!(
+                store
+                    .get_collect_session(s.id)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .last_seq,
+                1
+            );
+        }
+    }
+}
