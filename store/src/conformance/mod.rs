@@ -149,6 +149,7 @@ macro_rules! store_conformance_suite {
                 concurrent_reads_see_a_session_and_its_decision_together,
                 a_state_saved_in_two_parts_reads_whole,
                 sessions_saved_together_land_together,
+                a_save_of_hundreds_of_sessions_lands_whole,
                 a_refused_save_in_a_list_writes_nothing,
                 the_idle_index_follows_each_save_until_final,
                 decision_history_keeps_turning_points_and_the_latest,

@@ -487,6 +487,34 @@ pub async fn sessions_saved_together_land_together(store: Store) {
     );
 }
 
+/// A poll's worth of sessions in one save (more than a backend writes in one statement) lands
+/// whole, each with its decision and event.
+pub async fn a_save_of_hundreds_of_sessions_lands_whole(store: Store) {
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let saves: Vec<SessionSave> = (0..300)
+        .map(|n| save_of(session_record(org, env, SessionId::generate()), n))
+        .collect();
+    store.save_sessions(&saves).await.unwrap();
+    for save in &saves {
+        let id = save.session.id;
+        assert_eq!(
+            store.get_session(org, env, id).await.unwrap().as_ref(),
+            Some(&save.session)
+        );
+        assert_eq!(
+            store.list_decisions(org, env, id, 10).await.unwrap(),
+            vec![save.decision.clone().unwrap()]
+        );
+        assert!(
+            store
+                .get_event(org, env, save.events[0].id)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+}
+
 pub async fn a_refused_save_in_a_list_writes_nothing(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Test);
     let good = save_of(session_record(org, env, SessionId::generate()), 1);

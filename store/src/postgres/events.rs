@@ -84,12 +84,13 @@ async fn reschedule(
 pub(super) async fn insert_events(tx: &impl GenericClient, events: &[&EventRecord]) -> Result<()> {
     // An id given twice is written once, the last standing: one statement cannot update a row
     // twice.
-    let mut unique: Vec<&EventRecord> = Vec::with_capacity(events.len());
-    for e in events.iter().rev() {
-        if !unique.iter().any(|u| u.id == e.id) {
-            unique.push(e);
-        }
-    }
+    let mut seen = std::collections::HashSet::with_capacity(events.len());
+    let unique: Vec<&EventRecord> = events
+        .iter()
+        .rev()
+        .filter(|e| seen.insert(e.id))
+        .copied()
+        .collect();
     if unique.is_empty() {
         return Ok(());
     }

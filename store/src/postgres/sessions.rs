@@ -25,6 +25,8 @@ use crate::{
 
 const SESSIONS: &str = "sessions";
 const SESSION_DECISIONS: &str = "session_decisions";
+/// The most sessions one statement of a save writes.
+const SAVE_CHUNK: usize = 256;
 
 /// The member of a stored decision that says whether it is a turning point.
 #[derive(Deserialize)]
@@ -218,7 +220,11 @@ impl SessionStore for PostgresStore {
                 return Err(StoreError::Fenced { partitions: fenced });
             }
         }
-        save_all(&tx, &ordered).await?;
+        // In chunks, so no one statement carries more than SAVE_CHUNK sessions' bodies (a
+        // parameter is capped at 1 GB, and a large one is held whole in the server's memory).
+        for chunk in ordered.chunks(SAVE_CHUNK) {
+            save_all(&tx, chunk).await?;
+        }
         tx.commit().await.map_err(db_error)
     }
 
