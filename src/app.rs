@@ -40,7 +40,7 @@ pub struct AppParts {
 pub fn router(parts: AppParts) -> Router {
     let exports = query_api::export::Slots::new(parts.export_concurrency);
     let admin_preparation = parts.log_preparation.clone();
-    let admin = admin_api::router(admin_api::AdminState::new(admin_api::AdminParts {
+    let admin = admin_api::router(Arc::new(admin_api::AdminParts {
         auth: parts.auth.clone(),
         rotation_grace: parts.rotation_grace,
         allow_private_webhooks: parts.allow_private_webhooks,
@@ -66,7 +66,7 @@ pub fn router(parts: AppParts) -> Router {
         roles: parts.roles,
     };
     let preparation = parts.log_preparation.clone();
-    let ingest_state = ingest::IngestState::new(ingest::IngestParts {
+    let ingest_state = Arc::new(ingest::IngestParts {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
         log_ready: Arc::new(move || preparation.status().is_ok()),

@@ -28,22 +28,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 /// What the management handlers share, behind one `Arc`: axum clones a handler's state for
 /// every request, and one reference count is cheaper than one per member.
-#[derive(Clone)]
-pub struct AdminState(Arc<AdminParts>);
-
-impl AdminState {
-    pub fn new(parts: AdminParts) -> Self {
-        AdminState(Arc::new(parts))
-    }
-}
-
-impl std::ops::Deref for AdminState {
-    type Target = AdminParts;
-
-    fn deref(&self) -> &AdminParts {
-        &self.0
-    }
-}
+pub type AdminState = Arc<AdminParts>;
 
 /// The members of [`AdminState`].
 pub struct AdminParts {

@@ -24,22 +24,7 @@ use utoipa_axum::routes;
 
 /// What the ingest handlers share, behind one `Arc`: axum clones a handler's state for every
 /// request, and one reference count is cheaper than one per member.
-#[derive(Clone)]
-pub struct IngestState(Arc<IngestParts>);
-
-impl IngestState {
-    pub fn new(parts: IngestParts) -> Self {
-        IngestState(Arc::new(parts))
-    }
-}
-
-impl std::ops::Deref for IngestState {
-    type Target = IngestParts;
-
-    fn deref(&self) -> &IngestParts {
-        &self.0
-    }
-}
+pub type IngestState = Arc<IngestParts>;
 
 /// The members of [`IngestState`].
 pub struct IngestParts {

@@ -32,7 +32,7 @@ use vigil_tests::{http_client, postgres_database, vigil_binary};
 #[path = "common/load.rs"]
 #[allow(dead_code)] // its sample percentiles are the other benchmarks'
 mod load;
-use load::{Connection, bare_ceiling, bucket_percentile, decision_histogram};
+use load::{Connection, bare_ceiling, bucket_percentile, decision_histogram, metrics_text};
 #[path = "common/goals.rs"]
 mod goals;
 use goals::goal;
@@ -60,17 +60,10 @@ fn vigil(args: &[&str]) -> String {
 }
 
 /// Records folded so far by these processors.
-async fn folded(client: &reqwest::Client, processors: &[Served]) -> u64 {
+async fn folded(processors: &[Served]) -> u64 {
     let mut total = 0.0;
     for p in processors {
-        let text = client
-            .get(format!("{}/metrics", p.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = metrics_text(&format!("{}/metrics", p.base)).await;
         total += text
             .lines()
             .find_map(|l| l.strip_prefix("vigil_processor_records_folded_total "))
@@ -81,9 +74,9 @@ async fn folded(client: &reqwest::Client, processors: &[Served]) -> u64 {
 }
 
 /// Waits until the processors have folded `n` records in all; how long it took.
-async fn wait_folded(client: &reqwest::Client, processors: &[Served], n: u64) {
+async fn wait_folded(processors: &[Served], n: u64) {
     let deadline = Instant::now() + Duration::from_secs(300);
-    while folded(client, processors).await < n {
+    while folded(processors).await < n {
         assert!(Instant::now() < deadline, "the processors did not catch up");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -221,14 +214,14 @@ async fn run(processors: usize, sessions: usize, seconds: u64) -> Figures {
         let path = format!("/v1/collect/sessions/{}/batches", session.id);
         assert_eq!(connection.post(&path, body).await.0, StatusCode::ACCEPTED);
     }
-    wait_folded(&client, &members, sessions.len() as u64).await;
-    let before = folded(&client, &members).await;
+    wait_folded(&members, sessions.len() as u64).await;
+    let before = folded(&members).await;
     let histogram_before = decisions(&members).await;
 
     let started = Instant::now();
     let accepted = stream(&ingest.base, &pk, &sessions, seconds, 1).await;
     let sent_for = started.elapsed().as_secs_f64();
-    wait_folded(&client, &members, before + accepted).await;
+    wait_folded(&members, before + accepted).await;
     let folded_for = started.elapsed().as_secs_f64();
     let window: Vec<(f64, f64)> = decisions(&members)
         .await

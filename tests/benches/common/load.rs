@@ -76,14 +76,7 @@ pub async fn bare_ceiling() -> String {
 /// The cumulative buckets (upper bound in ms, count) of the processor's batch-to-decision
 /// histogram, `+Inf` last.
 pub async fn decision_histogram(url: &str) -> Vec<(f64, f64)> {
-    let text = vigil_tests::http_client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(url).await;
     let prefix = "vigil_processor_batch_to_decision_seconds_bucket{le=\"";
     text.lines()
         .filter_map(|l| {
@@ -122,4 +115,16 @@ pub fn bucket_percentile(buckets: &[(f64, f64)], p: f64) -> Option<f64> {
         (lower, below) = (le, count);
     }
     None
+}
+
+/// The Prometheus text a `/metrics` URL answers.
+pub async fn metrics_text(url: &str) -> String {
+    vigil_tests::http_client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
