@@ -29,7 +29,7 @@
 
   // ───────────────────────────── Constants ─────────────────────────────
 
-  const SDK_VERSION = '1.1.1';
+  const SDK_VERSION = '1.2.0';
   const HKDF_INFO = 'vigil/collect/v1';
   const PROOF_HKDF_INFO = 'vigil/collect/v1/proof';
   const PROOF_HEADER = 'Vigil-Session-Proof';
@@ -969,7 +969,7 @@
     budgetMs: 60,
     members: [
       'screen.width', 'screen.height', 'screen.avail_width', 'screen.avail_height', 'screen.color_depth',
-      'screen.pixel_ratio', 'screen.touch',
+      'screen.pixel_ratio', 'screen.touch', 'screen.orientation',
     ],
     async run() {
       const s = global.screen || {};
@@ -982,6 +982,9 @@
         'screen.pixel_ratio': attempt(() => global.devicePixelRatio),
         // Touch support as the page sees it: touch events exist or the device reports touch points.
         'screen.touch': attempt(() => 'ontouchstart' in global || (global.navigator.maxTouchPoints || 0) > 0, false),
+        // A real display's orientation follows its sides; the DevTools protocol's viewport
+        // emulation sets its own (Puppeteer's viewports say portrait on a landscape screen).
+        'screen.orientation': attempt(() => (s.orientation && typeof s.orientation.type === 'string' ? s.orientation.type : null)),
       };
     },
   };

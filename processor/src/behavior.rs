@@ -5,6 +5,11 @@
 //! gaps; automation tools interpolate straight lines in equal steps and type at a fixed delay.
 //! The thresholds below are deliberately conservative: a signal fires only when a whole stream
 //! looks machine-made, because one straight human flick must not condemn a visitor.
+//!
+//! Input that only looks human still says where it came from: a device's events arrive through
+//! the display server at whole device pixels and on its millisecond clock, and a DevTools-protocol
+//! client's (`Input.dispatchMouseEvent`) are placed where its interpolation puts them and stamped
+//! when they are dispatched ([`PixelGrid`], [`InputClock`]).
 
 use crate::observations::{EventKind, InputEvent};
 use serde::Serialize;
@@ -28,6 +33,20 @@ const MIN_KEY_INTERVALS: usize = 6;
 const SUPERHUMAN_INTERVAL_MS: f64 = 15.0;
 const ROBOTIC_KEY_CV: f64 = 0.08;
 const HUMAN_KEY_CV: f64 = 0.2;
+/// A pointer position this far (in device pixels, per device pixel of ratio, plus a little) from
+/// a whole device pixel is between pixels: the SDK keeps hundredths and the store tenths of a CSS
+/// pixel, so a whole device pixel at a ratio of 1.5 can read up to 0.05 x 1.5 away.
+const GRID_TOLERANCE: f64 = 0.06;
+/// Fewer pointer positions than this say nothing about the grid.
+const MIN_GRID_POSITIONS: usize = 10;
+/// Fewer timed events than this say nothing about the clock.
+const MIN_CLOCK_EVENTS: usize = 20;
+/// A clock's phase spans this many adjacent tenths of a millisecond: the browser coarsens event
+/// times to 0.1 ms with jitter, so one phase can read as two neighbouring tenths.
+const PHASE_WIDTH: usize = 3;
+/// Below this share of events in one phase, the times are not on a millisecond clock (spread
+/// evenly, three tenths in ten hold about 30%).
+const IN_PHASE_SHARE: f64 = 0.6;
 /// A page's own code may call `element.click()`, which dispatches an untrusted click; up to
 /// this many are the site's doing, not the visitor's.
 pub const UNTRUSTED_CLICKS_TOLERATED: usize = 3;
@@ -127,6 +146,101 @@ impl InputSummary {
             && !self.robotic_pointer()
             && !self.robotic_typing()
             && (varied_pointer || varied_typing || touch_gestures)
+    }
+}
+
+/// Where a session's pointer positions fall against the device's pixel grid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PixelGrid {
+    /// Trusted pointer moves, presses and releases with a position.
+    pub judged: usize,
+    /// Of those, the ones between device pixels.
+    pub between_pixels: usize,
+    pub pixel_ratio: f64,
+}
+
+impl PixelGrid {
+    /// A mouse reports whole device pixels (CSS pixels times the ratio); a protocol client's
+    /// interpolated path lands between them. Clicks are left out: `MouseEvent` positions are
+    /// rounded whatever made them.
+    pub fn of(events: &[InputEvent], pixel_ratio: f64) -> Self {
+        let ratio = if pixel_ratio.is_finite() && pixel_ratio > 0.0 {
+            pixel_ratio
+        } else {
+            1.0
+        };
+        let mut grid = Self {
+            pixel_ratio: ratio,
+            ..Self::default()
+        };
+        let tolerance = GRID_TOLERANCE * ratio.max(1.0);
+        let off = |v: f64| {
+            let device = v * ratio;
+            (device - device.round()).abs() > tolerance
+        };
+        for event in events {
+            let pointer = matches!(
+                event.kind,
+                Some(EventKind::Pointermove | EventKind::Pointerdown | EventKind::Pointerup)
+            );
+            if !pointer || event.trusted == Some(false) {
+                continue;
+            }
+            let (Some(x), Some(y)) = (event.x, event.y) else {
+                continue;
+            };
+            grid.judged += 1;
+            if off(x) || off(y) {
+                grid.between_pixels += 1;
+            }
+        }
+        grid
+    }
+
+    /// Most positions are between device pixels.
+    pub fn off_grid(&self) -> bool {
+        self.judged >= MIN_GRID_POSITIONS && self.between_pixels * 2 > self.judged
+    }
+}
+
+/// Whether a session's input times keep one sub-millisecond phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct InputClock {
+    /// Trusted device events with a time.
+    pub judged: usize,
+    /// Of those, the ones in the most common phase ([`PHASE_WIDTH`] adjacent tenths).
+    pub in_phase: usize,
+}
+
+impl InputClock {
+    /// On Linux, X11 and Wayland stamp input in whole milliseconds of the display server's
+    /// clock, so the times a page sees share one sub-millisecond remainder; a protocol client's
+    /// events are stamped when dispatched and spread over every remainder.
+    pub fn of(events: &[InputEvent]) -> Self {
+        let mut tenths = [0usize; 10];
+        let mut judged = 0;
+        for event in events {
+            let device = event.kind.is_some_and(|kind| kind.is_device_input());
+            let (true, Some(t)) = (device && event.trusted != Some(false), event.t) else {
+                continue;
+            };
+            if !t.is_finite() {
+                continue;
+            }
+            judged += 1;
+            tenths[((t * 10.0).round() as i64).rem_euclid(10) as usize] += 1;
+        }
+        let in_phase = (0..10)
+            .map(|start| (0..PHASE_WIDTH).map(|i| tenths[(start + i) % 10]).sum())
+            .max()
+            .unwrap_or(0);
+        Self { judged, in_phase }
+    }
+
+    /// Enough events, and no millisecond clock behind them.
+    pub fn unaligned(&self) -> bool {
+        self.judged >= MIN_CLOCK_EVENTS
+            && (self.in_phase as f64) < IN_PHASE_SHARE * self.judged as f64
     }
 }
 
@@ -324,6 +438,64 @@ mod tests {
         let summary = InputSummary::of(&human);
         assert!(!summary.robotic_typing());
         assert!(summary.typing.unwrap().interval_cv > HUMAN_KEY_CV);
+    }
+
+    #[test]
+    fn positions_between_device_pixels_are_off_the_grid() {
+        let whole: Vec<InputEvent> = (0..12)
+            .map(|i| pointer(i as f64 * 10.0, 100.0 + i as f64, 200.0))
+            .collect();
+        assert!(!PixelGrid::of(&whole, 1.0).off_grid());
+        // At a ratio of 1.5 a whole device pixel is a third of a CSS pixel, stored as .3 or .7.
+        let thirds: Vec<InputEvent> = (0..12)
+            .map(|i| pointer(i as f64 * 10.0, 100.0 + i as f64 / 1.5, 200.7))
+            .collect();
+        let thirds: Vec<InputEvent> = thirds
+            .into_iter()
+            .map(|mut e| {
+                e.x = e.x.map(|x| (x * 10.0).round() / 10.0);
+                e
+            })
+            .collect();
+        assert!(
+            !PixelGrid::of(&thirds, 1.5).off_grid(),
+            "{:?}",
+            PixelGrid::of(&thirds, 1.5)
+        );
+        let between: Vec<InputEvent> = (0..12)
+            .map(|i| {
+                pointer(
+                    i as f64 * 10.0,
+                    100.0 + i as f64 * 2.37,
+                    200.0 + i as f64 * 1.9,
+                )
+            })
+            .collect();
+        assert!(PixelGrid::of(&between, 1.0).off_grid());
+        assert!(
+            !PixelGrid::of(&between[..5], 1.0).off_grid(),
+            "too few to judge"
+        );
+    }
+
+    #[test]
+    fn times_on_a_millisecond_clock_share_a_phase() {
+        let aligned: Vec<InputEvent> = (0..30).map(|i| key(1_000.2 + i as f64 * 87.0)).collect();
+        assert!(
+            !InputClock::of(&aligned).unaligned(),
+            "{:?}",
+            InputClock::of(&aligned)
+        );
+        let spread: Vec<InputEvent> = (0..30).map(|i| key(1_000.0 + i as f64 * 87.3)).collect();
+        assert!(
+            InputClock::of(&spread).unaligned(),
+            "{:?}",
+            InputClock::of(&spread)
+        );
+        assert!(
+            !InputClock::of(&spread[..10]).unaligned(),
+            "too few to judge"
+        );
     }
 
     #[test]

@@ -192,6 +192,8 @@ schemas::lenient_struct! {
         color_depth: f64,
         pixel_ratio: f64,
         touch: bool,
+        /// `screen.orientation.type` (`landscape-primary`, ...); SDK 1.2.0 and later.
+        orientation: String,
     }
 }
 

@@ -102,6 +102,21 @@ pub const RULES: &[Rule] = &[
                                                                        Automated, Verdict::Bot,         (75, 100)),
     // Script-dispatched or machine-drawn input.
     rule("synthetic_input",     When::Category(B, 55),                 Automated, Verdict::Bot,         (75, 100)),
+    // Detection issue 30's three classes. Headless Chromium's own default display with no
+    // pointing device: nobody looks at that browser (a person's 800x600 virtual machine still
+    // has a pointer).
+    rule("headless_compositor", When::All(&[When::Fired("headless_default_window"), When::Fired("no_pointing_device")]),
+                                                                       Automated, Verdict::Bot,         (75, 100)),
+    // Viewport emulation is a DevTools-protocol command (Emulation.setDeviceMetricsOverride): a
+    // driver patched against Runtime detection still sets it for its viewport. A person's
+    // browser only has it with DevTools' device mode open, which `devtools_protocol` sees.
+    rule("emulated_viewport",   When::Fired("viewport_emulation"),     Automated, Verdict::Bot,         (70, 100)),
+    // Input placed between device pixels and stamped off the display server's clock: both at
+    // once is a protocol client's Input.dispatchMouseEvent on a Linux desktop, however human its
+    // path and rhythm. Either alone (a Wayland touchpad's sub-pixel motion) stays below the
+    // elevated band.
+    rule("protocol_input",      When::All(&[When::Fired("off_grid_pointer"), When::Fired("unaligned_input_clock")]),
+                                                                       Automated, Verdict::Bot,         (75, 100)),
     // A patched runtime plus a headless trait: a stealth-configured automation browser.
     rule("stealth_automation",  When::All(&[When::Category(I, 40), When::Category(A, 30)]),
                                                                        Automated, Verdict::Bot,         (70, 100)),

@@ -1,4 +1,4 @@
-//! Stealth signals: what gives away an automation toolkit that hides its markers. Three kinds of
+//! Stealth signals: what gives away an automation toolkit that hides its markers. Four kinds of
 //! evidence, each read from probes that compare the page with something the toolkit does not
 //! control:
 //!
@@ -6,8 +6,12 @@
 //!   serialised for it, which reads a logged Error once more than Chromium's own logging;
 //! - patched natives: the page's navigator and WebGL disagree with a pristine realm (a fresh
 //!   iframe's getters) or with a worker, or the `webdriver` flag was faked or removed;
-//! - headless residue: the default headless screen under a larger window, no pointing device
-//!   on a desktop, no speech voices or media devices where the claimed OS always has them.
+//! - headless residue: the default headless screen under a larger window, or that screen whole
+//!   with the window on it and no taskbar, no pointing device on a desktop, no speech voices or
+//!   media devices where the claimed OS always has them;
+//! - an emulated viewport: the DevTools protocol's `Emulation.setDeviceMetricsOverride` (what
+//!   Puppeteer's and Playwright's viewports are, patched drivers' included) leaves a geometry no
+//!   real window has.
 //!
 //! Weights keep each residue trait below the "elevated" band on its own (a real machine can
 //! show any one of them); the rules table (`crate::rules`) decides what evidence together means.
@@ -30,6 +34,7 @@ pub(super) fn detect(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fire
     hidden_webdriver(probes, fired);
     realm_mismatch(probes, fired);
     headless_residue(probes, claimed, fired);
+    emulated_viewport(probes, claimed, fired);
 }
 
 fn devtools_client(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired) {
@@ -170,14 +175,26 @@ fn headless_residue(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired
             json!({ "screen": [HEADLESS_SCREEN.0, HEADLESS_SCREEN.1], "window_outer": [outer_width, outer_height] }),
         );
     }
+    // The same default display taken whole: no taskbar, and the window on it. Headless Chromium
+    // started with no window size shows exactly this (a 780x580 window at 10,10 on Chromium 156).
+    if let (Some(screen), Some([outer_width, outer_height])) = (screen, outer)
+        && desktop
+        && (screen.width, screen.height) == (Some(HEADLESS_SCREEN.0), Some(HEADLESS_SCREEN.1))
+        && (screen.avail_width, screen.avail_height)
+            == (Some(HEADLESS_SCREEN.0), Some(HEADLESS_SCREEN.1))
+        && outer_width > 0.0
+        && outer_width <= HEADLESS_SCREEN.0
+        && outer_height <= HEADLESS_SCREEN.1
+    {
+        fired.fire(
+            "headless_default_window",
+            json!({ "screen": [HEADLESS_SCREEN.0, HEADLESS_SCREEN.1], "taskbar": false, "window_outer": [outer_width, outer_height] }),
+        );
+    }
     let Some(residue) = &probes.residue else {
         return;
     };
-    let touch_points = probes
-        .browser
-        .as_ref()
-        .and_then(|b| b.max_touch_points)
-        .unwrap_or(0.0);
+    let touch_points = touch_points(probes);
     if desktop
         && residue.any_fine_pointer == Some(false)
         && residue.any_hover == Some(false)
@@ -204,4 +221,63 @@ fn headless_residue(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired
             );
         }
     }
+}
+
+/// Browser chrome (tabs, address bar) above a real window's viewport is at least this tall.
+const BROWSER_CHROME_PX: f64 = 40.0;
+
+/// Two geometries only viewport emulation makes on a desktop without touch (phones and tablets
+/// rotate, and an iPad's Safari claims macOS, so touch devices are left out):
+/// - an orientation that contradicts the screen's own sides: Puppeteer's viewports say
+///   `portrait-primary` unless told otherwise, on a landscape screen;
+/// - a viewport exactly the size of the screen inside a window with browser chrome around it:
+///   Playwright's viewports set the screen to the viewport, and a real window whose viewport
+///   fills the screen (fullscreen, kiosk) has no chrome.
+fn emulated_viewport(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired) {
+    let desktop = !claimed.mobile && !matches!(claimed.os, Os::Android | Os::Ios);
+    let Some(screen) = &probes.screen else {
+        return;
+    };
+    let touch_points = touch_points(probes);
+    let (Some(width), Some(height)) = (screen.width, screen.height) else {
+        return;
+    };
+    if !desktop || screen.touch == Some(true) || touch_points > 0.0 || width <= 0.0 || height <= 0.0
+    {
+        return;
+    }
+    let mut reasons = Vec::new();
+    if let Some(orientation) = screen.orientation.as_deref() {
+        let portrait = orientation.starts_with("portrait");
+        let landscape = orientation.starts_with("landscape");
+        if (portrait && width > height) || (landscape && height > width) {
+            reasons.push(json!({ "orientation": orientation, "screen": [width, height] }));
+        }
+    }
+    let automation = probes.automation.as_ref();
+    let outer = automation.and_then(|a| a.window_outer);
+    let inner = automation.and_then(|a| a.window_inner);
+    if let (Some([outer_width, outer_height]), Some([inner_width, inner_height])) = (outer, inner)
+        && (inner_width - width).abs() <= 1.0
+        && (inner_height - height).abs() <= 1.0
+        && outer_height - inner_height >= BROWSER_CHROME_PX
+    {
+        reasons.push(json!({
+            "screen": [width, height],
+            "window_inner": [inner_width, inner_height],
+            "window_outer": [outer_width, outer_height],
+        }));
+    }
+    if !reasons.is_empty() {
+        fired.fire("viewport_emulation", json!({ "reasons": reasons }));
+    }
+}
+
+/// `navigator.maxTouchPoints`, 0 when not reported.
+fn touch_points(probes: &Probes) -> f64 {
+    probes
+        .browser
+        .as_ref()
+        .and_then(|b| b.max_touch_points)
+        .unwrap_or(0.0)
 }

@@ -60,6 +60,38 @@ const RULE_CASES: &[(&str, Phase, &[&str])] = &[
         &["devtools_protocol", "realm_mismatch"],
     ),
     ("devtools_window_open_alone", S, &["devtools_protocol"]),
+    // The classes that hide their markers (docs/detection.md): each piece of evidence alone,
+    // and what together reads as automation.
+    (
+        "headless_default_window_alone",
+        S,
+        &["headless_default_window"],
+    ),
+    (
+        "headless_default_window_without_a_pointer",
+        S,
+        &["headless_default_window", "no_pointing_device"],
+    ),
+    ("emulated_viewport", S, &["viewport_emulation"]),
+    (
+        "off_grid_pointer_alone",
+        B,
+        &["off_grid_pointer", "human_like_input"],
+    ),
+    (
+        "unaligned_input_clock_alone",
+        B,
+        &["unaligned_input_clock", "human_like_input"],
+    ),
+    (
+        "protocol_input_that_looks_human",
+        B,
+        &[
+            "off_grid_pointer",
+            "unaligned_input_clock",
+            "human_like_input",
+        ],
+    ),
     (
         "devtools_client_on_a_headless_screen",
         S,

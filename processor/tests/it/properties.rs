@@ -83,7 +83,7 @@ fn probes_batch() -> impl Strategy<Value = Value> {
             "hardware_concurrency", "device_memory", "max_touch_points",
         ]),
         section(&["webgl_vendor", "webgl_renderer", "webgl_parameters_hash", "webgl_hash", "canvas_hash", "audio_hash"]),
-        section(&["width", "height", "avail_width", "avail_height", "color_depth", "pixel_ratio", "touch"]),
+        section(&["width", "height", "avail_width", "avail_height", "color_depth", "pixel_ratio", "touch", "orientation"]),
         section(&["timezone", "timezone_offset_min", "intl_locale"]),
         section(&["tampered_natives", "descriptor_anomalies"]),
         section(&["ping_rtts_ms"]),

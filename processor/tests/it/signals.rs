@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 const HUMAN: &str = "desktop_chrome_human";
 const SAFARI: &str = "mobile_safari_human";
 const HEADLESS: &str = "headless_chromium_webdriver";
+/// A person's Chromium on Linux, input through the X server (recorded).
+const LINUX_PERSON: &str = "recorded_chromium_headful_input";
 
 const UA_ANDROID: &str = "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Mobile Safari/537.36";
 const UA_IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1";
@@ -94,11 +96,7 @@ const RESHAPE: &[(&str, &str, Change)] = &[
         remove(d, "/batches/0/browser/user_agent_data");
     }),
     ("untrusted_input", HUMAN, |d| {
-        for batch in d["batches"].as_array_mut().unwrap().iter_mut().skip(1) {
-            for event in batch["events"].as_array_mut().unwrap() {
-                event["trusted"] = json!(false);
-            }
-        }
+        for_each_event(d, |event| event["trusted"] = json!(false))
     }),
     ("robotic_pointer_path", HUMAN, |d| {
         with_events(d, straight_strokes())
@@ -122,6 +120,39 @@ const RESHAPE: &[(&str, &str, Change)] = &[
         set(d, "/batches/0/screen/avail_width", json!(800));
         set(d, "/batches/0/screen/avail_height", json!(600));
         set(d, "/batches/0/automation/window_outer", json!([1280, 900]));
+    }),
+    // Headless Chromium's default display taken whole: no taskbar, the window on it.
+    ("headless_default_window", HUMAN, |d| {
+        set(d, "/batches/0/screen/width", json!(800));
+        set(d, "/batches/0/screen/height", json!(600));
+        set(d, "/batches/0/screen/avail_width", json!(800));
+        set(d, "/batches/0/screen/avail_height", json!(600));
+        set(d, "/batches/0/automation/window_outer", json!([780, 580]));
+    }),
+    // Playwright's viewport: the screen set to the viewport, browser chrome still above it.
+    ("viewport_emulation", HUMAN, |d| {
+        set(d, "/batches/0/screen/width", json!(1280));
+        set(d, "/batches/0/screen/height", json!(720));
+        set(d, "/batches/0/automation/window_inner", json!([1280, 720]));
+        set(d, "/batches/0/automation/window_outer", json!([1288, 805]));
+    }),
+    // An interpolated path: the same moves, a fraction of a pixel off the grid.
+    ("off_grid_pointer", HUMAN, |d| {
+        for_each_event(d, |event| {
+            if let Some(x) = event["x"].as_f64() {
+                event["x"] = json!(x + 0.37);
+            }
+        });
+    }),
+    // A Linux person's input, each event stamped a little later than the display server did.
+    ("unaligned_input_clock", LINUX_PERSON, |d| {
+        let mut shift = 0.0;
+        for_each_event(d, |event| {
+            if let Some(t) = event["t"].as_f64() {
+                shift += 0.37;
+                event["t"] = json!(((t + shift) * 10.0).round() / 10.0);
+            }
+        });
     }),
     ("human_like_input", HEADLESS, |d| {
         let human = load(HUMAN);
@@ -151,6 +182,15 @@ const RESHAPE: &[(&str, &str, Change)] = &[
         set(d, "/batches/0/browser/user_agent_data", hints);
     }),
 ];
+
+/// Runs `change` on every input event of the fixture's interaction batches.
+fn for_each_event(d: &mut Value, mut change: impl FnMut(&mut Value)) {
+    for batch in d["batches"].as_array_mut().unwrap().iter_mut().skip(1) {
+        for event in batch["events"].as_array_mut().unwrap() {
+            change(event);
+        }
+    }
+}
 
 /// Three straight strokes in equal steps, as `page.mouse.move(x, y, { steps })` draws them.
 fn straight_strokes() -> Vec<Value> {
@@ -256,4 +296,47 @@ fn languages_patched_in_the_page_differ_from_the_workers() {
         observed["observed"]["differences"][0]["value"], "navigator.languages",
         "{observed}"
     );
+}
+
+#[test]
+fn a_portrait_viewport_on_a_landscape_screen_is_emulated_unless_the_device_rotates() {
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/batches/0/screen/orientation",
+        json!("portrait-primary"),
+    );
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(fired.contains(&"viewport_emulation"), "{fired:?}");
+    // A touch device (an iPad's Safari claims macOS) keeps its sides when it turns.
+    set(&mut doc, "/batches/0/browser/max_touch_points", json!(5));
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"viewport_emulation"), "{fired:?}");
+    // A real display in landscape says so.
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/batches/0/screen/orientation",
+        json!("landscape-primary"),
+    );
+    assert!(!common::fired(&common::evaluate(&doc)).contains(&"viewport_emulation"));
+}
+
+#[test]
+fn input_provenance_is_judged_only_where_a_device_has_one_form() {
+    // Off-grid positions with touch input: a touch screen's positions are finer than pixels.
+    let mut doc = load(HUMAN);
+    for_each_event(&mut doc, |event| {
+        if let Some(x) = event["x"].as_f64() {
+            event["x"] = json!(x + 0.37);
+        }
+    });
+    let batch = doc["batches"].as_array_mut().unwrap().last_mut().unwrap();
+    let touch = json!({ "t": 30_000, "type": "touchstart", "x": 10, "y": 10, "trusted": true });
+    batch["events"].as_array_mut().unwrap().push(touch);
+    assert!(!common::fired(&common::evaluate(&doc)).contains(&"off_grid_pointer"));
+    // The clock on Windows: its input times are finer than X11's milliseconds (the hand-made
+    // Windows fixture's times are spread, and nothing fires).
+    let fired = common::fired(&common::evaluate(&load(HUMAN)));
+    assert!(!fired.contains(&"unaligned_input_clock"), "{fired:?}");
 }
