@@ -102,9 +102,9 @@ pub const RULES: &[Rule] = &[
                                                                        Automated, Verdict::Bot,         (75, 100)),
     // Script-dispatched or machine-drawn input.
     rule("synthetic_input",     When::Category(B, 55),                 Automated, Verdict::Bot,         (75, 100)),
-    // Detection issue 30's three classes. Headless Chromium's own default display with no
-    // pointing device: nobody looks at that browser (a person's 800x600 virtual machine still
-    // has a pointer).
+    // Three classes that hide their markers (docs/detection.md). Headless Chromium's own default
+    // display with no pointing device: nobody looks at that browser (a person's 800x600 virtual
+    // machine still has a pointer).
     rule("headless_compositor", When::All(&[When::Fired("headless_default_window"), When::Fired("no_pointing_device")]),
                                                                        Automated, Verdict::Bot,         (75, 100)),
     // Viewport emulation is a DevTools-protocol command (Emulation.setDeviceMetricsOverride): a

@@ -133,3 +133,39 @@ async fn a_person_whose_extension_adds_fingerprint_noise_is_not_automated() {
         "the extension's canvas and audio patches read as noise, not tampering: {fired:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn headless_chromium_with_a_debugging_port_and_no_client_reads_automated() {
+    visit_and_check("chromium_headless_debug_port").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drivers_patched_against_devtools_detection_left_idle_read_automated() {
+    for name in ["rebrowser_puppeteer_idle", "patchright_idle"] {
+        visit_and_check(name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn patched_drivers_acting_as_careful_operators_read_automated() {
+    for name in [
+        "rebrowser_puppeteer_careful_input",
+        "patchright_careful_input",
+    ] {
+        let session = visit_and_check(name).await;
+        // The input looked human enough to earn the reassuring signal; where it came from
+        // decided.
+        assert!(
+            fired(&session).contains(&"human_like_input"),
+            "{name}: {session}"
+        );
+        assert_eq!(session["decision"]["rule"], "protocol_input", "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn people_without_a_gpu_or_a_mouse_read_human() {
+    for name in ["chromium_no_gpu_input", "chromium_keyboard_only"] {
+        visit_and_check(name).await;
+    }
+}

@@ -142,6 +142,82 @@ async function scriptedInput(page) {
   await page.mouse.move(600, 500, { steps: 20 });
 }
 
+/**
+ * Input as careful operators write it for a driver patched against DevTools detection: curved,
+ * eased paths made of single-step moves to a random point inside each element, presses held
+ * for a plausible time, and keystrokes held and spaced with log-normal gaps. Every piece goes
+ * through the driver's own input calls (the DevTools protocol's Input domain); the rhythm and
+ * the shapes are a person's, which is the point.
+ */
+async function carefulInput(page) {
+  const random = rng(23);
+  const gauss = () => Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
+  const logNormal = (median, sigma) => median * Math.exp(sigma * gauss());
+  let at = [180 + random() * 200, 120 + random() * 120];
+  await page.mouse.move(at[0], at[1]);
+  const glide = async ([tx, ty]) => {
+    const [x, y] = at;
+    const steps = 22 + Math.floor(random() * 16);
+    const bend = (random() - 0.5) * 140;
+    for (let i = 1; i <= steps; i++) {
+      const t = i / steps;
+      const ease = t * t * (3 - 2 * t);
+      await page.mouse.move(
+        x + (tx - x) * ease + Math.sin(Math.PI * t) * bend + (random() - 0.5) * 2,
+        y + (ty - y) * ease + Math.sin(Math.PI * t) * bend * 0.4 + (random() - 0.5) * 2,
+      );
+      await sleep(6 + random() * 20);
+    }
+    at = [tx, ty];
+  };
+  const inside = async (selector) => {
+    const box = await (await page.$(selector)).boundingBox();
+    return [box.x + box.width * (0.2 + random() * 0.6), box.y + box.height * (0.25 + random() * 0.5)];
+  };
+  const press = async () => {
+    await page.mouse.down();
+    await sleep(logNormal(95, 0.3));
+    await page.mouse.up();
+  };
+  await glide([620, 410]);
+  await sleep(logNormal(300, 0.4));
+  await glide(await inside('#email'));
+  await press();
+  await sleep(logNormal(350, 0.3));
+  for (const ch of 'ana.lima@mail.example') {
+    await page.keyboard.down(ch);
+    await sleep(logNormal(85, 0.35));
+    await page.keyboard.up(ch);
+    await sleep(logNormal(140, 0.5));
+  }
+  await glide(await inside('#pay'));
+  await press();
+}
+
+/**
+ * A person who only uses the keyboard, through the X server: Tab to the field, type with
+ * uneven gaps and each key held, Tab to the button and press Enter. The pointer never moves.
+ */
+async function keyboardInput(display) {
+  const env = { ...process.env, DISPLAY: display };
+  const random = rng(19);
+  const key = async (name) => {
+    await run('xdotool', ['keydown', name], env);
+    await sleep(60 + random() * 70);
+    await run('xdotool', ['keyup', name], env);
+  };
+  await key('Tab');
+  await sleep(400 + random() * 300);
+  for (const ch of 'ana.lima@mail.example') {
+    await key(ch === '.' ? 'period' : ch === '@' ? 'at' : ch);
+    await sleep(70 + random() * 200 + (random() < 0.15 ? 300 : 0));
+  }
+  await sleep(500);
+  await key('Tab');
+  await sleep(300 + random() * 300);
+  await key('Return');
+}
+
 /** Launches plain Chromium on the page with no automation client (Xvfb required). */
 // A privacy extension as anti-fingerprinting tools write them: farbling-style noise on canvas
 // and audio reads, from a content script in the page's own world, in every frame.
@@ -306,6 +382,63 @@ async function playwrightVisit(url, { headful, display, input }) {
   return { close: () => browser.close() };
 }
 
+// ───────────────────────────── drivers patched against DevTools detection ─────────────────────────────
+
+// rebrowser-puppeteer-core and patchright-core never enable the Runtime domain (so the console
+// is not serialised for them) and, launched as their users launch them, pass no automation
+// flags: no --enable-automation, AutomationControlled off. Headful under Xvfb.
+
+async function rebrowserVisit(url, { display, viewport, input }) {
+  const { default: puppeteer } = await import('rebrowser-puppeteer-core');
+  const browser = await puppeteer.launch({
+    executablePath: CHROMIUM,
+    headless: false,
+    ignoreDefaultArgs: ['--enable-automation'],
+    args: [...BASE_FLAGS, '--window-size=1280,900', '--disable-blink-features=AutomationControlled'],
+    env: { ...process.env, DISPLAY: display },
+    // Puppeteer's default is an emulated 800x600 viewport; `null` keeps the window's own.
+    ...(viewport ? {} : { defaultViewport: null }),
+  });
+  const page = await browser.newPage();
+  await page.goto(url);
+  if (input) {
+    await page.waitForFunction(() => document.title === 'loaded', { timeout: 20000 });
+    await carefulInput(page);
+  }
+  return { close: () => browser.close() };
+}
+
+async function patchrightVisit(url, { display, viewport, input }) {
+  const { chromium } = await import('patchright-core');
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: false,
+    args: [...BASE_FLAGS, '--window-size=1280,900'],
+    env: { ...process.env, DISPLAY: display },
+  });
+  // Playwright's default is an emulated 1280x720 viewport (and screen); `null` keeps the window's.
+  const context = await browser.newContext(viewport ? {} : { viewport: null });
+  const page = await context.newPage();
+  await page.goto(url);
+  if (input) {
+    await page.waitForFunction(() => document.title === 'loaded', null, { timeout: 20000 });
+    await carefulInput(page);
+  }
+  return { close: () => browser.close() };
+}
+
+/**
+ * Headless Chromium with a normal user agent, AutomationControlled off and a remote-debugging
+ * port that nothing reads during the visit: a scraper's browser before its client attaches.
+ */
+function headlessDebugPort(url) {
+  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
+  const child = spawn(CHROMIUM, [...BASE_FLAGS, '--headless=new', '--remote-debugging-port=0',
+    `--user-data-dir=${profile}`, `--user-agent=${desktopUserAgent(chromeVersion())}`,
+    '--disable-blink-features=AutomationControlled', url], { stdio: 'ignore' });
+  return { close: () => { child.kill('SIGKILL'); rmSync(profile, { recursive: true, force: true }); } };
+}
+
 // ───────────────────────────── configurations ─────────────────────────────
 
 /** Each configuration: whether it needs a display, how long the page dwells, how to launch. */
@@ -325,12 +458,35 @@ const CONFIGS = {
   playwright_headful: {
     display: true, dwell: 3000, launch: (url, display) => playwrightVisit(url, { headful: true, display, input: true }),
   },
+  // Headless with a debugging port and no client attached.
+  chromium_headless_debug_port: { dwell: 1500, launch: (url) => headlessDebugPort(url) },
+  // Drivers patched against DevTools detection, launched idle with their default viewports...
+  rebrowser_puppeteer_idle: {
+    display: true, dwell: 1500, launch: (url, display) => rebrowserVisit(url, { display, viewport: true }),
+  },
+  patchright_idle: {
+    display: true, dwell: 1500, launch: (url, display) => patchrightVisit(url, { display, viewport: true }),
+  },
+  // ... and without them (the window's own viewport), acting as careful operators do.
+  rebrowser_puppeteer_careful_input: {
+    display: true, dwell: 9000, launch: (url, display) => rebrowserVisit(url, { display, input: true }),
+  },
+  patchright_careful_input: {
+    display: true, dwell: 9000, launch: (url, display) => patchrightVisit(url, { display, input: true }),
+  },
   // Normal launches: a person's Chromium on a desktop, no automation client attached.
   chromium_headful_idle: { display: true, dwell: 1500, launch: (url, display) => launchPlain(url, display, []) },
   chromium_headful_input: {
     display: true, dwell: 9000, human: true, launch: (url, display) => launchPlain(url, display, []),
   },
-  // A phone-sized window with touch input enabled, as a person's browser with a touch screen.
+  // A person on a machine without a GPU: WebGL in software, input through the X server.
+  chromium_no_gpu_input: {
+    display: true, dwell: 9000, human: true, launch: (url, display) => launchPlain(url, display, ['--disable-gpu']),
+  },
+  // A person who only uses the keyboard.
+  chromium_keyboard_only: {
+    display: true, dwell: 9000, keyboard: true, launch: (url, display) => launchPlain(url, display, []),
+  },
   chromium_farbling_extension: {
     display: true, dwell: 9000, human: true,
     launch: (url, display) => {
@@ -339,6 +495,7 @@ const CONFIGS = {
       return { close: () => { browser.close(); rmSync(extension, { recursive: true, force: true }); } };
     },
   },
+  // A phone-sized window with touch input enabled, as a person's browser with a touch screen.
   chromium_mobile_touch: {
     display: true, dwell: 1500,
     launch: (url, display) => launchPlain(url, display, ['--touch-events=enabled', '--window-size=412,915',
@@ -390,9 +547,9 @@ async function main() {
   }, 60000);
   try {
     visit = await config.launch(page.url, xvfb && xvfb.display);
-    if (config.human) {
+    if (config.human || config.keyboard) {
       await sleep(1500); // the page loads and Vigil.load starts listening
-      await humanInput(xvfb.display);
+      await (config.human ? humanInput(xvfb.display) : keyboardInput(xvfb.display));
     }
     const report = await page.reported;
     clearTimeout(timeout);

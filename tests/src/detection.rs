@@ -48,6 +48,19 @@ const fn bot(
     }
 }
 
+/// A driver patched against DevTools-protocol detection: it must read automated on other
+/// evidence, with the console probe and the webdriver flag seeing nothing.
+const fn patched(
+    name: &'static str,
+    description: &'static str,
+    evidence: &'static [&'static str],
+) -> Configuration {
+    Configuration {
+        absent: &["devtools_protocol", "webdriver"],
+        ..bot(name, description, evidence)
+    }
+}
+
 const fn person(name: &'static str, description: &'static str) -> Configuration {
     Configuration {
         name,
@@ -61,6 +74,10 @@ const fn person(name: &'static str, description: &'static str) -> Configuration 
             "realm_mismatch",
             "headless_screen",
             "no_pointing_device",
+            "headless_default_window",
+            "viewport_emulation",
+            "off_grid_pointer",
+            "unaligned_input_clock",
         ],
     }
 }
@@ -112,6 +129,31 @@ pub const MATRIX: &[Configuration] = &[
         "Headful Chromium under Xvfb, driven by playwright-core.",
         &["webdriver", "devtools_protocol"],
     ),
+    bot(
+        "chromium_headless_debug_port",
+        "Headless Chromium with a desktop user agent, AutomationControlled off and a remote-debugging port no client reads during the visit (a scraper's browser before it attaches).",
+        &["headless_default_window", "no_pointing_device"],
+    ),
+    patched(
+        "rebrowser_puppeteer_idle",
+        "Headful Chromium under Xvfb driven by rebrowser-puppeteer-core (never enables the Runtime domain), no automation flags, its default viewport, the page left idle.",
+        &["viewport_emulation"],
+    ),
+    patched(
+        "patchright_idle",
+        "Headful Chromium under Xvfb driven by patchright-core (never enables the Runtime domain), no automation flags, its default viewport, the page left idle.",
+        &["viewport_emulation"],
+    ),
+    patched(
+        "rebrowser_puppeteer_careful_input",
+        "rebrowser-puppeteer-core as above with the window's own viewport, acting as careful operators do through its input calls: curved eased paths of single-step moves to a random point inside each element, presses held 95 ms (log-normal), keys held and spaced with log-normal gaps.",
+        &["off_grid_pointer", "unaligned_input_clock"],
+    ),
+    patched(
+        "patchright_careful_input",
+        "patchright-core as above with the window's own viewport, acting as careful operators do through its input calls (curved eased paths, held presses, log-normal typing).",
+        &["off_grid_pointer", "unaligned_input_clock"],
+    ),
     person(
         "chromium_headful_idle",
         "A person's Chromium under Xvfb with no automation client attached, the page left idle.",
@@ -123,6 +165,14 @@ pub const MATRIX: &[Configuration] = &[
     person(
         "chromium_mobile_touch",
         "A person's Chromium under Xvfb in a phone-sized window with touch events enabled and a 2x device scale, no automation client attached.",
+    ),
+    person(
+        "chromium_no_gpu_input",
+        "A person's Chromium under Xvfb with the GPU disabled (WebGL in software), human-like input through the X server.",
+    ),
+    person(
+        "chromium_keyboard_only",
+        "A person's Chromium under Xvfb who only uses the keyboard: Tab to the field, typing with held keys and uneven gaps, Tab and Enter; the pointer never moves.",
     ),
     person(
         "chromium_farbling_extension",

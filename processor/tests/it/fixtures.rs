@@ -170,6 +170,31 @@ fn recorded_playwright_headful_is_automated() {
 }
 
 #[test]
+fn recorded_headless_chromium_with_a_debugging_port_and_no_client_is_automated() {
+    check("recorded_chromium_headless_debug_port");
+}
+
+#[test]
+fn recorded_rebrowser_puppeteer_left_idle_is_automated() {
+    check("recorded_rebrowser_puppeteer_idle");
+}
+
+#[test]
+fn recorded_patchright_left_idle_is_automated() {
+    check("recorded_patchright_idle");
+}
+
+#[test]
+fn recorded_rebrowser_puppeteer_with_careful_input_is_automated() {
+    check("recorded_rebrowser_puppeteer_careful_input");
+}
+
+#[test]
+fn recorded_patchright_with_careful_input_is_automated() {
+    check("recorded_patchright_careful_input");
+}
+
+#[test]
 fn recorded_idle_headful_chromium_is_human() {
     check("recorded_chromium_headful_idle");
 }
@@ -187,6 +212,16 @@ fn recorded_phone_sized_touch_chromium_is_human() {
 #[test]
 fn recorded_person_with_a_farbling_extension_is_human() {
     check("recorded_chromium_farbling_extension");
+}
+
+#[test]
+fn recorded_person_without_a_gpu_is_human() {
+    check("recorded_chromium_no_gpu_input");
+}
+
+#[test]
+fn recorded_person_who_only_uses_the_keyboard_is_human() {
+    check("recorded_chromium_keyboard_only");
 }
 
 #[test]
