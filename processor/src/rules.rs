@@ -102,7 +102,8 @@ pub const RULES: &[Rule] = &[
                                                                        Automated, Verdict::Bot,         (75, 100)),
     // Script-dispatched or machine-drawn input.
     rule("synthetic_input",     When::Category(B, 55),                 Automated, Verdict::Bot,         (75, 100)),
-    // Three classes that hide their markers (docs/detection.md). Headless Chromium's own default
+    // Three classes that hide their markers
+    // (docs/detection.md#three-classes-that-hide-their-markers). Headless Chromium's own default
     // display with no pointing device: nobody looks at that browser (a person's 800x600 virtual
     // machine still has a pointer).
     rule("headless_compositor", When::All(&[When::Fired("headless_default_window"), When::Fired("no_pointing_device")]),

@@ -722,3 +722,103 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
     assert_eq!(consumed["object"], "gate_dashboard_login");
     assert_eq!(consumed["account_name"], "laptop cli");
 }
+
+/// The width and height a PNG's header gives, after checking its signature.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(
+        png.len() > 24 && png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "not a PNG"
+    );
+    let word = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    (word(16), word(20))
+}
+
+/// `/demo` as a newcomer sees it in Chromium: the decision rendered as a page (verdict and risk
+/// score, highlights as marked sentences, category bars, the signals with their sentences, the
+/// visitor and its linked sessions), the raw JSON only behind its toggle. The browser is driven
+/// by WebDriver, so the decision is `automated` and every part has something to show.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_renders_the_decision_as_a_page() {
+    let s = TestServer::start().await;
+    let _one = ONE_BROWSER.lock().await;
+    let driver = ChromeDriver::start().await;
+    let profile = Profile::new();
+    let browser = driver.session(&profile).await;
+    browser.resize(1100, 1500).await;
+    browser.goto("about:blank").await;
+    let blank = browser.screenshot().await;
+
+    browser.goto(&format!("{}/demo", s.base)).await;
+    let rendered = browser
+        .eval_async(
+            "(async () => { for (let i = 0; i < 300; i++) { \
+               if (!document.getElementById('result').hidden) return true; \
+               await new Promise((r) => setTimeout(r, 50)); } \
+             return document.getElementById('verdict').textContent; })()",
+        )
+        .await;
+    assert_eq!(
+        rendered, true,
+        "the demo never rendered a decision: {rendered}"
+    );
+    let text = browser
+        .eval_async("document.body.innerText")
+        .await
+        .as_str()
+        .expect("the page's text")
+        .to_owned();
+    for shown in [
+        "Automated · bot",
+        "Risk score",
+        "Concerning",
+        "The browser reports that WebDriver is controlling it",
+        "Category scores",
+        "automation",
+        "Signals fired",
+        "webdriver",
+        "Visitor vid_",
+        "(this one)",
+        "Raw JSON",
+    ] {
+        assert!(text.contains(shown), "the demo shows {shown:?}:\n{text}");
+    }
+    // The raw JSON is there, but only behind its toggle.
+    assert!(
+        !text.contains("\"signals_fired\""),
+        "raw JSON shown unasked:\n{text}"
+    );
+    let bars = browser
+        .eval_async("Array.from(document.querySelectorAll('.fill')).map((f) => f.style.width)")
+        .await;
+    assert!(
+        bars.as_array()
+            .is_some_and(|b| b.len() == 5 && b.iter().any(|w| w != "0%")),
+        "five category bars, some filled: {bars}"
+    );
+    let shot = browser.screenshot().await;
+    let (width, height) = png_size(&shot);
+    assert!(
+        width >= 1000 && height >= 1000,
+        "a window-sized screenshot: {width}x{height}"
+    );
+    assert!(
+        shot.len() > blank.len() * 2,
+        "the rendered page ({} bytes) shows more than a blank one ({} bytes)",
+        shot.len(),
+        blank.len()
+    );
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo.png");
+    std::fs::write(&path, &shot).expect("writing the screenshot");
+    eprintln!("the demo's screenshot: {}", path.display());
+
+    browser
+        .eval_async("document.querySelector('#raw summary').click()")
+        .await;
+    let text = browser.eval_async("document.body.innerText").await;
+    assert!(
+        text.as_str()
+            .is_some_and(|t| t.contains("\"signals_fired\"")),
+        "the toggle shows the raw JSON"
+    );
+    browser.quit().await;
+}

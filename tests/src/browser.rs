@@ -341,6 +341,29 @@ impl Session {
         v
     }
 
+    /// Sets the window's outer size (WebDriver's window rect).
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.post("window/rect", json!({ "width": width, "height": height }))
+            .await
+            .unwrap_or_else(|e| panic!("resizing the window: {e}"));
+    }
+
+    /// A PNG of what the window shows now (WebDriver's screenshot).
+    pub async fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine;
+        let shot = command(
+            &self.client,
+            reqwest::Method::GET,
+            &format!("{}/screenshot", self.base),
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("taking a screenshot: {e}"));
+        base64::engine::general_purpose::STANDARD
+            .decode(shot.as_str().expect("a base64 screenshot"))
+            .expect("the screenshot is base64")
+    }
+
     /// Closes the browser (chromedriver waits for it to exit, so the profile can be reused).
     pub async fn quit(mut self) {
         self.quit = true;
