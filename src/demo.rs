@@ -144,9 +144,14 @@ async fn open_test_handoff(demo: &Demo, body: JsonObject) -> Result<Reply, ApiEr
         .as_ref()
         .and_then(|s| s.latest_decision.as_ref())
         .map(|d| d.to_value());
+    // The visitor and its sessions only once the decision is final, which is when the page
+    // shows them: the page polls until then, and each poll would read them all again.
+    let is_final = decision
+        .as_ref()
+        .is_some_and(|d| d["decision_status"] == "final");
     let visitor = match session.and_then(|s| s.visitor_id) {
-        Some(id) => linked_visitor(demo, id).await?,
-        None => None,
+        Some(id) if is_final => linked_visitor(demo, id).await?,
+        _ => None,
     };
     Ok(Reply::ok(DemoDecision {
         session_id: claims.session_id,

@@ -91,12 +91,15 @@ impl Resolve for PublicOnly {
                 .filter(|a| allow_private || outbound::is_public(a.ip()))
                 .collect();
             if kept.is_empty() {
+                // The delivery's error is the tenant's to read: what an internal name resolves
+                // to stays in the operator's log (docs/webhooks.md#registering-an-endpoint).
                 let shown = all
                     .first()
                     .map_or("nothing".to_owned(), |a| a.ip().to_string());
+                tracing::warn!(%host, resolved = %shown, "delivery refused: the host resolves to no public address");
                 return Err(format!(
-                    "`{host}` resolves to {shown}, a loopback, private, link-local or reserved \
-                     address; not delivered"
+                    "`{host}` does not resolve to a public address (loopback, private, \
+                     link-local and reserved addresses are refused); not delivered"
                 )
                 .into());
             }

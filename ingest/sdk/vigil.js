@@ -590,7 +590,7 @@
       'automation.product_sub', 'automation.eval_length', 'automation.error_stack_engine',
       'automation.has_chrome_object', 'automation.notification_permission', 'automation.languages',
       'automation.language', 'automation.plugins', 'automation.mime_types', 'automation.plugins_consistent',
-      'automation.window_outer', 'automation.window_inner', 'automation.connection_rtt',
+      'automation.window_outer', 'automation.window_inner', 'automation.window_position', 'automation.connection_rtt',
       'automation.document_focus', 'automation.electron', 'automation.selenium', 'automation.headless_ua',
     ],
     async run() {
@@ -614,6 +614,9 @@
         'automation.plugins_consistent': attempt(() => pluginsConsistent(nav)),
         'automation.window_outer': attempt(() => [global.outerWidth, global.outerHeight]),
         'automation.window_inner': attempt(() => [global.innerWidth, global.innerHeight]),
+        // Where the window is on the screen: an X11 window has a place; Wayland never tells a
+        // page its window's, so Chromium there says 0,0.
+        'automation.window_position': attempt(() => [global.screenX, global.screenY]),
         'automation.connection_rtt': attempt(() => (nav.connection && typeof nav.connection.rtt === 'number' ? nav.connection.rtt : null)),
         'automation.document_focus': attempt(() => global.document.hasFocus()),
         'automation.electron': electronTraces(),
@@ -969,7 +972,7 @@
     budgetMs: 60,
     members: [
       'screen.width', 'screen.height', 'screen.avail_width', 'screen.avail_height', 'screen.color_depth',
-      'screen.pixel_ratio', 'screen.touch', 'screen.orientation',
+      'screen.pixel_ratio', 'screen.touch', 'screen.orientation', 'screen.media_matches',
     ],
     async run() {
       const s = global.screen || {};
@@ -985,6 +988,10 @@
         // A real display's orientation follows its sides; the DevTools protocol's viewport
         // emulation sets its own (Puppeteer's viewports say portrait on a landscape screen).
         'screen.orientation': attempt(() => (s.orientation && typeof s.orientation.type === 'string' ? s.orientation.type : null)),
+        // Whether CSS sees the same screen as script: emulation changes both, while privacy
+        // tools that farble `screen` in script leave the media queries on the real one.
+        'screen.media_matches': attempt(() => global.matchMedia(
+          '(device-width: ' + s.width + 'px) and (device-height: ' + s.height + 'px)').matches),
       };
     },
   };

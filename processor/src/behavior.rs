@@ -6,10 +6,11 @@
 //! The thresholds below are deliberately conservative: a signal fires only when a whole stream
 //! looks machine-made, because one straight human flick must not condemn a visitor.
 //!
-//! Input that only looks human still says where it came from: a device's events arrive through
-//! the display server at whole device pixels and on its millisecond clock, and a DevTools-protocol
+//! Input that only looks human still says where it came from: a mouse's events arrive at whole
+//! device pixels, and through an X server on its millisecond clock, while a DevTools-protocol
 //! client's (`Input.dispatchMouseEvent`) are placed where its interpolation puts them and stamped
-//! when they are dispatched ([`PixelGrid`], [`InputClock`]).
+//! when they are dispatched ([`PixelGrid`], [`InputClock`]; `crate::signals` says where each is
+//! judged).
 
 use crate::observations::{EventKind, InputEvent};
 use serde::Serialize;
@@ -156,6 +157,7 @@ pub struct PixelGrid {
     pub judged: usize,
     /// Of those, the ones between device pixels.
     pub between_pixels: usize,
+    /// The page's device pixel ratio, which sets where the device pixels are.
     pub pixel_ratio: f64,
 }
 
@@ -213,9 +215,9 @@ pub struct InputClock {
 }
 
 impl InputClock {
-    /// On Linux, X11 and Wayland stamp input in whole milliseconds of the display server's
-    /// clock, so the times a page sees share one sub-millisecond remainder; a protocol client's
-    /// events are stamped when dispatched and spread over every remainder.
+    /// On Linux under X11, the server stamps input in whole milliseconds of its clock, so the
+    /// times a page sees share one sub-millisecond remainder; a protocol client's events are
+    /// stamped when dispatched and spread over every remainder.
     pub fn of(events: &[InputEvent]) -> Self {
         let mut tenths = [0usize; 10];
         let mut judged = 0;

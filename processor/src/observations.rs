@@ -98,6 +98,8 @@ schemas::lenient_struct! {
         window_outer: [f64; 2],
         /// `[innerWidth, innerHeight]`.
         window_inner: [f64; 2],
+        /// `[screenX, screenY]`; SDK 1.2.0 and later.
+        window_position: [f64; 2],
         /// `navigator.connection.rtt`; absent when the browser has no Network Information API.
         connection_rtt: f64,
         document_focus: bool,
@@ -194,6 +196,9 @@ schemas::lenient_struct! {
         touch: bool,
         /// `screen.orientation.type` (`landscape-primary`, ...); SDK 1.2.0 and later.
         orientation: String,
+        /// The CSS media queries `device-width` and `device-height` match `width` and `height`;
+        /// SDK 1.2.0 and later.
+        media_matches: bool,
     }
 }
 

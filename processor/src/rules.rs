@@ -109,13 +109,13 @@ pub const RULES: &[Rule] = &[
     rule("headless_compositor", When::All(&[When::Fired("headless_default_window"), When::Fired("no_pointing_device")]),
                                                                        Automated, Verdict::Bot,         (75, 100)),
     // Viewport emulation is a DevTools-protocol command (Emulation.setDeviceMetricsOverride): a
-    // driver patched against Runtime detection still sets it for its viewport. A person's
-    // browser only has it with DevTools' device mode open, which `devtools_protocol` sees.
+    // driver patched against Runtime detection still sets it for its viewport. The signal leaves
+    // out what imitates it (privacy tools binding the screen to the window, DevTools' own device
+    // mode, touch devices that rotate).
     rule("emulated_viewport",   When::Fired("viewport_emulation"),     Automated, Verdict::Bot,         (70, 100)),
-    // Input placed between device pixels and stamped off the display server's clock: both at
-    // once is a protocol client's Input.dispatchMouseEvent on a Linux desktop, however human its
-    // path and rhythm. Either alone (a Wayland touchpad's sub-pixel motion) stays below the
-    // elevated band.
+    // Input placed between device pixels and stamped off the X server's clock: both at once is a
+    // protocol client's Input.dispatchMouseEvent, however human its path and rhythm. Either alone
+    // (a Wayland touchpad's sub-pixel motion, a pen) stays below the elevated band.
     rule("protocol_input",      When::All(&[When::Fired("off_grid_pointer"), When::Fired("unaligned_input_clock")]),
                                                                        Automated, Verdict::Bot,         (75, 100)),
     // A patched runtime plus a headless trait: a stealth-configured automation browser.

@@ -21,8 +21,8 @@
 //! | `plugins_empty` | automation | 40 | desktop Chromium with no plugins |
 //! | `notification_permission_mismatch` | automation | 70 | `Notification.permission` is "denied" while the permissions API says "prompt" |
 //! | `headless_screen` | automation | 45 | an 800x600 screen (headless Chromium's default) under a larger window |
-//! | `headless_default_window` | automation | 30 | an 800x600 screen with no taskbar and the window on it: headless Chromium's default display |
-//! | `viewport_emulation` | automation | 45 | a desktop without touch whose orientation contradicts its screen, or whose viewport is the screen inside a window with browser chrome |
+//! | `headless_default_window` | automation | 25 | an 800x600 screen with no taskbar and the window on it: headless Chromium's default display |
+//! | `viewport_emulation` | automation | 45 | a desktop without touch or DevTools whose orientation contradicts its screen, or whose viewport is the screen (for script and CSS) inside browser chrome |
 //! | `no_pointing_device` | automation | 25 | a desktop claim with no fine pointer, no hover and no touch points |
 //! | `software_renderer` | automation | 25 | WebGL renders with SwiftShader, llvmpipe, softpipe, Mesa OffScreen or Microsoft Basic Render |
 //! | `zero_outer_window` | automation | 60 | `outerWidth` and `outerHeight` are 0 |
@@ -47,8 +47,8 @@
 //! | `robotic_pointer_path` | behavior | 60 | most pointer strokes are straight lines at constant step or speed |
 //! | `robotic_keystroke_timing` | behavior | 55 | keystrokes at a near-constant or superhuman rhythm |
 //! | `click_without_movement` | behavior | 40 | clicks with no pointer movement, touch or keys |
-//! | `off_grid_pointer` | behavior | 20 | most pointer positions fall between device pixels, on a desktop with no touch input |
-//! | `unaligned_input_clock` | behavior | 20 | on Linux, input times keep no common sub-millisecond phase (X11 and Wayland stamp whole milliseconds) |
+//! | `off_grid_pointer` | behavior | 20 | most pointer positions fall between device pixels, on a desktop with no touch screen or pen |
+//! | `unaligned_input_clock` | behavior | 20 | on Linux with a placed (X11) window, input times keep no common sub-millisecond phase (the X server stamps whole milliseconds) |
 //! | `no_input_events` | behavior | 15 | interaction batches arrived with no input at all |
 //! | `human_like_input` | behavior | -35 | trusted input with a person's variety (curved strokes, uneven typing, touch gestures) |
 //! | `ua_client_hints_mismatch` | consistency | 50 | client hints (brands, versions, platform, mobile) contradict the UA |
@@ -72,9 +72,7 @@ mod consistency;
 mod stealth;
 
 use crate::behavior::{InputClock, InputSummary, PixelGrid, UNTRUSTED_CLICKS_TOLERATED};
-use crate::observations::{
-    Automation, EventKind, Probes, ServerContext, SessionObservations, WebBotAuth,
-};
+use crate::observations::{Automation, Probes, ServerContext, SessionObservations, WebBotAuth};
 use crate::user_agent::{self, ClaimedBrowser, Engine, Os, UA_TRACES};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -161,7 +159,7 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("plugins_empty",                    A, 40,  "A desktop Chromium browser reports no plugins, as headless Chrome does."),
     signal("notification_permission_mismatch", A, 70,  "Notification permission reads denied while the permissions API says prompt, a headless Chrome trait."),
     signal("headless_screen",                  A, 45,  "The screen is headless Chromium's default 800x600, smaller than the browser window on it."),
-    signal("headless_default_window",          A, 30,  "The screen is headless Chromium's default 800x600 display, with no taskbar and the browser window on it."),
+    signal("headless_default_window",          A, 25,  "The screen is headless Chromium's default 800x600 display, with no taskbar and the browser window on it."),
     signal("viewport_emulation",               A, 45,  "The page's viewport is emulated (its orientation or size contradicts the screen), as automation tools' DevTools-protocol viewports do."),
     signal("no_pointing_device",               A, 25,  "A desktop browser with no mouse, touchpad or touch screen, as headless browsers report."),
     signal("software_renderer",                A, 25,  "WebGL renders in software (SwiftShader, llvmpipe or Mesa), typical of headless and virtual machines."),
@@ -583,25 +581,33 @@ fn behavior(
         fired.fire("click_without_movement", json!({ "clicks": input.clicks }));
     }
     // Where the input came from, judged only where a device's input has one known form: a
-    // desktop's mouse (a touch screen's or a pen's positions are finer than pixels), and Linux's
-    // display servers for the clock (Windows, macOS and ChromeOS stamp input more finely).
-    let desktop = !claimed.mobile && !matches!(claimed.os, Os::Android | Os::Ios);
-    let touched = session.events.iter().any(|e| {
-        matches!(
-            e.kind,
-            Some(EventKind::Touchstart | EventKind::Touchmove | EventKind::Touchend)
-        )
-    });
-    let pixel_ratio = probes
-        .and_then(|p| p.screen.as_ref())
-        .and_then(|s| s.pixel_ratio)
-        .unwrap_or(1.0);
-    let grid = PixelGrid::of(&session.events, pixel_ratio);
-    if desktop && !touched && grid.off_grid() {
-        fired.fire("off_grid_pointer", json!(grid));
+    // desktop's mouse with no touch screen or pen (their positions are finer than pixels), at a
+    // known pixel ratio; and for the clock, Linux on X11, whose server stamps input in whole
+    // milliseconds. Chromium on Wayland stamps input when it handles it, like a protocol client,
+    // and cannot know where its window is: a window with a place on the screen is X11's.
+    // Windows, macOS and ChromeOS stamp input more finely, and are not judged on the clock.
+    let probes_screen = probes.and_then(|p| p.screen.as_ref());
+    let no_touch = input.touch_starts == 0
+        && probes_screen.is_none_or(|s| s.touch != Some(true))
+        && probes
+            .and_then(|p| p.browser.as_ref())
+            .and_then(|b| b.max_touch_points)
+            .is_some_and(|points| points == 0.0);
+    if let Some(pixel_ratio) = probes_screen.and_then(|s| s.pixel_ratio)
+        && claimed.is_desktop()
+        && no_touch
+    {
+        let grid = PixelGrid::of(&session.events, pixel_ratio);
+        if grid.off_grid() {
+            fired.fire("off_grid_pointer", json!(grid));
+        }
     }
+    let window_placed = probes
+        .and_then(|p| p.automation.as_ref())
+        .and_then(|a| a.window_position)
+        .is_some_and(|[x, y]| x != 0.0 || y != 0.0);
     let clock = InputClock::of(&session.events);
-    if desktop && claimed.os == Os::Linux && clock.unaligned() {
+    if claimed.is_desktop() && claimed.os == Os::Linux && window_placed && clock.unaligned() {
         fired.fire("unaligned_input_clock", json!(clock));
     }
     if input.device_events == 0 && input.scrolls == 0 {

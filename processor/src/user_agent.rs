@@ -41,6 +41,13 @@ pub struct ClaimedBrowser {
     pub chromium_brand: Option<ChromiumBrand>,
 }
 
+impl ClaimedBrowser {
+    /// A desktop or laptop claim: not a phone, not Android or iOS.
+    pub fn is_desktop(&self) -> bool {
+        !self.mobile && !matches!(self.os, Os::Android | Os::Ios)
+    }
+}
+
 /// Chromium-based browsers that name themselves in both the UA and the client-hint brands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

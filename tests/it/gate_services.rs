@@ -320,9 +320,36 @@ async fn ids_fields_and_the_allowlist_are_validated() {
         field_names(&create(&s, sk, clash).await),
         ["env_vars[0].key"]
     );
-    let mut inside = minimal("acme-y");
-    inside["webhook_url"] = json!("https://localhost/gate");
-    assert_eq!(field_names(&create(&s, sk, inside).await), ["webhook_url"]);
+    // A URL whose host is internal, or resolves nowhere, is refused in the same words for
+    // either: the answer maps nothing of the server's network.
+    let mut refusals = Vec::new();
+    for (id, field, url) in [
+        ("acme-y", "webhook_url", "https://localhost/gate"),
+        (
+            "acme-y",
+            "webhook_url",
+            "https://does-not-exist.invalid/gate",
+        ),
+        ("acme-z", "dashboard_login_url", "https://localhost/login"),
+    ] {
+        let mut inside = minimal(id);
+        inside[field] = json!(url);
+        let r = create(&s, sk, inside).await;
+        assert_eq!(field_names(&r), [field], "{url}");
+        let e = r.err(422, "request.validation_failed");
+        refusals.push(
+            e["details"]["fields"][0]["issue"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert!(
+        refusals
+            .iter()
+            .all(|r| *r == refusals[0] && !r.contains("127.0.0.1")),
+        "{refusals:?}"
+    );
 
     // A PATCH takes the same allowlist.
     create(&s, sk, minimal("acme-ok")).await.ok(201);

@@ -73,6 +73,8 @@ const WRITES: &[&str] = &[
     "advance_collect_call",
     "record_collect_ping",
     "record_collect_ws_identity",
+    "spend_nonce",
+    "claim_partitions",
     "mark_collect_results",
     "save_sessions",
     "save_visitors",

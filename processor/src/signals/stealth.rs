@@ -163,7 +163,7 @@ fn worker_differences(browser: &Browser, rendering: Option<&Rendering>, out: &mu
 }
 
 fn headless_residue(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired) {
-    let desktop = !claimed.mobile && !matches!(claimed.os, Os::Android | Os::Ios);
+    let desktop = claimed.is_desktop();
     let screen = probes.screen.as_ref();
     let outer = probes.automation.as_ref().and_then(|a| a.window_outer);
     if let (Some(screen), Some([outer_width, outer_height])) = (screen, outer)
@@ -225,39 +225,67 @@ fn headless_residue(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired
 
 /// Browser chrome (tabs, address bar) above a real window's viewport is at least this tall.
 const BROWSER_CHROME_PX: f64 = 40.0;
+/// Privacy tools that bind `screen` to the window (Brave's farbling adds up to 8 px to the
+/// viewport; Firefox's resistFingerprinting, Tor and Mullvad use the window) leave the screen
+/// this close to one of the window's sizes.
+const WINDOW_BOUND_SCREEN_PX: f64 = 10.0;
 
-/// Two geometries only viewport emulation makes on a desktop without touch (phones and tablets
-/// rotate, and an iPad's Safari claims macOS, so touch devices are left out):
+/// Two geometries that only the DevTools protocol's viewport emulation makes on a desktop
+/// without touch (phones and tablets rotate, and an iPad's Safari claims macOS, so touch devices
+/// are left out):
 /// - an orientation that contradicts the screen's own sides: Puppeteer's viewports say
-///   `portrait-primary` unless told otherwise, on a landscape screen;
-/// - a viewport exactly the size of the screen inside a window with browser chrome around it:
-///   Playwright's viewports set the screen to the viewport, and a real window whose viewport
-///   fills the screen (fullscreen, kiosk) has no chrome.
+///   `portrait-primary` unless told otherwise, on a landscape screen. A screen bound to the
+///   window by a privacy tool keeps the real display's orientation, so such a screen is not
+///   judged on it;
+/// - a Blink viewport exactly the size of the screen inside a window with browser chrome around
+///   it, with CSS seeing that same screen: Playwright's viewports set the screen to the viewport
+///   for script and CSS alike. A real window whose viewport fills the screen (fullscreen, kiosk)
+///   has no chrome; Brave's farbled screen is script's alone (CSS keeps the real one), and
+///   Firefox's resistFingerprinting is not Blink.
+///
+/// DevTools' own device mode emulates too: a page with DevTools attached (`devtools_protocol`)
+/// is judged on that instead.
 fn emulated_viewport(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired) {
-    let desktop = !claimed.mobile && !matches!(claimed.os, Os::Android | Os::Ios);
     let Some(screen) = &probes.screen else {
         return;
     };
-    let touch_points = touch_points(probes);
     let (Some(width), Some(height)) = (screen.width, screen.height) else {
         return;
     };
-    if !desktop || screen.touch == Some(true) || touch_points > 0.0 || width <= 0.0 || height <= 0.0
+    let devtools_attached = probes
+        .automation
+        .as_ref()
+        .and_then(|a| a.devtools_console_reads)
+        .is_some_and(|reads| reads >= DEVTOOLS_CONSOLE_READS);
+    if !claimed.is_desktop()
+        || screen.touch == Some(true)
+        || touch_points(probes) > 0.0
+        || width <= 0.0
+        || height <= 0.0
+        || devtools_attached
     {
         return;
     }
+    let automation = probes.automation.as_ref();
+    let outer = automation.and_then(|a| a.window_outer);
+    let inner = automation.and_then(|a| a.window_inner);
+    let near = |[w, h]: [f64; 2]| {
+        (w - width).abs() <= WINDOW_BOUND_SCREEN_PX && (h - height).abs() <= WINDOW_BOUND_SCREEN_PX
+    };
+    let bound_to_window = outer.is_some_and(near) || inner.is_some_and(near);
     let mut reasons = Vec::new();
-    if let Some(orientation) = screen.orientation.as_deref() {
+    if let Some(orientation) = screen.orientation.as_deref()
+        && !bound_to_window
+    {
         let portrait = orientation.starts_with("portrait");
         let landscape = orientation.starts_with("landscape");
         if (portrait && width > height) || (landscape && height > width) {
             reasons.push(json!({ "orientation": orientation, "screen": [width, height] }));
         }
     }
-    let automation = probes.automation.as_ref();
-    let outer = automation.and_then(|a| a.window_outer);
-    let inner = automation.and_then(|a| a.window_inner);
     if let (Some([outer_width, outer_height]), Some([inner_width, inner_height])) = (outer, inner)
+        && claimed.engine == Engine::Blink
+        && screen.media_matches == Some(true)
         && (inner_width - width).abs() <= 1.0
         && (inner_height - height).abs() <= 1.0
         && outer_height - inner_height >= BROWSER_CHROME_PX
@@ -266,6 +294,7 @@ fn emulated_viewport(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fire
             "screen": [width, height],
             "window_inner": [inner_width, inner_height],
             "window_outer": [outer_width, outer_height],
+            "media_matches": true,
         }));
     }
     if !reasons.is_empty() {

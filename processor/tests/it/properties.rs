@@ -75,7 +75,7 @@ fn probes_batch() -> impl Strategy<Value = Value> {
         section(&[
             "webdriver", "globals", "user_agent", "app_version", "product_sub", "eval_length", "error_stack_engine",
             "has_chrome_object", "notification_permission", "permissions_notifications", "languages", "language",
-            "plugins", "mime_types", "plugins_consistent", "window_outer", "window_inner", "connection_rtt",
+            "plugins", "mime_types", "plugins_consistent", "window_outer", "window_inner", "window_position", "connection_rtt",
             "electron", "selenium", "headless_ua",
         ]),
         section(&[
@@ -83,7 +83,7 @@ fn probes_batch() -> impl Strategy<Value = Value> {
             "hardware_concurrency", "device_memory", "max_touch_points",
         ]),
         section(&["webgl_vendor", "webgl_renderer", "webgl_parameters_hash", "webgl_hash", "canvas_hash", "audio_hash"]),
-        section(&["width", "height", "avail_width", "avail_height", "color_depth", "pixel_ratio", "touch", "orientation"]),
+        section(&["width", "height", "avail_width", "avail_height", "color_depth", "pixel_ratio", "touch", "orientation", "media_matches"]),
         section(&["timezone", "timezone_offset_min", "intl_locale"]),
         section(&["tampered_natives", "descriptor_anomalies"]),
         section(&["ping_rtts_ms"]),

@@ -129,8 +129,10 @@ const RESHAPE: &[(&str, &str, Change)] = &[
         set(d, "/batches/0/screen/avail_height", json!(600));
         set(d, "/batches/0/automation/window_outer", json!([780, 580]));
     }),
-    // Playwright's viewport: the screen set to the viewport, browser chrome still above it.
+    // Playwright's viewport: the screen set to the viewport for script and CSS, browser chrome
+    // still above it.
     ("viewport_emulation", HUMAN, |d| {
+        set(d, "/batches/0/screen/media_matches", json!(true));
         set(d, "/batches/0/screen/width", json!(1280));
         set(d, "/batches/0/screen/height", json!(720));
         set(d, "/batches/0/automation/window_inner", json!([1280, 720]));
@@ -144,8 +146,10 @@ const RESHAPE: &[(&str, &str, Change)] = &[
             }
         });
     }),
-    // A Linux person's input, each event stamped a little later than the display server did.
+    // A Linux person's input in a placed (X11) window, each event stamped a little later than
+    // the X server did.
     ("unaligned_input_clock", LINUX_PERSON, |d| {
+        set(d, "/batches/0/automation/window_position", json!([10, 10]));
         let mut shift = 0.0;
         for_each_event(d, |event| {
             if let Some(t) = event["t"].as_f64() {
@@ -339,4 +343,73 @@ fn input_provenance_is_judged_only_where_a_device_has_one_form() {
     // Windows fixture's times are spread, and nothing fires).
     let fired = common::fired(&common::evaluate(&load(HUMAN)));
     assert!(!fired.contains(&"unaligned_input_clock"), "{fired:?}");
+}
+
+#[test]
+fn screens_bound_to_the_window_by_privacy_tools_are_not_emulation() {
+    // Brave's farbling: the screen is the viewport plus a few pixels for script, and CSS keeps
+    // the real display; a window taller than wide on a landscape display.
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/batches/0/automation/window_inner",
+        json!([900, 1000]),
+    );
+    set(
+        &mut doc,
+        "/batches/0/automation/window_outer",
+        json!([900, 1085]),
+    );
+    set(&mut doc, "/batches/0/screen/width", json!(903));
+    set(&mut doc, "/batches/0/screen/height", json!(1006));
+    set(
+        &mut doc,
+        "/batches/0/screen/orientation",
+        json!("landscape-primary"),
+    );
+    set(&mut doc, "/batches/0/screen/media_matches", json!(false));
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"viewport_emulation"), "{fired:?}");
+    // The same screen exactly the viewport, but CSS sees the real display: not emulation.
+    set(&mut doc, "/batches/0/screen/width", json!(900));
+    set(&mut doc, "/batches/0/screen/height", json!(1000));
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"viewport_emulation"), "{fired:?}");
+    // DevTools' device mode emulates too, and is judged as DevTools.
+    set(&mut doc, "/batches/0/screen/media_matches", json!(true));
+    assert!(common::fired(&common::evaluate(&doc)).contains(&"viewport_emulation"));
+    set(
+        &mut doc,
+        "/batches/0/automation/devtools_console_reads",
+        json!(2),
+    );
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"viewport_emulation"), "{fired:?}");
+}
+
+#[test]
+fn the_clock_is_judged_only_in_a_placed_x11_window() {
+    let mut doc = load(LINUX_PERSON);
+    let mut shift = 0.0;
+    for_each_event(&mut doc, |event| {
+        if let Some(t) = event["t"].as_f64() {
+            shift += 0.37;
+            event["t"] = json!(((t + shift) * 10.0).round() / 10.0);
+        }
+    });
+    // Wayland tells a page no window position (Chromium says 0,0) and stamps input when it
+    // handles it: spread times there are a person's too.
+    set(
+        &mut doc,
+        "/batches/0/automation/window_position",
+        json!([0, 0]),
+    );
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"unaligned_input_clock"), "{fired:?}");
+    set(
+        &mut doc,
+        "/batches/0/automation/window_position",
+        json!([0, 27]),
+    );
+    assert!(common::fired(&common::evaluate(&doc)).contains(&"unaligned_input_clock"));
 }

@@ -41,10 +41,10 @@ const CATALOGUE: &[(&str, &[&str], &[&str])] = &[
     ("user_agent_override",           &["headless_user_agent"], &["media_devices_missing", "speech_voices_missing", "worker_mismatch"]),
     // "Intel Iris OpenGL Engine" in the page, SwiftShader in the worker, and a proxied getParameter.
     ("webgl_vendor",                  &["software_renderer"],   &["realm_mismatch", "tampered_natives"]),
-    // Launches without Puppeteer's default viewport, so the page has the window's own: the
-    // emulated 800x600 viewport, exactly headless's 800x600 screen inside a 1280x900 window, is
-    // gone. It leaves no trace of its own (headless Chromium 148 already reports an outer window).
-    ("window_outerdimensions",        &["viewport_emulation"],  &[]),
+    // Launches without Puppeteer's emulated viewport (the window's own instead); with the
+    // DevTools client attached, the viewport is not what gives it away. Headless Chromium 148
+    // already reports an outer window: no trace.
+    ("window_outerdimensions",        &[],                      &[]),
 ];
 
 fn load(evasion: &str) -> Value {
