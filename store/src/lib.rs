@@ -7,6 +7,7 @@
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod embedded;
+mod error;
 pub mod instrumented;
 pub mod model;
 mod port;
@@ -16,6 +17,7 @@ pub mod scylla;
 
 use std::sync::Arc;
 
+pub use error::{Result, StoreError};
 pub use model::*;
 pub use port::*;
 pub use rules::merge_state;
@@ -28,68 +30,6 @@ pub mod prelude {
         SessionStore, StoreBackend, VisitorStore,
     };
 }
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// A unique value (slug, id) is already taken.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// The backend cannot be reached or refused the operation; a retry may help.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// A row could not be decoded: a bug or a damaged store.
-    #[error("corrupt row in {table}: {detail}")]
-    Corrupt { table: &'static str, detail: String },
-    /// The caller's arguments break the method's contract (a bug in the caller, not a race with
-    /// another writer); nothing was written.
-    #[error("invalid store request: {0}")]
-    Invalid(String),
-    /// The backend refused the request itself (a syntax or schema error, credentials it does
-    /// not accept): the store is not the one this build expects, and a retry cannot help.
-    #[error("store rejected the request: {0}")]
-    Rejected(String),
-    /// The store URL names a backend this build does not have.
-    #[error("store backend not enabled: {0}")]
-    NotEnabled(String),
-    /// A session save was made under a claim of these partitions of `collect.batches.v1` that
-    /// another processor has claimed since (`SessionStore::claim_partitions`); nothing was
-    /// written. The saver no longer owns them.
-    #[error("partitions {partitions:?} of the batches were claimed by another processor")]
-    Fenced { partitions: Vec<u32> },
-}
-
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-/// One session's save in [`SessionStore::save_sessions`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionSave {
-    pub session: SessionRecord,
-    pub decision: Option<DecisionRecord>,
-    pub events: Vec<EventRecord>,
-    /// The members of the session's state that seldom change (the processor's probes and
-    /// kept events), given apart from `session.state` so that a store may write them only when
-    /// they changed: the embedded store keeps them in a row of their own, since rewriting them
-    /// with every fold was most of what a fold wrote. The state stored and read back is
-    /// `session.state` with these merged in ([`merge_state`]). `None`: `session.state` is the
-    /// whole state.
-    pub settled: Option<RawJson>,
-    /// The processor's claim on the partition of `collect.batches.v1` the session's records are
-    /// in (docs/architecture.md#fleet-writes): the save is refused if that partition was claimed
-    /// again since. `None`: saved unconditionally (tools and tests).
-    pub fence: Option<PartitionFence>,
-}
-
-/// A processor's claim on one partition of `collect.batches.v1`, as answered by
-/// `SessionStore::claim_partitions`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PartitionFence {
-    pub partition: u32,
-    /// Raised by each claim of the partition, so the latest owner's is the highest.
-    pub generation: u64,
-}
-
-/// The store every role shares.
-pub type Store = Arc<dyn StoreBackend>;
 
 /// Opens the backend a store URL names: `embedded:<dir>` (default), `postgres://...` (or
 /// `postgresql://...`), or `scylla://...`.

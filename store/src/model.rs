@@ -934,3 +934,31 @@ pub enum GatePoll {
     /// The session answered its most polls already; nothing was written.
     Exhausted,
 }
+
+/// One session's save in [`crate::SessionStore::save_sessions`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSave {
+    pub session: SessionRecord,
+    pub decision: Option<DecisionRecord>,
+    pub events: Vec<EventRecord>,
+    /// The members of the session's state that seldom change (the processor's probes and
+    /// kept events), given apart from `session.state` so that a store may write them only when
+    /// they changed: the embedded store keeps them in a row of their own, since rewriting them
+    /// with every fold was most of what a fold wrote. The state stored and read back is
+    /// `session.state` with these merged in ([`crate::rules::merge_state`]). `None`: `session.state` is the
+    /// whole state.
+    pub settled: Option<RawJson>,
+    /// The processor's claim on the partition of `collect.batches.v1` the session's records are
+    /// in (docs/architecture.md#fleet-writes): the save is refused if that partition was claimed
+    /// again since. `None`: saved unconditionally (tools and tests).
+    pub fence: Option<PartitionFence>,
+}
+
+/// A processor's claim on one partition of `collect.batches.v1`, as answered by
+/// `SessionStore::claim_partitions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionFence {
+    pub partition: u32,
+    /// Raised by each claim of the partition, so the latest owner's is the highest.
+    pub generation: u64,
+}

@@ -28,13 +28,17 @@ use schemas::ids::{KeyId, OrgId};
 use schemas::session_digest::SessionDigest;
 use schemas::time::Timestamp;
 
-use crate::{
+use crate::error::Result;
+use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, CredentialHash,
     DecisionRecord, EventRecord, GateAccountRecord, GatePoll, GateServiceRecord, GateServiceWrite,
     GateSessionRecord, GateSessionStatus, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
-    IdleSession, OrganizationRecord, PartitionFence, Result, SessionRecord, SessionSave, Store,
-    VisitorAnchors, VisitorOrder, VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
+    IdleSession, OrganizationRecord, PartitionFence, SessionRecord, SessionSave, VisitorAnchors,
+    VisitorOrder, VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
+
+/// The store every role shares.
+pub type Store = std::sync::Arc<dyn StoreBackend>;
 
 /// What a wrapper does around each call of the store it wraps (see [`Layered`]).
 pub trait StoreLayer: Send + Sync + 'static {
@@ -475,7 +479,7 @@ store_port! {
             let stale = self.save_visitors(std::slice::from_ref(visitor)).await?;
             match stale.first() {
                 None => Ok(()),
-                Some(id) => Err(crate::StoreError::Conflict(format!(
+                Some(id) => Err(crate::error::StoreError::Conflict(format!(
                     "visitor {id} is not at revision {} in the store",
                     visitor.revision.saturating_sub(1)
                 ))),

@@ -5,10 +5,11 @@
 
 use schemas::time::Timestamp;
 
-use crate::{
+use crate::error::{Result, StoreError};
+use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, DecisionRecord, EventRecord,
-    GateFlow, GatePoll, GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson, Result,
-    SessionRecord, SessionSave, StoreError, VisitorRecord,
+    GateFlow, GatePoll, GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson,
+    SessionRecord, SessionSave, VisitorRecord,
 };
 
 /// `update_api_key`: the row to write over `stored`. Identity, hash and the rotation columns

@@ -50,6 +50,7 @@ mod row_cache;
 mod seqs;
 mod sessions;
 mod visitors;
+mod writer;
 
 use std::ops::Bound;
 use std::path::Path;
@@ -63,9 +64,8 @@ use schemas::disk::DiskReserve;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use self::retention::Backfill;
 use self::row_cache::{Changes, RowCache};
-use self::sessions::{SESSION_MARKS, SessionMarks};
+use self::writer::WriterState;
 use crate::{Result, StoreBackend, StoreError};
 
 const ORGANIZATIONS: &str = "organizations";
@@ -168,40 +168,6 @@ struct Inner {
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
     /// of those two tables commits through [`Inner::commit`], which keeps it exact.
     cache: RowCache,
-}
-
-struct WriterState {
-    /// The stored place of the sessions saved lately (see [`sessions::SessionMark`]).
-    session_marks: SessionMarks,
-    /// Hashes the settled parts of session states (see [`sessions::SessionMark`]).
-    settled_hasher: std::hash::RandomState,
-    /// Where `purge_expired`'s walk of `idempotency_records` resumes (that table has no time
-    /// order, so it is walked a bounded step at a time); `None`: from the start.
-    idempotency_cursor: Option<Vec<u8>>,
-    /// The same for `handoff_openings`.
-    handoff_cursor: Option<Vec<u8>>,
-    /// The same for `gate_sessions`, whose lifetimes follow their status.
-    gate_cursor: Option<Vec<u8>>,
-    /// Where the indexing of rows written before the read and expiry indexes existed stands.
-    backfill: Backfill,
-    /// The generation of each partition of `collect.batches.v1` as last claimed
-    /// (`claim_partitions`). In memory: the embedded store is one process's, so every processor
-    /// that can race for a partition lives, and claims, in that process.
-    partition_generations: std::collections::HashMap<u32, u64>,
-}
-
-impl Default for WriterState {
-    fn default() -> Self {
-        WriterState {
-            session_marks: SessionMarks::new(SESSION_MARKS),
-            settled_hasher: std::hash::RandomState::new(),
-            idempotency_cursor: None,
-            handoff_cursor: None,
-            gate_cursor: None,
-            backfill: Backfill::default(),
-            partition_generations: Default::default(),
-        }
-    }
 }
 
 /// The keys of `keyspace` in `[start, end)`, at most `limit` rows, decoded.

@@ -19,27 +19,14 @@ use super::events::EventPlace;
 use super::key::Expiring;
 use super::row_cache::Changes;
 use super::sessions::{SessionMarks, SessionPlace};
+use super::writer::{Backfill, WriterState};
 use super::{
     EVENTS, EmbeddedStore, GATE_SESSIONS, HANDOFF_OPENINGS, IDEMPOTENCY_RECORDS, Inner, SESSIONS,
-    VISITORS, WriterState, decode, decode_row, key, unavailable,
+    VISITORS, decode, decode_row, key, unavailable,
 };
 use crate::{
     GateSessionRecord, IdempotencyRecord, Result, RetentionStore, VisitorOrder, VisitorRecord,
 };
-
-/// The one-time indexing of rows stored before `sessions_by_verdict`, the visitor order tables
-/// and `expiry_queue` existed (without it they would be missing from lists and never expire):
-/// `purge_expired` walks `sessions`, then `visitors`, then `events`, a bounded step at a time,
-/// and records in `settings` when it is done, so later starts skip it. Indexing a row twice
-/// writes the same keys again, so a restart mid-walk just starts over.
-#[derive(Default)]
-pub(super) struct Backfill {
-    /// `None` until the setting has been checked.
-    done: Option<bool>,
-    /// 0: sessions, 1: visitors, 2: events.
-    table: u8,
-    cursor: Option<Vec<u8>>,
-}
 
 /// The `settings` row that says the backfill is done.
 const BACKFILLED: &str = "store/indexes-backfilled/v1";

@@ -19,8 +19,7 @@ use store::{
 };
 
 use super::check::{self, Judgement, Unjudged};
-use super::page::{already_decided, notice, unavailable};
-use super::{CSRF_COOKIE, page, service_of, waiting};
+use super::page::{self, CSRF_COOKIE, already_decided, notice, service_of, unavailable, waiting};
 use crate::AdminState;
 use crate::gate::{Delivery, account_name, delivered_keys, delivery_context, new_login_code};
 

@@ -5,14 +5,108 @@
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use edge::body::PathParams;
+use edge::body::{PathParams, path_param};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
-use schemas::gate;
-use store::{GateAccountRecord, GateFlow, GateServiceRecord, GateSessionRecord};
+use schemas::gate::{self, TokenKind};
+use schemas::ids::GateSessionId;
+use schemas::time;
+use store::{GateAccountRecord, GateFlow, GateServiceRecord, GateSessionRecord, GateSessionStatus};
 
-use super::{CSRF_COOKIE, query_token, service_of, waiting};
 use crate::AdminState;
+
+/// The cookie that carries the form's CSRF token (`SameSite=Strict`, `HttpOnly`).
+pub(super) const CSRF_COOKIE: &str = "vigil_gate_csrf";
+
+// ---- The Gate session a consent link names: the page and the decision both start here ----
+
+/// The session the path names, if `token` is its consent token and it still waits.
+pub(super) async fn waiting(
+    state: &AdminState,
+    params: &PathParams,
+    token: Option<&str>,
+) -> Result<GateSessionRecord, Response> {
+    let refused = || {
+        notice(
+            StatusCode::NOT_FOUND,
+            "This link does not work",
+            "The approval link is incomplete, or it is not for this request. Start again from your tool.",
+        )
+    };
+    let id: GateSessionId = path_param(params, "gateSessionId").map_err(|_| refused())?;
+    let token = token
+        .filter(|t| gate::well_formed(TokenKind::Consent, t))
+        .ok_or_else(refused)?;
+    let session = state
+        .auth
+        .store
+        .get_gate_session(id)
+        .await
+        .map_err(|_| unavailable())?
+        .filter(|s| s.consent_token == state.auth.secret.hash_token(token))
+        .ok_or_else(refused)?;
+    if session.status == GateSessionStatus::Approving {
+        return Err(notice(
+            StatusCode::CONFLICT,
+            "Being approved",
+            "This request is being approved now. Return to your tool.",
+        ));
+    }
+    if session.status != GateSessionStatus::Pending {
+        return Err(already_decided());
+    }
+    // A login whose agent token was revoked, or ran out, since it started can never complete.
+    if let Some(hash) = &session.agent_token {
+        let usable = state
+            .auth
+            .store
+            .get_agent_token(hash)
+            .await
+            .map_err(|_| unavailable())?
+            .is_some_and(|t| t.revoked_at.is_none() && t.expires_at > time::now());
+        if !usable {
+            return Err(notice(
+                StatusCode::GONE,
+                "This login is no longer possible",
+                "The tool's access was revoked or has expired. Sign up again from your tool.",
+            ));
+        }
+    }
+    if time::now() >= session.expires_at {
+        return Err(notice(
+            StatusCode::GONE,
+            "This request expired",
+            "Approval requests last 15 minutes. Start again from your tool.",
+        ));
+    }
+    Ok(session)
+}
+
+pub(super) async fn service_of(
+    state: &AdminState,
+    session: &GateSessionRecord,
+) -> Result<GateServiceRecord, Response> {
+    state
+        .auth
+        .store
+        .get_gate_service(&session.service_id)
+        .await
+        .map_err(|_| unavailable())?
+        .filter(|s| s.is_published() && s.organization_id == session.organization_id)
+        .ok_or_else(|| {
+            notice(
+                StatusCode::GONE,
+                "This service is not available",
+                "The service was disabled or unpublished since this request started.",
+            )
+        })
+}
+
+pub(super) fn query_token(uri: &axum::http::Uri) -> Option<String> {
+    url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}
 
 pub(super) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
