@@ -81,27 +81,35 @@ impl Resolve for PublicOnly {
                 std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), 0))
                     .map(Iterator::collect::<Vec<SocketAddr>>)
             });
-            let all = tokio::time::timeout(LOOKUP_TIMEOUT, lookup)
-                .await
-                .map_err(|_| format!("`{host}` did not resolve within {LOOKUP_TIMEOUT:?}"))??;
-            let all = all?;
+            // The delivery's error is the tenant's to read, so a name that resolves inside, to
+            // nothing, or not in time reads the same there: what it resolved to stays in the
+            // operator's log (docs/webhooks.md#registering-an-endpoint).
+            let refused = |detail: String| {
+                tracing::warn!(%host, %detail, "delivery refused: the host resolves to no public address");
+                format!(
+                    "`{host}` does not resolve to a public address (loopback, private, \
+                     link-local and reserved addresses are refused); not delivered"
+                )
+            };
+            let all = match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
+                Ok(Ok(Ok(all))) => all,
+                Ok(Ok(Err(e))) => return Err(refused(e.to_string()).into()),
+                // The lookup's thread failed: nothing the host's answer said.
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => {
+                    return Err(refused(format!("no answer within {LOOKUP_TIMEOUT:?}")).into());
+                }
+            };
             let kept: Vec<SocketAddr> = all
                 .iter()
                 .copied()
                 .filter(|a| allow_private || outbound::is_public(a.ip()))
                 .collect();
             if kept.is_empty() {
-                // The delivery's error is the tenant's to read: what an internal name resolves
-                // to stays in the operator's log (docs/webhooks.md#registering-an-endpoint).
                 let shown = all
                     .first()
                     .map_or("nothing".to_owned(), |a| a.ip().to_string());
-                tracing::warn!(%host, resolved = %shown, "delivery refused: the host resolves to no public address");
-                return Err(format!(
-                    "`{host}` does not resolve to a public address (loopback, private, \
-                     link-local and reserved addresses are refused); not delivered"
-                )
-                .into());
+                return Err(refused(format!("resolves to {shown}")).into());
             }
             Ok(Box::new(kept.into_iter()) as Addrs)
         })

@@ -47,7 +47,7 @@
 //! | `robotic_pointer_path` | behavior | 60 | most pointer strokes are straight lines at constant step or speed |
 //! | `robotic_keystroke_timing` | behavior | 55 | keystrokes at a near-constant or superhuman rhythm |
 //! | `click_without_movement` | behavior | 40 | clicks with no pointer movement, touch or keys |
-//! | `off_grid_pointer` | behavior | 20 | most pointer positions fall between device pixels, on a desktop with no touch screen or pen |
+//! | `off_grid_pointer` | behavior | 20 | most pointer positions fall between device pixels, on a desktop with no touch points |
 //! | `unaligned_input_clock` | behavior | 20 | on Linux with a placed (X11) window, input times keep no common sub-millisecond phase (the X server stamps whole milliseconds) |
 //! | `no_input_events` | behavior | 15 | interaction batches arrived with no input at all |
 //! | `human_like_input` | behavior | -35 | trusted input with a person's variety (curved strokes, uneven typing, touch gestures) |
@@ -447,6 +447,9 @@ fn runtime_integrity(probes: &Probes, fired: &mut Fired) {
     }
 }
 
+/// Brave reports a window position made up within this many pixels of the screen's corner.
+const MADE_UP_POSITION_PX: f64 = 8.0;
+
 /// A claimed round trip may exceed the gap before the next ping's arrival by this much (ms)
 /// or this fraction of the gap, for clock granularity and network jitter.
 const PING_SLACK_MS: f64 = 25.0;
@@ -581,11 +584,14 @@ fn behavior(
         fired.fire("click_without_movement", json!({ "clicks": input.clicks }));
     }
     // Where the input came from, judged only where a device's input has one known form: a
-    // desktop's mouse with no touch screen or pen (their positions are finer than pixels), at a
-    // known pixel ratio; and for the clock, Linux on X11, whose server stamps input in whole
+    // desktop with no touch points (a touch screen's positions are finer than pixels; a pen's
+    // can be too, and a pen reports none, which is why this weighs little alone), at a known
+    // pixel ratio; and for the clock, Linux on X11, whose server stamps input in whole
     // milliseconds. Chromium on Wayland stamps input when it handles it, like a protocol client,
-    // and cannot know where its window is: a window with a place on the screen is X11's.
-    // Windows, macOS and ChromeOS stamp input more finely, and are not judged on the clock.
+    // and cannot know where its window is (it says 0,0): a window placed on the screen is X11's.
+    // A place within a few pixels of the corner says nothing (Brave makes one up there), nor
+    // does one beside a screen a privacy tool bound to the window. Windows, macOS and ChromeOS
+    // stamp input more finely, and are not judged on the clock.
     let probes_screen = probes.and_then(|p| p.screen.as_ref());
     let no_touch = input.touch_starts == 0
         && probes_screen.is_none_or(|s| s.touch != Some(true))
@@ -602,10 +608,15 @@ fn behavior(
             fired.fire("off_grid_pointer", json!(grid));
         }
     }
-    let window_placed = probes
-        .and_then(|p| p.automation.as_ref())
-        .and_then(|a| a.window_position)
-        .is_some_and(|[x, y]| x != 0.0 || y != 0.0);
+    let window_placed = probes.is_some_and(|p| {
+        !stealth::screen_bound_to_window(p)
+            && p.automation
+                .as_ref()
+                .and_then(|a| a.window_position)
+                .is_some_and(|[x, y]| {
+                    x.abs() > MADE_UP_POSITION_PX || y.abs() > MADE_UP_POSITION_PX
+                })
+    });
     let clock = InputClock::of(&session.events);
     if claimed.is_desktop() && claimed.os == Os::Linux && window_placed && clock.unaligned() {
         fired.fire("unaligned_input_clock", json!(clock));

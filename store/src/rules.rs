@@ -139,7 +139,7 @@ pub fn fenced_partitions(
     saves: &[SessionSave],
     mut current: impl FnMut(u32) -> Result<Option<u64>>,
 ) -> Result<Vec<u32>> {
-    let fences: std::collections::BTreeSet<crate::PartitionFence> =
+    let fences: std::collections::BTreeSet<crate::model::PartitionFence> =
         saves.iter().filter_map(|s| s.fence).collect();
     let mut fenced = Vec::new();
     for fence in fences {

@@ -374,16 +374,18 @@ async fn loopback_destinations_are_refused_at_creation_and_at_delivery() {
         s.store().create_webhook_endpoint(&endpoint).await.unwrap();
         planted.push(id.to_string());
     }
-    for endpoint in &planted {
+    for (endpoint, by_name) in planted.iter().zip([true, false]) {
         let event = test_event(&s, endpoint).await;
         let failed = delivery_of(&s, &event, endpoint, |d| d["status"] == "failed").await;
         let error = failed["error"].as_str().unwrap();
         assert!(error.contains("loopback"), "{error}");
-        // What the name resolves to is the operator's to know, not the tenant's.
-        assert!(
-            !error.contains("resolves to 127") && !error.contains("resolves to ::1"),
-            "{error}"
-        );
+        // What a name resolves to is the operator's to know, not the tenant's.
+        if by_name {
+            assert!(
+                !error.contains("127.0.0.1") && !error.contains("::1"),
+                "{error}"
+            );
+        }
         assert_eq!(failed["response_status"], Value::Null);
     }
     assert!(

@@ -225,10 +225,25 @@ fn headless_residue(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fired
 
 /// Browser chrome (tabs, address bar) above a real window's viewport is at least this tall.
 const BROWSER_CHROME_PX: f64 = 40.0;
-/// Privacy tools that bind `screen` to the window (Brave's farbling adds up to 8 px to the
-/// viewport; Firefox's resistFingerprinting, Tor and Mullvad use the window) leave the screen
-/// this close to one of the window's sizes.
+/// Privacy tools that bind `screen` to the window (Brave's screen protection reports the outer
+/// window, a few pixels over the viewport; Firefox's resistFingerprinting, Tor and Mullvad use
+/// the window) leave the screen this close to one of the window's sizes.
 const WINDOW_BOUND_SCREEN_PX: f64 = 10.0;
+
+/// Whether `screen` is one of the window's sizes, as privacy tools make it: then it, and the
+/// window's position with it (Brave reports a made-up one), say nothing about the display.
+pub(super) fn screen_bound_to_window(probes: &Probes) -> bool {
+    let Some((Some(width), Some(height))) = probes.screen.as_ref().map(|s| (s.width, s.height))
+    else {
+        return false;
+    };
+    let automation = probes.automation.as_ref();
+    let near = |[w, h]: [f64; 2]| {
+        (w - width).abs() <= WINDOW_BOUND_SCREEN_PX && (h - height).abs() <= WINDOW_BOUND_SCREEN_PX
+    };
+    automation.and_then(|a| a.window_outer).is_some_and(near)
+        || automation.and_then(|a| a.window_inner).is_some_and(near)
+}
 
 /// Two geometries that only the DevTools protocol's viewport emulation makes on a desktop
 /// without touch (phones and tablets rotate, and an iPad's Safari claims macOS, so touch devices
@@ -240,8 +255,8 @@ const WINDOW_BOUND_SCREEN_PX: f64 = 10.0;
 /// - a Blink viewport exactly the size of the screen inside a window with browser chrome around
 ///   it, with CSS seeing that same screen: Playwright's viewports set the screen to the viewport
 ///   for script and CSS alike. A real window whose viewport fills the screen (fullscreen, kiosk)
-///   has no chrome; Brave's farbled screen is script's alone (CSS keeps the real one), and
-///   Firefox's resistFingerprinting is not Blink.
+///   has no chrome; Brave's protected screen is the outer window, a few pixels over the
+///   viewport, never 40; and Firefox's resistFingerprinting is not Blink.
 ///
 /// DevTools' own device mode emulates too: a page with DevTools attached (`devtools_protocol`)
 /// is judged on that instead.
@@ -252,11 +267,13 @@ fn emulated_viewport(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fire
     let (Some(width), Some(height)) = (screen.width, screen.height) else {
         return;
     };
-    let devtools_attached = probes
-        .automation
-        .as_ref()
-        .and_then(|a| a.devtools_console_reads)
-        .is_some_and(|reads| reads >= DEVTOOLS_CONSOLE_READS);
+    // As `devtools_protocol` reads it: Blink's console only.
+    let devtools_attached = claimed.engine == Engine::Blink
+        && probes
+            .automation
+            .as_ref()
+            .and_then(|a| a.devtools_console_reads)
+            .is_some_and(|reads| reads >= DEVTOOLS_CONSOLE_READS);
     if !claimed.is_desktop()
         || screen.touch == Some(true)
         || touch_points(probes) > 0.0
@@ -269,10 +286,7 @@ fn emulated_viewport(probes: &Probes, claimed: &ClaimedBrowser, fired: &mut Fire
     let automation = probes.automation.as_ref();
     let outer = automation.and_then(|a| a.window_outer);
     let inner = automation.and_then(|a| a.window_inner);
-    let near = |[w, h]: [f64; 2]| {
-        (w - width).abs() <= WINDOW_BOUND_SCREEN_PX && (h - height).abs() <= WINDOW_BOUND_SCREEN_PX
-    };
-    let bound_to_window = outer.is_some_and(near) || inner.is_some_and(near);
+    let bound_to_window = screen_bound_to_window(probes);
     let mut reasons = Vec::new();
     if let Some(orientation) = screen.orientation.as_deref()
         && !bound_to_window

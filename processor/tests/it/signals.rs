@@ -347,35 +347,31 @@ fn input_provenance_is_judged_only_where_a_device_has_one_form() {
 
 #[test]
 fn screens_bound_to_the_window_by_privacy_tools_are_not_emulation() {
-    // Brave's farbling: the screen is the viewport plus a few pixels for script, and CSS keeps
-    // the real display; a window taller than wide on a landscape display.
+    // Brave's screen protection: the screen is the outer window, a few pixels over the viewport,
+    // for script and CSS alike; a window taller than wide on a landscape display.
     let mut doc = load(HUMAN);
-    set(
-        &mut doc,
-        "/batches/0/automation/window_inner",
-        json!([900, 1000]),
-    );
-    set(
-        &mut doc,
-        "/batches/0/automation/window_outer",
-        json!([900, 1085]),
-    );
-    set(&mut doc, "/batches/0/screen/width", json!(903));
-    set(&mut doc, "/batches/0/screen/height", json!(1006));
+    let geometry = |doc: &mut Value, inner: [u32; 2], outer: [u32; 2], screen: [u32; 2]| {
+        set(doc, "/batches/0/automation/window_inner", json!(inner));
+        set(doc, "/batches/0/automation/window_outer", json!(outer));
+        set(doc, "/batches/0/screen/width", json!(screen[0]));
+        set(doc, "/batches/0/screen/height", json!(screen[1]));
+    };
+    geometry(&mut doc, [900, 1000], [903, 1006], [903, 1006]);
     set(
         &mut doc,
         "/batches/0/screen/orientation",
         json!("landscape-primary"),
     );
+    set(&mut doc, "/batches/0/screen/media_matches", json!(true));
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"viewport_emulation"), "{fired:?}");
+    // A screen exactly the viewport inside browser chrome, which CSS does not see: not
+    // emulation.
+    geometry(&mut doc, [900, 1000], [900, 1085], [900, 1000]);
     set(&mut doc, "/batches/0/screen/media_matches", json!(false));
     let fired = common::fired(&common::evaluate(&doc));
     assert!(!fired.contains(&"viewport_emulation"), "{fired:?}");
-    // The same screen exactly the viewport, but CSS sees the real display: not emulation.
-    set(&mut doc, "/batches/0/screen/width", json!(900));
-    set(&mut doc, "/batches/0/screen/height", json!(1000));
-    let fired = common::fired(&common::evaluate(&doc));
-    assert!(!fired.contains(&"viewport_emulation"), "{fired:?}");
-    // DevTools' device mode emulates too, and is judged as DevTools.
+    // DevTools' device mode emulates for CSS too, and is judged as DevTools.
     set(&mut doc, "/batches/0/screen/media_matches", json!(true));
     assert!(common::fired(&common::evaluate(&doc)).contains(&"viewport_emulation"));
     set(
@@ -406,10 +402,24 @@ fn the_clock_is_judged_only_in_a_placed_x11_window() {
     );
     let fired = common::fired(&common::evaluate(&doc));
     assert!(!fired.contains(&"unaligned_input_clock"), "{fired:?}");
+    // Brave makes a position up within a few pixels of the corner, and binds the screen to the
+    // window: neither says X11.
+    set(
+        &mut doc,
+        "/batches/0/automation/window_position",
+        json!([3, 7]),
+    );
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"unaligned_input_clock"), "{fired:?}");
     set(
         &mut doc,
         "/batches/0/automation/window_position",
         json!([0, 27]),
     );
     assert!(common::fired(&common::evaluate(&doc)).contains(&"unaligned_input_clock"));
+    let outer = doc["batches"][0]["automation"]["window_outer"].clone();
+    set(&mut doc, "/batches/0/screen/width", outer[0].clone());
+    set(&mut doc, "/batches/0/screen/height", outer[1].clone());
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"unaligned_input_clock"), "{fired:?}");
 }

@@ -1,6 +1,8 @@
 //! The consent page itself: the HTML a person reads (the service, what approving shares, the
 //! account a login names) with its protective headers, and the short notices shown instead
-//! when there is nothing to decide.
+//! when there is nothing to decide. It also reads the link: the Gate session it names, if its
+//! consent token matches and it still waits (`waiting`), with its service (`service_of`), and
+//! names the cookie that carries the form's CSRF token; the decision starts from the same.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -102,7 +104,7 @@ pub(super) async fn service_of(
         })
 }
 
-pub(super) fn query_token(uri: &axum::http::Uri) -> Option<String> {
+fn query_token(uri: &axum::http::Uri) -> Option<String> {
     url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())
