@@ -160,20 +160,24 @@ impl Checked {
         };
         let until = chrono::DateTime::from_timestamp(until, 0)
             .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
-        let invalid = WebBotAuthCheck {
-            status: WebBotAuthStatus::Invalid,
-            signature_agent: self.claimed,
+        let claimed = self.claimed;
+        let with = |status| WebBotAuthCheck {
+            status,
+            signature_agent: claimed,
         };
         match store.spend_nonce(&keyid, &nonce, until).await {
             Ok(true) => self.outcome,
-            Ok(false) => invalid,
+            Ok(false) => with(WebBotAuthStatus::Invalid),
+            // Whether the nonce was spent before is unknown: the signature is not trusted, but
+            // it is no forgery either (an agent must not read as a forger while the store is
+            // down).
             Err(e) => {
                 tracing::warn!(
                     agent = ?self.outcome.signature_agent,
                     error = %e,
-                    "web bot auth: cannot spend the signature's nonce; refusing it"
+                    "web bot auth: cannot spend the signature's nonce; left unverified"
                 );
-                invalid
+                with(WebBotAuthStatus::Unverified)
             }
         }
     }

@@ -204,6 +204,47 @@ async fn a_signature_counts_once_and_one_without_a_nonce_not_at_all() {
     );
 }
 
+/// A nonce the store cannot spend (it is down) leaves the signature unverified, not forged: the
+/// agent did nothing wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nonce_the_store_cannot_spend_leaves_the_signature_unverified() {
+    use std::sync::{Arc, Mutex};
+    use vigil_tests::faults::FlakyStore;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("agents.json");
+    std::fs::write(&keys, format!(r#"{{"{AGENT}": {DIRECTORY}}}"#)).unwrap();
+    let flaky = Arc::new(Mutex::new(None::<Arc<FlakyStore>>));
+    let hold = flaky.clone();
+    let s = TestServer::start_wrapped_with(
+        vigil::server::Wrap {
+            store: Some(Box::new(move |store| {
+                let (wrapped, faults) = FlakyStore::wrap(store);
+                *hold.lock().unwrap() = Some(faults);
+                wrapped
+            })),
+            ..Default::default()
+        },
+        move |a| a.web_bot_auth_keys = Some(keys.clone()),
+    )
+    .await;
+    let faults = flaky.lock().unwrap().clone().unwrap();
+    let session = open_session(&s, &s.creds.keys.publishable_test).await;
+    let authority = s.base.trim_start_matches("http://").to_owned();
+    let path = batches_path(&session);
+    faults.fail_next("spend_nonce", 1);
+    let signed = sign(&authority, &trusted(&path));
+    assert_eq!(
+        outcome(&s, &session, 1, &signed, None).await["status"],
+        "unverified"
+    );
+    // Once the store answers again, the agent's next request verifies.
+    let fresh = sign(&authority, &trusted(&path));
+    assert_eq!(
+        outcome(&s, &session, 2, &fresh, None).await["status"],
+        "verified"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_signatures_made_for_our_public_authorities_count_whatever_the_host_header() {
     let (s, _dir) = server_with(|a| {

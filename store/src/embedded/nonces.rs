@@ -6,7 +6,8 @@
 //! Memory is bounded twice: an entry goes when its signature expires, and the table holds at
 //! most [`SeenNonces::CAPACITY`] entries. Only signatures that verified under a trusted key are
 //! spent, so only a trusted agent can fill the table; when it is full a new signature cannot be
-//! protected from replay and is refused rather than let through unprotected.
+//! protected from replay, and the caller leaves it unverified rather than let it through
+//! unprotected.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
