@@ -302,3 +302,39 @@ impl LogBackend for RefusingLog {
         self.inner.expire(retention, budget).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::WRITES;
+
+    /// Every method of the store port is a read (by its name) or listed in [`WRITES`], so a
+    /// write added to the port is refused on a full disk too; `save_session` and `save_visitor`
+    /// are the port's own shorthands for `save_sessions` and `save_visitors`.
+    #[test]
+    fn every_write_of_the_port_is_refused_on_a_full_disk() {
+        let port = include_str!("../../store/src/port.rs");
+        const READS: &[&str] = &["get_", "find_", "list_", "locate_", "due_"];
+        const SHORTHANDS: &[&str] = &["save_session", "save_visitor"];
+        let methods: Vec<&str> = port
+            .split("async fn ")
+            .skip(1)
+            .filter_map(|rest| rest.split('(').next())
+            // The macro that declares the port also spells `async fn $method:ident(`.
+            .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        assert!(methods.len() > 50, "the port's methods: {methods:?}");
+        for method in &methods {
+            let read = READS.iter().any(|prefix| method.starts_with(prefix));
+            assert!(
+                read || SHORTHANDS.contains(method) || WRITES.contains(method),
+                "{method} writes (its name is no read's) but is not in WRITES"
+            );
+        }
+        for write in WRITES {
+            assert!(
+                methods.contains(write),
+                "WRITES names {write}, which the port lacks"
+            );
+        }
+    }
+}
