@@ -204,25 +204,10 @@ async fn a_session_whose_row_the_store_cannot_decode_is_dead_lettered() {
     assert_eq!(dead_count(&s, DeadReason::CorruptRow).await, 1.0);
 }
 
-/// A server whose store is a [`FlakyStore`], with it.
+/// A server whose store is a [`FlakyStore`], with it. No session kept in the processor's
+/// memory, so each batch reads its stored row.
 async fn with_flaky_store() -> (TestServer, Arc<FlakyStore>) {
-    let flaky = Arc::new(std::sync::Mutex::new(None::<Arc<FlakyStore>>));
-    let hold = flaky.clone();
-    // No session kept in the processor's memory, so each batch reads its stored row.
-    let s = TestServer::start_wrapped_with(
-        vigil::server::Wrap {
-            store: Some(Box::new(move |store| {
-                let (wrapped, faults) = FlakyStore::wrap(store);
-                *hold.lock().unwrap() = Some(faults);
-                wrapped
-            })),
-            ..Default::default()
-        },
-        |a| a.processor_cache_mb = 0,
-    )
-    .await;
-    let flaky = flaky.lock().unwrap().clone().unwrap();
-    (s, flaky)
+    FlakyStore::serve(|a| a.processor_cache_mb = 0).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

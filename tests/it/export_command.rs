@@ -197,23 +197,7 @@ async fn event_ids(s: &TestServer, key: &str) -> Vec<String> {
 }
 
 async fn with_flaky_store() -> (TestServer, Arc<FlakyStore>) {
-    let flaky = Arc::new(std::sync::Mutex::new(None::<Arc<FlakyStore>>));
-    let hold = flaky.clone();
-    let s = TestServer::start_wrapped(vigil::server::Wrap {
-        store: Some(Box::new(move |store| {
-            let (wrapped, faults) = FlakyStore::wrap(store);
-            *hold.lock().unwrap() = Some(faults);
-            wrapped
-        })),
-        ..Default::default()
-    })
-    .await;
-    let faults = flaky
-        .lock()
-        .unwrap()
-        .clone()
-        .expect("the store was wrapped");
-    (s, faults)
+    FlakyStore::serve(|_| {}).await
 }
 
 /// The store fails on the third page: the command stops with what it has in `<out>.part`,

@@ -117,14 +117,20 @@ async fn server() -> (TestServer, tempfile::TempDir) {
     server_with(|_| {}).await
 }
 
+/// A keys file trusting [`AGENT`], `agents.json` in the returned directory.
+fn agents_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("agents.json");
+    std::fs::write(&keys, format!(r#"{{"{AGENT}": {DIRECTORY}}}"#)).unwrap();
+    (dir, keys)
+}
+
 /// A server trusting [`AGENT`], with settings changed by `configure`; the keys file is
 /// `agents.json` in the returned directory.
 async fn server_with(
     configure: impl Fn(&mut vigil::config::ServeArgs) + Send + Sync + 'static,
 ) -> (TestServer, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("agents.json");
-    std::fs::write(&keys, format!(r#"{{"{AGENT}": {DIRECTORY}}}"#)).unwrap();
+    let (dir, keys) = agents_file();
     let s = TestServer::start_with(move |a| {
         a.web_bot_auth_keys = Some(keys.clone());
         configure(a);
@@ -208,26 +214,10 @@ async fn a_signature_counts_once_and_one_without_a_nonce_not_at_all() {
 /// agent did nothing wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nonce_the_store_cannot_spend_leaves_the_signature_unverified() {
-    use std::sync::{Arc, Mutex};
-    use vigil_tests::faults::FlakyStore;
-    let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("agents.json");
-    std::fs::write(&keys, format!(r#"{{"{AGENT}": {DIRECTORY}}}"#)).unwrap();
-    let flaky = Arc::new(Mutex::new(None::<Arc<FlakyStore>>));
-    let hold = flaky.clone();
-    let s = TestServer::start_wrapped_with(
-        vigil::server::Wrap {
-            store: Some(Box::new(move |store| {
-                let (wrapped, faults) = FlakyStore::wrap(store);
-                *hold.lock().unwrap() = Some(faults);
-                wrapped
-            })),
-            ..Default::default()
-        },
-        move |a| a.web_bot_auth_keys = Some(keys.clone()),
-    )
-    .await;
-    let faults = flaky.lock().unwrap().clone().unwrap();
+    let (_dir, keys) = agents_file();
+    let (s, faults) =
+        vigil_tests::faults::FlakyStore::serve(move |a| a.web_bot_auth_keys = Some(keys.clone()))
+            .await;
     let session = open_session(&s, &s.creds.keys.publishable_test).await;
     let authority = s.base.trim_start_matches("http://").to_owned();
     let path = batches_path(&session);

@@ -118,6 +118,33 @@ impl FlakyStore {
         (Arc::new(Layered::new(inner, Arc::clone(&faults))), faults)
     }
 
+    /// A server whose store is a `FlakyStore`, with settings changed by `configure`; returns
+    /// the server and the faults to inject into its store.
+    pub async fn serve(
+        configure: impl Fn(&mut vigil::config::ServeArgs) + Send + Sync + 'static,
+    ) -> (crate::TestServer, Arc<Self>) {
+        let flaky = Arc::new(Mutex::new(None::<Arc<Self>>));
+        let hold = flaky.clone();
+        let s = crate::TestServer::start_wrapped_with(
+            vigil::server::Wrap {
+                store: Some(Box::new(move |store| {
+                    let (wrapped, faults) = Self::wrap(store);
+                    *hold.lock().unwrap() = Some(faults);
+                    wrapped
+                })),
+                ..Default::default()
+            },
+            configure,
+        )
+        .await;
+        let faults = flaky
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the store was wrapped");
+        (s, faults)
+    }
+
     /// The store it wraps, for a test to read without meeting the faults.
     pub fn inner(&self) -> &Store {
         &self.inner

@@ -150,13 +150,7 @@ const RESHAPE: &[(&str, &str, Change)] = &[
     // the X server did.
     ("unaligned_input_clock", LINUX_PERSON, |d| {
         set(d, "/batches/0/automation/window_position", json!([10, 10]));
-        let mut shift = 0.0;
-        for_each_event(d, |event| {
-            if let Some(t) = event["t"].as_f64() {
-                shift += 0.37;
-                event["t"] = json!(((t + shift) * 10.0).round() / 10.0);
-            }
-        });
+        stamped_when_dispatched(d);
     }),
     ("human_like_input", HEADLESS, |d| {
         let human = load(HUMAN);
@@ -194,6 +188,18 @@ fn for_each_event(d: &mut Value, mut change: impl FnMut(&mut Value)) {
             change(event);
         }
     }
+}
+
+/// Each event stamped a little later than the one before was (0.37 ms more each time), as a
+/// client stamps events when it dispatches them: the times keep no sub-millisecond phase.
+fn stamped_when_dispatched(d: &mut Value) {
+    let mut shift = 0.0;
+    for_each_event(d, |event| {
+        if let Some(t) = event["t"].as_f64() {
+            shift += 0.37;
+            event["t"] = json!(((t + shift) * 10.0).round() / 10.0);
+        }
+    });
 }
 
 /// Three straight strokes in equal steps, as `page.mouse.move(x, y, { steps })` draws them.
@@ -386,13 +392,7 @@ fn screens_bound_to_the_window_by_privacy_tools_are_not_emulation() {
 #[test]
 fn the_clock_is_judged_only_in_a_placed_x11_window() {
     let mut doc = load(LINUX_PERSON);
-    let mut shift = 0.0;
-    for_each_event(&mut doc, |event| {
-        if let Some(t) = event["t"].as_f64() {
-            shift += 0.37;
-            event["t"] = json!(((t + shift) * 10.0).round() / 10.0);
-        }
-    });
+    stamped_when_dispatched(&mut doc);
     // Wayland tells a page no window position (Chromium says 0,0) and stamps input when it
     // handles it: spread times there are a person's too.
     set(
