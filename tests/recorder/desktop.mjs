@@ -62,14 +62,35 @@ export function rng(seed) {
   };
 }
 
+/**
+ * Chromium started with `flags` on a fresh profile, no automation client attached; resolves
+ * nothing and returns { close }. Chromium's helpers (GPU, network, renderers) outlive a killed
+ * browser process for a moment and keep writing the profile, so `close` stops the whole process
+ * group, waits for the browser to exit, and only then removes the profile (retrying while a
+ * helper still closes its files).
+ */
+export function launchChromium(flags, env = process.env) {
+  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
+  const child = spawn(CHROMIUM, [...BASE_FLAGS, `--user-data-dir=${profile}`, ...flags], {
+    stdio: 'ignore', env, detached: true,
+  });
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  const signal = (name) => { try { process.kill(-child.pid, name); } catch (_) { /* gone */ } };
+  return {
+    close: async () => {
+      signal('SIGTERM');
+      const stopped = await Promise.race([exited.then(() => true), sleep(5000).then(() => false)]);
+      signal('SIGKILL');
+      if (!stopped) await exited;
+      rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+    },
+  };
+}
+
 /** A person's Chromium: a plain launch on `display`, no automation client attached. */
 export function launchPlain(url, display, extraFlags) {
-  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
-  const child = spawn(CHROMIUM, [...BASE_FLAGS, `--user-data-dir=${profile}`, '--window-size=1280,900',
-    '--window-position=0,0', ...extraFlags, url], {
-    stdio: 'ignore', env: { ...process.env, DISPLAY: display }, detached: true,
-  });
-  return { close: () => { try { process.kill(-child.pid, 'SIGKILL'); } catch (_) { /* gone */ } rmSync(profile, { recursive: true, force: true }); } };
+  return launchChromium(['--window-size=1280,900', '--window-position=0,0', ...extraFlags, url],
+    { ...process.env, DISPLAY: display });
 }
 
 /**

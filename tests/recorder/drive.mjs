@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import {
-  BASE_FLAGS, CHROMEDRIVER, CHROMIUM, launchPlain, movePointer, rng, run, sleep, startXvfb,
+  BASE_FLAGS, CHROMEDRIVER, CHROMIUM, launchChromium, launchPlain, movePointer, rng, run, sleep, startXvfb,
 } from './desktop.mjs';
 
 const HEADLESS = ['--headless=new', '--disable-gpu'];
@@ -327,7 +327,7 @@ async function webdriverVisit(url, { patches }) {
       close: async () => {
         try { await wd(driver.base, 'DELETE', `/session/${id}`); } catch (_) { /* gone */ }
         driver.stop();
-        rmSync(profile, { recursive: true, force: true });
+        rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
       },
     };
   } catch (e) {
@@ -432,11 +432,8 @@ async function patchrightVisit(url, { display, viewport, input }) {
  * port that nothing reads during the visit: a scraper's browser before its client attaches.
  */
 function headlessDebugPort(url) {
-  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
-  const child = spawn(CHROMIUM, [...BASE_FLAGS, '--headless=new', '--remote-debugging-port=0',
-    `--user-data-dir=${profile}`, `--user-agent=${desktopUserAgent(chromeVersion())}`,
-    '--disable-blink-features=AutomationControlled', url], { stdio: 'ignore' });
-  return { close: () => { child.kill('SIGKILL'); rmSync(profile, { recursive: true, force: true }); } };
+  return launchChromium(['--headless=new', '--remote-debugging-port=0',
+    `--user-agent=${desktopUserAgent(chromeVersion())}`, '--disable-blink-features=AutomationControlled', url]);
 }
 
 // ───────────────────────────── configurations ─────────────────────────────
@@ -492,7 +489,7 @@ const CONFIGS = {
     launch: (url, display) => {
       const extension = farblingExtension();
       const browser = launchPlain(url, display, [`--load-extension=${extension}`, `--disable-extensions-except=${extension}`]);
-      return { close: () => { browser.close(); rmSync(extension, { recursive: true, force: true }); } };
+      return { close: async () => { await browser.close(); rmSync(extension, { recursive: true, force: true }); } };
     },
   },
   // A phone-sized window with touch input enabled, as a person's browser with a touch screen.

@@ -66,7 +66,7 @@ async function main() {
     clearTimeout(timeout);
     console.log(JSON.stringify({ text }));
   } finally {
-    browser.close();
+    await browser.close();
     xvfb.stop();
   }
 }
