@@ -143,6 +143,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         limiter,
         trusted_proxies: args.trusted_proxy.clone(),
         anonymous_rate_limit: args.anonymous_rate_limit,
+        last_used: Default::default(),
     });
     let rotation_grace =
         chrono::Duration::from_std(args.rotation_grace).context("--rotation-grace is too large")?;

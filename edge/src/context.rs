@@ -15,7 +15,9 @@ tokio::task_local! {
     static REQUEST_ID: RequestId;
 }
 
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// Named once: a name given as a string is parsed and checked on every insert.
+pub const REQUEST_ID_HEADER: axum::http::HeaderName =
+    axum::http::HeaderName::from_static("x-request-id");
 
 /// The request id of the request this task is serving; a fresh one outside a request (which
 /// only happens in unit tests).

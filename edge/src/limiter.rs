@@ -371,12 +371,23 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 });
 
 /// Any limiter backend, with its checks' latency and failures measured.
-pub struct Instrumented<B>(pub B);
+pub struct Instrumented<B> {
+    backend: B,
+    /// The backend's series, looked up once rather than (label hash and lock) per check.
+    seconds: prometheus::Histogram,
+}
+
+impl<B: LimiterBackend> Instrumented<B> {
+    pub fn new(backend: B) -> Self {
+        let seconds = METRICS.seconds.with_label_values(&[backend.name()]);
+        Instrumented { backend, seconds }
+    }
+}
 
 #[async_trait]
 impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
     fn name(&self) -> &'static str {
-        self.0.name()
+        self.backend.name()
     }
 
     async fn check(
@@ -386,14 +397,13 @@ impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
         window: Duration,
     ) -> Result<RateDecision, LimiterError> {
         let started = std::time::Instant::now();
-        let answer = self.0.check(bucket, limit, window).await;
-        let backend = self.0.name();
-        METRICS
-            .seconds
-            .with_label_values(&[backend])
-            .observe(started.elapsed().as_secs_f64());
+        let answer = self.backend.check(bucket, limit, window).await;
+        self.seconds.observe(started.elapsed().as_secs_f64());
         if answer.is_err() {
-            METRICS.errors.with_label_values(&[backend]).inc();
+            METRICS
+                .errors
+                .with_label_values(&[self.backend.name()])
+                .inc();
         }
         answer
     }
@@ -411,7 +421,7 @@ impl Limiter {
     pub fn local() -> Self {
         Limiter {
             shared: None,
-            local: Instrumented(LocalLimiter::default()),
+            local: Instrumented::new(LocalLimiter::default()),
         }
     }
 
@@ -421,8 +431,8 @@ impl Limiter {
             Ok(Self::local())
         } else if url.starts_with("redis://") || url.starts_with("rediss://") {
             Ok(Limiter {
-                shared: Some(Arc::new(Instrumented(RedisLimiter::new(url)?))),
-                local: Instrumented(LocalLimiter::default()),
+                shared: Some(Arc::new(Instrumented::new(RedisLimiter::new(url)?))),
+                local: Instrumented::new(LocalLimiter::default()),
             })
         } else {
             Err(format!(

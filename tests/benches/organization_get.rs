@@ -1,10 +1,12 @@
 //! Benchmark: authenticated `GET /v1/organizations/{id}` through the whole stack (request id,
 //! metrics, credential lookup, rate limiter, scope check, store read, envelope) over loopback
 //! HTTP, against a bare axum handler answering the same bytes, measured in the same run with
-//! the same load generator (wrk). Prints requests/s and p99 for each and the ratio to the bare
-//! handler, once with the in-process limiter, once with Redis, and once on the PostgreSQL store
-//! (its authentication cache on: keys and organizations kept while the store listens for
-//! changes to them, store/src/postgres/credentials.rs).
+//! the same load generator (wrk). Prints requests/s and p99 for each, the ratio to the bare
+//! handler, and the server's CPU time per request, once with the in-process limiter, once with
+//! Redis, and once on the PostgreSQL store (its authentication cache on: keys and organizations
+//! kept while the store listens for changes to them, store/src/postgres/credentials.rs). Two
+//! rows between show where the cost lies: the bare handler behind Vigil's connection layer,
+//! and Vigil's probe route, which takes no credential.
 //!
 //! Run with `scripts/bench.sh` (it installs wrk and starts Redis). Settings:
 //! `VIGIL_BENCH_SECONDS` (default 10), `VIGIL_BENCH_CONNECTIONS` (default 64).
@@ -28,6 +30,8 @@ struct Figures {
     requests_per_sec: f64,
     p99_ms: f64,
     non_2xx: u64,
+    /// CPU time this process (every server under test, none of wrk) spent per request.
+    server_cpu_us: f64,
 }
 
 fn wrk(url: &str, auth: Option<&str>, seconds: u32, connections: u32) -> Figures {
@@ -70,6 +74,7 @@ fn wrk(url: &str, auth: Option<&str>, seconds: u32, connections: u32) -> Figures
         requests_per_sec,
         p99_ms: parse_duration_ms(p99),
         non_2xx,
+        server_cpu_us: 0.0,
     }
 }
 
@@ -121,6 +126,51 @@ async fn bare_handler(body: Vec<u8>) -> String {
     format!("http://{addr}")
 }
 
+/// The bare handler served by Vigil's own accept loop (connection cap, header-read and idle
+/// watchdog): what the connection layer costs, apart from the router and the handlers.
+async fn bare_behind_connections(body: Vec<u8>) -> String {
+    let app = Router::new().route(
+        "/v1/organizations/{organizationId}",
+        get(move || {
+            let body = body.clone();
+            async move { ([(header::CONTENT_TYPE, "application/json")], body) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = vigil::connections::ConnectionLimits {
+        header_read_timeout: std::time::Duration::from_secs(10),
+        keep_alive_timeout: std::time::Duration::from_secs(75),
+        max_connections: 10_000,
+    };
+    tokio::spawn(async move {
+        vigil::connections::serve(
+            listener,
+            vigil::connections::Transport::Plain,
+            app,
+            limits,
+            Default::default(),
+        )
+        .await
+        .unwrap()
+    });
+    format!("http://{addr}")
+}
+
+/// CPU seconds this process (the servers under test) has used, user and system. Per request,
+/// it varies far less between runs than the throughput does, so it shows small changes.
+fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
 fn main() {
     let seconds: u32 = std::env::var("VIGIL_BENCH_SECONDS")
         .ok()
@@ -157,13 +207,37 @@ fn main() {
 
         println!("GET /v1/organizations/{{id}}: {} B responses, wrk -t2 -c{connections} -d{seconds}s, loopback, 2 cores shared by server and wrk", body.len());
         let run = |url: String, key: Option<String>| {
-            tokio::task::spawn_blocking(move || wrk(&url, key.as_deref(), seconds, connections))
+            tokio::task::spawn_blocking(move || {
+                let before = process_cpu_seconds();
+                let mut f = wrk(&url, key.as_deref(), seconds, connections);
+                let used = process_cpu_seconds() - before;
+                f.server_cpu_us = used * 1e6 / (f.requests_per_sec * f64::from(seconds));
+                f
+            })
         };
         // Warm each target briefly so first-touch costs do not land in the measurement.
         let _ = run(format!("{bare}{path}"), None).await;
         let ceiling = run(format!("{bare}{path}"), None).await.unwrap();
-        println!("{:<40} {:>10} {:>9} {:>8}", "target", "req/s", "p99 ms", "ratio");
-        println!("{:<40} {:>10.0} {:>9.2} {:>8}", "bare axum JSON handler (ceiling)", ceiling.requests_per_sec, ceiling.p99_ms, "100%");
+        let row = |name: &str, f: &Figures| {
+            println!(
+                "{:<44} {:>10.0} {:>9.2} {:>7.0}% {:>14.1}",
+                name,
+                f.requests_per_sec,
+                f.p99_ms,
+                100.0 * f.requests_per_sec / ceiling.requests_per_sec,
+                f.server_cpu_us
+            )
+        };
+        println!("{:<44} {:>10} {:>9} {:>8} {:>14}", "target", "req/s", "p99 ms", "ratio", "server us/req");
+        row("bare axum JSON handler (ceiling)", &ceiling);
+        // Where Vigil's cost lies: its connection layer alone, then its router, request id and
+        // metrics without a credential (the probe route), then the whole authenticated request.
+        let behind = bare_behind_connections(body.clone()).await;
+        let _ = run(format!("{behind}{path}"), None).await;
+        row("bare handler, Vigil's connection layer", &run(format!("{behind}{path}"), None).await.unwrap());
+        let probe = format!("{}/healthz", local.base);
+        let _ = run(probe.clone(), None).await;
+        row("vigil GET /healthz (no credential)", &run(probe, None).await.unwrap());
         let mut targets = vec![("vigil, in-process limiter", &local)];
         if let Some(r) = &redis_stack {
             targets.push(("vigil, redis limiter", r));
@@ -182,13 +256,7 @@ fn main() {
                 panic!("{name}: {} requests failed; every request must succeed for the figure to mean anything:\n{}", f.non_2xx, counts.join("\n"));
             }
             let ratio = f.requests_per_sec / ceiling.requests_per_sec;
-            println!(
-                "{:<40} {:>10.0} {:>9.2} {:>7.0}%",
-                name,
-                f.requests_per_sec,
-                f.p99_ms,
-                100.0 * ratio
-            );
+            row(name, &f);
             if name == "vigil, in-process limiter" {
                 goal(
                     "authenticated GET /v1/organizations/{id}, in-process limiter",

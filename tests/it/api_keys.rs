@@ -687,3 +687,48 @@ async fn a_key_grants_only_the_scopes_it_holds() {
         .err(403, "auth.insufficient_scope");
     s.get(&s.org_path()).key(sk).send().await.ok(200);
 }
+
+/// The writes of `last_used_at` the store has made so far.
+async fn last_used_writes(s: &TestServer) -> f64 {
+    let metrics = s.get("/metrics").send().await;
+    metrics
+        .body
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("vigil_store_operation_seconds_count{operation=\"touch_api_key\"} ")
+        })
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_key_in_use_by_many_requests_at_once_records_its_use_once() {
+    let s = TestServer::start().await;
+    let sk = &s.creds.keys.secret_live;
+    let created = s
+        .post(&keys_path(&s))
+        .key(sk)
+        .json(json!({"name": "busy", "type": "secret", "environment": "live"}))
+        .send()
+        .await;
+    let key = created.ok(201)["revealed_key"].as_str().unwrap().to_owned();
+
+    // Connections opened first, so that the burst below reaches the server at once.
+    let path = s.org_path();
+    let warm = (0..200).map(|_| s.get(&path).key(sk).send());
+    futures::future::join_all(warm).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = last_used_writes(&s).await;
+    // Many of these read the key before its first use is stored.
+    let calls = (0..200).map(|_| s.get(&path).key(&key).send());
+    for answer in futures::future::join_all(calls).await {
+        answer.ok(200);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        last_used_writes(&s).await - before,
+        1.0,
+        "one write of last_used_at for a minute of use, however many requests raced"
+    );
+}

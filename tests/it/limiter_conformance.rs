@@ -7,10 +7,10 @@
 use edge::limiter::{Instrumented, LimiterBackend, LimiterError, LocalLimiter, RedisLimiter};
 use vigil_tests::redis_url;
 
-edge::limiter_conformance_suite!(embedded, Instrumented(LocalLimiter::default()));
+edge::limiter_conformance_suite!(embedded, Instrumented::new(LocalLimiter::default()));
 edge::limiter_conformance_suite!(
     redis,
-    Instrumented(RedisLimiter::new(&redis_url()).unwrap())
+    Instrumented::new(RedisLimiter::new(&redis_url()).unwrap())
 );
 
 #[tokio::test]
@@ -107,7 +107,7 @@ impl Drop for TlsRedis {
 async fn the_suite_passes_over_rediss_and_another_ca_is_refused() {
     use edge::limiter::conformance as suite;
     let redis = TlsRedis::start();
-    let over_tls = Instrumented(RedisLimiter::new(&redis.url("ca.pem")).unwrap());
+    let over_tls = Instrumented::new(RedisLimiter::new(&redis.url("ca.pem")).unwrap());
     suite::admits_exactly_the_limit_then_refuses(&over_tls).await;
     suite::buckets_are_independent(&over_tls).await;
     suite::refills_over_the_window(&over_tls).await;
