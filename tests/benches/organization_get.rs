@@ -112,14 +112,19 @@ async fn full_stack_on(limiter: Option<String>, store: Option<String>) -> TestSe
     s
 }
 
-async fn bare_handler(body: Vec<u8>) -> String {
-    let app = Router::new().route(
+/// A handler answering `body` on the organization route, and nothing else.
+fn bare_router(body: Vec<u8>) -> Router {
+    Router::new().route(
         "/v1/organizations/{organizationId}",
         get(move || {
             let body = body.clone();
             async move { ([(header::CONTENT_TYPE, "application/json")], body) }
         }),
-    );
+    )
+}
+
+async fn bare_handler(body: Vec<u8>) -> String {
+    let app = bare_router(body);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -129,13 +134,7 @@ async fn bare_handler(body: Vec<u8>) -> String {
 /// The bare handler served by Vigil's own accept loop (connection cap, header-read and idle
 /// watchdog): what the connection layer costs, apart from the router and the handlers.
 async fn bare_behind_connections(body: Vec<u8>) -> String {
-    let app = Router::new().route(
-        "/v1/organizations/{organizationId}",
-        get(move || {
-            let body = body.clone();
-            async move { ([(header::CONTENT_TYPE, "application/json")], body) }
-        }),
-    );
+    let app = bare_router(body);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limits = vigil::connections::ConnectionLimits {
