@@ -52,11 +52,7 @@ pub fn router(parts: AppParts) -> Router {
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
         parts.auth.clone(),
-        edge::idempotency::idempotent_posts,
-    ))
-    .layer(from_fn_with_state(
-        parts.auth.clone(),
-        edge::auth::authenticate,
+        edge::idempotency::authenticate_idempotent,
     ))
     .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
     let probe_state = Probes {
@@ -81,11 +77,7 @@ pub fn router(parts: AppParts) -> Router {
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
         parts.auth.clone(),
-        edge::idempotency::idempotent_posts,
-    ))
-    .layer(from_fn_with_state(
-        parts.auth.clone(),
-        edge::auth::authenticate,
+        edge::idempotency::authenticate_idempotent,
     ))
     .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
     let reads = query_api::router(query_api::QueryState {

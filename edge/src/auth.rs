@@ -217,6 +217,20 @@ pub async fn authenticate(
     req: Request,
     next: Next,
 ) -> Response {
+    authenticate_then(auth, req, |_, req| next.run(req)).await
+}
+
+/// The credential layer, answering the request it lets through with `answer` (the rest of the
+/// stack, or a layer that runs inside this one's future, as `crate::idempotency` does).
+pub async fn authenticate_then<F, Fut>(
+    auth: Arc<Authenticator>,
+    req: Request,
+    answer: F,
+) -> Response
+where
+    F: FnOnce(Arc<Authenticator>, Request) -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
     let (mut parts, body) = req.into_parts();
     let client = client_info(&parts, &auth.trusted_proxies);
     parts.extensions.insert(client);
@@ -244,8 +258,11 @@ pub async fn authenticate(
     let Some(token) = token else {
         // No credential: the route decides whether that is allowed, but the client address's
         // bucket is charged so that probing the API anonymously is slow.
-        return charge_anonymous(&auth, client, || next.run(Request::from_parts(parts, body)))
-            .await;
+        let layer = auth.clone();
+        return charge_anonymous(&auth, client, || {
+            answer(layer, Request::from_parts(parts, body))
+        })
+        .await;
     };
 
     let resolved = match resolve(&auth, &token, &parts, client).await {
@@ -258,7 +275,7 @@ pub async fn authenticate(
         Err(e) => e.into_response(),
         Ok(ctx) => {
             parts.extensions.insert(Arc::new(ctx));
-            next.run(Request::from_parts(parts, body)).await
+            answer(auth.clone(), Request::from_parts(parts, body)).await
         }
     };
     rate_headers(response.headers_mut(), &decision);

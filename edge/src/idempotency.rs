@@ -45,7 +45,21 @@ fn conflict(message: &str) -> Response {
         .into_response()
 }
 
-pub async fn idempotent_posts(
+/// The credential layer of the routes whose POSTs take an `Idempotency-Key`, with this one
+/// inside it, in the same future: as a layer of its own it cost every request, GETs included,
+/// a boxed future and a clone of the routes it wraps.
+pub async fn authenticate_idempotent(
+    State(auth): State<Arc<Authenticator>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    crate::auth::authenticate_then(auth, req, |auth, req| {
+        idempotent_posts(State(auth), req, next)
+    })
+    .await
+}
+
+async fn idempotent_posts(
     State(auth): State<Arc<Authenticator>>,
     req: Request,
     next: Next,
