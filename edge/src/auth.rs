@@ -46,20 +46,22 @@ pub struct Authenticator {
     pub last_used: LastUsedWrites,
 }
 
-/// The `last_used_at` writes this process has begun, by key, so that each key is written at
-/// most once a minute (docs/architecture.md#api-keys). The stored time alone does not ensure it:
-/// once it is a minute old, every request that reads the key starts a write until the first
-/// one lands, and each write also drops the key from the store's cache, so a busy key was
-/// written about ten times a minute.
+/// The `last_used_at` writes this process has begun, by key, so that each key is written about
+/// once a minute (docs/architecture.md#api-keys). The stored time alone does not ensure
+/// it: once it is a minute old, every request that reads the key starts a write until the first
+/// one lands (122 writes for 200 requests at once), and each write also drops the key from the
+/// store's cache, so the requests after it read the key from disk again.
 #[derive(Default)]
 pub struct LastUsedWrites(std::sync::Mutex<std::collections::HashMap<KeyId, Timestamp>>);
 
-/// The most keys remembered; past it the memory is cleared (costing a key one extra write).
+/// The most keys remembered; past it the memory is cleared (costing each key one extra write).
 const LAST_USED_CAPACITY: usize = 100_000;
 
 impl LastUsedWrites {
     /// Whether a request at `now` should write `key`'s `last_used_at`: no write of it began in
-    /// this process during the last minute. Asked only when the stored time is a minute old.
+    /// this process during the last minute. Asked only when the stored time is a minute old. A
+    /// write that fails is not tried again before the minute is out; a key forgotten when the
+    /// memory is cleared may be written twice in a minute.
     fn claim(&self, key: KeyId, now: Timestamp) -> bool {
         let mut begun = self
             .0
@@ -574,5 +576,33 @@ impl<S: Send + Sync> FromRequestParts<S> for AnyKey {
             ));
         }
         Ok(AnyKey { ctx })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keys_use_is_claimed_once_a_minute_and_the_memory_stays_bounded() {
+        let writes = LastUsedWrites::default();
+        let key = KeyId::generate();
+        let t = schemas::time::now();
+        assert!(writes.claim(key, t));
+        assert!(!writes.claim(key, t), "a second request at once");
+        assert!(!writes.claim(key, t + Duration::seconds(59)));
+        assert!(
+            writes.claim(key, t + Duration::seconds(60)),
+            "a minute later"
+        );
+        assert!(writes.claim(KeyId::generate(), t), "another key is its own");
+
+        // At capacity the memory is cleared rather than grown.
+        let remembered = writes.0.lock().unwrap().len();
+        for _ in remembered..LAST_USED_CAPACITY {
+            assert!(writes.claim(KeyId::generate(), t));
+        }
+        assert!(writes.claim(KeyId::generate(), t));
+        assert_eq!(writes.0.lock().unwrap().len(), 1);
     }
 }

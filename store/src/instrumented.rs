@@ -63,24 +63,34 @@ fn kind(e: &StoreError) -> &'static str {
     }
 }
 
+/// An operation's name by where it is and how long: two names at the same place with the same
+/// length are the same bytes, and comparing them costs no string comparison.
+type NameAt = (usize, usize);
+
 thread_local! {
-    /// Each worker thread's histogram per operation, keyed by the address of the operation's
-    /// name: looking the series up in the vector hashes the label and takes the vector's lock,
-    /// shared by every thread, on each of the two or more store calls a request makes.
-    /// Bounded by the port's call sites.
-    static SECONDS: std::cell::RefCell<std::collections::HashMap<usize, prometheus::Histogram>> =
+    /// Each worker thread's histogram per operation: looking the series up in the vector hashes
+    /// the label and takes the vector's lock, shared by every thread, on each of the two or more
+    /// store calls a request makes. The names are the port's method names, so it stays small.
+    static SECONDS: std::cell::RefCell<std::collections::HashMap<NameAt, prometheus::Histogram>> =
         std::cell::RefCell::default();
 }
 
 fn observe<T>(operation: &'static str, started: Instant, result: &Result<T>) {
     let elapsed = started.elapsed().as_secs_f64();
-    SECONDS.with(|series| {
+    let cached = SECONDS.try_with(|series| {
         series
             .borrow_mut()
-            .entry(operation.as_ptr() as usize)
+            .entry((operation.as_ptr() as usize, operation.len()))
             .or_insert_with(|| METRICS.seconds.with_label_values(&[operation]))
             .observe(elapsed)
     });
+    // A thread being torn down has no thread-locals left: look the series up directly.
+    if cached.is_err() {
+        METRICS
+            .seconds
+            .with_label_values(&[operation])
+            .observe(elapsed);
+    }
     if let Err(e) = result {
         METRICS
             .errors

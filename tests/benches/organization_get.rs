@@ -30,7 +30,8 @@ struct Figures {
     requests_per_sec: f64,
     p99_ms: f64,
     non_2xx: u64,
-    /// CPU time this process (every server under test, none of wrk) spent per request.
+    /// CPU time this process spent per request: every server under test runs in it (the idle
+    /// ones too); wrk, Redis and PostgreSQL do not.
     server_cpu_us: f64,
 }
 
@@ -167,6 +168,7 @@ fn process_cpu_seconds() -> f64 {
         .split_whitespace()
         .collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // Linux reports these in USER_HZ, 100 a second whatever the kernel's own tick.
     ticks / 100.0
 }
 

@@ -62,26 +62,40 @@ export function rng(seed) {
   };
 }
 
+/** Resolves with `promise`'s value, or with `fallback` after `ms`; the timer never holds the process. */
+function within(promise, ms, fallback) {
+  let timer;
+  const late = new Promise((resolve) => { timer = setTimeout(() => resolve(fallback), ms); });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 /**
- * Chromium started with `flags` on a fresh profile, no automation client attached; resolves
- * nothing and returns { close }. Chromium's helpers (GPU, network, renderers) outlive a killed
- * browser process for a moment and keep writing the profile, so `close` stops the whole process
- * group, waits for the browser to exit, and only then removes the profile (retrying while a
- * helper still closes its files).
+ * Chromium started with `flags` on a fresh profile, no automation client attached; returns
+ * { close }. Chromium's helpers (GPU, network, renderers) outlive a killed browser process for a
+ * moment and keep writing the profile, so `close` stops the whole process group, waits for the
+ * browser to exit, and only then removes the profile (retrying while a helper still closes its
+ * files). The group is in a session of its own, so it is also killed if this script exits
+ * without closing it (a timeout's `process.exit`, an uncaught error).
  */
 export function launchChromium(flags, env = process.env) {
   const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
   const child = spawn(CHROMIUM, [...BASE_FLAGS, `--user-data-dir=${profile}`, ...flags], {
     stdio: 'ignore', env, detached: true,
   });
-  const exited = new Promise((resolve) => child.once('exit', resolve));
+  // 'error' instead of 'exit' when the browser could not be started at all.
+  const exited = new Promise((resolve) => { child.once('exit', resolve); child.once('error', resolve); });
   const signal = (name) => { try { process.kill(-child.pid, name); } catch (_) { /* gone */ } };
+  const killOnExit = () => signal('SIGKILL');
+  process.once('exit', killOnExit);
   return {
     close: async () => {
+      process.removeListener('exit', killOnExit);
       signal('SIGTERM');
-      const stopped = await Promise.race([exited.then(() => true), sleep(5000).then(() => false)]);
+      const stopped = await within(exited.then(() => true), 5000, false);
       signal('SIGKILL');
-      if (!stopped) await exited;
+      if (!stopped && !(await within(exited.then(() => true), 5000, false))) {
+        console.error('Chromium did not exit 10 s after it was stopped; removing its profile anyway');
+      }
       rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
     },
   };

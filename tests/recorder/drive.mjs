@@ -553,9 +553,12 @@ async function main() {
     console.log(JSON.stringify({ config: args.config, ...report }));
     if (!report.ok) process.exitCode = 1;
   } finally {
-    if (visit) await visit.close();
-    if (xvfb) xvfb.stop();
-    page.close();
+    try {
+      if (visit) await visit.close();
+    } finally {
+      if (xvfb) xvfb.stop();
+      page.close();
+    }
   }
 }
 

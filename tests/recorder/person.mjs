@@ -66,8 +66,11 @@ async function main() {
     clearTimeout(timeout);
     console.log(JSON.stringify({ text }));
   } finally {
-    await browser.close();
-    xvfb.stop();
+    try {
+      await browser.close();
+    } finally {
+      xvfb.stop();
+    }
   }
 }
 
