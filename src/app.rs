@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
-use axum::middleware::{from_fn, from_fn_with_state};
+use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use edge::{ApiError, Authenticator};
@@ -153,7 +153,7 @@ pub fn router(parts: AppParts) -> Router {
     }
     app.fallback(move |req: Request| route_not_found(parts.auth.clone(), req))
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn(edge::context::observe))
+        .layer(edge::context::ObserveLayer)
 }
 
 async fn healthz() -> Response {

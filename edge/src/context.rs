@@ -1,13 +1,15 @@
 //! The request id of the request being served. Every response carries it (`X-Request-Id`,
 //! `meta.request_id`, `error.request_id`) and every log line of the request names it.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderValue;
-use axum::middleware::Next;
 use axum::response::Response;
 use schemas::RequestId;
 
@@ -34,28 +36,114 @@ pub fn in_current_request<F: std::future::Future>(
     REQUEST_ID.scope(request_id(), fut)
 }
 
-/// Assigns the request id, runs the request inside it, echoes it as a header, and counts and
-/// times the request by its matched route. Outermost layer, so errors from every other layer
-/// carry the id and are counted too. One layer rather than two: each costs a boxed future.
-pub async fn observe(mut req: Request, next: Next) -> Response {
-    let started = std::time::Instant::now();
-    let matched = crate::metrics::route_label(&req);
-    let method = crate::metrics::method_label(req.method());
-    let id = RequestId::generate();
-    req.extensions_mut().insert(id);
-    // No tracing span per request: formatting one costs more than the rest of this layer. Log
-    // lines written while serving a request name it with `request_id = %request_id()`.
-    let mut response = REQUEST_ID.scope(id, next.run(req)).await;
-    if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
+/// The outermost layer of every route: assigns the request id, runs the request inside it,
+/// echoes it as a header, and counts and times the request by its matched route, so errors
+/// from every other layer carry the id and are counted too. A service of its own rather than
+/// `axum::middleware::from_fn`, which boxes a future and clones the wrapped route for every
+/// request (docs/performance.md#the-api).
+#[derive(Clone, Copy, Default)]
+pub struct ObserveLayer;
+
+impl<S> tower_layer::Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe { inner }
+    }
+}
+
+/// See [`ObserveLayer`].
+#[derive(Clone)]
+pub struct Observe<S> {
+    inner: S,
+}
+
+impl<S> tower_service::Service<Request> for Observe<S>
+where
+    S: tower_service::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Observed<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let started = Instant::now();
+        let matched = crate::metrics::route_label(&req);
+        let method = crate::metrics::method_label(req.method());
+        let id = RequestId::generate();
+        // The service readied by `poll_ready` is the one called, as tower requires: no clone.
+        let answer = REQUEST_ID.sync_scope(id, || self.inner.call(req));
+        Observed {
+            answer: REQUEST_ID.scope(id, answer),
+            id,
+            matched,
+            method,
+            started,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request being answered inside its request id; see [`ObserveLayer`].
+    pub struct Observed<F> {
+        #[pin]
+        answer: tokio::task::futures::TaskLocalFuture<RequestId, F>,
+        id: RequestId,
+        matched: Option<MatchedPath>,
+        method: &'static str,
+        started: Instant,
+    }
+}
+
+impl<F, E> Future for Observed<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = match std::task::ready!(this.answer.poll(cx)) {
+            Ok(response) => response,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        answered(
+            &mut response,
+            *this.id,
+            this.matched.as_ref(),
+            this.method,
+            *this.started,
+        );
+        Poll::Ready(Ok(response))
+    }
+}
+
+/// Stamps the request id on an answer, counts and times it, and logs it. No tracing span per
+/// request: formatting one costs more than the rest of this layer. Log lines written while
+/// serving a request name it with `request_id = %request_id()`.
+fn answered(
+    response: &mut Response,
+    id: RequestId,
+    matched: Option<&MatchedPath>,
+    method: &'static str,
+    started: Instant,
+) {
+    if let Some(value) = header_value(id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
     let status = response.status().as_u16();
-    crate::metrics::record(matched.as_ref(), method, status, started);
-    let route = matched.as_ref().map_or("unmatched", |m| m.as_str());
+    // One clock read for the metric and the log line.
+    let elapsed = started.elapsed().as_secs_f64();
+    crate::metrics::record(matched, method, status, elapsed);
+    let route = matched.map_or("unmatched", |m| m.as_str());
     // One line per answered request: refusals and failures at info and above, so their ids are
     // in the log; successes at debug, off by default. 429s are counted, not logged: a flood
     // would drown the log.
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let elapsed_ms = elapsed * 1000.0;
     match status {
         500.. => {
             tracing::warn!(request_id = %id, method, route, status, elapsed_ms, "request failed")
@@ -76,7 +164,17 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
             tracing::debug!(request_id = %id, method, route, status, elapsed_ms, "request answered")
         }
     }
-    response
+}
+
+/// The request id as a header value, spelled on the stack.
+fn header_value(id: RequestId) -> Option<HeaderValue> {
+    use std::io::Write;
+    // "req_" and 26 characters.
+    let mut buf = [0u8; 30];
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    write!(cursor, "{id}").ok()?;
+    let len = usize::try_from(cursor.position()).ok()?;
+    HeaderValue::from_bytes(&buf[..len]).ok()
 }
 
 /// Lets one log line through per interval and counts the rest.
@@ -126,4 +224,21 @@ pub fn public_url() -> &'static str {
         .get()
         .map(String::as_str)
         .unwrap_or("http://127.0.0.1:8080")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_id_header_spells_the_id_as_the_envelope_does() {
+        for _ in 0..64 {
+            let id = RequestId::generate();
+            let value = header_value(id).expect("an id is a valid header value");
+            let spelled = value.to_str().expect("ascii");
+            assert_eq!(spelled, id.to_string());
+            assert_eq!(spelled.len(), 30);
+            assert_eq!(spelled.parse::<RequestId>(), Ok(id));
+        }
+    }
 }

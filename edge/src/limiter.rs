@@ -121,8 +121,13 @@ impl LocalLimiter {
         if buckets.len() > 100_000 {
             buckets.retain(|_, tat| *tat > now);
         }
-        let tat = buckets.get(bucket).copied().unwrap_or(0);
-        let (stored, decision) = gcra_step(now, tat, limit, window);
+        // A bucket seen before is updated in place: one hash and no copy of its name.
+        if let Some(tat) = buckets.get_mut(bucket) {
+            let (stored, decision) = gcra_step(now, *tat, limit, window);
+            *tat = stored;
+            return decision;
+        }
+        let (stored, decision) = gcra_step(now, 0, limit, window);
         buckets.insert(bucket.to_owned(), stored);
         decision
     }

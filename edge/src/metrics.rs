@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::header;
@@ -137,10 +137,9 @@ thread_local! {
         std::cell::RefCell::default();
 }
 
-/// Counts and times one answered request.
-pub fn record(route: Option<&MatchedPath>, method: &'static str, status: u16, started: Instant) {
+/// Counts one answered request and its time to answer, `elapsed` seconds.
+pub fn record(route: Option<&MatchedPath>, method: &'static str, status: u16, elapsed: f64) {
     let route = route.map_or("unmatched", MatchedPath::as_str);
-    let elapsed = started.elapsed().as_secs_f64();
     SERIES.with(|series| {
         let mut series = series.borrow_mut();
         if !series.contains_key(route) {

@@ -146,7 +146,7 @@ impl Credential {
             return None;
         }
         let (body, sum) = token.split_at(token.len() - CHECKSUM_LEN);
-        if checksum(body) != sum {
+        if !checksum(body).matches(sum) {
             return None;
         }
         Some(Credential {
@@ -191,15 +191,31 @@ impl Credential {
     }
 }
 
-/// CRC32 of `body`, written as six base62 digits.
-pub(crate) fn checksum(body: &str) -> String {
+/// CRC32 of `body`, written as six base62 digits (ASCII), on the stack: every request checks one.
+pub(crate) fn checksum(body: &str) -> Checksum {
     let mut n = crc32fast::hash(body.as_bytes()) as u64;
     let mut out = [b'0'; CHECKSUM_LEN];
     for slot in out.iter_mut().rev() {
         *slot = BASE62[(n % 62) as usize];
         n /= 62;
     }
-    String::from_utf8(out.to_vec()).expect("base62 is ascii")
+    Checksum(out)
+}
+
+/// A token's checksum: six base62 digits.
+pub(crate) struct Checksum([u8; CHECKSUM_LEN]);
+
+impl Checksum {
+    pub(crate) fn matches(&self, written: &str) -> bool {
+        self.0 == written.as_bytes()
+    }
+}
+
+impl fmt::Display for Checksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Base62 digits are ASCII.
+        f.write_str(std::str::from_utf8(&self.0).map_err(|_| fmt::Error)?)
+    }
 }
 
 #[cfg(test)]

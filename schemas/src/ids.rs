@@ -210,7 +210,11 @@ fn id_pattern(prefix: &str, spell: &str) -> String {
 
 /// The interface's base32 spelling of a ULID: Crockford, lowercase.
 fn spell_base32(ulid: Ulid, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    f.write_str(&ulid.to_string().to_ascii_lowercase())
+    // On the stack: every response spells its request id, most spell a resource id too.
+    let mut buf = [0u8; ulid::ULID_LEN];
+    let spelled = ulid.array_to_str(&mut buf);
+    spelled.make_ascii_lowercase();
+    f.write_str(spelled)
 }
 
 /// The webhook family's spelling of a ULID: 32 lowercase hex digits.
