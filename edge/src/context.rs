@@ -1,6 +1,7 @@
 //! The request id of the request being served. Every response carries it (`X-Request-Id`,
 //! `meta.request_id`, `error.request_id`) and every log line of the request names it.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
@@ -39,8 +40,8 @@ pub fn in_current_request<F: std::future::Future>(
 /// The outermost layer of every route: assigns the request id, runs the request inside it,
 /// echoes it as a header, and counts and times the request by its matched route, so errors
 /// from every other layer carry the id and are counted too. A service of its own rather than
-/// `axum::middleware::from_fn`, which boxes a future and clones the wrapped route for every
-/// request (docs/performance.md#the-api).
+/// `axum::middleware::from_fn`, which clones the wrapped route a second time and boxes a
+/// future for every request (docs/performance.md#the-api).
 #[derive(Clone, Copy, Default)]
 pub struct ObserveLayer;
 
@@ -58,15 +59,16 @@ pub struct Observe<S> {
     inner: S,
 }
 
+// Infallible, as axum's routes are: every answer, errors included, is a response to stamp.
 impl<S> tower_service::Service<Request> for Observe<S>
 where
-    S: tower_service::Service<Request, Response = Response>,
+    S: tower_service::Service<Request, Response = Response, Error = Infallible>,
 {
     type Response = Response;
-    type Error = S::Error;
+    type Error = Infallible;
     type Future = Observed<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
@@ -99,18 +101,15 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, E> Future for Observed<F>
+impl<F> Future for Observed<F>
 where
-    F: Future<Output = Result<Response, E>>,
+    F: Future<Output = Result<Response, Infallible>>,
 {
-    type Output = Result<Response, E>;
+    type Output = Result<Response, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let mut response = match std::task::ready!(this.answer.poll(cx)) {
-            Ok(response) => response,
-            Err(e) => return Poll::Ready(Err(e)),
-        };
+        let Ok(mut response) = std::task::ready!(this.answer.poll(cx));
         answered(
             &mut response,
             *this.id,
@@ -166,15 +165,14 @@ fn answered(
     }
 }
 
-/// The request id as a header value, spelled on the stack.
+/// The request id as a header value, spelled on the stack (the value copies it once).
 fn header_value(id: RequestId) -> Option<HeaderValue> {
-    use std::io::Write;
-    // "req_" and 26 characters.
-    let mut buf = [0u8; 30];
-    let mut cursor = std::io::Cursor::new(&mut buf[..]);
-    write!(cursor, "{id}").ok()?;
-    let len = usize::try_from(cursor.position()).ok()?;
-    HeaderValue::from_bytes(&buf[..len]).ok()
+    let mut buf = [0u8; RequestId::PREFIX.len() + ulid::ULID_LEN];
+    let (prefix, rest) = buf.split_at_mut(RequestId::PREFIX.len());
+    prefix.copy_from_slice(RequestId::PREFIX.as_bytes());
+    let spelled = id.ulid().array_to_str(rest.try_into().ok()?);
+    spelled.make_ascii_lowercase();
+    HeaderValue::from_bytes(&buf).ok()
 }
 
 /// Lets one log line through per interval and counts the rest.
