@@ -6,7 +6,8 @@
 //! Redis, and once on the PostgreSQL store (its authentication cache on: keys and organizations
 //! kept while the store listens for changes to them, store/src/postgres/credentials.rs). Two
 //! rows between show where the cost lies: the bare handler behind Vigil's connection layer,
-//! and Vigil's probe route, which takes no credential.
+//! and Vigil's probe route, which takes no credential. The goal's figure is the median of three
+//! more runs of the in-process target, each right after a ceiling run of its own.
 //!
 //! Run with `scripts/bench.sh` (it installs wrk and starts Redis). Settings:
 //! `VIGIL_BENCH_SECONDS` (default 10), `VIGIL_BENCH_CONNECTIONS` (default 64).
@@ -256,22 +257,41 @@ fn main() {
                 let counts: Vec<&str> = metrics.as_str().unwrap_or("").lines().filter(|l| l.starts_with("vigil_http_requests_total")).collect();
                 panic!("{name}: {} requests failed; every request must succeed for the figure to mean anything:\n{}", f.non_2xx, counts.join("\n"));
             }
-            let ratio = f.requests_per_sec / ceiling.requests_per_sec;
             row(name, &f);
-            if name == "vigil, in-process limiter" {
-                goal(
-                    "authenticated GET /v1/organizations/{id}, in-process limiter",
-                    format!(
-                        "{:.0} req/s = {:.0}% of {:.0}",
-                        f.requests_per_sec,
-                        100.0 * ratio,
-                        ceiling.requests_per_sec
-                    ),
-                    ">= 70% of the ceiling",
-                    ratio >= 0.70,
-                );
-            }
         }
+        // The goal, measured as the median of three paired runs: the ceiling, then the
+        // in-process target right after it, so that the machine's swings between runs (the
+        // ceiling alone ranges over a fifth) move both figures of a pair alike.
+        let url = format!("{}{}", local.base, local.org_path());
+        let key = local.creds.keys.secret_live.clone();
+        let mut pairs = Vec::new();
+        for _ in 0..3 {
+            let c = run(format!("{bare}{path}"), None).await.unwrap();
+            let v = run(url.clone(), Some(key.clone())).await.unwrap();
+            assert_eq!(v.non_2xx, 0, "in-process limiter: every request must succeed");
+            pairs.push((v.requests_per_sec / c.requests_per_sec, v, c));
+        }
+        pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let shown: Vec<String> = pairs
+            .iter()
+            .map(|(r, v, c)| {
+                format!(
+                    "{:.0}% ({:.0} of {:.0} req/s, {:.1} us/req)",
+                    100.0 * r,
+                    v.requests_per_sec,
+                    c.requests_per_sec,
+                    v.server_cpu_us
+                )
+            })
+            .collect();
+        println!("in-process limiter against the ceiling, three paired runs: {}", shown.join(", "));
+        let median = pairs[1].0;
+        goal(
+            "authenticated GET /v1/organizations/{id}, in-process limiter",
+            format!("median of three paired runs: {:.0}% of the ceiling", 100.0 * median),
+            ">= 70% of the ceiling",
+            median >= 0.70,
+        );
         if postgres_stack.is_none() {
             println!("(PostgreSQL store not measured: VIGIL_TEST_POSTGRES_URL is not set; scripts/bench.sh sets it)");
         }
