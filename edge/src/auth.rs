@@ -219,7 +219,7 @@ pub async fn authenticate(
     req: Request,
     next: Next,
 ) -> Response {
-    authenticate_then(auth, req, |_, req| next.run(req)).await
+    authenticate_then(auth, req, |req| next.run(req)).await
 }
 
 /// The credential layer, answering the request it lets through with `answer` (the rest of the
@@ -230,7 +230,7 @@ pub async fn authenticate_then<F, Fut>(
     answer: F,
 ) -> Response
 where
-    F: FnOnce(Arc<Authenticator>, Request) -> Fut,
+    F: FnOnce(Request) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
     let (mut parts, body) = req.into_parts();
@@ -260,11 +260,7 @@ where
     let Some(token) = token else {
         // No credential: the route decides whether that is allowed, but the client address's
         // bucket is charged so that probing the API anonymously is slow.
-        let layer = auth.clone();
-        return charge_anonymous(&auth, client, || {
-            answer(layer, Request::from_parts(parts, body))
-        })
-        .await;
+        return charge_anonymous(&auth, client, || answer(Request::from_parts(parts, body))).await;
     };
 
     let resolved = match resolve(&auth, &token, &parts, client).await {
@@ -277,7 +273,7 @@ where
         Err(e) => e.into_response(),
         Ok(ctx) => {
             parts.extensions.insert(Arc::new(ctx));
-            answer(auth.clone(), Request::from_parts(parts, body)).await
+            answer(Request::from_parts(parts, body)).await
         }
     };
     rate_headers(response.headers_mut(), &decision);

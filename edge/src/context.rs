@@ -170,8 +170,7 @@ fn header_value(id: RequestId) -> Option<HeaderValue> {
     let mut buf = [0u8; RequestId::PREFIX.len() + ulid::ULID_LEN];
     let (prefix, rest) = buf.split_at_mut(RequestId::PREFIX.len());
     prefix.copy_from_slice(RequestId::PREFIX.as_bytes());
-    let spelled = id.ulid().array_to_str(rest.try_into().ok()?);
-    spelled.make_ascii_lowercase();
+    schemas::ids::base32_spelling(id.ulid(), rest.try_into().ok()?);
     HeaderValue::from_bytes(&buf).ok()
 }
 

@@ -53,10 +53,8 @@ pub async fn authenticate_idempotent(
     req: Request,
     next: Next,
 ) -> Response {
-    crate::auth::authenticate_then(auth, req, |auth, req| {
-        idempotent_posts(State(auth), req, next)
-    })
-    .await
+    let layer = auth.clone();
+    crate::auth::authenticate_then(auth, req, |req| idempotent_posts(State(layer), req, next)).await
 }
 
 async fn idempotent_posts(

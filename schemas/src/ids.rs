@@ -208,13 +208,16 @@ fn id_pattern(prefix: &str, spell: &str) -> String {
     }
 }
 
-/// The interface's base32 spelling of a ULID: Crockford, lowercase.
-fn spell_base32(ulid: Ulid, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    // On the stack: every response spells its request id, most spell a resource id too.
-    let mut buf = [0u8; ulid::ULID_LEN];
-    let spelled = ulid.array_to_str(&mut buf);
+/// The interface's base32 spelling of a ULID: Crockford, lowercase, written into `buf` (on the
+/// stack: every response spells its request id, most spell a resource id too).
+pub fn base32_spelling(ulid: Ulid, buf: &mut [u8; ulid::ULID_LEN]) -> &str {
+    let spelled = ulid.array_to_str(buf);
     spelled.make_ascii_lowercase();
-    f.write_str(spelled)
+    spelled
+}
+
+fn spell_base32(ulid: Ulid, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.write_str(base32_spelling(ulid, &mut [0u8; ulid::ULID_LEN]))
 }
 
 /// The webhook family's spelling of a ULID: 32 lowercase hex digits.
