@@ -37,6 +37,7 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum_server::accept::{Accept, DefaultAcceptor};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use edge::transport::Listener;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -118,6 +119,7 @@ pub async fn serve(
         };
         let connection = Connection {
             peer,
+            tls: tls.is_some(),
             app: app.clone(),
             builder: builder.clone(),
             activity,
@@ -150,6 +152,8 @@ pub async fn serve(
 /// One accepted connection and what serving it needs.
 struct Connection {
     peer: SocketAddr,
+    /// Accepted by the TLS listener: its requests carry `Listener::Tls`.
+    tls: bool,
     app: Router,
     builder: Arc<auto::Builder<TokioExecutor>>,
     activity: Arc<Activity>,
@@ -179,6 +183,7 @@ impl Connection {
     {
         let Connection {
             peer,
+            tls,
             app,
             builder,
             activity,
@@ -188,7 +193,12 @@ impl Connection {
         } = self;
         let in_flight = activity.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            // Each extension is a boxed entry in a map that grows past three, so a plain
+            // request carries only its peer; `Listener::Tls` marks the others.
             request.extensions_mut().insert(ConnectInfo(peer));
+            if tls {
+                request.extensions_mut().insert(Listener::Tls);
+            }
             let started = in_flight.request_started();
             let app = app.clone();
             async move {

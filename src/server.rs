@@ -9,7 +9,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use edge::Authenticator;
 use edge::limiter::Limiter;
-use edge::transport::Listener;
 use ingest::web_bot_auth::{Directories, TrustedAgents};
 use secrets::ServerSecret;
 use store::Store;
@@ -229,17 +228,16 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     });
 
     let router = app.clone();
-    let (transport, listener_kind) = match (&args.tls_cert, &args.tls_key) {
+    let transport = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
                 .await
                 .context("loading --tls-cert and --tls-key")?;
-            (Transport::Tls(config), Listener::Tls)
+            Transport::Tls(config)
         }
-        _ => (Transport::Plain, Listener::Plain),
+        _ => Transport::Plain,
     };
-    let app = app.layer(axum::Extension(listener_kind));
     let listener = tokio::net::TcpListener::from_std(std_listener)?;
     let limits = ConnectionLimits {
         header_read_timeout: args.header_read_timeout,

@@ -235,7 +235,6 @@ where
 {
     let (mut parts, body) = req.into_parts();
     let client = client_info(&parts, &auth.trusted_proxies);
-    parts.extensions.insert(client);
 
     // Preflights carry no credential and never count against a key (docs/architecture.md#cors);
     // like every request without one, they are charged to the client address
@@ -259,7 +258,9 @@ where
     let token = token.filter(|t| schemas::gate::TokenKind::of(t).is_none());
     let Some(token) = token else {
         // No credential: the route decides whether that is allowed, but the client address's
-        // bucket is charged so that probing the API anonymously is slow.
+        // bucket is charged so that probing the API anonymously is slow. A keyed request's
+        // client is its `AuthContext`'s (see `client_of`).
+        parts.extensions.insert(client);
         return charge_anonymous(&auth, client, || answer(Request::from_parts(parts, body))).await;
     };
 
@@ -278,6 +279,15 @@ where
     };
     rate_headers(response.headers_mut(), &decision);
     response
+}
+
+/// The client of a request the credential layer let through: its key's context's, or the one
+/// set on a request without a credential.
+pub fn client_of(extensions: &axum::http::Extensions) -> Option<ClientInfo> {
+    match extensions.get::<Arc<AuthContext>>() {
+        Some(ctx) => Some(ctx.client),
+        None => extensions.get::<ClientInfo>().copied(),
+    }
 }
 
 enum Refusal {

@@ -9,8 +9,9 @@ use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 use ipnet::IpNet;
 
-/// How the listener that accepted the connection speaks; set as a request extension by the
-/// server for every connection it serves.
+/// How the listener that accepted the connection speaks, as a request extension: the server
+/// sets `Tls` on every request of a TLS connection and nothing on plain ones, whose absence
+/// reads as `Plain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
     Plain,

@@ -31,7 +31,7 @@ use crate::sessions::own_session;
 use crate::{IngestState, ProvenCallErrors};
 
 /// What one connection shows of its client.
-fn identity(client: Option<&ClientInfo>, headers: &HeaderMap) -> ConnectionIdentity {
+fn identity(client: Option<ClientInfo>, headers: &HeaderMap) -> ConnectionIdentity {
     let text = |name: &str| {
         headers
             .get(name)
@@ -121,7 +121,7 @@ pub async fn websocket(
     if !token_ok || session.expires_at <= schemas::time::now() {
         return Err(ApiError::not_found("collect session"));
     }
-    let seen = identity(req.extensions().get::<ClientInfo>(), req.headers());
+    let seen = identity(edge::auth::client_of(req.extensions()), req.headers());
     let seen = serde_json::to_value(&seen).map_err(|e| ApiError::internal("ws identity", e))?;
     state
         .auth
@@ -190,7 +190,7 @@ pub(crate) async fn check(
     let ctx = &caller.ctx;
     let session = own_session(&state, ctx, id).await?;
     proof::require(&state, &session, &headers, proof::Call::NetworkCheck).await?;
-    let http = identity(Some(&ctx.client), &headers);
+    let http = identity(Some(ctx.client), &headers);
     // Stored by the WebSocket route above, as a `ConnectionIdentity`.
     let websocket = session
         .ws_identity
