@@ -474,19 +474,28 @@ pub struct Reply {
     secret: bool,
 }
 
+/// An answer's JSON, into a buffer sized for a typical resource: `serde_json::to_vec` starts at
+/// 128 bytes and grows twice for one organization or key.
+fn envelope<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut body = Vec::with_capacity(512);
+    match serde_json::to_writer(&mut body, value) {
+        Ok(()) => body,
+        Err(_) => Vec::new(),
+    }
+}
+
 impl Reply {
     fn meta() -> Meta {
         Meta {
-            request_id: context::request_id().to_string(),
+            request_id: context::request_id(),
         }
     }
 
     pub fn single<T: Serialize>(status: StatusCode, data: T) -> Reply {
-        let body = serde_json::to_vec(&Single {
+        let body = envelope(&Single {
             data,
             meta: Self::meta(),
-        })
-        .unwrap_or_default();
+        });
         Reply {
             status,
             body,
@@ -503,12 +512,11 @@ impl Reply {
     }
 
     pub fn list<T: Serialize>(data: Vec<T>, pagination: Pagination) -> Reply {
-        let body = serde_json::to_vec(&List {
+        let body = envelope(&List {
             data,
             pagination,
             meta: Self::meta(),
-        })
-        .unwrap_or_default();
+        });
         Reply {
             status: StatusCode::OK,
             body,

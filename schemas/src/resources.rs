@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::credential::{Environment, KeyType};
-use crate::ids::{KeyId, OrgId};
+use crate::ids::{KeyId, OrgId, RequestId};
 use crate::scope::Scope;
 use crate::time::{self, Timestamp};
 
@@ -145,7 +145,9 @@ impl From<ApiKey> for ApiKeyListItem {
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Meta {
-    pub request_id: String,
+    // The id itself, spelled as it is serialized: no `String` of its own per answer.
+    #[schema(value_type = String)]
+    pub request_id: RequestId,
 }
 
 /// `{ data, meta }`.
