@@ -474,6 +474,12 @@ pub async fn recorder(
 ) {
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while outcomes.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        // A 410's endpoint is disabled before its failed delivery is recorded, so whoever reads
+        // that delivery finds the endpoint disabled too. A crash between the two leaves the
+        // delivery due, and its next attempt finds the endpoint disabled and sends nothing.
+        for gone in batch.iter().filter(|a| a.disable_endpoint) {
+            disable(&store, &gone.delivery, &shutdown).await;
+        }
         let deliveries: Vec<WebhookDeliveryRecord> =
             batch.iter().map(|a| a.delivery.clone()).collect();
         let written = bus::retry::retry(
@@ -505,9 +511,6 @@ pub async fn recorder(
                 unwritten
             }
         };
-        for gone in batch.iter().filter(|a| a.disable_endpoint) {
-            disable(&store, &gone.delivery, &shutdown).await;
-        }
         // No longer running; what was not written (shutting down) is found due again.
         in_flight.finish(
             deliveries

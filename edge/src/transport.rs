@@ -195,6 +195,31 @@ mod tests {
         assert!(client_info(&plain_proxy, &local_trusted).plain_from_afar());
     }
 
+    #[test]
+    fn the_tls_listener_mark_makes_the_client_tls_unless_a_trusted_proxy_says_otherwise() {
+        let trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        let from_afar = [("x-forwarded-for", "203.0.113.9")];
+        let mut over_tls = parts("127.0.0.1:1000", &from_afar);
+        over_tls.extensions.insert(Listener::Tls);
+        let client = client_info(&over_tls, &trusted);
+        assert!(client.tls && client.forwarded);
+        assert!(!client.plain_from_afar());
+        // No mark: a plain connection.
+        let plain = client_info(&parts("127.0.0.1:1000", &from_afar), &trusted);
+        assert!(!plain.tls);
+        assert!(plain.plain_from_afar());
+        // The proxy's own word wins over the listener's.
+        let mut said_plain = parts(
+            "127.0.0.1:1000",
+            &[
+                ("x-forwarded-for", "203.0.113.9"),
+                ("x-forwarded-proto", "http"),
+            ],
+        );
+        said_plain.extensions.insert(Listener::Tls);
+        assert!(!client_info(&said_plain, &trusted).tls);
+    }
+
     fn ip_of(peer: &str, headers: &[(&str, &str)]) -> (String, bool) {
         let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
         let info = client_info(&parts(peer, headers), &trusted);

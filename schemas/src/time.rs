@@ -94,13 +94,14 @@ mod tests {
         .collect();
         // Sub-millisecond digits are cut, not rounded, as chrono does.
         instants.push(DateTime::from_timestamp(1_795_723_855, 999_999_999).unwrap());
-        // A spread of instants across the four-digit years, from a fixed-seed generator.
+        // A spread of instants across the four-digit years (10,000 Gregorian years of
+        // milliseconds from 0000-01-01), from a fixed-seed generator.
         let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
         for _ in 0..20_000 {
             state = state
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
-            let ms = (state >> 11) as i64 % 315_537_897_600_000 - 62_167_219_200_000;
+            let ms = (state >> 11) as i64 % 315_569_520_000_000 - 62_167_219_200_000;
             instants.push(DateTime::from_timestamp_millis(ms).unwrap());
         }
         for t in &instants {
@@ -118,6 +119,8 @@ mod tests {
         for t in [after_9999, before_0, leap] {
             assert_eq!(spell(&t, &mut [0; SPELLED_LEN]), None, "{t:?}");
             assert_eq!(format(&t), chrono_spelling(&t));
+            let json = serde_json::to_string(&Wrapped(t)).unwrap();
+            assert_eq!(json, format!("\"{}\"", chrono_spelling(&t)));
         }
         assert_eq!(format(&leap), "2016-12-31T23:59:60.500Z");
     }

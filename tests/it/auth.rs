@@ -174,9 +174,13 @@ async fn vigil_terminates_tls_itself() {
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
     let (c, k) = (cert_path.clone(), key_path.clone());
+    // Behind a trusted local proxy that names a distant client and no protocol, the listener
+    // alone says whether the request came over TLS: a live key is refused over plain HTTP from
+    // afar (`live_keys_need_tls_when_they_come_from_afar`) and served here.
     let s = TestServer::start_with(move |a| {
         a.tls_cert = Some(c.clone());
         a.tls_key = Some(k.clone());
+        a.trusted_proxy = vec!["127.0.0.1/32".parse().unwrap()];
     })
     .await;
 
@@ -185,22 +189,35 @@ async fn vigil_terminates_tls_itself() {
     let tls = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let client = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .no_proxy()
+    let port = s.base.rsplit(':').next().unwrap();
+    let url = format!("https://localhost:{port}{}", s.org_path());
+    // HTTP/1.1, and whatever ALPN settles on by default; each client sends twice over its one
+    // connection, so a later request of a connection is marked as its first was.
+    for http1_only in [true, false] {
+        let builder = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls.clone())
+            .no_proxy();
+        let client = if http1_only {
+            builder.http1_only()
+        } else {
+            builder
+        }
         .build()
         .unwrap();
-    let port = s.base.rsplit(':').next().unwrap();
-    let r = client
-        .get(format!("https://localhost:{port}{}", s.org_path()))
-        .bearer_auth(&s.creds.keys.secret_live)
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let body: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(body["data"]["slug"], "development");
+        for _ in 0..2 {
+            let r = client
+                .get(&url)
+                .bearer_auth(&s.creds.keys.secret_live)
+                .header("x-forwarded-for", "203.0.113.9")
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "over {:?}", r.version());
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(body["data"]["slug"], "development");
+        }
+    }
 }
 
 #[tokio::test]
