@@ -37,7 +37,7 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum_server::accept::{Accept, DefaultAcceptor};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-use edge::transport::Listener;
+use edge::transport::OverTls;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -152,7 +152,7 @@ pub async fn serve(
 /// One accepted connection and what serving it needs.
 struct Connection {
     peer: SocketAddr,
-    /// Accepted by the TLS listener: its requests carry `Listener::Tls`.
+    /// Accepted by the TLS listener: its requests carry `OverTls`.
     tls: bool,
     app: Router,
     builder: Arc<auto::Builder<TokioExecutor>>,
@@ -194,10 +194,10 @@ impl Connection {
         let in_flight = activity.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             // Each extension is a boxed entry in a map that grows past three, so a plain
-            // request carries only its peer; `Listener::Tls` marks the others.
+            // request carries only its peer; `OverTls` marks the others.
             request.extensions_mut().insert(ConnectInfo(peer));
             if tls {
-                request.extensions_mut().insert(Listener::Tls);
+                request.extensions_mut().insert(OverTls);
             }
             let started = in_flight.request_started();
             let app = app.clone();

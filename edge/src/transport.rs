@@ -9,14 +9,10 @@ use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 use ipnet::IpNet;
 
-/// How the listener that accepted the connection speaks, as a request extension: the server
-/// sets `Tls` on every request of a TLS connection and nothing on plain ones, whose absence
-/// reads as `Plain`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
-    Plain,
-    Tls,
-}
+/// Marks, as a request extension, a request that arrived over a TLS connection the server
+/// terminated itself; plain requests carry nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct OverTls;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientInfo {
@@ -40,7 +36,7 @@ pub fn client_info(parts: &Parts, trusted_proxies: &[IpNet]) -> ClientInfo {
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
         .unwrap_or(IpAddr::from([127, 0, 0, 1]));
-    let listener_tls = parts.extensions.get::<Listener>() == Some(&Listener::Tls);
+    let listener_tls = parts.extensions.get::<OverTls>().is_some();
     let trusted = |ip: &IpAddr| trusted_proxies.iter().any(|net| net.contains(ip));
     if !trusted(&peer) {
         return ClientInfo {
@@ -200,7 +196,7 @@ mod tests {
         let trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
         let from_afar = [("x-forwarded-for", "203.0.113.9")];
         let mut over_tls = parts("127.0.0.1:1000", &from_afar);
-        over_tls.extensions.insert(Listener::Tls);
+        over_tls.extensions.insert(OverTls);
         let client = client_info(&over_tls, &trusted);
         assert!(client.tls && client.forwarded);
         assert!(!client.plain_from_afar());
@@ -216,7 +212,7 @@ mod tests {
                 ("x-forwarded-proto", "http"),
             ],
         );
-        said_plain.extensions.insert(Listener::Tls);
+        said_plain.extensions.insert(OverTls);
         assert!(!client_info(&said_plain, &trusted).tls);
     }
 

@@ -9,7 +9,7 @@ pub fn format(t: &Timestamp) -> String {
     let mut spelled = [0u8; SPELLED_LEN];
     match spell(t, &mut spelled) {
         Some(s) => s.to_owned(),
-        None => t.to_rfc3339_opts(SecondsFormat::Millis, true),
+        None => by_chrono(t),
     }
 }
 
@@ -18,8 +18,13 @@ pub fn ser<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
     let mut spelled = [0u8; SPELLED_LEN];
     match spell(t, &mut spelled) {
         Some(text) => s.serialize_str(text),
-        None => s.serialize_str(&format(t)),
+        None => s.serialize_str(&by_chrono(t)),
     }
+}
+
+/// The spelling [`spell`] follows, for what it cannot hold.
+fn by_chrono(t: &Timestamp) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// The same for an optional timestamp, which the interface writes as `null` until its event.
@@ -43,24 +48,23 @@ fn spell<'a>(t: &Timestamp, out: &'a mut [u8; SPELLED_LEN]) -> Option<&'a str> {
     if nanos >= 1_000_000_000 {
         return None;
     }
+    // Each field's digits, most significant first, then the character after it.
     let mut at = 0;
-    let mut put = |value: u32, width: usize, then: Option<u8>| {
-        for i in (0..width).rev() {
-            out[at + i] = b'0' + (value / 10u32.pow((width - 1 - i) as u32) % 10) as u8;
+    let mut put = |mut value: u32, width: usize, then: u8| {
+        for digit in out[at..at + width].iter_mut().rev() {
+            *digit = b'0' + (value % 10) as u8;
+            value /= 10;
         }
-        at += width;
-        if let Some(separator) = then {
-            out[at] = separator;
-            at += 1;
-        }
+        out[at + width] = then;
+        at += width + 1;
     };
-    put(year, 4, Some(b'-'));
-    put(t.month(), 2, Some(b'-'));
-    put(t.day(), 2, Some(b'T'));
-    put(t.hour(), 2, Some(b':'));
-    put(t.minute(), 2, Some(b':'));
-    put(t.second(), 2, Some(b'.'));
-    put(nanos / 1_000_000, 3, Some(b'Z'));
+    put(year, 4, b'-');
+    put(t.month(), 2, b'-');
+    put(t.day(), 2, b'T');
+    put(t.hour(), 2, b':');
+    put(t.minute(), 2, b':');
+    put(t.second(), 2, b'.');
+    put(nanos / 1_000_000, 3, b'Z');
     std::str::from_utf8(&out[..]).ok()
 }
 
