@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use edge::auth::Guard;
 use edge::{ApiError, Authenticator};
 use schemas::ErrorCode;
 
@@ -51,10 +52,9 @@ pub fn router(parts: AppParts) -> Router {
     // and carries the key's rate-limit headers like any other answer.
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
-        parts.auth.clone(),
+        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
         edge::idempotency::authenticate_idempotent,
-    ))
-    .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    ));
     let probe_state = Probes {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
@@ -76,17 +76,16 @@ pub fn router(parts: AppParts) -> Router {
     })
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
-        parts.auth.clone(),
+        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
         edge::idempotency::authenticate_idempotent,
-    ))
-    .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    ));
     let reads = query_api::router(query_api::QueryState {
         auth: parts.auth.clone(),
         exports: exports.clone(),
     })
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
-        parts.auth.clone(),
+        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
         edge::auth::authenticate,
     ));
     // Read by pages (publishable key) and backends (secret key): CORS, but not a browser-only
@@ -97,20 +96,22 @@ pub fn router(parts: AppParts) -> Router {
     })
     .method_not_allowed_fallback(method_not_allowed)
     .layer(from_fn_with_state(
-        parts.auth.clone(),
+        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
         edge::auth::authenticate,
     ))
     .layer(from_fn_with_state(parts.auth.clone(), ingest::cors::cors));
     let collect = ingest::router(ingest_state)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn_with_state(
-            parts.auth.clone(),
-            edge::auth::authenticate,
-        ))
         // Only browsers call these routes: a secret key arriving here is revoked
         // (docs/architecture.md#exposed-keys).
-        .layer(axum::Extension(edge::auth::BrowserRoute))
-        .layer(DefaultBodyLimit::max(COLLECT_BODY_LIMIT))
+        .layer(from_fn_with_state(
+            Guard {
+                auth: parts.auth.clone(),
+                body_limit: COLLECT_BODY_LIMIT,
+                browser_route: true,
+            },
+            edge::auth::authenticate,
+        ))
         // Outside the credential layer: preflights carry no key and never count against one
         // (docs/architecture.md#cors); the CORS layer charges them to the client address instead
         // (docs/architecture.md#connections).

@@ -9,7 +9,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::middleware::Next;
@@ -154,16 +154,63 @@ pub fn key_is_usable(
 /// is in every page of its site, so anyone can spend it: its limit applies per client address, and
 /// a scraper at one address cannot use up the budget of the site's visitors at others. A secret key
 /// is one backend's, so it has one bucket.
-fn key_bucket(key: &ApiKeyRecord, client: ClientInfo) -> String {
+fn key_bucket(key: &ApiKeyRecord, client: ClientInfo) -> BucketName {
+    let mut name = BucketName::default();
     match key.key_type {
-        KeyType::Publishable => format!("key:{}:{}", key.id, address_bucket(client.ip)),
-        KeyType::Secret => format!("key:{}", key.id),
+        KeyType::Publishable => {
+            name.spell(format_args!("key:{}:{}", key.id, address_bucket(client.ip)))
+        }
+        KeyType::Secret => name.spell(format_args!("key:{}", key.id)),
     }
+    name
 }
 
 /// The bucket of a request without a valid credential: its client address.
-pub fn anonymous_bucket(client: ClientInfo) -> String {
-    format!("ip:{}", address_bucket(client.ip))
+pub fn anonymous_bucket(client: ClientInfo) -> BucketName {
+    let mut name = BucketName::default();
+    name.spell(format_args!("ip:{}", address_bucket(client.ip)));
+    name
+}
+
+/// A limiter bucket's name, spelled on the stack: every request names one. The longest,
+/// a publishable key's at an IPv6 client (`key:key_<26>:<four groups>::/64`), takes 59 bytes.
+pub struct BucketName {
+    spelled: [u8; 64],
+    len: usize,
+}
+
+impl Default for BucketName {
+    fn default() -> Self {
+        BucketName {
+            spelled: [0; 64],
+            len: 0,
+        }
+    }
+}
+
+impl BucketName {
+    fn spell(&mut self, name: std::fmt::Arguments<'_>) {
+        // Cannot fail: every name fits (see the type's doc and its test).
+        let spelled = std::fmt::Write::write_fmt(self, name);
+        debug_assert!(spelled.is_ok(), "a bucket name longer than the type holds");
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only whole `str`s are written in.
+        std::str::from_utf8(&self.spelled[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for BucketName {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.spelled
+            .get_mut(self.len..end)
+            .ok_or(std::fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 // Named once: a name given as a string is parsed and checked on every insert.
@@ -186,11 +233,29 @@ fn rate_limited(d: &RateDecision, kind: &'static str) -> ApiError {
     e
 }
 
-/// Marks the routes only a browser calls (the Collect API, the SDK's endpoints): a secret key
-/// that arrives on one has been put in a page (docs/architecture.md#exposed-keys). Set as a request
-/// extension by the router of those routes, outside the credential layer.
-#[derive(Debug, Clone, Copy)]
-pub struct BrowserRoute;
+/// What the credential layer guards a group of routes with. The group's body limit and whether
+/// only browsers call it are set by this layer rather than by layers of their own: each layer of
+/// a router costs every request a clone of the routes it wraps.
+#[derive(Clone)]
+pub struct Guard {
+    pub auth: Arc<Authenticator>,
+    /// The largest request body the group's routes read, in bytes.
+    pub body_limit: usize,
+    /// Only a browser calls these routes (the Collect API, the SDK's endpoints): a secret key
+    /// that arrives on one has been put in a page (docs/architecture.md#exposed-keys).
+    pub browser_route: bool,
+}
+
+impl Guard {
+    /// The guard of routes that servers call.
+    pub fn server_routes(auth: Arc<Authenticator>, body_limit: usize) -> Self {
+        Guard {
+            auth,
+            body_limit,
+            browser_route: false,
+        }
+    }
+}
 
 fn bearer(headers: &HeaderMap) -> Option<Result<&str, ()>> {
     let value = headers.get(header::AUTHORIZATION)?;
@@ -214,25 +279,19 @@ fn invalid(message: &str) -> ApiError {
 }
 
 /// The credential layer; see the module docs for what it checks and in which order.
-pub async fn authenticate(
-    State(auth): State<Arc<Authenticator>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    authenticate_then(auth, req, |req| next.run(req)).await
+pub async fn authenticate(State(guard): State<Guard>, req: Request, next: Next) -> Response {
+    authenticate_then(guard, req, |req| next.run(req)).await
 }
 
 /// The credential layer, answering the request it lets through with `answer` (the rest of the
 /// stack, or a layer that runs inside this one's future, as `crate::idempotency` does).
-pub async fn authenticate_then<F, Fut>(
-    auth: Arc<Authenticator>,
-    req: Request,
-    answer: F,
-) -> Response
+pub async fn authenticate_then<F, Fut>(guard: Guard, mut req: Request, answer: F) -> Response
 where
     F: FnOnce(Request) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
+    DefaultBodyLimit::max(guard.body_limit).apply(&mut req);
+    let auth = guard.auth;
     let (mut parts, body) = req.into_parts();
     let client = client_info(&parts, &auth.trusted_proxies);
 
@@ -250,7 +309,7 @@ where
             )
             .await;
         }
-        Some(Ok(token)) => Some(token.to_owned()),
+        Some(Ok(token)) => Some(token),
     };
     // Gate's workflow credentials (`gtpoll_`, `agt_`, `ack_`) are not keys: the Gate route
     // that takes one checks it, and the request is charged to the client address like one
@@ -264,7 +323,7 @@ where
         return charge_anonymous(&auth, client, || answer(Request::from_parts(parts, body))).await;
     };
 
-    let resolved = match resolve(&auth, &token, &parts, client).await {
+    let resolved = match resolve(&auth, token, &parts, client, guard.browser_route).await {
         Ok(r) => r,
         Err(Refusal::Anonymous(e)) => return refuse_anonymous(&auth, client, e).await,
         Err(Refusal::Keyed(e)) => return e.into_response(),
@@ -317,7 +376,7 @@ where
 {
     let d = auth
         .limiter
-        .check(&anonymous_bucket(client), auth.anonymous_rate_limit)
+        .check(anonymous_bucket(client).as_str(), auth.anonymous_rate_limit)
         .await;
     let mut response = if d.allowed {
         answer().await
@@ -335,6 +394,7 @@ async fn resolve(
     token: &str,
     parts: &Parts,
     client: ClientInfo,
+    browser_route: bool,
 ) -> Result<Resolved, Refusal> {
     let credential = Credential::parse(token)
         .ok_or_else(|| Refusal::Anonymous(invalid("the credential is not a valid Vigil key")))?;
@@ -350,7 +410,7 @@ async fn resolve(
 
     // Request headers are never evidence on their own (Node's fetch sends `sec-fetch-mode:
     // cors`, proxies forward `Origin`); a secret key on a route only browsers call is.
-    if key.key_type == KeyType::Secret && parts.extensions.get::<BrowserRoute>().is_some() {
+    if key.key_type == KeyType::Secret && browser_route {
         revoke_exposed(auth, &key, parts)
             .await
             .map_err(Refusal::Keyed)?;
@@ -362,7 +422,10 @@ async fn resolve(
 
     let decision = auth
         .limiter
-        .check(&key_bucket(&key, client), effective_rate_limit(&key))
+        .check(
+            key_bucket(&key, client).as_str(),
+            effective_rate_limit(&key),
+        )
         .await;
     if !decision.allowed {
         return Ok((Err(rate_limited(&decision, "key")), decision));
@@ -610,5 +673,48 @@ mod tests {
         }
         assert!(writes.claim(KeyId::generate(), t));
         assert_eq!(writes.0.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn bucket_names_are_spelled_whole_on_the_stack() {
+        let client = |ip: &str| ClientInfo {
+            ip: ip.parse().unwrap(),
+            tls: false,
+            forwarded: false,
+        };
+        let widest = client("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
+        let mut key = store::conformance::api_key(
+            schemas::ids::OrgId::generate(),
+            Environment::Test,
+            KeyId::generate(),
+        );
+        let id = key.id;
+        // The names a fleet's processes share in Redis: spelled as they always were.
+        assert_eq!(key_bucket(&key, widest).as_str(), format!("key:{id}"));
+        key.key_type = KeyType::Publishable;
+        let name = key_bucket(&key, widest);
+        assert_eq!(name.as_str(), format!("key:{id}:ffff:ffff:ffff:ffff::/64"));
+        assert_eq!(
+            name.as_str().len(),
+            59,
+            "the longest name the type's doc names"
+        );
+        assert_eq!(
+            key_bucket(&key, client("::ffff:198.51.100.7")).as_str(),
+            format!("key:{id}:198.51.100.7")
+        );
+        assert_eq!(
+            anonymous_bucket(client("192.0.2.1")).as_str(),
+            "ip:192.0.2.1"
+        );
+        assert_eq!(
+            anonymous_bucket(client("2001:db8:1:2::9")).as_str(),
+            "ip:2001:db8:1:2::/64"
+        );
+
+        // A piece that does not fit is refused whole rather than written in part.
+        let mut full = BucketName::default();
+        assert!(std::fmt::Write::write_str(&mut full, &"x".repeat(65)).is_err());
+        assert_eq!(full.as_str(), "");
     }
 }

@@ -17,6 +17,9 @@ use serde_json::{Map, Value};
 use crate::context;
 use crate::error::ApiError;
 
+/// The type of every answer's body; a static value, so answering copies nothing.
+pub const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
 /// A JSON object body, checked for Content-Type, size and syntax.
 pub struct JsonObject(pub Map<String, Value>);
 
@@ -536,12 +539,11 @@ impl Reply {
 
 impl IntoResponse for Reply {
     fn into_response(self) -> Response {
-        let mut response = (
-            self.status,
-            [(header::CONTENT_TYPE, "application/json")],
-            self.body,
-        )
-            .into_response();
+        // Built directly: through axum's tuple, the body would first be labelled
+        // `application/octet-stream` and the JSON type parsed from a string on every answer.
+        let mut response = Response::new(axum::body::Body::from(self.body));
+        *response.status_mut() = self.status;
+        response.headers_mut().insert(header::CONTENT_TYPE, JSON);
         if self.secret {
             response
                 .headers_mut()

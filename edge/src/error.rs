@@ -127,12 +127,10 @@ impl IntoResponse for ApiError {
             StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&schemas::error::ErrorEnvelope { error: self.body() })
             .unwrap_or_default();
-        let mut response = (status, body).into_response();
+        let mut response = Response::new(axum::body::Body::from(body));
+        *response.status_mut() = status;
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        headers.insert(header::CONTENT_TYPE, crate::body::JSON);
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }

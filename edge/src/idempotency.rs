@@ -20,7 +20,7 @@ use schemas::{ErrorCode, Scope};
 use sha2::{Digest, Sha256};
 use store::{IdempotencyBegin, IdempotencyRecord, IdempotencyScope, StoredResponse};
 
-use crate::auth::{AuthContext, Authenticator, RequiredScope, insufficient_scope};
+use crate::auth::{AuthContext, Authenticator, Guard, RequiredScope, insufficient_scope};
 use crate::error::ApiError;
 
 pub const HEADER: &str = "idempotency-key";
@@ -49,12 +49,13 @@ fn conflict(message: &str) -> Response {
 /// inside it, in the same future: as a layer of its own it cost every request, GETs included,
 /// a boxed future and a clone of the routes it wraps.
 pub async fn authenticate_idempotent(
-    State(auth): State<Arc<Authenticator>>,
+    State(guard): State<Guard>,
     req: Request,
     next: Next,
 ) -> Response {
-    let layer = auth.clone();
-    crate::auth::authenticate_then(auth, req, |req| idempotent_posts(State(layer), req, next)).await
+    let layer = guard.auth.clone();
+    crate::auth::authenticate_then(guard, req, |req| idempotent_posts(State(layer), req, next))
+        .await
 }
 
 async fn idempotent_posts(

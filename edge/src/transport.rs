@@ -104,16 +104,26 @@ fn header_list(parts: &Parts, name: &str) -> Vec<String> {
 /// as it is, an IPv6 one by its /64, since one subscriber commonly holds a whole /64 and could
 /// otherwise rotate through it to get a fresh bucket for every request. IPv4-mapped IPv6 addresses
 /// count as IPv4.
-pub fn address_bucket(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-            }
-        },
+/// Spelled where it is written: a bucket's name is made on every request.
+pub fn address_bucket(ip: IpAddr) -> AddressBucket {
+    AddressBucket(ip)
+}
+
+/// See [`address_bucket`].
+pub struct AddressBucket(IpAddr);
+
+impl std::fmt::Display for AddressBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            IpAddr::V4(v4) => v4.fmt(f),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => v4.fmt(f),
+                None => {
+                    let s = v6.segments();
+                    write!(f, "{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+                }
+            },
+        }
     }
 }
 
@@ -125,7 +135,7 @@ pub fn network_bucket(ip: IpAddr) -> String {
             let s = v6.segments();
             format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
         }
-        _ => address_bucket(ip),
+        _ => address_bucket(ip).to_string(),
     }
 }
 
@@ -274,15 +284,18 @@ mod tests {
 
     #[test]
     fn ipv6_clients_share_a_bucket_per_64() {
-        let a = address_bucket("2001:db8:1:2:aaaa::1".parse().unwrap());
-        let b = address_bucket("2001:db8:1:2:ffff:1:2:3".parse().unwrap());
-        let c = address_bucket("2001:db8:1:3::1".parse().unwrap());
+        let a = address_bucket("2001:db8:1:2:aaaa::1".parse().unwrap()).to_string();
+        let b = address_bucket("2001:db8:1:2:ffff:1:2:3".parse().unwrap()).to_string();
+        let c = address_bucket("2001:db8:1:3::1".parse().unwrap()).to_string();
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(
-            address_bucket("::ffff:192.0.2.1".parse().unwrap()),
+            address_bucket("::ffff:192.0.2.1".parse().unwrap()).to_string(),
             "192.0.2.1"
         );
-        assert_eq!(address_bucket("192.0.2.1".parse().unwrap()), "192.0.2.1");
+        assert_eq!(
+            address_bucket("192.0.2.1".parse().unwrap()).to_string(),
+            "192.0.2.1"
+        );
     }
 }

@@ -8,27 +8,26 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use prometheus::{HistogramVec, IntCounterVec};
+use prometheus::IntCounterVec;
 use tracing::Instrument;
 
+use crate::per_thread_histogram::{PerThreadHistogramVec, ThreadSeries};
 use crate::{Layered, Result, Store, StoreError, StoreLayer};
 
 struct Metrics {
-    seconds: HistogramVec,
+    seconds: PerThreadHistogramVec,
     errors: IntCounterVec,
 }
 
 /// Registered in prometheus's default registry, which every process's `/metrics` serves.
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let seconds = HistogramVec::new(
-        prometheus::HistogramOpts::new(
-            "vigil_store_operation_seconds",
-            "Time of one store call, by operation.",
-        )
-        .buckets(vec![
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-        ]),
+    let seconds = PerThreadHistogramVec::new(
+        "vigil_store_operation_seconds",
+        "Time of one store call, by operation.",
         &["operation"],
+        vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        ],
     )
     .expect("a valid histogram");
     let errors = IntCounterVec::new(
@@ -68,10 +67,9 @@ fn kind(e: &StoreError) -> &'static str {
 type NameAt = (usize, usize);
 
 thread_local! {
-    /// Each worker thread's histogram per operation: looking the series up in the vector hashes
-    /// the label and takes the vector's lock, shared by every thread, on each of the two or more
-    /// store calls a request makes. The names are the port's method names, so it stays small.
-    static SECONDS: std::cell::RefCell<std::collections::HashMap<NameAt, prometheus::Histogram>> =
+    /// Each thread's series per operation (see `crate::per_thread_histogram`). The names are
+    /// the port's method names, so it stays small.
+    static SECONDS: std::cell::RefCell<std::collections::HashMap<NameAt, ThreadSeries>> =
         std::cell::RefCell::default();
 }
 
@@ -81,15 +79,12 @@ fn observe<T>(operation: &'static str, started: Instant, result: &Result<T>) {
         series
             .borrow_mut()
             .entry((operation.as_ptr() as usize, operation.len()))
-            .or_insert_with(|| METRICS.seconds.with_label_values(&[operation]))
+            .or_insert_with(|| METRICS.seconds.thread_series(&[operation]))
             .observe(elapsed)
     });
-    // A thread being torn down has no thread-locals left: look the series up directly.
+    // A thread being torn down has no thread-locals left: a series of its own, for this call.
     if cached.is_err() {
-        METRICS
-            .seconds
-            .with_label_values(&[operation])
-            .observe(elapsed);
+        METRICS.seconds.thread_series(&[operation]).observe(elapsed);
     }
     if let Err(e) = result {
         METRICS
