@@ -130,7 +130,10 @@ impl IntoResponse for ApiError {
         let mut response = Response::new(axum::body::Body::from(body));
         *response.status_mut() = status;
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, crate::body::JSON);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
