@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
+use store::per_thread_histogram::{PerThreadHistogramVec, ThreadSeries};
 
 /// Why a backend did not answer a check. The embedded backend always answers; a shared one may
 /// be unreachable or slow, which the caller may retry or, as [`Limiter`] does, fall back from.
@@ -339,21 +340,20 @@ impl LimiterBackend for RedisLimiter {
 }
 
 struct Metrics {
-    seconds: prometheus::HistogramVec,
+    /// Observed on every request by both cores: counted per thread (see the type).
+    seconds: PerThreadHistogramVec,
     errors: prometheus::IntCounterVec,
 }
 
 /// Registered in prometheus's default registry, which `/metrics` serves.
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let seconds = prometheus::HistogramVec::new(
-        prometheus::HistogramOpts::new(
-            "vigil_limiter_check_seconds",
-            "Time of one rate-limit check, by backend.",
-        )
-        .buckets(vec![
-            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05, 0.25,
-        ]),
+    let seconds = PerThreadHistogramVec::new(
+        "vigil_limiter_check_seconds",
+        "Time of one rate-limit check, by backend.",
         &["backend"],
+        vec![
+            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05, 0.25,
+        ],
     )
     .expect("a valid histogram");
     let errors = prometheus::IntCounterVec::new(
@@ -375,17 +375,34 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     Metrics { seconds, errors }
 });
 
+thread_local! {
+    /// Each thread's series per backend, by name.
+    static SECONDS: std::cell::RefCell<std::collections::HashMap<&'static str, ThreadSeries>> =
+        std::cell::RefCell::default();
+}
+
+fn observe(backend: &'static str, seconds: f64) {
+    let cached = SECONDS.try_with(|series| {
+        series
+            .borrow_mut()
+            .entry(backend)
+            .or_insert_with(|| METRICS.seconds.thread_series(&[backend]))
+            .observe(seconds)
+    });
+    // A thread being torn down has no thread-locals left: a series of its own, for this check.
+    if cached.is_err() {
+        METRICS.seconds.thread_series(&[backend]).observe(seconds);
+    }
+}
+
 /// Any limiter backend, with its checks' latency and failures measured.
 pub struct Instrumented<B> {
     backend: B,
-    /// The backend's series, looked up once rather than (label hash and lock) per check.
-    seconds: prometheus::Histogram,
 }
 
 impl<B: LimiterBackend> Instrumented<B> {
     pub fn new(backend: B) -> Self {
-        let seconds = METRICS.seconds.with_label_values(&[backend.name()]);
-        Instrumented { backend, seconds }
+        Instrumented { backend }
     }
 }
 
@@ -403,7 +420,7 @@ impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
     ) -> Result<RateDecision, LimiterError> {
         let started = std::time::Instant::now();
         let answer = self.backend.check(bucket, limit, window).await;
-        self.seconds.observe(started.elapsed().as_secs_f64());
+        observe(self.backend.name(), started.elapsed().as_secs_f64());
         if answer.is_err() {
             METRICS
                 .errors
