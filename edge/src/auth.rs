@@ -155,21 +155,17 @@ pub fn key_is_usable(
 /// a scraper at one address cannot use up the budget of the site's visitors at others. A secret key
 /// is one backend's, so it has one bucket.
 fn key_bucket(key: &ApiKeyRecord, client: ClientInfo) -> BucketName {
-    let mut name = BucketName::default();
     match key.key_type {
         KeyType::Publishable => {
-            name.spell(format_args!("key:{}:{}", key.id, address_bucket(client.ip)))
+            BucketName::of(format_args!("key:{}:{}", key.id, address_bucket(client.ip)))
         }
-        KeyType::Secret => name.spell(format_args!("key:{}", key.id)),
+        KeyType::Secret => BucketName::of(format_args!("key:{}", key.id)),
     }
-    name
 }
 
 /// The bucket of a request without a valid credential: its client address.
 pub fn anonymous_bucket(client: ClientInfo) -> BucketName {
-    let mut name = BucketName::default();
-    name.spell(format_args!("ip:{}", address_bucket(client.ip)));
-    name
+    BucketName::of(format_args!("ip:{}", address_bucket(client.ip)))
 }
 
 /// A limiter bucket's name, spelled on the stack: every request names one. The longest,
@@ -189,10 +185,12 @@ impl Default for BucketName {
 }
 
 impl BucketName {
-    fn spell(&mut self, name: std::fmt::Arguments<'_>) {
+    fn of(name: std::fmt::Arguments<'_>) -> Self {
+        let mut spelled = BucketName::default();
         // Cannot fail: every name fits (see the type's doc and its test).
-        let spelled = std::fmt::Write::write_fmt(self, name);
-        debug_assert!(spelled.is_ok(), "a bucket name longer than the type holds");
+        let whole = std::fmt::Write::write_fmt(&mut spelled, name);
+        debug_assert!(whole.is_ok(), "a bucket name longer than the type holds");
+        spelled
     }
 
     pub fn as_str(&self) -> &str {

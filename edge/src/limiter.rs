@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
-use store::per_thread_histogram::{PerThreadHistogramVec, ThreadSeries};
+use store::per_thread_histogram::PerThreadHistogramVec;
 
 /// Why a backend did not answer a check. The embedded backend always answers; a shared one may
 /// be unreachable or slow, which the caller may retry or, as [`Limiter`] does, fall back from.
@@ -375,26 +375,6 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     Metrics { seconds, errors }
 });
 
-thread_local! {
-    /// Each thread's series per backend, by name.
-    static SECONDS: std::cell::RefCell<std::collections::HashMap<&'static str, ThreadSeries>> =
-        std::cell::RefCell::default();
-}
-
-fn observe(backend: &'static str, seconds: f64) {
-    let cached = SECONDS.try_with(|series| {
-        series
-            .borrow_mut()
-            .entry(backend)
-            .or_insert_with(|| METRICS.seconds.thread_series(&[backend]))
-            .observe(seconds)
-    });
-    // A thread being torn down has no thread-locals left: a series of its own, for this check.
-    if cached.is_err() {
-        METRICS.seconds.thread_series(&[backend]).observe(seconds);
-    }
-}
-
 /// Any limiter backend, with its checks' latency and failures measured.
 pub struct Instrumented<B> {
     backend: B,
@@ -422,7 +402,9 @@ impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
     ) -> Result<RateDecision, LimiterError> {
         let started = std::time::Instant::now();
         let answer = self.backend.check(bucket, limit, window).await;
-        observe(self.backend.name(), started.elapsed().as_secs_f64());
+        METRICS
+            .seconds
+            .observe_named(self.backend.name(), started.elapsed().as_secs_f64());
         if answer.is_err() {
             METRICS
                 .errors

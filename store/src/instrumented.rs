@@ -11,7 +11,7 @@ use std::time::Instant;
 use prometheus::IntCounterVec;
 use tracing::Instrument;
 
-use crate::per_thread_histogram::{PerThreadHistogramVec, ThreadSeries};
+use crate::per_thread_histogram::PerThreadHistogramVec;
 use crate::{Layered, Result, Store, StoreError, StoreLayer};
 
 struct Metrics {
@@ -62,30 +62,10 @@ fn kind(e: &StoreError) -> &'static str {
     }
 }
 
-/// An operation's name by where it is and how long: two names at the same place with the same
-/// length are the same bytes, and comparing them costs no string comparison.
-type NameAt = (usize, usize);
-
-thread_local! {
-    /// Each thread's series per operation (see `crate::per_thread_histogram`). The names are
-    /// the port's method names, so it stays small.
-    static SECONDS: std::cell::RefCell<std::collections::HashMap<NameAt, ThreadSeries>> =
-        std::cell::RefCell::default();
-}
-
 fn observe<T>(operation: &'static str, started: Instant, result: &Result<T>) {
-    let elapsed = started.elapsed().as_secs_f64();
-    let cached = SECONDS.try_with(|series| {
-        series
-            .borrow_mut()
-            .entry((operation.as_ptr() as usize, operation.len()))
-            .or_insert_with(|| METRICS.seconds.thread_series(&[operation]))
-            .observe(elapsed)
-    });
-    // A thread being torn down has no thread-locals left: a series of its own, for this call.
-    if cached.is_err() {
-        METRICS.seconds.thread_series(&[operation]).observe(elapsed);
-    }
+    METRICS
+        .seconds
+        .observe_named(operation, started.elapsed().as_secs_f64());
     if let Err(e) = result {
         METRICS
             .errors

@@ -179,6 +179,29 @@ impl PerThreadHistogramVec {
         }
     }
 
+    /// Observes `seconds` in the calling thread's series of `name`, for a vector of one label
+    /// whose values are names fixed in code (an operation, a backend). Its series are kept in a
+    /// thread-local, found by where the vector and the name are: a name spelled at two places
+    /// gets two series, which a scrape adds up like any others.
+    pub fn observe_named(&self, name: &'static str, seconds: f64) {
+        let at = (
+            Arc::as_ptr(&self.inner) as usize,
+            name.as_ptr() as usize,
+            name.len(),
+        );
+        let cached = NAMED.try_with(|series| {
+            series
+                .borrow_mut()
+                .entry(at)
+                .or_insert_with(|| self.thread_series(&[name]))
+                .observe(seconds)
+        });
+        // A thread being torn down has no thread-locals left: a series of its own, for this one.
+        if cached.is_err() {
+            self.thread_series(&[name]).observe(seconds);
+        }
+    }
+
     /// Shows these label values' series from now on, at zero until observed: a series that
     /// appears only with its first observations hides them from `rate()`, which takes a new
     /// series' first sample as its start.
@@ -202,6 +225,12 @@ impl PerThreadHistogramVec {
         }
         totals
     }
+}
+
+thread_local! {
+    /// Each thread's series of `observe_named`, by where their vector and name are.
+    static NAMED: std::cell::RefCell<std::collections::HashMap<(usize, usize, usize), ThreadSeries>> =
+        std::cell::RefCell::default();
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -324,6 +353,24 @@ mod tests {
         let odd = &totals[&vec!["read".to_owned(), "odd".to_owned()]];
         assert_eq!(odd.count, 1001);
         assert_eq!(totals.values().map(|t| t.count).sum::<u64>(), 2001);
+    }
+
+    #[test]
+    fn named_series_are_kept_per_thread_and_add_up() {
+        let vec =
+            PerThreadHistogramVec::new("t_seconds", "A test.", &["op"], BOUNDS.to_vec()).unwrap();
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for _ in 0..3 {
+                        vec.observe_named("read", 0.5);
+                    }
+                    assert_eq!(NAMED.with(|n| n.borrow().len()), 1, "one series a thread");
+                });
+            }
+        });
+        let read = &vec.totals()[&vec!["read".to_owned()]];
+        assert_eq!((read.count, read.sum_nanos), (6, 3_000_000_000));
     }
 
     #[test]
