@@ -60,6 +60,11 @@ struct Figures {
     /// From sending a batch to its acknowledgement.
     ack_p50_ms: Option<f64>,
     ack_p99_ms: Option<f64>,
+    /// CPU time this process spent per accepted batch while streaming: the load generator's
+    /// and the server's (the bare handler's, or all of Vigil's: ingest, the log, the
+    /// processor). Steadier between runs than the throughput, so it shows small changes; the
+    /// ceiling's figure is the load generator's cost, to subtract.
+    cpu_us: f64,
     /// From sending a batch to its decision being stored.
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
@@ -156,10 +161,13 @@ async fn stream(
         }));
     }
     let started = Instant::now();
+    let cpu_before = vigil_tests::process_cpu_seconds();
     for t in tasks {
         t.await.unwrap();
     }
-    let per_sec = accepted.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    let cpu_used = vigil_tests::process_cpu_seconds() - cpu_before;
+    let batches = accepted.load(Ordering::Relaxed) as f64;
+    let per_sec = batches / started.elapsed().as_secs_f64();
     // Let the processor catch up with the timed batches.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut l = latencies.lock().await.clone();
@@ -168,6 +176,7 @@ async fn stream(
     a.sort_by(|x, y| x.partial_cmp(y).unwrap());
     Figures {
         per_sec,
+        cpu_us: cpu_used * 1e6 / batches.max(1.0),
         ack_p50_ms: percentile(&a, 0.5),
         ack_p99_ms: percentile(&a, 0.99),
         p50_ms: percentile(&l, 0.5),
@@ -204,9 +213,10 @@ fn ms(v: Option<f64>) -> String {
 
 fn print(name: &str, f: &Figures, ceiling: f64) {
     println!(
-        "{name:<44} {:>10.0} {:>7.0}% {:>9} {:>9} {:>9} {:>9}",
+        "{name:<44} {:>10.0} {:>7.0}% {:>8.1} {:>9} {:>9} {:>9} {:>9}",
         f.per_sec,
         100.0 * f.per_sec / ceiling,
+        f.cpu_us,
         ms(f.ack_p50_ms),
         ms(f.ack_p99_ms),
         ms(f.p50_ms),
@@ -238,7 +248,7 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         println!("collect batches of {} B plaintext, {n} sessions streaming, {seconds} s, loopback, 2 cores shared by client and server", interactions().len());
-        println!("{:<44} {:>10} {:>8} {:>9} {:>9} {:>9} {:>9}", "target", "batches/s", "ratio", "ack p50", "ack p99", "dec p50", "dec p99");
+        println!("{:<44} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9}", "target", "batches/s", "ratio", "CPU µs", "ack p50", "ack p99", "dec p50", "dec p99");
         let bare = bare_ceiling().await;
         let s = vigil(None).await;
         let sessions = open_sessions(&s, n).await;

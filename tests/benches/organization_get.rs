@@ -158,21 +158,6 @@ async fn bare_behind_connections(body: Vec<u8>) -> String {
     format!("http://{addr}")
 }
 
-/// CPU seconds this process (the servers under test) has used, user and system. Per request,
-/// it varies far less between runs than the throughput does, so it shows small changes.
-fn process_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // Linux reports these in USER_HZ, 100 a second whatever the kernel's own tick.
-    ticks / 100.0
-}
-
 fn main() {
     let seconds: u32 = std::env::var("VIGIL_BENCH_SECONDS")
         .ok()
@@ -210,9 +195,9 @@ fn main() {
         println!("GET /v1/organizations/{{id}}: {} B responses, wrk -t2 -c{connections} -d{seconds}s, loopback, 2 cores shared by server and wrk", body.len());
         let run = |url: String, key: Option<String>| {
             tokio::task::spawn_blocking(move || {
-                let before = process_cpu_seconds();
+                let before = vigil_tests::process_cpu_seconds();
                 let mut f = wrk(&url, key.as_deref(), seconds, connections);
-                let used = process_cpu_seconds() - before;
+                let used = vigil_tests::process_cpu_seconds() - before;
                 f.server_cpu_us = used * 1e6 / (f.requests_per_sec * f64::from(seconds));
                 f
             })

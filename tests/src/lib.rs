@@ -512,6 +512,27 @@ use admin_api as vigil_admin;
 
 /// The Redis the test command started (`VIGIL_TEST_REDIS_URL`). A suite that needs Redis fails
 /// without it; it never passes by skipping.
+/// CPU seconds this process has used, user and system: in a benchmark, every server under test
+/// and (for the in-process load generators) the client too. Per request it varies far less
+/// between runs than the throughput does, so it shows small changes.
+pub fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .expect("the command's name is closed")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields[i]
+            .parse::<f64>()
+            .expect("utime and stime are numbers")
+    };
+    let ticks = ticks(11) + ticks(12);
+    // Linux reports these in USER_HZ, 100 a second whatever the kernel's own tick.
+    ticks / 100.0
+}
+
 pub fn redis_url() -> String {
     std::env::var("VIGIL_TEST_REDIS_URL")
         .expect("VIGIL_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts redis-server")
