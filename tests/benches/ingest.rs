@@ -61,9 +61,9 @@ struct Figures {
     ack_p50_ms: Option<f64>,
     ack_p99_ms: Option<f64>,
     /// CPU time this process spent per accepted batch while streaming: the load generator's
-    /// and the server's (the bare handler's, or all of Vigil's: ingest, the log, the
-    /// processor). Steadier between runs than the throughput, so it shows small changes; the
-    /// ceiling's figure is the load generator's cost, to subtract.
+    /// and every server's in it (the bare handler, and Vigil whole: ingest, the log, the
+    /// processor, idle while the ceiling runs). Steadier between runs than the throughput, so it
+    /// shows small changes; the ceiling's figure is what Vigil's is compared with.
     cpu_us: f64,
     /// From sending a batch to its decision being stored.
     p50_ms: Option<f64>,

@@ -510,8 +510,6 @@ async fn admin_bootstrap(
 
 use admin_api as vigil_admin;
 
-/// The Redis the test command started (`VIGIL_TEST_REDIS_URL`). A suite that needs Redis fails
-/// without it; it never passes by skipping.
 /// CPU seconds this process has used, user and system: in a benchmark, every server under test
 /// and (for the in-process load generators) the client too. Per request it varies far less
 /// between runs than the throughput does, so it shows small changes.
@@ -533,6 +531,8 @@ pub fn process_cpu_seconds() -> f64 {
     ticks / 100.0
 }
 
+/// The Redis the test command started (`VIGIL_TEST_REDIS_URL`). A suite that needs Redis fails
+/// without it; it never passes by skipping.
 pub fn redis_url() -> String {
     std::env::var("VIGIL_TEST_REDIS_URL")
         .expect("VIGIL_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts redis-server")
