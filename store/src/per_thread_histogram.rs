@@ -29,7 +29,7 @@ pub struct PerThreadHistogramVec {
 
 struct Inner {
     desc: Desc,
-    bounds: Arc<[f64]>,
+    bounds: Box<[f64]>,
     /// The live threads' series.
     series: Mutex<Vec<Arc<Counts>>>,
     /// The counts of ended threads' series, by label values.
@@ -39,7 +39,6 @@ struct Inner {
 /// One thread's counts of one label set; only that thread writes them.
 struct Counts {
     labels: Vec<String>,
-    bounds: Arc<[f64]>,
     /// Observations at most each bound and above the one before it.
     buckets: Box<[AtomicU64]>,
     count: AtomicU64,
@@ -84,7 +83,7 @@ impl ThreadSeries {
         bump(&counts.count, 1);
         // `as` saturates: a negative or NaN time counts as none.
         bump(&counts.sum_nanos, (seconds * 1e9).round() as u64);
-        if let Some(i) = counts.bounds.iter().position(|bound| seconds <= *bound) {
+        if let Some(i) = self.vec.bounds.iter().position(|bound| seconds <= *bound) {
             bump(&counts.buckets[i], 1);
         }
     }
@@ -161,7 +160,6 @@ impl PerThreadHistogramVec {
         );
         let counts = Arc::new(Counts {
             labels: label_values.iter().map(|v| (*v).to_owned()).collect(),
-            bounds: self.inner.bounds.clone(),
             buckets: self
                 .inner
                 .bounds
@@ -207,7 +205,6 @@ impl PerThreadHistogramVec {
     /// series' first sample as its start.
     pub fn declare(&self, label_values: &[&str]) {
         let labels: Vec<String> = label_values.iter().map(|v| (*v).to_owned()).collect();
-        let _series = lock(&self.inner.series);
         lock(&self.inner.retired)
             .entry(labels)
             .or_insert_with(|| Totals {
