@@ -3,11 +3,14 @@
 //! them (`kafka://` + [`MockKafka::bootstrap_servers`]). Built with the `testsuite` feature
 //! only, so the binary never carries it.
 //!
-//! Two things differ from a real cluster (librdkafka marks the mock experimental):
+//! Three things differ from a real cluster (librdkafka marks the mock experimental):
 //! - it has no CreateTopics API, so [`LogBackend::create_topic`](crate::LogBackend::create_topic)
 //!   fails on a topic it does not know; make topics with [`MockKafka::create_topic`] first;
 //! - its handle is a raw pointer, neither `Send` nor `Sync`, so the cluster lives on a thread
-//!   of its own and this handle talks to it through a channel.
+//!   of its own and this handle talks to it through a channel;
+//! - it refuses every offset commit while a group is joining (a real broker accepts one of the
+//!   current generation), and under load a member whose SyncGroup arrives after the leader's is
+//!   refused and joins again, so a commit made between two joins can be dropped.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
