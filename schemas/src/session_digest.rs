@@ -6,9 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{Category, Decision};
+use crate::decision::{AutomationStatus, Category, DecisionStatus, Manipulation, Phase, Verdict};
 use crate::ids::{SessionId, VisitorId};
-use crate::session_view::SessionView;
+use crate::raw::RawJson;
+use crate::session_view::{ScreenView, SessionView, WebBotAuthOutcome};
 use crate::time::Timestamp;
 
 /// The categories of [`DecisionDigest::scores`], in order.
@@ -73,12 +74,14 @@ pub struct Request<'a> {
 
 impl SessionDigest {
     /// The digest of a session: its request, its latest decision, and the browser's screen and
-    /// the signed agent's outcome from the processor's state (`views`: the state's parts, read
-    /// in turn; the first with a member gives it).
-    pub fn of(request: Request<'_>, decision: Option<&Decision>, views: &[&SessionView]) -> Self {
-        let screen = views
-            .iter()
-            .find_map(|v| v.probes().and_then(|p| p.screen.as_ref()));
+    /// the signed agent's outcome from the processor's state (`parts`: what the state's parts
+    /// show, read in turn; the first with a member gives it).
+    pub fn of(
+        request: Request<'_>,
+        decision: Option<DecisionDigest>,
+        parts: &[StateDigest],
+    ) -> Self {
+        let screen = parts.iter().find_map(|p| p.screen);
         let side = |side: Option<f64>| {
             side.filter(|v| v.is_finite() && *v >= 0.0)
                 .map(|v| v as i64)
@@ -91,20 +94,106 @@ impl SessionDigest {
             url: request.url.to_owned(),
             user_agent: request.user_agent.to_owned(),
             ip_address: request.ip_address.to_owned(),
-            screen_width: screen.and_then(|s| side(s.width)),
-            screen_height: screen.and_then(|s| side(s.height)),
-            web_bot_auth: views
-                .iter()
-                .find_map(|v| v.context().and_then(|c| c.web_bot_auth))
-                .and_then(name),
-            decision: decision.map(DecisionDigest::of),
+            screen_width: screen.and_then(|[width, _]| side(width)),
+            screen_height: screen.and_then(|[_, height]| side(height)),
+            web_bot_auth: parts.iter().find_map(|p| p.web_bot_auth).and_then(name),
+            decision,
+        }
+    }
+}
+
+/// What the digest reads of one part of a session's state: a few bytes, so a store that saves
+/// a part unchanged can keep this beside the part's hash instead of reading the part again
+/// (the settled part, the probes and kept events, is most of a state).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StateDigest {
+    /// The probes' `screen` (width, height), when the part has one.
+    pub screen: Option<[Option<f64>; 2]>,
+    pub web_bot_auth: Option<WebBotAuthOutcome>,
+}
+
+impl StateDigest {
+    /// What `view` shows of the digest's members.
+    pub fn of(view: &SessionView) -> Self {
+        StateDigest {
+            screen: view
+                .probes()
+                .and_then(|p| p.screen.as_ref())
+                .map(|s| [s.width, s.height]),
+            web_bot_auth: view.context().and_then(|c| c.web_bot_auth),
+        }
+    }
+
+    /// The same as `of(&SessionView::of(part))`, but decoding only the members on the way to
+    /// the digest's: the rest are skipped rather than built into trees, which the whole view
+    /// does for every member it knows. A member on the way of an unexpected shape fails this
+    /// read, and the whole view is read instead, so both agree on any document.
+    pub fn read(part: &RawJson) -> Self {
+        #[derive(Deserialize)]
+        struct Part {
+            #[serde(default)]
+            observations: Option<Observations>,
+            #[serde(default)]
+            context: Option<Context>,
+        }
+        #[derive(Deserialize)]
+        struct Observations {
+            #[serde(default)]
+            probes: Option<Probes>,
+        }
+        #[derive(Deserialize)]
+        struct Probes {
+            #[serde(default, deserialize_with = "crate::raw::lenient")]
+            screen: Option<ScreenView>,
+        }
+        #[derive(Deserialize)]
+        struct Context {
+            #[serde(default, deserialize_with = "crate::raw::lenient")]
+            web_bot_auth: Option<WebBotAuthOutcome>,
+        }
+        match part.decode::<Part>() {
+            Ok(p) => StateDigest {
+                screen: p
+                    .observations
+                    .and_then(|o| o.probes)
+                    .and_then(|p| p.screen)
+                    .map(|s| [s.width, s.height]),
+                web_bot_auth: p.context.and_then(|c| c.web_bot_auth),
+            },
+            Err(_) => StateDigest::of(&SessionView::of(part)),
         }
     }
 }
 
 impl DecisionDigest {
-    fn of(d: &Decision) -> Self {
-        DecisionDigest {
+    /// The digest of a stored decision, read without decoding what it does not show: the whole
+    /// `Decision` keeps every member a newer writer added (`extra`), and gathering those made
+    /// the whole read several times this one. A document that the whole read refuses only in
+    /// members the digest does not show still gives its digest.
+    pub fn read(raw: &RawJson) -> Option<Self> {
+        #[derive(Deserialize)]
+        struct Shown {
+            automation_status: AutomationStatus,
+            decision_status: DecisionStatus,
+            evaluated_at: Timestamp,
+            manipulation: Option<Manipulation>,
+            phase: Phase,
+            risk_score: u8,
+            rule: String,
+            score_breakdown: Breakdown,
+            signals_fired: Vec<Fired>,
+            verdict: Verdict,
+        }
+        #[derive(Deserialize)]
+        struct Breakdown {
+            categories: std::collections::BTreeMap<Category, u8>,
+        }
+        #[derive(Deserialize)]
+        struct Fired {
+            signal: String,
+        }
+        let d: Shown = raw.decode().ok()?;
+        Some(DecisionDigest {
             decided_at_ms: d.evaluated_at.timestamp_millis(),
             automation_status: name(d.automation_status).unwrap_or_default(),
             verdict: name(d.verdict).unwrap_or_default(),
@@ -112,10 +201,10 @@ impl DecisionDigest {
             phase: name(d.phase).unwrap_or_default(),
             manipulation: d.manipulation.and_then(name),
             risk_score: d.risk_score,
-            rule: d.rule.clone(),
+            rule: d.rule,
             scores: CATEGORIES.map(|c| d.score_breakdown.categories.get(&c).copied()),
-            signals: d.signals_fired.iter().map(|s| s.slug.clone()).collect(),
-        }
+            signals: d.signals_fired.into_iter().map(|s| s.signal).collect(),
+        })
     }
 }
 
@@ -124,5 +213,109 @@ fn name(value: impl Serialize) -> Option<String> {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(s)) => Some(s),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The narrow read agrees with the whole view on documents of every shape a stored state
+    /// may take: members present, absent, null, of the wrong type, or named twice.
+    #[test]
+    fn the_narrow_read_agrees_with_the_whole_view() {
+        let screen = json!({"width": 1920.0, "height": 1080.0, "orientation": "landscape"});
+        let documents = [
+            json!({"observations": {"probes": {"screen": screen}}, "context": {"web_bot_auth": "verified"}}),
+            json!({"observations": {"probes": {"screen": {"width": "wide", "height": 800}}, "interaction_batches": 3}}),
+            json!({"observations": {"probes": {"screen": 7, "automation": {"webdriver": true}}}}),
+            json!({"observations": {"probes": null}, "context": {"web_bot_auth": "telepathic"}}),
+            json!({"observations": "none", "context": {"web_bot_auth": "absent"}}),
+            json!({"observations": {"probes": [1, 2]}, "context": []}),
+            json!({"observations": null, "context": null, "events": [{"t": 1}]}),
+            json!({"context": {"web_bot_auth": "invalid", "request": {"header_names": ["a"]}}}),
+            json!([1, 2, 3]),
+            json!("state"),
+            json!(null),
+            json!({}),
+        ];
+        let mut texts: Vec<String> = documents.iter().map(|d| d.to_string()).collect();
+        // Named twice: the whole view keeps the last; the narrow read refuses and defers to it.
+        texts.push(
+            r#"{"context": {"web_bot_auth": "verified"}, "context": {"web_bot_auth": "invalid"}}"#
+                .into(),
+        );
+        for text in texts {
+            let part = RawJson::parse(text.as_bytes()).unwrap();
+            assert_eq!(
+                StateDigest::read(&part),
+                StateDigest::of(&SessionView::of(&part)),
+                "{text}"
+            );
+        }
+        let part = RawJson::parse(documents[0].to_string().as_bytes()).unwrap();
+        assert_eq!(
+            StateDigest::read(&part),
+            StateDigest {
+                screen: Some([Some(1920.0), Some(1080.0)]),
+                web_bot_auth: Some(WebBotAuthOutcome::Verified),
+            },
+            "the check above compares members that are there"
+        );
+    }
+
+    /// A decision's digest reads what it shows, past every member it does not (a newer
+    /// writer's among them).
+    #[test]
+    fn a_decisions_digest_reads_only_what_it_shows() {
+        let mut decision = json!({
+            "automation_status": "automated",
+            "verdict": "bot",
+            "risk_score": 87,
+            "phase": "final",
+            "decision_status": "final",
+            "manipulation": "runtime_tampering",
+            "score_breakdown": {"categories": {"automation": 60, "integrity": 40, "consistency": 12}},
+            "highlights": [{"kind": "concerning", "sentence": "Automated.",
+                            "evidence": {"signal": "webdriver", "observed": true}}],
+            "signals_fired": [
+                {"signal": "webdriver", "category": "automation", "weight": 60, "observed": true},
+                {"signal": "tampered_natives", "category": "integrity", "weight": 40,
+                 "observed": {"functions": ["toString"]}, "first_seen_seq": 1},
+            ],
+            "rule": "automation_markers",
+            "event_id": crate::ids::DecisionId::generate(),
+            "evaluated_at": "2026-11-21T23:18:46.123Z",
+            "evaluation_duration_ms": 0.41,
+            "is_provisional": false,
+            "confidence": 0.93,
+        });
+        let read = |d: &serde_json::Value| DecisionDigest::read(&RawJson::encode(d).unwrap());
+        let digest = read(&decision).unwrap();
+        assert_eq!(
+            digest,
+            DecisionDigest {
+                decided_at_ms: 1_795_303_126_123,
+                automation_status: "automated".into(),
+                verdict: "bot".into(),
+                decision_status: "final".into(),
+                phase: "final".into(),
+                manipulation: Some("runtime_tampering".into()),
+                risk_score: 87,
+                rule: "automation_markers".into(),
+                scores: [Some(60), Some(40), None, None, Some(12)],
+                signals: vec!["webdriver".into(), "tampered_natives".into()],
+            }
+        );
+        decision["manipulation"] = serde_json::Value::Null;
+        assert_eq!(read(&decision).unwrap().manipulation, None);
+        decision["verdict"] = json!("maybe");
+        assert_eq!(
+            read(&decision),
+            None,
+            "a member it shows, of no known value"
+        );
+        assert_eq!(read(&json!({"verdict": "bot"})), None);
     }
 }

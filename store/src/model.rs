@@ -7,8 +7,7 @@ use schemas::ids::{KeyId, OrgId};
 pub use schemas::raw::RawJson;
 use schemas::resources::OrgStatus;
 use schemas::scope::Scope;
-use schemas::session_digest::SessionDigest;
-use schemas::session_view::SessionView;
+use schemas::session_digest::{DecisionDigest, SessionDigest, StateDigest};
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -226,13 +225,14 @@ impl SessionRecord {
     /// What the sessions export reads of this session (`schemas::session_digest`), kept beside
     /// its row; `settled` is the settled part of its state when a save gives it apart.
     pub fn digest(&self, settled: Option<&RawJson>) -> SessionDigest {
-        let state = SessionView::of(&self.state);
-        let settled = settled.map(SessionView::of);
-        let views: Vec<&SessionView> = settled.iter().chain([&state]).collect();
-        let decision = self
-            .latest_decision
-            .as_ref()
-            .and_then(|d| schemas::decision::Decision::from_raw(d).ok());
+        self.digest_with(settled.map(StateDigest::read))
+    }
+
+    /// [`Self::digest`] with what the settled part shows already read (a store that knows the
+    /// part is unchanged keeps it rather than reading the part again).
+    pub fn digest_with(&self, settled: Option<StateDigest>) -> SessionDigest {
+        let parts = [settled.unwrap_or_default(), StateDigest::read(&self.state)];
+        let decision = self.latest_decision.as_ref().and_then(DecisionDigest::read);
         SessionDigest::of(
             schemas::session_digest::Request {
                 session_id: self.id,
@@ -243,8 +243,8 @@ impl SessionRecord {
                 user_agent: &self.user_agent,
                 ip_address: &self.ip,
             },
-            decision.as_ref(),
-            &views,
+            decision,
+            &parts,
         )
     }
 

@@ -18,7 +18,7 @@ use fjall::{OwnedWriteBatch, Readable, Snapshot};
 use schemas::credential::Environment;
 use schemas::ids::{DecisionId, OrgId, SessionId};
 use schemas::raw::RawJson;
-use schemas::session_digest::SessionDigest;
+use schemas::session_digest::{SessionDigest, StateDigest};
 use schemas::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -128,10 +128,19 @@ pub(super) struct SessionMark {
     /// The newest decision, and the turn of the newest `session_decisions` row before it.
     newest: Option<Newest>,
     before: Option<DecisionTurn>,
-    /// The hash of the session's `session_settled` row (by the writer's [`RandomState`], so
-    /// no client can aim for a collision), if it has one: a save whose settled part hashes the
-    /// same does not write it again.
-    settled: Option<u64>,
+    /// The session's `session_settled` row, if it has one: a save whose settled part hashes the
+    /// same does not write it again, nor read it again for the session's digest.
+    settled: Option<SettledMark>,
+}
+
+/// What the writer keeps of a session's `session_settled` row.
+#[derive(Clone, Copy)]
+struct SettledMark {
+    /// By the writer's [`RandomState`], so no client can aim for a collision.
+    hash: u64,
+    /// What the part shows the digest; `None` until a save read it (a mark made from the
+    /// stored rows has not).
+    shows: Option<StateDigest>,
 }
 
 /// The columns of a stored `sessions` row that say where it sits in `sessions_idle`,
@@ -205,10 +214,20 @@ impl Inner {
         let settled = match &save.settled {
             Some(part) => {
                 let hash = hasher.hash_one(part.as_str().as_bytes());
-                if stored.as_ref().and_then(|s| s.settled) != Some(hash) {
+                let kept = stored
+                    .as_ref()
+                    .and_then(|s| s.settled)
+                    .filter(|s| s.hash == hash);
+                if kept.is_none() {
                     batch.insert(&self.session_settled, k, part.as_str());
                 }
-                Some(hash)
+                Some(SettledMark {
+                    hash,
+                    shows: Some(
+                        kept.and_then(|s| s.shows)
+                            .unwrap_or_else(|| StateDigest::read(part)),
+                    ),
+                })
             }
             None => {
                 if stored.as_ref().is_some_and(|s| s.settled.is_some()) {
@@ -325,7 +344,10 @@ impl Inner {
         batch.insert(
             &self.session_digests,
             k,
-            encode(SESSION_DIGESTS, &session.digest(save.settled.as_ref()))?,
+            encode(
+                SESSION_DIGESTS,
+                &session.digest_with(settled.and_then(|s| s.shows)),
+            )?,
         );
         self.add_events(batch, &save.events)?;
         Ok(known.then_some(SessionMark {
@@ -375,7 +397,10 @@ impl Inner {
             .session_settled
             .get(k)
             .map_err(unavailable)?
-            .map(|part| hasher.hash_one(&*part));
+            .map(|part| SettledMark {
+                hash: hasher.hash_one(&*part),
+                shows: None,
+            });
         Ok(Some(SessionMark {
             updated_at: place.updated_at,
             finalized: place.finalized,
@@ -941,6 +966,57 @@ mod tests {
         assert_eq!(
             store.list_decisions(org, env, sid, 10).await.unwrap(),
             vec![next, first]
+        );
+    }
+
+    /// The digest reads the settled part's screen whether the part changed, came again (its
+    /// reading is kept with the writer's mark), or came again to a store just opened (the mark
+    /// read from the rows has no reading yet).
+    #[tokio::test]
+    async fn the_digest_follows_the_settled_part_kept_or_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(None);
+        let (org, env) = (s.organization_id, s.environment);
+        let part = |width: u32| {
+            RawJson::encode(
+                &serde_json::json!({ "observations": { "probes": { "screen": { "width": width } } } }),
+            )
+            .unwrap()
+        };
+        let save = |settled: RawJson| SessionSave {
+            session: s.clone(),
+            decision: None,
+            events: Vec::new(),
+            settled: Some(settled),
+            fence: None,
+        };
+        async fn width(store: &EmbeddedStore, org: OrgId, env: Environment) -> Option<i64> {
+            let digests = store
+                .list_session_digests(org, env, None, None, 10)
+                .await
+                .unwrap();
+            assert_eq!(digests.len(), 1);
+            digests[0].screen_width
+        }
+        {
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            for settled in [390, 390, 412, 412] {
+                store.save_sessions(&[save(part(settled))]).await.unwrap();
+                assert_eq!(
+                    width(&store, org, env).await,
+                    Some(settled.into()),
+                    "after {settled}"
+                );
+            }
+        }
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.save_sessions(&[save(part(412))]).await.unwrap();
+        assert_eq!(width(&store, org, env).await, Some(412), "reopened");
+        store.save_sessions(&[save(part(360))]).await.unwrap();
+        assert_eq!(
+            width(&store, org, env).await,
+            Some(360),
+            "changed after reopening"
         );
     }
 
