@@ -247,7 +247,10 @@ impl Inner {
                 );
             }
         }
-        let verdict = session.verdict();
+        // The session's latest decision is nearly always the one saved with it: its turn is
+        // read once for both.
+        let latest_turn = session.latest_decision.as_ref().map(DecisionTurn::of);
+        let verdict = latest_turn.as_ref().and_then(|t| t.verdict.clone());
         let stored_verdict = stored.as_ref().and_then(|s| s.verdict.as_deref());
         if stored_verdict != verdict.as_deref()
             && let Some(old) = stored_verdict.and_then(|v| key::session_by_verdict(org, env, v, id))
@@ -318,7 +321,12 @@ impl Inner {
                 }
                 newest = Some(Newest {
                     id: d.id,
-                    turn: DecisionTurn::of(&d.decision),
+                    turn: match &latest_turn {
+                        Some(turn) if session.latest_decision.as_ref() == Some(&d.decision) => {
+                            turn.clone()
+                        }
+                        _ => DecisionTurn::of(&d.decision),
+                    },
                     in_row: false,
                 });
                 Some(newest_of(d, session))
