@@ -126,20 +126,21 @@ impl StateDigest {
 
     /// The same as `of(&SessionView::of(part))`, but decoding only the members on the way to
     /// the digest's: the rest are skipped rather than built into trees, which the whole view
-    /// does for every member it knows. A member on the way of an unexpected shape fails this
-    /// read, and the whole view is read instead, so both agree on any document.
+    /// does for every member it knows. A member on the way of an unexpected shape (not an
+    /// object, or named twice) fails this read, and the whole view is read instead, so both
+    /// agree on any document.
     pub fn read(part: &RawJson) -> Self {
         #[derive(Deserialize)]
         struct Part {
             #[serde(default)]
-            observations: Option<Observations>,
+            observations: Option<Object<Observations>>,
             #[serde(default)]
-            context: Option<Context>,
+            context: Option<Object<Context>>,
         }
         #[derive(Deserialize)]
         struct Observations {
             #[serde(default)]
-            probes: Option<Probes>,
+            probes: Option<Object<Probes>>,
         }
         #[derive(Deserialize)]
         struct Probes {
@@ -151,14 +152,14 @@ impl StateDigest {
             #[serde(default, deserialize_with = "crate::raw::lenient")]
             web_bot_auth: Option<WebBotAuthOutcome>,
         }
-        match part.decode::<Part>() {
-            Ok(p) => StateDigest {
+        match part.decode::<Object<Part>>() {
+            Ok(Object(p)) => StateDigest {
                 screen: p
                     .observations
-                    .and_then(|o| o.probes)
-                    .and_then(|p| p.screen)
+                    .and_then(|o| o.0.probes)
+                    .and_then(|p| p.0.screen)
                     .map(|s| [s.width, s.height]),
-                web_bot_auth: p.context.and_then(|c| c.web_bot_auth),
+                web_bot_auth: p.context.and_then(|c| c.0.web_bot_auth),
             },
             Err(_) => StateDigest::of(&SessionView::of(part)),
         }
@@ -169,7 +170,7 @@ impl DecisionDigest {
     /// The digest of a stored decision, read without decoding what it does not show: the whole
     /// `Decision` keeps every member a newer writer added (`extra`), and gathering those made
     /// the whole read several times this one. A document that the whole read refuses only in
-    /// members the digest does not show still gives its digest.
+    /// members the digest does not show (a highlight missing, say) still gives its digest.
     pub fn read(raw: &RawJson) -> Option<Self> {
         #[derive(Deserialize)]
         struct Shown {
@@ -180,8 +181,8 @@ impl DecisionDigest {
             phase: Phase,
             risk_score: u8,
             rule: String,
-            score_breakdown: Breakdown,
-            signals_fired: Vec<Fired>,
+            score_breakdown: Object<Breakdown>,
+            signals_fired: Vec<Object<Fired>>,
             verdict: Verdict,
         }
         #[derive(Deserialize)]
@@ -192,7 +193,7 @@ impl DecisionDigest {
         struct Fired {
             signal: String,
         }
-        let d: Shown = raw.decode().ok()?;
+        let Object(d) = raw.decode::<Object<Shown>>().ok()?;
         Some(DecisionDigest {
             decided_at_ms: d.evaluated_at.timestamp_millis(),
             automation_status: name(d.automation_status).unwrap_or_default(),
@@ -202,9 +203,32 @@ impl DecisionDigest {
             manipulation: d.manipulation.and_then(name),
             risk_score: d.risk_score,
             rule: d.rule,
-            scores: CATEGORIES.map(|c| d.score_breakdown.categories.get(&c).copied()),
-            signals: d.signals_fired.into_iter().map(|s| s.signal).collect(),
+            scores: CATEGORIES.map(|c| d.score_breakdown.0.categories.get(&c).copied()),
+            signals: d.signals_fired.into_iter().map(|s| s.0.signal).collect(),
         })
+    }
+}
+
+/// A struct read from a JSON object only. A derived struct also reads an array, its members by
+/// position, where the whole reads these narrow ones stand in for do not (a `Decision` takes its
+/// newer writer's members from a map; a lenient view's member at a position is another member).
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Members<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(Members(std::marker::PhantomData))
+            .map(Object)
     }
 }
 
@@ -233,6 +257,12 @@ mod tests {
             json!({"observations": {"probes": null}, "context": {"web_bot_auth": "telepathic"}}),
             json!({"observations": "none", "context": {"web_bot_auth": "absent"}}),
             json!({"observations": {"probes": [1, 2]}, "context": []}),
+            // Arrays where objects belong: a derived struct would read them by position.
+            json!({"context": ["verified"]}),
+            json!({"context": [{"header_names": ["a"]}, [], true, "verified"]}),
+            json!({"observations": {"probes": [{"width": 390}]}}),
+            json!({"observations": [{"screen": {"width": 390}}]}),
+            json!([{"probes": {"screen": {"width": 390}}}, {"web_bot_auth": "verified"}]),
             json!({"observations": null, "context": null, "events": [{"t": 1}]}),
             json!({"context": {"web_bot_auth": "invalid", "request": {"header_names": ["a"]}}}),
             json!([1, 2, 3]),
@@ -241,11 +271,14 @@ mod tests {
             json!({}),
         ];
         let mut texts: Vec<String> = documents.iter().map(|d| d.to_string()).collect();
-        // Named twice: the whole view keeps the last; the narrow read refuses and defers to it.
+        // Named twice: at the top the whole view refuses the document and reads as empty; within
+        // a member it keeps the last. The narrow read refuses both and defers to it.
         texts.push(
             r#"{"context": {"web_bot_auth": "verified"}, "context": {"web_bot_auth": "invalid"}}"#
                 .into(),
         );
+        texts
+            .push(r#"{"context": {"web_bot_auth": "verified", "web_bot_auth": "invalid"}}"#.into());
         for text in texts {
             let part = RawJson::parse(text.as_bytes()).unwrap();
             assert_eq!(
@@ -310,6 +343,18 @@ mod tests {
         );
         decision["manipulation"] = serde_json::Value::Null;
         assert_eq!(read(&decision).unwrap().manipulation, None);
+        // What the digest does not show need not be there.
+        decision.as_object_mut().unwrap().remove("highlights");
+        assert_eq!(read(&decision).unwrap().risk_score, 87);
+        // Its members by position are not a decision.
+        let by_position = json!([
+            "automated", "final", "2026-11-21T23:18:46.123Z", null, "final", 87,
+            "automation_markers", {"categories": {}}, [], "bot"
+        ]);
+        assert_eq!(read(&by_position), None);
+        let mut fired_by_position = decision.clone();
+        fired_by_position["signals_fired"] = json!([["webdriver"]]);
+        assert_eq!(read(&fired_by_position), None);
         decision["verdict"] = json!("maybe");
         assert_eq!(
             read(&decision),

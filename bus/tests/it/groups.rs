@@ -387,16 +387,20 @@ mod kafka {
                     (p, last.map(|o| o + 1))
                 })
                 .collect();
-            if committed(&cluster, &g, &topic, &revoked).await != resume {
+            let found = committed(&cluster, &g, &topic, &revoked).await;
+            // The group is fresh: a commit that did not land leaves nothing committed. Anything
+            // else than nothing or the processed positions is the bus's error, not the mock's.
+            if found.values().all(Option::is_none) {
                 eprintln!(
                     "round {round}: the commit did not land, the group was joining again; again with a fresh group"
                 );
                 assert!(
                     round < ROUNDS,
-                    "no round's commit landed in {ROUNDS} rounds"
+                    "no round's commit landed in {ROUNDS} rounds: was the member still holding the partitions?"
                 );
                 continue;
             }
+            assert_eq!(found, resume, "the group resumes after what was processed");
 
             drive(&mut [&mut a, &mut b], SETTLE, "the split", split).await;
             assert_eq!(b.partitions(), revoked, "`b` got what `a` gave up");
