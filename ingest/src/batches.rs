@@ -148,10 +148,10 @@ pub(crate) async fn accept(
     // Checked to be one JSON object of a known kind, then passed on as text: the processor
     // parses it straight into its typed batch.
     let observations = RawJson::parse(&plaintext).map_err(|_| invalid_batch())?;
-    let kind: Option<BatchKind> = observations.decode().ok();
-    if !kind.is_some_and(|k| matches!(k.kind.as_ref(), "probes" | "interactions")) {
-        return Err(invalid_batch());
-    }
+    let kind = match observations.decode::<BatchKind>() {
+        Ok(k) if matches!(k.kind.as_ref(), "probes" | "interactions") => k.kind.into_owned(),
+        _ => return Err(invalid_batch()),
+    };
 
     // A verified signature's nonce is spent in the store, so its replay to any ingest process
     // of a fleet reads invalid.
@@ -186,6 +186,7 @@ pub(crate) async fn accept(
             url: uri.to_string(),
             web_bot_auth,
         },
+        kind: Some(kind),
         observations,
     };
     let payload = serde_json::to_vec(&record).map_err(|e| ApiError::internal("batch record", e))?;

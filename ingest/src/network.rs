@@ -237,6 +237,7 @@ pub async fn append_server_record(
             url: String::new(),
             web_bot_auth: None,
         },
+        kind: None,
         observations: RawJson::encode(server_record)
             .map_err(|e| ApiError::internal("server record", e))?,
     };

@@ -34,7 +34,13 @@ impl Batch {
             kind: Option<std::borrow::Cow<'a, str>>,
         }
         let Kind { kind } = serde_json::from_slice(bytes)?;
-        match kind.as_deref() {
+        Self::of_kind(kind.as_deref(), bytes)
+    }
+
+    /// Parses a decrypted batch whose `kind` was read already (ingest carries it in the log's
+    /// record, [`schemas::collect::BatchRecord::kind`]).
+    pub fn of_kind(kind: Option<&str>, bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        match kind {
             Some("probes") => Ok(Batch::Probes(Box::new(serde_json::from_slice(bytes)?))),
             Some("interactions") => Ok(Batch::Interactions(serde_json::from_slice(bytes)?)),
             _ => Err(serde::de::Error::custom(

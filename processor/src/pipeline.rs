@@ -589,6 +589,16 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
     groups
 }
 
+/// The SDK batch a record carries: by the `kind` ingest read when the record says it, else from
+/// the batch itself.
+fn read_batch(record: &BatchRecord) -> Result<Batch, serde_json::Error> {
+    let text = record.observations.as_str().as_bytes();
+    match &record.kind {
+        Some(kind) => Batch::of_kind(Some(kind), text),
+        None => Batch::from_slice(text),
+    }
+}
+
 /// Publishes each save's events to the events log, then stores the saves in one write, retrying
 /// while the log or the store is unavailable. A save whose events or row can never be written
 /// has its records dead-lettered and the others still stored; the saves of partitions another
@@ -883,7 +893,7 @@ async fn fold<'a>(
                 });
                 continue;
             }
-            None => match Batch::from_slice(batch.observations.as_str().as_bytes()) {
+            None => match read_batch(batch) {
                 Ok(observed) => {
                     probes_batch = matches!(observed, Batch::Probes(_));
                     state.observations.record(observed);

@@ -62,6 +62,11 @@ pub struct BatchRecord {
     pub seq: u64,
     pub received_at: Timestamp,
     pub request: BatchRequest,
+    /// The SDK batch's `kind` (`probes` or `interactions`) as ingest read it, so the processor
+    /// does not read the batch a second time to find it. Absent on server-made records and on
+    /// records of builds before it was carried, whose batches the processor reads it from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// The decrypted batch, as the SDK sent it (its text, passed through unparsed).
     pub observations: crate::raw::RawJson,
 }

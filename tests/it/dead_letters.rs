@@ -166,6 +166,11 @@ async fn a_session_whose_stored_state_is_corrupt_is_dead_lettered_never_reset() 
         (poisoned.session_id.to_string(), poisoned.seq),
         (a.id.clone(), 2)
     );
+    assert_eq!(
+        poisoned.kind.as_deref(),
+        Some("probes"),
+        "ingest carries the batch's kind, so the processor does not read it again"
+    );
     decided(s.store(), other.org_id(), &b, 1).await;
     assert_eq!(dead_count(&s, DeadReason::CorruptRow).await, 1.0);
     assert_eq!(dead_count(&s, DeadReason::UnreadableRecord).await, 0.0);
@@ -242,6 +247,7 @@ async fn unreadable_records_are_dead_lettered_and_the_sessions_behind_them_decid
             url: "https://shop.example/".into(),
             web_bot_auth: None,
         },
+        kind: None,
         observations: RawJson::encode(&42).unwrap(),
     };
     log.append(

@@ -115,6 +115,7 @@ pub async fn sweep(pipeline: Pipeline, owned: Owned, shutdown: CancellationToken
                     url: String::new(),
                     web_bot_auth: None,
                 },
+                kind: None,
                 observations: match RawJson::encode(&ServerRecord::Idle {
                     idle_since: session.idle_since,
                 }) {

@@ -45,6 +45,7 @@ fn batch_of(org: OrgId, session: SessionId, seq: u64, observations: RawJson) -> 
             url: "https://example.test/".into(),
             web_bot_auth: None,
         },
+        kind: None,
         observations,
     };
     serde_json::to_vec(&record).unwrap()
