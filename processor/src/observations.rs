@@ -12,7 +12,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// One decrypted batch, told apart by its `kind` member (read by [`Batch::from_slice`]).
+/// One decrypted batch, told apart by its `kind` member (read by [`Batch::from_slice`], or
+/// carried beside it in the log's record and given to [`Batch::of_kind`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Batch {
@@ -38,7 +39,8 @@ impl Batch {
     }
 
     /// Parses a decrypted batch whose `kind` was read already (ingest carries it in the log's
-    /// record, [`schemas::collect::BatchRecord::kind`]).
+    /// record, [`schemas::collect::BatchRecord::kind`]). The kind is trusted, not checked
+    /// against the batch's own: ingest read it from the same text.
     pub fn of_kind(kind: Option<&str>, bytes: &[u8]) -> Result<Self, serde_json::Error> {
         match kind {
             Some("probes") => Ok(Batch::Probes(Box::new(serde_json::from_slice(bytes)?))),
@@ -1014,6 +1016,25 @@ mod tests {
         };
         assert_eq!(interactions.events.len(), 2);
         assert_eq!(interactions.events[1].kind, Some(EventKind::Other));
+    }
+
+    /// A batch read with the kind its record carries is the batch read from itself, and a kind
+    /// this build does not know is refused either way.
+    #[test]
+    fn a_carried_kind_reads_the_batch_as_its_own_does() {
+        let texts = [
+            r#"{"kind": "probes", "collected_in_ms": 2, "automation": {"webdriver": true}}"#,
+            r#"{"kind": "interactions", "events": [{"t": 1, "type": "pointermove", "x": 3}]}"#,
+        ];
+        for (text, kind) in texts.iter().zip(["probes", "interactions"]) {
+            assert_eq!(
+                Batch::of_kind(Some(kind), text.as_bytes()).unwrap(),
+                Batch::from_slice(text.as_bytes()).unwrap(),
+                "{text}"
+            );
+        }
+        assert!(Batch::of_kind(Some("telemetry"), texts[0].as_bytes()).is_err());
+        assert!(Batch::of_kind(None, texts[0].as_bytes()).is_err());
     }
 
     #[test]
