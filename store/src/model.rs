@@ -250,9 +250,12 @@ impl SessionRecord {
 
     /// The verdict of the latest decision, which `sessions_by_verdict` indexes the session under.
     pub fn verdict(&self) -> Option<String> {
-        self.latest_decision
-            .as_ref()
-            .and_then(|d| DecisionTurn::of(d).verdict)
+        self.latest_turn().and_then(|t| t.verdict)
+    }
+
+    /// The phase and verdict of the latest decision.
+    pub fn latest_turn(&self) -> Option<DecisionTurn> {
+        self.latest_decision.as_ref().map(DecisionTurn::of)
     }
 }
 

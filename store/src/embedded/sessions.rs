@@ -249,7 +249,7 @@ impl Inner {
         }
         // The session's latest decision is nearly always the one saved with it: its turn is
         // read once for both.
-        let latest_turn = session.latest_decision.as_ref().map(DecisionTurn::of);
+        let latest_turn = session.latest_turn();
         let verdict = latest_turn.as_ref().and_then(|t| t.verdict.clone());
         let stored_verdict = stored.as_ref().and_then(|s| s.verdict.as_deref());
         if stored_verdict != verdict.as_deref()
