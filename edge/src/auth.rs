@@ -21,7 +21,7 @@ use schemas::ids::KeyId;
 use schemas::resources::OrgStatus;
 use schemas::time::Timestamp;
 use schemas::{ErrorCode, Scope};
-use store::{ApiKeyRecord, CredentialHash, OrganizationRecord, Store};
+use store::{ApiKeyRecord, CredentialHash, KeyAndOrganization, OrganizationRecord, Store};
 
 use crate::error::ApiError;
 use crate::limiter::{Limiter, RateDecision};
@@ -87,8 +87,9 @@ const LAST_USED_INTERVAL: Duration = Duration::seconds(60);
 /// The caller of a request that presented a valid key.
 #[derive(Debug, Clone)]
 pub struct AuthContext {
-    pub key: ApiKeyRecord,
-    pub organization: OrganizationRecord,
+    // Shared with the store's cache rather than copied for every request.
+    pub key: Arc<ApiKeyRecord>,
+    pub organization: Arc<OrganizationRecord>,
     pub credential_hash: CredentialHash,
     pub client: ClientInfo,
 }
@@ -397,9 +398,11 @@ async fn resolve(
     let credential = Credential::parse(token)
         .ok_or_else(|| Refusal::Anonymous(invalid("the credential is not a valid Vigil key")))?;
     let hash = auth.secret.hash_credential(&credential);
-    let key = auth
+    // The key and its organization in one read: the organization is checked only once the key
+    // is counted (`admit`).
+    let KeyAndOrganization { key, organization } = auth
         .store
-        .find_api_key_by_hash(&hash)
+        .find_key_and_organization(&hash)
         .await
         .map_err(|e| Refusal::Keyed(e.into()))?
         .ok_or_else(|| Refusal::Anonymous(invalid("unknown credential")))?;
@@ -428,13 +431,15 @@ async fn resolve(
     if !decision.allowed {
         return Ok((Err(rate_limited(&decision, "key")), decision));
     }
-    Ok((admit(auth, key, hash, parts, client, now).await, decision))
+    let admitted = admit(auth, key, organization, hash, parts, client, now);
+    Ok((admitted, decision))
 }
 
 /// Checks that apply to a counted key before any route sees the request.
-async fn admit(
+fn admit(
     auth: &Authenticator,
-    key: ApiKeyRecord,
+    key: Arc<ApiKeyRecord>,
+    organization: Option<Arc<OrganizationRecord>>,
     credential_hash: CredentialHash,
     parts: &Parts,
     client: ClientInfo,
@@ -446,11 +451,8 @@ async fn admit(
             "live keys are accepted over TLS only",
         ));
     }
-    let organization = auth
-        .store
-        .get_organization(key.organization_id)
-        .await?
-        .ok_or_else(|| invalid("the key's organization no longer exists"))?;
+    let organization =
+        organization.ok_or_else(|| invalid("the key's organization no longer exists"))?;
     if organization.status == OrgStatus::Suspended && key.key_type == KeyType::Publishable {
         return Err(ApiError::new(
             ErrorCode::OrganizationSuspended,

@@ -51,6 +51,16 @@ pub struct ApiKeyRecord {
     pub replaced_by: Option<KeyId>,
 }
 
+/// A key and its organization as authentication reads them on every request
+/// (`find_key_and_organization`): shared, so a backend that caches the rows hands out its cached
+/// copies rather than cloning each of their strings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyAndOrganization {
+    pub key: std::sync::Arc<ApiKeyRecord>,
+    /// `None` once the key's organization no longer exists.
+    pub organization: Option<std::sync::Arc<OrganizationRecord>>,
+}
+
 /// `idempotency_records`, partition key `(credential_hash, idempotency_key)`, TTL 24 h.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {

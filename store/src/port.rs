@@ -33,8 +33,9 @@ use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, CredentialHash,
     DecisionRecord, EventRecord, GateAccountRecord, GatePoll, GateServiceRecord, GateServiceWrite,
     GateSessionRecord, GateSessionStatus, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
-    IdleSession, OrganizationRecord, PartitionFence, SessionRecord, SessionSave, VisitorAnchors,
-    VisitorOrder, VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
+    IdleSession, KeyAndOrganization, OrganizationRecord, PartitionFence, SessionRecord,
+    SessionSave, VisitorAnchors, VisitorOrder, VisitorRecord, WebhookDeliveryRecord,
+    WebhookEndpointRecord,
 };
 
 /// The store every role shares.
@@ -180,6 +181,13 @@ store_port! {
         /// Where a key lives, from its id alone (the operator CLI has no organization to hand).
         async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>>;
         async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>>;
+        /// What authentication reads on every request (`edge::auth`): the key `hash` names and
+        /// its organization, in one call; `None` for an unknown hash. The same rows as
+        /// `find_api_key_by_hash` and `get_organization` answer.
+        async fn find_key_and_organization(
+            &self,
+            hash: &CredentialHash,
+        ) -> Result<Option<KeyAndOrganization>>;
         /// Keys of one organization and environment, newest first, strictly after `after` when given.
         async fn list_api_keys(
             &self,
@@ -706,4 +714,20 @@ store_port! {
             budget: usize,
         ) -> Result<bool>;
     }
+}
+
+/// `find_key_and_organization` as its two reads, for a backend that keeps no joint copy of them
+/// (each read may still come from that backend's own cache).
+pub(crate) async fn key_then_organization<S: OrganizationStore + ?Sized>(
+    store: &S,
+    hash: &CredentialHash,
+) -> Result<Option<KeyAndOrganization>> {
+    let Some(key) = store.find_api_key_by_hash(hash).await? else {
+        return Ok(None);
+    };
+    let organization = store.get_organization(key.organization_id).await?;
+    Ok(Some(KeyAndOrganization {
+        key: std::sync::Arc::new(key),
+        organization: organization.map(std::sync::Arc::new),
+    }))
 }

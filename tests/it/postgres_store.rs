@@ -64,7 +64,7 @@ async fn a_session_is_scored_read_and_listed_on_postgresql() {
     let metrics = s.get("/metrics").send().await;
     let metrics = metrics.body.as_str().unwrap_or_default().to_owned();
     for sample in [
-        "vigil_store_operation_seconds_count{operation=\"find_api_key_by_hash\"}",
+        "vigil_store_operation_seconds_count{operation=\"find_key_and_organization\"}",
         "vigil_store_operation_seconds_count{operation=\"save_sessions\"}",
         "vigil_store_operation_seconds_count{operation=\"get_session\"}",
         "vigil_log_operation_seconds_count{operation=\"append\"}",

@@ -435,6 +435,14 @@ async fn assert_no_key(store: &Store, key: &ApiKeyRecord, what: &str) {
         None,
         "{what}: the hash lookup row was written"
     );
+    assert_eq!(
+        store
+            .find_key_and_organization(&key.key_hash)
+            .await
+            .unwrap(),
+        None,
+        "{what}: authentication's read found a key"
+    );
 }
 
 /// Asserts that the stored row of `key` (by primary key and by hash) is `expected`.
@@ -456,6 +464,27 @@ async fn assert_stored(store: &Store, expected: &ApiKeyRecord, what: &str) {
             .as_ref(),
         Some(expected),
         "{what} (by hash)"
+    );
+    assert_authenticates_as(store, expected, what).await;
+}
+
+/// Asserts that authentication's read of `key`'s hash answers `key` and the organization that
+/// `get_organization` answers for it (`None` when it was never made).
+async fn assert_authenticates_as(store: &Store, key: &ApiKeyRecord, what: &str) {
+    let found = store
+        .find_key_and_organization(&key.key_hash)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: authentication's read found no key"));
+    assert_eq!(*found.key, *key, "{what} (authentication's read)");
+    assert_eq!(
+        found.organization.as_deref(),
+        store
+            .get_organization(key.organization_id)
+            .await
+            .unwrap()
+            .as_ref(),
+        "{what} (authentication's read of the organization)"
     );
 }
 

@@ -525,14 +525,19 @@ pub async fn concurrent_organization_with_keys_creates_with_one_hash_have_one_wi
     );
 }
 
-/// Every write of an organization is seen by the next read, by id and by slug, even with the
-/// old row just read (twice).
+/// Every write of an organization is seen by the next read, by id, by slug and through a key of
+/// it, even with the old row just read (twice).
 pub async fn organization_reads_follow_every_write(store: Store) {
     let org = organization("reads-follow");
     // An unknown id first: a backend must not remember that it was unknown.
     assert_eq!(store.get_organization(org.id).await.unwrap(), None);
+    // A key of it, made first: authentication's read finds the key and no organization, and
+    // must not remember that either.
+    let holder = api_key(org.id, Environment::Live, KeyId::generate());
+    store.create_api_key(&holder).await.unwrap();
+    assert_authenticates_as(&store, &holder, "before the organization is made").await;
     store.create_organization(&org).await.unwrap();
-    assert_organization_twice(&store, &org, "after the create").await;
+    assert_organization_twice(&store, &org, &holder, "after the create").await;
 
     let renamed = OrganizationRecord {
         name: "Renamed".into(),
@@ -540,7 +545,7 @@ pub async fn organization_reads_follow_every_write(store: Store) {
         ..org.clone()
     };
     store.update_organization(&renamed).await.unwrap();
-    assert_organization_twice(&store, &renamed, "after a rename").await;
+    assert_organization_twice(&store, &renamed, &holder, "after a rename").await;
 
     let suspended = OrganizationRecord {
         status: OrgStatus::Suspended,
@@ -548,7 +553,7 @@ pub async fn organization_reads_follow_every_write(store: Store) {
         ..renamed
     };
     store.update_organization(&suspended).await.unwrap();
-    assert_organization_twice(&store, &suspended, "after a suspension").await;
+    assert_organization_twice(&store, &suspended, &holder, "after a suspension").await;
 
     let reactivated = OrganizationRecord {
         status: OrgStatus::Active,
@@ -556,11 +561,26 @@ pub async fn organization_reads_follow_every_write(store: Store) {
         ..suspended
     };
     store.update_organization(&reactivated).await.unwrap();
-    assert_organization_twice(&store, &reactivated, "after a reactivation").await;
+    assert_organization_twice(&store, &reactivated, &holder, "after a reactivation").await;
 }
 
-async fn assert_organization_twice(store: &Store, expected: &OrganizationRecord, what: &str) {
+async fn assert_organization_twice(
+    store: &Store,
+    expected: &OrganizationRecord,
+    holder: &ApiKeyRecord,
+    what: &str,
+) {
     for read in ["", ", read again"] {
+        let authenticated = store
+            .find_key_and_organization(&holder.key_hash)
+            .await
+            .unwrap()
+            .expect("the holder's key exists");
+        assert_eq!(
+            authenticated.organization.as_deref(),
+            Some(expected),
+            "{what}{read} (authentication's read)"
+        );
         assert_eq!(
             store.get_organization(expected.id).await.unwrap().as_ref(),
             Some(expected),

@@ -22,8 +22,9 @@
 //! `purge_expired` finds expired rows by reading the queue's oldest keys, a bounded step at a time,
 //! never a whole table.
 //!
-//! The authentication hot path's reads (`find_api_key_by_hash`, `get_organization`) are served
-//! from an exact cache of decoded rows (`row_cache`), which every write of those tables
+//! The authentication hot path's reads (`find_key_and_organization`, and the
+//! `find_api_key_by_hash` and `get_organization` it is made of) are served from an exact cache of
+//! decoded rows (`row_cache`), which every write of those tables
 //! invalidates around its commit. It is exact only because this process is the directory's
 //! sole writer; see `row_cache` for why, and for the protocol that keeps a racing reader from
 //! caching a row the write replaced.

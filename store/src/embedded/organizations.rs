@@ -16,7 +16,8 @@ use super::{
     ORGANIZATIONS_BY_SLUG, decode, decode_row, encode, key, unavailable,
 };
 use crate::{
-    ApiKeyRecord, CredentialHash, OrganizationRecord, OrganizationStore, Result, StoreError,
+    ApiKeyRecord, CredentialHash, KeyAndOrganization, OrganizationRecord, OrganizationStore,
+    Result, StoreError,
 };
 
 /// `organizations_by_slug`: the claim of one slug.
@@ -305,6 +306,19 @@ impl OrganizationStore for EmbeddedStore {
                 detail: format!("credential hash names missing api key {}", at.id),
             }),
         }
+    }
+
+    /// Both rows from the cache under one hold of its lock when both are there (a consistent
+    /// pair: the cache is exact, `row_cache.rs`), else read as `find_api_key_by_hash` and
+    /// `get_organization` read them, which fills the cache.
+    async fn find_key_and_organization(
+        &self,
+        hash: &CredentialHash,
+    ) -> Result<Option<KeyAndOrganization>> {
+        if let Some(both) = self.inner.cache.key_and_organization(hash) {
+            return Ok(Some(both));
+        }
+        crate::port::key_then_organization(self, hash).await
     }
 
     async fn list_api_keys(

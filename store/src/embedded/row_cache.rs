@@ -1,7 +1,8 @@
 //! An exact in-memory cache of the decoded rows the hot paths read on every request: api keys
 //! by credential hash (`find_api_key_by_hash`) and organizations by id (`get_organization`),
-//! which authentication reads, and collect sessions by id, which ingest changes for every batch
-//! (its batch counter) and the processor reads for every fold (its pings).
+//! which authentication reads (both at once, `find_key_and_organization`), and collect sessions
+//! by id, which ingest changes for every batch (its batch counter) and the processor reads for
+//! every fold (its pings).
 //!
 //! Exact, never stale, and only because this is the embedded backend: the store directory is
 //! owned by one process (fjall locks it), so every write of these rows passes through this
@@ -34,7 +35,9 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use schemas::ids::{OrgId, SessionId};
 
-use crate::{ApiKeyRecord, CollectSessionRecord, CredentialHash, OrganizationRecord};
+use crate::{
+    ApiKeyRecord, CollectSessionRecord, CredentialHash, KeyAndOrganization, OrganizationRecord,
+};
 
 /// The most entries the api keys or the organizations map holds; a fill into a full map clears
 /// it first.
@@ -123,6 +126,19 @@ impl RowCache {
                 row,
             );
         }
+    }
+
+    /// The cached key of `hash` and its cached organization, taken under one hold of the lock,
+    /// so they are the rows fjall holds at one instant; `None` unless both are cached. Shared,
+    /// not cloned: authentication reads them on every request.
+    pub fn key_and_organization(&self, hash: &CredentialHash) -> Option<KeyAndOrganization> {
+        let state = self.read_state();
+        let key = state.api_keys.get(hash)?;
+        let organization = state.organizations.get(&key.organization_id)?;
+        Some(KeyAndOrganization {
+            key: Arc::clone(key),
+            organization: Some(Arc::clone(organization)),
+        })
     }
 
     pub fn organization(&self, id: OrgId) -> Lookup<OrganizationRecord> {

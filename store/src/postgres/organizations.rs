@@ -12,7 +12,9 @@ use super::{
     PostgresStore, db_error, decode, decode_opt, env_code, execute, json, owned_page, owned_row,
     row, ulid_bytes,
 };
-use crate::{ApiKeyRecord, CredentialHash, OrganizationRecord, OrganizationStore, Result};
+use crate::{
+    ApiKeyRecord, CredentialHash, KeyAndOrganization, OrganizationRecord, OrganizationStore, Result,
+};
 
 const ORGANIZATIONS: &str = "organizations";
 const API_KEYS: &str = "api_keys";
@@ -200,6 +202,14 @@ impl OrganizationStore for PostgresStore {
             self.credentials.keep_key(*hash, key, epoch);
         }
         Ok(key)
+    }
+
+    /// The two reads, each served from the credential cache while it listens.
+    async fn find_key_and_organization(
+        &self,
+        hash: &CredentialHash,
+    ) -> Result<Option<KeyAndOrganization>> {
+        crate::port::key_then_organization(self, hash).await
     }
 
     async fn list_api_keys(

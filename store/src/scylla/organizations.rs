@@ -12,7 +12,8 @@ use scylla::value::CqlValue;
 
 use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, env_of, env_text, errors, rows_of};
 use crate::{
-    ApiKeyRecord, CredentialHash, OrganizationRecord, OrganizationStore, Result, StoreError,
+    ApiKeyRecord, CredentialHash, KeyAndOrganization, OrganizationRecord, OrganizationStore,
+    Result, StoreError,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -409,6 +410,13 @@ impl OrganizationStore for ScyllaStore {
             .get_api_key(org, env, id)
             .await?
             .filter(|key| key.key_hash == *hash))
+    }
+
+    async fn find_key_and_organization(
+        &self,
+        hash: &CredentialHash,
+    ) -> Result<Option<KeyAndOrganization>> {
+        crate::port::key_then_organization(self, hash).await
     }
 
     async fn list_api_keys(
