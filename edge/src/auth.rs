@@ -87,7 +87,7 @@ const LAST_USED_INTERVAL: Duration = Duration::seconds(60);
 /// The caller of a request that presented a valid key.
 #[derive(Debug, Clone)]
 pub struct AuthContext {
-    // Shared with the store's cache rather than copied for every request.
+    // Shared (with the embedded store's row cache, on a hit) rather than copied per request.
     pub key: Arc<ApiKeyRecord>,
     pub organization: Arc<OrganizationRecord>,
     pub credential_hash: CredentialHash,
@@ -398,8 +398,8 @@ async fn resolve(
     let credential = Credential::parse(token)
         .ok_or_else(|| Refusal::Anonymous(invalid("the credential is not a valid Vigil key")))?;
     let hash = auth.secret.hash_credential(&credential);
-    // The key and its organization in one read: the organization is checked only once the key
-    // is counted (`admit`).
+    // The key, with its organization when the store holds both at hand; the organization is
+    // checked, and read if the store left it out, only once the key is counted (`admit`).
     let KeyAndOrganization { key, organization } = auth
         .store
         .find_key_and_organization(&hash)
@@ -431,12 +431,12 @@ async fn resolve(
     if !decision.allowed {
         return Ok((Err(rate_limited(&decision, "key")), decision));
     }
-    let admitted = admit(auth, key, organization, hash, parts, client, now);
+    let admitted = admit(auth, key, organization, hash, parts, client, now).await;
     Ok((admitted, decision))
 }
 
 /// Checks that apply to a counted key before any route sees the request.
-fn admit(
+async fn admit(
     auth: &Authenticator,
     key: Arc<ApiKeyRecord>,
     organization: Option<Arc<OrganizationRecord>>,
@@ -451,8 +451,15 @@ fn admit(
             "live keys are accepted over TLS only",
         ));
     }
-    let organization =
-        organization.ok_or_else(|| invalid("the key's organization no longer exists"))?;
+    let organization = match organization {
+        Some(organization) => organization,
+        None => Arc::new(
+            auth.store
+                .get_organization(key.organization_id)
+                .await?
+                .ok_or_else(|| invalid("the key's organization no longer exists"))?,
+        ),
+    };
     if organization.status == OrgStatus::Suspended && key.key_type == KeyType::Publishable {
         return Err(ApiError::new(
             ErrorCode::OrganizationSuspended,

@@ -51,13 +51,14 @@ pub struct ApiKeyRecord {
     pub replaced_by: Option<KeyId>,
 }
 
-/// A key and its organization as authentication reads them on every request
-/// (`find_key_and_organization`): shared, so a backend that caches the rows hands out its cached
-/// copies rather than cloning each of their strings.
+/// A key as authentication reads it on every request (`find_key_and_organization`), with its
+/// organization when the backend holds both at hand: the embedded store's row cache hands out
+/// shared copies of the two rows rather than cloning each of their strings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyAndOrganization {
     pub key: std::sync::Arc<ApiKeyRecord>,
-    /// `None` once the key's organization no longer exists.
+    /// The key's organization as stored, when it was read with the key at no cost of its own;
+    /// `None` when it was not read (the caller reads it with `get_organization` when it needs it).
     pub organization: Option<std::sync::Arc<OrganizationRecord>>,
 }
 

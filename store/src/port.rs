@@ -181,9 +181,11 @@ store_port! {
         /// Where a key lives, from its id alone (the operator CLI has no organization to hand).
         async fn locate_api_key(&self, id: KeyId) -> Result<Option<(OrgId, Environment)>>;
         async fn find_api_key_by_hash(&self, hash: &CredentialHash) -> Result<Option<ApiKeyRecord>>;
-        /// What authentication reads on every request (`edge::auth`): the key `hash` names and
-        /// its organization, in one call; `None` for an unknown hash. The same rows as
-        /// `find_api_key_by_hash` and `get_organization` answer.
+        /// What authentication reads on every request (`edge::auth`): the key `hash` names, as
+        /// `find_api_key_by_hash` answers it, with its organization as `get_organization`
+        /// answers it when the backend holds both at hand (a cache of both); `None` for an
+        /// unknown hash. A backend that would need a read of its own for the organization leaves
+        /// it out, so refused requests never pay for it.
         async fn find_key_and_organization(
             &self,
             hash: &CredentialHash,
@@ -716,18 +718,17 @@ store_port! {
     }
 }
 
-/// `find_key_and_organization` as its two reads, for a backend that keeps no joint copy of them
-/// (each read may still come from that backend's own cache).
-pub(crate) async fn key_then_organization<S: OrganizationStore + ?Sized>(
+/// `find_key_and_organization` as `find_api_key_by_hash`, with the organization left unread: for
+/// a backend that holds no joint copy of the two.
+pub(crate) async fn key_alone<S: OrganizationStore + ?Sized>(
     store: &S,
     hash: &CredentialHash,
 ) -> Result<Option<KeyAndOrganization>> {
-    let Some(key) = store.find_api_key_by_hash(hash).await? else {
-        return Ok(None);
-    };
-    let organization = store.get_organization(key.organization_id).await?;
-    Ok(Some(KeyAndOrganization {
-        key: std::sync::Arc::new(key),
-        organization: organization.map(std::sync::Arc::new),
-    }))
+    Ok(store
+        .find_api_key_by_hash(hash)
+        .await?
+        .map(|key| KeyAndOrganization {
+            key: std::sync::Arc::new(key),
+            organization: None,
+        }))
 }

@@ -888,7 +888,11 @@ pub async fn api_key_touch_changes_only_last_used_at(store: Store) {
 /// Every write of a key is seen by the next read, by hash and by primary key, even with the old
 /// row just read (and read twice, so a cache has served it).
 pub async fn api_key_reads_follow_every_write(store: Store) {
-    let org = OrgId::generate();
+    // Its organization exists, so a backend that reads a key with its organization (the embedded
+    // store's row cache, once it holds both) serves the key from there too.
+    let organization_row = organization("key-reads-follow");
+    store.create_organization(&organization_row).await.unwrap();
+    let org = organization_row.id;
     let env = Environment::Live;
     let key = api_key(org, env, KeyId::generate());
     // An unknown hash first: a backend must not remember that it was unknown.
@@ -950,8 +954,9 @@ async fn assert_stored_twice(store: &Store, expected: &ApiKeyRecord, what: &str)
     assert_stored(store, expected, &format!("{what}, read again")).await;
 }
 
-/// Readers hammer `find_api_key_by_hash` (the authentication hot path) while the key is
-/// revoked: once the revocation has returned, no read may return the key unrevoked.
+/// Readers hammer `find_api_key_by_hash` and `find_key_and_organization` (authentication's read,
+/// here of a key whose organization exists) while the key is revoked: once the revocation has
+/// returned, no read may return the key unrevoked.
 pub async fn concurrent_reads_see_a_revocation_once_it_returns(store: Store) {
     let at = time::now();
     reads_after_a_write_see_it(
@@ -959,7 +964,9 @@ pub async fn concurrent_reads_see_a_revocation_once_it_returns(store: Store) {
         || {
             let store = store.clone();
             async move {
-                let key = api_key(OrgId::generate(), Environment::Live, KeyId::generate());
+                let org = organization("hammered-key");
+                store.create_organization(&org).await.unwrap();
+                let key = api_key(org.id, Environment::Live, KeyId::generate());
                 store.create_api_key(&key).await.unwrap();
                 (store, key)
             }
@@ -970,7 +977,15 @@ pub async fn concurrent_reads_see_a_revocation_once_it_returns(store: Store) {
                 let found = store.find_api_key_by_hash(&key.key_hash).await.unwrap();
                 let found = found.expect("the key exists");
                 assert_eq!(found.id, key.id);
-                found.revoked_at == Some(at)
+                // The organization is read too, so a backend caching the pair has it to serve.
+                store.get_organization(key.organization_id).await.unwrap();
+                let authenticated = store
+                    .find_key_and_organization(&key.key_hash)
+                    .await
+                    .unwrap();
+                let authenticated = authenticated.expect("the key exists");
+                assert_eq!(authenticated.key.id, key.id);
+                found.revoked_at == Some(at) && authenticated.key.revoked_at == Some(at)
             })
         },
         |s| {

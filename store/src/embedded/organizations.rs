@@ -309,8 +309,8 @@ impl OrganizationStore for EmbeddedStore {
     }
 
     /// Both rows from the cache under one hold of its lock when both are there (a consistent
-    /// pair: the cache is exact, `row_cache.rs`), else read as `find_api_key_by_hash` and
-    /// `get_organization` read them, which fills the cache.
+    /// pair: the cache is exact, `row_cache.rs`); else the key as `find_api_key_by_hash` reads it
+    /// (which fills the cache), and the organization left to `get_organization`.
     async fn find_key_and_organization(
         &self,
         hash: &CredentialHash,
@@ -318,7 +318,7 @@ impl OrganizationStore for EmbeddedStore {
         if let Some(both) = self.inner.cache.key_and_organization(hash) {
             return Ok(Some(both));
         }
-        crate::port::key_then_organization(self, hash).await
+        crate::port::key_alone(self, hash).await
     }
 
     async fn list_api_keys(
@@ -535,5 +535,24 @@ mod tests {
         // And now from the cache.
         assert!(matches!(store.inner.cache.api_key(&key.key_hash), Lookup::Hit(k) if k == revoked));
         assert!(matches!(store.inner.cache.organization(org.id), Lookup::Hit(o) if o == suspended));
+        // Authentication's read takes the pair from the cache, as it is now.
+        let both = store
+            .find_key_and_organization(&key.key_hash)
+            .await
+            .unwrap();
+        let both = both.expect("the key exists");
+        assert_eq!(*both.key, revoked);
+        assert_eq!(both.organization.as_deref(), Some(&suspended));
+        // A write of either row drops the pair until both are read again.
+        let renamed = OrganizationRecord {
+            name: "Renamed".into(),
+            ..suspended
+        };
+        store.update_organization(&renamed).await.unwrap();
+        let both = store
+            .find_key_and_organization(&key.key_hash)
+            .await
+            .unwrap();
+        assert_eq!(both.expect("the key exists").organization, None);
     }
 }

@@ -204,12 +204,13 @@ impl OrganizationStore for PostgresStore {
         Ok(key)
     }
 
-    /// The two reads, each served from the credential cache while it listens.
+    /// The key alone, from the credential cache while it listens; `get_organization` reads the
+    /// organization when the caller needs it.
     async fn find_key_and_organization(
         &self,
         hash: &CredentialHash,
     ) -> Result<Option<KeyAndOrganization>> {
-        crate::port::key_then_organization(self, hash).await
+        crate::port::key_alone(self, hash).await
     }
 
     async fn list_api_keys(

@@ -416,7 +416,7 @@ impl OrganizationStore for ScyllaStore {
         &self,
         hash: &CredentialHash,
     ) -> Result<Option<KeyAndOrganization>> {
-        crate::port::key_then_organization(self, hash).await
+        crate::port::key_alone(self, hash).await
     }
 
     async fn list_api_keys(
