@@ -3,6 +3,7 @@
 //! openings of the handoffs they mint (`007_handoffs.cql`), each kept until its handoff expires.
 
 use async_trait::async_trait;
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use fjall::{OwnedWriteBatch, Readable};
@@ -56,15 +57,19 @@ impl Inner {
     }
 
     /// The conditional update of one session: reads the row, lets `change` modify it (returning
-    /// whether it did), and writes it back in one synced batch only if it changed. Callers hold
-    /// the writer mutex, so the check and the write are one step. `None` if the session does
-    /// not exist (nothing is written: no upsert); otherwise whether this call wrote, and the
-    /// row as now stored.
+    /// whether it did), and writes it back in one synced batch only if it changed, under the
+    /// collect rows' lock, so the check and the write are one step. Callers hold the writer
+    /// mutex. `None` if the session does not exist (nothing is written: no upsert); otherwise
+    /// whether this call wrote, and the row as now stored.
     fn change_collect_session(
         &self,
         id: SessionId,
         change: impl FnOnce(&mut CollectSessionRecord) -> bool,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        let _rows = self
+            .collect_rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let Some(mut session) = self.get_collect_session(id)? else {
             return Ok(None);
         };
@@ -93,6 +98,8 @@ impl Inner {
     /// insert, give or take the request). Session ids are ULIDs, so those rows are a key prefix
     /// and nothing younger is read; at most `budget` of them, and whether more may remain.
     /// The purged sessions' ids are added to `purged`, for the commit to drop from the cache.
+    /// The caller holds the collect rows' lock until that commit, so a counter raised meanwhile
+    /// cannot write a purged row back.
     pub(super) fn purge_expired_collect_sessions(
         &self,
         batch: &mut OwnedWriteBatch,
@@ -135,6 +142,10 @@ impl CollectStore for EmbeddedStore {
         crate::rules::check_collect_pings(session)?;
         let session = session.clone();
         self.write(move |db, _| {
+            let _rows = db
+                .collect_rows
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             let k = key::collect_session(session.id);
             if db.contains(&db.collect_sessions, &k)? {
                 return Err(StoreError::Conflict(format!(
@@ -346,38 +357,82 @@ mod tests {
         );
     }
 
+    fn session(org: OrgId) -> CollectSessionRecord {
+        let now = schemas::time::now();
+        CollectSessionRecord {
+            id: SessionId::generate(),
+            organization_id: org,
+            environment: Environment::Live,
+            key_id: KeyId::generate(),
+            sealed_batch_key: vec![1; 60],
+            sealed_proof_key: vec![3; 60],
+            page_url: "https://shop.example/".into(),
+            sdk_version: "1.0.0".into(),
+            opened_at: now,
+            expires_at: now + chrono::TimeDelta::minutes(30),
+            last_seq: 0,
+            last_call: 0,
+            pings: (0..3)
+                .map(|_| crate::PingRecord {
+                    id: PingId::generate(),
+                    arrived_at: None,
+                })
+                .collect(),
+            network_check_token_hash: [2; 32],
+            ws_identity: None,
+            results_at: None,
+        }
+    }
+
+    /// Ingest's batch counter rises while another write holds the writer mutex (a processor's
+    /// save, say), and waits only for the collect rows' lock, which every writer of those rows
+    /// holds.
+    // Synchronous, so the test can hold the store's locks while the runtime waits on the raise.
+    #[test]
+    fn batch_counters_wait_for_collect_rows_only() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Timers are made outside `block_on`.
+        let _context = runtime.enter();
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let s = session(OrgId::generate());
+        runtime.block_on(store.create_collect_session(&s)).unwrap();
+        let patience = std::time::Duration::from_secs(10);
+
+        let writer = store.inner.writer.lock().unwrap();
+        let raised = runtime.block_on(tokio::time::timeout(
+            patience,
+            store.advance_collect_seq(s.id, 1),
+        ));
+        assert!(matches!(raised, Ok(Ok(true))), "{raised:?}");
+        drop(writer);
+
+        let rows = store.inner.collect_rows.lock().unwrap();
+        let advance = {
+            let store = std::sync::Arc::clone(&store);
+            runtime.spawn(async move { store.advance_collect_seq(s.id, 2).await })
+        };
+        runtime.block_on(tokio::time::sleep(std::time::Duration::from_millis(200)));
+        assert!(
+            !advance.is_finished(),
+            "a raise went past the collect rows' lock"
+        );
+        drop(rows);
+        let raised = runtime.block_on(tokio::time::timeout(patience, advance));
+        assert!(matches!(raised, Ok(Ok(Ok(true)))), "{raised:?}");
+        let stored = runtime.block_on(store.get_collect_session(s.id)).unwrap();
+        assert_eq!(stored.map(|s| s.last_seq), Some(2));
+    }
+
     /// The sweep drops sessions (and their pings' lookup rows) a day after their id was
     /// minted, and nothing younger.
     #[tokio::test]
     async fn collect_sessions_are_swept_after_their_retention() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
-        let session = |org| {
-            let now = schemas::time::now();
-            CollectSessionRecord {
-                id: SessionId::generate(),
-                organization_id: org,
-                environment: Environment::Live,
-                key_id: KeyId::generate(),
-                sealed_batch_key: vec![1; 60],
-                sealed_proof_key: vec![3; 60],
-                page_url: "https://shop.example/".into(),
-                sdk_version: "1.0.0".into(),
-                opened_at: now,
-                expires_at: now + chrono::TimeDelta::minutes(30),
-                last_seq: 0,
-                last_call: 0,
-                pings: (0..3)
-                    .map(|_| crate::PingRecord {
-                        id: PingId::generate(),
-                        arrived_at: None,
-                    })
-                    .collect(),
-                network_check_token_hash: [2; 32],
-                ws_identity: None,
-                results_at: None,
-            }
-        };
         let old = session(OrgId::generate());
         store.create_collect_session(&old).await.unwrap();
         let young = session(OrgId::generate());

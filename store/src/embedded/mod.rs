@@ -10,8 +10,11 @@
 //! (`IF NOT EXISTS` / `IF EXISTS`) give the distributed backend. Every write takes it, not only
 //! the conditional ones: `touch_api_key` and `update_api_key` are read-modify-writes, and
 //! without it a write racing them could be undone (a touch rolled back, a revocation or a
-//! rotation lost). fjall serialises commits on its journal anyway, so the mutex costs no write
-//! parallelism. Reads never take it. A plain keyspace read sees the newest version of a key,
+//! rotation lost). fjall serialises commits on its journal anyway, so the mutex costs little
+//! write parallelism. The one exception is ingest's batch counter, a column of
+//! `collect_sessions` raised for every accepted batch: its rows have a lock of their own
+//! (`collect_rows`), which every writer of them holds, so raising it never waits for another
+//! table's write. Reads never take either. A plain keyspace read sees the newest version of a key,
 //! which includes a batch's rows while that batch is still being applied; so every read of a
 //! table written together with another goes through a database snapshot, which sees only
 //! whole, published batches (a session row never without its decision, an anchor index row
@@ -166,6 +169,12 @@ struct Inner {
     gate_service_claims: Keyspace,
     /// Serialises every write (see the module doc); guards only bookkeeping, not data.
     writer: Mutex<WriterState>,
+    /// Serialises the writes of `collect_sessions` rows, which ingest's batch counters
+    /// (`seqs`) change without the writer mutex: that mutex is held through a processor's
+    /// whole save (its encoding and its fsync), and every acknowledged batch waited for it.
+    /// Every writer of those rows holds this lock from its read to its commit; the others take
+    /// it inside the writer mutex, never the other way round.
+    collect_rows: Mutex<()>,
     /// Decoded `api_keys` rows by credential hash and `organizations` rows by id. Every write
     /// of those two tables commits through [`Inner::commit`], which keeps it exact.
     cache: RowCache,
@@ -321,6 +330,7 @@ impl EmbeddedStore {
             gate_login_codes: keyspace(GATE_LOGIN_CODES)?,
             gate_service_claims: keyspace(GATE_SERVICE_CLAIMS)?,
             writer: Mutex::new(WriterState::default()),
+            collect_rows: Mutex::new(()),
             cache: RowCache::default(),
             space: DiskReserve::new(dir),
             db,

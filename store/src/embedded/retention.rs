@@ -7,6 +7,7 @@
 
 use async_trait::async_trait;
 use std::ops::Bound;
+use std::sync::PoisonError;
 
 use fjall::{Keyspace, OwnedWriteBatch};
 use schemas::credential::Environment;
@@ -57,6 +58,11 @@ impl Inner {
             batch.commit().map_err(unavailable)?;
             return Ok(true);
         }
+        // Held to the commit: see `purge_expired_collect_sessions`.
+        let _rows = self
+            .collect_rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut more =
             self.purge_retained(&mut batch, &mut state.session_marks, keep_since, budget)?;
         let mut purged = Vec::new();

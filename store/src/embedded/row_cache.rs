@@ -20,10 +20,11 @@
 //!   inserted after it: the classic "miss, read old row, writer commits and invalidates, reader
 //!   inserts old row" race loses its last step.
 //!
-//! - A writer that has just committed a collect session, still holding the writer mutex,
-//!   puts the row it wrote in ([`RowCache::written_collect_session`]): no other write can
-//!   change it before the mutex is let go, and a reader's fill from before the commit is
-//!   refused by the generation its commit bumped.
+//! - A writer that has just committed a collect session, still holding the collect rows' lock
+//!   (which every writer of those rows holds), puts the row it wrote in
+//!   ([`RowCache::written_collect_session`]): no other write can change it before the lock is
+//!   let go, and a reader's fill from before the commit is refused by the generation its
+//!   commit bumped.
 //!
 //! Unknown credential hashes are never cached (they are attacker-controlled), and each map is
 //! cleared whenever a fill would grow it past its capacity ([`CAPACITY`],
@@ -56,7 +57,8 @@ struct State {
     /// Bumped when a write begins and when it ends: a fill is kept only if no write began or
     /// ended since its ticket was taken.
     generation: u64,
-    /// Writes between their two steps (at most one, as the writer mutex serialises writes).
+    /// Writes between their two steps: at most two, as the writer mutex serialises every write
+    /// but a raise of ingest's batch counters (see `seqs`).
     writes_in_flight: u32,
     api_keys: HashMap<CredentialHash, Arc<ApiKeyRecord>>,
     organizations: HashMap<OrgId, Arc<OrganizationRecord>>,
@@ -172,7 +174,7 @@ impl RowCache {
     }
 
     /// Caches the collect session a write has just committed. Only for the writer, after its
-    /// commit's [`WriteInFlight`] ended and before it lets the writer mutex go: then nothing
+    /// commit's [`WriteInFlight`] ended and before it lets the collect rows' lock go: then nothing
     /// but this row can be what fjall holds.
     pub fn written_collect_session(&self, row: CollectSessionRecord) {
         let row = Arc::new(row);
