@@ -3,7 +3,7 @@
 //! openings of the handoffs they mint (`007_handoffs.cql`), each kept until its handoff expires.
 
 use async_trait::async_trait;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use fjall::{OwnedWriteBatch, Readable};
@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::row_cache::{Changes, Lookup};
 use super::{
-    COLLECT_PINGS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner, decode, decode_row,
-    encode, key, unavailable,
+    COLLECT_PINGS, COLLECT_SEQS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner, decode,
+    decode_row, encode, key, unavailable,
 };
 use crate::{CollectSessionRecord, CollectStore, Result, StoreError};
 
@@ -37,11 +37,39 @@ pub(super) struct HandoffOpening {
 }
 
 impl Inner {
-    /// From the row cache when it has the session (see `row_cache`), else decoded from fjall.
+    /// The session as stored: its row (see `collect_session_row`) with its batch counter
+    /// raised to the highest of its row's, its `collect_seqs` row's (see `COLLECT_SEQS`) and a
+    /// raise not written yet (see `seqs`).
     pub(super) fn get_collect_session(
         &self,
         id: SessionId,
     ) -> Result<Option<CollectSessionRecord>> {
+        let Some(row) = self.collect_session_row(id)? else {
+            return Ok(None);
+        };
+        let mut row = CollectSessionRecord::clone(&row);
+        // The pending counter first: one is dropped from memory only once written.
+        let pending = self.pending_seq(id);
+        row.last_seq = row
+            .last_seq
+            .max(pending.unwrap_or(0))
+            .max(self.collect_seq(id)?.unwrap_or(0));
+        Ok(Some(row))
+    }
+
+    /// The session's counter as written (its row's or its `collect_seqs` row's, the higher),
+    /// without copying the row; `None` if there is no such session. `seqs` takes its pending
+    /// counter over this.
+    pub(super) fn stored_collect_seq(&self, id: SessionId) -> Result<Option<u64>> {
+        let Some(row) = self.collect_session_row(id)? else {
+            return Ok(None);
+        };
+        Ok(Some(row.last_seq.max(self.collect_seq(id)?.unwrap_or(0))))
+    }
+
+    /// The `collect_sessions` row, from the row cache when it has it (see `row_cache`), else
+    /// decoded from fjall.
+    fn collect_session_row(&self, id: SessionId) -> Result<Option<Arc<CollectSessionRecord>>> {
         let ticket = match self.cache.collect_session(id) {
             Lookup::Hit(row) => return Ok(Some(row)),
             Lookup::Miss(ticket) => ticket,
@@ -50,10 +78,27 @@ impl Inner {
             COLLECT_SESSIONS,
             self.collect_sessions.get(key::collect_session(id)),
         )?;
-        if let Some(row) = &row {
-            self.cache.fill_collect_session(ticket, id, row);
-        }
-        Ok(row)
+        Ok(row.map(|row| {
+            self.cache.fill_collect_session(ticket, id, &row);
+            Arc::new(row)
+        }))
+    }
+
+    /// The session's `collect_seqs` row, if ingest raised its counter since the session was
+    /// made.
+    pub(super) fn collect_seq(&self, id: SessionId) -> Result<Option<u64>> {
+        let Some(value) = self
+            .collect_seqs
+            .get(key::collect_session(id))
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        let bytes: [u8; 8] = value.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+            table: COLLECT_SEQS,
+            detail: format!("a counter of {} bytes", value.len()),
+        })?;
+        Ok(Some(u64::from_be_bytes(bytes)))
     }
 
     /// The conditional update of one session: reads the row, lets `change` modify it (returning
@@ -98,8 +143,8 @@ impl Inner {
     /// insert, give or take the request). Session ids are ULIDs, so those rows are a key prefix
     /// and nothing younger is read; at most `budget` of them, and whether more may remain.
     /// The purged sessions' ids are added to `purged`, for the commit to drop from the cache.
-    /// The caller holds the collect rows' lock until that commit, so a counter raised meanwhile
-    /// cannot write a purged row back.
+    /// The caller holds the collect rows' lock until that commit and then forgets the purged
+    /// sessions' pending counters (`forget_pending_seqs`), so none is written back.
     pub(super) fn purge_expired_collect_sessions(
         &self,
         batch: &mut OwnedWriteBatch,
@@ -127,6 +172,7 @@ impl Inner {
                 // it every session open); its ping rows, if any, cannot be found from it.
                 Err(e) => tracing::warn!(error = %e, "dropping an undecodable collect session"),
             }
+            batch.remove(&self.collect_seqs, k.clone());
             batch.remove(&self.collect_sessions, k);
         }
         Ok(read == budget)
@@ -196,13 +242,13 @@ impl CollectStore for EmbeddedStore {
         Ok(row.map(|r| r.session_id))
     }
 
-    /// The only buffered write of this store: ingest calls it for every batch, and an fsync each
-    /// capped ingest at about a thousand batches a second. Losing an advance in a crash only
-    /// lets a replayed batch through once more, and the processor drops batches it has seen by
-    /// number, so durability here would buy nothing. Raised in groups with the other advances
-    /// waiting (see `seqs`).
+    /// Not durable when it returns, unlike every other write of this store: ingest calls it for
+    /// every batch, and an fsync each capped ingest at about a thousand batches a second.
+    /// Losing an advance in a crash only lets a replayed batch through once more, and the
+    /// processor drops batches it has seen by number, so durability here would buy nothing.
+    /// Raised in memory and written behind (see `seqs`).
     async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        self.seqs.advance(id, seq).await
+        self.seqs.advance(&self.inner, id, seq)
     }
 
     /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
@@ -384,47 +430,164 @@ mod tests {
         }
     }
 
-    /// Ingest's batch counter rises while another write holds the writer mutex (a processor's
-    /// save, say), and waits only for the collect rows' lock, which every writer of those rows
-    /// holds.
-    // Synchronous, so the test can hold the store's locks while the runtime waits on the raise.
+    /// The session's counter as read.
+    async fn last_seq(store: &EmbeddedStore, id: SessionId) -> u64 {
+        let read = store.get_collect_session(id).await.unwrap();
+        read.expect("the session exists").last_seq
+    }
+
+    /// Waits until the writing thread has written `id`'s raised counter (see `seqs`).
+    fn written(store: &EmbeddedStore, id: SessionId) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.inner.pending_seq(id).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a raise was never written"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Ingest's batch counter is raised and read at once while other writes hold the writer
+    /// mutex (a processor's save, say) and the collect rows' lock, and written once they are
+    /// let go.
+    // Synchronous, so the test can hold the store's locks while the runtime runs the raise.
     #[test]
-    fn batch_counters_wait_for_collect_rows_only() {
+    fn batch_counters_are_raised_in_memory_and_written_behind() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        // Timers are made outside `block_on`.
-        let _context = runtime.enter();
         let dir = tempfile::tempdir().unwrap();
-        let store = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let store = EmbeddedStore::open(dir.path()).unwrap();
         let s = session(OrgId::generate());
         runtime.block_on(store.create_collect_session(&s)).unwrap();
-        let patience = std::time::Duration::from_secs(10);
 
         let writer = store.inner.writer.lock().unwrap();
-        let raised = runtime.block_on(tokio::time::timeout(
-            patience,
-            store.advance_collect_seq(s.id, 1),
-        ));
-        assert!(matches!(raised, Ok(Ok(true))), "{raised:?}");
-        drop(writer);
-
         let rows = store.inner.collect_rows.lock().unwrap();
-        let advance = {
-            let store = std::sync::Arc::clone(&store);
-            runtime.spawn(async move { store.advance_collect_seq(s.id, 2).await })
-        };
-        runtime.block_on(tokio::time::sleep(std::time::Duration::from_millis(200)));
         assert!(
-            !advance.is_finished(),
-            "a raise went past the collect rows' lock"
+            runtime
+                .block_on(store.advance_collect_seq(s.id, 1))
+                .unwrap()
+        );
+        assert!(
+            !runtime
+                .block_on(store.advance_collect_seq(s.id, 1))
+                .unwrap()
+        );
+        let read = runtime.block_on(store.get_collect_session(s.id)).unwrap();
+        assert_eq!(read.map(|s| s.last_seq), Some(1));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(
+            store.inner.collect_seq(s.id).unwrap(),
+            None,
+            "written past the lock"
         );
         drop(rows);
-        let raised = runtime.block_on(tokio::time::timeout(patience, advance));
-        assert!(matches!(raised, Ok(Ok(Ok(true)))), "{raised:?}");
-        let stored = runtime.block_on(store.get_collect_session(s.id)).unwrap();
-        assert_eq!(stored.map(|s| s.last_seq), Some(2));
+        drop(writer);
+        written(&store, s.id);
+        assert_eq!(store.inner.collect_seq(s.id).unwrap(), Some(1));
+
+        // Raises of other sessions while a pass waits for the lock are written by a later pass.
+        let others: Vec<_> = (0..3).map(|_| session(OrgId::generate())).collect();
+        for other in &others {
+            runtime
+                .block_on(store.create_collect_session(other))
+                .unwrap();
+        }
+        let rows = store.inner.collect_rows.lock().unwrap();
+        assert!(
+            runtime
+                .block_on(store.advance_collect_seq(others[0].id, 1))
+                .unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            runtime
+                .block_on(store.advance_collect_seq(others[1].id, 1))
+                .unwrap()
+        );
+        assert!(
+            runtime
+                .block_on(store.advance_collect_seq(others[2].id, 1))
+                .unwrap()
+        );
+        drop(rows);
+        for other in &others {
+            written(&store, other.id);
+            assert_eq!(store.inner.collect_seq(other.id).unwrap(), Some(1));
+        }
+
+        // What is pending when the store closes is written before it does.
+        let rows = store.inner.collect_rows.lock().unwrap();
+        assert!(
+            runtime
+                .block_on(store.advance_collect_seq(s.id, 2))
+                .unwrap()
+        );
+        drop(rows);
+        drop(store);
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let read = runtime.block_on(store.get_collect_session(s.id)).unwrap();
+        assert_eq!(read.map(|s| s.last_seq), Some(2));
+    }
+
+    /// A raised counter is written alone, to `collect_seqs`, and read over the row's own; a
+    /// row's counter from before that table (or carried by a later rewrite of the row) still
+    /// counts, the higher of the two winning.
+    #[tokio::test]
+    async fn batch_counters_live_in_rows_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let stored_row = |id| {
+            let bytes = store
+                .inner
+                .collect_sessions
+                .get(key::collect_session(id))
+                .unwrap()
+                .unwrap();
+            decode::<CollectSessionRecord>(COLLECT_SESSIONS, &bytes).unwrap()
+        };
+
+        let s = session(OrgId::generate());
+        store.create_collect_session(&s).await.unwrap();
+        assert!(store.advance_collect_seq(s.id, 5).await.unwrap());
+        written(&store, s.id);
+        assert_eq!(stored_row(s.id).last_seq, 0);
+        assert_eq!(store.inner.collect_seq(s.id).unwrap(), Some(5));
+        assert_eq!(last_seq(&store, s.id).await, 5);
+        assert!(!store.advance_collect_seq(s.id, 5).await.unwrap());
+        assert!(!store.advance_collect_seq(s.id, 4).await.unwrap());
+
+        // A rewrite of the row (a ping arriving) carries the counter as read.
+        let ping = s.pings[0].id;
+        assert!(
+            store
+                .record_collect_ping(s.id, ping, schemas::time::now())
+                .await
+                .unwrap()
+        );
+        assert_eq!(stored_row(s.id).last_seq, 5);
+        assert!(store.advance_collect_seq(s.id, 6).await.unwrap());
+        assert_eq!(last_seq(&store, s.id).await, 6);
+
+        // A row whose counter is higher than any `collect_seqs` row (one written before them).
+        let older = CollectSessionRecord {
+            last_seq: 4,
+            ..session(OrgId::generate())
+        };
+        store.create_collect_session(&older).await.unwrap();
+        assert!(!store.advance_collect_seq(older.id, 4).await.unwrap());
+        assert_eq!(store.inner.pending_seq(older.id), None);
+        assert_eq!(store.inner.collect_seq(older.id).unwrap(), None);
+        assert!(store.advance_collect_seq(older.id, 7).await.unwrap());
+        assert_eq!(last_seq(&store, older.id).await, 7);
+
+        // No session, no counter.
+        let missing = SessionId::generate();
+        assert!(!store.advance_collect_seq(missing, 1).await.unwrap());
+        assert_eq!(store.inner.pending_seq(missing), None);
+        assert_eq!(store.inner.collect_seq(missing).unwrap(), None);
     }
 
     /// The sweep drops sessions (and their pings' lookup rows) a day after their id was
@@ -437,6 +600,17 @@ mod tests {
         store.create_collect_session(&old).await.unwrap();
         let young = session(OrgId::generate());
         store.create_collect_session(&young).await.unwrap();
+        // Counters raised and written, so their `collect_seqs` rows must go with the sessions.
+        assert!(store.advance_collect_seq(old.id, 3).await.unwrap());
+        assert!(store.advance_collect_seq(young.id, 1).await.unwrap());
+        written(&store, old.id);
+        written(&store, young.id);
+        assert_eq!(store.inner.collect_seqs.iter().count(), 2);
+        let old = CollectSessionRecord { last_seq: 3, ..old };
+        let young = CollectSessionRecord {
+            last_seq: 1,
+            ..young
+        };
         let minted = |s: &CollectSessionRecord| {
             chrono::DateTime::from_timestamp_millis(s.id.ulid().timestamp_ms() as i64).unwrap()
         };
@@ -483,5 +657,6 @@ mod tests {
         assert_eq!(store.get_collect_session(young.id).await.unwrap(), None);
         assert_eq!(store.inner.collect_sessions.iter().count(), 0);
         assert_eq!(store.inner.collect_pings.iter().count(), 0);
+        assert_eq!(store.inner.collect_seqs.iter().count(), 0);
     }
 }

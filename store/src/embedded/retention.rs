@@ -89,6 +89,7 @@ impl Inner {
                 ..Changes::default()
             },
         )?;
+        self.forget_pending_seqs(&purged);
         Ok(more)
     }
 

@@ -1,8 +1,8 @@
 //! An exact in-memory cache of the decoded rows the hot paths read on every request: api keys
 //! by credential hash (`find_api_key_by_hash`) and organizations by id (`get_organization`),
 //! which authentication reads (both at once, `find_key_and_organization`), and collect sessions
-//! by id, which ingest changes for every batch (its batch counter) and the processor reads for
-//! every fold (its pings).
+//! by id, which ingest reads for every batch (its counter, kept apart: see `seqs`) and the
+//! processor for every fold (its pings).
 //!
 //! Exact, never stale, and only because this is the embedded backend: the store directory is
 //! owned by one process (fjall locks it), so every write of these rows passes through this
@@ -57,8 +57,7 @@ struct State {
     /// Bumped when a write begins and when it ends: a fill is kept only if no write began or
     /// ended since its ticket was taken.
     generation: u64,
-    /// Writes between their two steps: at most two, as the writer mutex serialises every write
-    /// but a raise of ingest's batch counters (see `seqs`).
+    /// Writes between their two steps (at most one, as the writer mutex serialises writes).
     writes_in_flight: u32,
     api_keys: HashMap<CredentialHash, Arc<ApiKeyRecord>>,
     organizations: HashMap<OrgId, Arc<OrganizationRecord>>,
@@ -155,8 +154,9 @@ impl RowCache {
         }
     }
 
-    pub fn collect_session(&self, id: SessionId) -> Lookup<CollectSessionRecord> {
-        self.lookup(|state| &state.collect_sessions, &id)
+    /// The cached row shared, not copied: for reads of a member or two.
+    pub fn collect_session(&self, id: SessionId) -> Lookup<Arc<CollectSessionRecord>> {
+        self.lookup_shared(|state| &state.collect_sessions, &id)
     }
 
     /// Caches `row`, read by `id` from fjall after `ticket` was taken, unless a write
@@ -192,16 +192,22 @@ impl RowCache {
         map: impl FnOnce(&State) -> &HashMap<K, Arc<V>>,
         key: &K,
     ) -> Lookup<V> {
-        let cached = {
-            let state = self.read_state();
-            match map(&state).get(key) {
-                Some(row) => Ok(Arc::clone(row)),
-                None => Err(state.ticket()),
-            }
-        };
-        match cached {
-            Ok(row) => Lookup::Hit(V::clone(&row)),
-            Err(ticket) => Lookup::Miss(ticket),
+        match self.lookup_shared(map, key) {
+            Lookup::Hit(row) => Lookup::Hit(V::clone(&row)),
+            Lookup::Miss(ticket) => Lookup::Miss(ticket),
+        }
+    }
+
+    /// The cached row under `key` in `map`, shared; else a ticket for a fill.
+    fn lookup_shared<K: Eq + Hash, V>(
+        &self,
+        map: impl FnOnce(&State) -> &HashMap<K, Arc<V>>,
+        key: &K,
+    ) -> Lookup<Arc<V>> {
+        let state = self.read_state();
+        match map(&state).get(key) {
+            Some(row) => Lookup::Hit(Arc::clone(row)),
+            None => Lookup::Miss(state.ticket()),
         }
     }
 
@@ -389,7 +395,7 @@ mod tests {
         cache.written_collect_session(raised.clone());
         cache.fill_collect_session(t, id, &row);
         match cache.collect_session(id) {
-            Lookup::Hit(cached) => assert_eq!(cached, raised),
+            Lookup::Hit(cached) => assert_eq!(*cached, raised),
             Lookup::Miss(_) => panic!("the written row is cached"),
         }
         // A purge (or any other write naming it) drops it.

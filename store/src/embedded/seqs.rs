@@ -1,159 +1,201 @@
-//! Ingest's batch counters (`advance_collect_seq`), raised in groups: one thread takes every
-//! advance waiting, raises them under one hold of the collect rows' lock and commits them as one
-//! batch. Ingest advances a counter for every batch it accepts; one at a time, each took a
-//! blocking-pool thread, the writer mutex and a commit of its own, and at a few thousand
-//! batches a second they queued on the mutex for a quarter of a second. Grouped but still under
-//! the writer mutex, each waited for the processor's save in progress (its encoding and fsync,
-//! about 2 ms), which was a third of a saturated batch's acknowledgement.
+//! Ingest's batch counters (`advance_collect_seq`): raised in memory, written behind.
+//!
+//! Ingest advances a session's counter for every batch it accepts, after the batch is in the
+//! log. The counter is not durable by design (see `advance_collect_seq`): a raise a crash loses
+//! only lets a replayed batch through once more, which the processor drops by number. So a
+//! raise is answered from memory, at once: `Inner::pending_seqs` holds the counters raised but
+//! not yet written, reads take them over what fjall holds, and one thread writes them to
+//! `collect_seqs` (eight bytes a session; see `COLLECT_SEQS`) in groups, dropping each from
+//! memory once written. Answered on that thread instead, each raise waited for fjall's journal,
+//! which a processor's save holds through its write and fsync: about a millisecond of every
+//! saturated batch's acknowledgement, and a thread hop.
+//!
+//! Lock order: `collect_rows` before `pending_seqs`, which is held only for map steps (under
+//! it nothing takes another lock).
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
-use std::sync::{PoisonError, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use schemas::ids::SessionId;
-use tokio::sync::oneshot;
 
-use super::row_cache::Changes;
-use super::{COLLECT_SESSIONS, Inner, encode, key};
-use crate::{CollectSessionRecord, Result, StoreError};
+use super::{Inner, key, unavailable};
+use crate::Result;
 
-/// The most advances one commit takes.
-const GROUP: usize = 1024;
+/// How long the writing thread sleeps without a wake before it tries again what a failed pass
+/// (a nearly full disk, say) left pending.
+const RETRY: Duration = Duration::from_secs(1);
 
-/// One advance waiting: raise `id`'s counter to `seq`, and answer whether it rose.
-struct Advance {
-    id: SessionId,
-    seq: u64,
-    answer: oneshot::Sender<Result<bool>>,
+/// The handle the store keeps on the writing thread. Dropping it lets the thread write what is
+/// still pending, and waits for that.
+pub struct SeqWriter {
+    wake: Option<Sender<()>>,
+    /// Set by the raise that wakes the thread, cleared by the thread before it takes what is
+    /// pending: a raise that finds it set is taken by a pass still to come.
+    scheduled: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
 }
 
-/// The handle the store keeps: advances are sent to the raising thread, which stops once the
-/// store (and with it this sender) is dropped.
-pub struct SeqRaiser {
-    advances: Sender<Advance>,
-}
-
-impl SeqRaiser {
-    /// Starts the raising thread. It holds the store weakly, so dropping the store closes it.
+impl SeqWriter {
+    /// Starts the writing thread. It holds the store weakly, so it never keeps it open.
     pub fn start(inner: Weak<Inner>) -> std::io::Result<Self> {
-        let (advances, waiting) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("vigil-store-seqs".into())
-            .spawn(move || raise(inner, waiting))?;
-        Ok(Self { advances })
+        let (wake, woken) = std::sync::mpsc::channel();
+        let scheduled = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let scheduled = Arc::clone(&scheduled);
+            std::thread::Builder::new()
+                .name("vigil-store-seqs".into())
+                .spawn(move || write_behind(&inner, &woken, &scheduled))?
+        };
+        Ok(Self {
+            wake: Some(wake),
+            scheduled,
+            thread: Some(thread),
+        })
     }
 
     /// Raises `id`'s counter to `seq` if it is below; whether it rose (`false` also when the
-    /// session does not exist).
-    pub async fn advance(&self, id: SessionId, seq: u64) -> Result<bool> {
-        let (answer, answered) = oneshot::channel();
-        let gone = || StoreError::Unavailable("the embedded store is closing".into());
-        self.advances
-            .send(Advance { id, seq, answer })
-            .map_err(|_| gone())?;
-        answered.await.map_err(|_| gone())?
+    /// session does not exist). Answered from memory; the raise is written behind.
+    pub fn advance(&self, inner: &Inner, id: SessionId, seq: u64) -> Result<bool> {
+        let rose = inner.raise_seq(id, seq)?;
+        // One wake per pass: every raise before the thread clears the flag is in its snapshot
+        // (it clears the flag before taking `pending_seqs`, which the raise held to insert).
+        if rose
+            && !self.scheduled.swap(true, Ordering::AcqRel)
+            && let Some(wake) = &self.wake
+        {
+            let _ = wake.send(());
+        }
+        Ok(rose)
     }
 }
 
-fn raise(inner: Weak<Inner>, waiting: Receiver<Advance>) {
-    while let Ok(first) = waiting.recv() {
-        let mut group = vec![first];
-        while group.len() < GROUP {
-            match waiting.try_recv() {
-                Ok(next) => group.push(next),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
+impl Drop for SeqWriter {
+    fn drop(&mut self) {
+        self.wake.take();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("embedded store counter thread panicked");
         }
-        let answers = match inner.upgrade() {
-            Some(inner) => inner.raise_seqs(&group),
-            None => Err(StoreError::Unavailable(
-                "the embedded store is closed".into(),
-            )),
-        };
-        match answers {
-            Ok(answers) => {
-                for (advance, answer) in group.into_iter().zip(answers) {
-                    let _ = advance.answer.send(answer);
-                }
-            }
-            Err(e) => {
-                let message = e.to_string();
-                for advance in group {
-                    let _ = advance
-                        .answer
-                        .send(Err(StoreError::Unavailable(message.clone())));
-                }
-            }
+    }
+}
+
+fn write_behind(inner: &Weak<Inner>, woken: &Receiver<()>, scheduled: &AtomicBool) {
+    loop {
+        // A timeout passes too: it retries what a failed pass kept (an empty pass costs two
+        // uncontended locks).
+        let open = !matches!(
+            woken.recv_timeout(RETRY),
+            Err(RecvTimeoutError::Disconnected)
+        );
+        scheduled.store(false, Ordering::Release);
+        let Some(inner) = inner.upgrade() else { return };
+        if let Err(e) = inner.write_pending_seqs() {
+            // Kept pending, so reads still see them; written by the next pass that succeeds,
+            // or lost with the process, which costs what a lost raise costs (see the module).
+            tracing::warn!(error = %e, "embedded store: batch counters not written yet");
+        }
+        if !open {
+            return;
         }
     }
 }
 
 impl Inner {
-    /// Raises each advance's counter under the collect rows' lock and commits the rows that changed
-    /// in one buffered batch (see `advance_collect_seq` for why buffered). One answer per
-    /// advance, in order; `Err` when nothing could be written (the disk nearly full, a failed
-    /// commit), for all of them.
-    fn raise_seqs(&self, group: &[Advance]) -> Result<Vec<Result<bool>>> {
-        // Not the writer mutex: only the collect rows' own lock (see `Inner::collect_rows`).
+    /// Raises `id`'s counter in memory if `seq` is above it; whether it rose.
+    ///
+    /// The stored counter is read before `pending_seqs` is locked, so no fjall read (a cache
+    /// miss may reach the disk) holds up every other raise. It is stale only if a pass dropped
+    /// a written counter from memory since (or a purge forgot one), which `seqs_written`
+    /// tells: then it is read again.
+    fn raise_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
+        loop {
+            let passes = self.seqs_written.load(Ordering::Acquire);
+            let stored = self.stored_collect_seq(id)?;
+            let mut pending = self
+                .pending_seqs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let current = match (pending.get(&id), stored) {
+                (Some(&current), _) => current,
+                _ if self.seqs_written.load(Ordering::Acquire) != passes => continue,
+                (None, Some(current)) => current,
+                (None, None) => return Ok(false),
+            };
+            if seq <= current {
+                return Ok(false);
+            }
+            pending.insert(id, seq);
+            return Ok(true);
+        }
+    }
+
+    /// The counter raised in memory and not yet written, if any.
+    pub(super) fn pending_seq(&self, id: SessionId) -> Option<u64> {
+        self.pending_seqs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .copied()
+    }
+
+    /// Forgets the pending counters of sessions just purged, so none is written back. The
+    /// caller holds `collect_rows` through its purge and this.
+    pub(super) fn forget_pending_seqs(&self, purged: &[SessionId]) {
+        let mut pending = self
+            .pending_seqs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for id in purged {
+            pending.remove(id);
+        }
+        // A raise that read a purged session's row before the purge reads it again.
+        self.seqs_written.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Writes every pending counter in one buffered batch (not synced: see the module doc),
+    /// under `collect_rows`, so a purge cannot interleave, then drops from memory those not
+    /// raised again meanwhile.
+    pub(super) fn write_pending_seqs(&self) -> Result<()> {
         let _rows = self
             .collect_rows
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        self.space.check().map_err(StoreError::Unavailable)?;
-        // Each session read once per group, with whether the group raised it: a session
-        // advanced twice is raised from its first raise.
-        let mut read: HashMap<SessionId, (CollectSessionRecord, bool)> = HashMap::new();
-        let mut answers = Vec::with_capacity(group.len());
-        for advance in group {
-            let (row, raised) = match read.entry(advance.id) {
-                Entry::Occupied(read) => read.into_mut(),
-                Entry::Vacant(unread) => match self.get_collect_session(advance.id) {
-                    Ok(Some(row)) => unread.insert((row, false)),
-                    Ok(None) => {
-                        answers.push(Ok(false));
-                        continue;
-                    }
-                    Err(e) => {
-                        answers.push(Err(e));
-                        continue;
-                    }
-                },
-            };
-            let rises = advance.seq > row.last_seq;
-            if rises {
-                row.last_seq = advance.seq;
-                *raised = true;
-            }
-            answers.push(Ok(rises));
-        }
-        let raised: Vec<CollectSessionRecord> = read
-            .into_values()
-            .filter_map(|(row, raised)| raised.then_some(row))
+        let taken: Vec<(SessionId, u64)> = self
+            .pending_seqs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, seq)| (*id, *seq))
             .collect();
-        if raised.is_empty() {
-            return Ok(answers);
+        if taken.is_empty() {
+            return Ok(());
         }
-        // Written to the OS and fsynced with the next synced batch (or fjall's journal flush).
+        self.space.check().map_err(crate::StoreError::Unavailable)?;
         let mut batch = self.db.batch();
-        let ids: Vec<SessionId> = raised.iter().map(|row| row.id).collect();
-        for row in &raised {
+        for (id, seq) in &taken {
             batch.insert(
-                &self.collect_sessions,
-                key::collect_session(row.id),
-                encode(COLLECT_SESSIONS, row)?,
+                &self.collect_seqs,
+                key::collect_session(*id),
+                seq.to_be_bytes(),
             );
         }
-        self.commit(
-            batch,
-            Changes {
-                collect_sessions: &ids,
-                ..Changes::default()
-            },
-        )?;
-        for row in raised {
-            self.cache.written_collect_session(row);
+        batch.commit().map_err(unavailable)?;
+        let mut pending = self
+            .pending_seqs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (id, seq) in taken {
+            if pending.get(&id) == Some(&seq) {
+                pending.remove(&id);
+            }
         }
-        Ok(answers)
+        // Under the lock: a raise that read the stored counter before this pass committed
+        // sees the count moved and reads it again.
+        self.seqs_written.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 }
