@@ -9,6 +9,8 @@
 //! its way out of being scored. Only a batch that is not an object, or has no known `kind`, is
 //! refused ([`Batch::from_slice`]).
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -539,6 +541,25 @@ pub struct SessionObservations {
     pub dropped_events: u64,
     #[serde(skip)]
     encoded: Encoded,
+    #[serde(skip)]
+    statistics: Statistics,
+}
+
+/// The statistics of the kept events that the behavioural signals read, computed once per set
+/// of events: once the cap is reached a long session's every fold judged the same 400 events
+/// again, a twentieth of a saturated ingest's CPU. Each with the number of events it was taken
+/// of: events are only ever appended.
+#[derive(Debug, Clone, Default)]
+struct Statistics {
+    input: std::sync::OnceLock<(usize, crate::behavior::InputSummary)>,
+    clock: std::sync::OnceLock<(usize, crate::behavior::InputClock)>,
+}
+
+/// A cache: two observations are equal whatever either has computed.
+impl PartialEq for Statistics {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// The JSON of the parts of a session's observations that stop changing: the probes once they
@@ -684,6 +705,7 @@ impl SessionObservations {
                 let total = interactions.events.len();
                 if room > 0 && total > 0 {
                     self.encoded.events.take();
+                    self.statistics = Statistics::default();
                 }
                 self.events
                     .extend(interactions.events.into_iter().take(room).map(quantize));
@@ -691,6 +713,32 @@ impl SessionObservations {
                     .dropped_events
                     .saturating_add(total.saturating_sub(room) as u64);
             }
+        }
+    }
+
+    /// The kept events' counts and stroke and typing statistics.
+    pub fn input_summary(&self) -> Cow<'_, crate::behavior::InputSummary> {
+        let of = || crate::behavior::InputSummary::of(&self.events);
+        match self
+            .statistics
+            .input
+            .get_or_init(|| (self.events.len(), of()))
+        {
+            (kept, summary) if *kept == self.events.len() => Cow::Borrowed(summary),
+            _ => Cow::Owned(of()),
+        }
+    }
+
+    /// The kept events' input clock.
+    pub fn input_clock(&self) -> crate::behavior::InputClock {
+        let of = || crate::behavior::InputClock::of(&self.events);
+        match self
+            .statistics
+            .clock
+            .get_or_init(|| (self.events.len(), of()))
+        {
+            (kept, clock) if *kept == self.events.len() => *clock,
+            _ => of(),
         }
     }
 
@@ -1065,6 +1113,50 @@ mod tests {
         assert_eq!(session.events.len(), SessionObservations::MAX_EVENTS);
         assert_eq!(session.dropped_events, 10);
         assert!(session.interaction_batches == 1);
+    }
+
+    /// The event statistics computed once ([`Statistics`]) follow every change of the events:
+    /// each read equals the statistics taken afresh, and once the cap is reached they are kept.
+    #[test]
+    fn kept_event_statistics_follow_every_change() {
+        use crate::behavior::{InputClock, InputSummary};
+        // Strokes of uneven steps at whole pixels, on a sub-millisecond clock that drifts.
+        let stroke = |start: f64| {
+            Batch::Interactions(InteractionBatch {
+                window_ms: None,
+                events: (0..60)
+                    .map(|i| {
+                        let i = f64::from(i);
+                        InputEvent {
+                            t: Some(start + i * 16.3 + (i * 0.37) % 1.0),
+                            kind: Some(EventKind::Pointermove),
+                            x: Some((10.0 + i * 3.0 + (i * i) % 7.0).round()),
+                            y: Some((20.0 + (i * 1.7) % 11.0).round()),
+                            trusted: Some(true),
+                        }
+                    })
+                    .collect(),
+            })
+        };
+        let mut session = SessionObservations::default();
+        let mut summaries = Vec::new();
+        for round in 0..9 {
+            session.record(stroke(2000.0 * f64::from(round)));
+            let summary = session.input_summary().into_owned();
+            assert_eq!(summary, InputSummary::of(&session.events), "round {round}");
+            assert_eq!(session.input_clock(), InputClock::of(&session.events));
+            summaries.push(summary);
+        }
+        assert_eq!(session.events.len(), SessionObservations::MAX_EVENTS);
+        assert!(summaries[0] != summaries[6], "the statistics never changed");
+        assert!(matches!(session.input_summary(), Cow::Borrowed(_)));
+        // Events changed behind its back are read afresh, not from the kept statistics.
+        session.events.truncate(100);
+        assert_eq!(
+            session.input_summary().into_owned(),
+            InputSummary::of(&session.events)
+        );
+        assert_eq!(session.input_clock(), InputClock::of(&session.events));
     }
 
     /// The probes and events encoded once ([`Encoded`]) are let go of when they change: each

@@ -71,7 +71,7 @@
 mod consistency;
 mod stealth;
 
-use crate::behavior::{InputClock, InputSummary, PixelGrid, UNTRUSTED_CLICKS_TOLERATED};
+use crate::behavior::{PixelGrid, UNTRUSTED_CLICKS_TOLERATED};
 use crate::observations::{Automation, Probes, ServerContext, SessionObservations, WebBotAuth};
 use crate::user_agent::{self, ClaimedBrowser, Engine, Os, UA_TRACES};
 use serde::Serialize;
@@ -557,7 +557,7 @@ fn behavior(
     claimed: &ClaimedBrowser,
     fired: &mut Fired,
 ) {
-    let input = InputSummary::of(&session.events);
+    let input = session.input_summary();
     // A few untrusted clicks may be the page's own element.click(); untrusted pointer, key or
     // touch events are not something pages dispatch.
     if input.untrusted_device_events >= 1 || input.untrusted_clicks >= UNTRUSTED_CLICKS_TOLERATED {
@@ -617,7 +617,7 @@ fn behavior(
                     x.abs() > MADE_UP_POSITION_PX || y.abs() > MADE_UP_POSITION_PX
                 })
     });
-    let clock = InputClock::of(&session.events);
+    let clock = session.input_clock();
     if claimed.is_desktop() && claimed.os == Os::Linux && window_placed && clock.unaligned() {
         fired.fire("unaligned_input_clock", json!(clock));
     }
