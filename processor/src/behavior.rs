@@ -11,9 +11,12 @@
 //! client's (`Input.dispatchMouseEvent`) are placed where its interpolation puts them and stamped
 //! when they are dispatched ([`PixelGrid`], [`InputClock`]; `crate::signals` says where each is
 //! judged).
+//!
+//! The input events themselves ([`InputEvent`], [`EventKind`]) are defined here and re-exported
+//! by `observations`, which keeps these statistics with a session's events (so the two modules
+//! do not read each other).
 
-use crate::observations::{EventKind, InputEvent};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A pause longer than this ends a pointer stroke.
 const STROKE_GAP_MS: f64 = 300.0;
@@ -51,6 +54,64 @@ const IN_PHASE_SHARE: f64 = 0.6;
 /// A page's own code may call `element.click()`, which dispatches an untrusted click; up to
 /// this many are the site's doing, not the visitor's.
 pub const UNTRUSTED_CLICKS_TOLERATED: usize = 3;
+
+/// One input event. No key values are ever sent. Read leniently like every browser member, but
+/// by hand (the observations' `input` module): interaction batches are most of the traffic, and the generic lenient
+/// path builds a tree per member.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct InputEvent {
+    /// Milliseconds since the SDK loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t: Option<f64>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<EventKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub y: Option<f64>,
+    /// `Event.isTrusted`: false when a script dispatched the event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trusted: Option<bool>,
+}
+
+/// The event types the SDK records; anything else reads as [`EventKind::Other`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    Pointermove,
+    Pointerdown,
+    Pointerup,
+    Click,
+    Keydown,
+    Keyup,
+    Scroll,
+    Touchstart,
+    Touchmove,
+    Touchend,
+    Focus,
+    Blur,
+    #[serde(other)]
+    Other,
+}
+
+impl EventKind {
+    /// Input a person produces with a device (focus, blur and scroll also follow from script or
+    /// layout, so they do not count).
+    pub fn is_device_input(self) -> bool {
+        matches!(
+            self,
+            Self::Pointermove
+                | Self::Pointerdown
+                | Self::Pointerup
+                | Self::Click
+                | Self::Keydown
+                | Self::Keyup
+                | Self::Touchstart
+                | Self::Touchmove
+                | Self::Touchend
+        )
+    }
+}
 
 /// Counts and shape statistics of a session's input events.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

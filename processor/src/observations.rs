@@ -12,6 +12,8 @@
 use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
+
+pub use crate::behavior::{EventKind, InputEvent};
 use serde::{Deserialize, Serialize};
 
 /// One decrypted batch, told apart by its `kind` member (read by [`Batch::from_slice`], or
@@ -286,25 +288,6 @@ pub struct InteractionBatch {
     pub events: Vec<InputEvent>,
 }
 
-/// One input event. No key values are ever sent. Read leniently like every browser member, but
-/// by hand ([`input`]): interaction batches are most of the traffic, and the generic lenient
-/// path builds a tree per member.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct InputEvent {
-    /// Milliseconds since the SDK loaded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub t: Option<f64>,
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub kind: Option<EventKind>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub x: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub y: Option<f64>,
-    /// `Event.isTrusted`: false when a script dispatched the event.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trusted: Option<bool>,
-}
-
 /// The lenient reading of input events without intermediate trees: a member of the wrong type
 /// reads as absent, an item that is not an object is dropped, a list that is not a list reads
 /// as empty, and nothing but malformed JSON fails.
@@ -477,45 +460,6 @@ mod input {
             }
         }
         d.deserialize_any(V)
-    }
-}
-
-/// The event types the SDK records; anything else reads as [`EventKind::Other`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EventKind {
-    Pointermove,
-    Pointerdown,
-    Pointerup,
-    Click,
-    Keydown,
-    Keyup,
-    Scroll,
-    Touchstart,
-    Touchmove,
-    Touchend,
-    Focus,
-    Blur,
-    #[serde(other)]
-    Other,
-}
-
-impl EventKind {
-    /// Input a person produces with a device (focus, blur and scroll also follow from script or
-    /// layout, so they do not count).
-    pub fn is_device_input(self) -> bool {
-        matches!(
-            self,
-            Self::Pointermove
-                | Self::Pointerdown
-                | Self::Pointerup
-                | Self::Click
-                | Self::Keydown
-                | Self::Keyup
-                | Self::Touchstart
-                | Self::Touchmove
-                | Self::Touchend
-        )
     }
 }
 
