@@ -56,8 +56,8 @@ const IN_PHASE_SHARE: f64 = 0.6;
 pub const UNTRUSTED_CLICKS_TOLERATED: usize = 3;
 
 /// One input event. No key values are ever sent. Read leniently like every browser member, but
-/// by hand (the observations' `input` module): interaction batches are most of the traffic, and the generic lenient
-/// path builds a tree per member.
+/// by hand (the observations' `input` module): interaction batches are most of the traffic, and
+/// the generic lenient path builds a tree per member.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct InputEvent {
     /// Milliseconds since the SDK loaded.

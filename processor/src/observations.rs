@@ -478,7 +478,8 @@ pub struct SessionObservations {
     /// How many interaction batches arrived.
     pub interaction_batches: u32,
     /// Input events in arrival order, at most [`SessionObservations::MAX_EVENTS`]. Kept packed
-    /// (see [`compact_events`]): the state is read and written on every batch.
+    /// (see [`compact_events`]): the state is read and written on every batch. Only ever
+    /// appended to, by [`SessionObservations::record`]: the kept statistics rely on it.
     #[serde(with = "compact_events")]
     pub events: Vec<InputEvent>,
     /// Events beyond the cap, counted but not kept.
@@ -491,7 +492,7 @@ pub struct SessionObservations {
 
 /// The statistics of the kept events that the behavioural signals read, computed once per set
 /// of events: once the cap is reached a long session's every fold judged the same 400 events
-/// again, a twentieth of a saturated ingest's CPU. Each with the number of events it was taken
+/// again, about 4% of a saturated ingest's CPU. Each with the number of events it was taken
 /// of: events are only ever appended.
 #[derive(Debug, Clone, Default)]
 struct Statistics {

@@ -14,7 +14,8 @@
 //! write parallelism. The one exception is ingest's batch counter, raised for every accepted
 //! batch: in memory, and written behind to a table of its own (`seqs`, `COLLECT_SEQS`). It and
 //! the `collect_sessions` rows have a lock of their own (`collect_rows`), which every writer of
-//! them holds. Reads take neither. A plain keyspace read sees the newest version of a key,
+//! them holds. Reads take neither (a read of a counter locks the map of those raised
+//! in memory for a moment). A plain keyspace read sees the newest version of a key,
 //! which includes a batch's rows while that batch is still being applied; so every read of a
 //! table written together with another goes through a database snapshot, which sees only
 //! whole, published batches (a session row never without its decision, an anchor index row

@@ -112,18 +112,30 @@ fn write_behind(inner: &Weak<Inner>, woken: &Receiver<()>, scheduled: &AtomicBoo
 impl Inner {
     /// Raises `id`'s counter in memory if `seq` is above it; whether it rose.
     ///
-    /// The stored counter is read before `pending_seqs` is locked, so no fjall read (a cache
-    /// miss may reach the disk) holds up every other raise. It is stale only if a pass dropped
-    /// a written counter from memory since (or a purge forgot one), which `seqs_written`
-    /// tells: then it is read again.
+    /// A counter pending is compared at once. Otherwise the stored counter is read with
+    /// `pending_seqs` let go, so no fjall read (a cache miss may reach the disk) holds up
+    /// every other raise; it is stale only if a pass dropped a written counter from memory
+    /// since (or a purge forgot one), which `seqs_written` tells: then it is read again.
     fn raise_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        loop {
-            let passes = self.seqs_written.load(Ordering::Acquire);
-            let stored = self.stored_collect_seq(id)?;
-            let mut pending = self
-                .pending_seqs
+        let lock = || {
+            self.pending_seqs
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        loop {
+            let passes = {
+                let mut pending = lock();
+                if let Some(&current) = pending.get(&id) {
+                    let rises = seq > current;
+                    if rises {
+                        pending.insert(id, seq);
+                    }
+                    return Ok(rises);
+                }
+                self.seqs_written.load(Ordering::Acquire)
+            };
+            let stored = self.stored_collect_seq(id)?;
+            let mut pending = lock();
             let current = match (pending.get(&id), stored) {
                 (Some(&current), _) => current,
                 _ if self.seqs_written.load(Ordering::Acquire) != passes => continue,
