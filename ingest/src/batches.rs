@@ -77,11 +77,54 @@ impl RequestBody for BatchBody {
     }
 }
 
-/// The one member of a batch ingest reads.
-#[derive(serde::Deserialize)]
+/// The one member of a batch ingest reads. Read from an object only: serde's derived reading
+/// of a struct also takes a sequence, which would let `["probes"]` through as a probes batch.
 struct BatchKind<'a> {
-    #[serde(borrow)]
     kind: std::borrow::Cow<'a, str>,
+}
+
+impl<'de> serde::Deserialize<'de> for BatchKind<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// A member's name, told apart without copying it.
+        #[derive(serde::Deserialize)]
+        #[serde(field_identifier, rename_all = "lowercase")]
+        enum Member {
+            Kind,
+            #[serde(other)]
+            Other,
+        }
+        /// The kind's text, borrowed from the batch unless it has escapes.
+        #[derive(serde::Deserialize)]
+        struct Text<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
+
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = BatchKind<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a batch object with its kind")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut kind = None;
+                while let Some(member) = map.next_key::<Member>()? {
+                    match member {
+                        Member::Kind if kind.is_some() => {
+                            return Err(serde::de::Error::duplicate_field("kind"));
+                        }
+                        Member::Kind => kind = Some(map.next_value::<Text<'de>>()?.0),
+                        Member::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                let kind = kind.ok_or_else(|| serde::de::Error::missing_field("kind"))?;
+                Ok(BatchKind { kind })
+            }
+        }
+        d.deserialize_map(Members)
+    }
 }
 
 /// A JSON number's value as a `u64` when it is a whole number in range, however spelled.

@@ -123,13 +123,19 @@ async fn refused_batches_get_their_error_and_write_nothing() {
         .send()
         .await
         .err(422, "collect.batch_invalid");
-    // Not a batch the protocol knows.
-    s.post(&path)
-        .key(pk)
-        .json(a.batch(2, &json!({"kind": "keylogger"})))
-        .send()
-        .await
-        .err(422, "collect.batch_invalid");
+    // Not a batch the protocol knows, nor an object that names one.
+    for plaintext in [
+        json!({"kind": "keylogger"}),
+        json!(["probes"]),
+        json!("probes"),
+    ] {
+        s.post(&path)
+            .key(pk)
+            .json(a.batch(2, &plaintext))
+            .send()
+            .await
+            .err(422, "collect.batch_invalid");
+    }
     // Oversize: 64 KiB of plaintext plus one byte.
     let huge = json!({"kind": "interactions", "pad": "x".repeat(65536)});
     let r = s.post(&path).key(pk).json(a.batch(2, &huge)).send().await;
