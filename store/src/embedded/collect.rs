@@ -47,24 +47,27 @@ impl Inner {
         let Some(row) = self.collect_session_row(id)? else {
             return Ok(None);
         };
-        let mut row = CollectSessionRecord::clone(&row);
         // The pending counter first: one is dropped from memory only once written.
-        let pending = self.pending_seq(id);
-        row.last_seq = row
-            .last_seq
-            .max(pending.unwrap_or(0))
-            .max(self.collect_seq(id)?.unwrap_or(0));
+        let pending = self.pending_seq(id).unwrap_or(0);
+        let stored = self.written_seq(id, &row)?;
+        let mut row = CollectSessionRecord::clone(&row);
+        row.last_seq = stored.max(pending);
         Ok(Some(row))
     }
 
-    /// The session's counter as written (its row's or its `collect_seqs` row's, the higher),
-    /// without copying the row; `None` if there is no such session. `seqs` takes its pending
-    /// counter over this.
+    /// The session's counter as written, without copying the row; `None` if there is no such
+    /// session. `seqs` takes its pending counter over this.
     pub(super) fn stored_collect_seq(&self, id: SessionId) -> Result<Option<u64>> {
-        let Some(row) = self.collect_session_row(id)? else {
-            return Ok(None);
-        };
-        Ok(Some(row.last_seq.max(self.collect_seq(id)?.unwrap_or(0))))
+        match self.collect_session_row(id)? {
+            Some(row) => self.written_seq(id, &row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The counter of `id`'s `row` as written: the row's own or its `collect_seqs` row's, the
+    /// higher.
+    fn written_seq(&self, id: SessionId, row: &CollectSessionRecord) -> Result<u64> {
+        Ok(row.last_seq.max(self.collect_seq(id)?.unwrap_or(0)))
     }
 
     /// The `collect_sessions` row, from the row cache when it has it (see `row_cache`), else

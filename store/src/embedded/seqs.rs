@@ -13,9 +13,10 @@
 //! Lock order: `collect_rows` before `pending_seqs`, which is held only for map steps (under
 //! it nothing takes another lock).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -117,14 +118,9 @@ impl Inner {
     /// every other raise; it is stale only if a pass dropped a written counter from memory
     /// since (or a purge forgot one), which `seqs_written` tells: then it is read again.
     fn raise_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        let lock = || {
-            self.pending_seqs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-        };
         loop {
             let passes = {
-                let mut pending = lock();
+                let mut pending = self.pending();
                 if let Some(&current) = pending.get(&id) {
                     let rises = seq > current;
                     if rises {
@@ -135,7 +131,7 @@ impl Inner {
                 self.seqs_written.load(Ordering::Acquire)
             };
             let stored = self.stored_collect_seq(id)?;
-            let mut pending = lock();
+            let mut pending = self.pending();
             let current = match (pending.get(&id), stored) {
                 (Some(&current), _) => current,
                 _ if self.seqs_written.load(Ordering::Acquire) != passes => continue,
@@ -150,22 +146,23 @@ impl Inner {
         }
     }
 
-    /// The counter raised in memory and not yet written, if any.
-    pub(super) fn pending_seq(&self, id: SessionId) -> Option<u64> {
+    /// The counters raised in memory and not yet written. A poisoned lock still guards a
+    /// whole map: nothing under it panics part-way.
+    fn pending(&self) -> MutexGuard<'_, HashMap<SessionId, u64>> {
         self.pending_seqs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .copied()
+    }
+
+    /// The counter raised in memory and not yet written, if any.
+    pub(super) fn pending_seq(&self, id: SessionId) -> Option<u64> {
+        self.pending().get(&id).copied()
     }
 
     /// Forgets the pending counters of sessions just purged, so none is written back. The
     /// caller holds `collect_rows` through its purge and this.
     pub(super) fn forget_pending_seqs(&self, purged: &[SessionId]) {
-        let mut pending = self
-            .pending_seqs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut pending = self.pending();
         for id in purged {
             pending.remove(id);
         }
@@ -181,13 +178,8 @@ impl Inner {
             .collect_rows
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let taken: Vec<(SessionId, u64)> = self
-            .pending_seqs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(id, seq)| (*id, *seq))
-            .collect();
+        let taken: Vec<(SessionId, u64)> =
+            self.pending().iter().map(|(id, seq)| (*id, *seq)).collect();
         if taken.is_empty() {
             return Ok(());
         }
@@ -201,10 +193,7 @@ impl Inner {
             );
         }
         batch.commit().map_err(unavailable)?;
-        let mut pending = self
-            .pending_seqs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut pending = self.pending();
         for (id, seq) in taken {
             if pending.get(&id) == Some(&seq) {
                 pending.remove(&id);
