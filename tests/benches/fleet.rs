@@ -22,8 +22,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde_json::{Value, json};
 use vigil_tests::collect::{CollectSession, open_session_at};
 use vigil_tests::served::Served;
@@ -119,11 +117,7 @@ async fn stream(
             let mut seq = from;
             while Instant::now() < deadline {
                 seq += 1;
-                let sealed =
-                    ingest::transport::seal_batch(&session.key, &session.id, seq, &plaintext);
-                let body =
-                    serde_json::to_vec(&json!({"seq": seq, "ciphertext": B64.encode(sealed)}))
-                        .unwrap();
+                let body = serde_json::to_vec(&session.sealed_batch(seq, &plaintext)).unwrap();
                 match connection.post(&path, body).await {
                     (StatusCode::ACCEPTED, _) => {
                         accepted.fetch_add(1, Ordering::Relaxed);
@@ -208,9 +202,7 @@ async fn run(processors: usize, sessions: usize, seconds: u64) -> Figures {
     let sessions: Vec<Arc<CollectSession>> = opened.into_iter().map(Arc::new).collect();
     for session in &sessions {
         let mut connection = Connection::open(&ingest.base, &pk).await;
-        let sealed = ingest::transport::seal_batch(&session.key, &session.id, 1, &plaintext);
-        let body =
-            serde_json::to_vec(&json!({"seq": 1, "ciphertext": B64.encode(sealed)})).unwrap();
+        let body = serde_json::to_vec(&session.sealed_batch(1, &plaintext)).unwrap();
         let path = format!("/v1/collect/sessions/{}/batches", session.id);
         assert_eq!(connection.post(&path, body).await.0, StatusCode::ACCEPTED);
     }

@@ -20,8 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use vigil_tests::TestServer;
@@ -114,10 +112,9 @@ async fn stream(
             let mut acked = Vec::new();
             let mut connection = Connection::open(&base, &pk).await;
             let path = format!("/v1/collect/sessions/{}/batches", session.id);
-            let sealed = ingest::transport::seal_batch(&session.key, &session.id, 1, &plaintext);
-            let body =
-                serde_json::to_vec(&json!({"seq": 1, "ciphertext": B64.encode(sealed)})).unwrap();
-            let (status, body) = connection.post(&path, body).await;
+            let (status, body) = connection
+                .post(&path, batch_body(&session, 1, &plaintext))
+                .await;
             assert_eq!(
                 status,
                 StatusCode::ACCEPTED,
@@ -149,11 +146,7 @@ async fn stream(
                     clock.tick().await;
                 }
                 seq += 1;
-                let sealed =
-                    ingest::transport::seal_batch(&session.key, &session.id, seq, &plaintext);
-                let body =
-                    serde_json::to_vec(&json!({"seq": seq, "ciphertext": B64.encode(sealed)}))
-                        .unwrap();
+                let body = batch_body(&session, seq, &plaintext);
                 let sent = Instant::now();
                 match connection.post(&path, body).await {
                     (StatusCode::ACCEPTED, _) => {
@@ -207,6 +200,11 @@ async fn stream(
         p50_ms: percentile(&l, 0.5),
         p99_ms: percentile(&l, 0.99),
     }
+}
+
+/// The request body of batch `seq` of `session`.
+fn batch_body(session: &CollectSession, seq: u64, plaintext: &[u8]) -> Vec<u8> {
+    serde_json::to_vec(&session.sealed_batch(seq, plaintext)).unwrap()
 }
 
 /// Waits, for at most 30 s, until session `id`'s decision has taken in its batch `seq`; says

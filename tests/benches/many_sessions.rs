@@ -25,8 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 use vigil_tests::TestServer;
@@ -104,8 +102,7 @@ impl Script {
 
 /// The request body of batch `seq` of `session`, sealed as the SDK seals it.
 fn sealed(session: &CollectSession, seq: u64, plaintext: &[u8]) -> Vec<u8> {
-    let sealed = ingest::transport::seal_batch(&session.key, &session.id, seq, plaintext);
-    serde_json::to_vec(&json!({"seq": seq, "ciphertext": B64.encode(sealed)})).unwrap()
+    serde_json::to_vec(&session.sealed_batch(seq, plaintext)).unwrap()
 }
 
 /// How long the sessions of the concurrent run take to all be open.
