@@ -48,6 +48,7 @@ mod events;
 mod gate;
 mod idempotency;
 mod key;
+mod memtables;
 mod nonces;
 mod organizations;
 mod retention;
@@ -132,6 +133,9 @@ pub struct EmbeddedStore {
     /// Writes ingest's batch counters behind (see `seqs`). First, so it is dropped first: its
     /// last pass writes what is pending while the store is still open.
     seqs: seqs::SeqWriter,
+    /// Frees flushed memtables outside fjall's locks (see `memtables`). Before `inner`, so its
+    /// references to the tables go first.
+    _memtables: memtables::MemtableReaper,
     // Behind an `Arc` so writes can move a handle into `spawn_blocking`.
     inner: Arc<Inner>,
     /// The nonces `spend_nonce` spent, in memory (see `nonces`).
@@ -361,9 +365,12 @@ impl EmbeddedStore {
         let inner = Arc::new(inner);
         let seqs = seqs::SeqWriter::start(Arc::downgrade(&inner))
             .map_err(|e| StoreError::Unavailable(format!("starting the counter thread: {e}")))?;
+        let memtables = memtables::MemtableReaper::start(inner.tables())
+            .map_err(|e| StoreError::Unavailable(format!("starting the memtable thread: {e}")))?;
         Ok(Self {
             inner,
             seqs,
+            _memtables: memtables,
             nonces: nonces::SeenNonces::default(),
         })
     }
@@ -425,6 +432,50 @@ impl EmbeddedStore {
 }
 
 impl Inner {
+    /// Every table, for the memtable thread (see `memtables`).
+    fn tables(&self) -> Vec<Keyspace> {
+        [
+            &self.organizations,
+            &self.organizations_by_slug,
+            &self.api_keys,
+            &self.api_keys_by_hash,
+            &self.api_key_ids,
+            &self.idempotency_records,
+            &self.handoff_openings,
+            &self.settings,
+            &self.collect_sessions,
+            &self.collect_pings,
+            &self.collect_seqs,
+            &self.sessions,
+            &self.session_decisions,
+            &self.session_settled,
+            &self.session_digests,
+            &self.sessions_idle,
+            &self.events,
+            &self.webhook_endpoints,
+            &self.webhook_deliveries,
+            &self.webhook_deliveries_due,
+            &self.visitors,
+            &self.visitors_by_anchor,
+            &self.sessions_by_verdict,
+            &self.visitors_by_last_seen,
+            &self.visitors_by_seen_count,
+            &self.visitors_by_first_seen,
+            &self.expiry_queue,
+            &self.gate_services,
+            &self.gate_services_by_owner,
+            &self.gate_registry,
+            &self.gate_sessions,
+            &self.gate_accounts,
+            &self.agent_tokens,
+            &self.gate_login_codes,
+            &self.gate_service_claims,
+        ]
+        .into_iter()
+        .cloned()
+        .collect()
+    }
+
     /// A batch that is synced to disk before `commit` returns, and applied to the memtables
     /// only after that: a reader never sees a write that a crash could lose. `fdatasync` (not
     /// `fsync`): the journal's data and its length are flushed, only its timestamps are not,
