@@ -22,10 +22,12 @@ use ulid::Ulid;
 pub fn next_ulid() -> Ulid {
     let mut random = [0u8; 16];
     rand::rng().fill_bytes(&mut random[6..]);
-    Ulid::from_parts(
-        crate::time::now().timestamp_millis().max(0) as u64,
-        u128::from_be_bytes(random),
-    )
+    // The millisecond from the clock itself: building a calendar time first, only to read its
+    // milliseconds back, was about 1% of the API benchmark's samples.
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64);
+    Ulid::from_parts(millis, u128::from_be_bytes(random))
 }
 
 /// The alphabet of the interface's ids: Crockford base32, lowercase.
@@ -290,6 +292,14 @@ mod tests {
         by_id.sort();
         assert_eq!(by_text, by_id, "text order is id order");
         assert!(strings.iter().all(|s| s.len() == 30));
+    }
+
+    #[test]
+    fn an_id_carries_the_millisecond_it_was_made_in() {
+        let before = crate::time::now().timestamp_millis() as u64;
+        let id = OrgId::generate();
+        let after = crate::time::now().timestamp_millis() as u64;
+        assert!((before..=after).contains(&id.ulid().timestamp_ms()));
     }
 
     #[test]
