@@ -365,7 +365,7 @@ impl EmbeddedStore {
         let inner = Arc::new(inner);
         let seqs = seqs::SeqWriter::start(Arc::downgrade(&inner))
             .map_err(|e| StoreError::Unavailable(format!("starting the counter thread: {e}")))?;
-        let memtables = memtables::MemtableReaper::start(inner.tables())
+        let memtables = memtables::MemtableReaper::start(inner.tables()?)
             .map_err(|e| StoreError::Unavailable(format!("starting the memtable thread: {e}")))?;
         Ok(Self {
             inner,
@@ -432,93 +432,19 @@ impl EmbeddedStore {
 }
 
 impl Inner {
-    /// Every table, for the memtable thread (see `memtables`). Taken apart field by field, so
-    /// a table added to `Inner` is a compile error here until it is listed.
-    fn tables(&self) -> Vec<Keyspace> {
-        let Inner {
-            db: _,
-            space: _,
-            organizations,
-            organizations_by_slug,
-            api_keys,
-            api_keys_by_hash,
-            api_key_ids,
-            idempotency_records,
-            handoff_openings,
-            settings,
-            collect_sessions,
-            collect_pings,
-            collect_seqs,
-            sessions,
-            session_decisions,
-            session_settled,
-            session_digests,
-            sessions_idle,
-            events,
-            webhook_endpoints,
-            webhook_deliveries,
-            webhook_deliveries_due,
-            visitors,
-            visitors_by_anchor,
-            sessions_by_verdict,
-            visitors_by_last_seen,
-            visitors_by_seen_count,
-            visitors_by_first_seen,
-            expiry_queue,
-            gate_services,
-            gate_services_by_owner,
-            gate_registry,
-            gate_sessions,
-            gate_accounts,
-            agent_tokens,
-            gate_login_codes,
-            gate_service_claims,
-            writer: _,
-            collect_rows: _,
-            pending_seqs: _,
-            seqs_written: _,
-            cache: _,
-        } = self;
-        [
-            organizations,
-            organizations_by_slug,
-            api_keys,
-            api_keys_by_hash,
-            api_key_ids,
-            idempotency_records,
-            handoff_openings,
-            settings,
-            collect_sessions,
-            collect_pings,
-            collect_seqs,
-            sessions,
-            session_decisions,
-            session_settled,
-            session_digests,
-            sessions_idle,
-            events,
-            webhook_endpoints,
-            webhook_deliveries,
-            webhook_deliveries_due,
-            visitors,
-            visitors_by_anchor,
-            sessions_by_verdict,
-            visitors_by_last_seen,
-            visitors_by_seen_count,
-            visitors_by_first_seen,
-            expiry_queue,
-            gate_services,
-            gate_services_by_owner,
-            gate_registry,
-            gate_sessions,
-            gate_accounts,
-            agent_tokens,
-            gate_login_codes,
-            gate_service_claims,
-        ]
-        .into_iter()
-        .cloned()
-        .collect()
+    /// Every table, for the memtable thread (see `memtables`): each keyspace the database has,
+    /// so a table added later is in it without being listed here.
+    fn tables(&self) -> Result<Vec<Keyspace>> {
+        self.db
+            .list_keyspace_names()
+            .iter()
+            .map(|name| {
+                // Opens the table already open: the options only apply to a new one.
+                self.db
+                    .keyspace(name, KeyspaceCreateOptions::default)
+                    .map_err(unavailable)
+            })
+            .collect()
     }
 
     /// A batch that is synced to disk before `commit` returns, and applied to the memtables
