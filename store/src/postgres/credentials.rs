@@ -9,11 +9,20 @@
 //! A read that raced a change is never served: each entry carries the epoch its read began in,
 //! and is served only while that epoch is current (every change raises it), so an entry put
 //! back just after a change was heard is stale from the start.
+//!
+//! A notification reaches the other replicas a little after the change's commit, so the replica
+//! that made a change waits before answering until every live listener has heard it
+//! ([`CredentialCache::changed_here`]): it sends a barrier notification after its commit, each
+//! listener records the barriers it hears in `credential_barriers_heard` once it has dropped its
+//! entries, and notifications reach a listener in commit order. A listener that does not answer
+//! within [`HEARD_WITHIN`] (its replica is stuck, or its connection half-open) is not waited
+//! for longer; its entries still age out within [`FRESH_FOR`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use deadpool_postgres::GenericClient;
 use futures::StreamExt;
 use schemas::credential::CredentialHash;
 use schemas::ids::OrgId;
@@ -31,6 +40,12 @@ const FRESH_FOR: Duration = Duration::from_secs(5);
 const CAPACITY: usize = 10_000;
 /// How long after a dropped connection the listener connects again.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+/// How long a quiet listener waits before it shows it is alive (and checks its connection).
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// How long a change waits at most for the other replicas' listeners to hear it.
+pub(super) const HEARD_WITHIN: Duration = Duration::from_secs(2);
+/// A barrier notification's payload begins with this; the triggers send the table's name.
+const BARRIER: &str = "barrier:";
 
 pub(super) struct CredentialCache {
     keys: quick_cache::sync::Cache<CredentialHash, Entry<ApiKeyRecord>>,
@@ -109,6 +124,18 @@ impl CredentialCache {
         self.listening.load(Ordering::SeqCst) && self.epoch() == read_in
     }
 
+    /// This replica committed a change to a key or an organization: it counts here at once, and
+    /// the call returns once every live listener (this replica's own among them) has heard it,
+    /// or after [`HEARD_WITHIN`]. The change is committed either way, so a failure to confirm is
+    /// logged, not returned.
+    pub(super) async fn changed_here(&self, client: &impl GenericClient) {
+        self.changed();
+        let barrier = schemas::ids::next_ulid().to_string();
+        if let Err(e) = heard_everywhere(client, &barrier).await {
+            tracing::warn!(error = %super::described(&e), "store: cannot confirm that every replica heard a credential change; their cached entries expire within seconds");
+        }
+    }
+
     /// Something changed (here or at another replica): every entry goes, and reads in flight
     /// keep nothing.
     pub(super) fn changed(&self) {
@@ -122,6 +149,62 @@ impl CredentialCache {
         self.listening.store(on, Ordering::SeqCst);
         self.changed();
     }
+}
+
+/// Sends `barrier` on [`CHANNEL`] and waits until every live listener has recorded it, at most
+/// [`HEARD_WITHIN`]. Live: its connection's server process still runs, and it showed itself within
+/// a few heartbeats.
+async fn heard_everywhere(
+    client: &impl GenericClient,
+    barrier: &str,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "SELECT pg_notify($1, $2)",
+            &[&CHANNEL, &format!("{BARRIER}{barrier}")],
+        )
+        .await?;
+    let deadline = Instant::now() + HEARD_WITHIN;
+    let mut pause = Duration::from_millis(1);
+    let missing = loop {
+        let missing: i64 = client
+            .query_one(
+                "SELECT count(*) FROM credential_listeners l
+                 WHERE l.seen_at > now() - interval '20 seconds'
+                   AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend_pid)
+                   AND NOT EXISTS (SELECT 1 FROM credential_barriers_heard h
+                                   WHERE h.barrier = $1 AND h.listener = l.listener)",
+                &[&barrier],
+            )
+            .await?
+            .get(0);
+        if missing == 0 || Instant::now() >= deadline {
+            break missing;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(32));
+    };
+    if missing > 0 {
+        tracing::warn!(
+            listeners = missing,
+            "store: a credential change was not heard by every replica within {HEARD_WITHIN:?}; their cached entries expire within {FRESH_FOR:?}"
+        );
+    }
+    // This barrier's records, and any a late listener left behind, and listeners long gone.
+    client
+        .execute(
+            "DELETE FROM credential_barriers_heard
+             WHERE barrier = $1 OR heard_at < now() - interval '1 minute'",
+            &[&barrier],
+        )
+        .await?;
+    client
+        .execute(
+            "DELETE FROM credential_listeners WHERE seen_at < now() - interval '1 minute'",
+            &[],
+        )
+        .await?;
+    Ok(())
 }
 
 /// A cache fed by a connection that listens on [`CHANNEL`], reconnecting while the store is in
@@ -150,42 +233,34 @@ async fn listen(
                     let mut messages =
                         futures::stream::poll_fn(move |cx| connection.poll_message(cx));
                     while let Some(Ok(message)) = messages.next().await {
-                        if matches!(message, AsyncMessage::Notification(_))
-                            && notified.send(()).is_err()
+                        if let AsyncMessage::Notification(n) = message
+                            && notified.send(n.payload().to_owned()).is_err()
                         {
                             break;
                         }
                     }
                 });
+                // A fresh name per connection: a listener that reconnects has heard nothing
+                // that was sent while it was away, so it is a new listener.
+                let listener = schemas::ids::next_ulid().to_string();
                 match client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
-                    Ok(()) => {
+                    Ok(()) if show_alive(&client, &listener).await => {
                         if let Some(cache) = cache.upgrade() {
                             cache.set_listening(true);
                             tracing::info!("store: credential cache on (listening for changes)");
                         }
-                        loop {
-                            let heard =
-                                tokio::time::timeout(Duration::from_secs(5), notifications.recv())
-                                    .await;
-                            let Some(cache) = cache.upgrade() else { break };
-                            match heard {
-                                Ok(Some(())) => cache.changed(),
-                                Ok(None) => break,
-                                // Quiet: is the connection still alive? One that died without
-                                // a word (a half-open socket) would hide every change.
-                                Err(_) => {
-                                    let alive = tokio::time::timeout(
-                                        Duration::from_secs(2),
-                                        client.simple_query("SELECT 1"),
-                                    )
-                                    .await;
-                                    if !matches!(alive, Ok(Ok(_))) {
-                                        break;
-                                    }
-                                }
-                            }
+                        hear(&client, &listener, &mut notifications, &cache).await;
+                        if cache.strong_count() == 0 {
+                            // The store is gone: nobody need wait for this listener any more.
+                            let _ = client
+                                .execute(
+                                    "DELETE FROM credential_listeners WHERE listener = $1",
+                                    &[&listener],
+                                )
+                                .await;
                         }
                     }
+                    Ok(()) => {}
                     Err(e) => {
                         tracing::warn!(error = %super::described(&e), "store: cannot listen for credential changes; reading keys uncached")
                     }
@@ -205,5 +280,67 @@ async fn listen(
             );
         }
         tokio::time::sleep(RECONNECT_AFTER).await;
+    }
+}
+
+/// Records (or refreshes) this listener in `credential_listeners`, which is also the proof that
+/// the connection is alive; false, with a warning, if it cannot.
+async fn show_alive(client: &tokio_postgres::Client, listener: &str) -> bool {
+    let shown = tokio::time::timeout(
+        Duration::from_secs(2),
+        client.execute(
+            "INSERT INTO credential_listeners (listener, backend_pid, seen_at)
+             VALUES ($1, pg_backend_pid(), now())
+             ON CONFLICT (listener) DO UPDATE SET seen_at = now()",
+            &[&listener],
+        ),
+    )
+    .await;
+    match shown {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %super::described(&e), "store: the credential listener cannot record itself; reading keys uncached");
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+/// Hears changes until the connection or the cache is gone: each notification drops every entry,
+/// and a barrier is recorded as heard only after that.
+async fn hear(
+    client: &tokio_postgres::Client,
+    listener: &str,
+    notifications: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    cache: &Weak<CredentialCache>,
+) {
+    loop {
+        let heard = tokio::time::timeout(HEARTBEAT, notifications.recv()).await;
+        let Some(cache) = cache.upgrade() else { return };
+        match heard {
+            Ok(Some(payload)) => {
+                cache.changed();
+                if let Some(barrier) = payload.strip_prefix(BARRIER) {
+                    let recorded = client
+                        .execute(
+                            "INSERT INTO credential_barriers_heard (barrier, listener)
+                             VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                            &[&barrier, &listener],
+                        )
+                        .await;
+                    if recorded.is_err() {
+                        return;
+                    }
+                }
+            }
+            Ok(None) => return,
+            // Quiet: is the connection still alive? One that died without a word (a half-open
+            // socket) would hide every change.
+            Err(_) => {
+                if !show_alive(client, listener).await {
+                    return;
+                }
+            }
+        }
     }
 }

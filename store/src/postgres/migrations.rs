@@ -30,6 +30,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fleet writes",
         include_str!("../../../schemas/sql/0004_fleet_writes.sql"),
     ),
+    (
+        5,
+        "credential listeners",
+        include_str!("../../../schemas/sql/0005_credential_listeners.sql"),
+    ),
 ];
 
 /// The version this build needs.

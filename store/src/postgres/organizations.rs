@@ -136,8 +136,8 @@ impl OrganizationStore for PostgresStore {
         )
         .await?;
         tx.commit().await.map_err(db_error)?;
-        // This replica's own change counts at once; the notification reaches the others.
-        self.credentials.changed();
+        // Counts here at once, and on the other replicas once their listeners have heard it.
+        self.credentials.changed_here(&client).await;
         Ok(())
     }
 
@@ -244,8 +244,8 @@ impl OrganizationStore for PostgresStore {
         let key = crate::rules::merge_key_update(&stored, key);
         write_api_key(&tx, &key).await?;
         tx.commit().await.map_err(db_error)?;
-        // This replica's own change counts at once; the notification reaches the others.
-        self.credentials.changed();
+        // Counts here at once, and on the other replicas once their listeners have heard it.
+        self.credentials.changed_here(&client).await;
         Ok(())
     }
 
@@ -257,8 +257,8 @@ impl OrganizationStore for PostgresStore {
         write_api_key(&tx, &old).await?;
         insert_api_key(&tx, replacement).await?;
         tx.commit().await.map_err(db_error)?;
-        // This replica's own change counts at once; the notification reaches the others.
-        self.credentials.changed();
+        // Counts here at once, and on the other replicas once their listeners have heard it.
+        self.credentials.changed_here(&client).await;
         Ok(())
     }
 
