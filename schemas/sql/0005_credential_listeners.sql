@@ -9,7 +9,7 @@ CREATE TABLE credential_listeners (
     -- The listening connection's server process: a listener whose process is gone from
     -- `pg_stat_activity` hears nothing and is not waited for.
     backend_pid integer NOT NULL,
-    -- Raised every few seconds while the connection lives.
+    -- Raised every two seconds while the connection lives.
     seen_at timestamptz NOT NULL
 );
 CREATE TABLE credential_barriers_heard (
@@ -18,3 +18,11 @@ CREATE TABLE credential_barriers_heard (
     heard_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (barrier, listener)
 );
+-- Notifications are database-wide: each now names the schema of the table that changed, so a
+-- listener serving another schema of the same database ignores it.
+CREATE OR REPLACE FUNCTION vigil_credentials_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('vigil_credentials', TG_TABLE_SCHEMA);
+    RETURN NULL;
+END
+$$;

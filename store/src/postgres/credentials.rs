@@ -16,7 +16,8 @@
 //! listener records the barriers it hears in `credential_barriers_heard` once it has dropped its
 //! entries, and notifications reach a listener in commit order. A listener that does not answer
 //! within [`HEARD_WITHIN`] (its replica is stuck, or its connection half-open) is not waited
-//! for longer; its entries still age out within [`FRESH_FOR`].
+//! for longer; its entries still age out within [`FRESH_FOR`], and it stops serving them once
+//! its heartbeat fails. docs/architecture.md#fleet-writes lists these bounds.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -40,12 +41,17 @@ const FRESH_FOR: Duration = Duration::from_secs(5);
 const CAPACITY: usize = 10_000;
 /// How long after a dropped connection the listener connects again.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
-/// How long a quiet listener waits before it shows it is alive (and checks its connection).
-const HEARTBEAT: Duration = Duration::from_secs(5);
+/// How often a listener shows it is alive (which also checks its connection), whatever the
+/// traffic: a writer waits only for listeners seen within [`LIVE_FOR`].
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long after its last heartbeat a listener still counts as live.
+const LIVE_FOR: &str = "10 seconds";
 /// How long a change waits at most for the other replicas' listeners to hear it.
 pub(super) const HEARD_WITHIN: Duration = Duration::from_secs(2);
-/// A barrier notification's payload begins with this; the triggers send the table's name.
-const BARRIER: &str = "barrier:";
+/// The schema of the tables this connection's statements reach: notifications are
+/// database-wide, so each carries the schema it is about, and a listener heeds only its own.
+const TABLES_SCHEMA: &str = "SELECT n.nspname::text FROM pg_class c \
+     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 'credential_listeners'::regclass";
 
 pub(super) struct CredentialCache {
     keys: quick_cache::sync::Cache<CredentialHash, Entry<ApiKeyRecord>>,
@@ -151,17 +157,33 @@ impl CredentialCache {
     }
 }
 
-/// Sends `barrier` on [`CHANNEL`] and waits until every live listener has recorded it, at most
-/// [`HEARD_WITHIN`]. Live: its connection's server process still runs, and it showed itself within
-/// a few heartbeats.
+/// Sends `barrier` on [`CHANNEL`] and waits until every listener live when it was sent has
+/// recorded it, at most [`HEARD_WITHIN`]. Live: it showed itself within [`LIVE_FOR`] and its
+/// connection's server process still runs. Listeners are taken before the barrier is sent, so
+/// each began listening before it and hears it; one that records itself later began after this
+/// change's commit and holds nothing older (`set_listening` empties the cache).
 async fn heard_everywhere(
     client: &impl GenericClient,
     barrier: &str,
 ) -> std::result::Result<(), tokio_postgres::Error> {
+    let listeners: Vec<String> = client
+        .query(
+            &format!(
+                "SELECT listener FROM credential_listeners
+                 WHERE seen_at > now() - interval '{LIVE_FOR}'"
+            ),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
     client
         .execute(
-            "SELECT pg_notify($1, $2)",
-            &[&CHANNEL, &format!("{BARRIER}{barrier}")],
+            &format!(
+                "SELECT pg_notify($1, schema || '/' || $2) FROM ({TABLES_SCHEMA}) AS s(schema)"
+            ),
+            &[&CHANNEL, &barrier],
         )
         .await?;
     let deadline = Instant::now() + HEARD_WITHIN;
@@ -169,12 +191,15 @@ async fn heard_everywhere(
     let missing = loop {
         let missing: i64 = client
             .query_one(
-                "SELECT count(*) FROM credential_listeners l
-                 WHERE l.seen_at > now() - interval '20 seconds'
-                   AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend_pid)
-                   AND NOT EXISTS (SELECT 1 FROM credential_barriers_heard h
-                                   WHERE h.barrier = $1 AND h.listener = l.listener)",
-                &[&barrier],
+                &format!(
+                    "SELECT count(*) FROM credential_listeners l
+                     WHERE l.listener = ANY($1)
+                       AND l.seen_at > now() - interval '{LIVE_FOR}'
+                       AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend_pid)
+                       AND NOT EXISTS (SELECT 1 FROM credential_barriers_heard h
+                                       WHERE h.barrier = $2 AND h.listener = l.listener)"
+                ),
+                &[&listeners, &barrier],
             )
             .await?
             .get(0);
@@ -190,7 +215,7 @@ async fn heard_everywhere(
             "store: a credential change was not heard by every replica within {HEARD_WITHIN:?}; their cached entries expire within {FRESH_FOR:?}"
         );
     }
-    // This barrier's records, and any a late listener left behind, and listeners long gone.
+    // This barrier's records, any a late listener left behind, and listeners long gone.
     client
         .execute(
             "DELETE FROM credential_barriers_heard
@@ -223,6 +248,8 @@ async fn listen(
     tls: MakeRustlsConnect,
     cache: Weak<CredentialCache>,
 ) {
+    // The name this task last listened under, to remove once it listens under a new one.
+    let mut previous: Option<String> = None;
     while cache.strong_count() > 0 {
         match config.connect(tls.clone()).await {
             Ok((client, mut connection)) => {
@@ -241,15 +268,35 @@ async fn listen(
                     }
                 });
                 // A fresh name per connection: a listener that reconnects has heard nothing
-                // that was sent while it was away, so it is a new listener.
+                // that was sent while it was away, so it is a new listener (and the old one's
+                // row goes, or writers would wait for it while its server process lingers).
                 let listener = schemas::ids::next_ulid().to_string();
-                match client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
-                    Ok(()) if show_alive(&client, &listener).await => {
+                let listened = async {
+                    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+                    if let Some(old) = previous.take() {
+                        client
+                            .execute(
+                                "DELETE FROM credential_listeners WHERE listener = $1",
+                                &[&old],
+                            )
+                            .await?;
+                    }
+                    let schema: String = client.query_one(TABLES_SCHEMA, &[]).await?.get(0);
+                    Ok::<_, tokio_postgres::Error>(schema)
+                };
+                match listened.await {
+                    Ok(schema) if show_alive(&client, &listener).await => {
+                        previous = Some(listener.clone());
                         if let Some(cache) = cache.upgrade() {
                             cache.set_listening(true);
                             tracing::info!("store: credential cache on (listening for changes)");
                         }
-                        hear(&client, &listener, &mut notifications, &cache).await;
+                        let heard = Heard {
+                            client: &client,
+                            listener: &listener,
+                            schema: &schema,
+                        };
+                        heard.until_lost(&mut notifications, &cache).await;
                         if cache.strong_count() == 0 {
                             // The store is gone: nobody need wait for this listener any more.
                             let _ = client
@@ -260,7 +307,7 @@ async fn listen(
                                 .await;
                         }
                     }
-                    Ok(()) => {}
+                    Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(error = %super::described(&e), "store: cannot listen for credential changes; reading keys uncached")
                     }
@@ -306,41 +353,63 @@ async fn show_alive(client: &tokio_postgres::Client, listener: &str) -> bool {
     }
 }
 
-/// Hears changes until the connection or the cache is gone: each notification drops every entry,
-/// and a barrier is recorded as heard only after that.
-async fn hear(
-    client: &tokio_postgres::Client,
-    listener: &str,
-    notifications: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
-    cache: &Weak<CredentialCache>,
-) {
-    loop {
-        let heard = tokio::time::timeout(HEARTBEAT, notifications.recv()).await;
-        let Some(cache) = cache.upgrade() else { return };
-        match heard {
-            Ok(Some(payload)) => {
-                cache.changed();
-                if let Some(barrier) = payload.strip_prefix(BARRIER) {
-                    let recorded = client
-                        .execute(
-                            "INSERT INTO credential_barriers_heard (barrier, listener)
-                             VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                            &[&barrier, &listener],
-                        )
-                        .await;
-                    if recorded.is_err() {
+/// One listening connection, in the schema whose tables it serves.
+struct Heard<'a> {
+    client: &'a tokio_postgres::Client,
+    listener: &'a str,
+    schema: &'a str,
+}
+
+impl Heard<'_> {
+    /// Hears changes until the connection or the cache is gone: each notification about this
+    /// schema drops every entry, and a barrier is recorded as heard only after that. The
+    /// heartbeat runs every [`HEARTBEAT`] however busy the channel is.
+    async fn until_lost(
+        &self,
+        notifications: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+        cache: &Weak<CredentialCache>,
+    ) {
+        let mut beat = tokio::time::Instant::now() + HEARTBEAT;
+        loop {
+            let heard = tokio::time::timeout_at(beat, notifications.recv()).await;
+            let Some(cache) = cache.upgrade() else { return };
+            match heard {
+                Ok(Some(payload)) => {
+                    // `<schema>` from the triggers, `<schema>/<barrier>` from a writer.
+                    let (schema, barrier) = match payload.split_once('/') {
+                        Some((schema, barrier)) => (schema, Some(barrier)),
+                        None => (payload.as_str(), None),
+                    };
+                    if schema != self.schema {
+                        continue;
+                    }
+                    cache.changed();
+                    if let Some(barrier) = barrier
+                        && self.record(barrier).await.is_err()
+                    {
                         return;
                     }
                 }
-            }
-            Ok(None) => return,
-            // Quiet: is the connection still alive? One that died without a word (a half-open
-            // socket) would hide every change.
-            Err(_) => {
-                if !show_alive(client, listener).await {
-                    return;
+                Ok(None) => return,
+                // A connection that died without a word (a half-open socket) would hide every
+                // change: the heartbeat finds it out.
+                Err(_) => {
+                    if !show_alive(self.client, self.listener).await {
+                        return;
+                    }
+                    beat = tokio::time::Instant::now() + HEARTBEAT;
                 }
             }
         }
+    }
+
+    async fn record(&self, barrier: &str) -> std::result::Result<u64, tokio_postgres::Error> {
+        self.client
+            .execute(
+                "INSERT INTO credential_barriers_heard (barrier, listener)
+                 VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&barrier, &self.listener],
+            )
+            .await
     }
 }

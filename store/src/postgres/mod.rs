@@ -7,8 +7,9 @@
 //! - no row cache but the authentication path's (`credentials`): keys and organizations, kept
 //!   a few seconds and dropped whenever any replica changes one (LISTEN/NOTIFY), bypassed while
 //!   that notification cannot be heard; the replica that made a change answers once every other
-//!   one has heard it, so a revocation or a rotation made through any replica is seen by the
-//!   next request on every other one; every other read reads the row;
+//!   one has heard it (within the bounds docs/architecture.md#fleet-writes lists), so a
+//!   revocation or a rotation made through any replica is seen by the next request on every
+//!   other one; every other read reads the row;
 //! - no snapshots: a read that spans rows written together is one statement (a join or an
 //!   index on the row itself), and a read-check-write is a transaction that locks the row it
 //!   read (`SELECT … FOR UPDATE`), so concurrent replicas serialise on the row, not on a mutex;
