@@ -209,22 +209,38 @@ impl Connection {
         });
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
-        let watchdog = activity.watchdog(limits);
-        tokio::pin!(watchdog);
+        // The watchdog and the shutdown tokens are watched by a task of their own, which tells
+        // this one through two one-shot channels: this task is woken for every read and write,
+        // and the tokens, shared by every connection, take a lock each time they are polled.
+        let (gracefully, mut finish) = tokio::sync::oneshot::channel();
+        let (now, mut close) = tokio::sync::oneshot::channel();
+        let (ended, connection_ended) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(sentry(
+            Sentry {
+                peer,
+                activity,
+                limits,
+                shutdown,
+                closing,
+            },
+            gracefully,
+            now,
+            connection_ended,
+        ));
+        // Dropped when this task returns, however it does: the sentry then stops.
+        let _ended = ended;
         let outcome = tokio::select! {
+            // Close before anything else once told to (dropping the connection closes the
+            // socket); a sender dropped unsent says nothing.
+            biased;
+            Ok(()) = &mut close => return,
             outcome = connection.as_mut() => outcome,
-            // Dropping the connection closes the socket.
-            _ = &mut watchdog => {
-                tracing::debug!(%peer, "closing a connection past its header-read or idle timeout");
-                return;
-            }
-            _ = closing.cancelled() => return,
-            _ = shutdown.cancelled() => {
+            Ok(()) = &mut finish => {
                 connection.as_mut().graceful_shutdown();
                 tokio::select! {
+                    biased;
+                    Ok(()) = &mut close => return,
                     outcome = connection.as_mut() => outcome,
-                    _ = &mut watchdog => return,
-                    _ = closing.cancelled() => return,
                 }
             }
         };
@@ -234,12 +250,73 @@ impl Connection {
     }
 }
 
+/// What the sentry of one connection watches.
+struct Sentry {
+    peer: SocketAddr,
+    activity: Arc<Activity>,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+    closing: CancellationToken,
+}
+
+/// Watches one connection's limits and the server's shutdown, and tells the connection to
+/// finish its requests (`gracefully`) or to close (`now`); returns once the connection has ended.
+async fn sentry(
+    sentry: Sentry,
+    gracefully: tokio::sync::oneshot::Sender<()>,
+    now: tokio::sync::oneshot::Sender<()>,
+    mut ended: tokio::sync::oneshot::Receiver<()>,
+) {
+    let Sentry {
+        peer,
+        activity,
+        limits,
+        shutdown,
+        closing,
+    } = sentry;
+    let watchdog = activity.watchdog(limits);
+    tokio::pin!(watchdog);
+    tokio::select! {
+        _ = &mut ended => return,
+        _ = &mut watchdog => {
+            tracing::debug!(%peer, "closing a connection past its header-read or idle timeout");
+            let _ = now.send(());
+            return;
+        }
+        _ = closing.cancelled() => {
+            let _ = now.send(());
+            return;
+        }
+        _ = shutdown.cancelled() => {
+            let _ = gracefully.send(());
+        }
+    }
+    tokio::select! {
+        _ = &mut ended => {}
+        _ = &mut watchdog => {
+            let _ = now.send(());
+        }
+        _ = closing.cancelled() => {
+            let _ = now.send(());
+        }
+    }
+}
+
 /// Marks "no request head is arriving" in [`Activity::head_since`].
 const NONE: u64 = u64::MAX;
 
+/// Milliseconds on the system's coarse monotonic clock, which ticks every few milliseconds and
+/// costs a fraction of a precise read: every read and write of every connection stamps the
+/// time, and the limits it is checked against are seconds.
+fn coarse_millis() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_nsec / 1_000_000).unwrap_or(0)
+}
+
 /// What crosses one connection, in milliseconds since it opened: what its watchdog reads.
 struct Activity {
-    opened: Instant,
+    /// [`coarse_millis`] when the connection opened.
+    opened: u64,
     /// The last byte read or written.
     last_io: AtomicU64,
     /// When the head of the next request began to arrive (its first byte with no request in
@@ -252,7 +329,7 @@ struct Activity {
 impl Activity {
     fn new() -> Self {
         Activity {
-            opened: Instant::now(),
+            opened: coarse_millis(),
             last_io: AtomicU64::new(0),
             head_since: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -260,7 +337,7 @@ impl Activity {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(NONE - 1)
+        coarse_millis().saturating_sub(self.opened)
     }
 
     fn read(&self) {
@@ -299,13 +376,12 @@ impl Activity {
                     since => Some(since.saturating_add(header)),
                 }
             };
+            let now = self.now();
             match deadline {
-                Some(at) if at <= self.now() => return,
-                Some(at) => match self.opened.checked_add(Duration::from_millis(at)) {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    // A timeout too long to represent: never.
-                    None => std::future::pending().await,
-                },
+                Some(at) if at <= now => return,
+                // The coarse clock may lag the timer's by a tick: then this sleeps a millisecond
+                // or two more and looks again.
+                Some(at) => tokio::time::sleep(Duration::from_millis(at - now)).await,
                 // A request is being answered; look again later.
                 None => tokio::time::sleep(limits.header_read_timeout).await,
             }
