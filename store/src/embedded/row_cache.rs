@@ -29,9 +29,18 @@
 //! Unknown credential hashes are never cached (they are attacker-controlled), and each map is
 //! cleared whenever a fill would grow it past its capacity ([`CAPACITY`],
 //! [`COLLECT_CAPACITY`]), so memory stays bounded.
+//!
+//! Authentication reads a key and its organization on every request, and on two cores the
+//! shared lock's word and the two rows' reference counts bounce between them on every read.
+//! So each thread keeps its own copies of the pairs it served (`Front`), valid while no write of
+//! a key or an organization has ended since they were taken (`credentials`, raised by such a
+//! write's end under the lock): the write's own call returns only after that, so the next
+//! request after a revocation misses every thread's copy.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use schemas::ids::{OrgId, SessionId};
@@ -47,9 +56,39 @@ pub const CAPACITY: usize = 100_000;
 /// collecting at once on a busy server, not every one of the day.
 pub const COLLECT_CAPACITY: usize = 16_384;
 
-#[derive(Default)]
+/// The most key-and-organization pairs a thread keeps copies of; a thread's copies are
+/// dropped when one more would pass it.
+const FRONT_CAPACITY: usize = 1024;
+
 pub struct RowCache {
     state: RwLock<State>,
+    /// Tells this cache's copies in a thread's `Front` from another store's (tests open many).
+    id: u64,
+    /// Raised, under the write lock, when a write of keys or organizations ends: a thread's
+    /// copies taken under an older value are not served.
+    credentials: AtomicU64,
+}
+
+impl Default for RowCache {
+    fn default() -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        RowCache {
+            state: RwLock::default(),
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            credentials: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One thread's copies of the key-and-organization pairs it served from one cache.
+struct Front {
+    cache: u64,
+    credentials: u64,
+    pairs: HashMap<CredentialHash, (Arc<ApiKeyRecord>, Arc<OrganizationRecord>)>,
+}
+
+thread_local! {
+    static FRONT: RefCell<Option<Front>> = const { RefCell::new(None) };
 }
 
 #[derive(Default)]
@@ -88,6 +127,8 @@ pub struct Changes<'a> {
 #[must_use = "the write ends when this is dropped, which must be after the commit"]
 pub struct WriteInFlight<'a> {
     cache: &'a RowCache,
+    /// The write changes keys or organizations: the threads' copies go when it ends.
+    credentials: bool,
 }
 
 impl Drop for WriteInFlight<'_> {
@@ -95,6 +136,9 @@ impl Drop for WriteInFlight<'_> {
         let mut state = self.cache.write_state();
         state.writes_in_flight -= 1;
         state.generation += 1;
+        if self.credentials {
+            self.cache.credentials.fetch_add(1, Ordering::Release);
+        }
     }
 }
 
@@ -130,15 +174,59 @@ impl RowCache {
     }
 
     /// The cached key of `hash` and its cached organization, taken under one hold of the lock,
-    /// so they are the rows fjall holds at one instant; `None` unless both are cached. Shared,
-    /// not cloned: authentication reads them on every request.
+    /// so they are the rows fjall holds at one instant; `None` unless both are cached. Served
+    /// from this thread's copies while no write of a key or an organization has ended since
+    /// they were taken (see the module's docs): authentication reads them on every request.
     pub fn key_and_organization(&self, hash: &CredentialHash) -> Option<KeyAndOrganization> {
-        let state = self.read_state();
-        let key = state.api_keys.get(hash)?;
-        let organization = state.organizations.get(&key.organization_id)?;
+        let current = self.credentials.load(Ordering::Acquire);
+        let copied = FRONT.with_borrow(|front| {
+            let front = front
+                .as_ref()
+                .filter(|f| f.cache == self.id && f.credentials == current)?;
+            let (key, organization) = front.pairs.get(hash)?;
+            Some(KeyAndOrganization {
+                key: Arc::clone(key),
+                organization: Some(Arc::clone(organization)),
+            })
+        });
+        if copied.is_some() {
+            return copied;
+        }
+        let (key, organization, credentials) = {
+            let state = self.read_state();
+            let key = state.api_keys.get(hash)?;
+            let organization = state.organizations.get(&key.organization_id)?;
+            // Read under the lock, so the pair is current as of this value.
+            let credentials = self.credentials.load(Ordering::Relaxed);
+            (
+                ApiKeyRecord::clone(key),
+                OrganizationRecord::clone(organization),
+                credentials,
+            )
+        };
+        // This thread's own copies, so their reference counts stay on this core.
+        let (key, organization) = (Arc::new(key), Arc::new(organization));
+        FRONT.with_borrow_mut(|front| {
+            let front = front.get_or_insert_with(|| Front {
+                cache: self.id,
+                credentials,
+                pairs: HashMap::new(),
+            });
+            if front.cache != self.id
+                || front.credentials != credentials
+                || front.pairs.len() >= FRONT_CAPACITY
+            {
+                front.cache = self.id;
+                front.credentials = credentials;
+                front.pairs.clear();
+            }
+            front
+                .pairs
+                .insert(*hash, (Arc::clone(&key), Arc::clone(&organization)));
+        });
         Some(KeyAndOrganization {
-            key: Arc::clone(key),
-            organization: Some(Arc::clone(organization)),
+            key,
+            organization: Some(organization),
         })
     }
 
@@ -247,7 +335,10 @@ impl RowCache {
         }
         state.writes_in_flight += 1;
         state.generation += 1;
-        WriteInFlight { cache: self }
+        WriteInFlight {
+            cache: self,
+            credentials: !(changes.api_keys.is_empty() && changes.organizations.is_empty()),
+        }
     }
 }
 
@@ -404,6 +495,82 @@ mod tests {
             ..Changes::default()
         }));
         assert!(matches!(cache.collect_session(id), Lookup::Miss(_)));
+    }
+
+    /// Caches `key` and `organization` as a reader's fills would, each if it is not cached.
+    fn fill_pair(cache: &RowCache, key: &ApiKeyRecord, organization: &OrganizationRecord) {
+        if let Lookup::Miss(t) = cache.api_key(&key.key_hash) {
+            cache.fill_api_key(t, &key.key_hash, key);
+        }
+        if let Lookup::Miss(t) = cache.organization(organization.id) {
+            cache.fill_organization(t, organization.id, organization);
+        }
+    }
+
+    #[test]
+    fn each_threads_copies_go_when_a_key_or_an_organization_is_written() {
+        use schemas::credential::Environment;
+        use schemas::ids::KeyId;
+
+        let cache = RowCache::default();
+        let organization = org();
+        let key =
+            crate::conformance::api_key(organization.id, Environment::Live, KeyId::generate());
+        fill_pair(&cache, &key, &organization);
+        let pair = |cache: &RowCache| cache.key_and_organization(&key.key_hash);
+        let first = pair(&cache).unwrap();
+        let again = pair(&cache).unwrap();
+        // The second answer is this thread's copy, not the shared row.
+        assert!(Arc::ptr_eq(&first.key, &again.key));
+        assert!(!Arc::ptr_eq(
+            &again.key,
+            &cache.read_state().api_keys[&key.key_hash]
+        ));
+        // Another thread has copies of its own.
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(pair(&cache).unwrap().key.revoked_at, None));
+        });
+        // Another store's cache on this thread sees none of them.
+        assert!(pair(&RowCache::default()).is_none());
+
+        // A write of collect sessions alone leaves the copies.
+        drop(cache.write(Changes {
+            collect_sessions: &[crate::conformance::collect_session(1).id],
+            ..Changes::default()
+        }));
+        assert!(Arc::ptr_eq(&first.key, &pair(&cache).unwrap().key));
+
+        // A revocation: no thread serves its copy once the write has ended.
+        let revoked = ApiKeyRecord {
+            revoked_at: Some(schemas::time::now()),
+            ..key.clone()
+        };
+        drop(cache.write(Changes {
+            api_keys: &[key.key_hash],
+            ..Changes::default()
+        }));
+        assert!(
+            pair(&cache).is_none(),
+            "the shared entry went, and the copy is not served"
+        );
+        fill_pair(&cache, &revoked, &organization);
+        assert_eq!(pair(&cache).unwrap().key.revoked_at, revoked.revoked_at);
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(pair(&cache).unwrap().key.revoked_at, revoked.revoked_at));
+        });
+
+        // A suspension likewise.
+        let suspended = OrganizationRecord {
+            status: OrgStatus::Suspended,
+            ..organization.clone()
+        };
+        drop(cache.write(Changes {
+            organizations: &[organization.id],
+            ..Changes::default()
+        }));
+        fill_pair(&cache, &revoked, &suspended);
+        let read = pair(&cache).unwrap();
+        assert_eq!(read.organization.unwrap().status, OrgStatus::Suspended);
     }
 
     #[test]
