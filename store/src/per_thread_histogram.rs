@@ -225,9 +225,11 @@ impl PerThreadHistogramVec {
 }
 
 thread_local! {
-    /// Each thread's series of `observe_named`, by where their vector and name are.
-    static NAMED: std::cell::RefCell<std::collections::HashMap<(usize, usize, usize), ThreadSeries>> =
-        std::cell::RefCell::default();
+    /// Each thread's series of `observe_named`, by where their vector and name are (addresses,
+    /// which no client chooses, so a fast hasher).
+    static NAMED: std::cell::RefCell<
+        std::collections::HashMap<(usize, usize, usize), ThreadSeries, foldhash::fast::RandomState>,
+    > = std::cell::RefCell::default();
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

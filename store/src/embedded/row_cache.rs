@@ -84,7 +84,13 @@ impl Default for RowCache {
 struct Front {
     cache: u64,
     credentials: u64,
-    pairs: HashMap<CredentialHash, (Arc<ApiKeyRecord>, Arc<OrganizationRecord>)>,
+    /// By credential hash: a keyed hash of the credential, which no client can choose, so a fast
+    /// hasher.
+    pairs: HashMap<
+        CredentialHash,
+        (Arc<ApiKeyRecord>, Arc<OrganizationRecord>),
+        foldhash::fast::RandomState,
+    >,
 }
 
 thread_local! {
@@ -210,7 +216,7 @@ impl RowCache {
             let front = front.get_or_insert_with(|| Front {
                 cache: self.id,
                 credentials,
-                pairs: HashMap::new(),
+                pairs: HashMap::default(),
             });
             if front.cache != self.id
                 || front.credentials != credentials
