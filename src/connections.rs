@@ -308,9 +308,18 @@ const NONE: u64 = u64::MAX;
 /// Milliseconds on the system's coarse monotonic clock, which ticks every few milliseconds and
 /// costs a fraction of a precise read: every read and write of every connection stamps the
 /// time, and the limits it is checked against are seconds.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 fn coarse_millis() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
     u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_nsec / 1_000_000).unwrap_or(0)
+}
+
+/// Where the system has no coarse clock: the precise one, from the first call.
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+fn coarse_millis() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What crosses one connection, in milliseconds since it opened: what its watchdog reads.
@@ -379,9 +388,11 @@ impl Activity {
             let now = self.now();
             match deadline {
                 Some(at) if at <= now => return,
-                // The coarse clock may lag the timer's by a tick: then this sleeps a millisecond
-                // or two more and looks again.
-                Some(at) => tokio::time::sleep(Duration::from_millis(at - now)).await,
+                // At most a header timeout at a time: the first byte of a kept-alive
+                // connection's next request starts its header clock without waking this, so an
+                // idle wait looks again that often. (The coarse clock may lag the timer's by a
+                // tick: then this sleeps a millisecond or two more and looks again.)
+                Some(at) => tokio::time::sleep(Duration::from_millis((at - now).min(header))).await,
                 // A request is being answered; look again later.
                 None => tokio::time::sleep(limits.header_read_timeout).await,
             }

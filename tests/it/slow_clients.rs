@@ -175,6 +175,42 @@ async fn a_kept_alive_connection_waits_for_the_keep_alive_timeout_not_the_header
     );
 }
 
+/// The next request on a kept-alive connection owes its headers within the header timeout of
+/// its first byte, as a first request does: the idle wait does not lend it the keep-alive time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_trickling_its_next_request_is_dropped_after_the_header_timeout() {
+    let s = TestServer::start_with(|a| {
+        a.header_read_timeout = Duration::from_secs(1);
+        a.keep_alive_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let mut kept = TcpStream::connect(&addr(&s)).await.unwrap();
+    kept.write_all(HEALTHZ).await.unwrap();
+    read_answer(&mut kept).await;
+    let (mut reader, mut writer) = kept.into_split();
+    let began = Instant::now();
+    let trickle = tokio::spawn(async move {
+        for byte in HEALTHZ.iter().cycle().take(200) {
+            if writer.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(15), reader.read(&mut buf))
+        .await
+        .expect("a trickled request on a kept-alive connection was not dropped within 15 s")
+        .unwrap_or(0);
+    trickle.abort();
+    assert_eq!(n, 0, "a request whose headers never ended was answered");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "dropped after {:?}; the header timeout is 1 s, the keep-alive one 30 s",
+        began.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_cap_holds_and_waiting_clients_are_served_when_one_closes() {
     const CAP: usize = 4;
