@@ -63,46 +63,23 @@ impl LastUsedWrites {
     /// write that fails is not tried again before the minute is out; a key forgotten when the
     /// memory is cleared may be written twice in a minute.
     fn claim(&self, key: KeyId, now: Timestamp) -> bool {
-        // The embedded store's per-thread copies of a key keep the last use they were read
-        // with, so once that is a minute old every request asks here: each thread remembers the
-        // claims it has seen, and takes the shared lock about once a minute per key.
-        let recent = |t: &Timestamp| now - *t < LAST_USED_INTERVAL;
-        if SEEN_CLAIMS.with_borrow(|seen| seen.get(&key).is_some_and(recent)) {
-            return false;
-        }
         let mut begun = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (claimed, at) = match begun.get(&key).copied().filter(recent) {
-            Some(at) => (false, at),
-            None => {
-                if begun.len() >= LAST_USED_CAPACITY {
-                    begun.clear();
-                }
-                begun.insert(key, now);
-                (true, now)
-            }
-        };
-        drop(begun);
-        SEEN_CLAIMS.with_borrow_mut(|seen| {
-            if seen.len() >= SEEN_CAPACITY {
-                seen.clear();
-            }
-            seen.insert(key, at);
-        });
-        claimed
+        if begun
+            .get(&key)
+            .is_some_and(|t| now - *t < LAST_USED_INTERVAL)
+        {
+            return false;
+        }
+        if begun.len() >= LAST_USED_CAPACITY {
+            begun.clear();
+        }
+        begun.insert(key, now);
+        true
     }
 }
-
-thread_local! {
-    /// When each key's last claim this thread saw (its own or another thread's) was begun.
-    static SEEN_CLAIMS: std::cell::RefCell<std::collections::HashMap<KeyId, Timestamp>> =
-        std::cell::RefCell::default();
-}
-
-/// The most keys a thread remembers claims of; past it its memory is cleared.
-const SEEN_CAPACITY: usize = 10_000;
 
 /// How often a key's `last_used_at` is written.
 const LAST_USED_INTERVAL: Duration = Duration::seconds(60);

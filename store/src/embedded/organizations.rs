@@ -437,7 +437,6 @@ impl OrganizationStore for EmbeddedStore {
                 batch,
                 Changes {
                     api_keys: &[stored.key_hash],
-                    last_use_only: true,
                     ..Changes::default()
                 },
             )

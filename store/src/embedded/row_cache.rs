@@ -35,8 +35,7 @@
 //! So each thread keeps its own copies of the pairs it served (`Front`), valid while no write of
 //! a key or an organization has ended since they were taken (`credentials`, raised by such a
 //! write's end under the lock): the write's own call returns only after that, so the next
-//! request after a revocation misses every thread's copy. A key's last use alone does not
-//! count: its copies keep the last use they were read with, which decides nothing.
+//! request after a revocation misses every thread's copy.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -128,9 +127,6 @@ pub struct Changes<'a> {
     pub api_keys: &'a [CredentialHash],
     pub organizations: &'a [OrgId],
     pub collect_sessions: &'a [SessionId],
-    /// Only the keys' last use changes, which decides nothing about a request: the threads'
-    /// copies of them stay (else every key's minutely touch would drop every thread's copies).
-    pub last_use_only: bool,
 }
 
 /// A write in flight: no fill is kept until it is dropped (after the commit).
@@ -347,8 +343,7 @@ impl RowCache {
         state.generation += 1;
         WriteInFlight {
             cache: self,
-            credentials: !changes.last_use_only
-                && (!changes.api_keys.is_empty() || !changes.organizations.is_empty()),
+            credentials: !(changes.api_keys.is_empty() && changes.organizations.is_empty()),
         }
     }
 }
@@ -549,15 +544,6 @@ mod tests {
             collect_sessions: &[crate::conformance::collect_session(1).id],
             ..Changes::default()
         }));
-        assert!(Arc::ptr_eq(&first.key, &pair(&cache).unwrap().key));
-
-        // Nor does a write of a key's last use alone.
-        drop(cache.write(Changes {
-            api_keys: &[key.key_hash],
-            last_use_only: true,
-            ..Changes::default()
-        }));
-        fill_pair(&cache, &key, &organization);
         assert!(Arc::ptr_eq(&first.key, &pair(&cache).unwrap().key));
 
         // A revocation: no thread serves its copy once the write has ended.
