@@ -274,12 +274,7 @@ async fn listen(
                 let listened = async {
                     client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
                     if let Some(old) = previous.take() {
-                        client
-                            .execute(
-                                "DELETE FROM credential_listeners WHERE listener = $1",
-                                &[&old],
-                            )
-                            .await?;
+                        forget_listener(&client, &old).await?;
                     }
                     let schema: String = client.query_one(TABLES_SCHEMA, &[]).await?.get(0);
                     Ok::<_, tokio_postgres::Error>(schema)
@@ -299,12 +294,7 @@ async fn listen(
                         heard.until_lost(&mut notifications, &cache).await;
                         if cache.strong_count() == 0 {
                             // The store is gone: nobody need wait for this listener any more.
-                            let _ = client
-                                .execute(
-                                    "DELETE FROM credential_listeners WHERE listener = $1",
-                                    &[&listener],
-                                )
-                                .await;
+                            let _ = forget_listener(&client, &listener).await;
                         }
                     }
                     Ok(_) => {}
@@ -328,6 +318,19 @@ async fn listen(
         }
         tokio::time::sleep(RECONNECT_AFTER).await;
     }
+}
+
+/// Removes `listener`'s row, so no writer waits for it.
+async fn forget_listener(
+    client: &tokio_postgres::Client,
+    listener: &str,
+) -> std::result::Result<u64, tokio_postgres::Error> {
+    client
+        .execute(
+            "DELETE FROM credential_listeners WHERE listener = $1",
+            &[&listener],
+        )
+        .await
 }
 
 /// Records (or refreshes) this listener in `credential_listeners`, which is also the proof that
