@@ -51,10 +51,7 @@ pub fn router(parts: AppParts) -> Router {
     // Set here, inside the credential layer, so that a wrong method on an API route is counted
     // and carries the key's rate-limit headers like any other answer.
     .method_not_allowed_fallback(method_not_allowed)
-    .layer(from_fn_with_state(
-        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
-        edge::idempotency::authenticate_idempotent,
-    ));
+    .layer(Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT).with_idempotent_posts());
     let probe_state = Probes {
         auth: parts.auth.clone(),
         log: parts.log.clone(),
@@ -75,19 +72,13 @@ pub fn router(parts: AppParts) -> Router {
         exports: exports.clone(),
     })
     .method_not_allowed_fallback(method_not_allowed)
-    .layer(from_fn_with_state(
-        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
-        edge::idempotency::authenticate_idempotent,
-    ));
+    .layer(Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT).with_idempotent_posts());
     let reads = query_api::router(query_api::QueryState {
         auth: parts.auth.clone(),
         exports: exports.clone(),
     })
     .method_not_allowed_fallback(method_not_allowed)
-    .layer(from_fn_with_state(
-        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
-        edge::auth::authenticate,
-    ));
+    .layer(Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT));
     // Read by pages (publishable key) and backends (secret key): CORS, but not a browser-only
     // route, so a secret key here is not taken for exposed.
     let registry = query_api::registry_router(query_api::QueryState {
@@ -95,23 +86,16 @@ pub fn router(parts: AppParts) -> Router {
         exports: exports.clone(),
     })
     .method_not_allowed_fallback(method_not_allowed)
-    .layer(from_fn_with_state(
-        Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT),
-        edge::auth::authenticate,
-    ))
+    .layer(Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT))
     .layer(from_fn_with_state(parts.auth.clone(), ingest::cors::cors));
     let collect = ingest::router(ingest_state)
         .method_not_allowed_fallback(method_not_allowed)
         // Only browsers call these routes: a secret key arriving here is revoked
         // (docs/architecture.md#exposed-keys).
-        .layer(from_fn_with_state(
-            Guard {
-                auth: parts.auth.clone(),
-                body_limit: COLLECT_BODY_LIMIT,
-                browser_route: true,
-            },
-            edge::auth::authenticate,
-        ))
+        .layer(Guard {
+            browser_route: true,
+            ..Guard::server_routes(parts.auth.clone(), COLLECT_BODY_LIMIT)
+        })
         // Outside the credential layer: preflights carry no key and never count against one
         // (docs/architecture.md#cors); the CORS layer charges them to the client address instead
         // (docs/architecture.md#connections).

@@ -25,6 +25,7 @@
 //! its requests in flight (HTTP/1 closes when idle, HTTP/2 sends GOAWAY), and connections still
 //! open after [`SHUTDOWN_GRACE`] are closed.
 
+use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -47,7 +48,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt as _;
+use tower::Service as _;
 
 /// How long connections may take to finish their requests once shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -192,6 +193,10 @@ impl Connection {
             closing,
         } = self;
         let in_flight = activity.clone();
+        // The router is called in place: a clone for each request (as `oneshot` needs) writes
+        // to its reference count, which every connection on every core shares. A router is
+        // always ready, and its future owns what it needs, so the borrow ends with `call`.
+        let app = RefCell::new(app);
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             // Each extension is a boxed entry in a map that grows past three, so a plain
             // request carries only its peer; `OverTls` marks the others.
@@ -200,9 +205,9 @@ impl Connection {
                 request.extensions_mut().insert(OverTls);
             }
             let started = in_flight.request_started();
-            let app = app.clone();
+            let answer = app.borrow_mut().call(request);
             async move {
-                let response = app.oneshot(request).await;
+                let response = answer.await;
                 drop(started);
                 response
             }

@@ -1,6 +1,6 @@
 //! Credentials (docs/api.md#keys; docs/architecture.md: #errors, #rate-limits, #organizations,
-//! #tls-and-proxies, #exposed-keys). The `authenticate` layer resolves the Bearer credential of
-//! every API request once: it refuses unknown, revoked and expired keys, revokes exposed secret
+//! #tls-and-proxies, #exposed-keys). The credential layer ([`Guard`]) resolves the Bearer
+//! credential of every API request once: it refuses unknown, revoked and expired keys, revokes exposed secret
 //! keys, counts the request against the key's bucket (or the client IP's, without a valid key),
 //! enforces TLS for live keys, suspended organizations and publishable-key origins, and stamps the
 //! rate-limit headers on whatever the request answers. The extractors `SecretKey<P>` and
@@ -9,10 +9,9 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::Duration;
 use ipnet::IpNet;
@@ -232,9 +231,11 @@ fn rate_limited(d: &RateDecision, kind: &'static str) -> ApiError {
     e
 }
 
-/// What the credential layer guards a group of routes with. The group's body limit and whether
-/// only browsers call it are set by this layer rather than by layers of their own: each layer of
-/// a router costs every request a clone of the routes it wraps.
+/// The credential layer of a group of routes (`Router::layer`; the service is
+/// `crate::credential_layer`'s), with what it guards them with.
+/// The group's body limit, whether only browsers call it and its idempotent POSTs are this
+/// layer's too, rather than layers of their own: each layer of a router costs every request a
+/// clone of the routes it wraps.
 #[derive(Clone)]
 pub struct Guard {
     pub auth: Arc<Authenticator>,
@@ -243,6 +244,8 @@ pub struct Guard {
     /// Only a browser calls these routes (the Collect API, the SDK's endpoints): a secret key
     /// that arrives on one has been put in a page (docs/architecture.md#exposed-keys).
     pub browser_route: bool,
+    /// A POST with an `Idempotency-Key` is answered once per key (`crate::idempotency`).
+    pub idempotent_posts: bool,
 }
 
 impl Guard {
@@ -252,6 +255,15 @@ impl Guard {
             auth,
             body_limit,
             browser_route: false,
+            idempotent_posts: false,
+        }
+    }
+
+    /// The same guard, answering each `Idempotency-Key` of a POST once.
+    pub fn with_idempotent_posts(self) -> Self {
+        Guard {
+            idempotent_posts: true,
+            ..self
         }
     }
 }
@@ -277,16 +289,12 @@ fn invalid(message: &str) -> ApiError {
     ApiError::new(ErrorCode::InvalidCredentials, message)
 }
 
-/// The credential layer; see the module docs for what it checks and in which order.
-pub async fn authenticate(State(guard): State<Guard>, req: Request, next: Next) -> Response {
-    authenticate_then(guard, req, |req| next.run(req)).await
-}
-
-/// The credential layer, answering the request it lets through with `answer` (the rest of the
-/// stack, or a layer that runs inside this one's future, as `crate::idempotency` does).
-pub async fn authenticate_then<F, Fut>(guard: Guard, mut req: Request, answer: F) -> Response
+/// The credential layer, answering the request it lets through with `answer` (the routes, or
+/// `crate::idempotency` inside this layer's future), which is handed the authenticator too; see
+/// the module docs for what it checks and in which order.
+pub(crate) async fn authenticate_then<F, Fut>(guard: Guard, mut req: Request, answer: F) -> Response
 where
-    F: FnOnce(Request) -> Fut,
+    F: FnOnce(Request, Arc<Authenticator>) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
     DefaultBodyLimit::max(guard.body_limit).apply(&mut req);
@@ -319,7 +327,11 @@ where
         // bucket is charged so that probing the API anonymously is slow. A keyed request's
         // client is its `AuthContext`'s (see `client_of`).
         parts.extensions.insert(client);
-        return charge_anonymous(&auth, client, || answer(Request::from_parts(parts, body))).await;
+        let handed = auth.clone();
+        return charge_anonymous(&auth, client, || {
+            answer(Request::from_parts(parts, body), handed)
+        })
+        .await;
     };
 
     let resolved = match resolve(&auth, token, &parts, client, guard.browser_route).await {
@@ -332,7 +344,7 @@ where
         Err(e) => e.into_response(),
         Ok(ctx) => {
             parts.extensions.insert(Arc::new(ctx));
-            answer(Request::from_parts(parts, body)).await
+            answer(Request::from_parts(parts, body), auth).await
         }
     };
     rate_headers(response.headers_mut(), &decision);

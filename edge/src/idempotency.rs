@@ -8,19 +8,19 @@
 //! key, and the scope the route demanded the first time must still be held, so a stored secret
 //! is never handed to a key that could no longer make the request.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::Duration;
 use schemas::{ErrorCode, Scope};
 use sha2::{Digest, Sha256};
 use store::{IdempotencyBegin, IdempotencyRecord, IdempotencyScope, StoredResponse};
 
-use crate::auth::{AuthContext, Authenticator, Guard, RequiredScope, insufficient_scope};
+use crate::auth::{AuthContext, Authenticator, RequiredScope, insufficient_scope};
 use crate::error::ApiError;
 
 pub const HEADER: &str = "idempotency-key";
@@ -45,29 +45,23 @@ fn conflict(message: &str) -> Response {
         .into_response()
 }
 
-/// The credential layer of the routes whose POSTs take an `Idempotency-Key`, with this one
-/// inside it, in the same future: as a layer of its own it cost every request, GETs included,
-/// a boxed future and a clone of the routes it wraps.
-pub async fn authenticate_idempotent(
-    State(guard): State<Guard>,
+/// Runs inside the credential layer's future (a `Guard` with idempotent POSTs): as a layer of its
+/// own it cost every request, GETs included, a boxed future and a clone of the routes it wraps.
+/// `route` answers the request.
+pub(crate) async fn idempotent_posts<F, Fut>(
+    auth: Arc<Authenticator>,
     req: Request,
-    next: Next,
-) -> Response {
-    let layer = guard.auth.clone();
-    crate::auth::authenticate_then(guard, req, |req| idempotent_posts(State(layer), req, next))
-        .await
-}
-
-async fn idempotent_posts(
-    State(auth): State<Arc<Authenticator>>,
-    req: Request,
-    next: Next,
-) -> Response {
+    route: F,
+) -> Response
+where
+    F: FnOnce(Request) -> Fut + Send + 'static,
+    Fut: Future<Output = Response> + Send,
+{
     if req.method() != Method::POST {
-        return next.run(req).await;
+        return route(req).await;
     }
     let Some(raw_key) = req.headers().get(HEADER) else {
-        return next.run(req).await;
+        return route(req).await;
     };
     let key = match raw_key.to_str() {
         Ok(k) if (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()) => {
@@ -84,7 +78,7 @@ async fn idempotent_posts(
     };
     // Without a valid credential there is nothing to scope the key to; the route will refuse.
     let Some(ctx) = req.extensions().get::<Arc<AuthContext>>().cloned() else {
-        return next.run(req).await;
+        return route(req).await;
     };
 
     let (parts, body) = req.into_parts();
@@ -132,7 +126,7 @@ async fn idempotent_posts(
                     seal_context,
                     demanded,
                 };
-                answer_and_keep(auth, next, request, first).await
+                answer_and_keep(auth, route, request, first).await
             }
         }
     });
@@ -186,19 +180,23 @@ fn replay(
 
 /// Runs the request and keeps its answer for replay, or releases the key when no action was
 /// taken (so the client may retry with the same key after fixing the request).
-async fn answer_and_keep(
+async fn answer_and_keep<F, Fut>(
     auth: Arc<Authenticator>,
-    next: Next,
+    route: F,
     request: Request,
     first: FirstRequest,
-) -> Response {
+) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let FirstRequest {
         scope,
         fingerprint,
         seal_context,
         demanded,
     } = first;
-    let response = next.run(request).await;
+    let response = route(request).await;
     let status = response.status();
     // Kept: answers of requests that acted (2xx), and 409s, which say the state forbids the
     // action and would say so again. Everything else (refusals before the handler ran,

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod body;
 pub mod context;
+pub mod credential_layer;
 pub mod error;
 pub mod idempotency;
 pub mod limiter;
