@@ -92,10 +92,10 @@ pub fn router(parts: AppParts) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         // Only browsers call these routes: a secret key arriving here is revoked
         // (docs/architecture.md#exposed-keys).
-        .layer(Guard {
-            browser_route: true,
-            ..Guard::server_routes(parts.auth.clone(), COLLECT_BODY_LIMIT)
-        })
+        .layer(Guard::browser_routes(
+            parts.auth.clone(),
+            COLLECT_BODY_LIMIT,
+        ))
         // Outside the credential layer: preflights carry no key and never count against one
         // (docs/architecture.md#cors); the CORS layer charges them to the client address instead
         // (docs/architecture.md#connections).
@@ -139,6 +139,9 @@ pub fn router(parts: AppParts) -> Router {
     app.fallback(move |req: Request| route_not_found(parts.auth.clone(), req))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(edge::context::ObserveLayer)
+        // Turns the handlers without state (the probes, the docs, the fallbacks) into routes
+        // once, rather than on each request they answer.
+        .with_state(())
 }
 
 async fn healthz() -> Response {

@@ -194,8 +194,9 @@ impl Connection {
         } = self;
         let in_flight = activity.clone();
         // The router is called in place: a clone for each request (as `oneshot` needs) writes
-        // to its reference count, which every connection on every core shares. A router is
-        // always ready, and its future owns what it needs, so the borrow ends with `call`.
+        // to its reference count, which every connection on every core shares. An axum router
+        // is always ready (its `poll_ready` is), and its future owns what it needs, so the
+        // borrow ends with `call`.
         let app = RefCell::new(app);
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             // Each extension is a boxed entry in a map that grows past three, so a plain

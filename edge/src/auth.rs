@@ -259,6 +259,14 @@ impl Guard {
         }
     }
 
+    /// The guard of routes that only browsers call.
+    pub fn browser_routes(auth: Arc<Authenticator>, body_limit: usize) -> Self {
+        Guard {
+            browser_route: true,
+            ..Guard::server_routes(auth, body_limit)
+        }
+    }
+
     /// The same guard, answering each `Idempotency-Key` of a POST once.
     pub fn with_idempotent_posts(self) -> Self {
         Guard {
@@ -290,11 +298,11 @@ fn invalid(message: &str) -> ApiError {
 }
 
 /// The credential layer, answering the request it lets through with `answer` (the routes, or
-/// `crate::idempotency` inside this layer's future), which is handed the authenticator too; see
-/// the module docs for what it checks and in which order.
+/// `crate::idempotency` inside this layer's future), which is handed the authenticator when a
+/// key was resolved; see the module docs for what it checks and in which order.
 pub(crate) async fn authenticate_then<F, Fut>(guard: Guard, mut req: Request, answer: F) -> Response
 where
-    F: FnOnce(Request, Arc<Authenticator>) -> Fut,
+    F: FnOnce(Request, Option<Arc<Authenticator>>) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
     DefaultBodyLimit::max(guard.body_limit).apply(&mut req);
@@ -327,9 +335,8 @@ where
         // bucket is charged so that probing the API anonymously is slow. A keyed request's
         // client is its `AuthContext`'s (see `client_of`).
         parts.extensions.insert(client);
-        let handed = auth.clone();
         return charge_anonymous(&auth, client, || {
-            answer(Request::from_parts(parts, body), handed)
+            answer(Request::from_parts(parts, body), None)
         })
         .await;
     };
@@ -344,7 +351,7 @@ where
         Err(e) => e.into_response(),
         Ok(ctx) => {
             parts.extensions.insert(Arc::new(ctx));
-            answer(Request::from_parts(parts, body), auth).await
+            answer(Request::from_parts(parts, body), Some(auth)).await
         }
     };
     rate_headers(response.headers_mut(), &decision);

@@ -46,7 +46,8 @@ where
 
     fn call(&mut self, req: Request) -> Self::Future {
         let Some((guard, route)) = self.armed.take() else {
-            // Not under axum, which calls each clone of a route once.
+            // Not under axum, which calls each clone of a route once: were that to change, every
+            // keyed request of the HTTP tests would read this 500.
             let e = ApiError::internal("routing a request", "a guarded route was called twice");
             return Box::pin(std::future::ready(Ok(e.into_response())));
         };

@@ -47,9 +47,9 @@ fn conflict(message: &str) -> Response {
 
 /// Runs inside the credential layer's future (a `Guard` with idempotent POSTs): as a layer of its
 /// own it cost every request, GETs included, a boxed future and a clone of the routes it wraps.
-/// `route` answers the request.
+/// `route` answers the request; `auth` is there when the credential layer resolved a key.
 pub(crate) async fn idempotent_posts<F, Fut>(
-    auth: Arc<Authenticator>,
+    auth: Option<Arc<Authenticator>>,
     req: Request,
     route: F,
 ) -> Response
@@ -77,7 +77,8 @@ where
         }
     };
     // Without a valid credential there is nothing to scope the key to; the route will refuse.
-    let Some(ctx) = req.extensions().get::<Arc<AuthContext>>().cloned() else {
+    let (Some(auth), Some(ctx)) = (auth, req.extensions().get::<Arc<AuthContext>>().cloned())
+    else {
         return route(req).await;
     };
 
