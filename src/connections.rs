@@ -127,6 +127,7 @@ pub async fn serve(
             limits,
             shutdown: shutdown.clone(),
             closing: closing.clone(),
+            tasks: connections.clone(),
         };
         match &tls {
             None => connections.spawn(connection.serve(io)),
@@ -163,6 +164,8 @@ struct Connection {
     shutdown: CancellationToken,
     /// Close now: the shutdown grace is over.
     closing: CancellationToken,
+    /// The server's connection tasks, which its shutdown waits for; the sentry is one of them.
+    tasks: TaskTracker,
 }
 
 impl Connection {
@@ -191,6 +194,7 @@ impl Connection {
             limits,
             shutdown,
             closing,
+            tasks,
         } = self;
         let in_flight = activity.clone();
         // The router is called in place: a clone for each request (as `oneshot` needs) writes
@@ -221,7 +225,7 @@ impl Connection {
         let (gracefully, mut finish) = tokio::sync::oneshot::channel();
         let (now, mut close) = tokio::sync::oneshot::channel();
         let (ended, connection_ended) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(sentry(
+        tasks.spawn(sentry(
             Sentry {
                 peer,
                 activity,
