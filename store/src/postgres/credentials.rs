@@ -23,13 +23,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Pool};
 use futures::StreamExt;
 use schemas::credential::CredentialHash;
 use schemas::ids::OrgId;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::db_error;
 use crate::{ApiKeyRecord, OrganizationRecord};
 
 /// The channel the triggers of `schemas/sql/0004_fleet_writes.sql` notify.
@@ -134,11 +135,11 @@ impl CredentialCache {
     /// the call returns once every live listener (this replica's own among them) has heard it,
     /// or after [`HEARD_WITHIN`]. The change is committed either way, so a failure to confirm is
     /// logged, not returned.
-    pub(super) async fn changed_here(&self, client: &impl GenericClient) {
+    pub(super) async fn changed_here(&self, pool: &Pool) {
         self.changed();
         let barrier = schemas::ids::next_ulid().to_string();
-        if let Err(e) = heard_everywhere(client, &barrier).await {
-            tracing::warn!(error = %super::described(&e), "store: cannot confirm that every replica heard a credential change; their cached entries expire within seconds");
+        if let Err(e) = heard_everywhere(pool, &barrier).await {
+            tracing::warn!(error = %e, "store: cannot confirm that every replica heard a credential change; their cached entries expire within seconds");
         }
     }
 
@@ -162,10 +163,12 @@ impl CredentialCache {
 /// connection's server process still runs. Listeners are taken before the barrier is sent, so
 /// each began listening before it and hears it; one that records itself later began after this
 /// change's commit and holds nothing older (`set_listening` empties the cache).
-async fn heard_everywhere(
-    client: &impl GenericClient,
-    barrier: &str,
-) -> std::result::Result<(), tokio_postgres::Error> {
+///
+/// Each statement takes a connection of its own from the pool rather than one being held
+/// through the wait: with a listener stuck the wait lasts [`HEARD_WITHIN`], and the changes
+/// waiting at once would otherwise hold the whole pool from every other request.
+async fn heard_everywhere(pool: &Pool, barrier: &str) -> crate::Result<()> {
+    let client = super::pooled(pool).await?;
     let listeners: Vec<String> = client
         .query(
             &format!(
@@ -174,7 +177,8 @@ async fn heard_everywhere(
             ),
             &[],
         )
-        .await?
+        .await
+        .map_err(db_error)?
         .iter()
         .map(|row| row.get(0))
         .collect();
@@ -185,11 +189,14 @@ async fn heard_everywhere(
             ),
             &[&CHANNEL, &barrier],
         )
-        .await?;
+        .await
+        .map_err(db_error)?;
+    drop(client);
     let deadline = Instant::now() + HEARD_WITHIN;
     let mut pause = Duration::from_millis(1);
     let missing = loop {
-        let missing: i64 = client
+        let missing: i64 = super::pooled(pool)
+            .await?
             .query_one(
                 &format!(
                     "SELECT count(*) FROM credential_listeners l
@@ -201,7 +208,8 @@ async fn heard_everywhere(
                 ),
                 &[&listeners, &barrier],
             )
-            .await?
+            .await
+            .map_err(db_error)?
             .get(0);
         if missing == 0 || Instant::now() >= deadline {
             break missing;
@@ -216,19 +224,22 @@ async fn heard_everywhere(
         );
     }
     // This barrier's records, any a late listener left behind, and listeners long gone.
+    let client = super::pooled(pool).await?;
     client
         .execute(
             "DELETE FROM credential_barriers_heard
              WHERE barrier = $1 OR heard_at < now() - interval '1 minute'",
             &[&barrier],
         )
-        .await?;
+        .await
+        .map_err(db_error)?;
     client
         .execute(
             "DELETE FROM credential_listeners WHERE seen_at < now() - interval '1 minute'",
             &[],
         )
-        .await?;
+        .await
+        .map_err(db_error)?;
     Ok(())
 }
 

@@ -95,10 +95,15 @@ impl PostgresStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client> {
-        self.pool.get().await.map_err(|e| {
-            StoreError::Unavailable(format!("PostgreSQL connection: {}", described(&e)))
-        })
+        pooled(&self.pool).await
     }
+}
+
+/// A connection from `pool`; none to be had is a retryable `Unavailable`.
+async fn pooled(pool: &Pool) -> Result<deadpool_postgres::Client> {
+    pool.get()
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("PostgreSQL connection: {}", described(&e))))
 }
 
 /// An id's ULID as the 16 bytes the tables key by (big-endian, so byte order is time order).

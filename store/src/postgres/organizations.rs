@@ -136,8 +136,10 @@ impl OrganizationStore for PostgresStore {
         )
         .await?;
         tx.commit().await.map_err(db_error)?;
-        // Counts here at once, and on the other replicas once their listeners have heard it.
-        self.credentials.changed_here(&client).await;
+        // Counts here at once, and on the other replicas once their listeners have heard it;
+        // the wait holds no connection.
+        drop(client);
+        self.credentials.changed_here(&self.pool).await;
         Ok(())
     }
 
@@ -244,8 +246,10 @@ impl OrganizationStore for PostgresStore {
         let key = crate::rules::merge_key_update(&stored, key);
         write_api_key(&tx, &key).await?;
         tx.commit().await.map_err(db_error)?;
-        // Counts here at once, and on the other replicas once their listeners have heard it.
-        self.credentials.changed_here(&client).await;
+        // Counts here at once, and on the other replicas once their listeners have heard it;
+        // the wait holds no connection.
+        drop(client);
+        self.credentials.changed_here(&self.pool).await;
         Ok(())
     }
 
@@ -257,8 +261,10 @@ impl OrganizationStore for PostgresStore {
         write_api_key(&tx, &old).await?;
         insert_api_key(&tx, replacement).await?;
         tx.commit().await.map_err(db_error)?;
-        // Counts here at once, and on the other replicas once their listeners have heard it.
-        self.credentials.changed_here(&client).await;
+        // Counts here at once, and on the other replicas once their listeners have heard it;
+        // the wait holds no connection.
+        drop(client);
+        self.credentials.changed_here(&self.pool).await;
         Ok(())
     }
 

@@ -295,6 +295,36 @@ async fn cached_credentials_follow_changes_made_through_any_replica() {
     );
     let read = reader.get_organization(org.id).await.unwrap();
     assert_eq!(read.unwrap().status, OrgStatus::Suspended);
+    // Changes waiting on it hold no connection: with more of them waiting at once than the pool
+    // has connections (16), a read through the same store that needs the database is answered
+    // meanwhile, not once their waits are over.
+    let waiting: Vec<_> = (0..20)
+        .map(|_| {
+            let (writer, suspended) = (writer.clone(), suspended.clone());
+            tokio::spawn(async move { writer.update_organization(&suspended).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let began = Instant::now();
+    let mut never_issued = [0u8; 32];
+    never_issued[..16].copy_from_slice(&schemas::ids::next_ulid().to_bytes());
+    let unknown = schemas::credential::CredentialHash(never_issued);
+    assert!(
+        writer
+            .find_api_key_by_hash(&unknown)
+            .await
+            .unwrap()
+            .is_none(),
+        "an unknown credential reads as none"
+    );
+    assert!(
+        began.elapsed() < Duration::from_millis(1000),
+        "a read waited {:?} for changes waiting on a stuck listener",
+        began.elapsed()
+    );
+    for change in waiting {
+        change.await.unwrap().unwrap();
+    }
     admin
         .execute(
             "DELETE FROM credential_listeners WHERE listener = 'stuck'",
