@@ -142,7 +142,8 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!(
-            open = connections.len(),
+            // The connections hold the slots (their tasks include each one's sentry).
+            open = limits.max_connections - slots.available_permits(),
             "connections still busy {SHUTDOWN_GRACE:?} after shutdown began: closing them"
         );
         closing.cancel();

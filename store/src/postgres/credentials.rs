@@ -166,9 +166,21 @@ impl CredentialCache {
 ///
 /// Each statement takes a connection of its own from the pool rather than one being held
 /// through the wait: with a listener stuck the wait lasts [`HEARD_WITHIN`], and the changes
-/// waiting at once would otherwise hold the whole pool from every other request.
+/// waiting at once would otherwise hold the whole pool from every other request. Waiting for a
+/// connection counts against the same bound, and the barrier's records are cleared after the
+/// answer, so a full pool does not hold the change's answer longer either.
 async fn heard_everywhere(pool: &Pool, barrier: &str) -> crate::Result<()> {
-    let client = super::pooled(pool).await?;
+    let deadline = tokio::time::Instant::now() + HEARD_WITHIN;
+    let connection = || async {
+        tokio::time::timeout_at(deadline, super::pooled(pool))
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::StoreError::Unavailable(format!(
+                    "no PostgreSQL connection within {HEARD_WITHIN:?}"
+                )))
+            })
+    };
+    let client = connection().await?;
     let listeners: Vec<String> = client
         .query(
             &format!(
@@ -192,10 +204,9 @@ async fn heard_everywhere(pool: &Pool, barrier: &str) -> crate::Result<()> {
         .await
         .map_err(db_error)?;
     drop(client);
-    let deadline = Instant::now() + HEARD_WITHIN;
     let mut pause = Duration::from_millis(1);
     let missing = loop {
-        let missing: i64 = super::pooled(pool)
+        let missing: i64 = connection()
             .await?
             .query_one(
                 &format!(
@@ -211,7 +222,7 @@ async fn heard_everywhere(pool: &Pool, barrier: &str) -> crate::Result<()> {
             .await
             .map_err(db_error)?
             .get(0);
-        if missing == 0 || Instant::now() >= deadline {
+        if missing == 0 || tokio::time::Instant::now() >= deadline {
             break missing;
         }
         tokio::time::sleep(pause).await;
@@ -223,7 +234,19 @@ async fn heard_everywhere(pool: &Pool, barrier: &str) -> crate::Result<()> {
             "store: a credential change was not heard by every replica within {HEARD_WITHIN:?}; their cached entries expire within {FRESH_FOR:?}"
         );
     }
-    // This barrier's records, any a late listener left behind, and listeners long gone.
+    // Cleared after the answer: the records are the wait's own, and a later change clears
+    // any that remain.
+    let (pool, barrier) = (pool.clone(), barrier.to_owned());
+    tokio::spawn(async move {
+        if let Err(e) = forget_barrier(&pool, &barrier).await {
+            tracing::debug!(error = %e, "store: clearing a credential barrier's records");
+        }
+    });
+    Ok(())
+}
+
+/// Deletes `barrier`'s records, any a late listener left behind, and listeners long gone.
+async fn forget_barrier(pool: &Pool, barrier: &str) -> crate::Result<()> {
     let client = super::pooled(pool).await?;
     client
         .execute(

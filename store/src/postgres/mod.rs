@@ -47,7 +47,7 @@ use crate::{Result, StoreBackend, StoreError};
 
 /// How many connections one process keeps at most: the processor's saves and the APIs' reads
 /// share them, and a database serves a few hundred in all, so a fleet of a dozen processes fits.
-const POOL_SIZE: usize = 16;
+pub const POOL_SIZE: usize = 16;
 
 /// The store in a PostgreSQL database (`postgres://user@host:port/db`, any libpq-style URL).
 pub struct PostgresStore {

@@ -296,9 +296,9 @@ async fn cached_credentials_follow_changes_made_through_any_replica() {
     let read = reader.get_organization(org.id).await.unwrap();
     assert_eq!(read.unwrap().status, OrgStatus::Suspended);
     // Changes waiting on it hold no connection: with more of them waiting at once than the pool
-    // has connections (16), a read through the same store that needs the database is answered
+    // has connections, a read through the same store that needs the database is answered
     // meanwhile, not once their waits are over.
-    let waiting: Vec<_> = (0..20)
+    let waiting: Vec<_> = (0..store::postgres::POOL_SIZE + 4)
         .map(|_| {
             let (writer, suspended) = (writer.clone(), suspended.clone());
             tokio::spawn(async move { writer.update_organization(&suspended).await })
