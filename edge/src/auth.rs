@@ -1,9 +1,9 @@
 //! Credentials (docs/api.md#keys; docs/architecture.md: #errors, #rate-limits, #organizations,
 //! #tls-and-proxies, #exposed-keys). The credential layer ([`Guard`]) resolves the Bearer
-//! credential of every API request once: it refuses unknown, revoked and expired keys, revokes exposed secret
-//! keys, counts the request against the key's bucket (or the client IP's, without a valid key),
-//! enforces TLS for live keys, suspended organizations and publishable-key origins, and stamps the
-//! rate-limit headers on whatever the request answers. The extractors `SecretKey<P>` and
+//! credential of every API request once: it refuses unknown, revoked and expired keys, revokes
+//! exposed secret keys, counts the request against the key's bucket (or the client IP's,
+//! without a valid key), enforces TLS for live keys, suspended organizations and
+//! publishable-key origins, and stamps the rate-limit headers on whatever the request answers. The extractors `SecretKey<P>` and
 //! `PublishableKey` then apply each route's policy.
 
 use std::marker::PhantomData;
@@ -231,11 +231,10 @@ fn rate_limited(d: &RateDecision, kind: &'static str) -> ApiError {
     e
 }
 
-/// The credential layer of a group of routes (`Router::layer`; the service is
-/// `crate::credential_layer`'s), with what it guards them with.
-/// The group's body limit, whether only browsers call it and its idempotent POSTs are this
-/// layer's too, rather than layers of their own: each layer of a router costs every request a
-/// clone of the routes it wraps.
+/// The credential layer of a group of routes, given to `Router::layer` (its service is in
+/// `crate::credential_layer`). The group's body limit, whether only browsers call it and its
+/// idempotent POSTs are this layer's too, rather than layers of their own: each layer of a
+/// router costs every request a clone of the routes it wraps.
 #[derive(Clone)]
 pub struct Guard {
     pub auth: Arc<Authenticator>,

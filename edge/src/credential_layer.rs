@@ -51,16 +51,17 @@ where
             let e = ApiError::internal("routing a request", "a guarded route was called twice");
             return Box::pin(std::future::ready(Ok(e.into_response())));
         };
+        let idempotent = guard.idempotent_posts;
         Box::pin(async move {
-            let response = if guard.idempotent_posts {
-                authenticate_then(guard, req, |req, auth| {
+            let answer = |req, auth| async move {
+                if idempotent {
                     crate::idempotency::idempotent_posts(auth, req, |req| call_route(route, req))
-                })
-                .await
-            } else {
-                authenticate_then(guard, req, |req, _| call_route(route, req)).await
+                        .await
+                } else {
+                    call_route(route, req).await
+                }
             };
-            Ok(response)
+            Ok(authenticate_then(guard, req, answer).await)
         })
     }
 }

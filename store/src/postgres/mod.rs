@@ -97,6 +97,14 @@ impl PostgresStore {
     async fn client(&self) -> Result<deadpool_postgres::Client> {
         pooled(&self.pool).await
     }
+
+    /// A change to a key or an organization was committed on `client`: it counts here at once,
+    /// and on the other replicas once their listeners have heard it. The connection goes back
+    /// to the pool first, as the wait holds none.
+    async fn credentials_changed(&self, client: deadpool_postgres::Client) {
+        drop(client);
+        self.credentials.changed_here(&self.pool).await;
+    }
 }
 
 /// A connection from `pool`; none to be had is a retryable `Unavailable`.

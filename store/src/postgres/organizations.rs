@@ -136,10 +136,7 @@ impl OrganizationStore for PostgresStore {
         )
         .await?;
         tx.commit().await.map_err(db_error)?;
-        // Counts here at once, and on the other replicas once their listeners have heard it;
-        // the wait holds no connection.
-        drop(client);
-        self.credentials.changed_here(&self.pool).await;
+        self.credentials_changed(client).await;
         Ok(())
     }
 
@@ -246,10 +243,7 @@ impl OrganizationStore for PostgresStore {
         let key = crate::rules::merge_key_update(&stored, key);
         write_api_key(&tx, &key).await?;
         tx.commit().await.map_err(db_error)?;
-        // Counts here at once, and on the other replicas once their listeners have heard it;
-        // the wait holds no connection.
-        drop(client);
-        self.credentials.changed_here(&self.pool).await;
+        self.credentials_changed(client).await;
         Ok(())
     }
 
@@ -261,10 +255,7 @@ impl OrganizationStore for PostgresStore {
         write_api_key(&tx, &old).await?;
         insert_api_key(&tx, replacement).await?;
         tx.commit().await.map_err(db_error)?;
-        // Counts here at once, and on the other replicas once their listeners have heard it;
-        // the wait holds no connection.
-        drop(client);
-        self.credentials.changed_here(&self.pool).await;
+        self.credentials_changed(client).await;
         Ok(())
     }
 
