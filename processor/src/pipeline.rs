@@ -75,8 +75,10 @@ const COMMIT_INTERVAL: Duration = Duration::from_millis(250);
 /// sends again while the last poll is folded is cheaper folded with its next batches than once
 /// for each. Under a saturated load of 64 sessions, polls as fast as they came folded 1.2
 /// batches a fold; spaced by this they fold several, for about a fifth less CPU a batch
-/// (docs/performance.md#ingest). Only a poll that held two batches of one session spaces the
-/// next: many sessions sending now and then gain nothing from waiting, and are not held back.
+/// (docs/performance.md#ingest). A poll that held two records of one session spaces the next,
+/// for every session this processor reads: one session sending faster than about every 15 ms
+/// holds each decision back by up to this long. Many sessions sending now and then leave polls
+/// unspaced, and so does a full poll (a backlog, which waiting cannot make any bigger).
 const POLL_SPACING: Duration = Duration::from_millis(15);
 
 /// How many visitors sharing an anchor pair are checked for an exact anchor match.
@@ -295,7 +297,8 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
     if !claim(pipeline, consumer.partitions(), &mut claims, shutdown).await {
         return;
     }
-    // When the last poll began, if it held two batches of one session (see POLL_SPACING).
+    // When the last poll began, if it held two records of one session and was not full (see
+    // POLL_SPACING).
     let mut spaced_from: Option<Instant> = None;
     'polls: while !shutdown.is_cancelled() {
         if let Some(rest) = spaced_from.and_then(|at| POLL_SPACING.checked_sub(at.elapsed())) {
@@ -346,7 +349,8 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         lag.polled(pipeline, &records).await;
         let mut dead = Vec::new();
         let groups = by_session(&records, &mut dead);
-        spaced_from = groups.iter().any(|g| g.len() > 1).then_some(polled_at);
+        spaced_from = (records.len() < POLL_RECORDS && groups.iter().any(|g| g.len() > 1))
+            .then_some(polled_at);
         // The save in flight lands before the poll is folded if it already finished (its
         // sessions are then cached, or read from their rows, rather than waited for later), or
         // if it holds a session of this poll: it may yet give that session up (its records

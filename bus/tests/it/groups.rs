@@ -382,6 +382,14 @@ mod kafka {
         })
         .await;
         let revoked: BTreeSet<u32> = a.told.iter().flat_map(|r| r.revoked.clone()).collect();
+        // Still `a`'s until its next poll. Were they not, the group went on without `a` (its
+        // assignment lost, which it is told as a revocation too, under a starved CPU), and the
+        // commit below could not land.
+        assert!(
+            a.partitions().is_superset(&revoked),
+            "`a` no longer holds {revoked:?}: {:?}",
+            a.partitions()
+        );
         // Processed, stored: committed before the next poll hands the partitions over.
         a.consumer.commit(&positions(&a.read)).await.unwrap();
         let resume: BTreeMap<u32, Option<u64>> = revoked
