@@ -3,8 +3,8 @@
 //! credential of every API request once: it refuses unknown, revoked and expired keys, revokes
 //! exposed secret keys, counts the request against the key's bucket (or the client IP's,
 //! without a valid key), enforces TLS for live keys, suspended organizations and
-//! publishable-key origins, and stamps the rate-limit headers on whatever the request answers. The extractors `SecretKey<P>` and
-//! `PublishableKey` then apply each route's policy.
+//! publishable-key origins, and stamps the rate-limit headers on whatever the request answers.
+//! The extractors `SecretKey<P>` and `PublishableKey` then apply each route's policy.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
