@@ -36,13 +36,24 @@ use goals::goal;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// A realistic interactions batch: 40 pointer events.
+/// A realistic interactions batch: 40 pointer events, its members in the SDK's order (`kind`
+/// first; a `json!` object would sort them).
 fn interactions() -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Batch {
+        kind: &'static str,
+        window_ms: [u32; 2],
+        events: Vec<Value>,
+    }
     let events: Vec<Value> = (0..40)
         .map(|i| json!({"t": i as f64 * 16.6, "type": "pointermove", "x": 100 + i * 3, "y": 200 + (i % 7), "trusted": true}))
         .collect();
-    serde_json::to_vec(&json!({"kind": "interactions", "window_ms": [0, 2000], "events": events}))
-        .unwrap()
+    serde_json::to_vec(&Batch {
+        kind: "interactions",
+        window_ms: [0, 2000],
+        events,
+    })
+    .unwrap()
 }
 
 async fn open_sessions(s: &TestServer, n: usize) -> Vec<CollectSession> {
