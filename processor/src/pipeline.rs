@@ -49,6 +49,7 @@ mod dead_letters;
 mod idle;
 mod lag;
 mod memory;
+mod polled;
 mod visits;
 
 use crate::events::{self, LinkedBy};
@@ -256,7 +257,11 @@ pub async fn run(pipeline: Pipeline, shutdown: CancellationToken) {
 /// One record of a poll with the batch it carries.
 struct Polled<'a> {
     record: &'a Record,
+    /// Its `observations` are `null` when `observed` holds them.
     batch: BatchRecord,
+    /// The SDK batch, when it was read with the record (see `polled`); otherwise it is read from
+    /// `batch.observations` when folded.
+    observed: Option<Batch>,
 }
 
 async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &CancellationToken) {
@@ -582,25 +587,33 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
         std::collections::HashMap::new();
     let now = schemas::time::now();
     for record in records {
-        match serde_json::from_slice::<BatchRecord>(&record.payload) {
+        match polled::read(&record.payload) {
             // Written by a newer ingest: its fields may mean what this build cannot tell, so
             // it is set aside, not misread.
-            Ok(batch) if batch.schema > schemas::collect::BATCH_RECORD_SCHEMA => dead.push(Dead {
-                record,
-                reason: DeadReason::UnreadableRecord,
-                message: format!(
-                    "a batch record of schema {}, newer than this build's {}",
-                    batch.schema,
-                    schemas::collect::BATCH_RECORD_SCHEMA
-                ),
-            }),
-            Ok(batch) => {
+            Ok(polled::ReadRecord { batch, .. })
+                if batch.schema > schemas::collect::BATCH_RECORD_SCHEMA =>
+            {
+                dead.push(Dead {
+                    record,
+                    reason: DeadReason::UnreadableRecord,
+                    message: format!(
+                        "a batch record of schema {}, newer than this build's {}",
+                        batch.schema,
+                        schemas::collect::BATCH_RECORD_SCHEMA
+                    ),
+                })
+            }
+            Ok(polled::ReadRecord { batch, observed }) => {
                 crate::telemetry::polled(batch.received_at, now);
                 let at = *index.entry(batch.session_id).or_insert_with(|| {
                     groups.push(Vec::new());
                     groups.len() - 1
                 });
-                groups[at].push(Polled { record, batch });
+                groups[at].push(Polled {
+                    record,
+                    batch,
+                    observed,
+                });
             }
             Err(e) => dead.push(Dead {
                 record,
@@ -612,8 +625,8 @@ fn by_session<'a>(records: &'a [Record], dead: &mut Vec<Dead<'a>>) -> Vec<Vec<Po
     groups
 }
 
-/// The SDK batch a record carries: by the `kind` ingest read when the record says it, else from
-/// the batch itself.
+/// The SDK batch a record carries, when it was not read with the record (see `polled`): by the
+/// `kind` ingest read when the record says it, else from the batch itself.
 fn read_batch(record: &BatchRecord) -> Result<Batch, serde_json::Error> {
     let text = record.observations.as_str().as_bytes();
     match &record.kind {
@@ -916,7 +929,12 @@ async fn fold<'a>(
                 });
                 continue;
             }
-            None => match read_batch(batch) {
+            // Cloned, not taken: a fold that fails is retried on the same records.
+            None => match polled
+                .observed
+                .clone()
+                .map_or_else(|| read_batch(batch), Ok)
+            {
                 Ok(observed) => {
                     probes_batch = matches!(observed, Batch::Probes(_));
                     state.observations.record(observed);
