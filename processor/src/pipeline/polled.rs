@@ -4,14 +4,19 @@
 //! Read as a [`BatchRecord`], a record's observations are kept as text, and finding where that
 //! text ends means scanning all of it; the fold then parsed the same text again. Ingest writes
 //! the batch's `kind` (and its `seq`) before its observations, so by the time the reader reaches
-//! the observations it knows what they are and reads them as that batch at once: about a third
-//! of a record's reading saved, in a saturated profile 3.6% of the process's samples
-//! (docs/performance.md#ingest).
+//! the observations it knows what they are and reads them as that batch at once. The scan was
+//! 3.6% of a saturated ingest benchmark's samples (docs/performance.md#ingest).
 //!
 //! Every other record is read as before, its observations kept as text for the fold: a
 //! server-made record (`seq` 0), one without a `kind` (from a build before it was carried) or
 //! with the `kind` after the observations, and one whose batch does not read as its `kind` says,
 //! so that the fold reports that batch as it always has.
+//!
+//! The price: a batch that does not read as its kind is read three times (here, again as text,
+//! and by the fold, which reports it), where it was read twice. Ingest lets through any JSON
+//! object with a kind, so a sender can choose that, within ingest's body limit; it gains
+//! nothing by it but a dead letter. And a batch delivered again (after a crash, or when a
+//! partition moves) is parsed whole before the fold passes it over as already processed.
 
 use std::fmt;
 
@@ -35,9 +40,10 @@ pub(super) struct ReadRecord {
 pub(super) fn read(payload: &[u8]) -> serde_json::Result<ReadRecord> {
     match serde_json::from_slice::<OnePass>(payload) {
         Ok(OnePass(record)) => Ok(record),
-        // The batch did not read as its kind says, or the record itself is wrong: read again
-        // with the batch as text, so the record's error, or the batch's when folded, is the one
-        // the two readings always gave. Rare: ingest refuses a batch that is not an object.
+        // The batch did not read as its kind says (a member of the wrong shape, one given twice,
+        // or nested a level too deep for the parser inside the record), or the record itself is
+        // wrong: read again with the batch as text, so that the record's error, or the batch's
+        // when folded, is the one the two readings always gave, whatever failed here.
         Err(_) => serde_json::from_slice::<BatchRecord>(payload).map(|batch| ReadRecord {
             batch,
             observed: None,
@@ -73,7 +79,8 @@ impl<'de> Deserialize<'de> for OnePass {
 
 struct RecordVisitor;
 
-/// Sets a member once; a second time is the error the derived reading gives.
+/// Sets a member once; a second time fails the reading (which [`read`] then repeats as a
+/// [`BatchRecord`], for that reading's own error).
 fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), E> {
     match slot {
         Some(_) => Err(E::duplicate_field(name)),
@@ -246,9 +253,24 @@ mod tests {
             },
             // A kind this build does not know (the fold refuses it).
             serde_json::to_vec(&record(2, Some("telemetry"), interactions())).unwrap(),
-            // A batch that does not read as its kind says (the fold reports it).
+            // A null kind.
+            serde_json::to_vec(&record(2, None, interactions()))
+                .map(|text| {
+                    let text = String::from_utf8(text).unwrap();
+                    text.replace(r#""observations""#, r#""kind":null,"observations""#)
+                        .into_bytes()
+                })
+                .unwrap(),
+            // A batch that does not read as its kind says (the fold reports it): of the wrong
+            // type, or with a member given twice (ingest lets both through).
             serde_json::to_vec(&record(2, Some("interactions"), json!(5))).unwrap(),
             serde_json::to_vec(&record(2, Some("probes"), json!("probes"))).unwrap(),
+            {
+                let text = serde_json::to_string(&record(2, Some("interactions"), interactions()))
+                    .unwrap();
+                text.replace(r#""events":"#, r#""events":[],"events":"#)
+                    .into_bytes()
+            },
         ];
         for payload in cases {
             let read = read(&payload).unwrap();
@@ -271,9 +293,16 @@ mod tests {
             let text = serde_json::to_string(&good).unwrap();
             format!(r#"{{"seq":4,{}"#, &text[1..])
         };
+        let ordered = record(4, Some("interactions"), interactions());
+        let mut no_batch = serde_json::to_value(&ordered).unwrap();
+        no_batch.as_object_mut().unwrap().remove("observations");
         for payload in [
             serde_json::to_vec(&missing).unwrap(),
+            serde_json::to_vec(&no_batch).unwrap(),
             duplicated.into_bytes(),
+            // A second kind or batch after the batch was read as the first kind.
+            spliced(&ordered, "", r#","kind":"probes""#),
+            spliced(&ordered, "", r#","observations":{"kind":"probes"}"#),
             b"[1, 2]".to_vec(),
             b"{\"schema\": 1".to_vec(),
         ] {
