@@ -46,18 +46,50 @@ impl Batch {
     /// record, [`schemas::collect::BatchRecord::kind`]). The kind is trusted, not checked
     /// against the batch's own: ingest read it from the same text.
     pub fn of_kind(kind: Option<&str>, bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        match kind {
-            Some("probes") => Ok(Batch::Probes(Box::new(serde_json::from_slice(bytes)?))),
-            Some("interactions") => Ok(Batch::Interactions(serde_json::from_slice(bytes)?)),
-            _ => Err(serde::de::Error::custom(
+        let Some(of_kind) = kind.and_then(OfKind::new) else {
+            return Err(serde::de::Error::custom(
                 "a batch needs `kind`: `probes` or `interactions`",
-            )),
-        }
+            ));
+        };
+        let mut reader = serde_json::Deserializer::from_slice(bytes);
+        let batch = serde::de::DeserializeSeed::deserialize(of_kind, &mut reader)?;
+        reader.end()?;
+        Ok(batch)
     }
 
     /// Parses a batch already read as JSON.
     pub fn from_value(value: serde_json::Value) -> Result<Self, serde_json::Error> {
         Self::from_slice(&serde_json::to_vec(&value)?)
+    }
+}
+
+/// Reads a batch of a kind already known, from whatever holds it: a batch's own text
+/// ([`Batch::of_kind`]) or the log record carrying it (`pipeline/polled.rs`).
+#[derive(Debug, Clone, Copy)]
+pub enum OfKind {
+    Probes,
+    Interactions,
+}
+
+impl OfKind {
+    /// The reading of a batch of `kind`; `None` for a kind this build does not know.
+    pub fn new(kind: &str) -> Option<Self> {
+        match kind {
+            "probes" => Some(OfKind::Probes),
+            "interactions" => Some(OfKind::Interactions),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for OfKind {
+    type Value = Batch;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Batch, D::Error> {
+        Ok(match self {
+            OfKind::Probes => Batch::Probes(Box::new(Probes::deserialize(d)?)),
+            OfKind::Interactions => Batch::Interactions(InteractionBatch::deserialize(d)?),
+        })
     }
 }
 

@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::Batch;
+use crate::observations::OfKind;
 
 /// A polled batch record, with the SDK batch it carries when that was read with it.
 pub(super) struct ReadRecord {
@@ -123,17 +124,14 @@ impl<'de> Visitor<'de> for RecordVisitor {
                 Member::Observations => {
                     // An SDK batch (numbered from 1) of a kind already read: as that batch, the
                     // kind trusted as the fold trusts it (`Batch::of_kind`).
-                    let sdk_kind = seq
+                    let of_kind = seq
                         .filter(|&seq| seq > 0)
                         .and(kind.as_ref())
-                        .and_then(|kind| kind.as_deref());
-                    let value = match sdk_kind {
-                        Some("interactions") => (
-                            RawJson::null(),
-                            Some(Batch::Interactions(map.next_value()?)),
-                        ),
-                        Some("probes") => (RawJson::null(), Some(Batch::Probes(map.next_value()?))),
-                        _ => (map.next_value()?, None),
+                        .and_then(|kind| kind.as_deref())
+                        .and_then(OfKind::new);
+                    let value = match of_kind {
+                        Some(of_kind) => (RawJson::null(), Some(map.next_value_seed(of_kind)?)),
+                        None => (map.next_value()?, None),
                     };
                     once(&mut observations, "observations", value)?;
                 }
