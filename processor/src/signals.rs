@@ -215,7 +215,7 @@ pub fn spec(slug: &str) -> Option<&'static SignalSpec> {
 /// Every signal the session's observations and the server's context fire, in catalogue order.
 pub fn detect(session: &SessionObservations, context: &ServerContext) -> Vec<Signal> {
     let mut fired = Fired::default();
-    let probes = session.probes.as_ref();
+    let probes = session.probes.as_deref();
     let automation = probes.and_then(|p| p.automation.as_ref());
     // The page's own UA is the claim; the HTTP UA stands in when the probes never came.
     let user_agent = automation

@@ -11,6 +11,22 @@ use rand::RngCore;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use ulid::Ulid;
 
+/// Reads a string into a `T` by parsing it where it lies: the text is never copied (serde's
+/// `Cow<str>` is always an owned copy), and ids are read from every log record and stored row.
+pub(crate) struct ParsedStr<T>(pub(crate) std::marker::PhantomData<T>);
+
+impl<T: FromStr<Err: fmt::Display>> serde::de::Visitor<'_> for ParsedStr<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        v.parse().map_err(E::custom)
+    }
+}
+
 /// A fresh ULID: the current millisecond, then 80 bits from the thread's CSPRNG (`rand`'s
 /// ChaCha12, seeded and reseeded from the OS random source), as unguessable as the OS source
 /// itself without a system call per id: every request mints one for its request id.
@@ -164,8 +180,7 @@ macro_rules! id_type {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
+                d.deserialize_str(ParsedStr::<Self>(std::marker::PhantomData))
             }
         }
     };
