@@ -261,7 +261,11 @@ pub(crate) async fn accept(
         kind: Some(kind),
         observations,
     };
-    let payload = serde_json::to_vec(&record).map_err(|e| ApiError::internal("batch record", e))?;
+    // Sized for the batch and the request's few members at once, rather than grown by doubling
+    // from empty (several reallocations and copies of the batch each).
+    let mut payload = Vec::with_capacity(record.observations.as_str().len() + 1024);
+    serde_json::to_writer(&mut payload, &record)
+        .map_err(|e| ApiError::internal("batch record", e))?;
     if !(state.log_ready)() {
         return Err(ApiError::log_unavailable());
     }

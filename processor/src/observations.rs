@@ -476,7 +476,9 @@ mod input {
                 f.write_str("a list of input events")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                // serde_json gives no length: grown from empty, a batch's events were
+                // reallocated five times over. The SDK sends a few dozen a batch.
+                let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(64).min(1024));
                 while let Some(Item(item)) = seq.next_element::<Item>()? {
                     events.extend(item);
                 }
