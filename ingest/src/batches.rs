@@ -399,6 +399,11 @@ mod tests {
             r#"{"seq":3,"ciphertext":null}"#,
             r#"[3,"AAEC"]"#,
             r#"{"seq":3,"ciphertext":"AAEC"} {}"#,
+            r#"{"seq":1e0,"ciphertext":"AAEC"}"#,
+            r#"{"seq":-0,"ciphertext":"AAEC"}"#,
+            r#"{"seq":18446744073709551616,"ciphertext":"AAEC"}"#,
+            "\u{feff}{\"seq\":3,\"ciphertext\":\"AAEC\"}",
+            r#"{"seq":3,"ciphert\u0065xt":"AAEC","ciphertext":"AAEC"}"#,
         ];
         for body in usual {
             assert!(
@@ -410,5 +415,86 @@ mod tests {
         assert_eq!(read_usual(usual[0]), Ok((3, vec![0, 1, 2])));
         assert_eq!(read_usual(usual[1]), Ok((3, vec![0, 1, 2])));
         assert!(read_usual(usual[4]).is_err());
+    }
+
+    /// Bodies made of the members' likely spellings, in any order and number, with any spacing:
+    /// whatever the plain reading takes, the usual reading takes too, as the same value.
+    mod agreement {
+        use proptest::prelude::*;
+        use proptest::strategy::ValueTree;
+
+        use super::*;
+
+        /// A member: most often a well-formed `seq` or `ciphertext` (so that many bodies are
+        /// ones the plain reading takes), else a likely misspelling of a name or a value.
+        fn member() -> impl Strategy<Value = String> {
+            let name = prop::sample::select(vec![
+                "\"seq\"",
+                "\"ciphertext\"",
+                "\"s\\u0065q\"",
+                "\"ciphert\\u0065xt\"",
+                "\"Seq\"",
+                "\"extra\"",
+            ]);
+            let value = prop::sample::select(vec![
+                "1",
+                "0",
+                "-1",
+                "3.0",
+                "1e0",
+                "-0",
+                "18446744073709551615",
+                "18446744073709551616",
+                "\"3\"",
+                "null",
+                "\"AAEC\"",
+                "\"\"",
+                "\"AA\\u0045C\"",
+                "\"AAE=\"",
+                "\"AA+C\"",
+                "[]",
+            ]);
+            let space = " {0,2}";
+            prop_oneof![
+                3 => (any::<u64>(), space).prop_map(|(n, s)| format!("{s}\"seq\"{s}:{s}{n}")),
+                3 => (prop::collection::vec(any::<u8>(), 0..9), space).prop_map(|(bytes, s)| {
+                    let c = URL_SAFE_NO_PAD.encode(bytes);
+                    format!("{s}\"ciphertext\"{s}:{s}\"{c}\"")
+                }),
+                1 => ("[A-Za-z0-9_-]{0,12}", space)
+                    .prop_map(|(c, s)| format!("{s}\"ciphertext\"{s}:{s}\"{c}\"")),
+                2 => (name, value, space).prop_map(|(n, v, s)| format!("{s}{n}{s}:{s}{v}")),
+            ]
+        }
+
+        fn body() -> impl Strategy<Value = String> {
+            (
+                prop_oneof![
+                    3 => prop::collection::vec(member(), 2..=2),
+                    1 => prop::collection::vec(member(), 0..4),
+                ],
+                "[ \n]{0,2}",
+                prop::sample::select(vec!["", " ", "\n", " {}", "x"]),
+            )
+                .prop_map(|(members, lead, tail)| format!("{lead}{{{}}}{tail}", members.join(",")))
+        }
+
+        #[test]
+        fn the_plain_reading_agrees_with_the_usual_one() {
+            let mut runner = proptest::test_runner::TestRunner::deterministic();
+            let (mut plain, cases) = (0, 2_000);
+            for _ in 0..cases {
+                let body = body().new_tree(&mut runner).unwrap().current();
+                if let Some(read) = BatchBody::read_plain(body.as_bytes()) {
+                    assert_eq!(Ok((read.seq, read.ciphertext)), read_usual(&body), "{body}");
+                    plain += 1;
+                }
+            }
+            // Not vacuous: a good share of the bodies took the plain way.
+            assert!(
+                plain > cases / 40,
+                "only {plain} of {cases} bodies were read plainly"
+            );
+        }
     }
 }

@@ -25,6 +25,14 @@ impl<T: FromStr<Err: fmt::Display>> serde::de::Visitor<'_> for ParsedStr<T> {
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
         v.parse().map_err(E::custom)
     }
+
+    /// Formats that hand strings over as bytes, as `Cow<str>` took them.
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<T, E> {
+        match std::str::from_utf8(v) {
+            Ok(s) => self.visit_str(s),
+            Err(_) => Err(E::invalid_value(serde::de::Unexpected::Bytes(v), &self)),
+        }
+    }
 }
 
 /// A fresh ULID: the current millisecond, then 80 bits from the thread's CSPRNG (`rand`'s
