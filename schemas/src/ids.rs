@@ -13,7 +13,7 @@ use ulid::Ulid;
 
 /// Reads a string into a `T` by parsing it where it lies: the text is never copied (serde's
 /// `Cow<str>` is always an owned copy), and ids are read from every log record and stored row.
-pub(crate) struct ParsedStr<T>(pub(crate) std::marker::PhantomData<T>);
+struct ParsedStr<T>(std::marker::PhantomData<T>);
 
 impl<T: FromStr<Err: fmt::Display>> serde::de::Visitor<'_> for ParsedStr<T> {
     type Value = T;
