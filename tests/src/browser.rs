@@ -206,6 +206,50 @@ impl Drop for ChromeDriver {
     }
 }
 
+impl ChromeDriver {
+    /// CPU time (clock ticks, user + system) used so far by the live processes of this
+    /// driver's process group: chromedriver and the browsers it started.
+    fn group_cpu_ticks(&self) -> u64 {
+        let group = self.child.id();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter_map(|stat| {
+                // After the `(comm)` field, which may itself hold spaces and parentheses:
+                // state ppid pgrp ... utime (14th field overall) stime (15th).
+                let rest = &stat[stat.rfind(')')? + 2..];
+                let fields: Vec<&str> = rest.split(' ').collect();
+                let pgrp: u32 = fields.get(2)?.parse().ok()?;
+                let utime: u64 = fields.get(11)?.parse().ok()?;
+                let stime: u64 = fields.get(12)?.parse().ok()?;
+                (pgrp == group).then_some(utime + stime)
+            })
+            .sum()
+    }
+
+    /// Waits (at most `limit`) until the browsers have finished starting: no more than 2 clock
+    /// ticks (about 20 ms) of CPU in a 250 ms window. A fresh browser keeps a core busy for a
+    /// second or more after its first page loads (its own start-up renderers), which on two
+    /// cores would be measured as the page's cost. Returns how long it waited and whether the
+    /// browsers went quiet.
+    pub async fn wait_until_quiet(&self, limit: Duration) -> (Duration, bool) {
+        let started = Instant::now();
+        let mut before = self.group_cpu_ticks();
+        while started.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self.group_cpu_ticks();
+            if now.saturating_sub(before) <= 2 {
+                return (started.elapsed(), true);
+            }
+            before = now;
+        }
+        (started.elapsed(), false)
+    }
+}
+
 /// One WebDriver command; `Ok(value)` or `Err("<error>: <message>")`.
 async fn command(
     client: &reqwest::Client,
