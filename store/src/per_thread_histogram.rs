@@ -1,8 +1,8 @@
 //! Histograms for the hot paths, each thread counting its own observations in memory no other
 //! thread writes; a scrape adds the threads' counts up. An observation of a prometheus
 //! `Histogram` shared by every thread is four atomic read-modify-writes on cache lines that the
-//! two cores keep taking from each other: with four on every keyed API request (the request,
-//! two store calls and the rate-limit check), they cost about a tenth of its CPU time
+//! two cores keep taking from each other: with three on every keyed API request (the request,
+//! its store call and the rate-limit check), they cost a noticeable share of its CPU time
 //! (docs/performance.md#the-api). Here an observation is a few plain loads and stores.
 //!
 //! The text a scrape gives is the same as a prometheus `HistogramVec`'s fed the same values

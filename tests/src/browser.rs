@@ -5,6 +5,7 @@
 //! Needs Debian's `chromium` and `chromium-driver` (scripts/test.sh installs them). Missing either
 //! is a failure, never a skip.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -207,41 +208,51 @@ impl Drop for ChromeDriver {
 }
 
 impl ChromeDriver {
-    /// CPU time (clock ticks, user + system) used so far by the live processes of this
-    /// driver's process group: chromedriver and the browsers it started.
-    fn group_cpu_ticks(&self) -> u64 {
+    /// CPU time (clock ticks, user + system) used so far by each live process of this driver's
+    /// process group (chromedriver and the browsers it started), by process id.
+    fn group_cpu_ticks(&self) -> HashMap<u32, u64> {
         let group = self.child.id();
         let Ok(entries) = std::fs::read_dir("/proc") else {
-            return 0;
+            return HashMap::new();
         };
         entries
             .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-            .filter_map(|stat| {
+            .filter_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
                 // After the `(comm)` field, which may itself hold spaces and parentheses:
                 // state ppid pgrp ... utime (14th field overall) stime (15th).
-                let rest = &stat[stat.rfind(')')? + 2..];
+                let rest = stat.get(stat.rfind(')')? + 2..)?;
                 let fields: Vec<&str> = rest.split(' ').collect();
                 let pgrp: u32 = fields.get(2)?.parse().ok()?;
                 let utime: u64 = fields.get(11)?.parse().ok()?;
                 let stime: u64 = fields.get(12)?.parse().ok()?;
-                (pgrp == group).then_some(utime + stime)
+                (pgrp == group).then_some((pid, utime + stime))
             })
-            .sum()
+            .collect()
     }
 
-    /// Waits (at most `limit`) until the browsers have finished starting: no more than 2 clock
-    /// ticks (about 20 ms) of CPU in a 250 ms window. A fresh browser keeps a core busy for a
-    /// second or more after its first page loads (its own start-up renderers), which on two
-    /// cores would be measured as the page's cost. Returns how long it waited and whether the
-    /// browsers went quiet.
+    /// Waits (about `limit` at most) until the browsers have finished starting: no more than 2
+    /// clock ticks (about 20 ms) of CPU in a 250 ms window. A fresh browser keeps a core busy
+    /// for half a second to a second after its first page loads (its browser process and a
+    /// WebUI renderer finishing their start), which on two cores would be measured as the
+    /// page's cost. Returns how long it waited and whether the browsers went quiet.
+    ///
+    /// The CPU is counted per process, so one that exits during a window (its time gone from
+    /// the total) cannot make a busy window read as quiet. Reading `/proc` blocks the runtime's
+    /// thread for a millisecond or so, which a benchmark between visits can afford.
     pub async fn wait_until_quiet(&self, limit: Duration) -> (Duration, bool) {
         let started = Instant::now();
         let mut before = self.group_cpu_ticks();
         while started.elapsed() < limit {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let now = self.group_cpu_ticks();
-            if now.saturating_sub(before) <= 2 {
+            // A process new in this window counts in full.
+            let used: u64 = now
+                .iter()
+                .map(|(pid, ticks)| ticks.saturating_sub(before.get(pid).copied().unwrap_or(0)))
+                .sum();
+            if used <= 2 {
                 return (started.elapsed(), true);
             }
             before = now;
