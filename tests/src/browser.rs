@@ -182,32 +182,7 @@ impl ChromeDriver {
             .expect("setting timeouts");
         session
     }
-}
 
-impl Drop for ChromeDriver {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.child.id());
-        let _ = Command::new("kill")
-            .args(["-TERM", "--", &group])
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl ChromeDriver {
     /// CPU time (clock ticks, user + system) used so far by each live process of this driver's
     /// process group (chromedriver and the browsers it started), by process id.
     fn group_cpu_ticks(&self) -> HashMap<u32, u64> {
@@ -220,10 +195,7 @@ impl ChromeDriver {
             .filter_map(|e| {
                 let pid: u32 = e.file_name().to_str()?.parse().ok()?;
                 let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-                // After the `(comm)` field, which may itself hold spaces and parentheses:
-                // state ppid pgrp ... utime (14th field overall) stime (15th).
-                let rest = stat.get(stat.rfind(')')? + 2..)?;
-                let fields: Vec<&str> = rest.split(' ').collect();
+                let fields = crate::proc_stat_fields(&stat);
                 let pgrp: u32 = fields.get(2)?.parse().ok()?;
                 let utime: u64 = fields.get(11)?.parse().ok()?;
                 let stime: u64 = fields.get(12)?.parse().ok()?;
@@ -258,6 +230,29 @@ impl ChromeDriver {
             before = now;
         }
         (started.elapsed(), false)
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -515,12 +515,7 @@ use admin_api as vigil_admin;
 /// between runs than the throughput does, so it shows small changes.
 pub fn process_cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .expect("the command's name is closed")
-        .split_whitespace()
-        .collect();
+    let fields = proc_stat_fields(&stat);
     let ticks = |i: usize| {
         fields[i]
             .parse::<f64>()
@@ -529,6 +524,17 @@ pub fn process_cpu_seconds() -> f64 {
     let ticks = ticks(11) + ticks(12);
     // Linux reports these in USER_HZ, 100 a second whatever the kernel's own tick.
     ticks / 100.0
+}
+
+/// The fields of a `/proc/<pid>/stat` line after its `(comm)`, which may itself hold spaces and
+/// parentheses: index 0 is the state, 2 the process group, 11 and 12 the user and system CPU
+/// time in clock ticks (USER_HZ, 100 a second whatever the kernel's own tick).
+pub fn proc_stat_fields(stat: &str) -> Vec<&str> {
+    stat.rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
 }
 
 /// The Redis the test command started (`VIGIL_TEST_REDIS_URL`). A suite that needs Redis fails
