@@ -29,7 +29,7 @@
 
   // ───────────────────────────── Constants ─────────────────────────────
 
-  const SDK_VERSION = '1.2.0';
+  const SDK_VERSION = '1.3.0';
   const HKDF_INFO = 'vigil/collect/v1';
   const PROOF_HKDF_INFO = 'vigil/collect/v1/proof';
   const PROOF_HEADER = 'Vigil-Session-Proof';
@@ -398,18 +398,22 @@
         await yieldToMain();
       }
       markLaunched();
-      env.markGpuFree();
     })();
     const finished = launched.then(() => Promise.all(running)).then(() => {
-      env.release();
       const order = probes.map((p) => p.name);
       timedOut.sort((a, b) => order.indexOf(a) - order.indexOf(b));
       return { observations: out, timedOut, collectedInMs: round1(now() - started), timings };
     });
-    return { launched, finished };
+    // Removing the pristine frame and losing the WebGL context cost the main thread a few
+    // milliseconds: `load` does it once the probes batch is acknowledged, not before sending it.
+    const release = () => finished.then(() => env.release(), () => env.release());
+    return { launched, finished, release };
   }
 
-  const collectProbes = (probes, totalBudgetMs) => startProbes(probes, totalBudgetMs).finished;
+  function collectProbes(probes, totalBudgetMs) {
+    const set = startProbes(probes, totalBudgetMs);
+    return set.finished.finally(set.release);
+  }
 
   /** Resources two probes share: one WebGL context is expensive enough to create once. */
   class ProbeEnv {
@@ -418,12 +422,10 @@
       this._frame = undefined;
       /** Settles once every probe has started (the main-thread part of the set is over). */
       this.launched = Promise.resolve();
-      /** Settles once the page's WebGL probes are done with the GPU (or the set is launched). */
-      this.gpuFree = new Promise((resolve) => { this.markGpuFree = resolve; });
       /** Whether the set has the worker probe, and the [zone, locale] its worker reports. */
       this.withWorker = false;
       this.workerLocale = new Promise((resolve) => { this.resolveWorkerLocale = resolve; });
-      /** The worker's { vendor, renderer, hash } of the WebGL scene, or null. */
+      /** The worker's WebGL { vendor, renderer, parametersHash, hash } (the scene's), or null. */
       this.workerGpu = new Promise((resolve) => { this.resolveWorkerGpu = resolve; });
     }
     webgl() {
@@ -695,33 +697,34 @@
     'browser.worker_languages', 'browser.worker_device_memory', 'browser.worker_webgl_vendor',
     'browser.worker_webgl_renderer',
   ];
-  // Two messages: the navigator at once, then the GPU, whose context can take longer to make
-  // than the probe may wait (a software renderer's start), so the first is never lost to it.
-  // Two messages: the navigator (and the IANA zone and locale) at once; then, when the page asks
-  // (once its own WebGL probe is done, so two contexts do not compete for the same cores), the
-  // GPU: its unmasked vendor and renderer and the hash of the scene `renderWebglScene` draws,
-  // which is the same as the page's own rendering would be (same GPU process, same rasteriser)
-  // and costs the page's main thread nothing.
+  // Two messages, so a slow GPU never costs the page the first: the navigator (and the IANA
+  // zone and locale) at once; then the GPU, read on without waiting to be asked: its unmasked
+  // vendor and renderer, the parameters hash (`webglParameterLines`) and the hash of the scene
+  // `renderWebglScene` draws. Both hashes are what the page's own context would give (same GPU
+  // process, same rasteriser), and here they cost the page's main thread nothing: read in the
+  // page, the parameters alone (a dozen of them synchronous round trips to the GPU process) took
+  // it 7 to 13 ms on a 2-core machine.
   const WORKER_SOURCE = `
     const n = navigator;
-    let zone = [null, null];
-    try { const o = Intl.DateTimeFormat().resolvedOptions(); zone = [o.timeZone, o.locale]; } catch (_) {}
+    const zone = (${fnToString.call(zoneAndLocale)})();
     postMessage({ navigator: [n.userAgent, n.platform, n.hardwareConcurrency, n.languages ? Array.from(n.languages) : null,
       typeof n.deviceMemory === 'number' ? n.deviceMemory : null], zone });
     const hex = (d) => Array.from(new Uint8Array(d)).map((b) => b.toString(16).padStart(2, '0')).join('');
-    onmessage = async () => {
-      const gpu = { vendor: null, renderer: null, hash: null };
+    const sha256 = async (bytes) => hex(await crypto.subtle.digest('SHA-256', bytes));
+    (async () => {
+      const gpu = { vendor: null, renderer: null, parametersHash: null, hash: null };
       try {
         const c = typeof OffscreenCanvas === 'function' ? new OffscreenCanvas(64, 64).getContext('webgl') : null;
         const d = c && c.getExtension('WEBGL_debug_renderer_info');
         if (d) [gpu.vendor, gpu.renderer] = [c.getParameter(d.UNMASKED_VENDOR_WEBGL), c.getParameter(d.UNMASKED_RENDERER_WEBGL)];
+        if (c) gpu.parametersHash = await sha256(new TextEncoder().encode((${fnToString.call(webglParameterLines)})(c)));
         const pixels = c && (${fnToString.call(renderWebglScene)})(c);
-        if (pixels) gpu.hash = hex(await crypto.subtle.digest('SHA-256', pixels));
+        if (pixels) gpu.hash = await sha256(pixels);
         const lose = c && c.getExtension('WEBGL_lose_context');
         if (lose) lose.loseContext();
       } catch (_) {}
       postMessage({ gpu });
-    };`;
+    })();`;
   const WORKER_BUDGET_MS = 400;
 
   /** Settles with `promise`'s value, or with `fallback` once `deadline` (a `now()`) passes. */
@@ -763,8 +766,6 @@
           };
         }), deadline, {}, signal);
         env.resolveWorkerLocale(Array.isArray(first.zone) ? first.zone : null);
-        await until(env.gpuFree, deadline, null, signal);
-        if (worker) worker.postMessage('gpu');
         const gpu = await until(gpuArrived, deadline, null, signal);
         env.resolveWorkerGpu(gpu);
         const found = Array.isArray(first.navigator) ? first.navigator : [];
@@ -782,50 +783,53 @@
 
   // ───────────────────────────── Probes: rendering (WebGL, canvas, audio) ─────────────────────────────
 
-  const GL_PARAMETERS = [
-    'ALIASED_LINE_WIDTH_RANGE', 'ALIASED_POINT_SIZE_RANGE', 'ALPHA_BITS', 'BLUE_BITS', 'DEPTH_BITS', 'GREEN_BITS',
-    'MAX_COMBINED_TEXTURE_IMAGE_UNITS', 'MAX_CUBE_MAP_TEXTURE_SIZE', 'MAX_FRAGMENT_UNIFORM_VECTORS',
-    'MAX_RENDERBUFFER_SIZE', 'MAX_TEXTURE_IMAGE_UNITS', 'MAX_TEXTURE_SIZE', 'MAX_VARYING_VECTORS',
-    'MAX_VERTEX_ATTRIBS', 'MAX_VERTEX_TEXTURE_IMAGE_UNITS', 'MAX_VERTEX_UNIFORM_VECTORS', 'MAX_VIEWPORT_DIMS',
-    'RED_BITS', 'RENDERER', 'SHADING_LANGUAGE_VERSION', 'STENCIL_BITS', 'SUBPIXEL_BITS', 'VENDOR', 'VERSION',
-  ];
-
-  function glValue(value) {
-    if (value == null) return 'null';
-    if (typeof value === 'object' && typeof value.length === 'number') return Array.from(value).join(',');
-    return String(value);
+  /**
+   * The GPU's capability profile: "NAME=value" lines, sorted, joined by "\n". Stable across
+   * sessions, so its hash can serve as a visitor-linkage anchor. Self-contained (its source also
+   * runs in the worker), so it names nothing from the SDK.
+   */
+  function webglParameterLines(gl) {
+    const value = (read) => {
+      let v;
+      try { v = read(); } catch (_) { v = null; }
+      if (v == null) return 'null';
+      if (typeof v === 'object' && typeof v.length === 'number') return Array.from(v).join(',');
+      return String(v);
+    };
+    const lines = [
+      'ALIASED_LINE_WIDTH_RANGE', 'ALIASED_POINT_SIZE_RANGE', 'ALPHA_BITS', 'BLUE_BITS', 'DEPTH_BITS', 'GREEN_BITS',
+      'MAX_COMBINED_TEXTURE_IMAGE_UNITS', 'MAX_CUBE_MAP_TEXTURE_SIZE', 'MAX_FRAGMENT_UNIFORM_VECTORS',
+      'MAX_RENDERBUFFER_SIZE', 'MAX_TEXTURE_IMAGE_UNITS', 'MAX_TEXTURE_SIZE', 'MAX_VARYING_VECTORS',
+      'MAX_VERTEX_ATTRIBS', 'MAX_VERTEX_TEXTURE_IMAGE_UNITS', 'MAX_VERTEX_UNIFORM_VECTORS', 'MAX_VIEWPORT_DIMS',
+      'RED_BITS', 'RENDERER', 'SHADING_LANGUAGE_VERSION', 'STENCIL_BITS', 'SUBPIXEL_BITS', 'VENDOR', 'VERSION',
+    ].map((name) => name + '=' + value(() => gl.getParameter(gl[name])));
+    const anisotropic = gl.getExtension('EXT_texture_filter_anisotropic');
+    if (anisotropic) lines.push('MAX_TEXTURE_MAX_ANISOTROPY_EXT=' + value(() => gl.getParameter(anisotropic.MAX_TEXTURE_MAX_ANISOTROPY_EXT)));
+    lines.push('EXTENSIONS=' + (gl.getSupportedExtensions() || []).slice().sort().join(','));
+    for (const shader of ['VERTEX_SHADER', 'FRAGMENT_SHADER']) {
+      for (const precision of ['LOW_FLOAT', 'MEDIUM_FLOAT', 'HIGH_FLOAT', 'LOW_INT', 'MEDIUM_INT', 'HIGH_INT']) {
+        let format = null;
+        try { format = gl.getShaderPrecisionFormat(gl[shader], gl[precision]); } catch (_) { /* stays null */ }
+        lines.push(shader + '.' + precision + '=' + (format ? [format.rangeMin, format.rangeMax, format.precision].join(',') : 'null'));
+      }
+    }
+    return lines.sort().join('\n');
   }
 
+  // The page's own vendor and renderer: what a page-level spoofer reports, which the processor
+  // compares with the worker's. The rest of the GPU's profile comes from the worker.
   const probeWebgl = {
     name: 'webgl',
     budgetMs: 150,
-    members: ['rendering.webgl_vendor', 'rendering.webgl_renderer', 'rendering.webgl_parameters_hash'],
+    members: ['rendering.webgl_vendor', 'rendering.webgl_renderer'],
     async run(env) {
       const gl = env.webgl(); // context creation is the one unsplittable step (~ms, more on SwiftShader)
       if (!gl) return {};
       await yieldToMain();
       const debug = gl.getExtension('WEBGL_debug_renderer_info');
-      const vendor = gl.getParameter(debug ? debug.UNMASKED_VENDOR_WEBGL : gl.VENDOR);
-      const renderer = gl.getParameter(debug ? debug.UNMASKED_RENDERER_WEBGL : gl.RENDERER);
-      // The parameters hash: "NAME=value" lines, sorted, joined by "\n" — the GPU's capability
-      // profile, stable across sessions, so it can serve as a visitor-linkage anchor.
-      const lines = [];
-      for (const name of GL_PARAMETERS) lines.push(name + '=' + glValue(attempt(() => gl.getParameter(gl[name]))));
-      const anisotropic = gl.getExtension('EXT_texture_filter_anisotropic');
-      if (anisotropic) lines.push('MAX_TEXTURE_MAX_ANISOTROPY_EXT=' + glValue(gl.getParameter(anisotropic.MAX_TEXTURE_MAX_ANISOTROPY_EXT)));
-      lines.push('EXTENSIONS=' + (gl.getSupportedExtensions() || []).slice().sort().join(','));
-      for (const shader of ['VERTEX_SHADER', 'FRAGMENT_SHADER']) {
-        for (const precision of ['LOW_FLOAT', 'MEDIUM_FLOAT', 'HIGH_FLOAT', 'LOW_INT', 'MEDIUM_INT', 'HIGH_INT']) {
-          const format = attempt(() => gl.getShaderPrecisionFormat(gl[shader], gl[precision]));
-          lines.push(shader + '.' + precision + '=' + (format ? [format.rangeMin, format.rangeMax, format.precision].join(',') : 'null'));
-        }
-      }
-      env.markGpuFree();
-      await yieldToMain();
       return {
-        'rendering.webgl_vendor': vendor,
-        'rendering.webgl_renderer': renderer,
-        'rendering.webgl_parameters_hash': await sha256Hex(utf8(lines.sort().join('\n'))),
+        'rendering.webgl_vendor': gl.getParameter(debug ? debug.UNMASKED_VENDOR_WEBGL : gl.VENDOR),
+        'rendering.webgl_renderer': gl.getParameter(debug ? debug.UNMASKED_RENDERER_WEBGL : gl.RENDERER),
       };
     },
   };
@@ -875,19 +879,24 @@
     return pixels;
   }
 
-  // The scene's hash comes from the worker (a 64x64 OffscreenCanvas, as the page's canvas), off
-  // the main thread; the page draws it itself only when the worker could not.
+  // The parameters hash and the scene's come from the worker (a 64x64 OffscreenCanvas, as the
+  // page's canvas), off the main thread; the page reads them itself only when the worker could not.
   const probeWebglRender = {
     name: 'webgl_render',
     budgetMs: WORKER_BUDGET_MS + 100,
     offMainThread: true,
-    members: ['rendering.webgl_hash'],
+    members: ['rendering.webgl_parameters_hash', 'rendering.webgl_hash'],
     async run(env, signal) {
       const fromWorker = env.withWorker ? await until(env.workerGpu, now() + WORKER_BUDGET_MS, null, signal) : null;
-      if (fromWorker && fromWorker.hash) return { 'rendering.webgl_hash': fromWorker.hash };
+      if (fromWorker && fromWorker.parametersHash && fromWorker.hash) {
+        return { 'rendering.webgl_parameters_hash': fromWorker.parametersHash, 'rendering.webgl_hash': fromWorker.hash };
+      }
       const gl = env.webgl();
-      const pixels = gl && renderWebglScene(gl);
-      return { 'rendering.webgl_hash': pixels ? await sha256Hex(pixels) : null };
+      if (!gl) return {};
+      const parametersHash = await sha256Hex(utf8(webglParameterLines(gl)));
+      await yieldToMain();
+      const pixels = renderWebglScene(gl);
+      return { 'rendering.webgl_parameters_hash': parametersHash, 'rendering.webgl_hash': pixels ? await sha256Hex(pixels) : null };
     },
   };
 
@@ -996,10 +1005,29 @@
     },
   };
 
-  // The first Intl call of a realm loads its time-zone and locale data (about 25 ms): the worker
-  // pays it on its own thread and sends the IANA zone and locale with its navigator; the page
-  // reads them itself only when it has no worker. The offset is always the page's own (a
-  // page-level time-zone spoof then disagrees with the worker's zone).
+  /**
+   * The realm's IANA time zone and its default locale, as [zone, locale] (null where unknown).
+   * A `DateTimeFormat` would give both, but the first one made in a realm loads the calendar and
+   * number data (20-25 ms on a small machine); `Temporal.Now` reads the same zone and
+   * `PluralRules` resolves the same default locale for well under a millisecond, and the
+   * `DateTimeFormat` stays the fallback for browsers without them. Self-contained (its source
+   * also runs in the worker), so it names nothing from the SDK.
+   */
+  function zoneAndLocale() {
+    const read = (f) => { try { return f() || null; } catch (_) { return null; } };
+    let zone = read(() => (typeof Temporal === 'object' ? Temporal.Now.timeZoneId() : null));
+    let locale = read(() => new Intl.PluralRules().resolvedOptions().locale);
+    if (!zone || !locale) {
+      const options = read(() => Intl.DateTimeFormat().resolvedOptions()) || {};
+      zone = zone || options.timeZone || null;
+      locale = locale || options.locale || null;
+    }
+    return [zone, locale];
+  }
+
+  // The worker sends the IANA zone and locale with its navigator; the page reads them itself
+  // only when it has no worker. The offset is always the page's own (a page-level time-zone
+  // spoof then disagrees with the worker's zone).
   const probeLocale = {
     name: 'locale',
     budgetMs: WORKER_BUDGET_MS + 100,
@@ -1009,10 +1037,7 @@
       // Date#getTimezoneOffset unchanged: minutes from local time to UTC, positive west of UTC.
       const offset = attempt(() => new Date().getTimezoneOffset());
       let resolved = env.withWorker ? await until(env.workerLocale, now() + WORKER_BUDGET_MS, null, signal) : null;
-      if (!resolved || !resolved[0]) {
-        const options = attempt(() => Intl.DateTimeFormat().resolvedOptions(), {});
-        resolved = [options.timeZone, options.locale];
-      }
+      if (!resolved || !resolved[0]) resolved = zoneAndLocale();
       return {
         'locale.timezone': resolved[0] || null,
         'locale.timezone_offset_min': offset,
@@ -1837,6 +1862,9 @@
     } catch (e) {
       recorder.stop();
       throw e instanceof VigilError ? e : new VigilError('sdk.internal', String((e && e.message) || e));
+    } finally {
+      // In a task of its own once `load` has settled: the page has its answer first.
+      setTimeout(probes.release, 0);
     }
   }
 

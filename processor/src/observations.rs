@@ -249,7 +249,8 @@ schemas::lenient_struct! {
 schemas::lenient_struct! {
     /// Timezone and locale as the runtime reports them.
     pub struct Locale {
-        /// IANA name from `Intl.DateTimeFormat().resolvedOptions().timeZone`.
+        /// IANA name: `Temporal.Now.timeZoneId()` from SDK 1.3.0 where the browser has it, else
+        /// `Intl.DateTimeFormat().resolvedOptions().timeZone` (the same zone).
         timezone: String,
         /// `new Date().getTimezoneOffset()`: minutes to add to local time to get UTC.
         timezone_offset_min: f64,
