@@ -8,10 +8,11 @@
  *   1. starts recording interaction events (types and timings only: never key values, never
  *      form contents), generates an ephemeral ECDH P-256 key pair and opens the collect session;
  *   2. at the same time runs the time-boxed probes (each in its own try/catch and budget, the
- *      whole set inside ~150 ms, yielding to the page between steps);
- *   3. runs the three pings one after another, once the main thread is quiet, so that their
- *      performance.now() round trips are not inflated by our own work (pings, the network check
- *      and results each carry a proof that we hold the session's key: collect.md §1.1);
+ *      set sharing a 300 ms deadline, yielding to the page between steps);
+ *   3. runs the three pings one after another alongside the probes, each round trip read from
+ *      the browser's Resource Timing entry so that our own work does not inflate it (pings, the
+ *      network check and results each carry a proof that we hold the session's key: collect.md
+ *      §1.1);
  *   4. seals the probes batch (seq 1) with AES-256-GCM under the key both sides derive, sends it
  *      and resolves once the server has acknowledged it;
  *   5. in the background: the WebSocket network check, then every ~2 s an interactions batch
@@ -382,8 +383,6 @@
     const started = now();
     const deadline = started + totalBudgetMs;
     const env = new ProbeEnv();
-    let markLaunched;
-    env.launched = new Promise((resolve) => { markLaunched = resolve; });
     env.withWorker = probes.includes(probeWorker);
     const out = {};
     const timedOut = [];
@@ -397,7 +396,6 @@
         running.push(runProbe(probe, budget, env, out, timedOut, timings));
         await yieldToMain();
       }
-      markLaunched();
     })();
     const finished = launched.then(() => Promise.all(running)).then(() => {
       const order = probes.map((p) => p.name);
@@ -420,8 +418,6 @@
     constructor() {
       this._gl = undefined;
       this._frame = undefined;
-      /** Settles once every probe has started (the main-thread part of the set is over). */
-      this.launched = Promise.resolve();
       /** Whether the set has the worker probe, and the [zone, locale] its worker reports. */
       this.withWorker = false;
       this.workerLocale = new Promise((resolve) => { this.resolveWorkerLocale = resolve; });
@@ -887,16 +883,20 @@
     offMainThread: true,
     members: ['rendering.webgl_parameters_hash', 'rendering.webgl_hash'],
     async run(env, signal) {
-      const fromWorker = env.withWorker ? await until(env.workerGpu, now() + WORKER_BUDGET_MS, null, signal) : null;
-      if (fromWorker && fromWorker.parametersHash && fromWorker.hash) {
-        return { 'rendering.webgl_parameters_hash': fromWorker.parametersHash, 'rendering.webgl_hash': fromWorker.hash };
+      const fromWorker = (env.withWorker ? await until(env.workerGpu, now() + WORKER_BUDGET_MS, null, signal) : null) || {};
+      let parametersHash = fromWorker.parametersHash || null;
+      let hash = fromWorker.hash || null;
+      // Each one the worker could not give, the page reads from its own context.
+      const gl = parametersHash && hash ? null : env.webgl();
+      if (gl && !parametersHash) {
+        parametersHash = await sha256Hex(utf8(webglParameterLines(gl)));
+        await yieldToMain();
       }
-      const gl = env.webgl();
-      if (!gl) return {};
-      const parametersHash = await sha256Hex(utf8(webglParameterLines(gl)));
-      await yieldToMain();
-      const pixels = renderWebglScene(gl);
-      return { 'rendering.webgl_parameters_hash': parametersHash, 'rendering.webgl_hash': pixels ? await sha256Hex(pixels) : null };
+      if (gl && !hash) {
+        const pixels = renderWebglScene(gl);
+        hash = pixels ? await sha256Hex(pixels) : null;
+      }
+      return { 'rendering.webgl_parameters_hash': parametersHash, 'rendering.webgl_hash': hash };
     },
   };
 
@@ -1008,10 +1008,12 @@
   /**
    * The realm's IANA time zone and its default locale, as [zone, locale] (null where unknown).
    * A `DateTimeFormat` would give both, but the first one made in a realm loads the calendar and
-   * number data (20-25 ms on a small machine); `Temporal.Now` reads the same zone and
-   * `PluralRules` resolves the same default locale for well under a millisecond, and the
-   * `DateTimeFormat` stays the fallback for browsers without them. Self-contained (its source
-   * also runs in the worker), so it names nothing from the SDK.
+   * number data (20-25 ms on a small machine). `Temporal.Now` reads the same zone, and
+   * `PluralRules` resolves the default locale, for well under a millisecond together; it resolves
+   * against its own list of locales, so its region may differ from `DateTimeFormat`'s, never its
+   * language (all the processor compares). `DateTimeFormat` stays the fallback for browsers
+   * without them. Self-contained (its source also runs in the worker), so it names nothing from
+   * the SDK.
    */
   function zoneAndLocale() {
     const read = (f) => { try { return f() || null; } catch (_) { return null; } };
@@ -1232,6 +1234,8 @@
       ['AnalyserNode.prototype.getFloatFrequencyData', () => g.AnalyserNode.prototype.getFloatFrequencyData],
       ['Date.prototype.getTimezoneOffset', () => Date.prototype.getTimezoneOffset],
       ['Intl.DateTimeFormat.prototype.resolvedOptions', () => Intl.DateTimeFormat.prototype.resolvedOptions],
+      ['Intl.PluralRules.prototype.resolvedOptions', () => Intl.PluralRules.prototype.resolvedOptions],
+      ['Temporal.Now.timeZoneId', () => g.Temporal.Now.timeZoneId],
       ['Element.prototype.getClientRects', () => g.Element.prototype.getClientRects],
       ['Element.prototype.getAttributeNames', () => g.Element.prototype.getAttributeNames],
       ['Document.prototype.hasFocus', () => g.Document.prototype.hasFocus],
@@ -1886,7 +1890,7 @@
       utf8, b64uEncode, b64uDecode, hex, sha256Hex, nonceFor, aadFor, generateKeyPair, exportPublicKey,
       deriveSessionKey, deriveSessionKeys, proofMessage, proveCall, sealBatch, openBatch, splitToFit,
       ProvenCalls, collectProbes, readVisitorToken, writeVisitorToken, PROBES, HKDF_INFO, PROOF_HKDF_INFO,
-      SDK_VERSION,
+      SDK_VERSION, webglParameterLines,
     }),
   });
 })(typeof window !== 'undefined' ? window : globalThis);

@@ -254,6 +254,8 @@ schemas::lenient_struct! {
         timezone: String,
         /// `new Date().getTimezoneOffset()`: minutes to add to local time to get UTC.
         timezone_offset_min: f64,
+        /// The default locale: `Intl.PluralRules` resolves it from SDK 1.3.0 (its region may differ
+        /// from `Intl.DateTimeFormat`'s, never its language), else `Intl.DateTimeFormat`.
         intl_locale: String,
     }
 }

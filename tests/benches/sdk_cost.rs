@@ -21,7 +21,9 @@
 //! `VIGIL_BENCH_SDK_FILE=path/to/vigil.js` compares an edited SDK with the served one in the same
 //! run: each visit number opens both, the served script and the file each inlined in a page of
 //! its own, in alternating order, and the summary gives both medians and the median of the
-//! per-visit differences. On a small shared machine the same SDK's median moves by 20 ms or more
+//! per-visit differences. The served script is the one compiled into this benchmark
+//! (`ingest/sdk/vigil.js` when it was built), so edit a copy, or give an earlier release's
+//! script to measure against it (the difference's sign then says how much slower it is). On a small shared machine the same SDK's median moves by 20 ms or more
 //! between runs minutes apart, so only a comparison within one run can show a change of a few
 //! milliseconds. The goal line is then the edited SDK's, and says so.
 
@@ -105,6 +107,10 @@ async fn main() {
                 .expect("the served SDK's text");
             let edited =
                 std::fs::read_to_string(file).unwrap_or_else(|e| panic!("reading {file}: {e}"));
+            assert!(
+                edited != served,
+                "{file} is the served SDK itself (the benchmark was built from it): edit a copy"
+            );
             let served_html = inline_sdk(&html, &s.base, &served, "the served SDK");
             let edited_html = inline_sdk(&html, &s.base, &edited, file);
             variants.push(Variant::new("the served SDK, inlined".to_string(), served_html).await);

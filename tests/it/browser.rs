@@ -109,7 +109,8 @@ async fn headless_chromium_loads_the_sdk_and_its_probes_reach_the_log() {
     let profile = Profile::new();
     let browser = driver.session(&profile).await;
 
-    let (loaded, record) = visit_with(&s, &browser, &page, &["webgl"]).await;
+    let (loaded, record) =
+        visit_with(&s, &browser, &page, &["webgl", "worker", "webgl_render"]).await;
     let sid = loaded["session_id"].as_str().unwrap();
     assert_eq!(record["schema"], 1);
     assert_eq!(record["seq"], 1);
@@ -134,6 +135,39 @@ async fn headless_chromium_loads_the_sdk_and_its_probes_reach_the_log() {
     assert!(
         renderer.contains("SwiftShader"),
         "headless Chromium with --disable-gpu renders WebGL with SwiftShader: {renderer}"
+    );
+    // The worker reads the GPU's parameters hash, the zone and the locale with cheaper calls
+    // than the page would (docs: ingest/sdk/README.md); what it sends must be what the page's
+    // own context and `DateTimeFormat` give, or returning visitors would stop linking.
+    assert!(
+        obs["browser"]["worker_webgl_renderer"].is_string(),
+        "the worker opened its own WebGL context: {obs}"
+    );
+    let page_side = browser
+        .eval_async(
+            "(async () => { const I = Vigil._internal; \
+             const gl = document.createElement('canvas').getContext('webgl'); \
+             const o = Intl.DateTimeFormat().resolvedOptions(); \
+             return { parameters_hash: await I.sha256Hex(I.utf8(I.webglParameterLines(gl))), \
+               timezone: o.timeZone, locale: o.locale }; })()",
+        )
+        .await;
+    assert_eq!(
+        obs["rendering"]["webgl_parameters_hash"], page_side["parameters_hash"],
+        "the worker's parameters hash is the page context's"
+    );
+    assert_eq!(obs["locale"]["timezone"], page_side["timezone"]);
+    let language = |tag: &Value| {
+        tag.as_str()
+            .and_then(|t| t.split('-').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        language(&obs["locale"]["intl_locale"]),
+        language(&page_side["locale"]),
+        "the worker's locale has DateTimeFormat's language: {} against {}",
+        obs["locale"]["intl_locale"],
+        page_side["locale"]
     );
     let rtts = obs["network"]["ping_rtts_ms"].as_array().unwrap();
     assert_eq!(rtts.len(), 3, "three ping round trips: {rtts:?}");
