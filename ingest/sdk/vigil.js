@@ -1028,7 +1028,7 @@
   }
 
   // The worker sends the IANA zone and locale with its navigator; the page reads them itself
-  // only when it has no worker. The offset is always the page's own (a page-level time-zone
+  // only where the worker could not give them. The offset is always the page's own (a page-level time-zone
   // spoof then disagrees with the worker's zone).
   const probeLocale = {
     name: 'locale',

@@ -23,9 +23,10 @@
 //! its own, in alternating order, and the summary gives both medians and the median of the
 //! per-visit differences. The served script is the one compiled into this benchmark
 //! (`ingest/sdk/vigil.js` when it was built), so edit a copy, or give an earlier release's
-//! script to measure against it (the difference's sign then says how much slower it is). On a small shared machine the same SDK's median moves by 20 ms or more
-//! between runs minutes apart, so only a comparison within one run can show a change of a few
-//! milliseconds. The goal line is then the edited SDK's, and says so.
+//! script to measure against it (the difference's sign then says how much slower it is). On a
+//! small shared machine the same SDK's median moves by 20 ms or more between runs minutes apart,
+//! so only a comparison within one run can show a change of a few milliseconds. The goal line is
+//! then the edited SDK's, and says so.
 
 use serde_json::Value;
 use std::time::Duration;
@@ -98,20 +99,14 @@ async fn main() {
         None => variants.push(Variant::new("the served SDK".to_string(), html).await),
         Some(file) => {
             // Both inlined, so the two pages differ in the script alone.
-            let served = reqwest::get(format!("{}/sdk/v1/vigil.js", s.base))
-                .await
-                .and_then(|r| r.error_for_status())
-                .expect("GET /sdk/v1/vigil.js")
-                .text()
-                .await
-                .expect("the served SDK's text");
+            let served = ingest::sdk::SCRIPT;
             let edited =
                 std::fs::read_to_string(file).unwrap_or_else(|e| panic!("reading {file}: {e}"));
             assert!(
-                edited != served,
+                edited.as_str() != served,
                 "{file} is the served SDK itself (the benchmark was built from it): edit a copy"
             );
-            let served_html = inline_sdk(&html, &s.base, &served, "the served SDK");
+            let served_html = inline_sdk(&html, &s.base, served, "the served SDK");
             let edited_html = inline_sdk(&html, &s.base, &edited, file);
             variants.push(Variant::new("the served SDK, inlined".to_string(), served_html).await);
             variants.push(Variant::new(format!("the SDK inlined from {file}"), edited_html).await);
