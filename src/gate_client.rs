@@ -69,10 +69,21 @@ fn open_browser(url: &str) -> bool {
         .is_ok()
 }
 
-/// Prints the consent URL, and opens it in a browser only if it is on the Vigil the command
-/// talks to (a server's answer never makes this open anything else).
-fn show_consent(url: &str, endpoint: &str) {
-    println!("Open this address to approve, in your own browser:");
+/// Prints the user code first, as `gh auth login` does (the person types it on the consent
+/// page: RFC 8628 §5.4), then the consent URL, and opens the URL in a browser only if it is on
+/// the Vigil the command talks to (a server's answer never makes this open anything else).
+fn show_consent(started: &Value, endpoint: &str) -> anyhow::Result<()> {
+    let url = started["consent_url"]
+        .as_str()
+        .context("no consent URL")?;
+    // Printed only in the form a user code has: an answer cannot put other text on the
+    // person's terminal in its place.
+    let code = started["user_code"]
+        .as_str()
+        .filter(|c| schemas::gate::normalize_user_code(c).is_some() && c.is_ascii())
+        .context("Vigil's answer has no user code (is it an older Vigil?)")?;
+    println!("! First copy your one-time code: {code}");
+    println!("Then open this address in your own browser, and type the code there to approve:");
     println!("{url}");
     let same_origin = match (reqwest::Url::parse(url), reqwest::Url::parse(endpoint)) {
         (Ok(u), Ok(e)) => matches!(u.scheme(), "http" | "https") && u.origin() == e.origin(),
@@ -82,6 +93,7 @@ fn show_consent(url: &str, endpoint: &str) {
         println!("(a browser was asked to open it)");
     }
     let _ = std::io::stdout().flush();
+    Ok(())
 }
 
 /// The names the `.env` file at `path` sets (none if it does not exist).
@@ -184,10 +196,7 @@ pub async fn signup(args: GateSignupArgs) -> anyhow::Result<()> {
         .context("no poll token")?
         .to_owned();
     let mut interval = started["interval"].as_u64().unwrap_or(5);
-    show_consent(
-        started["consent_url"].as_str().context("no consent URL")?,
-        &base,
-    );
+    show_consent(&started, &base)?;
     let delivered = loop {
         tokio::time::sleep(Duration::from_secs(interval)).await;
         let (status, answer) = data(
@@ -287,10 +296,7 @@ pub async fn login(args: GateLoginArgs) -> anyhow::Result<()> {
             .context("reaching Vigil")?,
     )
     .await?;
-    show_consent(
-        started["consent_url"].as_str().context("no consent URL")?,
-        &base,
-    );
+    show_consent(&started, &base)?;
     println!(
         "Approving it takes your browser to the {} dashboard, logged in.",
         args.service_id

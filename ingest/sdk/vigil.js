@@ -30,7 +30,7 @@
 
   // ───────────────────────────── Constants ─────────────────────────────
 
-  const SDK_VERSION = '1.3.0';
+  const SDK_VERSION = '1.4.0';
   const HKDF_INFO = 'vigil/collect/v1';
   const PROOF_HKDF_INFO = 'vigil/collect/v1/proof';
   const PROOF_HEADER = 'Vigil-Session-Proof';
@@ -1452,10 +1452,19 @@
   const HARD_CAP = 900;
   const round2 = (x) => Math.round(x * 100) / 100;
 
+  /** The mark of the element an event reached, when a page marked it for Vigil. */
+  const FIELD_MARK = /^[a-z0-9_-]{1,32}$/;
+  function fieldOf(target) {
+    const marked = target && typeof target.closest === 'function' ? target.closest('[data-vigil-field]') : null;
+    const mark = marked && marked.getAttribute('data-vigil-field');
+    return mark && FIELD_MARK.test(mark) ? mark : null;
+  }
+
   /**
    * Records what the processor needs to tell a hand from a script — when, where, and whether the
-   * browser marks the event trusted — and nothing else: no key values or codes, no targets, no
-   * form contents.
+   * browser marks the event trusted — and nothing else: no key values or codes, no form
+   * contents, and no targets but the page's own marks (`data-vigil-field="name"` on an element
+   * whose input the page wants judged, such as Gate's user code field and Approve button).
    */
   class InteractionRecorder {
     constructor(t0) {
@@ -1515,6 +1524,10 @@
         event.y = round2(target === global.document || target === global || !target ? global.scrollY : target.scrollTop);
       }
       event.trusted = e.isTrusted === true;
+      if (!isMove && type !== 'scroll') {
+        const mark = fieldOf(e.target);
+        if (mark) event.field = mark;
+      }
       this.events.push(event);
     }
 
@@ -1775,7 +1788,9 @@
     if (!url || (url.protocol !== 'https:' && url.protocol !== 'http:')) {
       throw new VigilError('sdk.invalid_options', 'endpoint must be an http(s) URL');
     }
-    return { key, secretKey, endpoint: (url.origin + url.pathname).replace(/\/+$/, ''), onError: opts.onError };
+    // Vigil's own consent page opens its session with the one-time ticket it was served with.
+    const ticket = typeof opts.consentTicket === 'string' && opts.consentTicket ? opts.consentTicket : null;
+    return { key, secretKey, endpoint: (url.origin + url.pathname).replace(/\/+$/, ''), onError: opts.onError, ticket };
   }
 
   /** The page's URL without query or fragment: those often carry tokens and personal data. */
@@ -1832,11 +1847,13 @@
       const keyPair = await generateKeyPair();
       const publicRaw = await exportPublicKey(keyPair.publicKey);
       mark('key_pair');
-      const session = await request(conn, 'POST', '/v1/collect/sessions', {
+      const opening = {
         client_public_key: b64uEncode(publicRaw),
         sdk_version: SDK_VERSION,
         page_url: pageUrl(),
-      });
+      };
+      if (opts.ticket) opening.consent_ticket = opts.ticket;
+      const session = await request(conn, 'POST', '/v1/collect/sessions', opening);
       mark('session_opened');
       if (!session || typeof session.id !== 'string') throw new VigilError('sdk.invalid_response', 'session has no id');
       const { batchKey, proofKey } = await deriveSessionKeys(keyPair.privateKey, b64uDecode(session.server_public_key), session.id);

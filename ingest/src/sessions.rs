@@ -14,6 +14,7 @@ use rand::rngs::OsRng;
 use schemas::resources::Single;
 use schemas::time::{self, Timestamp};
 use schemas::{ErrorCode, PingId, SessionId};
+use secrets::consent_ticket::ConsentTicket;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use store::{CollectSessionRecord, PingRecord};
@@ -57,9 +58,14 @@ pub(crate) struct OpenBody {
     client_public_key: Vec<u8>,
     #[schema(min_length = 1, max_length = 32)]
     sdk_version: String,
-    /// The page the SDK runs on.
+    /// The page the SDK runs on, as the page says (a claim, never evidence of where the
+    /// session ran).
     #[schema(max_length = 2048, pattern = "^https?://", format = "uri")]
     page_url: String,
+    /// Only on Gate's consent page: the one-time ticket the server rendered into it, which
+    /// binds this collect session to that page's Gate session (docs/gate.md#the-consent-page).
+    #[schema(nullable = false, max_length = 512, pattern = "^gct1\\.[A-Za-z0-9_-]+$")]
+    consent_ticket: Option<String>,
 }
 
 impl RequestBody for OpenBody {
@@ -84,10 +90,18 @@ impl RequestBody for OpenBody {
                 Err("must be an http(s) URL of at most 2048 characters".into())
             }
         });
+        let consent_ticket = f.checked_string("consent_ticket", false, |s| {
+            if ConsentTicket::well_formed(s) {
+                Ok(())
+            } else {
+                Err("must be the ticket a consent page was served with".into())
+            }
+        });
         Some(OpenBody {
             client_public_key: client_public_key?,
             sdk_version: sdk_version?,
             page_url: page_url?,
+            consent_ticket,
         })
     }
 }
@@ -114,7 +128,12 @@ pub(crate) async fn open(
         client_public_key: public_key,
         sdk_version,
         page_url,
+        consent_ticket,
     } = body;
+    let gate_session_id = match consent_ticket {
+        Some(ticket) => Some(spend_consent_ticket(&state, &caller.ctx, &ticket).await?),
+        None => None,
+    };
 
     let id = SessionId::generate();
     let (server_public, batch_key, proof_key) = transport::agree(&public_key, &id.to_string())
@@ -150,6 +169,7 @@ pub(crate) async fn open(
         network_check_token_hash: Sha256::digest(network_check_token.as_bytes()).into(),
         ws_identity: None,
         results_at: None,
+        gate_session_id,
     };
     state.auth.store.create_collect_session(&record).await?;
     Ok(Reply::created(OpenedSession {
@@ -161,6 +181,39 @@ pub(crate) async fn open(
         max_batch_bytes: MAX_BATCH_BYTES,
         network_check_token,
     }))
+}
+
+/// The Gate session a consent page's ticket binds the collect session to: the ticket must be
+/// one this server sealed, unexpired, of the caller's environment, presented with a key of the
+/// built-in `vigil` organization (no tenant's page has one), and never spent before. Spent
+/// here, so one rendered consent page opens one collect session.
+async fn spend_consent_ticket(
+    state: &IngestState,
+    ctx: &AuthContext,
+    text: &str,
+) -> Result<schemas::ids::GateSessionId, ApiError> {
+    let refused = |issue: &str| ApiError::invalid_field("consent_ticket", issue, None);
+    if ctx.organization.id != schemas::gate::system_organization() {
+        return Err(refused("is taken only from Vigil's own consent pages"));
+    }
+    let now = time::now();
+    let ticket = ConsentTicket::open(&state.auth.secret, text, now)
+        .filter(|t| t.environment == ctx.environment())
+        .ok_or_else(|| {
+            refused("must be the unexpired ticket of a consent page this server served")
+        })?;
+    if state
+        .auth
+        .store
+        .open_handoff_once(&ticket.spending_id(), now, ticket.expires_at)
+        .await?
+        .is_some()
+    {
+        return Err(refused(
+            "was used already: each consent page opens one session; reload the page",
+        ));
+    }
+    Ok(ticket.gate_session_id)
 }
 
 /// The caller's own, unexpired session: another organization's or environment's is a 404.

@@ -51,6 +51,15 @@ const PHASE_WIDTH: usize = 3;
 /// Below this share of events in one phase, the times are not on a millisecond clock (spread
 /// evenly, three tenths in ten hold about 30%).
 const IN_PHASE_SHARE: f64 = 0.6;
+/// Fewer key events than this say nothing about the clock on their own. Keys are judged
+/// apart from the pointer, and more strictly: every key event a page sees comes from the
+/// display server (or its auto-repeat, on the same clock), where a browser may add pointer
+/// moves of its own stamped when it makes them (after a scroll under a resting pointer), so a
+/// person's keys keep one phase however few, and six keys of a protocol client all fall in one
+/// phase by chance about once in 140.
+const MIN_CLOCK_KEYS: usize = 6;
+/// Below this share of key events in one phase, the keys are not on a millisecond clock.
+const KEYS_IN_PHASE_SHARE: f64 = 0.9;
 /// A page's own code may call `element.click()`, which dispatches an untrusted click; up to
 /// this many are the site's doing, not the visitor's.
 pub const UNTRUSTED_CLICKS_TOLERATED: usize = 3;
@@ -72,6 +81,11 @@ pub struct InputEvent {
     /// `Event.isTrusted`: false when a script dispatched the event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trusted: Option<bool>,
+    /// The element the page marked for Vigil (`data-vigil-field`) that the event reached, by
+    /// its mark. Folded into the session's [`crate::observations::FieldUse`] counts as the
+    /// batch arrives, and not kept with the event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<Box<str>>,
 }
 
 /// The event types the SDK records; anything else reads as [`EventKind::Other`].
@@ -273,6 +287,10 @@ pub struct InputClock {
     pub judged: usize,
     /// Of those, the ones in the most common phase ([`PHASE_WIDTH`] adjacent tenths).
     pub in_phase: usize,
+    /// Trusted key events (down and up) with a time.
+    pub keys: usize,
+    /// Of those, the ones in their most common phase.
+    pub keys_in_phase: usize,
 }
 
 impl InputClock {
@@ -281,7 +299,8 @@ impl InputClock {
     /// stamped when dispatched and spread over every remainder.
     pub fn of(events: &[InputEvent]) -> Self {
         let mut tenths = [0usize; 10];
-        let mut judged = 0;
+        let mut key_tenths = [0usize; 10];
+        let (mut judged, mut keys) = (0, 0);
         for event in events {
             let device = event.kind.is_some_and(|kind| kind.is_device_input());
             let (true, Some(t)) = (device && event.trusted != Some(false), event.t) else {
@@ -290,20 +309,36 @@ impl InputClock {
             if !t.is_finite() {
                 continue;
             }
+            let tenth = ((t * 10.0).round() as i64).rem_euclid(10) as usize;
             judged += 1;
-            tenths[((t * 10.0).round() as i64).rem_euclid(10) as usize] += 1;
+            tenths[tenth] += 1;
+            if matches!(event.kind, Some(EventKind::Keydown | EventKind::Keyup)) {
+                keys += 1;
+                key_tenths[tenth] += 1;
+            }
         }
-        let in_phase = (0..10)
-            .map(|start| (0..PHASE_WIDTH).map(|i| tenths[(start + i) % 10]).sum())
-            .max()
-            .unwrap_or(0);
-        Self { judged, in_phase }
+        let most_in_phase = |tenths: &[usize; 10]| {
+            (0..10)
+                .map(|start| (0..PHASE_WIDTH).map(|i| tenths[(start + i) % 10]).sum())
+                .max()
+                .unwrap_or(0)
+        };
+        Self {
+            judged,
+            in_phase: most_in_phase(&tenths),
+            keys,
+            keys_in_phase: most_in_phase(&key_tenths),
+        }
     }
 
-    /// Enough events, and no millisecond clock behind them.
+    /// Enough events, and no millisecond clock behind them: all input together, or the keys
+    /// alone (a keyboard-only visit has few events, but every key is the display server's).
     pub fn unaligned(&self) -> bool {
-        self.judged >= MIN_CLOCK_EVENTS
-            && (self.in_phase as f64) < IN_PHASE_SHARE * self.judged as f64
+        let all = self.judged >= MIN_CLOCK_EVENTS
+            && (self.in_phase as f64) < IN_PHASE_SHARE * self.judged as f64;
+        let keys = self.keys >= MIN_CLOCK_KEYS
+            && (self.keys_in_phase as f64) < KEYS_IN_PHASE_SHARE * self.keys as f64;
+        all || keys
     }
 }
 
@@ -419,6 +454,7 @@ mod tests {
             x: Some(x),
             y: Some(y),
             trusted: Some(true),
+            field: None,
         }
     }
 
@@ -556,9 +592,21 @@ mod tests {
             InputClock::of(&spread)
         );
         assert!(
-            !InputClock::of(&spread[..10]).unaligned(),
+            !InputClock::of(&spread[..5]).unaligned(),
             "too few to judge"
         );
+        // Keys alone are judged from six: a keyboard-only visit's Tab, Tab, Enter.
+        assert!(
+            InputClock::of(&spread[..6]).unaligned(),
+            "{:?}",
+            InputClock::of(&spread[..6])
+        );
+        assert!(!InputClock::of(&aligned[..6]).unaligned());
+        // Pointer moves the browser stamps itself do not make a person's keys unaligned, nor
+        // are a few pointer events judged.
+        let mut person = aligned[..8].to_vec();
+        person.extend((0..6).map(|i| pointer(2_000.0 + f64::from(i) * 13.37, 5.0, 5.0)));
+        assert!(!InputClock::of(&person).unaligned(), "{:?}", InputClock::of(&person));
     }
 
     #[test]

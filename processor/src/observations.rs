@@ -406,8 +406,52 @@ mod input {
         Y,
         Type,
         Trusted,
+        Field,
         #[serde(other)]
         Other,
+    }
+
+    /// A `field` member: the mark of the element the event reached, when it is one a page may
+    /// give (`[a-z0-9_-]`, 1 to 32 characters); anything else reads as no mark.
+    struct Mark(Option<Box<str>>);
+
+    impl<'de> Deserialize<'de> for Mark {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Mark;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a field mark")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Mark, E> {
+                    Ok(Mark(super::field_mark(v).then(|| v.into())))
+                }
+                fn visit_f64<E: de::Error>(self, _: f64) -> Result<Mark, E> {
+                    Ok(Mark(None))
+                }
+                fn visit_i64<E: de::Error>(self, _: i64) -> Result<Mark, E> {
+                    Ok(Mark(None))
+                }
+                fn visit_u64<E: de::Error>(self, _: u64) -> Result<Mark, E> {
+                    Ok(Mark(None))
+                }
+                fn visit_bool<E: de::Error>(self, _: bool) -> Result<Mark, E> {
+                    Ok(Mark(None))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Mark, E> {
+                    Ok(Mark(None))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Mark, A::Error> {
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(Mark(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Mark, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Mark(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
     }
 
     impl<'de> Deserialize<'de> for Item {
@@ -421,8 +465,13 @@ mod input {
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
                     let mut e = InputEvent::default();
                     while let Some(member) = map.next_key::<Member>()? {
+                        if let Member::Field = member {
+                            e.field = map.next_value::<Mark>()?.0;
+                            continue;
+                        }
                         let seen = map.next_value::<Seen>()?;
                         match member {
+                            Member::Field => {}
                             Member::T => e.t = seen.number(),
                             Member::X => e.x = seen.number(),
                             Member::Y => e.y = seen.number(),
@@ -537,10 +586,50 @@ pub struct SessionObservations {
     pub events: Vec<InputEvent>,
     /// Events beyond the cap, counted but not kept.
     pub dropped_events: u64,
+    /// Input on the elements the page marked for Vigil (`data-vigil-field`), by mark, at most
+    /// [`SessionObservations::MAX_FIELDS`] of them: Gate's consent page marks its user code field
+    /// and its Approve button, and judges an approval on the input they received.
+    pub fields: std::collections::BTreeMap<Box<str>, FieldUse>,
     #[serde(skip)]
     encoded: Encoded,
     #[serde(skip)]
     statistics: Statistics,
+}
+
+/// The trusted input one marked element received (events a script dispatched are not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FieldUse {
+    /// Keys pressed while it had the focus.
+    pub keys: u32,
+    /// Presses of a pointer or a finger on it.
+    pub presses: u32,
+    /// Clicks on it, a keyboard's activation of a button included.
+    pub clicks: u32,
+}
+
+impl FieldUse {
+    fn count(&mut self, event: &InputEvent) {
+        if event.trusted == Some(false) {
+            return;
+        }
+        let counter = match event.kind {
+            Some(EventKind::Keydown) => &mut self.keys,
+            Some(EventKind::Pointerdown | EventKind::Touchstart) => &mut self.presses,
+            Some(EventKind::Click) => &mut self.clicks,
+            _ => return,
+        };
+        *counter = counter.saturating_add(1);
+    }
+}
+
+/// Whether `mark` is one a page may give an element (`data-vigil-field`): 1 to 32 characters of
+/// `a-z`, `0-9`, `_` and `-`.
+fn field_mark(mark: &str) -> bool {
+    (1..=32).contains(&mark.len())
+        && mark
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 /// The statistics of the kept events that the behavioural signals read, computed once per set
@@ -636,12 +725,15 @@ impl Serialize for SessionObservations {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         self.with_encoded(|probes, events| {
-            let mut st = s.serialize_struct("SessionObservations", 5)?;
+            let mut st = s.serialize_struct("SessionObservations", 6)?;
             st.serialize_field("probes", probes)?;
             st.serialize_field("probes_batches", &self.probes_batches)?;
             st.serialize_field("interaction_batches", &self.interaction_batches)?;
             st.serialize_field("events", events)?;
             st.serialize_field("dropped_events", &self.dropped_events)?;
+            if !self.fields.is_empty() {
+                st.serialize_field("fields", &self.fields)?;
+            }
             st.end()
         })
     }
@@ -671,10 +763,14 @@ impl Serialize for Unsettled<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let o = self.0;
-        let mut st = s.serialize_struct("SessionObservations", 3)?;
+        let mut st = s.serialize_struct("SessionObservations", 4)?;
         st.serialize_field("probes_batches", &o.probes_batches)?;
         st.serialize_field("interaction_batches", &o.interaction_batches)?;
         st.serialize_field("dropped_events", &o.dropped_events)?;
+        // Only on pages that mark elements: every other session's state stays as it was.
+        if !o.fields.is_empty() {
+            st.serialize_field("fields", &o.fields)?;
+        }
         st.end()
     }
 }
@@ -686,6 +782,9 @@ impl SessionObservations {
     /// made the processor the pipeline's bottleneck, and the first 400 are plenty for the
     /// path and timing statistics.
     pub const MAX_EVENTS: usize = 400;
+    /// Marked elements counted per session: a page marks a few, and a hostile client cannot
+    /// grow the state with made-up marks.
+    pub const MAX_FIELDS: usize = 8;
 
     /// Folds one batch into the session.
     pub fn record(&mut self, batch: Batch) {
@@ -705,8 +804,21 @@ impl SessionObservations {
                     self.encoded.events.take();
                     self.statistics = Statistics::default();
                 }
+                let fields = &mut self.fields;
+                let mut events = interactions.events;
+                // Marks are counted over every event, kept or not: the decision's button comes
+                // last, after any cap.
+                for event in &mut events {
+                    if let Some(mark) = event.field.take() {
+                        let room_for_mark =
+                            fields.len() < Self::MAX_FIELDS || fields.contains_key(&mark);
+                        if room_for_mark {
+                            fields.entry(mark).or_default().count(event);
+                        }
+                    }
+                }
                 self.events
-                    .extend(interactions.events.into_iter().take(room).map(quantize));
+                    .extend(events.into_iter().take(room).map(quantize));
                 self.dropped_events = self
                     .dropped_events
                     .saturating_add(total.saturating_sub(room) as u64);
@@ -900,6 +1012,7 @@ mod compact_events {
                 x: from_tenths(values[1]),
                 y: from_tenths(values[2]),
                 trusted: (flags & TRUSTED_KNOWN != 0).then_some(flags & TRUSTED != 0),
+                field: None,
             });
         }
         Some(events)
@@ -938,6 +1051,7 @@ mod compact_events {
                         x: from_tenths(x),
                         y: from_tenths(y),
                         trusted,
+                        field: None,
                     });
                 }
                 Ok(events)
@@ -1113,6 +1227,64 @@ mod tests {
         assert!(session.interaction_batches == 1);
     }
 
+    /// Input on marked elements is counted per mark as batches arrive, trusted events only, past
+    /// the events' cap too (the decision's button comes last); malformed marks and marks past
+    /// the eighth are not, and the counts survive the state's round trip and read back through
+    /// the query API's view.
+    #[test]
+    fn marked_fields_count_trusted_input_per_mark() {
+        let batch = Batch::from_slice(
+            br#"{"kind":"interactions","events":[
+                {"t":1,"type":"keydown","trusted":true,"field":"code"},
+                {"t":2,"type":"keyup","trusted":true,"field":"code"},
+                {"t":3,"type":"keydown","trusted":false,"field":"code"},
+                {"t":4,"type":"pointerdown","trusted":true,"field":"approve"},
+                {"t":5,"type":"click","trusted":true,"field":"approve"},
+                {"t":6,"type":"click","trusted":true,"field":"Not A Mark"},
+                {"t":7,"type":"click","trusted":true,"field":{"nested":1}},
+                {"t":8,"type":"pointermove","trusted":true}
+            ]}"#,
+        )
+        .unwrap();
+        let mut session = SessionObservations::default();
+        let filler = vec![InputEvent::default(); SessionObservations::MAX_EVENTS];
+        session.record(Batch::Interactions(InteractionBatch {
+            window_ms: None,
+            events: filler,
+        }));
+        session.record(batch);
+        assert_eq!(session.events.len(), SessionObservations::MAX_EVENTS);
+        assert_eq!(session.fields.len(), 2, "{:?}", session.fields);
+        assert_eq!(
+            session.fields["code"],
+            FieldUse { keys: 1, presses: 0, clicks: 0 }
+        );
+        assert_eq!(
+            session.fields["approve"],
+            FieldUse { keys: 0, presses: 1, clicks: 1 }
+        );
+        for i in 0..20 {
+            session.record(Batch::Interactions(InteractionBatch {
+                window_ms: None,
+                events: vec![InputEvent {
+                    kind: Some(EventKind::Click),
+                    trusted: Some(true),
+                    field: Some(format!("mark-{i}").into()),
+                    ..InputEvent::default()
+                }],
+            }));
+        }
+        assert_eq!(session.fields.len(), SessionObservations::MAX_FIELDS);
+        let json = serde_json::to_string(&session).unwrap();
+        let back: SessionObservations = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.fields, session.fields);
+        let view: schemas::session_view::SessionView =
+            serde_json::from_str(&format!(r#"{{"observations":{json}}}"#)).unwrap();
+        assert!(view.field("code").used());
+        assert!(view.field("approve").activated());
+        assert!(!view.field("elsewhere").used());
+    }
+
     /// The event statistics computed once ([`Statistics`]) follow every change of the events:
     /// each read equals the statistics taken afresh, and once the cap is reached they are kept.
     #[test]
@@ -1131,6 +1303,7 @@ mod tests {
                             x: Some((10.0 + i * 3.0 + (i * i) % 7.0).round()),
                             y: Some((20.0 + (i * 1.7) % 11.0).round()),
                             trusted: Some(true),
+                            field: None,
                         }
                     })
                     .collect(),
@@ -1253,6 +1426,7 @@ mod tests {
                     x: Some(3.0),
                     y: Some(4.0),
                     trusted: Some(true),
+                    field: None,
                 },
                 InputEvent {
                     kind: Some(EventKind::Click),
@@ -1297,6 +1471,7 @@ mod tests {
                     x,
                     y,
                     trusted,
+                    field: None,
                 }))
                 .collect();
             let back = compact_events::unpack(&compact_events::pack(&events));

@@ -118,6 +118,11 @@ pub const RULES: &[Rule] = &[
     // (a Wayland touchpad's sub-pixel motion, a pen) stays below the elevated band.
     rule("protocol_input",      When::All(&[When::Fired("off_grid_pointer"), When::Fired("unaligned_input_clock")]),
                                                                        Automated, Verdict::Bot,         (75, 100)),
+    // Input stamped off the X server's clock on a window X11 placed: the display server stamps
+    // every event a person makes, so a protocol client's input shows even when it rounds its
+    // path to whole pixels or sends only keys. Judged only where the page can tell X11
+    // (`unaligned_input_clock` says where).
+    rule("protocol_clock",      When::Fired("unaligned_input_clock"),  Automated, Verdict::Bot,         (75, 100)),
     // A patched runtime plus a headless trait: a stealth-configured automation browser.
     rule("stealth_automation",  When::All(&[When::Category(I, 40), When::Category(A, 30)]),
                                                                        Automated, Verdict::Bot,         (70, 100)),

@@ -48,7 +48,7 @@
 //! | `robotic_keystroke_timing` | behavior | 55 | keystrokes at a near-constant or superhuman rhythm |
 //! | `click_without_movement` | behavior | 40 | clicks with no pointer movement, touch or keys |
 //! | `off_grid_pointer` | behavior | 20 | most pointer positions fall between device pixels, on a desktop with no touch points |
-//! | `unaligned_input_clock` | behavior | 20 | on Linux with a placed (X11) window, input times keep no common sub-millisecond phase (the X server stamps whole milliseconds) |
+//! | `unaligned_input_clock` | behavior | 20 | on Linux with a placed (X11) window, input times (all of them, or the keys alone) keep no common sub-millisecond phase (the X server stamps whole milliseconds); decisive alone (`protocol_clock`) |
 //! | `no_input_events` | behavior | 15 | interaction batches arrived with no input at all |
 //! | `human_like_input` | behavior | -35 | trusted input with a person's variety (curved strokes, uneven typing, touch gestures) |
 //! | `ua_client_hints_mismatch` | consistency | 50 | client hints (brands, versions, platform, mobile) contradict the UA |

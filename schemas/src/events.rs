@@ -63,17 +63,25 @@ pub enum EventType {
     /// A session's final decision was stored, once per session (subject: the session).
     #[serde(rename = "session.result.persisted")]
     SessionResultPersisted,
+    /// A person approved a Gate signup or login on its consent page (subject: the Gate
+    /// session).
     #[serde(rename = "gate.session.approved")]
     GateSessionApproved,
+    /// A Gate session was denied: by its person, or because Vigil judged its consent page's
+    /// browser automated, stayed uncertain through every try, or the user code was mistyped
+    /// too often (subject: the Gate session; `data.reason` says which).
+    #[serde(rename = "gate.session.denied")]
+    GateSessionDenied,
     #[serde(rename = "webhook.test")]
     WebhookTest,
 }
 
 impl EventType {
-    pub const ALL: [&'static str; 4] = [
+    pub const ALL: [&'static str; 5] = [
         "session.fingerprint.calculated",
         "session.result.persisted",
         "gate.session.approved",
+        "gate.session.denied",
         "webhook.test",
     ];
 
@@ -82,7 +90,8 @@ impl EventType {
             EventType::SessionFingerprintCalculated => Self::ALL[0],
             EventType::SessionResultPersisted => Self::ALL[1],
             EventType::GateSessionApproved => Self::ALL[2],
-            EventType::WebhookTest => Self::ALL[3],
+            EventType::GateSessionDenied => Self::ALL[3],
+            EventType::WebhookTest => Self::ALL[4],
         }
     }
 
@@ -91,6 +100,7 @@ impl EventType {
             "session.fingerprint.calculated" => Some(EventType::SessionFingerprintCalculated),
             "session.result.persisted" => Some(EventType::SessionResultPersisted),
             "gate.session.approved" => Some(EventType::GateSessionApproved),
+            "gate.session.denied" => Some(EventType::GateSessionDenied),
             "webhook.test" => Some(EventType::WebhookTest),
             _ => None,
         }

@@ -1,6 +1,7 @@
 //! Gate's shared rules (interface "gate_service", docs/architecture.md#gate): what a service id may
 //! be, which ids are reserved, the built-in system service, the per-organization cap, and the
-//! formats of the service's colours and environment-variable names.
+//! formats of the service's colours and environment-variable names, and the user code a person
+//! types on the consent page.
 
 /// The built-in system service: always present and discoverable, in both environments; no
 /// organization owns it, and it counts toward no cap.
@@ -136,6 +137,50 @@ pub const LOGIN_CODE_DIGITS: usize = 8;
 /// Codes that may be presented for one login session within a code's lifetime, right or
 /// wrong: its one live code among 10^8 is out of reach, and nobody else's login is charged.
 pub const CODE_ATTEMPTS_PER_LOGIN: u32 = 5;
+
+/// The user code's alphabet (RFC 8628 §6.1): twenty consonants, no vowels (so no word is
+/// spelled by chance) and nothing that reads as another character (no `0`/`O`, `1`/`I`/`L`
+/// confusion: the letters here are told apart in any font).
+pub const USER_CODE_ALPHABET: &[u8; 20] = b"BCDFGHJKLMNPQRSTVWXZ";
+/// Characters of a user code: 20^8, about 34.6 bits, far beyond the attempts a session allows.
+pub const USER_CODE_CHARS: usize = 8;
+/// Codes the consent page takes for one Gate session, right or wrong, counted before the
+/// comparison; past them the session is denied.
+pub const USER_CODE_ATTEMPTS: u32 = 5;
+/// Judgements of a consent page that Vigil found `uncertain`: the first and two more tries,
+/// after which the Gate session is denied.
+pub const UNCERTAIN_JUDGEMENTS: u32 = 3;
+
+/// A user code from the OS random source, as the tool shows it: `WDJB-MJHT`.
+pub fn mint_user_code() -> String {
+    use rand::Rng;
+    use rand::TryRngCore;
+    use rand::rngs::OsRng;
+    let mut rng = OsRng.unwrap_err();
+    let mut code = String::with_capacity(USER_CODE_CHARS + 1);
+    for i in 0..USER_CODE_CHARS {
+        if i == USER_CODE_CHARS / 2 {
+            code.push('-');
+        }
+        code.push(char::from(
+            USER_CODE_ALPHABET[rng.random_range(0..USER_CODE_ALPHABET.len())],
+        ));
+    }
+    code
+}
+
+/// A user code as a person typed it, in the form it is compared in: case, spaces and dashes do
+/// not matter (`wdjb mjht` is `WDJBMJHT`). `None` when it cannot be a user code at all, which
+/// then costs no attempt.
+pub fn normalize_user_code(typed: &str) -> Option<String> {
+    let code: String = typed
+        .chars()
+        .filter(|c| !matches!(c, '-' | ' ' | '\t' | '\u{2010}'..='\u{2015}'))
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    (code.len() == USER_CODE_CHARS && code.bytes().all(|b| USER_CODE_ALPHABET.contains(&b)))
+        .then_some(code)
+}
 
 /// The shortest `webhook_secret` a service may set.
 pub const MIN_WEBHOOK_SECRET_CHARS: usize = 32;
@@ -343,5 +388,21 @@ mod tests {
             agent_token_variable("acme-cli"),
             "ACME_CLI_GATE_AGENT_TOKEN"
         );
+    }
+
+    #[test]
+    fn user_codes_are_shown_grouped_and_typed_loosely() {
+        let code = mint_user_code();
+        assert_eq!(code.len(), USER_CODE_CHARS + 1, "{code}");
+        assert_eq!(&code[4..5], "-");
+        let plain = normalize_user_code(&code).expect("a minted code reads back");
+        assert_eq!(plain, code.replace('-', ""));
+        assert_eq!(normalize_user_code("wdjb mjht").as_deref(), Some("WDJBMJHT"));
+        assert_eq!(normalize_user_code(" WDJB-MJHT ").as_deref(), Some("WDJBMJHT"));
+        // Too short or too long, a vowel or a digit (never in a code): not a code at all.
+        for bad in ["WDJB-MJH", "WDJB-MJHTX", "WDJA-MJHT", "WDJ0-MJHT", "", "WDJB\u{202e}MJHT"] {
+            assert_eq!(normalize_user_code(bad), None, "{bad}");
+        }
+        assert_ne!(mint_user_code(), mint_user_code());
     }
 }

@@ -44,6 +44,43 @@ impl SessionView {
             .and_then(|o| o.interaction_batches)
             .is_some_and(|n| n > 0)
     }
+
+    /// The trusted input the element the page marked `mark` (`data-vigil-field`) received;
+    /// none when it received none, or the page marks no such element.
+    pub fn field(&self, mark: &str) -> FieldUseView {
+        self.observations
+            .as_ref()
+            .and_then(|o| o.fields.as_ref())
+            .and_then(|fields| fields.get(mark))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+crate::lenient_struct! {
+    /// The trusted input one marked element received.
+    pub struct FieldUseView {
+        /// Keys pressed while it had the focus.
+        keys: u64,
+        /// Presses of a pointer or a finger on it.
+        presses: u64,
+        /// Clicks on it, a keyboard's activation of a button included.
+        clicks: u64,
+    }
+}
+
+impl FieldUseView {
+    /// Any trusted input at all.
+    pub fn used(&self) -> bool {
+        [self.keys, self.presses, self.clicks]
+            .into_iter()
+            .any(|n| n.is_some_and(|n| n > 0))
+    }
+
+    /// Pressed or clicked: what activating a button takes, by pointer, finger or keyboard.
+    pub fn activated(&self) -> bool {
+        self.clicks.is_some_and(|n| n > 0) || self.keys.is_some_and(|n| n > 0)
+    }
 }
 
 crate::lenient_struct! {
@@ -53,6 +90,8 @@ crate::lenient_struct! {
         probes: ProbesView,
         /// How many interaction batches (input events) arrived.
         interaction_batches: u64,
+        /// Input on the elements the page marked for Vigil, by mark.
+        fields: std::collections::BTreeMap<String, FieldUseView>,
     }
 }
 

@@ -18,6 +18,7 @@ use schemas::credential::{Credential, Environment};
 use schemas::{OrgId, VisitorId};
 use sha2::Sha256;
 
+pub mod consent_ticket;
 pub mod handoff;
 
 type HmacSha256 = Hmac<Sha256>;

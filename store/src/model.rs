@@ -140,6 +140,11 @@ pub struct CollectSessionRecord {
     pub ws_identity: Option<serde_json::Value>,
     /// When the SDK asked for the handoff (which also makes the decision final).
     pub results_at: Option<Timestamp>,
+    /// The Gate session whose consent page opened this collect session, with that page's
+    /// one-time ticket (docs/gate.md#the-consent-page); only such a session's handoff can
+    /// decide it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_session_id: Option<schemas::ids::GateSessionId>,
 }
 
 /// One ping of a collect session and when it reached the server.
@@ -875,6 +880,61 @@ pub struct GateSessionRecord {
     /// since cannot slip another one past the person or the tool.
     #[serde(default)]
     pub env_var_keys: Vec<String>,
+    /// The user code's hash: the code the tool shows its person, who types it on the consent
+    /// page before an approval counts (RFC 8628 §5.4, remote phishing). `None` in a session
+    /// started before user codes, which can then never be approved.
+    #[serde(default)]
+    pub user_code: Option<CredentialHash>,
+    /// User codes typed on the consent page, right or wrong (counted before the comparison).
+    #[serde(default)]
+    pub code_attempts: u32,
+    /// Decisions of the consent page that Vigil judged `uncertain`.
+    #[serde(default)]
+    pub uncertain_judgements: u32,
+    /// Why a denied session was denied, and by what.
+    #[serde(default)]
+    pub denial: Option<GateDenial>,
+}
+
+/// Why a Gate session was denied (the `gate.session.denied` event says the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateDenialReason {
+    /// A person pressed Deny.
+    Denied,
+    /// Vigil judged the consent page's browser automated: a session gets one judgement.
+    Automated,
+    /// Vigil stayed uncertain through every try the session allows.
+    Uncertain,
+    /// Every user code attempt the session allows was spent on wrong codes.
+    UserCode,
+}
+
+/// A denial: its reason, and the judgement of the browser it came from (none for spent user
+/// code attempts, which are refused before any judgement).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateDenial {
+    pub reason: GateDenialReason,
+    pub judgement: Option<GateApproval>,
+    pub denied_at: Timestamp,
+}
+
+/// What a Gate session counts on its consent page, each with its own budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateAttempt {
+    /// A user code typed.
+    UserCode,
+    /// A decision Vigil judged `uncertain`.
+    UncertainJudgement,
+}
+
+/// How [`crate::GateStore::count_gate_attempt`] counted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateAttemptCount {
+    /// Counted: the session as stored after, with the attempt's number (1 for the first).
+    Counted(Box<GateSessionRecord>, u32),
+    /// The budget was spent already, or the session no longer waits: nothing was written.
+    Refused(Box<GateSessionRecord>),
 }
 
 impl GateSessionRecord {
@@ -897,6 +957,12 @@ pub struct GateApproval {
     pub risk_score: u8,
     /// Whether any input (pointer, touch or keyboard) reached the page before the decision.
     pub interacted: bool,
+    /// Whether the person's own input reached the user code field and the Approve button
+    /// (the page marks both for Vigil's SDK); a denial needs neither.
+    #[serde(default)]
+    pub used_code_field: bool,
+    #[serde(default)]
+    pub used_approve_button: bool,
     pub judged_at: Timestamp,
 }
 

@@ -31,7 +31,8 @@ use schemas::time::Timestamp;
 use crate::error::Result;
 use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, CredentialHash,
-    DecisionRecord, EventRecord, GateAccountRecord, GatePoll, GateServiceRecord, GateServiceWrite,
+    DecisionRecord, EventRecord, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll,
+    GateServiceRecord, GateServiceWrite,
     GateSessionRecord, GateSessionStatus, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
     IdleSession, KeyAndOrganization, OrganizationRecord, PartitionFence, SessionRecord,
     SessionSave, VisitorAnchors, VisitorOrder, VisitorRecord, WebhookDeliveryRecord,
@@ -670,6 +671,16 @@ store_port! {
             slow_down_secs: u32,
             max_polls: u32,
         ) -> Result<Option<(GateSessionRecord, GatePoll)>>;
+        /// Counts one `attempt` on the session `id` while it waits (`Pending`), in one step
+        /// with its budget of `max`, so parallel attempts cannot pass it; nothing is written
+        /// once the budget is spent or the session no longer waits. `None` if there is no such
+        /// session.
+        async fn count_gate_attempt(
+            &self,
+            id: schemas::ids::GateSessionId,
+            attempt: GateAttempt,
+            max: u32,
+        ) -> Result<Option<GateAttemptCount>>;
         async fn get_gate_account(
             &self,
             id: schemas::ids::GateAccountId,

@@ -8,7 +8,7 @@ use schemas::time::Timestamp;
 use crate::error::{Result, StoreError};
 use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, DecisionRecord, EventRecord,
-    GateFlow, GatePoll, GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson,
+    GateAttempt, GateAttemptCount, GateFlow, GatePoll, GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson,
     SessionRecord, SessionSave, VisitorRecord,
 };
 
@@ -52,6 +52,28 @@ pub fn rotated_key(stored: Option<&ApiKeyRecord>, old: &ApiKeyRecord) -> Result<
     rotated.key_hash = stored.key_hash;
     rotated.last_used_at = rotated.last_used_at.max(stored.last_used_at);
     Ok(rotated)
+}
+
+/// `count_gate_attempt`: counts `attempt` on the stored session, unless it no longer waits or
+/// its budget of `max` is spent; whether it changed the row is whether the answer is `Counted`.
+pub fn count_attempt(
+    mut session: GateSessionRecord,
+    attempt: GateAttempt,
+    max: u32,
+) -> GateAttemptCount {
+    if session.status != GateSessionStatus::Pending {
+        return GateAttemptCount::Refused(Box::new(session));
+    }
+    let counter = match attempt {
+        GateAttempt::UserCode => &mut session.code_attempts,
+        GateAttempt::UncertainJudgement => &mut session.uncertain_judgements,
+    };
+    if *counter >= max {
+        return GateAttemptCount::Refused(Box::new(session));
+    }
+    *counter += 1;
+    let number = *counter;
+    GateAttemptCount::Counted(Box::new(session), number)
 }
 
 /// `count_gate_poll`: counts a poll at `now` on the stored session; whether it changed the row

@@ -587,7 +587,7 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
     use std::io::{BufRead, BufReader};
     use std::os::unix::fs::PermissionsExt;
     use std::process::{Command, Stdio};
-    use vigil_tests::gate::person_decides;
+    use vigil_tests::gate::person_decides_at;
     use vigil_tests::receiver::{Answer, Receiver, verify};
 
     let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
@@ -625,7 +625,8 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
             .env_remove("DISPLAY");
         command
     };
-    // Runs a `vigil gate` command; its stdout's first URL, and the process.
+    // Runs a `vigil gate` command; the user code it prints first, as `gh` does, the first
+    // URL after it, and the process.
     let run = |args: &[&str]| {
         let mut child = command(args)
             .stdout(Stdio::piped())
@@ -634,16 +635,23 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
             .expect("vigil gate runs");
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let mut lines = stdout.lines().map_while(Result::ok);
+        let first = lines.next().expect("the command prints");
+        let code = first
+            .strip_prefix("! First copy your one-time code: ")
+            .unwrap_or_else(|| panic!("the user code comes first: {first}"))
+            .to_owned();
+        assert!(schemas::gate::normalize_user_code(&code).is_some(), "{code}");
         let url = lines
             .find(|l| l.starts_with("http"))
             .expect("the consent URL is printed");
         let rest = std::thread::spawn(move || lines.collect::<Vec<_>>());
-        (url, child, rest)
+        (url, code, child, rest)
     };
 
     let _one = ONE_BROWSER.lock().await;
-    let (consent, mut signup, said) = run(&["signup", "acme-cli", "--client-name", "laptop cli"]);
-    let shown = person_decides(&consent, "approve").await;
+    let (consent, code, mut signup, said) =
+        run(&["signup", "acme-cli", "--client-name", "laptop cli"]);
+    let shown = person_decides_at(&consent, &code, "approve").await;
     assert!(shown.contains("Approved"), "{shown}");
     // The tool's next poll sees the approval and finishes.
     let status = tokio::task::spawn_blocking(move || signup.wait().unwrap())
@@ -686,8 +694,9 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
     );
     assert_eq!(std::fs::read_to_string(&env_file).unwrap(), written);
 
-    // A browser driven by an automation library clicks Approve: refused, nothing happens.
-    let (consent, mut login, _) = run(&["login", "acme-cli"]);
+    // A browser driven by an automation library types the code and clicks Approve: refused,
+    // nothing happens, and the login is closed (one judgement per Gate session).
+    let (consent, code, mut login, _) = run(&["login", "acme-cli"]);
     assert!(login.wait().unwrap().success());
     {
         let driver = ChromeDriver::start().await;
@@ -696,6 +705,7 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
         browser.goto(&consent).await;
         // The SDK has scored the page before the click.
         tokio::time::sleep(Duration::from_secs(2)).await;
+        browser.type_into("#user-code", &code).await;
         browser.click("button.approve").await;
         let mut shown = serde_json::Value::Null;
         for _ in 0..100 {
@@ -723,8 +733,19 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
         "the refused browser was sent nowhere"
     );
 
-    // The person approves the same login and lands on the dashboard with a code.
-    person_decides(&consent, "approve").await;
+    // One judgement: that login is closed, and its link shows so.
+    let closed = vigil_tests::gate::script_client()
+        .get(&consent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 409);
+    assert!(closed.text().await.unwrap().contains("Already decided"));
+
+    // The person starts another login, approves it and lands on the dashboard with a code.
+    let (consent, code, mut login, _) = run(&["login", "acme-cli"]);
+    assert!(login.wait().unwrap().success());
+    person_decides_at(&consent, &code, "approve").await;
     let landed = receiver
         .received()
         .into_iter()

@@ -119,7 +119,7 @@ async fn a_signup_then_a_login_end_to_end() {
     ] {
         assert!(html.contains(shown), "{shown} on the page");
     }
-    let approved = person_decides(&consent, "approve").await;
+    let approved = person_decides(&started, "approve").await;
     assert!(approved.contains("Approved"), "{approved}");
 
     // The service's webhook was asked, signed with its secret.
@@ -236,7 +236,7 @@ async fn a_signup_then_a_login_end_to_end() {
         page.html.contains("acme-cli 1.4, signed up on"),
         "the account named on the page"
     );
-    person_decides(login_consent, "approve").await;
+    person_decides(&login, "approve").await;
     let (code, gate_session) = dashboard_login(&receiver);
     assert_eq!(gate_session, login["id"].as_str().unwrap());
     assert!(
@@ -368,7 +368,7 @@ async fn refusals_slow_down_denial_and_forged_approvals() {
     assert_eq!(forged.status(), 403);
 
     // Denied, the tool learns it and nothing is delivered.
-    let denied_page = person_decides(consent, "deny").await;
+    let denied_page = person_decides(&started, "deny").await;
     assert!(denied_page.contains("Denied"), "{denied_page}");
     tokio::time::sleep(Duration::from_secs(10)).await;
     let denied = poll(&s, id, token).await;
@@ -410,8 +410,7 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
     let started = start_signup(&s, "acme-cli").await;
     let started = started.ok(201).clone();
     let id = started["id"].as_str().unwrap().to_owned();
-    let consent = started["consent_url"].as_str().unwrap().to_owned();
-    let approved = person_decides(&consent, "approve").await;
+    let approved = person_decides(&started, "approve").await;
     assert!(approved.contains("Approved"), "{approved}");
     let delivered = poll(&s, &id, started["poll_token"].as_str().unwrap()).await;
     let delivered = delivered.ok(200).clone();
@@ -423,7 +422,7 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
     // Another signup whose delivery window closed unacknowledged: a late acknowledgement is
     // refused (its account and token are withdrawn by retention).
     let late = start_signup(&s, "acme-cli").await.ok(201).clone();
-    let approved = person_decides(late["consent_url"].as_str().unwrap(), "approve").await;
+    let approved = person_decides(&late, "approve").await;
     assert!(approved.contains("Approved"), "{approved}");
     let late_id: schemas::ids::GateSessionId = late["id"].as_str().unwrap().parse().unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -469,7 +468,7 @@ async fn expiry_wrong_tokens_disabled_services_and_the_address_limit() {
         .send()
         .await;
     let login = login.ok(201).clone();
-    person_decides(login["consent_url"].as_str().unwrap(), "approve").await;
+    person_decides(&login, "approve").await;
     let (code, gate_session) = dashboard_login(&_receiver);
     let store = s.store();
     let login_id: schemas::ids::GateSessionId = login["id"].as_str().unwrap().parse().unwrap();
@@ -538,7 +537,7 @@ async fn signups_are_limited_per_client_address() {
 async fn signed_up(s: &TestServer) -> String {
     let started = start_signup(s, "acme-cli").await;
     let started = started.ok(201).clone();
-    let approved = person_decides(started["consent_url"].as_str().unwrap(), "approve").await;
+    let approved = person_decides(&started, "approve").await;
     assert!(approved.contains("Approved"), "{approved}");
     let id = started["id"].as_str().unwrap();
     let delivered = poll(s, id, started["poll_token"].as_str().unwrap()).await;
@@ -649,7 +648,7 @@ async fn a_service_may_answer_long_values() {
     receiver.answer(Answer::status(200).json(json!({"env_vars": {"ACME_API_KEY": long}})));
     let started = start_signup(&s, "acme-cli").await;
     let started = started.ok(201).clone();
-    let approved = person_decides(started["consent_url"].as_str().unwrap(), "approve").await;
+    let approved = person_decides(&started, "approve").await;
     assert!(approved.contains("Approved"), "{approved}");
     let delivered = poll(
         &s,

@@ -20,6 +20,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 import {
   BASE_FLAGS, CHROMEDRIVER, CHROMIUM, launchChromium, launchPlain, movePointer, rng, run, sleep, startXvfb,
@@ -104,12 +105,13 @@ function startPage(api, key, dwellMs) {
  * a click into the field, and typing with irregular gaps. The browser sees trusted OS input and
  * no automation client is attached.
  */
-async function humanInput(display) {
+async function humanInput(display, [dx, dy] = [0, 0]) {
   const env = { ...process.env, DISPLAY: display };
   const random = rng(7);
-  let at = [300, 300];
+  // Screen positions for a window at 0,0; `dx`, `dy` follow a window placed elsewhere.
+  let at = [300 + dx, 300 + dy];
   const moveTo = async (tx, ty) => {
-    at = await movePointer(env, random, at, [tx, ty]);
+    at = await movePointer(env, random, at, [tx + dx, ty + dy]);
   };
   await moveTo(620, 410);
   await sleep(240 + random() * 300);
@@ -149,12 +151,15 @@ async function scriptedInput(page) {
  * through the driver's own input calls (the DevTools protocol's Input domain); the rhythm and
  * the shapes are a person's, which is the point.
  */
-async function carefulInput(page) {
+export async function carefulInput(page, { wholePixels, field = '#email', text = 'ana.lima@mail.example', button = '#pay' } = {}) {
   const random = rng(23);
+  // The tweak of an operator who read that positions between pixels give a protocol client
+  // away: every position rounded to a whole pixel, as a mouse reports it.
+  const place = wholePixels ? Math.round : (v) => v;
   const gauss = () => Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
   const logNormal = (median, sigma) => median * Math.exp(sigma * gauss());
   let at = [180 + random() * 200, 120 + random() * 120];
-  await page.mouse.move(at[0], at[1]);
+  await page.mouse.move(place(at[0]), place(at[1]));
   const glide = async ([tx, ty]) => {
     const [x, y] = at;
     const steps = 22 + Math.floor(random() * 16);
@@ -163,8 +168,8 @@ async function carefulInput(page) {
       const t = i / steps;
       const ease = t * t * (3 - 2 * t);
       await page.mouse.move(
-        x + (tx - x) * ease + Math.sin(Math.PI * t) * bend + (random() - 0.5) * 2,
-        y + (ty - y) * ease + Math.sin(Math.PI * t) * bend * 0.4 + (random() - 0.5) * 2,
+        place(x + (tx - x) * ease + Math.sin(Math.PI * t) * bend + (random() - 0.5) * 2),
+        place(y + (ty - y) * ease + Math.sin(Math.PI * t) * bend * 0.4 + (random() - 0.5) * 2),
       );
       await sleep(6 + random() * 20);
     }
@@ -181,17 +186,45 @@ async function carefulInput(page) {
   };
   await glide([620, 410]);
   await sleep(logNormal(300, 0.4));
-  await glide(await inside('#email'));
+  await glide(await inside(field));
   await press();
   await sleep(logNormal(350, 0.3));
-  for (const ch of 'ana.lima@mail.example') {
+  for (const ch of text) {
     await page.keyboard.down(ch);
     await sleep(logNormal(85, 0.35));
     await page.keyboard.up(ch);
     await sleep(logNormal(140, 0.5));
   }
-  await glide(await inside('#pay'));
+  await glide(await inside(button));
   await press();
+}
+
+/**
+ * A patched driver's operator who sends keys only, through the driver's keyboard (the DevTools
+ * protocol's Input.dispatchKeyEvent), each held and spaced as a person's: Tab to the field,
+ * type, Tab to the button and press Enter. The pointer never moves.
+ */
+export async function carefulKeyboardInput(page, { tabs = 1, text = 'ana.lima@mail.example' } = {}) {
+  const random = rng(29);
+  const gauss = () => Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
+  const logNormal = (median, sigma) => median * Math.exp(sigma * gauss());
+  const key = async (name) => {
+    await page.keyboard.down(name);
+    await sleep(logNormal(85, 0.35));
+    await page.keyboard.up(name);
+  };
+  for (let i = 0; i < tabs; i++) {
+    await key('Tab');
+    await sleep(logNormal(400, 0.3));
+  }
+  for (const ch of text) {
+    await key(ch);
+    await sleep(logNormal(140, 0.5));
+  }
+  await sleep(logNormal(450, 0.3));
+  await key('Tab');
+  await sleep(logNormal(350, 0.3));
+  await key('Enter');
 }
 
 /**
@@ -388,43 +421,64 @@ async function playwrightVisit(url, { headful, display, input }) {
 // is not serialised for them) and, launched as their users launch them, pass no automation
 // flags: no --enable-automation, AutomationControlled off. Headful under Xvfb.
 
-async function rebrowserVisit(url, { display, viewport, input }) {
-  const { default: puppeteer } = await import('rebrowser-puppeteer-core');
-  const browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: false,
-    ignoreDefaultArgs: ['--enable-automation'],
-    args: [...BASE_FLAGS, '--window-size=1280,900', '--disable-blink-features=AutomationControlled'],
-    env: { ...process.env, DISPLAY: display },
-    // Puppeteer's default is an emulated 800x600 viewport; `null` keeps the window's own.
-    ...(viewport ? {} : { defaultViewport: null }),
-  });
-  const page = await browser.newPage();
-  await page.goto(url);
-  if (input) {
-    await page.waitForFunction(() => document.title === 'loaded', { timeout: 20000 });
-    await carefulInput(page);
-  }
-  return { close: () => browser.close() };
+/** The flags that place a patched driver's window: at Chromium's own place, or at `position`. */
+const windowFlags = (position) => ['--window-size=1280,900', ...(position ? [`--window-position=${position}`] : [])];
+
+/** A patched driver's input of `kind`: careful pointer and keys, whole pixels, or keys only. */
+async function patchedInput(page, kind) {
+  if (kind === 'keyboard') await carefulKeyboardInput(page);
+  else await carefulInput(page, { wholePixels: kind === 'whole_pixels' });
 }
 
-async function patchrightVisit(url, { display, viewport, input }) {
+/**
+ * A page of a patched driver (`rebrowser` or `patchright`), headful on `display`, with its
+ * default viewport or (`viewport` false) the window's own, the window at `position` if given;
+ * resolves to { page, close }.
+ */
+export async function patchedPage(driver, { display, viewport, position }) {
+  if (driver === 'rebrowser') {
+    const { default: puppeteer } = await import('rebrowser-puppeteer-core');
+    const browser = await puppeteer.launch({
+      executablePath: CHROMIUM,
+      headless: false,
+      ignoreDefaultArgs: ['--enable-automation'],
+      args: [...BASE_FLAGS, ...windowFlags(position), '--disable-blink-features=AutomationControlled'],
+      env: { ...process.env, DISPLAY: display },
+      // Puppeteer's default is an emulated 800x600 viewport; `null` keeps the window's own.
+      ...(viewport ? {} : { defaultViewport: null }),
+    });
+    return { page: await browser.newPage(), close: () => browser.close() };
+  }
   const { chromium } = await import('patchright-core');
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: false,
-    args: [...BASE_FLAGS, '--window-size=1280,900'],
+    args: [...BASE_FLAGS, ...windowFlags(position)],
     env: { ...process.env, DISPLAY: display },
   });
   // Playwright's default is an emulated 1280x720 viewport (and screen); `null` keeps the window's.
   const context = await browser.newContext(viewport ? {} : { viewport: null });
-  const page = await context.newPage();
+  return { page: await context.newPage(), close: () => browser.close() };
+}
+
+async function rebrowserVisit(url, { display, viewport, input, position }) {
+  const { page, close } = await patchedPage('rebrowser', { display, viewport, position });
+  await page.goto(url);
+  if (input) {
+    await page.waitForFunction(() => document.title === 'loaded', { timeout: 20000 });
+    await patchedInput(page, input);
+  }
+  return { close };
+}
+
+async function patchrightVisit(url, { display, viewport, input, position }) {
+  const { page, close } = await patchedPage('patchright', { display, viewport, position });
   await page.goto(url);
   if (input) {
     await page.waitForFunction(() => document.title === 'loaded', null, { timeout: 20000 });
-    await carefulInput(page);
+    await patchedInput(page, input);
   }
-  return { close: () => browser.close() };
+  return { close };
 }
 
 /**
@@ -466,10 +520,32 @@ const CONFIGS = {
   },
   // ... and without them (the window's own viewport), acting as careful operators do.
   rebrowser_puppeteer_careful_input: {
-    display: true, dwell: 9000, launch: (url, display) => rebrowserVisit(url, { display, input: true }),
+    display: true, dwell: 9000, launch: (url, display) => rebrowserVisit(url, { display, input: 'careful' }),
   },
   patchright_careful_input: {
-    display: true, dwell: 9000, launch: (url, display) => patchrightVisit(url, { display, input: true }),
+    display: true, dwell: 9000, launch: (url, display) => patchrightVisit(url, { display, input: 'careful' }),
+  },
+  // The three tweaks that got past the careful input: every position rounded to a whole pixel,
+  // the window placed at 0,0 (where Wayland says every window is), and keys only.
+  rebrowser_puppeteer_whole_pixels: {
+    display: true, dwell: 9000, launch: (url, display) => rebrowserVisit(url, { display, input: 'whole_pixels' }),
+  },
+  patchright_whole_pixels: {
+    display: true, dwell: 9000, launch: (url, display) => patchrightVisit(url, { display, input: 'whole_pixels' }),
+  },
+  rebrowser_puppeteer_corner_window: {
+    display: true, dwell: 9000,
+    launch: (url, display) => rebrowserVisit(url, { display, input: 'careful', position: '0,0' }),
+  },
+  patchright_corner_window: {
+    display: true, dwell: 9000,
+    launch: (url, display) => patchrightVisit(url, { display, input: 'careful', position: '0,0' }),
+  },
+  rebrowser_puppeteer_keyboard_only: {
+    display: true, dwell: 9000, launch: (url, display) => rebrowserVisit(url, { display, input: 'keyboard' }),
+  },
+  patchright_keyboard_only: {
+    display: true, dwell: 9000, launch: (url, display) => patchrightVisit(url, { display, input: 'keyboard' }),
   },
   // Normal launches: a person's Chromium on a desktop, no automation client attached.
   chromium_headful_idle: { display: true, dwell: 1500, launch: (url, display) => launchPlain(url, display, []) },
@@ -483,6 +559,15 @@ const CONFIGS = {
   // A person who only uses the keyboard.
   chromium_keyboard_only: {
     display: true, dwell: 9000, keyboard: true, launch: (url, display) => launchPlain(url, display, []),
+  },
+  // The same people in a window away from the corner, where the input clock is judged.
+  chromium_placed_window_input: {
+    display: true, dwell: 9000, human: true, offset: [120, 80],
+    launch: (url, display) => launchPlain(url, display, ['--window-position=120,80']),
+  },
+  chromium_placed_window_keyboard_only: {
+    display: true, dwell: 9000, keyboard: true,
+    launch: (url, display) => launchPlain(url, display, ['--window-position=120,80']),
   },
   chromium_farbling_extension: {
     display: true, dwell: 9000, human: true,
@@ -546,7 +631,7 @@ async function main() {
     visit = await config.launch(page.url, xvfb && xvfb.display);
     if (config.human || config.keyboard) {
       await sleep(1500); // the page loads and Vigil.load starts listening
-      await (config.human ? humanInput(xvfb.display) : keyboardInput(xvfb.display));
+      await (config.human ? humanInput(xvfb.display, config.offset) : keyboardInput(xvfb.display));
     }
     const report = await page.reported;
     clearTimeout(timeout);
@@ -562,7 +647,10 @@ async function main() {
   }
 }
 
-main().then(() => process.exit(), (e) => {
-  console.error(String((e && e.stack) || e));
-  process.exit(1);
-});
+// Run as a script; imported (by consent.mjs), it only lends its drivers and inputs.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().then(() => process.exit(), (e) => {
+    console.error(String((e && e.stack) || e));
+    process.exit(1);
+  });
+}

@@ -1,13 +1,16 @@
 // A person deciding on a Gate consent page: Debian's Chromium launched plainly on a virtual
-// display (no automation client attached), the pointer moved a little by hand, then the
-// decision's button reached with Tab and pressed with Enter, all through the X server. Prints
-// one JSON line: the text of the page the browser ends on (read through the X clipboard after
-// the decision, so no automation client ever attaches).
+// display (no automation client attached), the pointer moved a little by hand, then, all
+// through the X server: Tab to the user code field, the code their tool showed typed key by key
+// (to approve), and the decision's button reached with Tab and pressed with Enter. Prints one
+// JSON line: the text of the page the browser ends on (read through the X clipboard after the
+// decision, so no automation client ever attaches).
 //
-//   node person.mjs --url 'http://127.0.0.1:8080/gate/consent/gate_…?token=gtc_…' --tabs 4
+//   node person.mjs --url 'http://127.0.0.1:8080/gate/consent/gate_…?token=gtc_…' --tabs 4 \
+//       --code WDJB-MJHT --then 1
 //
-// `--tabs` is how many Tab presses reach the button from the top of the page (the page's links
-// come first). The Gate tests (`tests/src/gate.rs`) run it.
+// `--tabs` is how many Tab presses reach the code field from the top of the page (the page's
+// links come first); `--code`, if given, is typed there; `--then` more Tab presses reach the
+// button (Approve, once a code is typed, else Deny). The Gate tests (`tests/src/gate.rs`) run it.
 
 import { spawnSync } from 'node:child_process';
 
@@ -31,7 +34,10 @@ async function pageText(env) {
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   const tabs = Number(args.tabs);
-  if (!args.url || !Number.isInteger(tabs)) throw new Error('usage: person.mjs --url URL --tabs N');
+  const then = Number(args.then || 0);
+  if (!args.url || !Number.isInteger(tabs) || !Number.isInteger(then)) {
+    throw new Error('usage: person.mjs --url URL --tabs N [--code CODE] --then M');
+  }
   const xvfb = await startXvfb();
   const env = { ...process.env, DISPLAY: xvfb.display };
   const browser = launchPlain(args.url, xvfb.display, []);
@@ -53,6 +59,18 @@ async function main() {
     await run('xdotool', ['click', '1'], env);
     for (let i = 0; i < tabs; i++) {
       await sleep(180 + random() * 260);
+      await run('xdotool', ['key', 'Tab'], env);
+    }
+    // The code, key by key, each held a moment, with a person's uneven gaps.
+    for (const ch of args.code || '') {
+      await sleep(120 + random() * 260);
+      const name = ch === '-' ? 'minus' : ch.toLowerCase();
+      await run('xdotool', ['keydown', name], env);
+      await sleep(50 + random() * 60);
+      await run('xdotool', ['keyup', name], env);
+    }
+    for (let i = 0; i < then; i++) {
+      await sleep(220 + random() * 260);
       await run('xdotool', ['key', 'Tab'], env);
     }
     await sleep(250 + random() * 250);

@@ -339,19 +339,33 @@ impl Session {
     /// scrolled into view and must be the element at that point), and waits for a navigation
     /// it starts.
     pub async fn click(&self, css: &str) {
+        let element = self.element(css).await;
+        self.post(&format!("element/{element}/click"), json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+    }
+
+    /// Types `text` into the element `css` selects, as WebDriver's element send keys does
+    /// (key events through the browser's automation input).
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let element = self.element(css).await;
+        self.post(&format!("element/{element}/value"), json!({ "text": text }))
+            .await
+            .unwrap_or_else(|e| panic!("typing into {css}: {e}"));
+    }
+
+    /// The WebDriver id of the element `css` selects.
+    async fn element(&self, css: &str) -> String {
         let found = self
             .post("element", json!({ "using": "css selector", "value": css }))
             .await
             .unwrap_or_else(|e| panic!("finding {css}: {e}"));
-        let element = found
+        found
             .as_object()
             .and_then(|o| o.values().next())
             .and_then(Value::as_str)
             .unwrap_or_else(|| panic!("no element id for {css}: {found}"))
-            .to_owned();
-        self.post(&format!("element/{element}/click"), json!({}))
-            .await
-            .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+            .to_owned()
     }
 
     /// The page's address now.

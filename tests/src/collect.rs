@@ -131,11 +131,26 @@ pub async fn open_session_on(
     pk: &str,
     page_url: &str,
 ) -> Option<CollectSession> {
+    open_session_with_ticket(client, base, pk, page_url, None).await
+}
+
+/// [`open_session_on`], presenting a consent page's `consent_ticket` when given.
+pub async fn open_session_with_ticket(
+    client: &reqwest::Client,
+    base: &str,
+    pk: &str,
+    page_url: &str,
+    ticket: Option<&str>,
+) -> Option<CollectSession> {
     let secret = EphemeralSecret::generate();
+    let mut body = json!({"client_public_key": client_public_key(&secret), "sdk_version": "1.0.0", "page_url": page_url});
+    if let Some(ticket) = ticket {
+        body["consent_ticket"] = json!(ticket);
+    }
     let r = client
         .post(format!("{base}/v1/collect/sessions"))
         .bearer_auth(pk)
-        .json(&json!({"client_public_key": client_public_key(&secret), "sdk_version": "1.0.0", "page_url": page_url}))
+        .json(&body)
         .send()
         .await
         .ok()?;

@@ -31,6 +31,10 @@ pub struct Configuration {
     pub evidence: &'static [&'static str],
     /// Signals that must not fire.
     pub absent: &'static [&'static str],
+    /// A setup Vigil is known not to catch (docs/detection.md says why): it must not read
+    /// `automated` either way, and its decision is pinned by its recorded fixture, so a change
+    /// that starts catching it, or one that moves it, shows.
+    pub known_gap: bool,
 }
 
 const fn bot(
@@ -45,6 +49,7 @@ const fn bot(
         verdict: "bot",
         evidence,
         absent: &[],
+        known_gap: false,
     }
 }
 
@@ -61,8 +66,26 @@ const fn patched(
     }
 }
 
+/// A patched driver in a setup Vigil cannot tell from a person's (see [`Configuration::known_gap`]):
+/// it reads `uncertain` or `human` with `evidence`, never the clock, and its recorded fixture
+/// pins which.
+const fn undetected(
+    name: &'static str,
+    description: &'static str,
+    evidence: &'static [&'static str],
+) -> Configuration {
+    Configuration {
+        automation_status: "uncertain",
+        verdict: "suspicious",
+        absent: &["devtools_protocol", "webdriver", "unaligned_input_clock"],
+        known_gap: true,
+        ..bot(name, description, evidence)
+    }
+}
+
 const fn person(name: &'static str, description: &'static str) -> Configuration {
     Configuration {
+        known_gap: false,
         name,
         description,
         automation_status: "human",
@@ -154,6 +177,36 @@ pub const MATRIX: &[Configuration] = &[
         "patchright-core as above with the window's own viewport, acting as careful operators do through its input calls (curved eased paths, held presses, log-normal typing).",
         &["off_grid_pointer", "unaligned_input_clock"],
     ),
+    patched(
+        "rebrowser_puppeteer_whole_pixels",
+        "rebrowser-puppeteer-core with the window's own viewport and the careful input above, every pointer position rounded to a whole pixel as a mouse reports it.",
+        &["unaligned_input_clock"],
+    ),
+    patched(
+        "patchright_whole_pixels",
+        "patchright-core with the window's own viewport and the careful input above, every pointer position rounded to a whole pixel.",
+        &["unaligned_input_clock"],
+    ),
+    patched(
+        "rebrowser_puppeteer_keyboard_only",
+        "rebrowser-puppeteer-core with the window's own viewport, keys only through its keyboard (the DevTools protocol's Input.dispatchKeyEvent): Tab to the field, typing with held keys and log-normal gaps, Tab and Enter; the pointer never moves.",
+        &["unaligned_input_clock"],
+    ),
+    patched(
+        "patchright_keyboard_only",
+        "patchright-core with the window's own viewport, keys only through its keyboard: Tab, typing with held keys and log-normal gaps, Tab and Enter.",
+        &["unaligned_input_clock"],
+    ),
+    undetected(
+        "rebrowser_puppeteer_corner_window",
+        "rebrowser-puppeteer-core with the window's own viewport and the careful input above, its window placed at 0,0, where Chromium on Wayland says every window is: the input clock is not judged there.",
+        &["off_grid_pointer"],
+    ),
+    undetected(
+        "patchright_corner_window",
+        "patchright-core with the window's own viewport and the careful input above, its window placed at 0,0.",
+        &["off_grid_pointer"],
+    ),
     person(
         "chromium_headful_idle",
         "A person's Chromium under Xvfb with no automation client attached, the page left idle.",
@@ -173,6 +226,14 @@ pub const MATRIX: &[Configuration] = &[
     person(
         "chromium_keyboard_only",
         "A person's Chromium under Xvfb who only uses the keyboard: Tab to the field, typing with held keys and uneven gaps, Tab and Enter; the pointer never moves.",
+    ),
+    person(
+        "chromium_placed_window_input",
+        "A person's Chromium under Xvfb in a window placed away from the corner (120,80), where the input clock is judged: curved, uneven pointer moves, a click and irregular typing through the X server (xdotool).",
+    ),
+    person(
+        "chromium_placed_window_keyboard_only",
+        "A person's Chromium under Xvfb in a window placed away from the corner (120,80), keyboard only through the X server: Tab, typing with held keys and uneven gaps, Tab and Enter.",
     ),
     person(
         "chromium_farbling_extension",
@@ -266,13 +327,23 @@ pub async fn ping_arrivals(s: &TestServer, session_id: &str) -> Vec<Value> {
 /// A processor fixture (`processor/tests/fixtures/*.json`) of one recorded visit: the probes
 /// request's context and the pings' arrivals, every SDK batch, and what the configuration must
 /// read.
+/// A known gap's fixture pins the decision it got (`live`); any other's, the matrix's.
 pub fn fixture(
     configuration: &Configuration,
     chromium: &str,
     batches: &[Value],
     ping_arrivals: Vec<Value>,
+    live: &Value,
 ) -> Value {
     let request = &batches[0]["request"];
+    let (automation_status, verdict) = if configuration.known_gap {
+        (live["automation_status"].clone(), live["verdict"].clone())
+    } else {
+        (
+            json!(configuration.automation_status),
+            json!(configuration.verdict),
+        )
+    };
     json!({
         "description": format!("Recorded with tests/recorder/drive.mjs on {chromium}: {}", configuration.description),
         "recorded": true,
@@ -287,8 +358,8 @@ pub fn fixture(
         },
         "batches": batches.iter().map(|b| b["observations"].clone()).collect::<Vec<_>>(),
         "expect": {
-            "automation_status": configuration.automation_status,
-            "verdict": configuration.verdict,
+            "automation_status": automation_status,
+            "verdict": verdict,
             "fired": configuration.evidence,
             "not_fired": configuration.absent,
         },

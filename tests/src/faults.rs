@@ -93,6 +93,7 @@ const WRITES: &[&str] = &[
     "update_agent_token",
     "count_agent_login",
     "count_gate_poll",
+    "count_gate_attempt",
     "revoke_agent_token",
     "purge_expired",
     "put_setting_if_absent",

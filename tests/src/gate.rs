@@ -1,7 +1,8 @@
 //! Deciding on Gate's consent page as its two kinds of visitor do: a person in a real browser
 //! ([`person_decides`]: Chromium with no automation client, input through the X server, driven
-//! by `tests/recorder/person.mjs`), and a script that fetches the page and posts the form with
-//! a browser's headers forged ([`script_decides`]), which Vigil must refuse.
+//! by `tests/recorder/person.mjs`, typing the user code its tool showed), and a script that
+//! fetches the page and posts the form with a browser's headers forged ([`script_decides`]),
+//! which Vigil must refuse.
 
 use std::process::Command;
 
@@ -27,6 +28,8 @@ pub struct FetchedPage {
     pub csrf: String,
     /// The publishable key the page loads Vigil's SDK with.
     pub key: String,
+    /// The one-time ticket the page's SDK opens its collect session with.
+    pub ticket: String,
 }
 
 pub async fn fetch_page(consent_url: &str) -> FetchedPage {
@@ -44,6 +47,7 @@ pub async fn fetch_page(consent_url: &str) -> FetchedPage {
         token: attribute(&html, r#"name="token" value=""#),
         csrf: attribute(&html, r#"name="csrf" value=""#),
         key: attribute(&html, r#"data-key=""#),
+        ticket: attribute(&html, r#"data-ticket=""#),
         cookie,
         html,
     }
@@ -58,10 +62,11 @@ fn attribute(html: &str, marker: &str) -> String {
 }
 
 /// Posts `decision` as a script does: the page's cookie and form token, and every header a
-/// browser would send for its person's press of the button, forged; `handoff` as given (none:
-/// the form as the page serves it).
+/// browser would send for its person's press of the button, forged; `user_code` and `handoff`
+/// as given (none: the form as the page serves it).
 pub async fn script_decides(
     consent_url: &str,
+    user_code: Option<&str>,
     decision: &str,
     handoff: Option<&str>,
 ) -> reqwest::Response {
@@ -76,6 +81,9 @@ pub async fn script_decides(
         ("csrf", page.csrf.as_str()),
         ("decision", decision),
     ];
+    if let Some(code) = user_code {
+        form.push(("user_code", code));
+    }
     if let Some(handoff) = handoff {
         form.push(("handoff", handoff));
     }
@@ -97,26 +105,110 @@ pub async fn script_decides(
         .unwrap()
 }
 
-/// A person opens `consent_url` in Chromium, moves the pointer a little, reaches the button of
-/// `decision` with Tab and presses Enter. The text of the page the browser ends on.
-pub async fn person_decides(consent_url: &str, decision: &str) -> String {
+/// A person decides on the consent page of a started signup or login (`started`: the answer,
+/// with its `consent_url` and the `user_code` the tool shows), as [`person_decides_at`] does.
+pub async fn person_decides(started: &serde_json::Value, decision: &str) -> String {
+    person_decides_at(
+        started["consent_url"].as_str().expect("a consent URL"),
+        started["user_code"].as_str().expect("a user code"),
+        decision,
+    )
+    .await
+}
+
+/// A person opens `consent_url` in Chromium and moves the pointer a little; to approve, they
+/// Tab to the user code field, type `user_code` key by key and Tab to Approve; to deny, they
+/// Tab past the field (Approve stays disabled without a code) to Deny. Enter presses the
+/// button. The text of the page the browser ends on.
+pub async fn person_decides_at(consent_url: &str, user_code: &str, decision: &str) -> String {
+    let tabs = tabs_to_code_field(consent_url).await;
+    let code = match decision {
+        "approve" => user_code,
+        "deny" => "",
+        other => panic!("no button {other}"),
+    };
+    let args = [
+        "--url",
+        consent_url,
+        "--tabs",
+        &tabs.to_string(),
+        "--code",
+        code,
+        "--then",
+        "1",
+    ];
+    let report = recorder_script("person.mjs", &args).await;
+    report["text"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Tab presses that reach the user code field from the top of the consent page: every link
+/// before the form, then the field.
+async fn tabs_to_code_field(consent_url: &str) -> usize {
     let page = fetch_page(consent_url).await;
-    // Tab from the top of the page: every link before the form, then Approve, then Deny.
-    let links = page.html[..page.html.find("<form").expect("the form")]
+    page.html[..page.html.find("<form").expect("the form")]
         .matches("<a href=")
-        .count();
-    let tabs = links
-        + match decision {
-            "approve" => 1,
-            "deny" => 2,
-            other => panic!("no button {other}"),
-        };
+        .count()
+        + 1
+}
+
+/// A driver patched against DevTools detection approves the consent page of `started` as a
+/// careful operator would (`tests/recorder/consent.mjs`): `driver` is `rebrowser` or
+/// `patchright`, `input` `careful`, `whole_pixels` or `keyboard`, and `position` where its
+/// window is placed (Chromium's own place if none). The text of the page it ends on.
+pub async fn patched_driver_approves(
+    started: &serde_json::Value,
+    driver: &str,
+    input: &str,
+    position: Option<&str>,
+) -> String {
+    let consent_url = started["consent_url"].as_str().expect("a consent URL");
+    let tabs = tabs_to_code_field(consent_url).await.to_string();
+    let mut args = vec![
+        "--url",
+        consent_url,
+        "--code",
+        started["user_code"].as_str().expect("a user code"),
+        "--driver",
+        driver,
+        "--input",
+        input,
+        "--tabs",
+        &tabs,
+    ];
+    if let Some(position) = position {
+        args.extend(["--position", position]);
+    }
+    let report = recorder_script("consent.mjs", &args).await;
+    report["text"].as_str().unwrap_or_default().to_owned()
+}
+
+/// An approval-laundering relay on its own origin (`tests/recorder/relay.mjs`): an unrelated
+/// page that runs Vigil's SDK through the relay with the consent page's publishable `key` (and
+/// a consent page's `ticket`, if given), used by a person in a real Chromium. The handoff it
+/// got.
+pub async fn relay_hands_off(api: &str, key: &str, ticket: Option<&str>) -> String {
+    let mut args = vec!["--api", api, "--key", key];
+    if let Some(ticket) = ticket {
+        args.extend(["--ticket", ticket]);
+    }
+    let report = recorder_script("relay.mjs", &args).await;
+    report["handoff"]
+        .as_str()
+        .unwrap_or_else(|| panic!("relay.mjs got no handoff: {report}"))
+        .to_owned()
+}
+
+/// Runs `script` of `tests/recorder/` with `args`; the JSON line it printed last.
+async fn recorder_script(script: &str, args: &[&str]) -> serde_json::Value {
     let dir = recorder_dir();
-    let url = consent_url.to_owned();
+    let script = script.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let name = script.clone();
     let output = tokio::task::spawn_blocking(move || {
         Command::new("node")
             .current_dir(&dir)
-            .args(["person.mjs", "--url", &url, "--tabs", &tabs.to_string()])
+            .arg(&script)
+            .args(&args)
             .output()
     })
     .await
@@ -125,12 +217,10 @@ pub async fn person_decides(consent_url: &str, decision: &str) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "person.mjs failed ({}):\n{stdout}\n{}",
+        "{name} failed ({}):\n{stdout}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
     let line = stdout.lines().last().unwrap_or_default();
-    let report: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("person.mjs printed {line:?}: {e}"));
-    report["text"].as_str().unwrap_or_default().to_owned()
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{name} printed {line:?}: {e}"))
 }

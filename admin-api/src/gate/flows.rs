@@ -59,6 +59,10 @@ struct Signup {
     status: &'static str,
     /// Where the person approves; open it in their browser.
     consent_url: String,
+    /// The code the person types on the consent page before Approve counts (RFC 8628's
+    /// `user_code`): show it to them first, as `WDJB-MJHT`.
+    #[schema(pattern = "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$", example = "WDJB-MJHT")]
+    user_code: String,
     /// `gtpoll_…`, the bearer token of the polls.
     poll_token: String,
     /// Seconds between polls.
@@ -80,6 +84,10 @@ struct LoginSession {
     #[schema(value_type = String, pattern = "^pending$")]
     status: &'static str,
     consent_url: String,
+    /// The code the person types on the consent page before Approve counts: show it to them
+    /// first, as `WDJB-MJHT`.
+    #[schema(pattern = "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$", example = "WDJB-MJHT")]
+    user_code: String,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
     expires_at: Timestamp,
@@ -247,6 +255,7 @@ fn new_session(
     flow: GateFlow,
     service: &GateServiceRecord,
     consent: &CredentialHash,
+    user_code: &CredentialHash,
     now: Timestamp,
 ) -> GateSessionRecord {
     GateSessionRecord {
@@ -270,6 +279,10 @@ fn new_session(
         approval: None,
         client_name: None,
         env_var_keys: Vec::new(),
+        user_code: Some(*user_code),
+        code_attempts: 0,
+        uncertain_judgements: 0,
+        denial: None,
         created_at: now,
         expires_at: now + chrono::TimeDelta::from_std(gate::SESSION_TTL).expect("a short ttl"),
     }
@@ -360,12 +373,14 @@ async fn start_signup(
         }
     }
     let (consent, poll) = (gate::mint(TokenKind::Consent), gate::mint(TokenKind::Poll));
+    let user_code = gate::mint_user_code();
     let now = time::now();
     let secret = &state.auth.secret;
     let mut session = new_session(
         GateFlow::Signup,
         &service,
         &secret.hash_token(&consent),
+        &user_code_hash(&state, &user_code),
         now,
     );
     session.poll_token = Some(secret.hash_token(&poll));
@@ -378,6 +393,7 @@ async fn start_signup(
         service_id: service.id.clone(),
         status: "pending",
         consent_url: consent_url(session.id, &consent),
+        user_code,
         poll_token: poll,
         interval: session.interval_secs,
         env_vars: session.env_var_keys.clone(),
@@ -627,10 +643,12 @@ async fn start_login(
         }
     };
     let consent = gate::mint(TokenKind::Consent);
+    let user_code = gate::mint_user_code();
     let mut session = new_session(
         GateFlow::Login,
         &service,
         &state.auth.secret.hash_token(&consent),
+        &user_code_hash(&state, &user_code),
         now,
     );
     session.account_id = Some(agent.account_id);
@@ -641,8 +659,16 @@ async fn start_login(
         object: "gate_login_session",
         status: "pending",
         consent_url: consent_url(session.id, &consent),
+        user_code,
         expires_at: session.expires_at,
-    }))
+    })
+    .showing_secrets())
+}
+
+/// A user code's keyed hash, of the form the consent page compares (`WDJBMJHT`).
+fn user_code_hash(state: &AdminState, code: &str) -> CredentialHash {
+    let plain = gate::normalize_user_code(code).expect("a minted user code reads back");
+    state.auth.secret.hash_token(&plain)
 }
 
 /// `POST /v1/gate/login-sessions/consume` with a secret key and `{ "code": …,

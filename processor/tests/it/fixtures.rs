@@ -195,6 +195,47 @@ fn recorded_patchright_with_careful_input_is_automated() {
 }
 
 #[test]
+fn recorded_rebrowser_puppeteer_with_whole_pixel_input_is_automated() {
+    check("recorded_rebrowser_puppeteer_whole_pixels");
+}
+
+#[test]
+fn recorded_patchright_with_whole_pixel_input_is_automated() {
+    check("recorded_patchright_whole_pixels");
+}
+
+#[test]
+fn recorded_rebrowser_puppeteer_sending_only_keys_is_automated() {
+    check("recorded_rebrowser_puppeteer_keyboard_only");
+}
+
+#[test]
+fn recorded_patchright_sending_only_keys_is_automated() {
+    check("recorded_patchright_keyboard_only");
+}
+
+/// A known gap (docs/detection.md#what-it-does-not-catch): pinned as it reads.
+#[test]
+fn recorded_rebrowser_puppeteer_in_a_corner_window_is_not_caught() {
+    check("recorded_rebrowser_puppeteer_corner_window");
+}
+
+#[test]
+fn recorded_patchright_in_a_corner_window_is_not_caught() {
+    check("recorded_patchright_corner_window");
+}
+
+#[test]
+fn recorded_person_in_a_placed_window_is_human() {
+    check("recorded_chromium_placed_window_input");
+}
+
+#[test]
+fn recorded_person_in_a_placed_window_using_only_the_keyboard_is_human() {
+    check("recorded_chromium_placed_window_keyboard_only");
+}
+
+#[test]
 fn recorded_idle_headful_chromium_is_human() {
     check("recorded_chromium_headful_idle");
 }

@@ -215,33 +215,14 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
     store: Store,
 ) {
     use crate::{
-        AgentTokenRecord, GateAccountRecord, GateFlow, GateSessionRecord, GateSessionStatus,
+        AgentTokenRecord, GateAccountRecord, GateSessionRecord, GateSessionStatus,
     };
     let now = time::now();
     let org = OrgId::generate();
     let pending = GateSessionRecord {
-        id: schemas::ids::GateSessionId::generate(),
-        flow: GateFlow::Signup,
-        service_id: "acme".into(),
         organization_id: org,
-        environment: Environment::Test,
-        status: GateSessionStatus::Pending,
-        consent_token: CredentialHash([1; 32]),
         poll_token: Some(CredentialHash([2; 32])),
-        interval_secs: 5,
-        polls: 0,
-        last_poll_at: None,
-        account_id: None,
-        sealed_delivery: Vec::new(),
-        ack_token: None,
-        login_code: None,
-        agent_token: None,
-        code_expires_at: None,
-        approval: None,
-        client_name: None,
-        env_var_keys: Vec::new(),
-        created_at: now,
-        expires_at: now + TimeDelta::minutes(15),
+        ..waiting_signup(CredentialHash([2; 32]), now)
     };
     store.create_gate_session(&pending).await.unwrap();
     assert!(
@@ -278,6 +259,8 @@ pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_
         verdict: schemas::decision::Verdict::Human,
         risk_score: 7,
         interacted: true,
+        used_code_field: true,
+        used_approve_button: true,
         judged_at: now,
     });
     assert!(
@@ -405,28 +388,13 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
     };
     let now = time::now();
     let session = |flow: GateFlow, created_at: Timestamp, code: u8| GateSessionRecord {
-        id: schemas::ids::GateSessionId::generate(),
         flow,
-        service_id: "acme".into(),
-        organization_id: OrgId::generate(),
         environment: Environment::Live,
-        status: GateSessionStatus::Pending,
         consent_token: CredentialHash([code; 32]),
         poll_token: None,
-        interval_secs: 5,
-        polls: 0,
-        last_poll_at: None,
-        account_id: None,
-        sealed_delivery: Vec::new(),
-        ack_token: None,
-        login_code: None,
-        agent_token: None,
-        code_expires_at: None,
-        approval: None,
-        client_name: None,
-        env_var_keys: Vec::new(),
-        created_at,
         expires_at: created_at + TimeDelta::minutes(15),
+        created_at,
+        ..waiting_signup(CredentialHash([code; 32]), created_at)
     };
     let old = session(GateFlow::Login, now - TimeDelta::hours(25), 7);
     let day_old = session(GateFlow::Login, now - TimeDelta::hours(23), 8);
@@ -559,11 +527,10 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
 
 /// A poll is counted by the holder of the poll token only; one sooner than the interval grows
 /// it; past the cap nothing is written.
-pub async fn gate_polls_are_counted_with_their_interval_and_cap_in_one_step(store: Store) {
-    use crate::{GateFlow, GatePoll, GateSessionRecord, GateSessionStatus};
-    let now = time::now();
-    let token = CredentialHash([3; 32]);
-    let session = GateSessionRecord {
+/// A signup waiting for its person, polled with `token`.
+fn waiting_signup(token: CredentialHash, now: schemas::time::Timestamp) -> crate::GateSessionRecord {
+    use crate::{GateFlow, GateSessionRecord, GateSessionStatus};
+    GateSessionRecord {
         id: schemas::ids::GateSessionId::generate(),
         flow: GateFlow::Signup,
         service_id: "acme".into(),
@@ -584,9 +551,86 @@ pub async fn gate_polls_are_counted_with_their_interval_and_cap_in_one_step(stor
         approval: None,
         client_name: None,
         env_var_keys: Vec::new(),
+        user_code: Some(CredentialHash([5; 32])),
+        code_attempts: 0,
+        uncertain_judgements: 0,
+        denial: None,
         created_at: now,
         expires_at: now + TimeDelta::minutes(15),
-    };
+    }
+}
+
+/// The consent page's attempts (user codes typed, uncertain judgements) are counted each in
+/// its own budget, in one step: parallel attempts cannot pass it, a spent budget writes
+/// nothing, and a session that no longer waits counts nothing.
+pub async fn gate_attempts_are_counted_within_their_budget_in_one_step(store: Store) {
+    use crate::{GateAttempt, GateAttemptCount, GateSessionStatus};
+    let now = time::now();
+    let session = waiting_signup(CredentialHash([3; 32]), now);
+    store.create_gate_session(&session).await.unwrap();
+    assert_eq!(
+        store
+            .count_gate_attempt(schemas::ids::GateSessionId::generate(), GateAttempt::UserCode, 5)
+            .await
+            .unwrap(),
+        None,
+        "no such session"
+    );
+    // Five attempts raced for a budget of three: exactly three count.
+    let raced = futures::future::join_all(
+        (0..5).map(|_| store.count_gate_attempt(session.id, GateAttempt::UserCode, 3)),
+    )
+    .await;
+    let mut numbers: Vec<u32> = raced
+        .into_iter()
+        .filter_map(|r| match r.unwrap().unwrap() {
+            GateAttemptCount::Counted(_, n) => Some(n),
+            GateAttemptCount::Refused(_) => None,
+        })
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, [1, 2, 3]);
+    let stored = store.get_gate_session(session.id).await.unwrap().unwrap();
+    assert_eq!((stored.code_attempts, stored.uncertain_judgements), (3, 0));
+    // The other budget is its own.
+    match store
+        .count_gate_attempt(session.id, GateAttempt::UncertainJudgement, 3)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        GateAttemptCount::Counted(after, 1) => {
+            assert_eq!((after.code_attempts, after.uncertain_judgements), (3, 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A session that no longer waits counts nothing.
+    let mut denied = store.get_gate_session(session.id).await.unwrap().unwrap();
+    denied.status = GateSessionStatus::Denied;
+    assert!(
+        store
+            .transition_gate_session(&denied, GateSessionStatus::Pending, None)
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        store
+            .count_gate_attempt(session.id, GateAttempt::UncertainJudgement, 3)
+            .await
+            .unwrap(),
+        Some(GateAttemptCount::Refused(_))
+    ));
+    assert_eq!(
+        store.get_gate_session(session.id).await.unwrap(),
+        Some(denied)
+    );
+}
+
+pub async fn gate_polls_are_counted_with_their_interval_and_cap_in_one_step(store: Store) {
+    use crate::GatePoll;
+    let now = time::now();
+    let token = CredentialHash([3; 32]);
+    let session = waiting_signup(token, now);
     store.create_gate_session(&session).await.unwrap();
     let poll = |at, cap| store.count_gate_poll(session.id, &token, at, 5, cap);
     assert_eq!(

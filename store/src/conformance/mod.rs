@@ -187,6 +187,7 @@ macro_rules! store_conformance_suite {
                 a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token,
                 gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledged_signups_withdrawn,
                 gate_polls_are_counted_with_their_interval_and_cap_in_one_step,
+                gate_attempts_are_counted_within_their_budget_in_one_step,
             ],
             retention: [$($retention),*],
         );
@@ -331,6 +332,7 @@ pub(crate) fn collect_session(pings: usize) -> CollectSessionRecord {
         network_check_token_hash: [0x3c; 32],
         ws_identity: None,
         results_at: None,
+        gate_session_id: None,
     }
 }
 

@@ -430,6 +430,7 @@ mod tests {
             network_check_token_hash: [2; 32],
             ws_identity: None,
             results_at: None,
+            gate_session_id: None,
         }
     }
 

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::rules::{self, GateSweep};
 use crate::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GatePoll, GateServiceRecord,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll, GateServiceRecord,
     GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
 };
 
@@ -375,6 +375,30 @@ impl GateStore for EmbeddedStore {
                 batch.commit().map_err(unavailable)?;
             }
             Ok(Some((session, counted)))
+        })
+        .await
+    }
+
+    async fn count_gate_attempt(
+        &self,
+        id: schemas::ids::GateSessionId,
+        attempt: GateAttempt,
+        max: u32,
+    ) -> Result<Option<GateAttemptCount>> {
+        self.write(move |db, _| {
+            let k = id.ulid().to_bytes();
+            let Some(session) =
+                decode_row::<GateSessionRecord>(GATE_SESSIONS, db.gate_sessions.get(k))?
+            else {
+                return Ok(None);
+            };
+            let counted = crate::rules::count_attempt(session, attempt, max);
+            if let GateAttemptCount::Counted(session, _) = &counted {
+                let mut batch = db.batch();
+                batch.insert(&db.gate_sessions, k, encode(GATE_SESSIONS, &**session)?);
+                batch.commit().map_err(unavailable)?;
+            }
+            Ok(Some(counted))
         })
         .await
     }

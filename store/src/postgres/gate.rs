@@ -14,7 +14,7 @@ use super::{
     limit, row, rows, ulid_bytes,
 };
 use crate::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GatePoll, GateServiceRecord,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll, GateServiceRecord,
     GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
 };
 
@@ -307,6 +307,31 @@ impl GateStore for PostgresStore {
         .await?;
         tx.commit().await.map_err(db_error)?;
         Ok(Some((session, counted)))
+    }
+
+    async fn count_gate_attempt(
+        &self,
+        id: GateSessionId,
+        attempt: GateAttempt,
+        max: u32,
+    ) -> Result<Option<GateAttemptCount>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let key = ulid_bytes(id.ulid());
+        let Some(session) = lock_session(&tx, &key).await? else {
+            return Ok(None);
+        };
+        let counted = crate::rules::count_attempt(session, attempt, max);
+        if let GateAttemptCount::Counted(session, _) = &counted {
+            execute(
+                &tx,
+                "UPDATE gate_sessions SET body = $2 WHERE id = $1",
+                &[&key, &json(&**session)],
+            )
+            .await?;
+            tx.commit().await.map_err(db_error)?;
+        }
+        Ok(Some(counted))
     }
 
     async fn get_gate_account(&self, id: GateAccountId) -> Result<Option<GateAccountRecord>> {

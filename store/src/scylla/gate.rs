@@ -13,7 +13,7 @@ use scylla::value::CqlValue;
 
 use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, env_text, errors, rows_of};
 use crate::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GatePoll, GateServiceRecord,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll, GateServiceRecord,
     GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
 };
 
@@ -623,6 +623,29 @@ impl GateStore for ScyllaStore {
             }
             if self.write_session(rev, &session).await? {
                 return Ok(Some((session, counted)));
+            }
+        }
+        Err(contended("a Gate session"))
+    }
+
+    async fn count_gate_attempt(
+        &self,
+        id: GateSessionId,
+        attempt: GateAttempt,
+        max: u32,
+    ) -> Result<Option<GateAttemptCount>> {
+        for _ in 0..CONTENDED_RETRIES {
+            let Some((rev, session)) = self.read_session(id).await? else {
+                return Ok(None);
+            };
+            let counted = crate::rules::count_attempt(session, attempt, max);
+            match &counted {
+                GateAttemptCount::Counted(session, _) => {
+                    if self.write_session(rev, session).await? {
+                        return Ok(Some(counted));
+                    }
+                }
+                GateAttemptCount::Refused(_) => return Ok(Some(counted)),
             }
         }
         Err(contended("a Gate session"))

@@ -405,6 +405,7 @@ async fn a_damaged_collect_session_fails_its_own_advance_only() {
         network_check_token_hash: [7; 32],
         ws_identity: None,
         results_at: None,
+        gate_session_id: None,
     };
     let sessions: Vec<store::CollectSessionRecord> = (0..8).map(session).collect();
     for s in &sessions {

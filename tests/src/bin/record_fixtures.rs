@@ -43,7 +43,8 @@ async fn main() {
         let batches = detection::sdk_batches(&s, session_id).await;
         let session = detection::final_session(&s, session_id).await;
         let pings = detection::ping_arrivals(&s, session_id).await;
-        let fixture = detection::fixture(configuration, &chromium, &batches, pings);
+        let fixture =
+            detection::fixture(configuration, &chromium, &batches, pings, &session["decision"]);
         let path = fixtures.join(format!("recorded_{}.json", configuration.name));
         let text = serde_json::to_string_pretty(&fixture).expect("json") + "\n";
         std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -89,8 +90,10 @@ async fn record_evasions() {
             verdict: "bot",
             evidence: &[],
             absent: &[],
+            known_gap: false,
         };
-        let fixture = detection::fixture(&configuration, &chromium, &batches, pings);
+        let fixture =
+            detection::fixture(&configuration, &chromium, &batches, pings, &serde_json::Value::Null);
         let evasion = name.trim_start_matches("stealth_evasion_");
         let path = fixtures.join(format!("{evasion}.json"));
         std::fs::write(

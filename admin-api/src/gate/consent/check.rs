@@ -1,10 +1,11 @@
 //! The consent page's check that a person decides (docs/gate.md#the-consent-page): the page
 //! loads Vigil's own SDK with a publishable key of the built-in `vigil` service's organization,
-//! so Vigil scores the browser that shows it as it scores any site's visitors, and Approve or
-//! Deny posts the page's handoff with the form. [`judge`] opens that handoff and reads the
-//! decision: a browser judged automated is refused, one that never received any input on the
-//! page is asked for one more deliberate click, and no decision is accepted without a scored
-//! session. Headers can be forged by any script; a person's browser session cannot.
+//! and opens its collect session with a one-time ticket bound to this Gate session
+//! ([`ticket`]), so Vigil scores the browser that shows it as it scores any site's visitors,
+//! and only that page's session counts. Approve or Deny posts the page's handoff with the form.
+//! [`judge`] opens that handoff and reads the decision, with the input the page's marked user
+//! code field and Approve button received. Headers can be forged by any script, and a page
+//! URL is only what the page claims; a session opened with the page's own ticket cannot be.
 
 use std::time::Duration;
 
@@ -25,14 +26,21 @@ const SCORING_POLL: Duration = Duration::from_millis(100);
 /// What Vigil made of the browser that posted a decision.
 #[derive(Debug)]
 pub enum Judgement {
-    /// A person's browser, or one that cannot be told from it and was used like one: input
-    /// reached the page before the decision.
+    /// A person's browser, or one that cannot be told from it and was used like one: the
+    /// person's own input reached the user code field and the Approve button.
     Person(GateApproval),
-    /// A program: the decision is refused.
+    /// A program: the decision is refused, and the Gate session closed.
     Automated(GateApproval),
-    /// Not automated, but nothing was done on the page before the button: one more deliberate
-    /// click is asked for, which a person gives without a thought.
+    /// Not automated, but Vigil is not sure, or the page's fields received no input of the
+    /// person's: another try is asked for, within the session's budget.
     AskAgain(GateApproval),
+}
+
+/// The ticket a consent page of `session` opens its collect session with: sealed, one-time,
+/// and valid while the session waits.
+pub fn ticket(state: &AdminState, session: &GateSessionRecord) -> String {
+    secrets::consent_ticket::ConsentTicket::new(session.id, session.environment, session.expires_at)
+        .seal(&state.auth.secret)
 }
 
 /// Why a decision could not be judged at all.
@@ -147,8 +155,8 @@ fn system_organization_record() -> store::OrganizationRecord {
 
 /// Judges the browser that posted a decision on `session`'s consent page, from the page's
 /// `handoff`. The handoff must be the `vigil` organization's, of the session's environment,
-/// minted for a collect session that the consent page of this very Gate session opened, and it
-/// is spent here: one scored page view decides once.
+/// minted for a collect session opened with a ticket of this very Gate session's consent page,
+/// and it is spent here: one scored page view decides once.
 pub async fn judge(
     state: &AdminState,
     session: &GateSessionRecord,
@@ -173,17 +181,15 @@ pub async fn judge(
         .ok_or(Unjudged::Refused(
             "The check came from another page. Open the approval link again.",
         ))?;
-    let consent_path = format!("/gate/consent/{}", session.id);
-    let on_this_page = url::Url::parse(&collect.page_url).is_ok_and(|u| {
-        u.path() == consent_path && u.origin().ascii_serialization() == public_origin()
-    });
-    if !on_this_page {
+    // Opened with this Gate session's own ticket, or it is another page's: whatever URL it
+    // claims, a page the server did not render for this session never decides it.
+    if collect.organization_id != org || collect.gate_session_id != Some(session.id) {
         return Err(Unjudged::Refused(
             "The check came from another page. Open the approval link again.",
         ));
     }
     let deadline = tokio::time::Instant::now() + SCORING_WAIT;
-    let (decision, interacted) = loop {
+    let (decision, interacted, code_field, approve_button) = loop {
         let scored = store
             .get_session(org, claims.environment, claims.session_id)
             .await?;
@@ -204,7 +210,12 @@ pub async fn judge(
                 .signals_fired
                 .iter()
                 .any(|s| s.slug == "no_input_events");
-            break (decision, view.interacted() && !no_events);
+            break (
+                decision,
+                view.interacted() && !no_events,
+                view.field(CODE_FIELD).used(),
+                view.field(APPROVE_BUTTON).activated(),
+            );
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(Unjudged::NotYet);
@@ -229,6 +240,8 @@ pub async fn judge(
         verdict: decision.verdict,
         risk_score: decision.risk_score,
         interacted,
+        used_code_field: code_field,
+        used_approve_button: approve_button,
         judged_at: time::now(),
     };
     tracing::info!(
@@ -237,15 +250,25 @@ pub async fn judge(
         automation = ?approval.automation_status,
         risk = approval.risk_score,
         interacted,
+        code_field,
+        approve_button,
         "gate: a consent decision was scored"
     );
-    // A person presses a button: a decision with no input at all on the page (a script that
-    // sent a browser's probes and asked for the result) is never a person's.
-    Ok(match (decision.automation_status, interacted) {
-        (AutomationStatus::Automated, _) => Judgement::Automated(approval),
-        (_, false) => Judgement::AskAgain(approval),
-        (AutomationStatus::Uncertain | AutomationStatus::Human, true) => {
+    // A person types the code and presses the button: an approval whose fields received none
+    // of the person's input (a script that sent a browser's probes and asked for the result, a
+    // page elsewhere that had its visitor click something else) is never a person's. An
+    // uncertain browser is let through only with that evidence, a human one too.
+    let used_the_page = interacted && code_field && approve_button;
+    Ok(match decision.automation_status {
+        AutomationStatus::Automated => Judgement::Automated(approval),
+        AutomationStatus::Uncertain | AutomationStatus::Human if used_the_page => {
             Judgement::Person(approval)
         }
+        AutomationStatus::Uncertain | AutomationStatus::Human => Judgement::AskAgain(approval),
     })
 }
+
+/// The consent page's marks (`data-vigil-field`) on its user code field and its Approve
+/// button, whose input an approval is judged on.
+pub const CODE_FIELD: &str = "code";
+pub const APPROVE_BUTTON: &str = "approve";

@@ -14,7 +14,8 @@ use schemas::ids::GateAccountId;
 use schemas::time;
 use serde_json::{Map, Value, json};
 use store::{
-    AgentTokenRecord, EventRecord, GateAccountRecord, GateApproval, GateFlow, GateServiceRecord,
+    AgentTokenRecord, EventRecord, GateAccountRecord, GateApproval, GateAttempt,
+    GateAttemptCount, GateDenial, GateDenialReason, GateFlow, GateServiceRecord,
     GateSessionRecord, GateSessionStatus,
 };
 
@@ -116,20 +117,27 @@ pub(super) async fn decide(
             );
         }
     };
+    let token = field("token").unwrap_or_default();
+    // The user code first: a wrong one is refused before anything is judged or spent, and
+    // counts against the session's attempts (RFC 8628 §5.4: the person types what their tool
+    // shows, which a page elsewhere cannot have them do unawares).
+    if choice == "approve"
+        && let Err(page) = check_user_code(&state, &session, &service, token, field("user_code")).await
+    {
+        return page;
+    }
     let approval = match check::judge(&state, &session, field("handoff")).await {
         Ok(Judgement::Person(approval)) => approval,
-        Ok(Judgement::Automated(approval)) => return automated(&approval),
-        // Denying gives nothing away: it needs no second click.
+        // One judgement: a browser judged automated closes the session, so the same link
+        // cannot be tried again with another tweak.
+        Ok(Judgement::Automated(approval)) => {
+            return close(&state, &session, &service, GateDenialReason::Automated, Some(approval))
+                .await;
+        }
+        // Denying gives nothing away: it needs no second try.
         Ok(Judgement::AskAgain(approval)) if choice == "deny" => approval,
-        Ok(Judgement::AskAgain(_)) => {
-            return page::render(
-                &state,
-                &session,
-                &service,
-                field("token").unwrap_or_default(),
-                Some("One more step: Vigil could not yet tell that a person is here. Press Approve once more."),
-            )
-            .await;
+        Ok(Judgement::AskAgain(approval)) => {
+            return ask_again(&state, &session, &service, token, approval).await;
         }
         Err(Unjudged::NoScript) => {
             return notice(
@@ -158,7 +166,7 @@ pub(super) async fn decide(
         Err(Unjudged::Unavailable) => return unavailable(),
     };
     if choice == "deny" {
-        return deny(&state, session, approval).await;
+        return deny(&state, session, &service, approval).await;
     }
     match session.flow {
         GateFlow::Signup => approve_signup(&state, session, &service, approval).await,
@@ -180,18 +188,198 @@ pub(super) fn variables_changed(service: &GateServiceRecord) -> Response {
     )
 }
 
-/// The page for a browser Vigil judged automated: nothing is approved.
-fn automated(approval: &GateApproval) -> Response {
-    notice(
-        StatusCode::FORBIDDEN,
-        "A person must approve",
-        &format!(
-            "Vigil judged the browser that pressed the button to be automated (risk {} of 100), \
-             and access to an account is granted only to a person, so nothing was approved. If \
-             you are a person, open the link in your everyday browser and decide there.",
-            approval.risk_score
-        ),
+/// Checks the user code typed on the page against `session`'s, counting the attempt first
+/// (so parallel posts cannot pass the budget). A form without a well-formed code costs
+/// nothing and is asked again; the last wrong code closes the session.
+async fn check_user_code(
+    state: &AdminState,
+    session: &GateSessionRecord,
+    service: &GateServiceRecord,
+    token: &str,
+    typed: Option<&str>,
+) -> Result<(), Response> {
+    let Some(expected) = session.user_code else {
+        return Err(notice(
+            StatusCode::GONE,
+            "Start again from your tool",
+            "This request has no code to check. Start it again from your tool.",
+        ));
+    };
+    let Some(typed) = typed.and_then(gate::normalize_user_code) else {
+        return Err(page::render(
+            state,
+            session,
+            service,
+            token,
+            Some("Type the code your tool shows (8 letters, like WDJB-MJHT), then press Approve."),
+        )
+        .await);
+    };
+    let counted = state
+        .auth
+        .store
+        .count_gate_attempt(session.id, GateAttempt::UserCode, gate::USER_CODE_ATTEMPTS)
+        .await;
+    let number = match counted {
+        Ok(Some(GateAttemptCount::Counted(_, number))) => number,
+        Ok(Some(GateAttemptCount::Refused(stored))) => {
+            return Err(match stored.status {
+                GateSessionStatus::Pending => {
+                    close(state, session, service, GateDenialReason::UserCode, None).await
+                }
+                _ => already_decided(),
+            });
+        }
+        Ok(None) => return Err(already_decided()),
+        Err(_) => return Err(unavailable()),
+    };
+    // Compared as keyed hashes: in constant time, and the code is never stored.
+    if state.auth.secret.hash_token(&typed) == expected {
+        return Ok(());
+    }
+    let left = gate::USER_CODE_ATTEMPTS.saturating_sub(number);
+    if left == 0 {
+        return Err(close(state, session, service, GateDenialReason::UserCode, None).await);
+    }
+    Err(page::render(
+        state,
+        session,
+        service,
+        token,
+        Some(&format!(
+            "That is not the code your tool shows. Check it and type it again ({left} {} left).",
+            if left == 1 { "try" } else { "tries" }
+        )),
     )
+    .await)
+}
+
+/// Asks for another try after a judgement that was not a person's for sure, within the
+/// session's budget; the last closes the session.
+async fn ask_again(
+    state: &AdminState,
+    session: &GateSessionRecord,
+    service: &GateServiceRecord,
+    token: &str,
+    approval: GateApproval,
+) -> Response {
+    match state
+        .auth
+        .store
+        .count_gate_attempt(
+            session.id,
+            GateAttempt::UncertainJudgement,
+            gate::UNCERTAIN_JUDGEMENTS,
+        )
+        .await
+    {
+        Ok(Some(GateAttemptCount::Counted(_, number))) if number < gate::UNCERTAIN_JUDGEMENTS => {
+            page::render(
+                state,
+                session,
+                service,
+                token,
+                Some("One more step: Vigil could not yet tell that a person is here. Type the code, then press Approve once more."),
+            )
+            .await
+        }
+        Ok(Some(GateAttemptCount::Counted(..) | GateAttemptCount::Refused(_))) => {
+            close(state, session, service, GateDenialReason::Uncertain, Some(approval)).await
+        }
+        Ok(None) => already_decided(),
+        Err(_) => unavailable(),
+    }
+}
+
+/// Closes a waiting session as denied for `reason` (recording it, and the judgement, in the
+/// session and a `gate.session.denied` event), and answers the page that says why.
+async fn close(
+    state: &AdminState,
+    session: &GateSessionRecord,
+    service: &GateServiceRecord,
+    reason: GateDenialReason,
+    judgement: Option<GateApproval>,
+) -> Response {
+    let mut denied = match state.auth.store.get_gate_session(session.id).await {
+        Ok(Some(stored)) => stored,
+        Ok(None) => return already_decided(),
+        Err(_) => return unavailable(),
+    };
+    denied.status = GateSessionStatus::Denied;
+    denied.denial = Some(GateDenial {
+        reason,
+        judgement: judgement.clone(),
+        denied_at: time::now(),
+    });
+    match state
+        .auth
+        .store
+        .transition_gate_session(&denied, GateSessionStatus::Pending, None)
+        .await
+    {
+        Ok(true) => announce(state, &denied_event(&denied, service)).await,
+        Ok(false) => return already_decided(),
+        Err(_) => return unavailable(),
+    }
+    let (title, why) = match reason {
+        GateDenialReason::Automated => (
+            "A person must approve",
+            format!(
+                "Vigil judged the browser that pressed the button to be automated (risk {} of \
+                 100), and access to an account is granted only to a person, so nothing was \
+                 approved and this request is closed. If you are a person, start again from your \
+                 tool and open the new link in your everyday browser.",
+                judgement.as_ref().map_or(100, |j| j.risk_score)
+            ),
+        ),
+        GateDenialReason::Uncertain => (
+            "Not approved",
+            "Vigil could not tell that a person was deciding, after every try this request \
+             allows, so nothing was approved and this request is closed. Start again from your \
+             tool and open the new link in your everyday browser."
+                .to_owned(),
+        ),
+        GateDenialReason::UserCode => (
+            "Too many wrong codes",
+            "The code was typed wrong too many times, so nothing was approved and this request \
+             is closed. If someone sent you this link, do not approve it. Otherwise start again \
+             from your tool."
+                .to_owned(),
+        ),
+        GateDenialReason::Denied => (
+            "Denied",
+            "Nothing was shared. You can close this page.".to_owned(),
+        ),
+    };
+    notice(StatusCode::FORBIDDEN, title, &why)
+}
+
+/// The `gate.session.denied` event of a session just denied (schemas/events.md).
+fn denied_event(session: &GateSessionRecord, service: &GateServiceRecord) -> EventRecord {
+    let denial = session.denial.as_ref();
+    EventRecord {
+        id: schemas::EventId::generate(),
+        organization_id: session.organization_id,
+        environment: session.environment,
+        event_type: EventType::GateSessionDenied,
+        subject: EventSubject {
+            kind: "gate_session".into(),
+            id: session.id.to_string(),
+        },
+        data: json!({
+            "gate_session_id": session.id,
+            "flow": match session.flow { GateFlow::Signup => "signup", GateFlow::Login => "login" },
+            "service_id": service.id,
+            "reason": denial.map(|d| d.reason),
+            // What Vigil made of the browser, when the denial came from a judged page.
+            "judgement": denial.and_then(|d| d.judgement.as_ref()).map(|j| json!({
+                "automation_status": j.automation_status,
+                "verdict": j.verdict,
+                "risk_score": j.risk_score,
+            })),
+        }),
+        created_at: time::now(),
+    }
 }
 
 /// Vigil's judgement as the approver is shown it: the same values the session records.
@@ -208,21 +396,39 @@ fn judged(approval: &GateApproval) -> String {
 
 /// Denies a waiting session; says "Denied" only when the denial took effect, and otherwise what
 /// the session became (an approval that won the race has shared what it shares).
-async fn deny(state: &AdminState, session: GateSessionRecord, approval: GateApproval) -> Response {
-    let mut denied = session.clone();
+async fn deny(
+    state: &AdminState,
+    session: GateSessionRecord,
+    service: &GateServiceRecord,
+    approval: GateApproval,
+) -> Response {
+    // The stored session, with the attempts the page counted.
+    let mut denied = match state.auth.store.get_gate_session(session.id).await {
+        Ok(Some(stored)) => stored,
+        Ok(None) => return already_decided(),
+        Err(_) => return unavailable(),
+    };
     denied.status = GateSessionStatus::Denied;
-    denied.approval = Some(approval);
+    denied.approval = Some(approval.clone());
+    denied.denial = Some(GateDenial {
+        reason: GateDenialReason::Denied,
+        judgement: Some(approval),
+        denied_at: time::now(),
+    });
     match state
         .auth
         .store
         .transition_gate_session(&denied, GateSessionStatus::Pending, None)
         .await
     {
-        Ok(true) => notice(
-            StatusCode::OK,
-            "Denied",
-            "Nothing was shared. You can close this page.",
-        ),
+        Ok(true) => {
+            announce(state, &denied_event(&denied, service)).await;
+            notice(
+                StatusCode::OK,
+                "Denied",
+                "Nothing was shared. You can close this page.",
+            )
+        }
         Ok(false) => match state.auth.store.get_gate_session(session.id).await {
             Ok(Some(now)) => match now.status {
                 GateSessionStatus::Denied => notice(

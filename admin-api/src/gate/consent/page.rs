@@ -211,7 +211,9 @@ button {{ font: inherit; padding: .7rem 1.4rem; border-radius: 6px; border: 2px 
          cursor: pointer; min-width: 8rem; }}
 button.approve {{ background: {accent}; color: #fff; }}
 button.deny {{ background: #fff; color: #0f172a; }}
-button:focus-visible, a:focus-visible {{ outline: 3px solid #f59e0b; outline-offset: 2px; }}
+button:focus-visible, a:focus-visible, input:focus-visible {{ outline: 3px solid #f59e0b; outline-offset: 2px; }}
+button:disabled {{ opacity: .5; cursor: not-allowed; }}
+#user-code {{ font: 1.3rem/1.4 ui-monospace, monospace; letter-spacing: .15em; padding: .4rem .6rem; text-transform: uppercase; }}
 small {{ color: #475569; }}
 </style></head>
 <body><main>{main}</main></body></html>
@@ -294,6 +296,7 @@ pub(super) async fn render(
         .try_fill_bytes(&mut csrf)
         .expect("the OS random source is readable");
     let csrf = hex::encode(csrf);
+    let ticket = super::check::ticket(state, session);
     let page = Page {
         session,
         service,
@@ -301,6 +304,7 @@ pub(super) async fn render(
         token,
         csrf: &csrf,
         key: &key,
+        ticket: &ticket,
         prompt,
     };
     // A login's approval redirects the browser to the service's dashboard.
@@ -337,6 +341,8 @@ struct Page<'a> {
     csrf: &'a str,
     /// The publishable key the page's check loads Vigil's SDK with.
     key: &'a str,
+    /// The one-time ticket the page's SDK opens its collect session with.
+    ticket: &'a str,
     prompt: Option<&'a str>,
 }
 
@@ -439,13 +445,16 @@ fn consent_html(page: &Page<'_>) -> String {
 {what}
 <p>{links}</p>
 <p><small>Only approve if you started this from your own terminal or tool just now. This request expires at {expires} UTC.</small></p>
-{prompt}<form class="consent" method="post" action="/gate/consent/{id}" data-key="{key}">
+{prompt}<form class="consent" method="post" action="/gate/consent/{id}" data-key="{key}" data-ticket="{ticket}">
 <input type="hidden" name="token" value="{token}">
 <input type="hidden" name="csrf" value="{csrf}">
 <input type="hidden" name="handoff" value="">
+<p><label for="user-code"><strong>To approve, type the code your tool shows.</strong> It looks like <code>WDJB-MJHT</code>. If no tool of yours shows one, someone else started this request: deny it.</label></p>
+<p><input id="user-code" name="user_code" data-vigil-field="code" required autocomplete="off" autocapitalize="characters" spellcheck="false" maxlength="12" size="12" placeholder="XXXX-XXXX" aria-describedby="code-help">
+<small id="code-help">Letters only; dashes and spaces do not matter.</small></p>
 <div class="actions">
-<button class="approve" type="submit" name="decision" value="approve">Approve</button>
-<button class="deny" type="submit" name="decision" value="deny">Deny</button>
+<button class="approve" type="submit" name="decision" value="approve" data-vigil-field="approve" disabled>Approve</button>
+<button class="deny" type="submit" name="decision" value="deny" formnovalidate>Deny</button>
 </div>
 <p id="check-status" role="status"><small>Vigil checks in this page that a person, not a program, decides.</small></p>
 <noscript><p><strong>This page needs JavaScript.</strong> Vigil lets a decision through only from a
@@ -461,6 +470,7 @@ this page and reload it.</p></noscript>
         token = escape(page.token),
         csrf = escape(page.csrf),
         key = escape(page.key),
+        ticket = escape(page.ticket),
     );
     layout(&title, &accent, &main)
 }
