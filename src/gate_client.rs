@@ -73,9 +73,7 @@ fn open_browser(url: &str) -> bool {
 /// page: RFC 8628 §5.4), then the consent URL, and opens the URL in a browser only if it is on
 /// the Vigil the command talks to (a server's answer never makes this open anything else).
 fn show_consent(started: &Value, endpoint: &str) -> anyhow::Result<()> {
-    let url = started["consent_url"]
-        .as_str()
-        .context("no consent URL")?;
+    let url = started["consent_url"].as_str().context("no consent URL")?;
     // Printed only in the form a user code has: an answer cannot put other text on the
     // person's terminal in its place.
     let code = started["user_code"]

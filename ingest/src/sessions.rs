@@ -64,7 +64,11 @@ pub(crate) struct OpenBody {
     page_url: String,
     /// Only on Gate's consent page: the one-time ticket the server rendered into it, which
     /// binds this collect session to that page's Gate session (docs/gate.md#the-consent-page).
-    #[schema(nullable = false, max_length = 512, pattern = "^gct1\\.[A-Za-z0-9_-]+$")]
+    #[schema(
+        nullable = false,
+        max_length = 512,
+        pattern = "^gct1\\.[A-Za-z0-9_-]+$"
+    )]
     consent_ticket: Option<String>,
 }
 

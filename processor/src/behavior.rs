@@ -606,7 +606,11 @@ mod tests {
         // are a few pointer events judged.
         let mut person = aligned[..8].to_vec();
         person.extend((0..6).map(|i| pointer(2_000.0 + f64::from(i) * 13.37, 5.0, 5.0)));
-        assert!(!InputClock::of(&person).unaligned(), "{:?}", InputClock::of(&person));
+        assert!(
+            !InputClock::of(&person).unaligned(),
+            "{:?}",
+            InputClock::of(&person)
+        );
     }
 
     #[test]

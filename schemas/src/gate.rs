@@ -145,8 +145,10 @@ pub const USER_CODE_ALPHABET: &[u8; 20] = b"BCDFGHJKLMNPQRSTVWXZ";
 /// Characters of a user code: 20^8, about 34.6 bits, far beyond the attempts a session allows.
 pub const USER_CODE_CHARS: usize = 8;
 /// Codes the consent page takes for one Gate session, right or wrong, counted before the
-/// comparison; past them the session is denied.
-pub const USER_CODE_ATTEMPTS: u32 = 5;
+/// comparison (so parallel guesses cannot pass it): room for a person's typos and every try
+/// an uncertain judgement allows, and one live code among 20^8 stays out of a guesser's reach.
+/// Past them the session is denied.
+pub const USER_CODE_ATTEMPTS: u32 = 10;
 /// Judgements of a consent page that Vigil found `uncertain`: the first and two more tries,
 /// after which the Gate session is denied.
 pub const UNCERTAIN_JUDGEMENTS: u32 = 3;
@@ -397,10 +399,23 @@ mod tests {
         assert_eq!(&code[4..5], "-");
         let plain = normalize_user_code(&code).expect("a minted code reads back");
         assert_eq!(plain, code.replace('-', ""));
-        assert_eq!(normalize_user_code("wdjb mjht").as_deref(), Some("WDJBMJHT"));
-        assert_eq!(normalize_user_code(" WDJB-MJHT ").as_deref(), Some("WDJBMJHT"));
+        assert_eq!(
+            normalize_user_code("wdjb mjht").as_deref(),
+            Some("WDJBMJHT")
+        );
+        assert_eq!(
+            normalize_user_code(" WDJB-MJHT ").as_deref(),
+            Some("WDJBMJHT")
+        );
         // Too short or too long, a vowel or a digit (never in a code): not a code at all.
-        for bad in ["WDJB-MJH", "WDJB-MJHTX", "WDJA-MJHT", "WDJ0-MJHT", "", "WDJB\u{202e}MJHT"] {
+        for bad in [
+            "WDJB-MJH",
+            "WDJB-MJHTX",
+            "WDJA-MJHT",
+            "WDJ0-MJHT",
+            "",
+            "WDJB\u{202e}MJHT",
+        ] {
             assert_eq!(normalize_user_code(bad), None, "{bad}");
         }
         assert_ne!(mint_user_code(), mint_user_code());

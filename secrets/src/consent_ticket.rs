@@ -111,7 +111,10 @@ mod tests {
         );
         let text = ticket.seal(&secret);
         assert!(ConsentTicket::well_formed(&text), "{text}");
-        assert_eq!(ConsentTicket::open(&secret, &text, now), Some(ticket.clone()));
+        assert_eq!(
+            ConsentTicket::open(&secret, &text, now),
+            Some(ticket.clone())
+        );
         // Expired.
         assert_eq!(
             ConsentTicket::open(&secret, &text, now + Duration::minutes(16)),
@@ -129,7 +132,8 @@ mod tests {
         let altered = String::from_utf8(altered).unwrap();
         assert_eq!(ConsentTicket::open(&secret, &altered, now), None);
         // Two tickets of one session are spent apart.
-        let other = ConsentTicket::new(ticket.gate_session_id, Environment::Test, ticket.expires_at);
+        let other =
+            ConsentTicket::new(ticket.gate_session_id, Environment::Test, ticket.expires_at);
         assert_ne!(other.spending_id(), ticket.spending_id());
         assert!(!ConsentTicket::well_formed("gct1."));
         assert!(!ConsentTicket::well_formed("vh1.k1.AAAA"));

@@ -32,11 +32,10 @@ use crate::error::Result;
 use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, CredentialHash,
     DecisionRecord, EventRecord, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll,
-    GateServiceRecord, GateServiceWrite,
-    GateSessionRecord, GateSessionStatus, IdempotencyBegin, IdempotencyRecord, IdempotencyScope,
-    IdleSession, KeyAndOrganization, OrganizationRecord, PartitionFence, SessionRecord,
-    SessionSave, VisitorAnchors, VisitorOrder, VisitorRecord, WebhookDeliveryRecord,
-    WebhookEndpointRecord,
+    GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, IdempotencyBegin,
+    IdempotencyRecord, IdempotencyScope, IdleSession, KeyAndOrganization, OrganizationRecord,
+    PartitionFence, SessionRecord, SessionSave, VisitorAnchors, VisitorOrder, VisitorRecord,
+    WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
 /// The store every role shares.

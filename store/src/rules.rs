@@ -8,8 +8,8 @@ use schemas::time::Timestamp;
 use crate::error::{Result, StoreError};
 use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, DecisionRecord, EventRecord,
-    GateAttempt, GateAttemptCount, GateFlow, GatePoll, GateSessionRecord, GateSessionStatus, OrganizationRecord, RawJson,
-    SessionRecord, SessionSave, VisitorRecord,
+    GateAttempt, GateAttemptCount, GateFlow, GatePoll, GateSessionRecord, GateSessionStatus,
+    OrganizationRecord, RawJson, SessionRecord, SessionSave, VisitorRecord,
 };
 
 /// `update_api_key`: the row to write over `stored`. Identity, hash and the rotation columns

@@ -640,7 +640,10 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
             .strip_prefix("! First copy your one-time code: ")
             .unwrap_or_else(|| panic!("the user code comes first: {first}"))
             .to_owned();
-        assert!(schemas::gate::normalize_user_code(&code).is_some(), "{code}");
+        assert!(
+            schemas::gate::normalize_user_code(&code).is_some(),
+            "{code}"
+        );
         let url = lines
             .find(|l| l.starts_with("http"))
             .expect("the consent URL is printed");

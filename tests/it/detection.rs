@@ -180,7 +180,10 @@ async fn patched_drivers_rounding_to_whole_pixels_or_sending_only_keys_read_auto
         "patchright_keyboard_only",
     ] {
         let session = visit_and_check(name).await;
-        assert_eq!(session["decision"]["rule"], "protocol_clock", "{name}: {session}");
+        assert_eq!(
+            session["decision"]["rule"], "protocol_clock",
+            "{name}: {session}"
+        );
         assert!(
             !fired(&session).contains(&"off_grid_pointer"),
             "{name}: whole pixels, or no pointer at all: {session}"
@@ -193,7 +196,10 @@ async fn patched_drivers_rounding_to_whole_pixels_or_sending_only_keys_read_auto
 /// positions between pixels still show, weakly (docs/detection.md#what-it-does-not-catch).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_patched_driver_in_a_window_at_the_corner_is_a_known_gap() {
-    for name in ["rebrowser_puppeteer_corner_window", "patchright_corner_window"] {
+    for name in [
+        "rebrowser_puppeteer_corner_window",
+        "patchright_corner_window",
+    ] {
         assert!(detection::configuration(name).known_gap);
         visit_and_check(name).await;
     }

@@ -172,44 +172,49 @@ async fn a_scripted_check_approves_nothing() {
     };
     // A handoff of a collect session opened on `page_url` (with a freshly rendered page's
     // ticket when `ticketed`), after `probes` and an empty interactions batch if asked.
-    let handoff_on = |page_url: String, ticketed: bool, probes: Option<serde_json::Value>, empty_input: bool| {
-        let (s, key, client) = (&s, page.key.clone(), scripted_client.clone());
-        async move {
-            let ticket = if ticketed { Some(fetch_page(consent).await.ticket) } else { None };
-            let session =
-                open_session_with_ticket(&client, &s.base, &key, &page_url, ticket.as_deref())
-                    .await
-                    .expect("the page's key opens a collect session");
-            if let Some(probes) = probes {
-                s.post(&format!("/v1/collect/sessions/{}/batches", session.id))
-                    .key(&key)
+    let handoff_on =
+        |page_url: String, ticketed: bool, probes: Option<serde_json::Value>, empty_input: bool| {
+            let (s, key, client) = (&s, page.key.clone(), scripted_client.clone());
+            async move {
+                let ticket = if ticketed {
+                    Some(fetch_page(consent).await.ticket)
+                } else {
+                    None
+                };
+                let session =
+                    open_session_with_ticket(&client, &s.base, &key, &page_url, ticket.as_deref())
+                        .await
+                        .expect("the page's key opens a collect session");
+                if let Some(probes) = probes {
+                    s.post(&format!("/v1/collect/sessions/{}/batches", session.id))
+                        .key(&key)
+                        .header("origin", &s.base)
+                        .json(session.batch(1, &probes))
+                        .send()
+                        .await
+                        .ok(202);
+                }
+                if empty_input {
+                    // An interactions batch with no input in it.
+                    s.post(&format!("/v1/collect/sessions/{}/batches", session.id))
+                        .key(&key)
+                        .header("origin", &s.base)
+                        .json(session.batch(2, &json!({"kind": "interactions", "events": []})))
+                        .send()
+                        .await
+                        .ok(202);
+                }
+                session
+                    .results(s, &key)
                     .header("origin", &s.base)
-                    .json(session.batch(1, &probes))
                     .send()
                     .await
-                    .ok(202);
+                    .ok(200)["handoff"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
             }
-            if empty_input {
-                // An interactions batch with no input in it.
-                s.post(&format!("/v1/collect/sessions/{}/batches", session.id))
-                    .key(&key)
-                    .header("origin", &s.base)
-                    .json(session.batch(2, &json!({"kind": "interactions", "events": []})))
-                    .send()
-                    .await
-                    .ok(202);
-            }
-            session
-                .results(s, &key)
-                .header("origin", &s.base)
-                .send()
-                .await
-                .ok(200)["handoff"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-    };
+        };
 
     // The page's key is refused to a browser on another site, which always sends its Origin.
     let elsewhere_browser = s
@@ -310,9 +315,16 @@ async fn a_scripted_check_approves_nothing() {
     let spent = open(page.key.clone(), ticket.clone()).await;
     assert_eq!(spent.status(), 422);
     let spent: serde_json::Value = spent.json().await.unwrap();
-    assert_eq!(spent["error"]["details"]["fields"][0]["name"], "consent_ticket", "{spent}");
+    assert_eq!(
+        spent["error"]["details"]["fields"][0]["name"], "consent_ticket",
+        "{spent}"
+    );
     // A tenant's key cannot present one, even from its own pages.
-    let tenant = open(s.creds.keys.publishable_test.clone(), fetch_page(consent).await.ticket).await;
+    let tenant = open(
+        s.creds.keys.publishable_test.clone(),
+        fetch_page(consent).await.ticket,
+    )
+    .await;
     assert_eq!(tenant.status(), 422);
     // Nor is a made-up or altered one taken.
     let altered = format!("{}A", &ticket[..ticket.len() - 1]);
@@ -320,10 +332,10 @@ async fn a_scripted_check_approves_nothing() {
 }
 
 /// The user code: typed wrong, the page says so and counts; a form without a code of its
-/// form costs nothing; the fifth wrong code closes the session as denied, recorded in
+/// form costs nothing; the tenth code closes the session as denied, recorded in
 /// `gate.session.denied`. Checked before anything is judged, so no browser is needed here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_user_codes_close_the_session_after_five_tries() {
+async fn wrong_user_codes_close_the_session_after_ten_tries() {
     let s = TestServer::start_with(|a| a.allow_private_webhooks = true).await;
     let receiver = Receiver::start().await;
     published(&s, &receiver).await;
@@ -338,15 +350,32 @@ async fn wrong_user_codes_close_the_session_after_five_tries() {
     // The right code typed loosely is still the right code: it reaches the browser check.
     let loose = code.to_lowercase().replace('-', " ");
     let checked = script_decides(consent, Some(&loose), "approve", None).await;
-    assert!(checked.text().await.unwrap().contains("This page needs JavaScript"));
+    assert!(
+        checked
+            .text()
+            .await
+            .unwrap()
+            .contains("This page needs JavaScript")
+    );
     // Not a code at all: asked again, nothing counted.
     for malformed in [None, Some(""), Some("1234-5678")] {
         let asked = script_decides(consent, malformed, "approve", None).await;
         assert_eq!(asked.status(), 200);
-        assert!(asked.text().await.unwrap().contains("Type the code your tool shows"));
+        assert!(
+            asked
+                .text()
+                .await
+                .unwrap()
+                .contains("Type the code your tool shows")
+        );
     }
-    let wrong = if code.starts_with('B') { "CCCC-CCCC" } else { "BBBB-BBBB" };
-    for left in [3, 2, 1] {
+    let wrong = if code.starts_with('B') {
+        "CCCC-CCCC"
+    } else {
+        "BBBB-BBBB"
+    };
+    // Ten codes, right or wrong: the right one above, eight wrong ones, then the last.
+    for left in (1..=8).rev() {
         let page = script_decides(consent, Some(wrong), "approve", None).await;
         assert_eq!(page.status(), 200);
         let text = page.text().await.unwrap();
@@ -355,7 +384,13 @@ async fn wrong_user_codes_close_the_session_after_five_tries() {
     }
     let closed = script_decides(consent, Some(wrong), "approve", None).await;
     assert_eq!(closed.status(), 403);
-    assert!(closed.text().await.unwrap().contains("Too many wrong codes"));
+    assert!(
+        closed
+            .text()
+            .await
+            .unwrap()
+            .contains("Too many wrong codes")
+    );
     let session = s
         .store()
         .get_gate_session(id.parse().unwrap())
@@ -367,8 +402,13 @@ async fn wrong_user_codes_close_the_session_after_five_tries() {
         session.denial.map(|d| d.reason),
         Some(store::GateDenialReason::UserCode)
     );
-    // The right code is no use now.
-    let late = script_decides(consent, Some(code), "approve", None).await;
+    // The link is no use now, whatever code comes with it.
+    let late = vigil_tests::gate::script_client()
+        .get(consent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), 409);
     assert!(late.text().await.unwrap().contains("Already decided"));
     let events = s
         .get(&format!(
@@ -444,10 +484,16 @@ async fn an_uncertain_page_gets_two_more_tries_then_the_session_closes() {
         let status = answered.status().as_u16();
         let text = answered.text().await.unwrap();
         if attempt < 3 {
-            assert!(status == 200 && text.contains("One more step"), "{attempt}: {text}");
+            assert!(
+                status == 200 && text.contains("One more step"),
+                "{attempt}: {text}"
+            );
             assert_eq!(status_of(&s, id).await, GateSessionStatus::Pending);
         } else {
-            assert!(status == 403 && text.contains("Not approved"), "{attempt}: {text}");
+            assert!(
+                status == 403 && text.contains("Not approved"),
+                "{attempt}: {text}"
+            );
         }
     }
     let session = s
@@ -460,7 +506,10 @@ async fn an_uncertain_page_gets_two_more_tries_then_the_session_closes() {
     let denial = session.denial.expect("the denial is recorded");
     assert_eq!(denial.reason, store::GateDenialReason::Uncertain);
     assert!(denial.judgement.is_some(), "with the last judgement");
-    assert!(receiver.received().is_empty(), "the service was asked nothing");
+    assert!(
+        receiver.received().is_empty(),
+        "the service was asked nothing"
+    );
 }
 
 /// Makes an approval land just before the next `transition_gate_session`, as a second
@@ -570,7 +619,10 @@ async fn a_relay_on_another_origin_launders_no_approval() {
         .unwrap();
     assert_eq!(session.status, GateSessionStatus::Pending);
     assert_eq!(session.uncertain_judgements, 1, "the try was counted");
-    assert!(receiver.received().is_empty(), "the service was asked nothing");
+    assert!(
+        receiver.received().is_empty(),
+        "the service was asked nothing"
+    );
 }
 
 /// Drivers patched against DevTools detection, approving the consent page as careful operators
@@ -594,14 +646,21 @@ async fn patched_drivers_are_refused_on_the_consent_page_and_close_it() {
         let started = signup(&s).await;
         let id = started["id"].as_str().unwrap();
         let shown = patched_driver_approves(&started, driver, input, None).await;
-        assert!(shown.contains("A person must approve"), "{driver} {input}: {shown}");
+        assert!(
+            shown.contains("A person must approve"),
+            "{driver} {input}: {shown}"
+        );
         let session = s
             .store()
             .get_gate_session(id.parse().unwrap())
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(session.status, GateSessionStatus::Denied, "{driver} {input}");
+        assert_eq!(
+            session.status,
+            GateSessionStatus::Denied,
+            "{driver} {input}"
+        );
         let denial = session.denial.expect("the denial is recorded");
         assert_eq!(denial.reason, store::GateDenialReason::Automated);
         let judged = denial.judgement.expect("with its judgement");
@@ -610,16 +669,17 @@ async fn patched_drivers_are_refused_on_the_consent_page_and_close_it() {
             "{driver} {input}: its input reached the page's fields: {judged:?}"
         );
         // The same link again: closed.
-        let again = script_decides(
-            started["consent_url"].as_str().unwrap(),
-            started["user_code"].as_str(),
-            "approve",
-            None,
-        )
-        .await;
-        assert!(again.text().await.unwrap().contains("Already decided"));
+        let again = vigil_tests::gate::script_client()
+            .get(started["consent_url"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 409, "{driver} {input}");
     }
-    assert!(receiver.received().is_empty(), "the service was asked nothing");
+    assert!(
+        receiver.received().is_empty(),
+        "the service was asked nothing"
+    );
     let events = s
         .get(&format!(
             "/v1/organizations/{}/events?type=gate.session.denied",

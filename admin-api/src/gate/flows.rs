@@ -61,7 +61,10 @@ struct Signup {
     consent_url: String,
     /// The code the person types on the consent page before Approve counts (RFC 8628's
     /// `user_code`): show it to them first, as `WDJB-MJHT`.
-    #[schema(pattern = "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$", example = "WDJB-MJHT")]
+    #[schema(
+        pattern = "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$",
+        example = "WDJB-MJHT"
+    )]
     user_code: String,
     /// `gtpoll_…`, the bearer token of the polls.
     poll_token: String,
@@ -86,7 +89,10 @@ struct LoginSession {
     consent_url: String,
     /// The code the person types on the consent page before Approve counts: show it to them
     /// first, as `WDJB-MJHT`.
-    #[schema(pattern = "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$", example = "WDJB-MJHT")]
+    #[schema(
+        pattern = "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$",
+        example = "WDJB-MJHT"
+    )]
     user_code: String,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]

@@ -214,9 +214,7 @@ pub async fn gate_service_updates_rename_and_follow_the_registry(store: Store) {
 pub async fn a_gate_session_transitions_once_and_an_approval_writes_its_account_and_token(
     store: Store,
 ) {
-    use crate::{
-        AgentTokenRecord, GateAccountRecord, GateSessionRecord, GateSessionStatus,
-    };
+    use crate::{AgentTokenRecord, GateAccountRecord, GateSessionRecord, GateSessionStatus};
     let now = time::now();
     let org = OrgId::generate();
     let pending = GateSessionRecord {
@@ -528,7 +526,10 @@ pub async fn gate_sessions_are_dropped_a_day_after_their_window_and_unacknowledg
 /// A poll is counted by the holder of the poll token only; one sooner than the interval grows
 /// it; past the cap nothing is written.
 /// A signup waiting for its person, polled with `token`.
-fn waiting_signup(token: CredentialHash, now: schemas::time::Timestamp) -> crate::GateSessionRecord {
+fn waiting_signup(
+    token: CredentialHash,
+    now: schemas::time::Timestamp,
+) -> crate::GateSessionRecord {
     use crate::{GateFlow, GateSessionRecord, GateSessionStatus};
     GateSessionRecord {
         id: schemas::ids::GateSessionId::generate(),
@@ -570,7 +571,11 @@ pub async fn gate_attempts_are_counted_within_their_budget_in_one_step(store: St
     store.create_gate_session(&session).await.unwrap();
     assert_eq!(
         store
-            .count_gate_attempt(schemas::ids::GateSessionId::generate(), GateAttempt::UserCode, 5)
+            .count_gate_attempt(
+                schemas::ids::GateSessionId::generate(),
+                GateAttempt::UserCode,
+                5
+            )
             .await
             .unwrap(),
         None,

@@ -16,8 +16,9 @@ use super::{
 };
 use crate::rules::{self, GateSweep};
 use crate::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll, GateServiceRecord,
-    GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount,
+    GatePoll, GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore,
+    Result, StoreError,
 };
 
 /// The rows of a Gate service: its own, its owner's index row, and its registry row when it

@@ -14,8 +14,9 @@ use super::{
     limit, row, rows, ulid_bytes,
 };
 use crate::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll, GateServiceRecord,
-    GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount,
+    GatePoll, GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore,
+    Result, StoreError,
 };
 
 const GATE_SERVICES: &str = "gate_services";

@@ -13,8 +13,9 @@ use scylla::value::CqlValue;
 
 use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, env_text, errors, rows_of};
 use crate::{
-    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll, GateServiceRecord,
-    GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore, Result, StoreError,
+    AgentLogin, AgentTokenRecord, CredentialHash, GateAccountRecord, GateAttempt, GateAttemptCount,
+    GatePoll, GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, GateStore,
+    Result, StoreError,
 };
 
 const GATE_SERVICES: &str = "gate_services";

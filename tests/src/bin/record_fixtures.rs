@@ -43,8 +43,13 @@ async fn main() {
         let batches = detection::sdk_batches(&s, session_id).await;
         let session = detection::final_session(&s, session_id).await;
         let pings = detection::ping_arrivals(&s, session_id).await;
-        let fixture =
-            detection::fixture(configuration, &chromium, &batches, pings, &session["decision"]);
+        let fixture = detection::fixture(
+            configuration,
+            &chromium,
+            &batches,
+            pings,
+            &session["decision"],
+        );
         let path = fixtures.join(format!("recorded_{}.json", configuration.name));
         let text = serde_json::to_string_pretty(&fixture).expect("json") + "\n";
         std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -92,8 +97,13 @@ async fn record_evasions() {
             absent: &[],
             known_gap: false,
         };
-        let fixture =
-            detection::fixture(&configuration, &chromium, &batches, pings, &serde_json::Value::Null);
+        let fixture = detection::fixture(
+            &configuration,
+            &chromium,
+            &batches,
+            pings,
+            &serde_json::Value::Null,
+        );
         let evasion = name.trim_start_matches("stealth_evasion_");
         let path = fixtures.join(format!("{evasion}.json"));
         std::fs::write(

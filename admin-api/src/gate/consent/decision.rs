@@ -14,9 +14,9 @@ use schemas::ids::GateAccountId;
 use schemas::time;
 use serde_json::{Map, Value, json};
 use store::{
-    AgentTokenRecord, EventRecord, GateAccountRecord, GateApproval, GateAttempt,
-    GateAttemptCount, GateDenial, GateDenialReason, GateFlow, GateServiceRecord,
-    GateSessionRecord, GateSessionStatus,
+    AgentTokenRecord, EventRecord, GateAccountRecord, GateApproval, GateAttempt, GateAttemptCount,
+    GateDenial, GateDenialReason, GateFlow, GateServiceRecord, GateSessionRecord,
+    GateSessionStatus,
 };
 
 use super::check::{self, Judgement, Unjudged};
@@ -122,7 +122,8 @@ pub(super) async fn decide(
     // counts against the session's attempts (RFC 8628 §5.4: the person types what their tool
     // shows, which a page elsewhere cannot have them do unawares).
     if choice == "approve"
-        && let Err(page) = check_user_code(&state, &session, &service, token, field("user_code")).await
+        && let Err(page) =
+            check_user_code(&state, &session, &service, token, field("user_code")).await
     {
         return page;
     }
@@ -131,8 +132,14 @@ pub(super) async fn decide(
         // One judgement: a browser judged automated closes the session, so the same link
         // cannot be tried again with another tweak.
         Ok(Judgement::Automated(approval)) => {
-            return close(&state, &session, &service, GateDenialReason::Automated, Some(approval))
-                .await;
+            return close(
+                &state,
+                &session,
+                &service,
+                GateDenialReason::Automated,
+                Some(approval),
+            )
+            .await;
         }
         // Denying gives nothing away: it needs no second try.
         Ok(Judgement::AskAgain(approval)) if choice == "deny" => approval,
