@@ -40,14 +40,31 @@ async fn signup(s: &TestServer) -> serde_json::Value {
         .clone()
 }
 
-async fn status_of(s: &TestServer, id: &str) -> GateSessionStatus {
+/// The Gate session `id` as stored.
+async fn stored(s: &TestServer, id: &str) -> store::GateSessionRecord {
     let id: schemas::ids::GateSessionId = id.parse().unwrap();
     s.store()
         .get_gate_session(id)
         .await
         .unwrap()
         .expect("the session")
-        .status
+}
+
+/// The `gate.session.denied` events of the test environment, as a backend lists them.
+async fn denied_events(s: &TestServer) -> Vec<serde_json::Value> {
+    let events = s
+        .get(&format!(
+            "/v1/organizations/{}/events?type=gate.session.denied",
+            s.creds.organization["id"].as_str().unwrap()
+        ))
+        .key(&s.creds.keys.secret_test)
+        .send()
+        .await;
+    events.ok(200).as_array().unwrap().clone()
+}
+
+async fn status_of(s: &TestServer, id: &str) -> GateSessionStatus {
+    stored(s, id).await.status
 }
 
 /// The attack the approval check closes: a script holding a signup's consent URL, or an agent
@@ -114,13 +131,9 @@ async fn approved_agent_token(s: &TestServer) -> String {
     let shown = person_decides(&started, "approve").await;
     assert!(shown.contains("Approved"), "{shown}");
     // The approval records what Vigil made of the browser, as the page showed it.
-    let id: schemas::ids::GateSessionId = started["id"].as_str().unwrap().parse().unwrap();
-    let approval = s
-        .store()
-        .get_gate_session(id)
+    let id = started["id"].as_str().unwrap();
+    let approval = stored(s, id)
         .await
-        .unwrap()
-        .unwrap()
         .approval
         .expect("the approval's judgement is recorded");
     assert!(
@@ -391,12 +404,7 @@ async fn wrong_user_codes_close_the_session_after_ten_tries() {
             .unwrap()
             .contains("Too many wrong codes")
     );
-    let session = s
-        .store()
-        .get_gate_session(id.parse().unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let session = stored(&s, id).await;
     assert_eq!(session.status, GateSessionStatus::Denied);
     assert_eq!(
         session.denial.map(|d| d.reason),
@@ -410,15 +418,7 @@ async fn wrong_user_codes_close_the_session_after_ten_tries() {
         .unwrap();
     assert_eq!(late.status(), 409);
     assert!(late.text().await.unwrap().contains("Already decided"));
-    let events = s
-        .get(&format!(
-            "/v1/organizations/{}/events?type=gate.session.denied",
-            s.creds.organization["id"].as_str().unwrap()
-        ))
-        .key(&s.creds.keys.secret_test)
-        .send()
-        .await;
-    let events = events.ok(200).as_array().unwrap().clone();
+    let events = denied_events(&s).await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["subject"]["id"], id);
     assert_eq!(events[0]["data"]["reason"], "user_code");
@@ -496,12 +496,7 @@ async fn an_uncertain_page_gets_two_more_tries_then_the_session_closes() {
             );
         }
     }
-    let session = s
-        .store()
-        .get_gate_session(id.parse().unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let session = stored(&s, id).await;
     assert_eq!(session.status, GateSessionStatus::Denied);
     let denial = session.denial.expect("the denial is recorded");
     assert_eq!(denial.reason, store::GateDenialReason::Uncertain);
@@ -611,12 +606,7 @@ async fn a_relay_on_another_origin_launders_no_approval() {
         status == 200 && text.contains("One more step"),
         "{status}: {text}"
     );
-    let session = s
-        .store()
-        .get_gate_session(id.parse().unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let session = stored(&s, id).await;
     assert_eq!(session.status, GateSessionStatus::Pending);
     assert_eq!(session.uncertain_judgements, 1, "the try was counted");
     assert!(
@@ -650,12 +640,7 @@ async fn patched_drivers_are_refused_on_the_consent_page_and_close_it() {
             shown.contains("A person must approve"),
             "{driver} {input}: {shown}"
         );
-        let session = s
-            .store()
-            .get_gate_session(id.parse().unwrap())
-            .await
-            .unwrap()
-            .unwrap();
+        let session = stored(&s, id).await;
         assert_eq!(
             session.status,
             GateSessionStatus::Denied,
@@ -680,15 +665,7 @@ async fn patched_drivers_are_refused_on_the_consent_page_and_close_it() {
         receiver.received().is_empty(),
         "the service was asked nothing"
     );
-    let events = s
-        .get(&format!(
-            "/v1/organizations/{}/events?type=gate.session.denied",
-            s.creds.organization["id"].as_str().unwrap()
-        ))
-        .key(&s.creds.keys.secret_test)
-        .send()
-        .await;
-    let events = events.ok(200).as_array().unwrap().clone();
+    let events = denied_events(&s).await;
     assert_eq!(events.len(), 4, "{events:?}");
     for event in &events {
         assert_eq!(event["data"]["reason"], "automated", "{event}");
@@ -700,12 +677,7 @@ async fn patched_drivers_are_refused_on_the_consent_page_and_close_it() {
     let id = started["id"].as_str().unwrap();
     let shown = patched_driver_approves(&started, "rebrowser", "careful", Some("0,0")).await;
     assert!(!shown.contains("A person must approve"), "{shown}");
-    let session = s
-        .store()
-        .get_gate_session(id.parse().unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let session = stored(&s, id).await;
     assert_ne!(
         session.denial.map(|d| d.reason),
         Some(store::GateDenialReason::Automated)

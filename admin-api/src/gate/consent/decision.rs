@@ -364,29 +364,55 @@ async fn close(
 /// The `gate.session.denied` event of a session just denied (schemas/events.md).
 fn denied_event(session: &GateSessionRecord, service: &GateServiceRecord) -> EventRecord {
     let denial = session.denial.as_ref();
+    gate_event(
+        session,
+        service,
+        EventType::GateSessionDenied,
+        json!({
+            "reason": denial.map(|d| d.reason),
+            // What Vigil made of the browser, when the denial came from a judged page.
+            "judgement": denial.and_then(|d| d.judgement.as_ref()).map(judgement),
+        }),
+    )
+}
+
+/// An event about `session` of `service`, its `data` the members every Gate event carries
+/// and `more`.
+fn gate_event(
+    session: &GateSessionRecord,
+    service: &GateServiceRecord,
+    event_type: EventType,
+    more: Value,
+) -> EventRecord {
+    let mut data = json!({
+        "gate_session_id": session.id,
+        "flow": match session.flow { GateFlow::Signup => "signup", GateFlow::Login => "login" },
+        "service_id": service.id,
+    });
+    if let (Some(data), Value::Object(more)) = (data.as_object_mut(), more) {
+        data.extend(more);
+    }
     EventRecord {
         id: schemas::EventId::generate(),
         organization_id: session.organization_id,
         environment: session.environment,
-        event_type: EventType::GateSessionDenied,
+        event_type,
         subject: EventSubject {
             kind: "gate_session".into(),
             id: session.id.to_string(),
         },
-        data: json!({
-            "gate_session_id": session.id,
-            "flow": match session.flow { GateFlow::Signup => "signup", GateFlow::Login => "login" },
-            "service_id": service.id,
-            "reason": denial.map(|d| d.reason),
-            // What Vigil made of the browser, when the denial came from a judged page.
-            "judgement": denial.and_then(|d| d.judgement.as_ref()).map(|j| json!({
-                "automation_status": j.automation_status,
-                "verdict": j.verdict,
-                "risk_score": j.risk_score,
-            })),
-        }),
+        data,
         created_at: time::now(),
     }
+}
+
+/// What Vigil made of a consent page's browser, as events carry it.
+fn judgement(approval: &GateApproval) -> Value {
+    json!({
+        "automation_status": approval.automation_status,
+        "verdict": approval.verdict,
+        "risk_score": approval.risk_score,
+    })
 }
 
 /// Vigil's judgement as the approver is shown it: the same values the session records.
@@ -471,30 +497,17 @@ fn approved_event(
     account: GateAccountId,
     approval: &GateApproval,
 ) -> EventRecord {
-    EventRecord {
-        id: schemas::EventId::generate(),
-        organization_id: session.organization_id,
-        environment: session.environment,
-        event_type: EventType::GateSessionApproved,
-        subject: EventSubject {
-            kind: "gate_session".into(),
-            id: session.id.to_string(),
-        },
-        data: json!({
-            "gate_session_id": session.id,
-            "flow": match session.flow { GateFlow::Signup => "signup", GateFlow::Login => "login" },
-            "service_id": service.id,
+    gate_event(
+        session,
+        service,
+        EventType::GateSessionApproved,
+        json!({
             "gate_account_id": account,
             "env_vars": service.env_vars.iter().map(|v| v.key.clone()).collect::<Vec<_>>(),
             // What Vigil made of the approver's browser: the same values the page showed.
-            "approval": {
-                "automation_status": approval.automation_status,
-                "verdict": approval.verdict,
-                "risk_score": approval.risk_score,
-            },
+            "approval": judgement(approval),
         }),
-        created_at: time::now(),
-    }
+    )
 }
 
 /// Asks the service's webhook for its variables' values: a signed POST of the event; the
