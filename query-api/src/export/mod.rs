@@ -8,8 +8,8 @@
 //!
 //! The machinery is here: the query (window, projection, format, resumption) and the streamed
 //! body, whose pages are bounded by bytes; `running.rs` has the per-tenant cap on exports at
-//! once and the watch on the key. Each export's columns and its walk of the store
-//! are in its own module.
+//! once and the watch on the key, `accept.rs` the reading of `Accept`. Each export's columns
+//! and its walk of the store are in its own module.
 
 mod accept;
 pub mod columns;
