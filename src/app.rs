@@ -36,6 +36,9 @@ pub struct AppParts {
     pub demo: Option<Router>,
     /// `--export-concurrency`.
     pub export_concurrency: usize,
+    /// Whether `/metrics` is served beside the API; not when `--metrics-listen` gives it a
+    /// listener of its own ([`metrics_router`]).
+    pub metrics_on_api: bool,
 }
 
 pub fn router(parts: AppParts) -> Router {
@@ -100,11 +103,13 @@ pub fn router(parts: AppParts) -> Router {
         // (docs/architecture.md#cors); the CORS layer charges them to the client address instead
         // (docs/architecture.md#connections).
         .layer(from_fn_with_state(parts.auth.clone(), ingest::cors::cors));
-    let probes = Router::new()
+    let mut probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(probe_state)
-        .route("/metrics", get(edge::metrics::render));
+        .with_state(probe_state);
+    if parts.metrics_on_api {
+        probes = probes.route("/metrics", get(edge::metrics::render));
+    }
     // The error reference goes with any API role (errors link to it), the SDK with ingest.
     let docs = Router::new()
         .route("/docs/errors", get(error_docs))
@@ -142,6 +147,18 @@ pub fn router(parts: AppParts) -> Router {
         // Turns the handlers without state (the probes, the docs, the fallbacks) into routes
         // once, rather than on each request they answer.
         .with_state(())
+}
+
+/// What `--metrics-listen` serves: `/metrics` alone, with the same request ids and envelope
+/// for anything else as the API.
+pub fn metrics_router() -> Router {
+    Router::new()
+        .route("/metrics", get(edge::metrics::render))
+        .fallback(|| async {
+            ApiError::new(ErrorCode::RouteNotFound, "this listener serves /metrics alone")
+        })
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(edge::context::ObserveLayer)
 }
 
 async fn healthz() -> Response {

@@ -199,6 +199,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Serve `/metrics` on this address alone (plain HTTP), and no longer on --listen: the
+    /// metrics stay on a private network while the API faces the internet.
+    #[arg(long, env = "VIGIL_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub store: StoreArgs,
     /// Roles to run, comma-separated: `all`, or any of ingest, processor, query, admin,
@@ -283,7 +287,8 @@ pub struct ServeArgs {
     /// Requests per minute from one client IP that presents no valid credential.
     #[arg(long, env = "VIGIL_ANONYMOUS_RATE_LIMIT", default_value_t = 120)]
     pub anonymous_rate_limit: u32,
-    /// Exports (`/v1/.../export`) one key may stream at once; one more is a 429.
+    /// Exports (`/v1/.../export`) one organization may stream at once in one environment,
+    /// whichever keys started them; one more is a 429.
     #[arg(long, env = "VIGIL_EXPORT_CONCURRENCY", default_value_t = query_api::export::DEFAULT_CONCURRENCY)]
     pub export_concurrency: usize,
     /// A URL clients reach this service at (repeatable, or comma-separated in the env var).

@@ -85,7 +85,7 @@ pub async fn serve(
             Some(RustlsAcceptor::new(config).handshake_timeout(limits.header_read_timeout))
         }
     };
-    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+    let builder = Arc::new(builder());
     let mut last_accept_warning: Option<Instant> = None;
     loop {
         // A slot first, then a connection: over the cap, clients wait in the listen queue.
@@ -150,6 +150,25 @@ pub async fn serve(
         connections.wait().await;
     }
     Ok(())
+}
+
+/// How many bytes of a request hyper holds before it has the whole head: room for the request
+/// line and twice the headers the API accepts. Vigil refuses headers over
+/// `edge::context::MAX_HEADER_BYTES` with its own 431 in the error envelope; past this bound
+/// hyper answers a bare 431 and closes, so no client makes a connection hold hyper's default
+/// of about 400 KiB.
+const REQUEST_HEAD_BUFFER: usize = 2 * edge::context::MAX_HEADER_BYTES + 16 * 1024;
+
+/// hyper's connection builder, HTTP/1 and HTTP/2 alike, with the request head bounded.
+fn builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().max_buf_size(REQUEST_HEAD_BUFFER);
+    // HTTP/2's default (16 KiB, each header counted with 32 bytes more) is below the API's own
+    // limit: raise it so the API, not the codec, decides, and answers in its envelope.
+    builder
+        .http2()
+        .max_header_list_size(u32::try_from(REQUEST_HEAD_BUFFER).unwrap_or(u32::MAX));
+    builder
 }
 
 /// One accepted connection and what serving it needs.

@@ -267,16 +267,61 @@ fn resume(paths: &Paths, asked: &Ledger) -> anyhow::Result<Ledger> {
 /// bytes its rows fill (whatever was written after the last whole row arrives again).
 fn part_file(paths: &Paths, resume: bool, whole: u64) -> anyhow::Result<File> {
     if !resume {
-        return File::create(&paths.part)
-            .with_context(|| format!("creating {}", paths.part.display()));
+        return create_private(&paths.part).with_context(|| {
+            format!(
+                "creating {} (a file already there is never written into: remove it, or add \
+                 --resume if it is this export's)",
+                paths.part.display()
+            )
+        });
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&paths.part)
-        .with_context(|| format!("opening {}", paths.part.display()))?;
+    let mut file = open_own_regular(&paths.part)?;
     file.set_len(whole)
         .with_context(|| format!("cutting {} back", paths.part.display()))?;
     file.seek(std::io::SeekFrom::End(0))?;
+    Ok(file)
+}
+
+/// Creates `path` for this user alone (0600), failing if anything is there already: a file, or a
+/// symbolic link, which is never followed. Where an export writes is often a shared directory
+/// (`/tmp`), where another user could have put a link to a file of the user's, or a file of
+/// their own that would keep its owner and mode while it took the user's rows.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// A file of this export to write again (`--resume`): opened without following a symbolic
+/// link, and taken only if it is a regular file this user owns.
+fn open_own_regular(path: &Path) -> anyhow::Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "opening {} (it must be a regular file, not a symbolic link)",
+                path.display()
+            )
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        bail!(
+            "{} is not a regular file; --resume writes only into one",
+            path.display()
+        );
+    }
+    if meta.uid() != rustix::process::geteuid().as_raw() {
+        bail!(
+            "{} belongs to another user; --resume writes only into the user's own file",
+            path.display()
+        );
+    }
     Ok(file)
 }
 
@@ -602,8 +647,15 @@ impl Sink {
             .context("syncing the export")?;
         self.ledger.bytes = self.written;
         let staged = self.ledger_path.with_extension("json.new");
-        std::fs::write(&staged, serde_json::to_vec_pretty(&self.ledger)?)
-            .and_then(|()| File::open(&staged)?.sync_all())
+        let ledger = serde_json::to_vec_pretty(&self.ledger)?;
+        // A stale staging file (a crash between writing and renaming it) is removed, a symbolic
+        // link as a link: never written through.
+        let _ = std::fs::remove_file(&staged);
+        create_private(&staged)
+            .and_then(|mut file| {
+                file.write_all(&ledger)?;
+                file.sync_all()
+            })
             .and_then(|()| std::fs::rename(&staged, &self.ledger_path))
             .with_context(|| format!("writing {}", self.ledger_path.display()))?;
         self.last_checkpoint = Instant::now();
@@ -658,7 +710,8 @@ fn to_parquet(stream: &Path, out: &Path) -> anyhow::Result<()> {
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .build();
-    let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let _ = std::fs::remove_file(out);
+    let file = create_private(out).with_context(|| format!("creating {}", out.display()))?;
     let mut writer = ArrowWriter::try_new(file, reader.schema(), Some(properties))?;
     for batch in reader {
         writer.write(&batch?)?;

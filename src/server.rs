@@ -225,6 +225,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         allow_private_webhooks: args.allow_private_webhooks,
         agents,
         export_concurrency: args.export_concurrency,
+        metrics_on_api: args.metrics_listen.is_none(),
     });
 
     let router = app.clone();
@@ -244,6 +245,10 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         keep_alive_timeout: args.keep_alive_timeout,
         max_connections: args.max_connections,
     };
+    let metrics = match args.metrics_listen {
+        Some(at) => Some(serve_metrics(at, limits, &shutdown).await?),
+        None => None,
+    };
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
         crate::connections::serve(listener, transport, app, limits, token)
@@ -254,6 +259,9 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     // stopped server holds no store or log handle.
     let task = tokio::spawn(async move {
         let served = task.await.context("server task")?;
+        if let Some(metrics) = metrics {
+            let _ = metrics.await;
+        }
         let _ = processor.await;
         let _ = sweep.await;
         if let Some(log_sweep) = log_sweep {
@@ -272,6 +280,32 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         shutdown,
         task,
     })
+}
+
+/// Binds `--metrics-listen` and serves `/metrics` there, with the API's connection limits, until
+/// `shutdown`.
+async fn serve_metrics(
+    at: SocketAddr,
+    limits: ConnectionLimits,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(at)
+        .await
+        .with_context(|| format!("binding --metrics-listen {at}"))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "serving /metrics apart from the API");
+    let token = shutdown.clone();
+    Ok(tokio::spawn(async move {
+        crate::connections::serve(
+            listener,
+            Transport::Plain,
+            crate::app::metrics_router(),
+            limits,
+            token,
+        )
+        .await
+        .context("serving /metrics")
+    }))
 }
 
 /// The agents trusted for Web Bot Auth, for signatures made for one of `public_urls`; their

@@ -21,7 +21,7 @@ use schemas::error::ErrorEnvelope;
 use schemas::resources::{ApiKey, ApiKeyListItem, KeyStatus, List, Pagination, Single};
 use schemas::{ErrorCode, KeyId, OrgId, Scope, validate};
 use secrets::ServerSecret;
-use store::{ApiKeyRecord, Store};
+use store::{ApiKeyRecord, ApiKeyWrite, Store};
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -69,7 +69,7 @@ impl utoipa::ToSchema for Origin {}
 /// is accepted and ignored: the operator sets limits (`vigil keys set-rate-limit`).
 #[derive(utoipa::ToSchema)]
 pub struct NewApiKey {
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
     name: String,
     #[schema(nullable = false, rename = "type")]
     key_type: Option<KeyType>,
@@ -128,7 +128,7 @@ impl RequestBody for NewApiKey {
 /// environment and key) is fixed; rotate the key to change it.
 #[derive(utoipa::ToSchema)]
 pub struct ApiKeyChange {
-    #[schema(nullable = false, min_length = 1, max_length = 200)]
+    #[schema(nullable = false, min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
     name: Option<String>,
     /// Publishable keys only.
     #[schema(nullable = false, max_items = 100, value_type = Option<Vec<Origin>>)]
@@ -177,7 +177,13 @@ pub struct KeySpec {
     pub scopes: Vec<Scope>,
 }
 
-/// Mints a credential and stores the key: secret keys as their keyed hash only.
+/// The most keys an organization may have in use (neither revoked nor replaced by a rotation),
+/// over both environments (docs/api.md#api-keys). Keys cost nothing to mint, and every cap
+/// counted per key (its rate limit, its exports) is multiplied by them.
+pub const MAX_KEYS_IN_USE: usize = 100;
+
+/// Mints a credential and stores the key: secret keys as their keyed hash only. The operator's
+/// `vigil keys create` issues keys this way, past the cap the API holds to.
 pub async fn issue_key(
     store: &Store,
     secret: &ServerSecret,
@@ -389,6 +395,7 @@ async fn own_key(
     responses(
         (status = 201, description = "The key, with `revealed_key`.", body = Single<ApiKey>),
         (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
+        (status = 409, description = "`organization.api_key_limit_reached`: 100 keys in use already.", body = ErrorEnvelope),
         BodyErrors,
         SecretKeyErrors,
     )
@@ -424,8 +431,23 @@ async fn create(
         },
     };
     grantable(&caller, &spec.scopes)?;
-    let (record, credential) = issue_key(&state.auth.store, &state.auth.secret, org, spec).await?;
-    Ok(Reply::created(resource(&record, Some(&credential))).showing_secrets())
+    let (record, credential) = mint(&state.auth.secret, org, spec);
+    match state
+        .auth
+        .store
+        .create_api_key_capped(&record, MAX_KEYS_IN_USE)
+        .await?
+    {
+        ApiKeyWrite::Written => {
+            Ok(Reply::created(resource(&record, Some(&credential))).showing_secrets())
+        }
+        ApiKeyWrite::CapReached => Err(ApiError::new(
+            ErrorCode::ApiKeyLimitReached,
+            format!(
+                "the organization has {MAX_KEYS_IN_USE} API keys in use already (over both environments); revoke one it no longer uses first"
+            ),
+        )),
+    }
 }
 
 /// The keys of the environments the caller manages (a test key: test keys only), newest first.

@@ -29,7 +29,9 @@ use schemas::resources::{List, Pagination, Single};
 use schemas::time::{self, Timestamp};
 use schemas::validate;
 use serde::Serialize;
-use store::{EndpointStatus, EventRecord, PreviousSecret, WebhookEndpointRecord};
+use store::{
+    EndpointCaps, EndpointStatus, EndpointWrite, EventRecord, PreviousSecret, WebhookEndpointRecord,
+};
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -83,7 +85,7 @@ struct Endpoint {
 /// The body of `POST .../webhooks/endpoints`.
 #[derive(utoipa::ToSchema)]
 struct NewEndpoint {
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
     name: String,
     /// Where deliveries go: an absolute `https` URL whose host is a public address.
     #[schema(value_type = String, format = "uri")]
@@ -113,7 +115,7 @@ impl NewEndpoint {
 /// the server's to make (`.../rotations`).
 #[derive(utoipa::ToSchema)]
 struct EndpointChange {
-    #[schema(nullable = false, min_length = 1, max_length = 200)]
+    #[schema(nullable = false, min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
     name: Option<String>,
     #[schema(nullable = false, value_type = Option<String>, format = "uri")]
     url: Option<url::Url>,
@@ -226,31 +228,36 @@ fn url_member(f: &mut Fields, required: bool, allow_private: bool) -> Option<url
 /// Active endpoints an organization may have in one environment: every event is fanned out
 /// to each, so their number bounds the work (and the outbound requests) one event makes.
 pub const MAX_ACTIVE_ENDPOINTS: usize = 20;
+/// Endpoints an organization may have in one environment, disabled ones included: a disabled
+/// endpoint is kept with its deliveries, so without it creating and deleting would grow the
+/// table without end.
+pub const MAX_ENDPOINTS: usize = 100;
 
-/// How many of an organization's endpoints in `env` are active (disabled ones do not count).
-async fn active_endpoints(
-    state: &AdminState,
-    org: schemas::OrgId,
-    env: Environment,
-) -> Result<usize, ApiError> {
-    let mut after = None;
-    let mut active = 0;
-    loop {
-        let page = state
-            .auth
-            .store
-            .list_webhook_endpoints(org, env, after, 100)
-            .await?;
-        active += page
-            .iter()
-            .filter(|e| e.status == EndpointStatus::Active)
-            .count();
-        match page.last() {
-            Some(last) if page.len() == 100 && active < MAX_ACTIVE_ENDPOINTS => {
-                after = Some(last.id);
-            }
-            _ => return Ok(active),
-        }
+/// The caps the store checks with every write of an endpoint (docs/api.md#webhook-endpoints).
+const CAPS: EndpointCaps = EndpointCaps {
+    active: MAX_ACTIVE_ENDPOINTS,
+    total: MAX_ENDPOINTS,
+};
+
+/// What the store's answer to a write of an endpoint means for the request.
+fn written(write: EndpointWrite) -> Result<(), ApiError> {
+    match write {
+        EndpointWrite::Written => Ok(()),
+        EndpointWrite::Missing => Err(ApiError::not_found("webhook endpoint")),
+        EndpointWrite::ActiveCapReached => Err(ApiError::new(
+            ErrorCode::WebhookEndpointLimitReached,
+            format!(
+                "the organization has {MAX_ACTIVE_ENDPOINTS} active webhook endpoints in this \
+                 environment already; delete one it no longer needs first"
+            ),
+        )),
+        EndpointWrite::TotalCapReached => Err(ApiError::new(
+            ErrorCode::WebhookEndpointLimitReached,
+            format!(
+                "the organization has {MAX_ENDPOINTS} webhook endpoints in this environment, \
+                 disabled ones included; change and enable a disabled one instead"
+            ),
+        )),
     }
 }
 
@@ -297,7 +304,7 @@ async fn stored(
     responses(
         (status = 201, description = "The endpoint, with its signing secret.", body = Single<Endpoint>),
         (status = 404, description = "`resource.not_found`: not the caller's organization.", body = ErrorEnvelope),
-        (status = 409, description = "`webhook.endpoint_limit_reached`: 20 active endpoints already.", body = ErrorEnvelope),
+        (status = 409, description = "`webhook.endpoint_limit_reached`: 20 active endpoints, or 100 in all, already.", body = ErrorEnvelope),
         BodyErrors,
         SecretKeyErrors,
     )
@@ -315,16 +322,6 @@ async fn create(
         event_types,
     } = NewEndpoint::read_with(body, state.allow_private_webhooks)?;
     destination(&url, state.allow_private_webhooks).await?;
-    // Every event is sent to every endpoint: their number is bounded.
-    if active_endpoints(&state, org, caller.environment()).await? >= MAX_ACTIVE_ENDPOINTS {
-        return Err(ApiError::new(
-            ErrorCode::WebhookEndpointLimitReached,
-            format!(
-                "the organization has {MAX_ACTIVE_ENDPOINTS} active webhook endpoints in this \
-                 environment already; delete one it no longer needs first"
-            ),
-        ));
-    }
     let id = WebhookEndpointId::generate();
     let secret = new_secret();
     let now = time::now();
@@ -344,7 +341,8 @@ async fn create(
         created_at: now,
         updated_at: now,
     };
-    state.auth.store.create_webhook_endpoint(&endpoint).await?;
+    // Every event is sent to every endpoint: their number is bounded, in the store's own step.
+    written(state.auth.store.create_webhook_endpoint(&endpoint, CAPS).await?)?;
     Ok(Reply::created(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 
@@ -448,6 +446,7 @@ async fn read(
     responses(
         (status = 200, description = "The endpoint as changed.", body = Single<Endpoint>),
         (status = 404, description = "`resource.not_found`: no such endpoint for the caller.", body = ErrorEnvelope),
+        (status = 409, description = "`webhook.endpoint_limit_reached`: enabling a 21st active endpoint.", body = ErrorEnvelope),
         BodyErrors,
         SecretKeyErrors,
     )
@@ -479,9 +478,7 @@ async fn update(
         endpoint.status = status;
     }
     endpoint.updated_at = time::now();
-    if !state.auth.store.update_webhook_endpoint(&endpoint).await? {
-        return Err(ApiError::not_found("webhook endpoint"));
-    }
+    written(state.auth.store.update_webhook_endpoint(&endpoint, CAPS).await?)?;
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
 
@@ -509,9 +506,7 @@ async fn disable(
     if endpoint.status != EndpointStatus::Disabled {
         endpoint.status = EndpointStatus::Disabled;
         endpoint.updated_at = time::now();
-        if !state.auth.store.update_webhook_endpoint(&endpoint).await? {
-            return Err(ApiError::not_found("webhook endpoint"));
-        }
+        written(state.auth.store.update_webhook_endpoint(&endpoint, CAPS).await?)?;
     }
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
@@ -550,9 +545,7 @@ async fn rotate(
         until: now + state.rotation_grace,
     });
     endpoint.updated_at = now;
-    if !state.auth.store.update_webhook_endpoint(&endpoint).await? {
-        return Err(ApiError::not_found("webhook endpoint"));
-    }
+    written(state.auth.store.update_webhook_endpoint(&endpoint, CAPS).await?)?;
     Ok(Reply::ok(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 

@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::HeaderValue;
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use schemas::RequestId;
 
 tokio::task_local! {
@@ -37,9 +37,25 @@ pub fn in_current_request<F: std::future::Future>(
     REQUEST_ID.scope(request_id(), fut)
 }
 
+/// The most a request's headers may add up to (names, values, and the `: ` and line end of
+/// each), on every listener: a header of hundreds of kilobytes is no client's, and a `User-Agent`
+/// of that size was stored with every batch (docs/api.md#responses).
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
+/// What a request's headers add up to, counted as HTTP/1 spells them.
+fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum()
+}
+
 /// The outermost layer of every route: assigns the request id, runs the request inside it,
 /// echoes it as a header, and counts and times the request by its matched route, so errors
-/// from every other layer carry the id and are counted too. A service of its own rather than
+/// from every other layer carry the id and are counted too. It also refuses headers over
+/// [`MAX_HEADER_BYTES`] (431) before any route reads them, and marks every answer of the API
+/// (`/v1/…`) `Cache-Control: no-store` unless its route chose otherwise: many show a secret or
+/// a token once, and a default cannot be forgotten by a new route as a per-route header can. A service of its own rather than
 /// `axum::middleware::from_fn`, which clones the wrapped route a second time and boxes a
 /// future for every request (docs/performance.md#the-api).
 #[derive(Clone, Copy, Default)]
@@ -77,14 +93,38 @@ where
         let matched = crate::metrics::route_label(&req);
         let method = crate::metrics::method_label(req.method());
         let id = RequestId::generate();
+        let private = req.uri().path().starts_with("/v1/");
+        if header_bytes(req.headers()) > MAX_HEADER_BYTES {
+            let refused = REQUEST_ID.sync_scope(id, || {
+                crate::ApiError::new(
+                    schemas::ErrorCode::HeadersTooLarge,
+                    format!(
+                        "the request's headers add up to more than {} KiB",
+                        MAX_HEADER_BYTES / 1024
+                    ),
+                )
+                .into_response()
+            });
+            return Observed {
+                answer: None,
+                refused: Some(refused),
+                id,
+                matched,
+                method,
+                started,
+                private,
+            };
+        }
         // The service readied by `poll_ready` is the one called, as tower requires: no clone.
         let answer = REQUEST_ID.sync_scope(id, || self.inner.call(req));
         Observed {
-            answer: REQUEST_ID.scope(id, answer),
+            answer: Some(REQUEST_ID.scope(id, answer)),
+            refused: None,
             id,
             matched,
             method,
             started,
+            private,
         }
     }
 }
@@ -92,12 +132,15 @@ where
 pin_project_lite::pin_project! {
     /// A request being answered inside its request id; see [`ObserveLayer`].
     pub struct Observed<F> {
+        // None when the request was refused before reaching the route (`refused`).
         #[pin]
-        answer: tokio::task::futures::TaskLocalFuture<RequestId, F>,
+        answer: Option<tokio::task::futures::TaskLocalFuture<RequestId, F>>,
+        refused: Option<Response>,
         id: RequestId,
         matched: Option<MatchedPath>,
         method: &'static str,
         started: Instant,
+        private: bool,
     }
 }
 
@@ -109,7 +152,23 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Ok(mut response) = std::task::ready!(this.answer.poll(cx));
+        let mut response = match (this.answer.as_pin_mut(), this.refused.take()) {
+            (_, Some(refused)) => refused,
+            (Some(answer), None) => {
+                let Ok(response) = std::task::ready!(answer.poll(cx));
+                response
+            }
+            // Polled again after its answer: a caller's bug, answered rather than panicked on.
+            (None, None) => {
+                crate::ApiError::internal("request", "answered twice").into_response()
+            }
+        };
+        if *this.private {
+            response
+                .headers_mut()
+                .entry(header::CACHE_CONTROL)
+                .or_insert(HeaderValue::from_static("no-store"));
+        }
         answered(
             &mut response,
             *this.id,

@@ -9,7 +9,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use edge::body::{Fields, PathParams, Reply, RequestBody, Valid, path_param};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, PublishableKey};
-use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
+use schemas::collect::{
+    BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, USER_AGENT_BYTES_MEMBER, kept_user_agent,
+};
 use schemas::error::ErrorEnvelope;
 use schemas::raw::RawJson;
 use schemas::resources::Single;
@@ -240,6 +242,15 @@ pub(crate) async fn accept(
         Some(checked) => Some(checked.settle(&state.auth.store).await),
         None => None,
     };
+    // Kept to its first 512 bytes, with the length received when it was longer
+    // (schemas/collect.md §6): the record and the stored session carry it on every batch.
+    // Read as UTF-8, not only visible ASCII, so a long one is cut on a character's boundary.
+    let (user_agent, user_agent_bytes) = kept_user_agent(
+        headers
+            .get(header::USER_AGENT)
+            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+            .unwrap_or(""),
+    );
     let record = BatchRecord {
         schema: BATCH_RECORD_SCHEMA,
         organization_id: ctx.organization.id,
@@ -249,11 +260,7 @@ pub(crate) async fn accept(
         received_at: schemas::time::now(),
         request: BatchRequest {
             ip: ctx.client.ip.to_string(),
-            user_agent: headers
-                .get(header::USER_AGENT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned(),
+            user_agent: user_agent.to_owned(),
             header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
             url: uri.to_string(),
             web_bot_auth,
@@ -264,8 +271,16 @@ pub(crate) async fn accept(
     // Sized for the batch and the request's few members at once, rather than grown by doubling
     // from empty (several reallocations and copies of the batch each).
     let mut payload = Vec::with_capacity(record.observations.as_str().len() + 1024);
-    serde_json::to_writer(&mut payload, &record)
-        .map_err(|e| ApiError::internal("batch record", e))?;
+    match user_agent_bytes {
+        None => serde_json::to_writer(&mut payload, &record),
+        // Rare (no browser sends such a header), so the record takes a detour through a value
+        // to carry the member beside `BatchRequest`'s own, which older readers ignore.
+        Some(received) => serde_json::to_value(&record).and_then(|mut value| {
+            value["request"][USER_AGENT_BYTES_MEMBER] = received.into();
+            serde_json::to_writer(&mut payload, &value)
+        }),
+    }
+    .map_err(|e| ApiError::internal("batch record", e))?;
     if !(state.log_ready)() {
         return Err(ApiError::log_unavailable());
     }

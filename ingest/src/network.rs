@@ -44,7 +44,10 @@ fn identity(client: Option<ClientInfo>, headers: &HeaderMap) -> ConnectionIdenti
         forwarded_for: text("x-forwarded-for"),
         header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
         ip: client.map(|c| c.ip.to_string()).unwrap_or_default(),
-        user_agent: text(header::USER_AGENT.as_str()),
+        // Cut as a batch's is (schemas/collect.md §6), so the two compare alike.
+        user_agent: schemas::collect::kept_user_agent(&text(header::USER_AGENT.as_str()))
+            .0
+            .to_owned(),
         extra: serde_json::Map::new(),
     }
 }

@@ -22,7 +22,7 @@ use edge::Authenticator;
 #[derive(Clone)]
 pub struct QueryState {
     pub auth: Arc<Authenticator>,
-    /// The exports each key is running (`--export-concurrency`).
+    /// The exports each organization and environment is running (`--export-concurrency`).
     pub exports: Arc<export::Slots>,
 }
 

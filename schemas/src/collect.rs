@@ -51,6 +51,29 @@ pub enum WebBotAuthStatus {
     Unverified,
 }
 
+/// The most of a `User-Agent` kept (in bytes): browsers send a few hundred, and every batch
+/// record and stored session carries it, so a client sending hundreds of kilobytes (with only
+/// a site's public key) would otherwise fill the disk (schemas/collect.md §6).
+pub const MAX_USER_AGENT_BYTES: usize = 512;
+
+/// The member of a batch record's `request` that tells a `User-Agent` was cut to
+/// [`MAX_USER_AGENT_BYTES`]: its length in bytes as received. Absent when it was kept whole.
+/// Written beside [`BatchRequest`]'s own members, which a reader that does not know it ignores.
+pub const USER_AGENT_BYTES_MEMBER: &str = "user_agent_bytes";
+
+/// `raw` as it is kept: whole up to [`MAX_USER_AGENT_BYTES`], else cut there on a character
+/// boundary, with the length received when it was cut.
+pub fn kept_user_agent(raw: &str) -> (&str, Option<usize>) {
+    if raw.len() <= MAX_USER_AGENT_BYTES {
+        return (raw, None);
+    }
+    let mut end = MAX_USER_AGENT_BYTES;
+    while !raw.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&raw[..end], Some(raw.len()))
+}
+
 /// One accepted batch on `collect.batches.v1`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BatchRecord {
@@ -165,6 +188,19 @@ pub type DeadLetter = crate::dead::DeadLetter<DeadReason>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_agent_is_kept_whole_up_to_its_cap_and_cut_on_a_character_boundary() {
+        let short = "Mozilla/5.0 (X11; Linux x86_64)";
+        assert_eq!(kept_user_agent(short), (short, None));
+        let exact = "a".repeat(MAX_USER_AGENT_BYTES);
+        assert_eq!(kept_user_agent(&exact), (exact.as_str(), None));
+        // 511 ASCII bytes, then a 3-byte character straddling the cap.
+        let straddling = format!("{}€€", "a".repeat(MAX_USER_AGENT_BYTES - 1));
+        let (kept, received) = kept_user_agent(&straddling);
+        assert_eq!(kept, "a".repeat(MAX_USER_AGENT_BYTES - 1));
+        assert_eq!(received, Some(straddling.len()));
+    }
 
     #[test]
     fn a_dead_letter_carries_its_record_byte_for_byte() {

@@ -282,7 +282,11 @@ pub struct EnvVarDoc {
 #[schema(as = GateSdk)]
 #[allow(dead_code)] // described; the admin API reads and writes the store's `GateSdk`
 pub struct SdkDoc {
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     label: String,
     /// The install command.
     #[schema(

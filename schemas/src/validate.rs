@@ -85,6 +85,11 @@ pub fn shown_text(s: &str, multiline: bool) -> Result<(), String> {
     }
 }
 
+/// A stored display name (an organization's, an API key's, a webhook endpoint's, a Gate
+/// service's and its SDKs' labels and variables): 1 to [`NAME_MAX_CHARS`] characters of
+/// [`shown_text`] on one line. Other parties read some of them (every organization reads the
+/// Gate registry), so the rule that keeps text reading as it is holds for every one; its
+/// pattern is [`SHOWN_LINE_PATTERN`].
 pub fn name(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty".into());
@@ -92,7 +97,7 @@ pub fn name(s: &str) -> Result<(), String> {
     if s.chars().count() > NAME_MAX_CHARS {
         return Err(format!("must be at most {NAME_MAX_CHARS} characters"));
     }
-    Ok(())
+    shown_text(s, false)
 }
 
 /// An allowed origin: an absolute `http` or `https` URI with a host and nothing after it but
@@ -167,6 +172,9 @@ mod tests {
             "the interface asks for length 1, nothing more"
         );
         assert!(name(&"n".repeat(201)).is_err());
+        for shown_otherwise in ["pay\u{202e}gpj.exe", "a\u{2066}b", "x\u{200f}", "\u{61c}", "line\nbreak", "\u{85}", "nul\0"] {
+            assert!(name(shown_otherwise).is_err(), "{shown_otherwise:?}");
+        }
     }
 
     proptest! {

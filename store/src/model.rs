@@ -1042,3 +1042,65 @@ pub struct PartitionFence {
     /// Raised by each claim of the partition, so the latest owner's is the highest.
     pub generation: u64,
 }
+
+/// The caps on an organization's webhook endpoints in one environment, checked by the store in
+/// the same step as the write (docs/api.md#webhook-endpoints): every event is sent to each
+/// active one, and disabled ones are kept with their deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointCaps {
+    /// Active endpoints.
+    pub active: usize,
+    /// Endpoints, disabled ones included.
+    pub total: usize,
+}
+
+/// How creating or updating a webhook endpoint went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointWrite {
+    Written,
+    /// An update of an endpoint that is not stored; nothing written.
+    Missing,
+    /// A create, or an update enabling a disabled endpoint, with [`EndpointCaps::active`]
+    /// active already; nothing written.
+    ActiveCapReached,
+    /// A create with [`EndpointCaps::total`] endpoints already; nothing written.
+    TotalCapReached,
+}
+
+impl EndpointWrite {
+    /// What a write of `endpoint` over `stored` (none for a create) meets, given how many
+    /// endpoints its environment holds and how many are active: the rule every backend applies
+    /// under its own lock.
+    pub fn check(
+        endpoint: &WebhookEndpointRecord,
+        stored: Option<&WebhookEndpointRecord>,
+        (active, total): (usize, usize),
+        caps: EndpointCaps,
+    ) -> EndpointWrite {
+        let enabling = endpoint.status == EndpointStatus::Active
+            && stored.is_none_or(|s| s.status != EndpointStatus::Active);
+        if stored.is_none() && total >= caps.total {
+            EndpointWrite::TotalCapReached
+        } else if enabling && active >= caps.active {
+            EndpointWrite::ActiveCapReached
+        } else {
+            EndpointWrite::Written
+        }
+    }
+}
+
+/// How creating an API key under its organization's cap went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiKeyWrite {
+    Written,
+    /// The organization has its cap of keys in use already; nothing written.
+    CapReached,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key counts toward its organization's cap: neither revoked nor replaced by a
+    /// rotation (a replacement takes its old key's place, so a rotation never meets the cap).
+    pub fn in_use(&self) -> bool {
+        self.revoked_at.is_none() && self.replaced_by.is_none()
+    }
+}

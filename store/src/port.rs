@@ -37,6 +37,7 @@ use crate::model::{
     PartitionFence, SessionRecord, SessionSave, VisitorAnchors, VisitorOrder, VisitorRecord,
     WebhookDeliveryRecord, WebhookEndpointRecord,
 };
+use crate::model::{ApiKeyWrite, EndpointCaps, EndpointWrite};
 
 /// The store every role shares.
 pub type Store = std::sync::Arc<dyn StoreBackend>;
@@ -232,6 +233,11 @@ store_port! {
             id: KeyId,
             at: Timestamp,
         ) -> Result<()>;
+        /// `create_api_key`, unless the key's organization has `cap` keys in use already (over
+        /// both environments; in use: `ApiKeyRecord::in_use`), counted in the same step as the
+        /// write, so creates racing each other cannot pass the cap (`CapReached`, nothing
+        /// written). `Conflict` as in `create_api_key`.
+        async fn create_api_key_capped(&self, key: &ApiKeyRecord, cap: usize) -> Result<ApiKeyWrite>;
     }
 
     /// The answers of idempotent POSTs (`idempotency_records`), held while a request runs and
@@ -522,8 +528,15 @@ store_port! {
 
         // webhook_endpoints
 
-        /// Inserts a new endpoint; `Conflict` if its id is taken (nothing is written then).
-        async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()>;
+        /// Inserts a new endpoint unless its organization has `caps.total` endpoints in its
+        /// environment already (disabled ones included) or `caps.active` active ones; the count
+        /// and the write are one step, so creates racing each other cannot pass a cap.
+        /// `Conflict` if its id is taken. Nothing is written unless the answer is `Written`.
+        async fn create_webhook_endpoint(
+            &self,
+            endpoint: &WebhookEndpointRecord,
+            caps: EndpointCaps,
+        ) -> Result<EndpointWrite>;
         async fn get_webhook_endpoint(
             &self,
             org: OrgId,
@@ -538,9 +551,15 @@ store_port! {
             after: Option<schemas::ids::WebhookEndpointId>,
             limit: usize,
         ) -> Result<Vec<WebhookEndpointRecord>>;
-        /// Replaces a stored endpoint; false (and nothing written) if there is none with its id in
-        /// its organization and environment.
-        async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool>;
+        /// Replaces a stored endpoint; `Missing` if there is none with its id in its organization
+        /// and environment. One that was disabled and is written active is refused
+        /// (`ActiveCapReached`) while its environment has `caps.active` active endpoints, counted
+        /// in the same step as the write. Nothing is written unless the answer is `Written`.
+        async fn update_webhook_endpoint(
+            &self,
+            endpoint: &WebhookEndpointRecord,
+            caps: EndpointCaps,
+        ) -> Result<EndpointWrite>;
         /// Sets a stored endpoint's status to disabled (and its `updated_at` to `at`), changing
         /// nothing else, in one step: a 410's consequence must not undo an update made meanwhile.
         /// False if it is not stored or was disabled already.

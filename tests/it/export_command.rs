@@ -412,3 +412,64 @@ async fn refusals_name_what_to_fix() {
     assert!(stderr.contains("nothing to resume"), "{stderr}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// `<out>.part` is made new, for this user alone, and never through a symbolic link: a link or
+/// a file already there (in a shared directory, another user could have put either) is refused
+/// and left as it was. `--resume` takes only a regular file this user owns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn part_files_are_made_new_and_private_and_never_written_through_a_link() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+    let (s, flaky) = with_flaky_store().await;
+    scored(&s, 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rows.ndjson");
+    let part = dir.path().join("rows.ndjson.part");
+    let run = |resume: bool| {
+        let mut args = vec!["sessions", "--url", &s.base, "--batch-size", "1", "--out"];
+        args.push(path_str(&out));
+        if resume {
+            args.push("--resume");
+        }
+        vigil_export(&s, &args)
+    };
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "the user's own file").unwrap();
+    symlink(&victim, &part).unwrap();
+    let stderr = failed(&run(false));
+    assert!(stderr.contains("never written into"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "the user's own file"
+    );
+    std::fs::remove_file(&part).unwrap();
+    std::fs::write(&part, "someone else's").unwrap();
+    failed(&run(false));
+    assert_eq!(std::fs::read_to_string(&part).unwrap(), "someone else's");
+    std::fs::remove_file(&part).unwrap();
+
+    // A broken export leaves its part, the user's alone.
+    flaky.fail_after("list_session_digests", 2, 1);
+    failed(&run(false));
+    let meta = std::fs::symlink_metadata(&part).unwrap();
+    assert!(meta.is_file());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+
+    // --resume refuses the part swapped for a link to it...
+    let kept = dir.path().join("kept.part");
+    std::fs::rename(&part, &kept).unwrap();
+    let length = std::fs::metadata(&kept).unwrap().len();
+    symlink(&kept, &part).unwrap();
+    let stderr = failed(&run(true));
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert_eq!(std::fs::metadata(&kept).unwrap().len(), length);
+    std::fs::remove_file(&part).unwrap();
+    std::fs::rename(&kept, &part).unwrap();
+    // ...and another user's file (the tests run as root, which may give it away).
+    let own = std::fs::metadata(&part).unwrap().uid();
+    std::os::unix::fs::chown(&part, Some(65534), Some(65534)).unwrap();
+    let stderr = failed(&run(true));
+    assert!(stderr.contains("another user"), "{stderr}");
+    std::os::unix::fs::chown(&part, Some(own), None).unwrap();
+    succeeded(&run(true));
+    assert_eq!(ndjson_rows(&out, "session_id").len(), 4);
+}

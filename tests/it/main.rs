@@ -2,6 +2,7 @@
 //! binary (linking 36 binaries on two cores took longer than running most of them). Run one
 //! module with `cargo nextest run -p vigil-tests -E 'test(/^gate_flows::/)'`.
 
+mod abuse_limits;
 mod api_keys;
 mod auth;
 mod browser;

@@ -146,6 +146,18 @@ fn documented_constraints_are_the_enforced_ones() {
         SHOWN_LINE_PATTERN
     );
     assert_eq!(schema("GateEnvVar")["name"]["pattern"], SHOWN_LINE_PATTERN);
+    // Every stored display name has the one rule (schemas::validate::name).
+    assert_eq!(schema("GateSdk")["label"]["pattern"], SHOWN_LINE_PATTERN);
+    for body in [
+        "NewOrganization",
+        "OrganizationChange",
+        "NewApiKey",
+        "ApiKeyChange",
+        "NewEndpoint",
+        "EndpointChange",
+    ] {
+        assert_eq!(schema(body)["name"]["pattern"], SHOWN_LINE_PATTERN, "{body}");
+    }
     assert_eq!(
         schema("GateSdk")["install"]["pattern"],
         SHOWN_NONBLANK_PATTERN

@@ -232,6 +232,7 @@ fn every_serve_flag_has_an_environment_variable() {
     let help = String::from_utf8_lossy(&help.stdout);
     for (flag, env) in [
         ("--listen", "VIGIL_LISTEN"),
+        ("--metrics-listen", "VIGIL_METRICS_LISTEN"),
         ("--data-dir", "VIGIL_DATA_DIR"),
         ("--store", "VIGIL_STORE"),
         ("--server-secret", "VIGIL_SERVER_SECRET"),
@@ -279,7 +280,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 28,
+        flags, 29,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

@@ -248,31 +248,6 @@ async fn the_connection_cap_holds_and_waiting_clients_are_served_when_one_closes
     healthz_answers_at_once(&addr).await;
 }
 
-/// A TLS server with a fresh self-signed certificate for `localhost`, and a client config
-/// that trusts it.
-async fn tls_server(
-    configure: impl Fn(&mut vigil::config::ServeArgs) + Send + Sync + 'static,
-) -> (TestServer, tempfile::TempDir, Arc<rustls::ClientConfig>) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
-    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
-    let s = TestServer::start_with(move |a| {
-        a.tls_cert = Some(cert_path.clone());
-        a.tls_key = Some(key_path.clone());
-        configure(a);
-    })
-    .await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.cert.der().clone()).unwrap();
-    let client = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    (s, dir, Arc::new(client))
-}
-
 async fn tls_connect(
     addr: &str,
     config: &Arc<rustls::ClientConfig>,
@@ -286,7 +261,7 @@ async fn tls_connect(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_a_trickling_client_and_a_stalled_handshake_are_dropped() {
-    let (s, _dir, config) = tls_server(|a| a.header_read_timeout = Duration::from_secs(2)).await;
+    let (s, _dir, config) = vigil_tests::tls::serving(|a| a.header_read_timeout = Duration::from_secs(2)).await;
     let addr = addr(&s);
     let healthz_over_tls = || async {
         let started = Instant::now();

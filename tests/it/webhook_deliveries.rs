@@ -371,7 +371,12 @@ async fn loopback_destinations_are_refused_at_creation_and_at_delivery() {
             created_at: now,
             updated_at: now,
         };
-        s.store().create_webhook_endpoint(&endpoint).await.unwrap();
+        let caps = store::EndpointCaps {
+            active: admin_api::webhook_endpoints::MAX_ACTIVE_ENDPOINTS,
+            total: admin_api::webhook_endpoints::MAX_ENDPOINTS,
+        };
+        let written = s.store().create_webhook_endpoint(&endpoint, caps).await;
+        assert_eq!(written.unwrap(), store::EndpointWrite::Written);
         planted.push(id.to_string());
     }
     for (endpoint, by_name) in planted.iter().zip([true, false]) {

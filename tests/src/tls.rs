@@ -36,3 +36,29 @@ pub static TEST_CA: LazyLock<TestCa> = LazyLock::new(make);
 
 /// Another CA, which a client must refuse the test servers under.
 pub static OTHER_CA: LazyLock<TestCa> = LazyLock::new(make);
+
+/// A server terminating TLS itself, with a fresh self-signed certificate for `localhost`, and
+/// a client config that trusts it (the directory holding the certificate goes with it).
+pub async fn serving(
+    configure: impl Fn(&mut vigil::config::ServeArgs) + Send + Sync + 'static,
+) -> (crate::TestServer, tempfile::TempDir, std::sync::Arc<rustls::ClientConfig>) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let s = crate::TestServer::start_with(move |a| {
+        a.tls_cert = Some(cert_path.clone());
+        a.tls_key = Some(key_path.clone());
+        configure(a);
+    })
+    .await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (s, dir, std::sync::Arc::new(client))
+}
+

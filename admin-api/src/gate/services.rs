@@ -7,7 +7,7 @@
 //! or array it names wholesale. The `webhook_secret` (at least 32 characters; `whsec_` and the
 //! base64 of 32 random bytes when omitted) is shown in full only in the answer of the call
 //! that set it, then as its last four characters; the id is fixed at creation; it is stored sealed, because Gate signs with
-//! it. An organization has at most 5 services over both environments, disabled ones included
+//! it. An organization has at most 5 services in each environment, disabled ones included
 //! (`gate.service_limit_reached`). The built-in `vigil` service reads like any other and
 //! cannot be changed.
 
@@ -164,12 +164,6 @@ fn text(max: usize) -> impl Fn(&str) -> Result<(), String> {
     }
 }
 
-/// A name the consent page shows a person.
-fn shown_name(s: &str) -> Result<(), String> {
-    validate::name(s)?;
-    validate::shown_text(s, false)
-}
-
 /// A variable's key: a shell's name, and none that the tool keeps its agent tokens under, so a
 /// service cannot overwrite another service's token in the developer's `.env`.
 fn variable_key(s: &str) -> Result<(), String> {
@@ -293,7 +287,7 @@ impl utoipa::ToSchema for NewService {}
 fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
     let mut d = Draft {
         id: f.checked_string("id", creating, gate::service_id),
-        name: f.checked_string("name", creating, shown_name),
+        name: f.checked_string("name", creating, validate::name),
         description: f.checked_string("description", false, text(MAX_DESCRIPTION_CHARS)),
         website: f.checked_string("website", creating, validate::http_uri),
         webhook_secret: f.checked_string("webhook_secret", false, |s| {
@@ -472,7 +466,7 @@ fn env_vars(f: &mut Fields, v: Value) -> Option<Vec<GateEnvVar>> {
             ok = false;
             continue;
         };
-        let name = required_member(f, &mut map, &format!("{at}.name"), &shown_name);
+        let name = required_member(f, &mut map, &format!("{at}.name"), &validate::name);
         let key = required_member(f, &mut map, &format!("{at}.key"), &variable_key);
         let secret = match map.remove("secret") {
             Some(Value::Bool(b)) => Some(b),

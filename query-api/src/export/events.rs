@@ -43,7 +43,7 @@ pub static COLUMNS: &[Column<Row>] = &[
         name: "event_id",
         kind: Kind::Text,
         nullable: false,
-        doc: "the event's id (evt_)",
+        doc: "the event's id (wevt_)",
         get: |r| Cell::text(r.event.id.to_string()),
     },
     Column {
@@ -147,7 +147,7 @@ pub(super) async fn export(
     let org = own_organization(&caller, &params)?;
     let tenancy = (org, caller.environment());
     let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
-    super::stream(&state, caller.key.id, EXPORT, request, source)
+    super::stream(&state, &caller, EXPORT, request, source)
 }
 
 /// The export's request and its walk of the store, from the query.
@@ -168,7 +168,7 @@ fn read(
     headers: &HeaderMap,
 ) -> Result<(Request<Row>, Option<EventId>), ApiError> {
     let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
-    let after = super::after::<EventId>(query, "must be the id (evt_) of the last event received")?;
+    let after = super::after::<EventId>(query, "must be the id (wevt_) of the last event received")?;
     Ok((request, after))
 }
 

@@ -170,7 +170,7 @@ pub(super) async fn export(
 ) -> Result<Response, ApiError> {
     let tenancy = (caller.organization.id, caller.environment());
     let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
-    super::stream(&state, caller.key.id, EXPORT, request, source)
+    super::stream(&state, &caller, EXPORT, request, source)
 }
 
 /// The export's request and its walk of the store, from the query.

@@ -6,17 +6,22 @@
 //! stops the scan. Rows come newest first by id, so `after=<id>` resumes a broken download
 //! exactly where it stopped.
 //!
-//! The machinery is here: the query (window, projection, format, resumption), the per-key cap
-//! on exports at once, and the streamed body. Each export's columns and its walk of the store
-//! are in its own module.
+//! The machinery is here: the query (window, projection, format, resumption) and the streamed
+//! body, whose pages are bounded by bytes; `running.rs` has the per-tenant cap on exports at
+//! once and the watch on the key, `accept.rs` the reading of `Accept`. Each export's columns
+//! and its walk of the store are in its own module.
 
+mod accept;
 pub mod columns;
 mod events;
 mod fingerprints;
+mod running;
 mod sessions;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+pub use running::Slots;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::Schema;
@@ -25,19 +30,19 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use chrono::TimeDelta;
-use edge::ApiError;
+use edge::{ApiError, AuthContext};
 use edge::body::QueryParams;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use schemas::ErrorCode;
 use schemas::OrgId;
 use schemas::credential::Environment;
-use schemas::ids::KeyId;
 use schemas::time::{self, Timestamp};
 
 use store::Store;
 
 use self::columns::Column;
+use self::running::{KeyWatch, Slot};
 use crate::QueryState;
 
 /// The longest window one export covers.
@@ -45,9 +50,16 @@ pub const MAX_WINDOW_DAYS: i64 = 31;
 /// Rows per record batch (and per store page) unless `batch_size` says otherwise.
 pub const DEFAULT_BATCH_ROWS: usize = 8_192;
 pub const MAX_BATCH_ROWS: usize = 65_536;
-/// How many exports one key may run at once unless the operator says otherwise
-/// (`--export-concurrency`).
+/// How many exports one organization may run at once in one environment, whichever keys
+/// started them, unless the operator says otherwise (`--export-concurrency`).
 pub const DEFAULT_CONCURRENCY: usize = 2;
+/// About how many bytes of rows one page of an export holds, whatever `batch_size` asks: a page
+/// is what an export keeps in memory while its client reads (the page read ahead and the one
+/// encoded, each about this size), so a client that stops reading pins this much and no more.
+pub const PAGE_BYTES: usize = 1024 * 1024;
+/// The rows of an export's first page, before the size of its rows is known: a row of any
+/// export is a few kilobytes at most (a `User-Agent` is kept to 512 bytes, a URL to 2 KiB).
+const FIRST_PAGE_ROWS: usize = 256;
 
 /// The media type of an Arrow IPC stream.
 pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
@@ -120,8 +132,9 @@ impl Format {
         }
     }
 
-    /// From `format=` when given, else from `Accept`: the first media type of it this server
-    /// writes (`*/*` and none at all mean Arrow); an `Accept` naming none is a 406.
+    /// From `format=` when given, else from `Accept`: the type it weights highest of those this
+    /// server writes (`*/*` and none at all mean Arrow; `q=0` refuses a type); an `Accept`
+    /// leaving none is a 406.
     fn negotiate(query: &QueryParams, headers: &HeaderMap) -> Result<Format, ApiError> {
         if let Some(format) = query.one_of("format", &["arrows", "ndjson"])? {
             return Ok(if format == "ndjson" {
@@ -133,13 +146,10 @@ impl Format {
         let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
             return Ok(Format::Arrow);
         };
-        for range in accept.split(',') {
-            let media = range.split(';').next().unwrap_or("").trim();
-            match media.to_ascii_lowercase().as_str() {
-                "*/*" | "application/*" | ARROW_STREAM => return Ok(Format::Arrow),
-                NDJSON => return Ok(Format::Ndjson),
-                _ => {}
-            }
+        match accept::choose(accept, &[ARROW_STREAM, NDJSON]) {
+            Some(ARROW_STREAM) => return Ok(Format::Arrow),
+            Some(_) => return Ok(Format::Ndjson),
+            None => {}
         }
         Err(ApiError::new(
             ErrorCode::NotAcceptable,
@@ -298,77 +308,20 @@ pub trait Source: Send + 'static {
     async fn next(&mut self, limit: usize) -> Result<Vec<Self::Row>, ApiError>;
 }
 
-/// The exports each key is running, bounded by the operator's `--export-concurrency`.
-pub struct Slots {
-    limit: usize,
-    running: Mutex<HashMap<KeyId, usize>>,
-}
-
-impl Slots {
-    pub fn new(limit: usize) -> Arc<Slots> {
-        Arc::new(Slots {
-            limit: limit.max(1),
-            running: Mutex::default(),
-        })
-    }
-
-    /// A slot for `key` while the returned guard lives, or the 429 beyond the cap.
-    fn take(self: &Arc<Self>, key: KeyId) -> Result<Slot, ApiError> {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = running.entry(key).or_default();
-        if *count >= self.limit {
-            let mut e = ApiError::new(
-                ErrorCode::RateLimited,
-                format!(
-                    "this key runs {} exports already; wait for one to finish",
-                    self.limit
-                ),
-            )
-            .with_next_action("retry");
-            e.retry_after = Some(5);
-            return Err(e);
-        }
-        *count += 1;
-        Ok(Slot {
-            slots: Arc::clone(self),
-            key,
-        })
-    }
-}
-
-/// One running export: freed when its body is done or dropped.
-struct Slot {
-    slots: Arc<Slots>,
-    key: KeyId,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut running = self
-            .slots
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = running.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                running.remove(&self.key);
-            }
-        }
-    }
-}
-
 /// The answer to an export: its headers, and a body that pulls a page from `source`, encodes
 /// it and hands it to the connection only as fast as the client reads.
 fn stream<S: Source>(
     state: &QueryState,
-    key: KeyId,
+    caller: &AuthContext,
     export: &'static str,
     request: Request<S::Row>,
     source: S,
 ) -> Result<Response, ApiError> {
-    let slot = state.exports.take(key)?;
-    let body = body(export, request, source, Some(slot))?;
+    let slot = state
+        .exports
+        .take((caller.organization.id, caller.environment()))?;
+    let watch = KeyWatch::new(state.auth.store.clone(), caller);
+    let body = body(export, request, source, Some((slot, watch)))?;
     let (format, to) = (body.format, body.to);
     let mut response = axum::body::Body::from_stream(body.bytes).into_response();
     set_headers(&mut response, format, Some(to));
@@ -432,7 +385,7 @@ fn body<S: Source>(
     export: &'static str,
     request: Request<S::Row>,
     source: S,
-    slot: Option<Slot>,
+    running: Option<(Slot, KeyWatch)>,
 ) -> Result<Body, ApiError> {
     let schema = columns::schema(export, &request.columns);
     let (format, to) = (request.format, request.window.to);
@@ -448,12 +401,16 @@ fn body<S: Source>(
         .as_mut()
         .map(|w| std::mem::take(w.get_mut()))
         .unwrap_or_default();
+    let page_rows = Arc::new(AtomicUsize::new(request.batch_rows.min(FIRST_PAGE_ROWS)));
+    let (slot, watch) = running.unzip();
     let pages = Pages {
-        pages: read_ahead(source, request.batch_rows),
+        pages: read_ahead(source, page_rows.clone()),
+        page_rows,
         request,
         schema,
         writer,
         done: false,
+        watch,
         _slot: slot,
     };
     let bytes = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) })
@@ -504,15 +461,16 @@ fn set_headers(response: &mut Response, format: Format, to: Option<Timestamp>) {
 /// Pages of `source` read by a task of their own, one page ahead of the encoding: reading
 /// and encoding take a core each rather than turns on one, which doubled an export's rate. The
 /// channel holds one page, so the reader waits for the client like the encoder does, and
-/// stops when the body is dropped (the client hung up).
+/// stops when the body is dropped (the client hung up). Each page has the rows `page_rows`
+/// says when it is read, which the encoder keeps to about [`PAGE_BYTES`].
 fn read_ahead<S: Source>(
     mut source: S,
-    rows: usize,
+    page_rows: Arc<AtomicUsize>,
 ) -> tokio::sync::mpsc::Receiver<Result<Vec<S::Row>, ApiError>> {
     let (pages, received) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         loop {
-            let page = source.next(rows).await;
+            let page = source.next(page_rows.load(Ordering::Relaxed).max(1)).await;
             let last = page.as_ref().map_or(true, Vec::is_empty);
             if pages.send(page).await.is_err() || last {
                 break;
@@ -525,10 +483,16 @@ fn read_ahead<S: Source>(
 /// The state of a streamed export between the pages the client reads.
 struct Pages<R: 'static> {
     pages: tokio::sync::mpsc::Receiver<Result<Vec<R>, ApiError>>,
+    /// The rows the reader puts in its next page: `batch_size` at most, fewer where that many
+    /// would be over [`PAGE_BYTES`], measured on the pages encoded so far.
+    page_rows: Arc<AtomicUsize>,
     request: Request<R>,
     schema: Arc<Schema>,
     writer: Option<StreamWriter<Vec<u8>>>,
     done: bool,
+    /// The key the export runs for, read again as it streams; none for a read of the store by
+    /// `vigil export`.
+    watch: Option<KeyWatch>,
     /// Held until the body is done or dropped (the client hung up); none for a read of the
     /// store by `vigil export`.
     _slot: Option<Slot>,
@@ -540,6 +504,13 @@ impl<R: Send + 'static> Pages<R> {
     async fn next_chunk(mut self) -> Option<(Result<Bytes, std::io::Error>, Self)> {
         if self.done {
             return None;
+        }
+        if let Some(watch) = self.watch.as_mut()
+            && !watch.still_valid().await
+        {
+            tracing::info!("export: its key was revoked or expired; the body ends");
+            self.done = true;
+            return Some((Err(std::io::Error::other("the export's key is no longer valid")), self));
         }
         let page = self.pages.recv().await.unwrap_or_else(|| {
             Err(ApiError::internal(
@@ -584,25 +555,12 @@ impl<R: Send + 'static> Pages<R> {
             }
             None => columns::ndjson(&self.request.columns, &rows, &mut chunk),
         }
+        // The next pages' rows, from this one's bytes a row: as many as fit in PAGE_BYTES.
+        let per_row = (chunk.len() / rows.len()).max(1);
+        self.page_rows.store(
+            (PAGE_BYTES / per_row).clamp(1, self.request.batch_rows),
+            Ordering::Relaxed,
+        );
         Some((Ok(Bytes::from(chunk)), self))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_key_runs_at_most_its_exports_at_once_and_a_finished_one_frees_its_slot() {
-        let slots = Slots::new(2);
-        let (key, other) = (KeyId::generate(), KeyId::generate());
-        let first = slots.take(key).expect("a first export");
-        let _second = slots.take(key).expect("a second export");
-        let refused = slots.take(key).err().expect("a third is refused");
-        assert_eq!(refused.code, ErrorCode::RateLimited);
-        assert_eq!(refused.retry_after, Some(5));
-        let _elsewhere = slots.take(other).expect("another key has its own");
-        drop(first);
-        slots.take(key).expect("a finished export frees its slot");
     }
 }

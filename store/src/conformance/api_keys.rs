@@ -1001,3 +1001,96 @@ pub async fn concurrent_reads_see_a_revocation_once_it_returns(store: Store) {
     )
     .await;
 }
+
+/// An organization's keys in use (neither revoked nor replaced) are capped over both
+/// environments, counted in the write's own step: creates racing for the last places pass no
+/// further than the cap, a revocation frees a place, a rotation takes its old key's, and the
+/// uncapped create (the operator's) counts toward it too.
+pub async fn api_keys_in_use_are_capped_per_organization_in_one_step(store: Store) {
+    let org = OrgId::generate();
+    let first = api_key(org, Environment::Live, KeyId::generate());
+    store.create_api_key(&first).await.unwrap();
+    let mut racing = JoinSet::new();
+    for i in 0..6 {
+        let store = store.clone();
+        let env = if i % 2 == 0 {
+            Environment::Live
+        } else {
+            Environment::Test
+        };
+        racing.spawn(async move {
+            let key = api_key(org, env, KeyId::generate());
+            (store.create_api_key_capped(&key, 3).await.unwrap(), key)
+        });
+    }
+    let answers = racing.join_all().await;
+    let written: Vec<&ApiKeyRecord> = answers
+        .iter()
+        .filter(|(w, _)| *w == ApiKeyWrite::Written)
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(written.len(), 2, "{answers:?}");
+    for (answer, key) in &answers {
+        let stored = store.find_api_key_by_hash(&key.key_hash).await.unwrap();
+        assert_eq!(
+            stored.is_some(),
+            *answer == ApiKeyWrite::Written,
+            "a refused create wrote nothing"
+        );
+    }
+    let another = api_key(org, Environment::Test, KeyId::generate());
+    assert_eq!(
+        store.create_api_key_capped(&another, 3).await.unwrap(),
+        ApiKeyWrite::CapReached
+    );
+    assert_eq!(
+        store
+            .create_api_key_capped(&api_key(OrgId::generate(), Environment::Live, KeyId::generate()), 3)
+            .await
+            .unwrap(),
+        ApiKeyWrite::Written,
+        "another organization has a cap of its own"
+    );
+
+    // A rotation's replacement takes its old key's place.
+    let replacement = api_key(org, first.environment, KeyId::generate());
+    store
+        .rotate_api_key(&rotation_of(&first, &replacement), &replacement)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.create_api_key_capped(&another, 3).await.unwrap(),
+        ApiKeyWrite::CapReached,
+        "a rotation frees no place"
+    );
+    // A revocation frees one.
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(time::now()),
+        ..written[0].clone()
+    };
+    store.update_api_key(&revoked).await.unwrap();
+    assert_eq!(
+        store.create_api_key_capped(&another, 3).await.unwrap(),
+        ApiKeyWrite::Written
+    );
+    // Revoking a key already replaced frees nothing: it held no place.
+    let rotated = store
+        .get_api_key(org, first.environment, first.id)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .update_api_key(&ApiKeyRecord {
+            revoked_at: Some(time::now()),
+            ..rotated
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .create_api_key_capped(&api_key(org, Environment::Live, KeyId::generate()), 3)
+            .await
+            .unwrap(),
+        ApiKeyWrite::CapReached
+    );
+}

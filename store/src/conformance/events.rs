@@ -197,6 +197,12 @@ pub async fn events_of_another_organization_are_refused_with_nothing_written(sto
     );
 }
 
+/// Caps no case but the caps' own comes near.
+const ROOMY: EndpointCaps = EndpointCaps {
+    active: 1_000,
+    total: 1_000,
+};
+
 fn webhook_endpoint(org: OrgId, env: Environment, id: WebhookEndpointId) -> WebhookEndpointRecord {
     let now = time::now();
     WebhookEndpointRecord {
@@ -220,7 +226,7 @@ fn webhook_endpoint(org: OrgId, env: Environment, id: WebhookEndpointId) -> Webh
 pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Live);
     let mut endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
-    store.create_webhook_endpoint(&endpoint).await.unwrap();
+    store.create_webhook_endpoint(&endpoint, ROOMY).await.unwrap();
     assert_eq!(
         store
             .get_webhook_endpoint(org, env, endpoint.id)
@@ -246,7 +252,10 @@ pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
         until: time::now(),
     });
     endpoint.sealed_secret = vec![9; 60];
-    assert!(store.update_webhook_endpoint(&endpoint).await.unwrap());
+    assert_eq!(
+        store.update_webhook_endpoint(&endpoint, ROOMY).await.unwrap(),
+        EndpointWrite::Written
+    );
     assert_eq!(
         store
             .get_webhook_endpoint(org, env, endpoint.id)
@@ -259,7 +268,10 @@ pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
         webhook_endpoint(OrgId::generate(), env, endpoint.id),
         webhook_endpoint(org, Environment::Test, endpoint.id),
     ] {
-        assert!(!store.update_webhook_endpoint(&missing).await.unwrap());
+        assert_eq!(
+            store.update_webhook_endpoint(&missing, ROOMY).await.unwrap(),
+            EndpointWrite::Missing
+        );
         assert_eq!(
             store
                 .get_webhook_endpoint(missing.organization_id, missing.environment, missing.id)
@@ -275,11 +287,11 @@ pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
 pub async fn webhook_endpoint_create_conflict_writes_nothing(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Test);
     let first = webhook_endpoint(org, env, WebhookEndpointId::generate());
-    store.create_webhook_endpoint(&first).await.unwrap();
+    store.create_webhook_endpoint(&first, ROOMY).await.unwrap();
     let mut second = first.clone();
     second.name = "other".into();
     assert!(matches!(
-        store.create_webhook_endpoint(&second).await,
+        store.create_webhook_endpoint(&second, ROOMY).await,
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(
@@ -299,24 +311,22 @@ pub async fn webhook_endpoints_list_newest_first_paginated_and_isolated(store: S
     let ids = sorted_ids(5, WebhookEndpointId::generate);
     for id in &ids {
         store
-            .create_webhook_endpoint(&webhook_endpoint(a, Environment::Live, *id))
+            .create_webhook_endpoint(&webhook_endpoint(a, Environment::Live, *id), ROOMY)
             .await
             .unwrap();
     }
     store
-        .create_webhook_endpoint(&webhook_endpoint(
-            a,
-            Environment::Test,
-            WebhookEndpointId::generate(),
-        ))
+        .create_webhook_endpoint(
+            &webhook_endpoint(a, Environment::Test, WebhookEndpointId::generate()),
+            ROOMY,
+        )
         .await
         .unwrap();
     store
-        .create_webhook_endpoint(&webhook_endpoint(
-            b,
-            Environment::Live,
-            WebhookEndpointId::generate(),
-        ))
+        .create_webhook_endpoint(
+            &webhook_endpoint(b, Environment::Live, WebhookEndpointId::generate()),
+            ROOMY,
+        )
         .await
         .unwrap();
     let newest_first: Vec<_> = ids.iter().rev().copied().collect();
@@ -667,9 +677,12 @@ pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
 pub async fn disabling_an_endpoint_changes_its_status_only(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Test);
     let mut endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
-    store.create_webhook_endpoint(&endpoint).await.unwrap();
+    store.create_webhook_endpoint(&endpoint, ROOMY).await.unwrap();
     endpoint.sealed_secret = vec![7; 60];
-    assert!(store.update_webhook_endpoint(&endpoint).await.unwrap());
+    assert_eq!(
+        store.update_webhook_endpoint(&endpoint, ROOMY).await.unwrap(),
+        EndpointWrite::Written
+    );
     let at = time::now() + TimeDelta::seconds(5);
     assert!(
         store
@@ -698,5 +711,119 @@ pub async fn disabling_an_endpoint_changes_its_status_only(store: Store) {
             .disable_webhook_endpoint(org, Environment::Live, endpoint.id, at)
             .await
             .unwrap()
+    );
+}
+
+/// The caps hold for creates and for enabling, each checked in the write's own step: creates
+/// racing for the last active places pass no further than the cap, enabling a disabled endpoint
+/// past it is refused, disabled endpoints count toward the cap on all, and another
+/// environment has caps of its own.
+pub async fn webhook_endpoint_caps_hold_for_racing_creates_and_enabling(store: Store) {
+    let caps = EndpointCaps {
+        active: 3,
+        total: 5,
+    };
+    let (org, env) = (OrgId::generate(), Environment::Live);
+    let mut racing = JoinSet::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        racing.spawn(async move {
+            let endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
+            store.create_webhook_endpoint(&endpoint, caps).await.unwrap()
+        });
+    }
+    let answers = racing.join_all().await;
+    let written = answers
+        .iter()
+        .filter(|w| **w == EndpointWrite::Written)
+        .count();
+    assert_eq!(written, 3, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|w| matches!(w, EndpointWrite::Written | EndpointWrite::ActiveCapReached)),
+        "{answers:?}"
+    );
+    let stored = store
+        .list_webhook_endpoints(org, env, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 3, "a refused create wrote nothing");
+
+    // A disabled endpoint frees its active place, and enabling it again takes one.
+    let mut first = stored[0].clone();
+    assert!(
+        store
+            .disable_webhook_endpoint(org, env, first.id, time::now())
+            .await
+            .unwrap()
+    );
+    let fourth = webhook_endpoint(org, env, WebhookEndpointId::generate());
+    assert_eq!(
+        store.create_webhook_endpoint(&fourth, caps).await.unwrap(),
+        EndpointWrite::Written
+    );
+    first.status = EndpointStatus::Active;
+    assert_eq!(
+        store.update_webhook_endpoint(&first, caps).await.unwrap(),
+        EndpointWrite::ActiveCapReached,
+        "enabling a fourth active endpoint"
+    );
+    assert_eq!(
+        store
+            .get_webhook_endpoint(org, env, first.id)
+            .await
+            .unwrap()
+            .map(|e| e.status),
+        Some(EndpointStatus::Disabled),
+        "a refused enabling wrote nothing"
+    );
+    // An update of an active endpoint that leaves it active is no enabling.
+    let mut renamed = fourth.clone();
+    renamed.name = "renamed".into();
+    assert_eq!(
+        store.update_webhook_endpoint(&renamed, caps).await.unwrap(),
+        EndpointWrite::Written
+    );
+    // Disabling through an update frees a place too.
+    let mut off = renamed.clone();
+    off.status = EndpointStatus::Disabled;
+    assert_eq!(
+        store.update_webhook_endpoint(&off, caps).await.unwrap(),
+        EndpointWrite::Written
+    );
+    assert_eq!(
+        store.update_webhook_endpoint(&first, caps).await.unwrap(),
+        EndpointWrite::Written,
+        "enabling into the freed place"
+    );
+
+    // Five endpoints now, two of them disabled: the cap on all refuses a sixth.
+    let fifth = webhook_endpoint(org, env, WebhookEndpointId::generate());
+    let sixth = webhook_endpoint(org, env, WebhookEndpointId::generate());
+    assert!(
+        store
+            .disable_webhook_endpoint(org, env, stored[1].id, time::now())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.create_webhook_endpoint(&fifth, caps).await.unwrap(),
+        EndpointWrite::Written
+    );
+    assert_eq!(
+        store.create_webhook_endpoint(&sixth, caps).await.unwrap(),
+        EndpointWrite::TotalCapReached,
+        "disabled endpoints count toward the cap on all"
+    );
+    assert_eq!(
+        store.get_webhook_endpoint(org, env, sixth.id).await.unwrap(),
+        None
+    );
+    let elsewhere = webhook_endpoint(org, Environment::Test, WebhookEndpointId::generate());
+    assert_eq!(
+        store.create_webhook_endpoint(&elsewhere, caps).await.unwrap(),
+        EndpointWrite::Written,
+        "the other environment has caps of its own"
     );
 }

@@ -47,6 +47,8 @@ use crate::{
     VisitorRecord, VisitorRequest, VisitorStorage, VisitorTraits, WebhookDeliveryRecord,
     WebhookEndpointRecord,
 };
+#[allow(unused_imports)] // each used by one group's module through `super::*`
+use crate::{ApiKeyWrite, EndpointCaps, EndpointWrite};
 
 /// Expands into one `#[tokio::test]` per conformance case, each carrying the attributes given
 /// after `$make` (`ignore = "…"` for a backend whose server the test command cannot start).
@@ -115,6 +117,7 @@ macro_rules! store_conformance_suite {
                 api_key_touch_changes_only_last_used_at,
                 api_key_reads_follow_every_write,
                 concurrent_reads_see_a_revocation_once_it_returns,
+                api_keys_in_use_are_capped_per_organization_in_one_step,
             ],
             idempotency: [
                 idempotency_lifecycle,
@@ -180,6 +183,7 @@ macro_rules! store_conformance_suite {
                 a_due_delivery_is_claimed_by_one_dispatcher,
                 a_webhook_delivery_update_moves_it_in_the_due_index,
                 disabling_an_endpoint_changes_its_status_only,
+                webhook_endpoint_caps_hold_for_racing_creates_and_enabling,
             ],
             gate: [
                 gate_services_claim_ids_everywhere_and_keep_to_the_cap,

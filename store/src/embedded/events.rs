@@ -16,7 +16,8 @@ use super::{
     decode, decode_row, encode, key, prefix_end, scan, unavailable,
 };
 use crate::{
-    EventRecord, EventStore, Result, StoreError, WebhookDeliveryRecord, WebhookEndpointRecord,
+    EndpointCaps, EndpointStatus, EndpointWrite, EventRecord, EventStore, Result, StoreError,
+    WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
 /// The column of a stored `events` row that says when it expires.
@@ -26,6 +27,26 @@ pub(super) struct EventPlace {
 }
 
 impl Inner {
+    /// How many endpoints an organization has in `env`, and how many of them are active, as
+    /// the latest writes left them: read under the writer's lock, so a cap checked on it holds
+    /// until the lock's write lands.
+    fn count_endpoints(&self, org: OrgId, env: Environment) -> Result<(usize, usize)> {
+        let partition = key::webhook_endpoint_partition(org, env);
+        let (mut active, mut total) = (0, 0);
+        for guard in self.webhook_endpoints.range((
+            Bound::Included(partition.to_vec()),
+            prefix_end(&partition),
+        )) {
+            let value = guard.value().map_err(unavailable)?;
+            let endpoint: WebhookEndpointRecord = decode(WEBHOOK_ENDPOINTS, &value)?;
+            total += 1;
+            if endpoint.status == EndpointStatus::Active {
+                active += 1;
+            }
+        }
+        Ok((active, total))
+    }
+
     /// Adds events (insert or replace by id) and their expiry queue rows to `batch`.
     pub(super) fn add_events(
         &self,
@@ -344,7 +365,11 @@ impl EventStore for EmbeddedStore {
         Ok(due)
     }
 
-    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
+    async fn create_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        caps: EndpointCaps,
+    ) -> Result<EndpointWrite> {
         let endpoint = endpoint.clone();
         self.write(move |db, _| {
             let k =
@@ -355,13 +380,19 @@ impl EventStore for EmbeddedStore {
                     endpoint.id
                 )));
             }
+            let counts = db.count_endpoints(endpoint.organization_id, endpoint.environment)?;
+            let write = EndpointWrite::check(&endpoint, None, counts, caps);
+            if write != EndpointWrite::Written {
+                return Ok(write);
+            }
             let mut batch = db.batch();
             batch.insert(
                 &db.webhook_endpoints,
                 k,
                 encode(WEBHOOK_ENDPOINTS, &endpoint)?,
             );
-            batch.commit().map_err(unavailable)
+            batch.commit().map_err(unavailable)?;
+            Ok(write)
         })
         .await
     }
@@ -438,13 +469,26 @@ impl EventStore for EmbeddedStore {
         .await
     }
 
-    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
+    async fn update_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        caps: EndpointCaps,
+    ) -> Result<EndpointWrite> {
         let endpoint = endpoint.clone();
         self.write(move |db, _| {
             let k =
                 key::webhook_endpoint(endpoint.organization_id, endpoint.environment, endpoint.id);
-            if !db.contains(&db.webhook_endpoints, &k)? {
-                return Ok(false);
+            let Some(stored) = decode_row::<WebhookEndpointRecord>(
+                WEBHOOK_ENDPOINTS,
+                db.webhook_endpoints.get(k),
+            )?
+            else {
+                return Ok(EndpointWrite::Missing);
+            };
+            let counts = db.count_endpoints(endpoint.organization_id, endpoint.environment)?;
+            let write = EndpointWrite::check(&endpoint, Some(&stored), counts, caps);
+            if write != EndpointWrite::Written {
+                return Ok(write);
             }
             let mut batch = db.batch();
             batch.insert(
@@ -453,7 +497,7 @@ impl EventStore for EmbeddedStore {
                 encode(WEBHOOK_ENDPOINTS, &endpoint)?,
             );
             batch.commit().map_err(unavailable)?;
-            Ok(true)
+            Ok(EndpointWrite::Written)
         })
         .await
     }

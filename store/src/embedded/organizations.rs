@@ -16,8 +16,8 @@ use super::{
     ORGANIZATIONS_BY_SLUG, decode, decode_row, encode, key, unavailable,
 };
 use crate::{
-    ApiKeyRecord, CredentialHash, KeyAndOrganization, OrganizationRecord, OrganizationStore,
-    Result, StoreError,
+    ApiKeyRecord, ApiKeyWrite, CredentialHash, KeyAndOrganization, OrganizationRecord,
+    OrganizationStore, Result, StoreError,
 };
 
 /// `organizations_by_slug`: the claim of one slug.
@@ -123,6 +123,30 @@ impl Inner {
         );
         Ok(())
     }
+}
+
+impl Inner {
+    /// Writes a new key with its lookup rows, under the writer's lock the caller holds.
+    fn add_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let mut batch = self.batch();
+        self.insert_new_api_key(&mut batch, key)?;
+        self.commit(
+            batch,
+            Changes {
+                api_keys: &[key.key_hash],
+                ..Changes::default()
+            },
+        )
+    }
+}
+
+/// The keys of one organization's environment: from its partition's prefix to, excluded, the
+/// prefix with its last byte (the environment tag, 0 or 1) incremented, which cannot overflow.
+fn api_key_partition_range(org: OrgId, env: Environment) -> (Vec<u8>, Bound<Vec<u8>>) {
+    let partition = key::api_key_partition(org, env);
+    let mut end = partition;
+    end[16] += 1;
+    (partition.to_vec(), Bound::Excluded(end.to_vec()))
 }
 
 #[async_trait]
@@ -246,16 +270,28 @@ impl OrganizationStore for EmbeddedStore {
 
     async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
         let key = key.clone();
+        self.write(move |db, _| db.add_api_key(&key)).await
+    }
+
+    async fn create_api_key_capped(&self, key: &ApiKeyRecord, cap: usize) -> Result<ApiKeyWrite> {
+        let key = key.clone();
         self.write(move |db, _| {
-            let mut batch = db.batch();
-            db.insert_new_api_key(&mut batch, &key)?;
-            db.commit(
-                batch,
-                Changes {
-                    api_keys: &[key.key_hash],
-                    ..Changes::default()
-                },
-            )
+            // Counted under the writer's lock, which the write below holds too.
+            let mut in_use = 0;
+            for env in [Environment::Live, Environment::Test] {
+                let (partition, end) = api_key_partition_range(key.organization_id, env);
+                for guard in db.api_keys.range((Bound::Included(partition), end)) {
+                    let value = guard.value().map_err(unavailable)?;
+                    if decode::<ApiKeyRecord>(API_KEYS, &value)?.in_use() {
+                        in_use += 1;
+                    }
+                }
+            }
+            if in_use >= cap {
+                return Ok(ApiKeyWrite::CapReached);
+            }
+            db.add_api_key(&key)?;
+            Ok(ApiKeyWrite::Written)
         })
         .await
     }
@@ -331,21 +367,17 @@ impl OrganizationStore for EmbeddedStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let partition = key::api_key_partition(org, env);
-        // The partition's keys all begin with `partition`; its upper bound is the prefix with its
-        // last byte (the environment tag, 0 or 1) incremented, which cannot overflow.
-        let mut end = partition;
-        end[16] += 1;
+        let (partition, end) = api_key_partition_range(org, env);
         let start = match after {
             // Keys sort newest first, so "older than `after`" is "after its key".
             Some(after) => Bound::Excluded(key::api_key(org, env, after).to_vec()),
-            None => Bound::Included(partition.to_vec()),
+            None => Bound::Included(partition),
         };
         let mut keys = Vec::with_capacity(limit.min(1024));
         for guard in self
             .inner
             .api_keys
-            .range((start, Bound::Excluded(end.to_vec())))
+            .range((start, end))
             .take(limit)
         {
             let value = guard.value().map_err(unavailable)?;

@@ -18,8 +18,8 @@ use super::{
     owned_row, row, rows, ulid_bytes,
 };
 use crate::{
-    EndpointStatus, EventRecord, EventStore, Result, StoreError, WebhookDeliveryRecord,
-    WebhookEndpointRecord,
+    EndpointCaps, EndpointStatus, EndpointWrite, EventRecord, EventStore, Result, StoreError,
+    WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
 const EVENTS: &str = "events";
@@ -122,6 +122,52 @@ pub(super) async fn insert_events(tx: &impl GenericClient, events: &[&EventRecor
     Ok(())
 }
 
+/// Runs `sql` with the endpoint's organization, environment, id and record as `$1` to `$4`.
+async fn write_endpoint(
+    tx: &impl GenericClient,
+    sql: &str,
+    endpoint: &WebhookEndpointRecord,
+) -> Result<u64> {
+    execute(
+        tx,
+        sql,
+        &[
+            &ulid_bytes(endpoint.organization_id.ulid()),
+            &env_code(endpoint.environment),
+            &ulid_bytes(endpoint.id.ulid()),
+            &json(endpoint),
+        ],
+    )
+    .await
+}
+
+/// Takes the advisory lock under which an endpoint's organization and environment count their
+/// endpoints (the high 64 bits of the organization's id, tagged with the environment and a tag
+/// of its own, so it is neither the Gate services' lock nor the keys'), and counts them: active
+/// ones, and all. Endpoints that disable themselves (`disable_webhook_endpoint`) need no lock:
+/// they only lower the active count.
+async fn lock_and_count_endpoints(
+    tx: &impl GenericClient,
+    endpoint: &WebhookEndpointRecord,
+) -> Result<(usize, usize)> {
+    let bytes = endpoint.organization_id.ulid().to_bytes();
+    let lock = i64::from_be_bytes(bytes[..8].try_into().unwrap_or_default())
+        ^ (0x686f_6f6b_0000 + i64::from(env_code(endpoint.environment))); // "hook"
+    execute(tx, "SELECT pg_advisory_xact_lock($1)", &[&lock]).await?;
+    let counted = row(
+        tx,
+        "SELECT count(*) FILTER (WHERE body->>'status' = 'active'), count(*)
+         FROM webhook_endpoints WHERE organization_id = $1 AND environment = $2",
+        &[
+            &ulid_bytes(endpoint.organization_id.ulid()),
+            &env_code(endpoint.environment),
+        ],
+    )
+    .await?;
+    let count = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
+    Ok(counted.map_or((0, 0), |r| (count(r.get(0)), count(r.get(1)))))
+}
+
 #[async_trait]
 impl EventStore for PostgresStore {
     async fn get_event(
@@ -166,17 +212,25 @@ impl EventStore for PostgresStore {
         .await
     }
 
-    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
-        execute(
-            &self.client().await?,
+    /// Counted and written in one transaction, under an advisory lock on the organization and
+    /// environment that every capped write of an endpoint takes.
+    async fn create_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        caps: EndpointCaps,
+    ) -> Result<EndpointWrite> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let counts = lock_and_count_endpoints(&tx, endpoint).await?;
+        let write = EndpointWrite::check(endpoint, None, counts, caps);
+        if write != EndpointWrite::Written {
+            return Ok(write);
+        }
+        write_endpoint(
+            &tx,
             "INSERT INTO webhook_endpoints (organization_id, environment, id, body)
              VALUES ($1, $2, $3, $4)",
-            &[
-                &ulid_bytes(endpoint.organization_id.ulid()),
-                &env_code(endpoint.environment),
-                &ulid_bytes(endpoint.id.ulid()),
-                &json(endpoint),
-            ],
+            endpoint,
         )
         .await
         .map_err(|e| match e {
@@ -185,7 +239,8 @@ impl EventStore for PostgresStore {
             }
             other => other,
         })?;
-        Ok(())
+        tx.commit().await.map_err(db_error)?;
+        Ok(write)
     }
 
     async fn get_webhook_endpoint(
@@ -213,20 +268,41 @@ impl EventStore for PostgresStore {
         owned_page(self, WEBHOOK_ENDPOINTS, sql, (org, env), after, count).await
     }
 
-    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
-        let written = execute(
-            &self.client().await?,
-            "UPDATE webhook_endpoints SET body = $4
-             WHERE organization_id = $1 AND environment = $2 AND id = $3",
+    async fn update_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        caps: EndpointCaps,
+    ) -> Result<EndpointWrite> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let counts = lock_and_count_endpoints(&tx, endpoint).await?;
+        let found = row(
+            &tx,
+            "SELECT body FROM webhook_endpoints
+             WHERE organization_id = $1 AND environment = $2 AND id = $3 FOR UPDATE",
             &[
                 &ulid_bytes(endpoint.organization_id.ulid()),
                 &env_code(endpoint.environment),
                 &ulid_bytes(endpoint.id.ulid()),
-                &json(endpoint),
             ],
         )
         .await?;
-        Ok(written == 1)
+        let Some(stored) = decode_opt::<WebhookEndpointRecord>(WEBHOOK_ENDPOINTS, found)? else {
+            return Ok(EndpointWrite::Missing);
+        };
+        let write = EndpointWrite::check(endpoint, Some(&stored), counts, caps);
+        if write != EndpointWrite::Written {
+            return Ok(write);
+        }
+        write_endpoint(
+            &tx,
+            "UPDATE webhook_endpoints SET body = $4
+             WHERE organization_id = $1 AND environment = $2 AND id = $3",
+            endpoint,
+        )
+        .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(write)
     }
 
     async fn disable_webhook_endpoint(

@@ -13,8 +13,16 @@ use super::{
     row, ulid_bytes,
 };
 use crate::{
-    ApiKeyRecord, CredentialHash, KeyAndOrganization, OrganizationRecord, OrganizationStore, Result,
+    ApiKeyRecord, ApiKeyWrite, CredentialHash, KeyAndOrganization, OrganizationRecord,
+    OrganizationStore, Result,
 };
+
+/// The advisory lock key under which an organization's keys are counted for its cap: the high
+/// 64 bits of its id, with a tag of its own so it is not the Gate services' lock on it.
+fn key_count_lock(org: OrgId) -> i64 {
+    let bytes = org.ulid().to_bytes();
+    i64::from_be_bytes(bytes[..8].try_into().unwrap_or_default()) ^ 0x6b65_7973 // "keys"
+}
 
 const ORGANIZATIONS: &str = "organizations";
 const API_KEYS: &str = "api_keys";
@@ -158,6 +166,33 @@ impl OrganizationStore for PostgresStore {
 
     async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
         insert_api_key(&self.client().await?, key).await
+    }
+
+    /// Counted and written in one transaction, under an advisory lock on the organization that
+    /// every capped create takes, so replicas on other machines count one at a time.
+    async fn create_api_key_capped(&self, key: &ApiKeyRecord, cap: usize) -> Result<ApiKeyWrite> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        execute(
+            &tx,
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&key_count_lock(key.organization_id)],
+        )
+        .await?;
+        let counted = row(
+            &tx,
+            "SELECT count(*) FROM api_keys WHERE organization_id = $1
+               AND body->>'revoked_at' IS NULL AND body->>'replaced_by' IS NULL",
+            &[&ulid_bytes(key.organization_id.ulid())],
+        )
+        .await?;
+        let in_use: i64 = counted.map_or(0, |r| r.get(0));
+        if usize::try_from(in_use).unwrap_or(usize::MAX) >= cap {
+            return Ok(ApiKeyWrite::CapReached);
+        }
+        insert_api_key(&tx, key).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(ApiKeyWrite::Written)
     }
 
     async fn get_api_key(

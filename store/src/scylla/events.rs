@@ -17,8 +17,8 @@ use scylla::value::{CqlTimestamp, CqlValue};
 
 use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, env_of, env_text, errors, rows_of};
 use crate::{
-    EndpointStatus, EventRecord, EventStore, Result, StoreError, WebhookDeliveryRecord,
-    WebhookEndpointRecord,
+    EndpointCaps, EndpointStatus, EndpointWrite, EventRecord, EventStore, Result, StoreError,
+    WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 
 const EVENTS: &str = "events";
@@ -260,7 +260,18 @@ impl EventStore for ScyllaStore {
         }
     }
 
-    async fn create_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<()> {
+    /// A place under the caps first, then the row by IF NOT EXISTS; the place is given back if
+    /// the row is not written.
+    async fn create_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        caps: EndpointCaps,
+    ) -> Result<EndpointWrite> {
+        let owner = (endpoint.organization_id, endpoint.environment);
+        let placed = self.take_endpoint_place(owner, caps).await?;
+        if placed != EndpointWrite::Written {
+            return Ok(placed);
+        }
         let created = self
             .applied(
                 CREATE_ENDPOINT,
@@ -273,8 +284,9 @@ impl EventStore for ScyllaStore {
             )
             .await?;
         if created {
-            Ok(())
+            Ok(EndpointWrite::Written)
         } else {
+            self.give_back_endpoint_places(owner, (1, 1)).await;
             Err(StoreError::Conflict(format!(
                 "webhook endpoint {} exists",
                 endpoint.id
@@ -322,14 +334,51 @@ impl EventStore for ScyllaStore {
         }
     }
 
-    async fn update_webhook_endpoint(&self, endpoint: &WebhookEndpointRecord) -> Result<bool> {
-        self.change_endpoint(
-            endpoint.organization_id,
-            endpoint.environment,
-            endpoint.id,
-            |_| Some(endpoint.clone()),
-        )
-        .await
+    /// Enabling takes an active place before the conditional write (given back if the write
+    /// does not apply); disabling gives one back after it.
+    async fn update_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        caps: EndpointCaps,
+    ) -> Result<EndpointWrite> {
+        let owner = (endpoint.organization_id, endpoint.environment);
+        let key = (
+            endpoint.organization_id.to_string(),
+            env_text(endpoint.environment),
+            endpoint.id.to_string(),
+        );
+        let active = |e: &WebhookEndpointRecord| e.status == EndpointStatus::Active;
+        for _ in 0..CONTENDED_RETRIES {
+            let result = self.execute(READ_ENDPOINT, key.clone()).await?;
+            let Some((rev, stored)) =
+                Self::revision::<WebhookEndpointRecord>(WEBHOOK_ENDPOINTS, result)?
+            else {
+                return Ok(EndpointWrite::Missing);
+            };
+            let enabling = active(endpoint) && !active(&stored);
+            if enabling {
+                let placed = self.take_active_place(owner, caps).await?;
+                if placed != EndpointWrite::Written {
+                    return Ok(placed);
+                }
+            }
+            let (org, env, id) = key.clone();
+            if self
+                .applied(UPDATE_ENDPOINT, (rev + 1, encode(endpoint), org, env, id, rev))
+                .await?
+            {
+                if active(&stored) && !active(endpoint) {
+                    self.give_back_endpoint_places(owner, (1, 0)).await;
+                }
+                return Ok(EndpointWrite::Written);
+            }
+            if enabling {
+                self.give_back_endpoint_places(owner, (1, 0)).await;
+            }
+        }
+        Err(StoreError::Unavailable(
+            "ScyllaDB: a webhook endpoint kept changing under its update".into(),
+        ))
     }
 
     async fn disable_webhook_endpoint(
@@ -339,16 +388,21 @@ impl EventStore for ScyllaStore {
         id: WebhookEndpointId,
         at: Timestamp,
     ) -> Result<bool> {
-        self.change_endpoint(org, env, id, |stored| {
-            if stored.status == EndpointStatus::Disabled {
-                return None;
-            }
-            let mut disabled = stored.clone();
-            disabled.status = EndpointStatus::Disabled;
-            disabled.updated_at = at;
-            Some(disabled)
-        })
-        .await
+        let disabled = self
+            .change_endpoint(org, env, id, |stored| {
+                if stored.status == EndpointStatus::Disabled {
+                    return None;
+                }
+                let mut disabled = stored.clone();
+                disabled.status = EndpointStatus::Disabled;
+                disabled.updated_at = at;
+                Some(disabled)
+            })
+            .await?;
+        if disabled {
+            self.give_back_endpoint_places((org, env), (1, 0)).await;
+        }
+        Ok(disabled)
     }
 
     /// Each delivery by IF NOT EXISTS, its due row written first; one already stored is left as

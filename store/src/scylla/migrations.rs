@@ -66,6 +66,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fleet writes",
         include_str!("../../../schemas/cql/011_fleet_writes.cql"),
     ),
+    (
+        12,
+        "caps",
+        include_str!("../../../schemas/cql/012_caps.cql"),
+    ),
 ];
 
 /// The version this build needs.

@@ -22,6 +22,7 @@ mod gate;
 mod idempotency;
 pub mod migrations;
 mod organizations;
+mod places;
 mod retention;
 mod sessions;
 mod visitors;
@@ -265,6 +266,7 @@ pub fn statements() -> impl Iterator<Item = &'static str> {
         .chain(events::STATEMENTS.iter().copied())
         .chain(visitors::statements())
         .chain(gate::STATEMENTS.iter().copied())
+        .chain(places::STATEMENTS.iter().copied())
 }
 
 const PING: &str = "SELECT name FROM settings WHERE name = 'ping'";

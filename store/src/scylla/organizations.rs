@@ -12,8 +12,8 @@ use scylla::value::CqlValue;
 
 use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, env_of, env_text, errors, rows_of};
 use crate::{
-    ApiKeyRecord, CredentialHash, KeyAndOrganization, OrganizationRecord, OrganizationStore,
-    Result, StoreError,
+    ApiKeyRecord, ApiKeyWrite, CredentialHash, KeyAndOrganization, OrganizationRecord,
+    OrganizationStore, Result, StoreError,
 };
 
 const ORGANIZATIONS: &str = "organizations";
@@ -86,6 +86,32 @@ fn contended(what: &str) -> StoreError {
 }
 
 impl ScyllaStore {
+    /// Claims a key's id and hash and inserts it, after its place in the organization's count
+    /// was taken; a key that is not written (its id or hash taken) gives its place back.
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let held = match self.claim(None, std::slice::from_ref(key)).await {
+            Ok(held) => held,
+            Err(e) => {
+                if matches!(e, StoreError::Conflict(_)) {
+                    self.give_back_key_place(key.organization_id).await;
+                }
+                return Err(e);
+            }
+        };
+        match self.applied(INSERT_KEY, Self::key_values(key)).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.release(held).await;
+                self.give_back_key_place(key.organization_id).await;
+                Err(StoreError::Conflict(format!(
+                    "the key id {} is taken",
+                    key.id
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Claims a key's id and credential hash.
     async fn claim_key(&self, key: &ApiKeyRecord, held: &mut Vec<Claim>) -> Result<()> {
         let id = key.id.to_string();
@@ -349,19 +375,19 @@ impl OrganizationStore for ScyllaStore {
         }
     }
 
+    /// Takes a place in the organization's key count like a capped create, so the count the
+    /// cap reads stays true.
     async fn create_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        let held = self.claim(None, std::slice::from_ref(key)).await?;
-        match self.applied(INSERT_KEY, Self::key_values(key)).await {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                self.release(held).await;
-                Err(StoreError::Conflict(format!(
-                    "the key id {} is taken",
-                    key.id
-                )))
-            }
-            Err(e) => Err(e),
+        self.take_key_place(key.organization_id, usize::MAX).await?;
+        self.insert_key(key).await
+    }
+
+    async fn create_api_key_capped(&self, key: &ApiKeyRecord, cap: usize) -> Result<ApiKeyWrite> {
+        if !self.take_key_place(key.organization_id, cap).await? {
+            return Ok(ApiKeyWrite::CapReached);
         }
+        self.insert_key(key).await?;
+        Ok(ApiKeyWrite::Written)
     }
 
     async fn get_api_key(
@@ -445,10 +471,22 @@ impl OrganizationStore for ScyllaStore {
     }
 
     async fn update_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        // Whether the write that applied took the key out of use (the last call's answer).
+        // (Atomic only to keep the future `Send`.)
+        let freed = std::sync::atomic::AtomicBool::new(false);
         self.change_key(key.organization_id, key.environment, key.id, |stored| {
-            Some(crate::rules::merge_key_update(stored, key))
+            let merged = crate::rules::merge_key_update(stored, key);
+            freed.store(
+                stored.in_use() && !merged.in_use(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            Some(merged)
         })
-        .await
+        .await?;
+        if freed.load(std::sync::atomic::Ordering::Relaxed) {
+            self.give_back_key_place(key.organization_id).await;
+        }
+        Ok(())
     }
 
     /// The replacement's id and hash are claimed first; then one conditional batch on the
