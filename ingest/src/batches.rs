@@ -9,9 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use edge::body::{Fields, PathParams, Reply, RequestBody, Valid, path_param};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, PublishableKey};
-use schemas::collect::{
-    BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, USER_AGENT_BYTES_MEMBER, kept_user_agent,
-};
+use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, kept_user_agent};
 use schemas::error::ErrorEnvelope;
 use schemas::raw::RawJson;
 use schemas::resources::Single;
@@ -264,6 +262,7 @@ pub(crate) async fn accept(
             header_names: headers.keys().map(|k| k.as_str().to_owned()).collect(),
             url: uri.to_string(),
             web_bot_auth,
+            user_agent_bytes,
         },
         kind: Some(kind),
         observations,
@@ -271,16 +270,8 @@ pub(crate) async fn accept(
     // Sized for the batch and the request's few members at once, rather than grown by doubling
     // from empty (several reallocations and copies of the batch each).
     let mut payload = Vec::with_capacity(record.observations.as_str().len() + 1024);
-    match user_agent_bytes {
-        None => serde_json::to_writer(&mut payload, &record),
-        // Rare (no browser sends such a header), so the record takes a detour through a value
-        // to carry the member beside `BatchRequest`'s own, which older readers ignore.
-        Some(received) => serde_json::to_value(&record).and_then(|mut value| {
-            value["request"][USER_AGENT_BYTES_MEMBER] = received.into();
-            serde_json::to_writer(&mut payload, &value)
-        }),
-    }
-    .map_err(|e| ApiError::internal("batch record", e))?;
+    serde_json::to_writer(&mut payload, &record)
+        .map_err(|e| ApiError::internal("batch record", e))?;
     if !(state.log_ready)() {
         return Err(ApiError::log_unavailable());
     }

@@ -239,6 +239,7 @@ pub async fn append_server_record(
             header_names: Vec::new(),
             url: String::new(),
             web_bot_auth: None,
+            user_agent_bytes: None,
         },
         kind: None,
         observations: RawJson::encode(server_record)

@@ -881,6 +881,9 @@ pub struct RequestContext {
     /// Header names in wire order, lower case.
     pub header_names: Vec<String>,
     pub url: Option<String>,
+    /// The `User-Agent`'s length as received, when ingest cut it to its first 512 bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_agent_bytes: Option<usize>,
 }
 
 /// What the server knows about the session beyond the browser's claims.

@@ -978,6 +978,7 @@ async fn fold<'a>(
                 user_agent: Some(batch.request.user_agent.clone()),
                 header_names: batch.request.header_names.clone(),
                 url: Some(batch.request.url.clone()),
+                user_agent_bytes: batch.request.user_agent_bytes,
             };
         }
         if probes_batch

@@ -41,6 +41,7 @@
 //! | `ping_rtt_mismatch` | network | 40 | claimed ping round trips the server's arrival times rule out, or pings the server never saw |
 //! | `network_check_mismatch` | network | 45 | the WebSocket's identity differed from the HTTP request's |
 //! | `missing_browser_headers` | network | 30 | the request lacks headers every claimed browser sends |
+//! | `oversized_user_agent` | network | 45 | the `User-Agent` header was over 512 bytes (ingest keeps its first 512) |
 //! | `web_bot_auth_invalid` | network | 70 | a Web Bot Auth signature failed verification |
 //! | `web_bot_auth_verified` | network | -40 | a valid Web Bot Auth signature identifies the agent |
 //! | `untrusted_input` | behavior | 70 | script-dispatched (`isTrusted` false) pointer, key or touch events, or several such clicks |
@@ -179,6 +180,7 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("ping_rtt_mismatch",                N, 40,  "Round-trip times claimed by the client disagree with when the server saw its pings."),
     signal("network_check_mismatch",           N, 45,  "The WebSocket check came from a different network identity than the page's requests."),
     signal("missing_browser_headers",          N, 30,  "The request lacks headers every real browser of the claimed kind sends."),
+    signal("oversized_user_agent",             N, 45,  "The User-Agent header was longer than any browser sends, and was cut to 512 bytes."),
     signal("web_bot_auth_invalid",             N, 70,  "The request carries a Web Bot Auth signature that failed verification."),
     signal("web_bot_auth_verified",            N, -40, "A valid Web Bot Auth signature identifies the agent."),
     signal("untrusted_input",                  B, 70,  "Input events were dispatched by script rather than by a person (isTrusted is false)."),
@@ -533,6 +535,12 @@ fn transport(
         if !missing.is_empty() {
             fired.fire("missing_browser_headers", json!({ "missing": missing }));
         }
+    }
+    if let Some(received) = context.request.user_agent_bytes {
+        fired.fire(
+            "oversized_user_agent",
+            json!({ "received_bytes": received, "kept_bytes": schemas::collect::MAX_USER_AGENT_BYTES }),
+        );
     }
 
     let agent = context.signature_agent.as_deref();

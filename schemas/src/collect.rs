@@ -27,6 +27,11 @@ pub struct BatchRequest {
     /// absent when it carried none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web_bot_auth: Option<WebBotAuthCheck>,
+    /// The `User-Agent`'s length in bytes as received, when it was longer than
+    /// [`MAX_USER_AGENT_BYTES`] and `user_agent` holds its first part; absent when it was kept
+    /// whole (a reader that does not know the member ignores it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent_bytes: Option<usize>,
 }
 
 /// What checking a request's Web Bot Auth signature (RFC 9421 with `Signature-Agent`) found.
@@ -55,11 +60,6 @@ pub enum WebBotAuthStatus {
 /// record and stored session carries it, so a client sending hundreds of kilobytes (with only
 /// a site's public key) would otherwise fill the disk (schemas/collect.md §6).
 pub const MAX_USER_AGENT_BYTES: usize = 512;
-
-/// The member of a batch record's `request` that tells a `User-Agent` was cut to
-/// [`MAX_USER_AGENT_BYTES`]: its length in bytes as received. Absent when it was kept whole.
-/// Written beside [`BatchRequest`]'s own members, which a reader that does not know it ignores.
-pub const USER_AGENT_BYTES_MEMBER: &str = "user_agent_bytes";
 
 /// `raw` as it is kept: whole up to [`MAX_USER_AGENT_BYTES`], else cut there on a character
 /// boundary, with the length received when it was cut.

@@ -246,6 +246,7 @@ async fn unreadable_records_are_dead_lettered_and_the_sessions_behind_them_decid
             header_names: Vec::new(),
             url: "https://shop.example/".into(),
             web_bot_auth: None,
+            user_agent_bytes: None,
         },
         kind: None,
         observations: RawJson::encode(&42).unwrap(),

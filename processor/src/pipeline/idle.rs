@@ -114,6 +114,7 @@ pub async fn sweep(pipeline: Pipeline, owned: Owned, shutdown: CancellationToken
                     header_names: Vec::new(),
                     url: String::new(),
                     web_bot_auth: None,
+                    user_agent_bytes: None,
                 },
                 kind: None,
                 observations: match RawJson::encode(&ServerRecord::Idle {

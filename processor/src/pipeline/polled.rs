@@ -179,6 +179,7 @@ mod tests {
                 header_names: vec!["host".into(), "user-agent".into()],
                 url: "https://shop.example/checkout".into(),
                 web_bot_auth: None,
+                user_agent_bytes: None,
             },
             kind: kind.map(Into::into),
             observations: RawJson::encode(&observations).unwrap(),

@@ -44,6 +44,7 @@ fn batch_of(org: OrgId, session: SessionId, seq: u64, observations: RawJson) -> 
             header_names: Vec::new(),
             url: "https://example.test/".into(),
             web_bot_auth: None,
+            user_agent_bytes: None,
         },
         kind: None,
         observations,

@@ -53,6 +53,7 @@ const SET_ONE: &[(&str, &str, &str, &str)] = &[
     ("platform_mismatch",                HUMAN,    "/p/browser/platform",                      r#""MacIntel""#),
     ("worker_mismatch",                  HUMAN,    "/p/browser/worker_platform",               r#""Linux x86_64""#),
     ("http_user_agent_mismatch",         HUMAN,    "/context/request/user_agent",              r#""python-requests/2.31.0""#),
+    ("oversized_user_agent",             HUMAN,    "/context/request/user_agent_bytes",        "20000"),
     ("product_sub_mismatch",             HUMAN,    "/p/automation/product_sub",                r#""20100101""#),
     ("eval_length_mismatch",             HUMAN,    "/p/automation/eval_length",                "37"),
     ("engine_mismatch",                  HUMAN,    "/p/automation/error_stack_engine",         r#""spidermonkey""#),
