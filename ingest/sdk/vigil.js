@@ -940,6 +940,34 @@
     },
   };
 
+  /**
+   * The session's challenge (collect.md §1): the server's fresh nonce, drawn as text on a canvas
+   * and hashed with its pixels, so the probes batch carries a value made after this session
+   * opened, by the page's own rendering engine. A batch recorded from another session carries
+   * another session's nonce.
+   */
+  async function answerChallenge(nonce) {
+    if (typeof nonce !== 'string' || !nonce) return null;
+    let render = null;
+    try {
+      const canvas = global.document.createElement('canvas');
+      canvas.width = 200;
+      canvas.height = 24;
+      const ctx = canvas.getContext('2d', { willReadFrequently: true });
+      if (ctx) {
+        ctx.fillStyle = '#123';
+        ctx.font = '14px monospace';
+        ctx.fillText(nonce, 2, 17);
+        const pixels = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+        const bound = new Uint8Array(nonce.length + pixels.length);
+        bound.set(utf8(nonce), 0);
+        bound.set(pixels, nonce.length);
+        render = await sha256Hex(bound);
+      }
+    } catch (_) { /* no canvas: the nonce alone still dates the batch */ }
+    return { nonce, render };
+  }
+
   // The classic OfflineAudioContext fingerprint: a triangle wave through a compressor. Rendering
   // runs on the audio thread, not the main one; we only hash the settled tail of the signal.
   const probeAudio = {
@@ -1862,6 +1890,7 @@
       // time), so the probes' hold on the main thread does not count in them.
       const pinging = runPings(calls, session.pings);
       pinging.catch(noop); // handled below, once the probes are launched; not "unhandled" meanwhile
+      const challenged = answerChallenge(session.challenge).catch(() => null);
       await probes.launched;
       mark('probes_launched');
       const rtts = await pinging;
@@ -1870,10 +1899,12 @@
       mark('probes_finished');
       const agent = new Agent(conn, session, batchKey, calls, recorder, opts);
       agent.visitorToken = (observations.storage && observations.storage.visitor_token) || null;
+      const challenge = await challenged;
       await agent._sendBatch(Object.assign(
         { kind: 'probes', collected_in_ms: collectedInMs, timed_out: timedOut },
         observations,
-        { network: { ping_rtts_ms: rtts } }
+        { network: { ping_rtts_ms: rtts } },
+        challenge ? { challenge } : {}
       ));
       mark('probes_acknowledged');
       agent.loadTimings = { phases, probes: timings };

@@ -47,6 +47,10 @@ struct OpenedSession {
     max_batch_bytes: usize,
     /// The token of `GET /v1/collect/ws`.
     network_check_token: String,
+    /// A fresh nonce the SDK folds into its probes batch (schemas/collect.md §1): a batch
+    /// recorded in another session carries another.
+    #[schema(pattern = "^[A-Za-z0-9_-]{22}$")]
+    challenge: String,
 }
 
 /// The body of a session's opening.
@@ -149,6 +153,11 @@ pub(crate) async fn open(
         .try_fill_bytes(&mut token)
         .map_err(|e| ApiError::internal("random source", e))?;
     let network_check_token = URL_SAFE_NO_PAD.encode(token);
+    let mut nonce = [0u8; 16];
+    OsRng
+        .try_fill_bytes(&mut nonce)
+        .map_err(|e| ApiError::internal("random source", e))?;
+    let challenge = URL_SAFE_NO_PAD.encode(nonce);
     let now = time::now();
     let ctx = &caller.ctx;
     let record = CollectSessionRecord {
@@ -174,6 +183,7 @@ pub(crate) async fn open(
         ws_identity: None,
         results_at: None,
         gate_session_id,
+        challenge: challenge.clone(),
     };
     state.auth.store.create_collect_session(&record).await?;
     Ok(Reply::created(OpenedSession {
@@ -184,6 +194,7 @@ pub(crate) async fn open(
         pings: record.pings.iter().map(|p| p.id).collect(),
         max_batch_bytes: MAX_BATCH_BYTES,
         network_check_token,
+        challenge,
     }))
 }
 

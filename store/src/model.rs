@@ -145,6 +145,25 @@ pub struct CollectSessionRecord {
     /// decide it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_session_id: Option<schemas::ids::GateSessionId>,
+    /// The session's challenge: a fresh random nonce (base64url) the open answer gave the SDK,
+    /// which folds it into its probes batch, so a batch recorded in another session carries
+    /// another nonce (docs/detection.md#replayed-sessions). Empty in sessions opened before
+    /// challenges.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub challenge: String,
+}
+
+/// A mark a batch leaves in the replay record (docs/detection.md#replayed-sessions): a key its
+/// content gives, the session that left it first, and, for an interaction stream, a sketch of
+/// its first events, by which a near-copy (times and places jittered) is told from a stream
+/// that only shares its shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayMark {
+    #[serde(with = "bytes_text")]
+    pub key: [u8; 16],
+    pub session_id: schemas::SessionId,
+    #[serde(default, with = "bytes_text")]
+    pub sketch: Vec<u8>,
 }
 
 /// One ping of a collect session and when it reached the server.
@@ -641,7 +660,7 @@ mod tests {
 /// Byte columns (sealed keys, hashes) as base64 text in the JSON rows of the embedded store.
 /// serde writes bytes as an array of numbers, four times the size and a parse per number, and
 /// ingest reads a collect session for every batch. Rows written as arrays still read.
-mod bytes_text {
+pub(crate) mod bytes_text {
     use std::fmt;
 
     use base64::Engine;

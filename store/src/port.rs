@@ -34,7 +34,8 @@ use crate::model::{
     DecisionRecord, EventRecord, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll,
     GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, IdempotencyBegin,
     IdempotencyRecord, IdempotencyScope, IdleSession, KeyAndOrganization, OrganizationRecord,
-    PartitionFence, SessionRecord, SessionSave, VisitorAnchors, VisitorOrder, VisitorRecord,
+    PartitionFence, ReplayMark, SessionRecord, SessionSave, VisitorAnchors, VisitorOrder,
+    VisitorRecord,
     WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 use crate::model::{ApiKeyWrite, EndpointCaps, EndpointWrite};
@@ -268,6 +269,20 @@ store_port! {
     ///
     /// Each backend implements it in `store/src/<backend>/collect.rs`.
     pub trait CollectStore {
+        // replay_marks
+
+        /// Leaves each of `marks` in the replay record until `until`, unless a mark with its key
+        /// is there already: in order, `None` for a mark left now, or the mark found (whichever
+        /// session left it, this one included, so a batch delivered again finds its own). The
+        /// embedded store and PostgreSQL check and write in one step; ScyllaDB reads, then
+        /// writes without a lightweight transaction (one per batch would cost a Paxos round), so
+        /// two sessions leaving one mark at the same instant may both find none.
+        async fn leave_replay_marks(
+            &self,
+            marks: &[ReplayMark],
+            until: Timestamp,
+        ) -> Result<Vec<Option<ReplayMark>>>;
+
         // handoff_openings
 
         /// Records the opening of the handoff `handoff` (a handoff opens once:

@@ -1,6 +1,69 @@
-//! Collect sessions, their counters, pings and results, and handoff openings (`CollectStore`).
+//! Collect sessions, their counters, pings and results, handoff openings and the replay record
+//! (`CollectStore`).
 
 use super::*;
+
+/// A mark is left by the first session that brings its key, with its sketch; a later session
+/// (or the same one again, a redelivery) finds that first mark; marks of one call are answered
+/// in order, the second of two equal keys finding the first; an empty call is answered empty.
+pub async fn replay_marks_are_left_once_and_found_by_later_sessions(store: Store) {
+    use crate::ReplayMark;
+    let key = |n: u8| {
+        let mut key: [u8; 16] = KeyId::generate().ulid().to_bytes();
+        key[0] = n;
+        key
+    };
+    let (first, later) = (SessionId::generate(), SessionId::generate());
+    let (probes, stream) = (key(1), key(2));
+    let mark = |key, session, sketch: &[u8]| ReplayMark {
+        key,
+        session_id: session,
+        sketch: sketch.to_vec(),
+    };
+    let until = tomorrow();
+    assert_eq!(store.leave_replay_marks(&[], until).await.unwrap(), vec![]);
+    let left = store
+        .leave_replay_marks(
+            &[mark(probes, first, &[]), mark(stream, first, &[1, 2, 3])],
+            until,
+        )
+        .await
+        .unwrap();
+    assert_eq!(left, vec![None, None], "both left by the first session");
+    let found = store
+        .leave_replay_marks(
+            &[
+                mark(stream, later, &[9, 9]),
+                mark(key(3), later, &[4]),
+                mark(probes, later, &[]),
+            ],
+            until,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        found,
+        vec![
+            Some(mark(stream, first, &[1, 2, 3])),
+            None,
+            Some(mark(probes, first, &[])),
+        ],
+        "a later session finds the first's marks, with its sketch, and leaves its own new one"
+    );
+    // Delivered again, the first session finds its own marks.
+    let again = store
+        .leave_replay_marks(&[mark(stream, first, &[1, 2, 3])], until)
+        .await
+        .unwrap();
+    assert_eq!(again, vec![Some(mark(stream, first, &[1, 2, 3]))]);
+    // Two equal keys in one call: the first leaves it, the second finds it.
+    let twice = key(4);
+    let both = store
+        .leave_replay_marks(&[mark(twice, first, &[7]), mark(twice, later, &[8])], until)
+        .await
+        .unwrap();
+    assert_eq!(both, vec![None, Some(mark(twice, first, &[7]))]);
+}
 
 pub async fn handoff_opens_once(store: Store) {
     let handoff: [u8; 16] = KeyId::generate().ulid().to_bytes();

@@ -142,6 +142,7 @@ macro_rules! store_conformance_suite {
                 concurrent_collect_results_have_one_winner,
                 concurrent_collect_updates_keep_each_other,
                 a_nonce_is_spent_once_per_scope,
+                replay_marks_are_left_once_and_found_by_later_sessions,
             ],
             sessions: [
                 session_round_trip,
@@ -337,6 +338,7 @@ pub(crate) fn collect_session(pings: usize) -> CollectSessionRecord {
         ws_identity: None,
         results_at: None,
         gate_session_id: None,
+        challenge: String::new(),
     }
 }
 

@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use super::row_cache::{Changes, Lookup};
 use super::{
-    COLLECT_PINGS, COLLECT_SEQS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner, decode,
+    COLLECT_PINGS, COLLECT_SEQS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner,
+    REPLAY_MARKS, decode,
     decode_row, encode, key, unavailable,
 };
-use crate::{CollectSessionRecord, CollectStore, Result, StoreError};
+use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result, StoreError};
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
 /// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
@@ -27,6 +28,15 @@ const COLLECT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 #[derive(Serialize, Deserialize)]
 struct PingRow {
     session_id: SessionId,
+}
+
+/// `replay_marks`: the session that left a mark, its sketch, and until when it is kept.
+#[derive(Serialize, Deserialize)]
+pub(super) struct ReplayMarkRow {
+    session_id: schemas::SessionId,
+    #[serde(default, with = "crate::model::bytes_text")]
+    sketch: Vec<u8>,
+    pub(super) expires_at: Timestamp,
 }
 
 /// `handoff_openings`: when a handoff was first opened, kept until it expires.
@@ -347,6 +357,54 @@ impl CollectStore for EmbeddedStore {
         }
     }
 
+    async fn leave_replay_marks(
+        &self,
+        marks: &[ReplayMark],
+        until: Timestamp,
+    ) -> Result<Vec<Option<ReplayMark>>> {
+        if marks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = marks.to_vec();
+        self.write(move |db, _| {
+            let mut found = Vec::with_capacity(marks.len());
+            let mut batch = db.batch();
+            let mut left: std::collections::HashMap<[u8; 16], ReplayMark> =
+                std::collections::HashMap::new();
+            for mark in marks {
+                // A mark left earlier in this same call is found like a stored one.
+                if let Some(earlier) = left.get(&mark.key) {
+                    found.push(Some(earlier.clone()));
+                    continue;
+                }
+                let stored: Option<ReplayMarkRow> =
+                    decode_row(REPLAY_MARKS, db.replay_marks.get(mark.key))?;
+                match stored {
+                    Some(row) => found.push(Some(ReplayMark {
+                        key: mark.key,
+                        session_id: row.session_id,
+                        sketch: row.sketch,
+                    })),
+                    None => {
+                        let row = ReplayMarkRow {
+                            session_id: mark.session_id,
+                            sketch: mark.sketch.clone(),
+                            expires_at: until,
+                        };
+                        batch.insert(&db.replay_marks, mark.key, encode(REPLAY_MARKS, &row)?);
+                        left.insert(mark.key, mark);
+                        found.push(None);
+                    }
+                }
+            }
+            if !left.is_empty() {
+                batch.commit().map_err(unavailable)?;
+            }
+            Ok(found)
+        })
+        .await
+    }
+
     async fn open_handoff_once(
         &self,
         handoff: &[u8; 16],
@@ -431,6 +489,7 @@ mod tests {
             ws_identity: None,
             results_at: None,
             gate_session_id: None,
+            challenge: String::new(),
         }
     }
 

@@ -84,6 +84,7 @@ const API_KEYS_BY_HASH: &str = "api_keys_by_hash";
 const API_KEY_IDS: &str = "api_key_ids";
 const IDEMPOTENCY_RECORDS: &str = "idempotency_records";
 const HANDOFF_OPENINGS: &str = "handoff_openings";
+const REPLAY_MARKS: &str = "replay_marks";
 const SETTINGS: &str = "settings";
 const COLLECT_SESSIONS: &str = "collect_sessions";
 const COLLECT_PINGS: &str = "collect_pings";
@@ -154,6 +155,7 @@ struct Inner {
     api_key_ids: Keyspace,
     idempotency_records: Keyspace,
     handoff_openings: Keyspace,
+    replay_marks: Keyspace,
     settings: Keyspace,
     collect_sessions: Keyspace,
     collect_pings: Keyspace,
@@ -323,6 +325,7 @@ impl EmbeddedStore {
             api_key_ids: keyspace(API_KEY_IDS)?,
             idempotency_records: keyspace(IDEMPOTENCY_RECORDS)?,
             handoff_openings: keyspace(HANDOFF_OPENINGS)?,
+            replay_marks: keyspace(REPLAY_MARKS)?,
             settings: keyspace(SETTINGS)?,
             collect_sessions: keyspace(COLLECT_SESSIONS)?,
             collect_pings: keyspace(COLLECT_PINGS)?,
@@ -389,6 +392,7 @@ impl EmbeddedStore {
             &db.api_key_ids,
             &db.idempotency_records,
             &db.handoff_openings,
+            &db.replay_marks,
             &db.settings,
             &db.collect_sessions,
             &db.collect_pings,

@@ -15,14 +15,15 @@ use schemas::ids::{OrgId, SessionId};
 use schemas::time::Timestamp;
 use serde::Deserialize;
 
-use super::collect::HandoffOpening;
+use super::collect::{HandoffOpening, ReplayMarkRow};
 use super::events::EventPlace;
 use super::key::Expiring;
 use super::row_cache::Changes;
 use super::sessions::{SessionMarks, SessionPlace};
 use super::writer::{Backfill, WriterState};
 use super::{
-    EVENTS, EmbeddedStore, GATE_SESSIONS, HANDOFF_OPENINGS, IDEMPOTENCY_RECORDS, Inner, SESSIONS,
+    EVENTS, EmbeddedStore, GATE_SESSIONS, HANDOFF_OPENINGS, IDEMPOTENCY_RECORDS, Inner, REPLAY_MARKS,
+    SESSIONS,
     VISITORS, decode, decode_row, key, unavailable,
 };
 use crate::{
@@ -80,6 +81,13 @@ impl Inner {
             &mut state.handoff_cursor,
             budget,
             |v| Ok(decode::<HandoffOpening>(HANDOFF_OPENINGS, v)?.expires_at <= now),
+        )?;
+        more |= self.sweep_step(
+            &mut batch,
+            &self.replay_marks,
+            &mut state.replay_cursor,
+            budget,
+            |v| Ok(decode::<ReplayMarkRow>(REPLAY_MARKS, v)?.expires_at <= now),
         )?;
         more |= self.sweep_gate_sessions(&mut batch, &mut state.gate_cursor, now, budget)?;
         self.commit(

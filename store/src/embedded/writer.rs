@@ -29,6 +29,8 @@ pub(super) struct WriterState {
     pub(super) idempotency_cursor: Option<Vec<u8>>,
     /// The same for `handoff_openings`.
     pub(super) handoff_cursor: Option<Vec<u8>>,
+    /// The same for `replay_marks`.
+    pub(super) replay_cursor: Option<Vec<u8>>,
     /// The same for `gate_sessions`, whose lifetimes follow their status.
     pub(super) gate_cursor: Option<Vec<u8>>,
     /// Where the indexing of rows written before the read and expiry indexes existed stands.
@@ -46,6 +48,7 @@ impl Default for WriterState {
             settled_hasher: std::hash::RandomState::new(),
             idempotency_cursor: None,
             handoff_cursor: None,
+            replay_cursor: None,
             gate_cursor: None,
             backfill: Backfill::default(),
             partition_generations: Default::default(),

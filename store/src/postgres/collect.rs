@@ -8,8 +8,10 @@ use deadpool_postgres::GenericClient;
 use schemas::ids::{PingId, SessionId};
 use schemas::time::Timestamp;
 
-use super::{PostgresStore, db_error, decode_opt, execute, json, row, ulid_bytes, ulid_of};
-use crate::{CollectSessionRecord, CollectStore, Result};
+use super::{
+    PostgresStore, db_error, decode_opt, execute, json, row, rows, ulid_bytes, ulid_of,
+};
+use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result};
 
 pub(super) const COLLECT_SESSIONS: &str = "collect_sessions";
 
@@ -181,6 +183,73 @@ impl CollectStore for PostgresStore {
         )
         .await?;
         Ok(spent == 1)
+    }
+
+    async fn leave_replay_marks(
+        &self,
+        marks: &[ReplayMark],
+        until: Timestamp,
+    ) -> Result<Vec<Option<ReplayMark>>> {
+        if marks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&[u8]> = marks.iter().map(|m| &m.key[..]).collect();
+        let sessions: Vec<Vec<u8>> = marks
+            .iter()
+            .map(|m| ulid_bytes(m.session_id.ulid()))
+            .collect();
+        let sketches: Vec<&[u8]> = marks.iter().map(|m| &m.sketch[..]).collect();
+        let client = self.client().await?;
+        // One statement leaves every mark not there yet (the first of two equal keys in the
+        // call wins), and says which it left; the others are read after.
+        let left = rows(
+            &client,
+            "INSERT INTO replay_marks (mark, session_id, sketch, expires_at)
+             SELECT DISTINCT ON (mark) mark, session_id, sketch, $4
+             FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) WITH ORDINALITY
+                  AS given(mark, session_id, sketch, n)
+             ORDER BY mark, n
+             ON CONFLICT (mark) DO NOTHING RETURNING mark, session_id",
+            &[&keys, &sessions, &sketches, &until],
+        )
+        .await?;
+        let left: Vec<(Vec<u8>, Vec<u8>)> = left.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let found = rows(
+            &client,
+            "SELECT mark, session_id, sketch FROM replay_marks WHERE mark = ANY($1)",
+            &[&keys],
+        )
+        .await?;
+        let mut stored = std::collections::HashMap::new();
+        for row in &found {
+            let key: Vec<u8> = row.get(0);
+            let session: Vec<u8> = row.get(1);
+            stored.insert(key, (session, row.get::<_, Vec<u8>>(2)));
+        }
+        let mut answered = std::collections::HashSet::new();
+        let mut out = Vec::with_capacity(marks.len());
+        for mark in marks {
+            let own = ulid_bytes(mark.session_id.ulid());
+            // Left now by this very mark: the first of its key in the call.
+            let left_now = left
+                .iter()
+                .any(|(key, session)| key[..] == mark.key && *session == own)
+                && answered.insert(mark.key);
+            if left_now {
+                out.push(None);
+                continue;
+            }
+            out.push(match stored.get(&mark.key[..]) {
+                Some((session, sketch)) => Some(ReplayMark {
+                    key: mark.key,
+                    session_id: SessionId::from_ulid(ulid_of("replay_marks", session)?),
+                    sketch: sketch.clone(),
+                }),
+                // Swept since the insert found it: it was there, so it was seen.
+                None => Some(mark.clone()),
+            });
+        }
+        Ok(out)
     }
 
     async fn open_handoff_once(

@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "credential listeners",
         include_str!("../../../schemas/sql/0005_credential_listeners.sql"),
     ),
+    (
+        6,
+        "replay marks",
+        include_str!("../../../schemas/sql/0006_replay_marks.sql"),
+    ),
 ];
 
 /// The version this build needs.

@@ -82,6 +82,14 @@ const HANDOFFS: &str = "WITH gone AS (
         RETURNING 1)
     SELECT count(*) FROM gone";
 
+const REPLAY_MARKS: &str = "WITH gone AS (
+        DELETE FROM replay_marks WHERE mark IN (
+            SELECT mark FROM replay_marks WHERE expires_at <= $1 LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+            AND expires_at <= $1
+        RETURNING 1)
+    SELECT count(*) FROM gone";
+
 const NONCES: &str = "WITH gone AS (
         DELETE FROM spent_nonces WHERE (scope, nonce) IN (
             SELECT scope, nonce FROM spent_nonces WHERE expires_at <= $1 LIMIT $2
@@ -180,6 +188,7 @@ impl RetentionStore for PostgresStore {
             (GATE_SESSIONS, gate_drop_before(now)),
             (IDEMPOTENCY, now),
             (HANDOFFS, now),
+            (REPLAY_MARKS, now),
             (NONCES, now),
         ] {
             let deleted: i64 = row(&client, sql, &[&before, &budget])

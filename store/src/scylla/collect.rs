@@ -1,5 +1,5 @@
-//! Collect sessions, their pings and handoff openings on ScyllaDB
-//! (`schemas/cql/002_collect.cql`, `007_handoffs.cql`). Every conditional change of a session
+//! Collect sessions, their pings, handoff openings and the replay record on ScyllaDB
+//! (`schemas/cql/002_collect.cql`, `007_handoffs.cql`, `013_replay_marks.cql`). Every conditional change of a session
 //! (a counter raised, a ping's arrival, the first results) is a read-check-write on its `rev`,
 //! so of racing ingest replicas exactly one makes it; a handoff's opening is one
 //! `IF NOT EXISTS`, so of racing opens exactly one is first.
@@ -10,7 +10,7 @@ use schemas::time::Timestamp;
 use scylla::value::CqlTimestamp;
 
 use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, rows_of};
-use crate::{CollectSessionRecord, CollectStore, Result, StoreError};
+use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result, StoreError};
 
 const COLLECT_SESSIONS: &str = "collect_sessions";
 
@@ -24,6 +24,9 @@ const RELEASE_PING: &str = "DELETE FROM collect_pings WHERE ping_id = ? IF sessi
 const FIND_PING: &str = "SELECT session_id FROM collect_pings WHERE ping_id = ?";
 const OPEN_HANDOFF: &str = "INSERT INTO handoff_openings (handoff, first_opened_at, expires_at) \
      VALUES (?, ?, ?) IF NOT EXISTS USING TTL ?";
+const READ_REPLAY_MARK: &str = "SELECT session_id, sketch FROM replay_marks WHERE mark = ?";
+const LEAVE_REPLAY_MARK: &str =
+    "INSERT INTO replay_marks (mark, session_id, sketch) VALUES (?, ?, ?) USING TTL ?";
 const HANDOFF_OPENED: &str = "SELECT first_opened_at FROM handoff_openings WHERE handoff = ?";
 const SPEND_NONCE: &str =
     "INSERT INTO spent_nonces (scope, nonce) VALUES (?, ?) IF NOT EXISTS USING TTL ?";
@@ -235,6 +238,61 @@ impl CollectStore for ScyllaStore {
             (scope, nonce, i32::try_from(ttl).unwrap_or(i32::MAX)),
         )
         .await
+    }
+
+    async fn leave_replay_marks(
+        &self,
+        marks: &[ReplayMark],
+        until: Timestamp,
+    ) -> Result<Vec<Option<ReplayMark>>> {
+        let ttl = i32::try_from((until - schemas::time::now()).num_seconds().max(1))
+            .unwrap_or(i32::MAX);
+        // Read together, then the absent ones written together: two round trips a call.
+        let found = futures::future::try_join_all(marks.iter().map(|mark| async move {
+            let result = self.execute(READ_REPLAY_MARK, (&mark.key[..],)).await?;
+            let rows = rows_of("replay_marks", result)?;
+            let row = rows
+                .maybe_first_row::<(Option<String>, Option<Vec<u8>>)>()
+                .map_err(|e| corrupt("replay_marks", &e))?;
+            row.map(|(session, sketch)| {
+                let session_id = session
+                    .as_deref()
+                    .and_then(|s| s.parse::<SessionId>().ok())
+                    .ok_or_else(|| corrupt("replay_marks", &"session id"))?;
+                Ok(ReplayMark {
+                    key: mark.key,
+                    session_id,
+                    sketch: sketch.unwrap_or_default(),
+                })
+            })
+            .transpose()
+        }))
+        .await?;
+        let mut out = Vec::with_capacity(marks.len());
+        let mut left: std::collections::HashMap<[u8; 16], &ReplayMark> =
+            std::collections::HashMap::new();
+        for (mark, stored) in marks.iter().zip(found) {
+            match stored.or_else(|| left.get(&mark.key).map(|m| (*m).clone())) {
+                Some(stored) => out.push(Some(stored)),
+                None => {
+                    left.insert(mark.key, mark);
+                    out.push(None);
+                }
+            }
+        }
+        futures::future::try_join_all(left.values().map(|mark| {
+            self.execute(
+                LEAVE_REPLAY_MARK,
+                (
+                    &mark.key[..],
+                    mark.session_id.to_string(),
+                    &mark.sketch[..],
+                    ttl,
+                ),
+            )
+        }))
+        .await?;
+        Ok(out)
     }
 
     async fn open_handoff_once(

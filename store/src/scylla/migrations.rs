@@ -71,6 +71,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "caps",
         include_str!("../../../schemas/cql/012_caps.cql"),
     ),
+    (
+        13,
+        "replay marks",
+        include_str!("../../../schemas/cql/013_replay_marks.cql"),
+    ),
 ];
 
 /// The version this build needs.

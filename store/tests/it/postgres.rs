@@ -406,6 +406,7 @@ async fn a_damaged_collect_session_fails_its_own_advance_only() {
         ws_identity: None,
         results_at: None,
         gate_session_id: None,
+        challenge: String::new(),
     };
     let sessions: Vec<store::CollectSessionRecord> = (0..8).map(session).collect();
     for s in &sessions {
