@@ -155,7 +155,10 @@ pub fn metrics_router() -> Router {
     Router::new()
         .route("/metrics", get(edge::metrics::render))
         .fallback(|| async {
-            ApiError::new(ErrorCode::RouteNotFound, "this listener serves /metrics alone")
+            ApiError::new(
+                ErrorCode::RouteNotFound,
+                "this listener serves /metrics alone",
+            )
         })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(edge::context::ObserveLayer)

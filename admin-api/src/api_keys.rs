@@ -69,7 +69,11 @@ impl utoipa::ToSchema for Origin {}
 /// is accepted and ignored: the operator sets limits (`vigil keys set-rate-limit`).
 #[derive(utoipa::ToSchema)]
 pub struct NewApiKey {
-    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     name: String,
     #[schema(nullable = false, rename = "type")]
     key_type: Option<KeyType>,
@@ -128,7 +132,12 @@ impl RequestBody for NewApiKey {
 /// environment and key) is fixed; rotate the key to change it.
 #[derive(utoipa::ToSchema)]
 pub struct ApiKeyChange {
-    #[schema(nullable = false, min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     name: Option<String>,
     /// Publishable keys only.
     #[schema(nullable = false, max_items = 100, value_type = Option<Vec<Origin>>)]

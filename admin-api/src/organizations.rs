@@ -26,7 +26,11 @@ pub fn router() -> OpenApiRouter<AdminState> {
 #[derive(utoipa::ToSchema)]
 pub struct NewOrganization {
     /// Shown to people; at most 200 characters (`validate::NAME_MAX_CHARS`).
-    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     name: String,
     /// Unique across the service, fixed once created (`validate::SLUG_PATTERN`).
     #[schema(
@@ -51,7 +55,12 @@ impl RequestBody for NewOrganization {
 /// The body of `PATCH /v1/organizations/{organizationId}`: any subset of the members.
 #[derive(utoipa::ToSchema)]
 pub struct OrganizationChange {
-    #[schema(nullable = false, min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     name: Option<String>,
     /// `suspended` stops the organization's scoring and reads until set `active` again.
     #[schema(nullable = false)]

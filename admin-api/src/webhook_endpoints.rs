@@ -85,7 +85,11 @@ struct Endpoint {
 /// The body of `POST .../webhooks/endpoints`.
 #[derive(utoipa::ToSchema)]
 struct NewEndpoint {
-    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     name: String,
     /// Where deliveries go: an absolute `https` URL whose host is a public address.
     #[schema(value_type = String, format = "uri")]
@@ -115,7 +119,12 @@ impl NewEndpoint {
 /// the server's to make (`.../rotations`).
 #[derive(utoipa::ToSchema)]
 struct EndpointChange {
-    #[schema(nullable = false, min_length = 1, max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$")]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
     name: Option<String>,
     #[schema(nullable = false, value_type = Option<String>, format = "uri")]
     url: Option<url::Url>,
@@ -342,7 +351,13 @@ async fn create(
         updated_at: now,
     };
     // Every event is sent to every endpoint: their number is bounded, in the store's own step.
-    written(state.auth.store.create_webhook_endpoint(&endpoint, CAPS).await?)?;
+    written(
+        state
+            .auth
+            .store
+            .create_webhook_endpoint(&endpoint, CAPS)
+            .await?,
+    )?;
     Ok(Reply::created(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 
@@ -478,7 +493,13 @@ async fn update(
         endpoint.status = status;
     }
     endpoint.updated_at = time::now();
-    written(state.auth.store.update_webhook_endpoint(&endpoint, CAPS).await?)?;
+    written(
+        state
+            .auth
+            .store
+            .update_webhook_endpoint(&endpoint, CAPS)
+            .await?,
+    )?;
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
 
@@ -506,7 +527,13 @@ async fn disable(
     if endpoint.status != EndpointStatus::Disabled {
         endpoint.status = EndpointStatus::Disabled;
         endpoint.updated_at = time::now();
-        written(state.auth.store.update_webhook_endpoint(&endpoint, CAPS).await?)?;
+        written(
+            state
+                .auth
+                .store
+                .update_webhook_endpoint(&endpoint, CAPS)
+                .await?,
+        )?;
     }
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
@@ -545,7 +572,13 @@ async fn rotate(
         until: now + state.rotation_grace,
     });
     endpoint.updated_at = now;
-    written(state.auth.store.update_webhook_endpoint(&endpoint, CAPS).await?)?;
+    written(
+        state
+            .auth
+            .store
+            .update_webhook_endpoint(&endpoint, CAPS)
+            .await?,
+    )?;
     Ok(Reply::ok(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 

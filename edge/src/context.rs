@@ -159,9 +159,7 @@ where
                 response
             }
             // Polled again after its answer: a caller's bug, answered rather than panicked on.
-            (None, None) => {
-                crate::ApiError::internal("request", "answered twice").into_response()
-            }
+            (None, None) => crate::ApiError::internal("request", "answered twice").into_response(),
         };
         if *this.private {
             response

@@ -172,7 +172,15 @@ mod tests {
             "the interface asks for length 1, nothing more"
         );
         assert!(name(&"n".repeat(201)).is_err());
-        for shown_otherwise in ["pay\u{202e}gpj.exe", "a\u{2066}b", "x\u{200f}", "\u{61c}", "line\nbreak", "\u{85}", "nul\0"] {
+        for shown_otherwise in [
+            "pay\u{202e}gpj.exe",
+            "a\u{2066}b",
+            "x\u{200f}",
+            "\u{61c}",
+            "line\nbreak",
+            "\u{85}",
+            "nul\0",
+        ] {
             assert!(name(shown_otherwise).is_err(), "{shown_otherwise:?}");
         }
     }

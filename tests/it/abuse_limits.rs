@@ -201,7 +201,10 @@ async fn exports_at_once_are_capped_per_organization_and_environment_not_per_key
     };
     let first = start(keys[0].clone()).await;
     let second = start(keys[1].clone()).await;
-    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
     // A third key of the same organization and environment is one export too many.
     let third = start(keys[2].clone()).await;
     assert_eq!(third.status(), 429);
@@ -301,7 +304,10 @@ async fn revoking_a_key_ends_its_exports_in_flight_within_two_seconds() {
         }
     }
     let took = revoked.elapsed();
-    assert!(broken, "the body ends as a broken download, not a complete one");
+    assert!(
+        broken,
+        "the body ends as a broken download, not a complete one"
+    );
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert!(
         before + after < 20_000_000,
@@ -382,7 +388,14 @@ async fn the_webhook_endpoint_caps_hold_for_parallel_creates_and_for_enabling() 
         refused.err(409, "webhook.endpoint_limit_reached");
     }
     let active = |listed: &[Value]| listed.iter().filter(|e| e["status"] == "active").count();
-    assert_eq!(active(&s.pages(sk, &format!("{endpoints}?limit=200")).await.concat()), 20);
+    assert_eq!(
+        active(
+            &s.pages(sk, &format!("{endpoints}?limit=200"))
+                .await
+                .concat()
+        ),
+        20
+    );
     // A disabled endpoint frees its place; enabling it again past the cap is refused.
     let disabled = &made[0];
     s.delete(&format!("{endpoints}/{disabled}"))
@@ -397,7 +410,10 @@ async fn the_webhook_endpoint_caps_hold_for_parallel_creates_and_for_enabling() 
         .send()
         .await
         .err(409, "webhook.endpoint_limit_reached");
-    let listed = s.pages(sk, &format!("{endpoints}?limit=200")).await.concat();
+    let listed = s
+        .pages(sk, &format!("{endpoints}?limit=200"))
+        .await
+        .concat();
     assert_eq!(active(&listed), 20, "the refused PATCH wrote nothing");
     assert_eq!(listed.len(), 21);
     // Disabled endpoints count toward a cap of 100 in all: one more disabled for room, then 79
@@ -418,7 +434,13 @@ async fn the_webhook_endpoint_caps_hold_for_parallel_creates_and_for_enabling() 
     let e = create().await;
     let message = e.err(409, "webhook.endpoint_limit_reached")["message"].clone();
     assert!(message.as_str().unwrap().contains("100"), "{message}");
-    assert_eq!(s.pages(sk, &format!("{endpoints}?limit=200")).await.concat().len(), 100);
+    assert_eq!(
+        s.pages(sk, &format!("{endpoints}?limit=200"))
+            .await
+            .concat()
+            .len(),
+        100
+    );
 }
 
 /// Whether a member's name says it carries a token or a secret.
@@ -496,7 +518,10 @@ async fn every_answer_that_may_carry_a_token_or_secret_is_never_cached() {
             "POST",
             "/v1/organizations/{organizationId}/api-keys/{keyId}/rotations",
         ),
-        ("POST", "/v1/organizations/{organizationId}/webhooks/endpoints"),
+        (
+            "POST",
+            "/v1/organizations/{organizationId}/webhooks/endpoints",
+        ),
     ] {
         assert!(
             operations
@@ -618,15 +643,63 @@ async fn display_names_refuse_control_and_bidirectional_characters() {
         let sdks = json!([{"label": shown_otherwise, "install": "npm i acme", "url": "https://acme.example/sdk"}]);
         let named = json!({ "name": shown_otherwise });
         let writes = [
-            ("POST", "/v1/organizations".to_owned(), live, json!({"name": shown_otherwise, "slug": slug}), "name"),
+            (
+                "POST",
+                "/v1/organizations".to_owned(),
+                live,
+                json!({"name": shown_otherwise, "slug": slug}),
+                "name",
+            ),
             ("PATCH", s.org_path(), live, named.clone(), "name"),
-            ("POST", keys.clone(), live, json!({"name": shown_otherwise, "type": "secret", "environment": "live"}), "name"),
-            ("PATCH", format!("{keys}/{key_id}"), live, named.clone(), "name"),
-            ("POST", endpoints.clone(), live, json!({"name": shown_otherwise, "url": "http://127.0.0.1:9/hook", "event_types": ["webhook.test"]}), "name"),
-            ("PATCH", format!("{endpoints}/{endpoint_id}"), live, named.clone(), "name"),
-            ("PATCH", "/v1/gate/services/acme-cli".to_owned(), test, named.clone(), "name"),
-            ("PATCH", "/v1/gate/services/acme-cli".to_owned(), test, json!({ "sdks": sdks }), "sdks[0].label"),
-            ("POST", "/v1/gate/services/acme-cli/signups".to_owned(), test, json!({ "client_name": shown_otherwise }), "client_name"),
+            (
+                "POST",
+                keys.clone(),
+                live,
+                json!({"name": shown_otherwise, "type": "secret", "environment": "live"}),
+                "name",
+            ),
+            (
+                "PATCH",
+                format!("{keys}/{key_id}"),
+                live,
+                named.clone(),
+                "name",
+            ),
+            (
+                "POST",
+                endpoints.clone(),
+                live,
+                json!({"name": shown_otherwise, "url": "http://127.0.0.1:9/hook", "event_types": ["webhook.test"]}),
+                "name",
+            ),
+            (
+                "PATCH",
+                format!("{endpoints}/{endpoint_id}"),
+                live,
+                named.clone(),
+                "name",
+            ),
+            (
+                "PATCH",
+                "/v1/gate/services/acme-cli".to_owned(),
+                test,
+                named.clone(),
+                "name",
+            ),
+            (
+                "PATCH",
+                "/v1/gate/services/acme-cli".to_owned(),
+                test,
+                json!({ "sdks": sdks }),
+                "sdks[0].label",
+            ),
+            (
+                "POST",
+                "/v1/gate/services/acme-cli/signups".to_owned(),
+                test,
+                json!({ "client_name": shown_otherwise }),
+                "client_name",
+            ),
         ];
         let mut cases = Vec::new();
         for (method, path, key, body, field) in writes {
@@ -666,7 +739,9 @@ async fn display_names_refuse_control_and_bidirectional_characters() {
         )
         .collect();
     assert!(
-        names.iter().all(|n| !n.as_str().unwrap().contains('\u{202e}')),
+        names
+            .iter()
+            .all(|n| !n.as_str().unwrap().contains('\u{202e}')),
         "{names:?}"
     );
     let read = s.get(&s.org_path()).key(live).send().await;
@@ -694,9 +769,7 @@ async fn an_accept_weighting_a_format_zero_does_not_get_it() {
         weighted.header("content-type").as_deref(),
         Some("application/vnd.apache.arrow.stream")
     );
-    export("*/*;q=0")
-        .await
-        .err(406, "request.not_acceptable");
+    export("*/*;q=0").await.err(406, "request.not_acceptable");
     export("application/x-ndjson;q=0, */*;q=0")
         .await
         .err(406, "request.not_acceptable");
@@ -712,8 +785,7 @@ async fn an_accept_weighting_a_format_zero_does_not_get_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_listen_serves_the_metrics_apart_from_the_api() {
-    let mut served =
-        vigil_tests::served::Served::start(&["--metrics-listen", "127.0.0.1:0"]);
+    let mut served = vigil_tests::served::Served::start(&["--metrics-listen", "127.0.0.1:0"]);
     let line = served.wait_for("serving /metrics apart from the API");
     let metrics = line
         .split("addr=")

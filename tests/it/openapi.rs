@@ -156,7 +156,11 @@ fn documented_constraints_are_the_enforced_ones() {
         "NewEndpoint",
         "EndpointChange",
     ] {
-        assert_eq!(schema(body)["name"]["pattern"], SHOWN_LINE_PATTERN, "{body}");
+        assert_eq!(
+            schema(body)["name"]["pattern"],
+            SHOWN_LINE_PATTERN,
+            "{body}"
+        );
     }
     assert_eq!(
         schema("GateSdk")["install"]["pattern"],

@@ -261,7 +261,8 @@ async fn tls_connect(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_a_trickling_client_and_a_stalled_handshake_are_dropped() {
-    let (s, _dir, config) = vigil_tests::tls::serving(|a| a.header_read_timeout = Duration::from_secs(2)).await;
+    let (s, _dir, config) =
+        vigil_tests::tls::serving(|a| a.header_read_timeout = Duration::from_secs(2)).await;
     let addr = addr(&s);
     let healthz_over_tls = || async {
         let started = Instant::now();

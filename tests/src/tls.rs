@@ -41,7 +41,11 @@ pub static OTHER_CA: LazyLock<TestCa> = LazyLock::new(make);
 /// a client config that trusts it (the directory holding the certificate goes with it).
 pub async fn serving(
     configure: impl Fn(&mut vigil::config::ServeArgs) + Send + Sync + 'static,
-) -> (crate::TestServer, tempfile::TempDir, std::sync::Arc<rustls::ClientConfig>) {
+) -> (
+    crate::TestServer,
+    tempfile::TempDir,
+    std::sync::Arc<rustls::ClientConfig>,
+) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -61,4 +65,3 @@ pub async fn serving(
         .with_no_client_auth();
     (s, dir, std::sync::Arc::new(client))
 }
-

@@ -79,7 +79,10 @@ pub fn choose<'a>(accept: &str, offered: &[&'a str]) -> Option<&'a str> {
 mod tests {
     use super::choose;
 
-    const OFFERED: &[&str] = &["application/vnd.apache.arrow.stream", "application/x-ndjson"];
+    const OFFERED: &[&str] = &[
+        "application/vnd.apache.arrow.stream",
+        "application/x-ndjson",
+    ];
 
     #[test]
     fn q_zero_refuses_a_type_and_the_weights_decide() {
@@ -92,9 +95,18 @@ mod tests {
                 "application/vnd.apache.arrow.stream;q=0, application/x-ndjson",
                 Some(OFFERED[1]),
             ),
-            ("*/*, application/vnd.apache.arrow.stream;q=0", Some(OFFERED[1])),
-            ("application/x-ndjson;q=0.5, application/*;q=0.9", Some(OFFERED[0])),
-            ("application/x-ndjson;q=0, application/vnd.apache.arrow.stream;q=0", None),
+            (
+                "*/*, application/vnd.apache.arrow.stream;q=0",
+                Some(OFFERED[1]),
+            ),
+            (
+                "application/x-ndjson;q=0.5, application/*;q=0.9",
+                Some(OFFERED[0]),
+            ),
+            (
+                "application/x-ndjson;q=0, application/vnd.apache.arrow.stream;q=0",
+                None,
+            ),
             ("*/*;q=0", None),
             ("text/csv", None),
             ("APPLICATION/X-NDJSON ; Q=0.3", Some(OFFERED[1])),

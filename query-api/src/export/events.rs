@@ -168,7 +168,8 @@ fn read(
     headers: &HeaderMap,
 ) -> Result<(Request<Row>, Option<EventId>), ApiError> {
     let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
-    let after = super::after::<EventId>(query, "must be the id (wevt_) of the last event received")?;
+    let after =
+        super::after::<EventId>(query, "must be the id (wevt_) of the last event received")?;
     Ok((request, after))
 }
 

@@ -30,8 +30,8 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use chrono::TimeDelta;
-use edge::{ApiError, AuthContext};
 use edge::body::QueryParams;
+use edge::{ApiError, AuthContext};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use schemas::ErrorCode;
@@ -510,7 +510,10 @@ impl<R: Send + 'static> Pages<R> {
         {
             tracing::info!("export: its key was revoked or expired; the body ends");
             self.done = true;
-            return Some((Err(std::io::Error::other("the export's key is no longer valid")), self));
+            return Some((
+                Err(std::io::Error::other("the export's key is no longer valid")),
+                self,
+            ));
         }
         let page = self.pages.recv().await.unwrap_or_else(|| {
             Err(ApiError::internal(

@@ -95,7 +95,7 @@ impl KeyWatch {
     pub(super) fn new(store: Store, caller: &AuthContext) -> KeyWatch {
         KeyWatch {
             store,
-            hash: caller.credential_hash.clone(),
+            hash: caller.credential_hash,
             checked: Instant::now(),
         }
     }
@@ -127,8 +127,12 @@ mod tests {
     fn a_tenant_runs_at_most_its_exports_at_once_whichever_keys_ask() {
         let slots = Slots::new(2);
         let (org, other) = (OrgId::generate(), OrgId::generate());
-        let first = slots.take((org, Environment::Live)).expect("a first export");
-        let _second = slots.take((org, Environment::Live)).expect("a second export");
+        let first = slots
+            .take((org, Environment::Live))
+            .expect("a first export");
+        let _second = slots
+            .take((org, Environment::Live))
+            .expect("a second export");
         let refused = slots
             .take((org, Environment::Live))
             .err()

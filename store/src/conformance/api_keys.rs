@@ -1045,7 +1045,10 @@ pub async fn api_keys_in_use_are_capped_per_organization_in_one_step(store: Stor
     );
     assert_eq!(
         store
-            .create_api_key_capped(&api_key(OrgId::generate(), Environment::Live, KeyId::generate()), 3)
+            .create_api_key_capped(
+                &api_key(OrgId::generate(), Environment::Live, KeyId::generate()),
+                3
+            )
             .await
             .unwrap(),
         ApiKeyWrite::Written,

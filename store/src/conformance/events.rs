@@ -226,7 +226,10 @@ fn webhook_endpoint(org: OrgId, env: Environment, id: WebhookEndpointId) -> Webh
 pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Live);
     let mut endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
-    store.create_webhook_endpoint(&endpoint, ROOMY).await.unwrap();
+    store
+        .create_webhook_endpoint(&endpoint, ROOMY)
+        .await
+        .unwrap();
     assert_eq!(
         store
             .get_webhook_endpoint(org, env, endpoint.id)
@@ -253,7 +256,10 @@ pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
     });
     endpoint.sealed_secret = vec![9; 60];
     assert_eq!(
-        store.update_webhook_endpoint(&endpoint, ROOMY).await.unwrap(),
+        store
+            .update_webhook_endpoint(&endpoint, ROOMY)
+            .await
+            .unwrap(),
         EndpointWrite::Written
     );
     assert_eq!(
@@ -269,7 +275,10 @@ pub async fn webhook_endpoint_round_trip_and_update(store: Store) {
         webhook_endpoint(org, Environment::Test, endpoint.id),
     ] {
         assert_eq!(
-            store.update_webhook_endpoint(&missing, ROOMY).await.unwrap(),
+            store
+                .update_webhook_endpoint(&missing, ROOMY)
+                .await
+                .unwrap(),
             EndpointWrite::Missing
         );
         assert_eq!(
@@ -677,10 +686,16 @@ pub async fn a_webhook_delivery_update_moves_it_in_the_due_index(store: Store) {
 pub async fn disabling_an_endpoint_changes_its_status_only(store: Store) {
     let (org, env) = (OrgId::generate(), Environment::Test);
     let mut endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
-    store.create_webhook_endpoint(&endpoint, ROOMY).await.unwrap();
+    store
+        .create_webhook_endpoint(&endpoint, ROOMY)
+        .await
+        .unwrap();
     endpoint.sealed_secret = vec![7; 60];
     assert_eq!(
-        store.update_webhook_endpoint(&endpoint, ROOMY).await.unwrap(),
+        store
+            .update_webhook_endpoint(&endpoint, ROOMY)
+            .await
+            .unwrap(),
         EndpointWrite::Written
     );
     let at = time::now() + TimeDelta::seconds(5);
@@ -729,7 +744,10 @@ pub async fn webhook_endpoint_caps_hold_for_racing_creates_and_enabling(store: S
         let store = store.clone();
         racing.spawn(async move {
             let endpoint = webhook_endpoint(org, env, WebhookEndpointId::generate());
-            store.create_webhook_endpoint(&endpoint, caps).await.unwrap()
+            store
+                .create_webhook_endpoint(&endpoint, caps)
+                .await
+                .unwrap()
         });
     }
     let answers = racing.join_all().await;
@@ -817,12 +835,18 @@ pub async fn webhook_endpoint_caps_hold_for_racing_creates_and_enabling(store: S
         "disabled endpoints count toward the cap on all"
     );
     assert_eq!(
-        store.get_webhook_endpoint(org, env, sixth.id).await.unwrap(),
+        store
+            .get_webhook_endpoint(org, env, sixth.id)
+            .await
+            .unwrap(),
         None
     );
     let elsewhere = webhook_endpoint(org, Environment::Test, WebhookEndpointId::generate());
     assert_eq!(
-        store.create_webhook_endpoint(&elsewhere, caps).await.unwrap(),
+        store
+            .create_webhook_endpoint(&elsewhere, caps)
+            .await
+            .unwrap(),
         EndpointWrite::Written,
         "the other environment has caps of its own"
     );

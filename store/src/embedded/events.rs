@@ -33,10 +33,10 @@ impl Inner {
     fn count_endpoints(&self, org: OrgId, env: Environment) -> Result<(usize, usize)> {
         let partition = key::webhook_endpoint_partition(org, env);
         let (mut active, mut total) = (0, 0);
-        for guard in self.webhook_endpoints.range((
-            Bound::Included(partition.to_vec()),
-            prefix_end(&partition),
-        )) {
+        for guard in self
+            .webhook_endpoints
+            .range((Bound::Included(partition.to_vec()), prefix_end(&partition)))
+        {
             let value = guard.value().map_err(unavailable)?;
             let endpoint: WebhookEndpointRecord = decode(WEBHOOK_ENDPOINTS, &value)?;
             total += 1;

@@ -374,12 +374,7 @@ impl OrganizationStore for EmbeddedStore {
             None => Bound::Included(partition),
         };
         let mut keys = Vec::with_capacity(limit.min(1024));
-        for guard in self
-            .inner
-            .api_keys
-            .range((start, end))
-            .take(limit)
-        {
+        for guard in self.inner.api_keys.range((start, end)).take(limit) {
             let value = guard.value().map_err(unavailable)?;
             keys.push(decode(API_KEYS, &value)?);
         }

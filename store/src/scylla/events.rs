@@ -364,7 +364,10 @@ impl EventStore for ScyllaStore {
             }
             let (org, env, id) = key.clone();
             if self
-                .applied(UPDATE_ENDPOINT, (rev + 1, encode(endpoint), org, env, id, rev))
+                .applied(
+                    UPDATE_ENDPOINT,
+                    (rev + 1, encode(endpoint), org, env, id, rev),
+                )
                 .await?
             {
                 if active(&stored) && !active(endpoint) {

@@ -133,7 +133,9 @@ impl ScyllaStore {
     }
 
     async fn make_endpoint_counts(&self, org: OrgId, env: Environment) -> Result<()> {
-        let endpoints = self.list_webhook_endpoints(org, env, None, ALL_ROWS).await?;
+        let endpoints = self
+            .list_webhook_endpoints(org, env, None, ALL_ROWS)
+            .await?;
         let active = endpoints
             .iter()
             .filter(|e| e.status == EndpointStatus::Active)
