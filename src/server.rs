@@ -123,6 +123,16 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         .with_context(|| format!("binding {}", args.listen))?;
     std_listener.set_nonblocking(true)?;
     let addr = std_listener.local_addr()?;
+    // Bound before anything starts, so an address taken stops the start cleanly.
+    let metrics_listener = match args.metrics_listen {
+        Some(at) => {
+            let listener = std::net::TcpListener::bind(at)
+                .with_context(|| format!("binding --metrics-listen {at}"))?;
+            listener.set_nonblocking(true)?;
+            Some(listener)
+        }
+        None => None,
+    };
     let public_urls = args.public_urls(addr);
     edge::context::set_public_url(&public_urls[0]);
     let (store, secret) = open_store(&args.store).await?;
@@ -245,8 +255,8 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         keep_alive_timeout: args.keep_alive_timeout,
         max_connections: args.max_connections,
     };
-    let metrics = match args.metrics_listen {
-        Some(at) => Some(serve_metrics(at, limits, &shutdown).await?),
+    let metrics = match metrics_listener {
+        Some(listener) => Some(serve_metrics(listener, limits, &shutdown)?),
         None => None,
     };
     let token = shutdown.clone();
@@ -282,16 +292,14 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     })
 }
 
-/// Binds `--metrics-listen` and serves `/metrics` there, with the API's connection limits, until
+/// Serves `/metrics` on `--metrics-listen`'s listener, with the API's connection limits, until
 /// `shutdown`.
-async fn serve_metrics(
-    at: SocketAddr,
+fn serve_metrics(
+    listener: std::net::TcpListener,
     limits: ConnectionLimits,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
-    let listener = tokio::net::TcpListener::bind(at)
-        .await
-        .with_context(|| format!("binding --metrics-listen {at}"))?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving /metrics apart from the API");
     let token = shutdown.clone();

@@ -248,6 +248,20 @@ const CAPS: EndpointCaps = EndpointCaps {
     total: MAX_ENDPOINTS,
 };
 
+/// Writes a changed endpoint, under the caps (enabling one counts).
+async fn write_change(
+    state: &AdminState,
+    endpoint: &WebhookEndpointRecord,
+) -> Result<(), ApiError> {
+    written(
+        state
+            .auth
+            .store
+            .update_webhook_endpoint(endpoint, CAPS)
+            .await?,
+    )
+}
+
 /// What the store's answer to a write of an endpoint means for the request.
 fn written(write: EndpointWrite) -> Result<(), ApiError> {
     match write {
@@ -493,13 +507,7 @@ async fn update(
         endpoint.status = status;
     }
     endpoint.updated_at = time::now();
-    written(
-        state
-            .auth
-            .store
-            .update_webhook_endpoint(&endpoint, CAPS)
-            .await?,
-    )?;
+    write_change(&state, &endpoint).await?;
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
 
@@ -527,13 +535,7 @@ async fn disable(
     if endpoint.status != EndpointStatus::Disabled {
         endpoint.status = EndpointStatus::Disabled;
         endpoint.updated_at = time::now();
-        written(
-            state
-                .auth
-                .store
-                .update_webhook_endpoint(&endpoint, CAPS)
-                .await?,
-        )?;
+        write_change(&state, &endpoint).await?;
     }
     Ok(Reply::ok(resource(&state, &endpoint, None)))
 }
@@ -572,13 +574,7 @@ async fn rotate(
         until: now + state.rotation_grace,
     });
     endpoint.updated_at = now;
-    written(
-        state
-            .auth
-            .store
-            .update_webhook_endpoint(&endpoint, CAPS)
-            .await?,
-    )?;
+    write_change(&state, &endpoint).await?;
     Ok(Reply::ok(resource(&state, &endpoint, Some(&secret))).showing_secrets())
 }
 

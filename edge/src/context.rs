@@ -55,9 +55,9 @@ fn header_bytes(headers: &HeaderMap) -> usize {
 /// from every other layer carry the id and are counted too. It also refuses headers over
 /// [`MAX_HEADER_BYTES`] (431) before any route reads them, and marks every answer of the API
 /// (`/v1/…`) `Cache-Control: no-store` unless its route chose otherwise: many show a secret or
-/// a token once, and a default cannot be forgotten by a new route as a per-route header can. A service of its own rather than
-/// `axum::middleware::from_fn`, which clones the wrapped route a second time and boxes a
-/// future for every request (docs/performance.md#the-api).
+/// a token once, and a default cannot be forgotten by a new route as a per-route header can.
+/// A service of its own rather than `axum::middleware::from_fn`, which clones the wrapped route
+/// a second time and boxes a future for every request (docs/performance.md#the-api).
 #[derive(Clone, Copy, Default)]
 pub struct ObserveLayer;
 
