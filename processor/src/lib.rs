@@ -20,6 +20,7 @@ pub mod events;
 pub mod fingerprint;
 pub mod observations;
 pub mod pipeline;
+pub mod replay;
 pub mod retry;
 pub mod rules;
 pub mod signals;
@@ -28,7 +29,7 @@ mod timezones;
 pub mod user_agent;
 
 pub use observations::{
-    Batch, InputEvent, InteractionBatch, Probes, RequestContext, ServerContext,
+    Batch, InputEvent, InteractionBatch, Probes, ReplayedBatch, RequestContext, ServerContext,
     SessionObservations, WebBotAuth,
 };
 pub use rules::{

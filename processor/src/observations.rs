@@ -108,6 +108,17 @@ schemas::lenient_struct! {
         integrity: Integrity,
         network: Network,
         residue: Residue,
+        /// The session's challenge answered (§1): the nonce the open answer gave, and the hash
+        /// of its render on a canvas.
+        challenge: Challenge,
+    }
+}
+
+schemas::lenient_struct! {
+    /// The session's challenge as the probes carry it back.
+    pub struct Challenge {
+        nonce: String,
+        render: String,
     }
 }
 
@@ -896,9 +907,72 @@ pub struct ServerContext {
     /// The network check of §4: `Some(false)` when the WebSocket's identity differed from the
     /// HTTP request's; `None` until the check ran.
     pub network_check_consistent: Option<bool>,
+    /// The SDK asked for the result (§5), as opposed to the session going idle.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub results_asked: bool,
     pub web_bot_auth: WebBotAuth,
     /// The `Signature-Agent` of a signed request, when there was one.
     pub signature_agent: Option<String>,
+    /// The session's challenge nonce (schemas/collect.md §1), which its probes must carry back,
+    /// and the SDK version the session was opened with; `None` before challenges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sdk_version: Option<String>,
+    /// Batches another session sent first (docs/detection.md#replayed-sessions).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replayed: Vec<ReplayedBatch>,
+    /// The time the interaction batches claimed against the time the server saw pass.
+    #[serde(skip_serializing_if = "TimeClaims::is_empty")]
+    pub time_claims: TimeClaims,
+}
+
+/// A batch whose mark another session left first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayedBatch {
+    pub seq: u64,
+    /// `probes` or `interactions`.
+    pub kind: String,
+    /// The session that sent it first.
+    pub first_seen_in: schemas::SessionId,
+}
+
+/// What the interaction batches claimed of the time since the session opened, against the
+/// server's own clock: the most a batch's window ended after the time that had passed (a batch
+/// from the future), and the most one ended before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TimeClaims {
+    pub batches: u32,
+    pub most_ahead_ms: f64,
+    pub most_behind_ms: f64,
+    /// The time that had passed when the batch most ahead arrived.
+    pub elapsed_at_most_ahead_ms: f64,
+    pub elapsed_at_most_behind_ms: f64,
+}
+
+impl TimeClaims {
+    fn is_empty(&self) -> bool {
+        self.batches == 0
+    }
+
+    /// Counts a batch whose window ended `claimed_ms` after the SDK loaded, arriving
+    /// `elapsed_ms` after the session opened.
+    pub fn count(&mut self, claimed_ms: f64, elapsed_ms: f64) {
+        if !claimed_ms.is_finite() || !elapsed_ms.is_finite() {
+            return;
+        }
+        self.batches = self.batches.saturating_add(1);
+        let ahead = claimed_ms - elapsed_ms;
+        if ahead > self.most_ahead_ms {
+            self.most_ahead_ms = ahead;
+            self.elapsed_at_most_ahead_ms = elapsed_ms;
+        }
+        if -ahead > self.most_behind_ms {
+            self.most_behind_ms = -ahead;
+            self.elapsed_at_most_behind_ms = elapsed_ms;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ mod idle;
 mod lag;
 mod memory;
 mod polled;
+mod replays;
 mod visits;
 
 use crate::events::{self, LinkedBy};
@@ -386,13 +387,28 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         let mut saves = Vec::with_capacity(groups.len());
         // What each save leaves in memory once sent, with when ingest accepted its batches.
         let mut pending: Vec<Pending> = Vec::with_capacity(groups.len());
+        // The poll's batches' marks, left in the replay record in one call.
+        let marked = replays::marks(&groups);
+        let Retried::Done(replays) = retry(
+            "leaving replay marks",
+            shutdown,
+            &mut (pipeline, &marked),
+            |(pipeline, marked)| Box::pin(replays::replayed(pipeline, marked)),
+        )
+        .await
+        else {
+            break 'polls;
+        };
         for group in groups {
             let started = Instant::now();
+            let replayed = replays
+                .get(&group[0].batch.session_id)
+                .map_or(&[][..], Vec::as_slice);
             let folded = retry(
                 "folding a session",
                 shutdown,
                 &mut (pipeline, &group[..], &mut memory),
-                |(pipeline, group, memory)| Box::pin(fold(pipeline, group, memory)),
+                |(pipeline, group, memory)| Box::pin(fold(pipeline, group, replayed, memory)),
             )
             .await;
             match folded {
@@ -837,6 +853,7 @@ struct Folded<'a> {
 async fn fold<'a>(
     pipeline: &Pipeline,
     group: &[Polled<'a>],
+    replayed: &[crate::ReplayedBatch],
     memory: &mut Memory,
 ) -> Result<Folded<'a>, Failure> {
     let (store, secret) = (&pipeline.store, &pipeline.secret);
@@ -917,6 +934,7 @@ async fn fold<'a>(
                     continue;
                 }
                 state.final_requested = true;
+                state.context.results_asked = true;
             }
             Some(Ok(ServerRecord::Idle { idle_since })) => {
                 if state.final_requested {
@@ -951,6 +969,19 @@ async fn fold<'a>(
             {
                 Ok(observed) => {
                     probes_batch = matches!(observed, Batch::Probes(_));
+                    if let Batch::Interactions(interactions) = &observed
+                        && let Some([_, end]) = interactions.window_ms
+                    {
+                        let elapsed = (batch.received_at - session.opened_at)
+                            .num_microseconds()
+                            .map_or(f64::MAX, |us| us as f64 / 1_000.0);
+                        state.context.time_claims.count(end, elapsed);
+                    }
+                    if let Some(replay) = replayed.iter().find(|r| r.seq == batch.seq)
+                        && !state.context.replayed.iter().any(|r| r.seq == batch.seq)
+                    {
+                        state.context.replayed.push(replay.clone());
+                    }
                     state.observations.record(observed);
                 }
                 Err(e) => {
@@ -1019,6 +1050,8 @@ async fn fold<'a>(
     // collect session's mark would finalise on whatever had been folded so far.
     if let Some(collect) = collect {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
+        state.context.challenge = Some(collect.challenge).filter(|c| !c.is_empty());
+        state.context.sdk_version = Some(collect.sdk_version);
     }
 
     let mut decision = crate::evaluate(&state.observations, &state.context);

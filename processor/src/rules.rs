@@ -88,6 +88,11 @@ pub const RULES: &[Rule] = &[
     // A signature proves who the agent is: a verified bot, whatever else fired.
     rule("signed_agent",        When::Fired("web_bot_auth_verified"),  Automated, Verdict::VerifiedBot, (0, 20)),
     rule("forged_signature",    When::Fired("web_bot_auth_invalid"),   Automated, Verdict::Bot,         (90, 100)),
+    // A session that sent what another session sent first, carried another session's challenge
+    // (or none, from an SDK that always answers it), or claimed time that had not passed: its
+    // batches were recorded elsewhere and replayed (docs/detection.md#replayed-sessions).
+    rule("replayed_session",    When::AnyFired(&["replayed_payload", "stale_challenge", "challenge_missing", "time_ahead"]),
+                                                                       Automated, Verdict::Bot,         (80, 100)),
     // One strong automation marker (webdriver, a framework trace) or several weaker ones.
     rule("automation_markers",  When::Category(A, 60),                 Automated, Verdict::Bot,         (80, 100)),
     // Tampering policy (issue 11). Patching natives to hide automation is itself the proof:
@@ -129,6 +134,11 @@ pub const RULES: &[Rule] = &[
     // Many weaker findings, some of them about automation or behaviour. Inconsistency alone
     // (a UA switcher stacks six consistency signals on one fact) never reaches "automated".
     rule("overwhelming_risk",   When::All(&[When::RiskAtLeast(70), When::Any(&[When::Category(A, 30), When::Category(B, 30)])]),
+                                                                       Automated, Verdict::Bot,         (70, 100)),
+    // Round trips the server's arrivals rule out, and no network check before the result: the
+    // SDK measured neither (a browser always runs the check; a script replaying its numbers
+    // does not).
+    rule("unmeasured_network",  When::All(&[When::Fired("network_check_missing"), When::Fired("ping_rtt_mismatch")]),
                                                                        Automated, Verdict::Bot,         (70, 100)),
     rule("elevated_risk",       When::RiskAtLeast(30),                 Uncertain, Verdict::Suspicious,  (30, 89)),
     // Interaction batches with no input at all: nothing says bot, nothing says person.

@@ -30,6 +30,10 @@
 //! | `speech_voices_missing` | automation | 15 | no speech voices under a Windows or macOS claim |
 //! | `media_devices_missing` | automation | 15 | no media devices under a Windows or macOS claim |
 //! | `web_bot_auth_unverified` | automation | 30 | a Web Bot Auth signature was sent but could not be verified |
+//! | `replayed_payload` | automation | 90 | a batch's mark in the replay record was left first by another session (its probes, or an early interaction stream within ±12% and 4 px) |
+//! | `stale_challenge` | automation | 90 | the probes carry a challenge nonce other than the session's |
+//! | `challenge_missing` | automation | 60 | the probes lack the challenge an SDK of 1.4 or later always answers |
+//! | `time_ahead` | automation | 80 | an interaction window ends more than 5 s (and a tenth of the time passed) after the time the server saw pass since the session opened |
 //! | `plugins_inconsistent` | integrity | 40 | plugin and mime-type arrays fail their prototype checks or disagree |
 //! | `hidden_webdriver` | integrity | 70 | the `navigator.webdriver` getter replaced, deleted, redefined, or different from a pristine realm's |
 //! | `realm_mismatch` | integrity | 55 | navigator values differ from a pristine iframe's getters, or cores, memory, languages or WebGL differ from a worker's |
@@ -41,6 +45,8 @@
 //! | `ping_rtt_mismatch` | network | 40 | claimed ping round trips the server's arrival times rule out, or pings the server never saw |
 //! | `network_check_mismatch` | network | 45 | the WebSocket's identity differed from the HTTP request's |
 //! | `missing_browser_headers` | network | 30 | the request lacks headers every claimed browser sends |
+//! | `network_check_missing` | network | 45 | the session asked for its result without the WebSocket network check the SDK runs first |
+//! | `time_behind` | network | 10 | interaction windows end over a minute (and half the time passed) before the time the server saw pass |
 //! | `oversized_user_agent` | network | 45 | the `User-Agent` header was over 512 bytes (ingest keeps its first 512) |
 //! | `web_bot_auth_invalid` | network | 70 | a Web Bot Auth signature failed verification |
 //! | `web_bot_auth_verified` | network | -40 | a valid Web Bot Auth signature identifies the agent |
@@ -70,6 +76,7 @@
 //! | `consistent_client_hints` | consistency | -10 | client hints agree with the UA on brand, version, platform and mobile |
 
 mod consistency;
+mod replay;
 mod stealth;
 
 use crate::behavior::{PixelGrid, UNTRUSTED_CLICKS_TOLERATED};
@@ -169,6 +176,10 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("speech_voices_missing",            A, 15,  "No speech voices, which Windows and macOS always have."),
     signal("media_devices_missing",            A, 15,  "No media devices at all, which Windows and macOS browsers always list."),
     signal("web_bot_auth_unverified",          A, 30,  "The request carries a Web Bot Auth signature that could not be verified."),
+    signal("replayed_payload",                 A, 90,  "A batch of this session was sent first by another session: recorded there and replayed here."),
+    signal("stale_challenge",                  A, 90,  "The probes carry another session's challenge, as a batch recorded elsewhere and replayed does."),
+    signal("challenge_missing",                A, 60,  "The probes lack the session's challenge, which the SDK version the session claims always answers."),
+    signal("time_ahead",                       A, 80,  "Interaction batches claim more time than had passed since the session opened, as batches replayed faster than they were recorded do."),
     signal("plugins_inconsistent",             I, 40,  "The plugin and MIME-type lists are inconsistent, a sign they were faked."),
     signal("hidden_webdriver",                 I, 70,  "navigator.webdriver was faked or removed by script, to hide that automation controls the browser."),
     signal("realm_mismatch",                   I, 55,  "The page's navigator or WebGL values differ from a pristine frame's or a worker's: they were patched in the page."),
@@ -180,6 +191,8 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("ping_rtt_mismatch",                N, 40,  "Round-trip times claimed by the client disagree with when the server saw its pings."),
     signal("network_check_mismatch",           N, 45,  "The WebSocket check came from a different network identity than the page's requests."),
     signal("missing_browser_headers",          N, 30,  "The request lacks headers every real browser of the claimed kind sends."),
+    signal("network_check_missing",            N, 45,  "The session asked for its result without the WebSocket network check the SDK always runs first."),
+    signal("time_behind",                      N, 10,  "Interaction batches claim much less time than had passed since the session opened (a device asleep, or batches sent slower than they were recorded)."),
     signal("oversized_user_agent",             N, 45,  "The User-Agent header was longer than any browser sends, and was cut to 512 bytes."),
     signal("web_bot_auth_invalid",             N, 70,  "The request carries a Web Bot Auth signature that failed verification."),
     signal("web_bot_auth_verified",            N, -40, "A valid Web Bot Auth signature identifies the agent."),
@@ -234,6 +247,7 @@ pub fn detect(session: &SessionObservations, context: &ServerContext) -> Vec<Sig
         ping_timing(probes, context, &mut fired);
     }
     transport(session, context, &claimed, &mut fired);
+    replay::detect(probes, context, &mut fired);
     if session.interactions_seen() {
         behavior(session, probes, &claimed, &mut fired);
     }

@@ -35,8 +35,7 @@ use crate::model::{
     GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, IdempotencyBegin,
     IdempotencyRecord, IdempotencyScope, IdleSession, KeyAndOrganization, OrganizationRecord,
     PartitionFence, ReplayMark, SessionRecord, SessionSave, VisitorAnchors, VisitorOrder,
-    VisitorRecord,
-    WebhookDeliveryRecord, WebhookEndpointRecord,
+    VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 use crate::model::{ApiKeyWrite, EndpointCaps, EndpointWrite};
 

@@ -83,6 +83,22 @@ const RULE_CASES: &[(&str, Phase, &[&str])] = &[
         B,
         &["unaligned_input_clock", "human_like_input"],
     ),
+    // Replayed sessions: each piece of evidence decides alone, however human the input.
+    (
+        "replayed_payload_alone",
+        B,
+        &["replayed_payload", "human_like_input"],
+    ),
+    ("stale_challenge_alone", S, &["stale_challenge"]),
+    ("challenge_missing_alone", S, &["challenge_missing"]),
+    ("time_ahead_alone", B, &["time_ahead", "human_like_input"]),
+    ("time_behind_alone", B, &["time_behind"]),
+    ("network_check_missing_alone", S, &["network_check_missing"]),
+    (
+        "network_unmeasured",
+        S,
+        &["network_check_missing", "ping_rtt_mismatch"],
+    ),
     (
         "protocol_input_that_looks_human",
         B,

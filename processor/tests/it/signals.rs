@@ -54,6 +54,9 @@ const SET_ONE: &[(&str, &str, &str, &str)] = &[
     ("worker_mismatch",                  HUMAN,    "/p/browser/worker_platform",               r#""Linux x86_64""#),
     ("http_user_agent_mismatch",         HUMAN,    "/context/request/user_agent",              r#""python-requests/2.31.0""#),
     ("oversized_user_agent",             HUMAN,    "/context/request/user_agent_bytes",        "20000"),
+    ("replayed_payload",                 HUMAN,    "/context/replayed",                        r#"[{"seq": 1, "kind": "probes", "first_seen_in": "sid_01j0000000000000000000000b"}]"#),
+    ("time_ahead",                       HUMAN,    "/context/time_claims",                     r#"{"batches": 4, "most_ahead_ms": 9000, "elapsed_at_most_ahead_ms": 1200}"#),
+    ("time_behind",                      HUMAN,    "/context/time_claims",                     r#"{"batches": 2, "most_behind_ms": 200000, "elapsed_at_most_behind_ms": 240000}"#),
     ("product_sub_mismatch",             HUMAN,    "/p/automation/product_sub",                r#""20100101""#),
     ("eval_length_mismatch",             HUMAN,    "/p/automation/eval_length",                "37"),
     ("engine_mismatch",                  HUMAN,    "/p/automation/error_stack_engine",         r#""spidermonkey""#),
@@ -83,6 +86,26 @@ const RESHAPE: &[(&str, &str, Change)] = &[
         set(d, "/batches/0/automation/mime_types", json!([]));
     }),
     ("probes_missing", HUMAN, |d| remove(d, "/batches/0")),
+    // The session's challenge, and probes that carry another session's nonce back.
+    ("stale_challenge", HUMAN, |d| {
+        set(d, "/context/challenge", json!("ZmVzaC1ub25jZS0xMjM0NQ"));
+        set(d, "/context/sdk_version", json!("1.4.0"));
+        set(
+            d,
+            "/batches/0/challenge",
+            json!({"nonce": "b2xkLW5vbmNlLTEyMzQ1Ng", "render": "ab"}),
+        );
+    }),
+    // A session opened by an SDK that answers challenges, whose probes answer none.
+    ("challenge_missing", HUMAN, |d| {
+        set(d, "/context/challenge", json!("ZmVzaC1ub25jZS0xMjM0NQ"));
+        set(d, "/context/sdk_version", json!("1.4.0"));
+    }),
+    // The result asked for, and no network check ever ran.
+    ("network_check_missing", HUMAN, |d| {
+        set(d, "/context/results_asked", json!(true));
+        remove(d, "/context/network_check_consistent");
+    }),
     ("probes_repeated", HUMAN, |d| {
         let probes = d["batches"][0].clone();
         d["batches"].as_array_mut().unwrap().push(probes);

@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::row_cache::{Changes, Lookup};
 use super::{
     COLLECT_PINGS, COLLECT_SEQS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner,
-    REPLAY_MARKS, decode,
-    decode_row, encode, key, unavailable,
+    REPLAY_MARKS, decode, decode_row, encode, key, unavailable,
 };
 use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result, StoreError};
 

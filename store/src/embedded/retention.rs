@@ -22,9 +22,8 @@ use super::row_cache::Changes;
 use super::sessions::{SessionMarks, SessionPlace};
 use super::writer::{Backfill, WriterState};
 use super::{
-    EVENTS, EmbeddedStore, GATE_SESSIONS, HANDOFF_OPENINGS, IDEMPOTENCY_RECORDS, Inner, REPLAY_MARKS,
-    SESSIONS,
-    VISITORS, decode, decode_row, key, unavailable,
+    EVENTS, EmbeddedStore, GATE_SESSIONS, HANDOFF_OPENINGS, IDEMPOTENCY_RECORDS, Inner,
+    REPLAY_MARKS, SESSIONS, VISITORS, decode, decode_row, key, unavailable,
 };
 use crate::{
     GateSessionRecord, IdempotencyRecord, Result, RetentionStore, VisitorOrder, VisitorRecord,

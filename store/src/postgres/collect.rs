@@ -8,9 +8,7 @@ use deadpool_postgres::GenericClient;
 use schemas::ids::{PingId, SessionId};
 use schemas::time::Timestamp;
 
-use super::{
-    PostgresStore, db_error, decode_opt, execute, json, row, rows, ulid_bytes, ulid_of,
-};
+use super::{PostgresStore, db_error, decode_opt, execute, json, row, rows, ulid_bytes, ulid_of};
 use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result};
 
 pub(super) const COLLECT_SESSIONS: &str = "collect_sessions";

@@ -245,8 +245,8 @@ impl CollectStore for ScyllaStore {
         marks: &[ReplayMark],
         until: Timestamp,
     ) -> Result<Vec<Option<ReplayMark>>> {
-        let ttl = i32::try_from((until - schemas::time::now()).num_seconds().max(1))
-            .unwrap_or(i32::MAX);
+        let ttl =
+            i32::try_from((until - schemas::time::now()).num_seconds().max(1)).unwrap_or(i32::MAX);
         // Read together, then the absent ones written together: two round trips a call.
         let found = futures::future::try_join_all(marks.iter().map(|mark| async move {
             let result = self.execute(READ_REPLAY_MARK, (&mark.key[..],)).await?;
