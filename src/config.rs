@@ -272,6 +272,11 @@ pub struct ServeArgs {
     /// applies instead.
     #[arg(long, env = "VIGIL_LOG_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
     pub log_retention: std::time::Duration,
+    /// How long the replay record keeps the mark of a batch it saw, so a copy sent again in
+    /// another session is caught (docs/detection.md#replayed-sessions); `0s` keeps no record
+    /// (the session's challenge and the time its batches claim are still checked).
+    #[arg(long, env = "VIGIL_REPLAY_MEMORY", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub replay_memory: std::time::Duration,
     /// Megabytes of session state the processor keeps in memory between batches (estimated);
     /// a session evicted past it has its state decoded from the store at its next batch.
     #[arg(long, env = "VIGIL_PROCESSOR_CACHE_MB", default_value_t = 256)]

@@ -69,6 +69,8 @@ pub struct ProcessorSettings {
     pub retention: Duration,
     /// `--processor-cache-mb`, in bytes.
     pub cache_bytes: u64,
+    /// `--replay-memory`: how long the replay record keeps a mark; zero keeps none.
+    pub replay_memory: Duration,
 }
 
 /// Starts the background task: prepares the topics (retrying with backoff), then runs the
@@ -113,6 +115,7 @@ pub fn start(
                 idle_after: settings.idle_after,
                 retention: settings.retention,
                 cache_bytes: settings.cache_bytes,
+                replay_memory: settings.replay_memory,
             };
             run_processor(pipeline, shutdown.clone()).await;
         }

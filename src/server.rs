@@ -181,6 +181,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
                 idle_after: args.session_idle,
                 retention: args.retention,
                 cache_bytes: args.processor_cache_mb * 1024 * 1024,
+                replay_memory: args.replay_memory,
             }),
         roles.dispatcher.then(|| dispatcher::Settings {
             store: store.clone(),

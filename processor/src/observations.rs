@@ -910,6 +910,9 @@ pub struct ServerContext {
     /// The SDK asked for the result (§5), as opposed to the session going idle.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub results_asked: bool,
+    /// The network check's WebSocket connected (§4), whether or not its comparison came.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub network_check_connected: bool,
     pub web_bot_auth: WebBotAuth,
     /// The `Signature-Agent` of a signed request, when there was one.
     pub signature_agent: Option<String>,

@@ -218,6 +218,9 @@ pub struct Pipeline {
     /// The bytes of session state kept in memory between batches (`--processor-cache-mb`);
     /// states evicted past it are decoded from the store again.
     pub cache_bytes: u64,
+    /// How long the replay record keeps a batch's mark (`--replay-memory`,
+    /// docs/detection.md#replayed-sessions); zero leaves none.
+    pub replay_memory: Duration,
 }
 
 /// The topics the processor publishes to.
@@ -388,7 +391,11 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         // What each save leaves in memory once sent, with when ingest accepted its batches.
         let mut pending: Vec<Pending> = Vec::with_capacity(groups.len());
         // The poll's batches' marks, left in the replay record in one call.
-        let marked = replays::marks(&groups);
+        let marked = if pipeline.replay_memory.is_zero() {
+            Vec::new()
+        } else {
+            replays::marks(&groups)
+        };
         let Retried::Done(replays) = retry(
             "leaving replay marks",
             shutdown,
@@ -1050,6 +1057,7 @@ async fn fold<'a>(
     // collect session's mark would finalise on whatever had been folded so far.
     if let Some(collect) = collect {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
+        state.context.network_check_connected = collect.ws_identity.is_some();
         state.context.challenge = Some(collect.challenge).filter(|c| !c.is_empty());
         state.context.sdk_version = Some(collect.sdk_version);
     }

@@ -11,16 +11,11 @@
 //! times and places jittered is not.
 
 use schemas::collect::BatchRecord;
-use schemas::time::Timestamp;
 use sha2::{Digest, Sha256};
 use store::ReplayMark;
 
 use crate::behavior::{EventKind, InputEvent};
 use crate::observations::Batch;
-
-/// How long the record keeps a mark: a day, so a session recorded today is caught replayed
-/// until tomorrow.
-pub const MEMORY: chrono::TimeDelta = chrono::TimeDelta::hours(24);
 
 /// Interaction batches are marked up to this number: the first few of a session, which any
 /// replay of it sends too, keep the record to a few marks a session.
@@ -109,11 +104,6 @@ pub fn replayed(own: &ReplayMark, found: &ReplayMark) -> bool {
     found.session_id != own.session_id
         && (own.sketch.is_empty() == found.sketch.is_empty())
         && (own.sketch.is_empty() || same_stream(&own.sketch, &found.sketch))
-}
-
-/// When a mark left at `now` is forgotten.
-pub fn kept_until(now: Timestamp) -> Timestamp {
-    now + MEMORY
 }
 
 fn kind_byte(kind: Option<EventKind>) -> u8 {
@@ -286,6 +276,46 @@ mod tests {
         // Much more jitter is not a copy.
         let far = jittered(&original, 7, 0.5, 20.0);
         assert!(!same_stream(&own, &sketch(&refs(&far))));
+    }
+
+    /// How far the tolerance goes: the share of jittered copies still told as the stream, by
+    /// how much their gaps and places moved (docs/detection.md#replayed-sessions gives the
+    /// table, printed with `--nocapture`).
+    #[test]
+    fn the_tolerance_holds_for_small_jitter_and_gives_way_to_large() {
+        let original = stream(1);
+        let own = sketch(&refs(&original));
+        let caught = |share: f64, px: f64| {
+            (0..500)
+                .filter(|&seed| {
+                    same_stream(&own, &sketch(&refs(&jittered(&original, seed, share, px))))
+                })
+                .count() as f64
+                / 500.0
+        };
+        for (share, px) in [
+            (0.0, 0.0),
+            (0.05, 2.0),
+            (0.08, 2.0),
+            (0.05, 3.0),
+            (0.10, 3.0),
+            (0.12, 4.0),
+            (0.15, 4.0),
+            (0.20, 5.0),
+            (0.30, 8.0),
+        ] {
+            println!(
+                "gaps ±{:.0}%, places ±{px} px: {:.1}% caught",
+                share * 100.0,
+                caught(share, px) * 100.0
+            );
+        }
+        assert_eq!(caught(0.05, 2.0), 1.0, "the issue's ±5% and ±2 px, always");
+        assert!(caught(0.08, 2.0) >= 0.99);
+        assert!(
+            caught(0.30, 8.0) <= 0.05,
+            "a stream moved this far is not the same one"
+        );
     }
 
     #[test]

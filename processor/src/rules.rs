@@ -135,11 +135,6 @@ pub const RULES: &[Rule] = &[
     // (a UA switcher stacks six consistency signals on one fact) never reaches "automated".
     rule("overwhelming_risk",   When::All(&[When::RiskAtLeast(70), When::Any(&[When::Category(A, 30), When::Category(B, 30)])]),
                                                                        Automated, Verdict::Bot,         (70, 100)),
-    // Round trips the server's arrivals rule out, and no network check before the result: the
-    // SDK measured neither (a browser always runs the check; a script replaying its numbers
-    // does not).
-    rule("unmeasured_network",  When::All(&[When::Fired("network_check_missing"), When::Fired("ping_rtt_mismatch")]),
-                                                                       Automated, Verdict::Bot,         (70, 100)),
     rule("elevated_risk",       When::RiskAtLeast(30),                 Uncertain, Verdict::Suspicious,  (30, 89)),
     // Interaction batches with no input at all: nothing says bot, nothing says person.
     rule("no_input_yet",        When::Fired("no_input_events"),        Uncertain, Verdict::Human,       (0, 29)),

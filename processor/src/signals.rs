@@ -45,7 +45,7 @@
 //! | `ping_rtt_mismatch` | network | 40 | claimed ping round trips the server's arrival times rule out, or pings the server never saw |
 //! | `network_check_mismatch` | network | 45 | the WebSocket's identity differed from the HTTP request's |
 //! | `missing_browser_headers` | network | 30 | the request lacks headers every claimed browser sends |
-//! | `network_check_missing` | network | 45 | the session asked for its result without the WebSocket network check the SDK runs first |
+//! | `network_check_missing` | network | 45 | the session asked for its result and its network check's WebSocket never connected (more than `ping_rtt_mismatch`) |
 //! | `time_behind` | network | 10 | interaction windows end over a minute (and half the time passed) before the time the server saw pass |
 //! | `oversized_user_agent` | network | 45 | the `User-Agent` header was over 512 bytes (ingest keeps its first 512) |
 //! | `web_bot_auth_invalid` | network | 70 | a Web Bot Auth signature failed verification |

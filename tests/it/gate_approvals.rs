@@ -459,8 +459,12 @@ async fn an_uncertain_page_gets_two_more_tries_then_the_session_closes() {
             open_session_with_ticket(&client, &s.base, &page.key, consent, Some(&page.ticket))
                 .await
                 .expect("a ticketed session");
+        // A probes batch of its own each time: one sent again would be a replay, judged
+        // automated at once (docs/detection.md#replayed-sessions).
+        let mut probes = fixture["batches"][0].clone();
+        probes["collected_in_ms"] = json!(300.0 + f64::from(attempt));
         for (seq, batch) in [
-            (1, fixture["batches"][0].clone()),
+            (1, probes),
             (2, json!({"kind": "interactions", "events": []})),
         ] {
             s.post(&format!("/v1/collect/sessions/{}/batches", session.id))

@@ -36,6 +36,7 @@ mod operator;
 mod organizations;
 mod pipeline;
 mod postgres_store;
+mod replays;
 mod retention;
 mod roles;
 mod router_properties;

@@ -105,7 +105,7 @@ function startPage(api, key, dwellMs) {
  * a click into the field, and typing with irregular gaps. The browser sees trusted OS input and
  * no automation client is attached.
  */
-async function humanInput(display, [dx, dy] = [0, 0]) {
+export async function humanInput(display, [dx, dy] = [0, 0]) {
   const env = { ...process.env, DISPLAY: display };
   const random = rng(7);
   // Screen positions for a window at 0,0; `dx`, `dy` follow a window placed elsewhere.

@@ -253,6 +253,33 @@ pub fn recorder_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recorder")
 }
 
+/// Runs `script` of `tests/recorder/` with `program`; the JSON line it printed last.
+pub async fn recorder_script(program: &str, script: &str, args: &[&str]) -> Value {
+    let dir = recorder_dir();
+    let (program, script) = (program.to_owned(), script.to_owned());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let name = script.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(&program)
+            .current_dir(&dir)
+            .arg(&script)
+            .args(&args)
+            .output()
+    })
+    .await
+    .expect("driver thread")
+    .expect("the recorder's tools run (scripts/test.sh installs node, and python3's requests and cryptography)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{name} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{name} printed {line:?}: {e}"))
+}
+
 /// Visits the page in configuration `name` against `s`; returns the page's report (`ok`,
 /// `session_id`, `load_ms`, ...).
 pub async fn drive(s: &TestServer, name: &str) -> Value {

@@ -4,11 +4,9 @@
 //! fetches the page and posts the form with a browser's headers forged ([`script_decides`]),
 //! which Vigil must refuse.
 
-use std::process::Command;
-
 use reqwest::header;
 
-use crate::detection::recorder_dir;
+use crate::detection::recorder_script;
 
 /// The client a script uses: no redirects followed, so a login's redirect can be read.
 pub fn script_client() -> reqwest::Client {
@@ -137,7 +135,7 @@ pub async fn person_decides_at(consent_url: &str, user_code: &str, decision: &st
         "--then",
         "1",
     ];
-    let report = recorder_script("person.mjs", &args).await;
+    let report = recorder_script("node", "person.mjs", &args).await;
     report["text"].as_str().unwrap_or_default().to_owned()
 }
 
@@ -178,7 +176,7 @@ pub async fn patched_driver_approves(
     if let Some(position) = position {
         args.extend(["--position", position]);
     }
-    let report = recorder_script("consent.mjs", &args).await;
+    let report = recorder_script("node", "consent.mjs", &args).await;
     report["text"].as_str().unwrap_or_default().to_owned()
 }
 
@@ -191,36 +189,9 @@ pub async fn relay_hands_off(api: &str, key: &str, ticket: Option<&str>) -> Stri
     if let Some(ticket) = ticket {
         args.extend(["--ticket", ticket]);
     }
-    let report = recorder_script("relay.mjs", &args).await;
+    let report = recorder_script("node", "relay.mjs", &args).await;
     report["handoff"]
         .as_str()
         .unwrap_or_else(|| panic!("relay.mjs got no handoff: {report}"))
         .to_owned()
-}
-
-/// Runs `script` of `tests/recorder/` with `args`; the JSON line it printed last.
-async fn recorder_script(script: &str, args: &[&str]) -> serde_json::Value {
-    let dir = recorder_dir();
-    let script = script.to_owned();
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    let name = script.clone();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .current_dir(&dir)
-            .arg(&script)
-            .args(&args)
-            .output()
-    })
-    .await
-    .expect("driver thread")
-    .expect("node runs (scripts/test.sh installs nodejs)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{name} failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let line = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{name} printed {line:?}: {e}"))
 }

@@ -21,6 +21,7 @@ pub mod detection;
 pub mod faults;
 pub mod gate;
 pub mod receiver;
+pub mod replay;
 pub mod tls;
 
 /// Creates the topics Vigil uses on a mock Kafka cluster, which does not answer topic creation

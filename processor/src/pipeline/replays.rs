@@ -50,7 +50,12 @@ pub(super) async fn replayed(
     let marks: Vec<store::ReplayMark> = marked.iter().map(|(_, _, m)| m.clone()).collect();
     let found = pipeline
         .store
-        .leave_replay_marks(&marks, crate::replay::kept_until(schemas::time::now()))
+        .leave_replay_marks(
+            &marks,
+            schemas::time::now()
+                + chrono::TimeDelta::from_std(pipeline.replay_memory)
+                    .unwrap_or(chrono::TimeDelta::MAX),
+        )
         .await?;
     for ((seq, kind, own), found) in marked.iter().zip(found) {
         if let Some(found) = found.filter(|f| crate::replay::replayed(own, f)) {

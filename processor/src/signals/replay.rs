@@ -47,9 +47,13 @@ pub(super) fn detect(probes: Option<&Probes>, context: &ServerContext, fired: &m
             json!({ "claimed_behind_ms": claims.most_behind_ms, "elapsed_ms": claims.elapsed_at_most_behind_ms }),
         );
     }
-    // The SDK runs the network check as soon as the session opens and waits for it before
-    // asking for the result: a session that asked without one never ran it.
-    if context.results_asked && context.network_check_consistent.is_none() {
+    // The SDK opens the network check's WebSocket as soon as the session opens and waits for
+    // the check before asking for the result: a session that asked for it with no WebSocket
+    // ever connected never ran the check (one still under way on a slow network has connected).
+    if context.results_asked
+        && context.network_check_consistent.is_none()
+        && !context.network_check_connected
+    {
         fired.fire("network_check_missing", json!({ "results_asked": true }));
     }
 }

@@ -153,6 +153,7 @@ impl Fleet {
             idle_after: Duration::from_secs(3600),
             retention: Duration::from_secs(86_400),
             cache_bytes: 1 << 20,
+            replay_memory: std::time::Duration::from_secs(24 * 3600),
         }
     }
 
