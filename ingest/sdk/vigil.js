@@ -589,7 +589,8 @@
       'automation.has_chrome_object', 'automation.notification_permission', 'automation.languages',
       'automation.language', 'automation.plugins', 'automation.mime_types', 'automation.plugins_consistent',
       'automation.window_outer', 'automation.window_inner', 'automation.window_position', 'automation.connection_rtt',
-      'automation.document_focus', 'automation.electron', 'automation.selenium', 'automation.headless_ua',
+      'automation.document_focus', 'automation.document_visibility', 'automation.electron', 'automation.selenium',
+      'automation.headless_ua',
     ],
     async run() {
       const nav = global.navigator || {};
@@ -617,6 +618,8 @@
         'automation.window_position': attempt(() => [global.screenX, global.screenY]),
         'automation.connection_rtt': attempt(() => (nav.connection && typeof nav.connection.rtt === 'number' ? nav.connection.rtt : null)),
         'automation.document_focus': attempt(() => global.document.hasFocus()),
+        // A page loaded in a background tab has no window to measure yet (outer size 0).
+        'automation.document_visibility': attempt(() => global.document.visibilityState),
         'automation.electron': electronTraces(),
         'automation.selenium': seleniumTraces(globals),
         'automation.headless_ua': typeof ua === 'string' && /HeadlessChrome/.test(ua),

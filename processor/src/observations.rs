@@ -158,6 +158,9 @@ schemas::lenient_struct! {
         /// `navigator.connection.rtt`; absent when the browser has no Network Information API.
         connection_rtt: f64,
         document_focus: bool,
+        /// `document.visibilityState` when the probes ran (`hidden` in a background tab); SDK
+        /// 1.4.0 and later.
+        document_visibility: String,
         /// `process`/`versions.electron` traces.
         electron: bool,
         /// `$cdc_`/`$wdc_` document keys or selenium attributes.

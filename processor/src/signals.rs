@@ -25,7 +25,7 @@
 //! | `viewport_emulation` | automation | 45 | a desktop without touch or DevTools whose orientation contradicts its screen, or whose viewport is the screen (for script and CSS) inside browser chrome |
 //! | `no_pointing_device` | automation | 25 | a desktop claim with no fine pointer, no hover and no touch points |
 //! | `software_renderer` | automation | 25 | WebGL renders with SwiftShader, llvmpipe, softpipe, Mesa OffScreen or Microsoft Basic Render |
-//! | `zero_outer_window` | automation | 60 | `outerWidth` and `outerHeight` are 0 |
+//! | `zero_outer_window` | automation | 60 | `outerWidth` and `outerHeight` are 0 in a page shown (a background tab's are 0 until shown) |
 //! | `zero_connection_rtt` | automation | 30 | `navigator.connection.rtt` is 0 outside Android |
 //! | `speech_voices_missing` | automation | 15 | no speech voices under a Windows or macOS claim |
 //! | `media_devices_missing` | automation | 15 | no media devices under a Windows or macOS claim |
@@ -418,7 +418,11 @@ fn automation_markers(
         }
     }
 
-    if automation.window_outer == Some([0.0, 0.0]) {
+    // A page loaded in a background tab (opened with a middle click, or one of several restored)
+    // has no window to measure yet: Chromium reports its outer size as 0 until it is shown.
+    if automation.window_outer == Some([0.0, 0.0])
+        && automation.document_visibility.as_deref() != Some("hidden")
+    {
         fired.fire("zero_outer_window", json!({ "window_outer": [0, 0] }));
     }
     // Android WebViews report 0 legitimately (BotD makes the same exception).

@@ -9,7 +9,7 @@
 use serde_json::Value;
 use vigil_tests::TestServer;
 use vigil_tests::detection::final_session;
-use vigil_tests::replay::{Replay, Replayer, record, replay};
+use vigil_tests::replay::{Replay, Replayer, person_visits, record, replay};
 
 /// The slugs of a session's fired signals.
 fn fired(session: &Value) -> Vec<String> {
@@ -123,4 +123,37 @@ async fn replayed_sessions_read_automated_and_the_original_human() {
     let again = final_session(&s, &recording.session_id).await;
     assert_eq!(again["decision"]["automation_status"], "human");
     assert!(!self::fired(&again).iter().any(|f| f == "replayed_payload"));
+}
+
+/// People whose visits look alike are not replays: one who reloads the page ten times doing
+/// much the same each time, and one with two tabs of it open (the second loaded in the
+/// background). Every session reads `human`, with no replay signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_reloading_ten_times_or_with_two_tabs_is_no_replay() {
+    let s = server().await;
+    let pk = s.creds.keys.publishable_test.clone();
+    for how in [&["--reloads", "10"][..], &["--tabs", "2"][..]] {
+        let sessions = person_visits(&s.base, &pk, how).await;
+        assert_eq!(
+            sessions.len(),
+            if how[0] == "--tabs" { 2 } else { 10 },
+            "{how:?}"
+        );
+        for id in sessions {
+            let session = final_session(&s, &id).await;
+            let fired = fired(&session);
+            assert_eq!(
+                session["decision"]["automation_status"], "human",
+                "{how:?} {id}: {session}"
+            );
+            for slug in [
+                "replayed_payload",
+                "stale_challenge",
+                "challenge_missing",
+                "time_ahead",
+            ] {
+                assert!(!fired.iter().any(|f| f == slug), "{how:?} {id}: {fired:?}");
+            }
+        }
+    }
 }

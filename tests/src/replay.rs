@@ -94,3 +94,22 @@ pub async fn replay(by: Replayer, api: &str, key: &str, recording: &Path, how: &
         .unwrap_or_else(|| panic!("{script} printed no session: {report}"))
         .to_owned()
 }
+
+/// A person's visits that look alike (`recorder/person_visits.mjs`): `--reloads N` (the page
+/// reloaded N times, much the same done each time) or `--tabs N` (N tabs of it at once). Their
+/// sessions, in the order they reported.
+pub async fn person_visits(api: &str, key: &str, how: &[&str]) -> Vec<String> {
+    let mut args = vec!["--api", api, "--key", key];
+    args.extend_from_slice(how);
+    let report = recorder_script("node", "person_visits.mjs", &args).await;
+    assert_eq!(
+        report["ok"], true,
+        "every visit reported its session: {report}"
+    );
+    report["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| s.as_str().expect("a session id").to_owned())
+        .collect()
+}

@@ -447,3 +447,23 @@ fn the_clock_is_judged_only_in_a_placed_x11_window() {
     let fired = common::fired(&common::evaluate(&doc));
     assert!(!fired.contains(&"unaligned_input_clock"), "{fired:?}");
 }
+
+/// A page loaded in a background tab (a person's second tab, a middle click) has no window to
+/// measure: Chromium reports its outer size as 0 until it is shown, which is no headless
+/// browser's trace then.
+#[test]
+fn a_background_tab_without_an_outer_window_is_not_headless() {
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/batches/0/automation/window_outer",
+        json!([0, 0]),
+    );
+    assert!(common::fired(&common::evaluate(&doc)).contains(&"zero_outer_window"));
+    set(
+        &mut doc,
+        "/batches/0/automation/document_visibility",
+        json!("hidden"),
+    );
+    assert!(!common::fired(&common::evaluate(&doc)).contains(&"zero_outer_window"));
+}
