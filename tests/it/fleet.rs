@@ -11,7 +11,9 @@
 //!   through the query process;
 //! - a key revoked through the admin process is refused at once by both ingest processes;
 //! - a Web Bot Auth signature verified by one ingest process reads invalid when replayed to the
-//!   other (its nonce is spent in the shared store).
+//!   other (its nonce is spent in the shared store);
+//! - a person's visit recorded through one ingest process and replayed, exactly and jittered, to
+//!   the other reads automated (the replay record is PostgreSQL's, shared by both processors).
 
 use std::collections::{HashMap, HashSet};
 use std::process::Command;
@@ -24,6 +26,7 @@ use serde_json::{Value, json};
 use vigil_tests::browser::visit_and_hand_off;
 use vigil_tests::collect::{CollectSession, open_session_at};
 use vigil_tests::receiver::Receiver;
+use vigil_tests::replay::{Replay, Replayer, record, replay};
 use vigil_tests::served::Served;
 use vigil_tests::{
     DevCredentials, http_client, postgres_database, redis_url, run_client, vigil_binary,
@@ -613,6 +616,55 @@ print(r.status_code, r.json()["data"]["id"])
         body["data"]["web_bot_auth"]["status"], "invalid",
         "the replay to the second ingest process is caught: {body}"
     );
+
+    // ---- a person's visit recorded through the first ingest process, replayed to the second:
+    // the replay record is PostgreSQL's, shared by both processors ----
+    let recording = record(&ingest[0], &pk).await;
+    for how in [
+        Replay::default(),
+        Replay {
+            jitter: Some(9),
+            fresh_challenge: true,
+            ..Replay::default()
+        },
+    ] {
+        let id = replay(Replayer::Node, &ingest[1], &pk, &recording.path, &how).await;
+        let read = format!("{api}/v1/sessions/{id}");
+        eventually(
+            Duration::from_secs(60),
+            "the replayed session is final",
+            || {
+                let (client, read, sk) = (client.clone(), read.clone(), sk.clone());
+                async move {
+                    let r = client.get(&read).bearer_auth(&sk).send().await.unwrap();
+                    let body: Value = r.json().await.unwrap_or_default();
+                    body["data"]["decision"]["decision_status"] == "final"
+                }
+            },
+        )
+        .await;
+        let body: Value = client
+            .get(&read)
+            .bearer_auth(&sk)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = &body["data"];
+        let fired: Vec<&str> = session["signals_fired"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["signal"].as_str())
+            .collect();
+        assert_eq!(
+            session["decision"]["automation_status"], "automated",
+            "{how:?}: {session}"
+        );
+        assert!(fired.contains(&"replayed_payload"), "{how:?}: {fired:?}");
+    }
     drop(survivor);
     drop(killed);
 }
