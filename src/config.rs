@@ -405,6 +405,10 @@ impl Roles {
 /// 1 TiB: beyond any machine this runs on, and far from overflowing a byte count.
 const MAX_PROCESSOR_CACHE_MB: u64 = 1 << 20;
 
+/// The longest the replay record keeps a mark: a month holds a week's recordings several times
+/// over, and ScyllaDB's TTLs (20 years at most) are far off.
+const MAX_REPLAY_MEMORY: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
 /// Beyond any sensible retention, and far inside what a timestamp can hold.
 const MAX_RETENTION: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -453,6 +457,9 @@ impl ServeArgs {
             return Err(format!(
                 "--processor-cache-mb must be at most {MAX_PROCESSOR_CACHE_MB} (0 keeps no state in memory)"
             ));
+        }
+        if self.replay_memory > MAX_REPLAY_MEMORY {
+            return Err("--replay-memory must be at most 30 days (0s keeps no record)".into());
         }
         if self.retention.is_zero() || self.retention > MAX_RETENTION {
             return Err("--retention must be above zero and at most 100 years".into());

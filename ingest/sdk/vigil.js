@@ -1886,6 +1886,9 @@
       if (opts.ticket) opening.consent_ticket = opts.ticket;
       const session = await request(conn, 'POST', '/v1/collect/sessions', opening);
       mark('session_opened');
+      // When the session opened on this page's clock, which the interaction windows count from
+      // the load: the server holds every window's claimed time against its own since the open.
+      const openedInMs = round1(now() - t0);
       if (!session || typeof session.id !== 'string') throw new VigilError('sdk.invalid_response', 'session has no id');
       const { batchKey, proofKey } = await deriveSessionKeys(keyPair.privateKey, b64uDecode(session.server_public_key), session.id);
       const calls = new ProvenCalls(conn, session.id, proofKey);
@@ -1904,7 +1907,7 @@
       agent.visitorToken = (observations.storage && observations.storage.visitor_token) || null;
       const challenge = await challenged;
       await agent._sendBatch(Object.assign(
-        { kind: 'probes', collected_in_ms: collectedInMs, timed_out: timedOut },
+        { kind: 'probes', collected_in_ms: collectedInMs, opened_in_ms: openedInMs, timed_out: timedOut },
         observations,
         { network: { ping_rtts_ms: rtts } },
         challenge ? { challenge } : {}

@@ -98,6 +98,9 @@ schemas::lenient_struct! {
     /// `timed_out` and its member is absent.
     pub struct Probes {
         collected_in_ms: f64,
+        /// When the session opened, in ms since the SDK loaded (§3.1; SDK 1.4.0 and later):
+        /// the interaction windows count from the load, the server's clock from the open.
+        opened_in_ms: f64,
         timed_out: Vec<String>,
         automation: Automation,
         browser: Browser,

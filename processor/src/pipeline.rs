@@ -396,15 +396,22 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         } else {
             replays::marks(&groups)
         };
-        let Retried::Done(replays) = retry(
+        // Evidence, not the decision itself: a record the store cannot read is logged and the
+        // poll decided without it, rather than held (and every later poll of its partitions).
+        let replays = match retry(
             "leaving replay marks",
             shutdown,
             &mut (pipeline, &marked),
             |(pipeline, marked)| Box::pin(replays::replayed(pipeline, marked)),
         )
         .await
-        else {
-            break 'polls;
+        {
+            Retried::Done(replays) => replays,
+            Retried::Failed(e) => {
+                tracing::warn!(error = %e, marks = marked.len(), "processor: the replay record could not be read; this poll is decided without it");
+                HashMap::new()
+            }
+            Retried::ShuttingDown => break 'polls,
         };
         for group in groups {
             let started = Instant::now();
@@ -914,6 +921,9 @@ async fn fold<'a>(
     };
     let was_final = session.finalized;
     let mut linked = None;
+    // Each interaction window's end, with when its batch arrived: held against the time since
+    // the collect session opened, once that is read below.
+    let mut windows = Vec::new();
     let mut changed = false;
     for polled in group {
         let batch = &polled.batch;
@@ -979,10 +989,7 @@ async fn fold<'a>(
                     if let Batch::Interactions(interactions) = &observed
                         && let Some([_, end]) = interactions.window_ms
                     {
-                        let elapsed = (batch.received_at - session.opened_at)
-                            .num_microseconds()
-                            .map_or(f64::MAX, |us| us as f64 / 1_000.0);
-                        state.context.time_claims.count(end, elapsed);
+                        windows.push((end, batch.received_at));
                     }
                     if let Some(replay) = replayed.iter().find(|r| r.seq == batch.seq)
                         && !state.context.replayed.iter().any(|r| r.seq == batch.seq)
@@ -1058,6 +1065,12 @@ async fn fold<'a>(
     if let Some(collect) = collect {
         state.context.ping_arrivals = collect.pings.iter().filter_map(|p| p.arrived_at).collect();
         state.context.network_check_connected = collect.ws_identity.is_some();
+        for (end, received_at) in windows {
+            let elapsed = (received_at - collect.opened_at)
+                .num_microseconds()
+                .map_or(f64::MAX, |us| us as f64 / 1_000.0);
+            state.context.time_claims.count(end, elapsed);
+        }
         state.context.challenge = Some(collect.challenge).filter(|c| !c.is_empty());
         state.context.sdk_version = Some(collect.sdk_version);
     }

@@ -2,10 +2,11 @@
 //! in the replay record the fleet shares (`store::CollectStore::leave_replay_marks`), and how a
 //! mark another session left first tells a batch recorded there and sent again here.
 //!
-//! A browser never sends the same probes twice (they carry the session's challenge, its round
-//! trips and its own timings), nor the same interaction stream: a probes batch is marked by its
-//! whole content, an early interaction stream by the sequence of its event kinds, with a sketch
-//! of its first events (their gaps and places). A stream whose kinds another session sent first
+//! A browser never sends the same probes twice, nor the same interaction stream. A probes batch
+//! is marked by its answer to the session's challenge (the render of a nonce only that session
+//! had, so no two real sessions share it, however alike their browsers): a copy carries the
+//! recording's, whatever nonce was written in beside it. An early interaction stream is marked by
+//! the sequence of its event kinds, with a sketch of its first events (their gaps and places). A stream whose kinds another session sent first
 //! is a replay only if its sketch is that session's within the tolerance below, so people whose
 //! streams merely share a shape (ten keys typed cleanly) are told apart, and a copy with its
 //! times and places jittered is not.
@@ -25,6 +26,8 @@ const MIN_STREAM_EVENTS: usize = 8;
 /// A stream of one kind of event only (a pointer moving) is marked by its exact content: its
 /// kinds alone would be every such stream's.
 const MIN_STREAM_KINDS: usize = 2;
+/// Gaps that vary less than this (their standard deviation over their mean) are machine-steady.
+const STEADY_VARIATION: f64 = 0.25;
 /// Events a sketch keeps.
 const SKETCH_EVENTS: usize = 16;
 /// Bytes an event takes in a sketch: its kind, the gap since the one before (ms), its place.
@@ -59,10 +62,12 @@ pub fn mark(batch: &BatchRecord, observed: &Batch) -> Option<ReplayMark> {
         key
     };
     match observed {
+        // Only probes that answer a challenge: without one, two browsers that report alike
+        // (Tor Browser's rounded timers) could send the same probes.
         Batch::Probes(probes) => {
-            let content = serde_json::to_vec(probes).ok()?;
-            Some(ReplayMark {
-                key: key(b"probes", &content),
+            let render = probes.challenge.as_ref()?.render.as_deref()?;
+            (!render.is_empty()).then(|| ReplayMark {
+                key: key(b"challenge-render", render.as_bytes()),
                 session_id: batch.session_id,
                 sketch: Vec::new(),
             })
@@ -73,7 +78,7 @@ pub fn mark(batch: &BatchRecord, observed: &Batch) -> Option<ReplayMark> {
                 .iter()
                 .filter(|e| e.kind.is_some_and(EventKind::is_device_input))
                 .collect();
-            if device.len() < MIN_STREAM_EVENTS {
+            if device.len() < MIN_STREAM_EVENTS || steady(&device) {
                 return None;
             }
             let kinds: Vec<u8> = device.iter().map(|e| kind_byte(e.kind)).collect();
@@ -104,6 +109,22 @@ pub fn replayed(own: &ReplayMark, found: &ReplayMark) -> bool {
     found.session_id != own.session_id
         && (own.sketch.is_empty() == found.sketch.is_empty())
         && (own.sketch.is_empty() || same_stream(&own.sketch, &found.sketch))
+}
+
+/// A stream whose gaps barely vary (their coefficient of variation under
+/// [`STEADY_VARIATION`]) has no rhythm to tell one sending from another: a hardware key typing a
+/// one-time password, a password manager's auto-type, a barcode scanner. It is not marked.
+fn steady(device: &[&InputEvent]) -> bool {
+    let gaps: Vec<f64> = device
+        .windows(2)
+        .filter_map(|pair| Some(pair[1].t? - pair[0].t?))
+        .collect();
+    if gaps.len() < 2 {
+        return true;
+    }
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    let variance = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    mean <= 0.0 || variance.sqrt() / mean < STEADY_VARIATION
 }
 
 fn kind_byte(kind: Option<EventKind>) -> u8 {
@@ -316,6 +337,50 @@ mod tests {
             caught(0.30, 8.0) <= 0.05,
             "a stream moved this far is not the same one"
         );
+    }
+
+    #[test]
+    fn machine_steady_streams_and_unanswered_probes_leave_no_mark() {
+        // A hardware key typing a one-time password: 44 keys, 8 ms apart, each held 4 ms.
+        let mut otp = Vec::new();
+        for i in 0..44 {
+            let t = 100.0 + f64::from(i) * 8.0;
+            otp.push(event(EventKind::Keydown, t, None));
+            otp.push(event(EventKind::Keyup, t + 4.0, None));
+        }
+        assert!(steady(&refs(&otp)));
+        assert!(!steady(&refs(&stream(1))));
+        let record = |seq| BatchRecord {
+            schema: schemas::collect::BATCH_RECORD_SCHEMA,
+            organization_id: schemas::OrgId::generate(),
+            environment: schemas::credential::Environment::Test,
+            session_id: schemas::SessionId::generate(),
+            seq,
+            received_at: schemas::time::now(),
+            request: schemas::collect::BatchRequest {
+                ip: String::new(),
+                user_agent: String::new(),
+                header_names: Vec::new(),
+                url: String::new(),
+                web_bot_auth: None,
+                user_agent_bytes: None,
+            },
+            kind: None,
+            observations: schemas::raw::RawJson::null(),
+        };
+        let keys = Batch::Interactions(crate::observations::InteractionBatch {
+            window_ms: None,
+            events: otp,
+        });
+        assert_eq!(mark(&record(2), &keys), None);
+        let probes = |challenge| {
+            Batch::from_value(serde_json::json!({"kind": "probes", "challenge": challenge}))
+                .unwrap()
+        };
+        assert_eq!(mark(&record(1), &probes(serde_json::Value::Null)), None);
+        let answered = probes(serde_json::json!({"nonce": "abc", "render": "0f1e"}));
+        let first = mark(&record(1), &answered).expect("a render leaves a mark");
+        assert!(first.sketch.is_empty());
     }
 
     #[test]

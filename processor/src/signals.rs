@@ -33,7 +33,7 @@
 //! | `replayed_payload` | automation | 90 | a batch's mark in the replay record was left first by another session (its probes, or an early interaction stream within ±12% and 4 px) |
 //! | `stale_challenge` | automation | 90 | the probes carry a challenge nonce other than the session's |
 //! | `challenge_missing` | automation | 60 | the probes lack the challenge an SDK of 1.4 or later always answers |
-//! | `time_ahead` | automation | 80 | an interaction window ends more than 5 s (and a tenth of the time passed) after the time the server saw pass since the session opened |
+//! | `time_ahead` | automation | 80 | an interaction window ends more than 3 s (and a tenth of the time passed) after the time the server saw pass since the session opened (15 s from the load for an SDK that does not say when it opened) |
 //! | `plugins_inconsistent` | integrity | 40 | plugin and mime-type arrays fail their prototype checks or disagree |
 //! | `hidden_webdriver` | integrity | 70 | the `navigator.webdriver` getter replaced, deleted, redefined, or different from a pristine realm's |
 //! | `realm_mismatch` | integrity | 55 | navigator values differ from a pristine iframe's getters, or cores, memory, languages or WebGL differ from a worker's |

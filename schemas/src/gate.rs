@@ -177,7 +177,7 @@ pub fn mint_user_code() -> String {
 pub fn normalize_user_code(typed: &str) -> Option<String> {
     let code: String = typed
         .chars()
-        .filter(|c| !matches!(c, '-' | ' ' | '\t' | '\u{2010}'..='\u{2015}'))
+        .filter(|c| !(c.is_whitespace() || matches!(c, '-' | '\u{2010}'..='\u{2015}')))
         .map(|c| c.to_ascii_uppercase())
         .collect();
     (code.len() == USER_CODE_CHARS && code.bytes().all(|b| USER_CODE_ALPHABET.contains(&b)))

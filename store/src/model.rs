@@ -923,7 +923,8 @@ pub enum GateDenialReason {
     Denied,
     /// Vigil judged the consent page's browser automated: a session gets one judgement.
     Automated,
-    /// Vigil stayed uncertain through every try the session allows.
+    /// Vigil could not tell a person through every try the session allows (an `uncertain`
+    /// judgement, or none of the person's input on the code field and the Approve button).
     Uncertain,
     /// Every user code attempt the session allows was spent on wrong codes.
     UserCode,
@@ -941,15 +942,20 @@ pub struct GateDenial {
 /// What a Gate session counts on its consent page, each with its own budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateAttempt {
-    /// A user code typed.
-    UserCode,
-    /// A decision Vigil judged `uncertain`.
-    UncertainJudgement,
+    /// A user code typed, by its keyed hash: compared with the session's in the counting step,
+    /// and counted only when wrong (so parallel guesses cannot pass the budget, and a person's
+    /// right code never spends it).
+    UserCode(CredentialHash),
+    /// A decision Vigil could not judge a person's (`uncertain`, or no input of the person's on
+    /// the code field and the Approve button).
+    UnsureJudgement,
 }
 
 /// How [`crate::GateStore::count_gate_attempt`] counted.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GateAttemptCount {
+    /// The user code is the session's: nothing was counted or written.
+    Matched(Box<GateSessionRecord>),
     /// Counted: the session as stored after, with the attempt's number (1 for the first).
     Counted(Box<GateSessionRecord>, u32),
     /// The budget was spent already, or the session no longer waits: nothing was written.

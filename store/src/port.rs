@@ -704,9 +704,10 @@ store_port! {
             max_polls: u32,
         ) -> Result<Option<(GateSessionRecord, GatePoll)>>;
         /// Counts one `attempt` on the session `id` while it waits (`Pending`), in one step
-        /// with its budget of `max`, so parallel attempts cannot pass it; nothing is written
-        /// once the budget is spent or the session no longer waits. `None` if there is no such
-        /// session.
+        /// with its budget of `max`, so parallel attempts cannot pass it; a user code is compared
+        /// in the same step and counted only when wrong. Nothing is written for a right code,
+        /// once the budget is spent, or when the session no longer waits. `None` if there is no
+        /// such session.
         async fn count_gate_attempt(
             &self,
             id: schemas::ids::GateSessionId,

@@ -54,8 +54,9 @@ pub fn rotated_key(stored: Option<&ApiKeyRecord>, old: &ApiKeyRecord) -> Result<
     Ok(rotated)
 }
 
-/// `count_gate_attempt`: counts `attempt` on the stored session, unless it no longer waits or
-/// its budget of `max` is spent; whether it changed the row is whether the answer is `Counted`.
+/// `count_gate_attempt`: counts `attempt` on the stored session, unless it no longer waits, its
+/// budget of `max` is spent, or (a user code) it is the session's own; whether it changed the
+/// row is whether the answer is `Counted`.
 pub fn count_attempt(
     mut session: GateSessionRecord,
     attempt: GateAttempt,
@@ -64,16 +65,26 @@ pub fn count_attempt(
     if session.status != GateSessionStatus::Pending {
         return GateAttemptCount::Refused(Box::new(session));
     }
-    let counter = match attempt {
-        GateAttempt::UserCode => &mut session.code_attempts,
-        GateAttempt::UncertainJudgement => &mut session.uncertain_judgements,
-    };
-    if *counter >= max {
+    // The budget first: once wrong codes have spent it, no code is compared at all.
+    if *attempt_counter(&mut session, attempt) >= max {
         return GateAttemptCount::Refused(Box::new(session));
     }
+    if let GateAttempt::UserCode(typed) = attempt
+        && session.user_code == Some(typed)
+    {
+        return GateAttemptCount::Matched(Box::new(session));
+    }
+    let counter = attempt_counter(&mut session, attempt);
     *counter += 1;
     let number = *counter;
     GateAttemptCount::Counted(Box::new(session), number)
+}
+
+fn attempt_counter(session: &mut GateSessionRecord, attempt: GateAttempt) -> &mut u32 {
+    match attempt {
+        GateAttempt::UserCode(_) => &mut session.code_attempts,
+        GateAttempt::UnsureJudgement => &mut session.uncertain_judgements,
+    }
 }
 
 /// `count_gate_poll`: counts a poll at `now` on the stored session; whether it changed the row

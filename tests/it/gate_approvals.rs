@@ -344,8 +344,8 @@ async fn a_scripted_check_approves_nothing() {
     assert_eq!(open(page.key.clone(), altered).await.status(), 422);
 }
 
-/// The user code: typed wrong, the page says so and counts; a form without a code of its
-/// form costs nothing; the tenth code closes the session as denied, recorded in
+/// The user code: typed wrong, the page says so and counts; typed right, or not of a code's
+/// form, it costs nothing; the tenth wrong code closes the session as denied, recorded in
 /// `gate.session.denied`. Checked before anything is judged, so no browser is needed here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_user_codes_close_the_session_after_ten_tries() {
@@ -387,8 +387,9 @@ async fn wrong_user_codes_close_the_session_after_ten_tries() {
     } else {
         "BBBB-BBBB"
     };
-    // Ten codes, right or wrong: the right one above, eight wrong ones, then the last.
-    for left in (1..=8).rev() {
+    // The right code above counted nothing: nine wrong ones say what is left, the tenth
+    // closes.
+    for left in (1..=9).rev() {
         let page = script_decides(consent, Some(wrong), "approve", None).await;
         assert_eq!(page.status(), 200);
         let text = page.text().await.unwrap();

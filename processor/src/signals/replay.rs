@@ -12,11 +12,14 @@ use serde_json::json;
 const ANSWERS_CHALLENGES_FROM: (u64, u64, u64) = (1, 4, 0);
 
 /// A window may end this long after the time that passed since the session opened (or
-/// [`AHEAD_SLACK_SHARE`] of it), for what the SDK did before the session opened (its key pair,
-/// the open request on a slow network) and the clocks' granularity; beyond, the batch claims
-/// time that had not passed.
-const AHEAD_SLACK_MS: f64 = 5_000.0;
+/// [`AHEAD_SLACK_SHARE`] of it), counted from the open on the page's clock (the probes say when
+/// that was): for the clocks' granularity and the hosts' skew; beyond, the batch claims time
+/// that had not passed.
+const AHEAD_SLACK_MS: f64 = 3_000.0;
 const AHEAD_SLACK_SHARE: f64 = 0.1;
+/// The same from the load, for an SDK that does not say when its session opened: the open
+/// request may take up to its 10 s timeout, on top of the page's own work before it.
+const AHEAD_SLACK_FROM_LOAD_MS: f64 = 15_000.0;
 /// A window may end this long before the time that passed (or [`BEHIND_SLACK_SHARE`] of it): a
 /// device that slept, a page whose timers were held back in the background.
 const BEHIND_SLACK_MS: f64 = 60_000.0;
@@ -31,12 +34,15 @@ pub(super) fn detect(probes: Option<&Probes>, context: &ServerContext, fired: &m
     }
     challenge(probes, context, fired);
     let claims = &context.time_claims;
-    if claims.most_ahead_ms
-        > AHEAD_SLACK_MS.max(AHEAD_SLACK_SHARE * claims.elapsed_at_most_ahead_ms)
-    {
+    // Counted from the open when the probes say when it was, else from the load.
+    let (ahead, slack) = match probes.and_then(|p| p.opened_in_ms).filter(|o| *o >= 0.0) {
+        Some(opened) => (claims.most_ahead_ms - opened, AHEAD_SLACK_MS),
+        None => (claims.most_ahead_ms, AHEAD_SLACK_FROM_LOAD_MS),
+    };
+    if ahead > slack.max(AHEAD_SLACK_SHARE * claims.elapsed_at_most_ahead_ms) {
         fired.fire(
             "time_ahead",
-            json!({ "claimed_ahead_ms": claims.most_ahead_ms, "elapsed_ms": claims.elapsed_at_most_ahead_ms }),
+            json!({ "claimed_ahead_ms": ahead, "elapsed_ms": claims.elapsed_at_most_ahead_ms }),
         );
     }
     if claims.most_behind_ms

@@ -55,7 +55,6 @@ const SET_ONE: &[(&str, &str, &str, &str)] = &[
     ("http_user_agent_mismatch",         HUMAN,    "/context/request/user_agent",              r#""python-requests/2.31.0""#),
     ("oversized_user_agent",             HUMAN,    "/context/request/user_agent_bytes",        "20000"),
     ("replayed_payload",                 HUMAN,    "/context/replayed",                        r#"[{"seq": 1, "kind": "probes", "first_seen_in": "sid_01j0000000000000000000000b"}]"#),
-    ("time_ahead",                       HUMAN,    "/context/time_claims",                     r#"{"batches": 4, "most_ahead_ms": 9000, "elapsed_at_most_ahead_ms": 1200}"#),
     ("time_behind",                      HUMAN,    "/context/time_claims",                     r#"{"batches": 2, "most_behind_ms": 200000, "elapsed_at_most_behind_ms": 240000}"#),
     ("product_sub_mismatch",             HUMAN,    "/p/automation/product_sub",                r#""20100101""#),
     ("eval_length_mismatch",             HUMAN,    "/p/automation/eval_length",                "37"),
@@ -100,6 +99,16 @@ const RESHAPE: &[(&str, &str, Change)] = &[
     ("challenge_missing", HUMAN, |d| {
         set(d, "/context/challenge", json!("ZmVzaC1ub25jZS0xMjM0NQ"));
         set(d, "/context/sdk_version", json!("1.4.0"));
+    }),
+    // Batches that claim 9 s since the load, the session having opened 0.35 s into it, where
+    // 1.2 s had passed on the server since the open.
+    ("time_ahead", HUMAN, |d| {
+        set(d, "/batches/0/opened_in_ms", json!(350.0));
+        set(
+            d,
+            "/context/time_claims",
+            json!({"batches": 4, "most_ahead_ms": 7800, "elapsed_at_most_ahead_ms": 1200}),
+        );
     }),
     // The result asked for, and no network check ever ran.
     ("network_check_missing", HUMAN, |d| {

@@ -563,7 +563,8 @@ fn waiting_signup(
 
 /// The consent page's attempts (user codes typed, uncertain judgements) are counted each in
 /// its own budget, in one step: parallel attempts cannot pass it, a spent budget writes
-/// nothing, and a session that no longer waits counts nothing.
+/// nothing, the right user code is matched and never counted (and, past the budget, no code
+/// is compared), and a session that no longer waits counts nothing.
 pub async fn gate_attempts_are_counted_within_their_budget_in_one_step(store: Store) {
     use crate::{GateAttempt, GateAttemptCount, GateSessionStatus};
     let now = time::now();
@@ -573,7 +574,7 @@ pub async fn gate_attempts_are_counted_within_their_budget_in_one_step(store: St
         store
             .count_gate_attempt(
                 schemas::ids::GateSessionId::generate(),
-                GateAttempt::UserCode,
+                GateAttempt::UserCode(CredentialHash([9; 32])),
                 5
             )
             .await
@@ -581,25 +582,44 @@ pub async fn gate_attempts_are_counted_within_their_budget_in_one_step(store: St
         None,
         "no such session"
     );
-    // Five attempts raced for a budget of three: exactly three count.
-    let raced = futures::future::join_all(
-        (0..5).map(|_| store.count_gate_attempt(session.id, GateAttempt::UserCode, 3)),
-    )
-    .await;
+    let (right, wrong) = (
+        GateAttempt::UserCode(session.user_code.unwrap()),
+        GateAttempt::UserCode(CredentialHash([9; 32])),
+    );
+    // The right code is matched, and counts nothing.
+    assert!(matches!(
+        store
+            .count_gate_attempt(session.id, right, 3)
+            .await
+            .unwrap(),
+        Some(GateAttemptCount::Matched(_))
+    ));
+    // Five wrong ones raced for a budget of three: exactly three count.
+    let raced =
+        futures::future::join_all((0..5).map(|_| store.count_gate_attempt(session.id, wrong, 3)))
+            .await;
     let mut numbers: Vec<u32> = raced
         .into_iter()
         .filter_map(|r| match r.unwrap().unwrap() {
             GateAttemptCount::Counted(_, n) => Some(n),
-            GateAttemptCount::Refused(_) => None,
+            _ => None,
         })
         .collect();
     numbers.sort_unstable();
     assert_eq!(numbers, [1, 2, 3]);
     let stored = store.get_gate_session(session.id).await.unwrap().unwrap();
     assert_eq!((stored.code_attempts, stored.uncertain_judgements), (3, 0));
+    // Past the budget, no code is compared, the right one neither.
+    assert!(matches!(
+        store
+            .count_gate_attempt(session.id, right, 3)
+            .await
+            .unwrap(),
+        Some(GateAttemptCount::Refused(_))
+    ));
     // The other budget is its own.
     match store
-        .count_gate_attempt(session.id, GateAttempt::UncertainJudgement, 3)
+        .count_gate_attempt(session.id, GateAttempt::UnsureJudgement, 3)
         .await
         .unwrap()
         .unwrap()
@@ -620,7 +640,7 @@ pub async fn gate_attempts_are_counted_within_their_budget_in_one_step(store: St
     );
     assert!(matches!(
         store
-            .count_gate_attempt(session.id, GateAttempt::UncertainJudgement, 3)
+            .count_gate_attempt(session.id, GateAttempt::UnsureJudgement, 3)
             .await
             .unwrap(),
         Some(GateAttemptCount::Refused(_))

@@ -243,7 +243,8 @@ impl CollectStore for PostgresStore {
                     session_id: SessionId::from_ulid(ulid_of("replay_marks", session)?),
                     sketch: sketch.clone(),
                 }),
-                // Swept since the insert found it: it was there, so it was seen.
+                // Swept between the two statements: whose it was cannot be read any more, so it
+                // is answered as the caller's own, which reads as no replay.
                 None => Some(mark.clone()),
             });
         }

@@ -646,7 +646,9 @@ impl GateStore for ScyllaStore {
                         return Ok(Some(counted));
                     }
                 }
-                GateAttemptCount::Refused(_) => return Ok(Some(counted)),
+                GateAttemptCount::Matched(_) | GateAttemptCount::Refused(_) => {
+                    return Ok(Some(counted));
+                }
             }
         }
         Err(contended("a Gate session"))

@@ -195,9 +195,10 @@ pub(super) fn variables_changed(service: &GateServiceRecord) -> Response {
     )
 }
 
-/// Checks the user code typed on the page against `session`'s, counting the attempt first
-/// (so parallel posts cannot pass the budget). A form without a well-formed code costs
-/// nothing and is asked again; the last wrong code closes the session.
+/// Checks the user code typed on the page against `session`'s, in the store's one counting step
+/// (so parallel posts cannot pass the budget): a wrong code is counted, a right one never is. A
+/// form without a well-formed code costs nothing and is asked again; the last wrong code
+/// closes the session.
 async fn check_user_code(
     state: &AdminState,
     session: &GateSessionRecord,
@@ -205,13 +206,13 @@ async fn check_user_code(
     token: &str,
     typed: Option<&str>,
 ) -> Result<(), Response> {
-    let Some(expected) = session.user_code else {
+    if session.user_code.is_none() {
         return Err(notice(
             StatusCode::GONE,
             "Start again from your tool",
             "This request has no code to check. Start it again from your tool.",
         ));
-    };
+    }
     let Some(typed) = typed.and_then(gate::normalize_user_code) else {
         return Err(page::render(
             state,
@@ -222,12 +223,15 @@ async fn check_user_code(
         )
         .await);
     };
+    // Compared as keyed hashes: in constant time, and the code is never stored.
+    let typed = GateAttempt::UserCode(state.auth.secret.hash_token(&typed));
     let counted = state
         .auth
         .store
-        .count_gate_attempt(session.id, GateAttempt::UserCode, gate::USER_CODE_ATTEMPTS)
+        .count_gate_attempt(session.id, typed, gate::USER_CODE_ATTEMPTS)
         .await;
     let number = match counted {
+        Ok(Some(GateAttemptCount::Matched(_))) => return Ok(()),
         Ok(Some(GateAttemptCount::Counted(_, number))) => number,
         Ok(Some(GateAttemptCount::Refused(stored))) => {
             return Err(match stored.status {
@@ -240,10 +244,6 @@ async fn check_user_code(
         Ok(None) => return Err(already_decided()),
         Err(_) => return Err(unavailable()),
     };
-    // Compared as keyed hashes: in constant time, and the code is never stored.
-    if state.auth.secret.hash_token(&typed) == expected {
-        return Ok(());
-    }
     let left = gate::USER_CODE_ATTEMPTS.saturating_sub(number);
     if left == 0 {
         return Err(close(state, session, service, GateDenialReason::UserCode, None).await);
@@ -275,7 +275,7 @@ async fn ask_again(
         .store
         .count_gate_attempt(
             session.id,
-            GateAttempt::UncertainJudgement,
+            GateAttempt::UnsureJudgement,
             gate::UNCERTAIN_JUDGEMENTS,
         )
         .await
@@ -290,7 +290,11 @@ async fn ask_again(
             )
             .await
         }
-        Ok(Some(GateAttemptCount::Counted(..) | GateAttemptCount::Refused(_))) => {
+        Ok(Some(
+            GateAttemptCount::Counted(..)
+            | GateAttemptCount::Refused(_)
+            | GateAttemptCount::Matched(_),
+        )) => {
             close(state, session, service, GateDenialReason::Uncertain, Some(approval)).await
         }
         Ok(None) => already_decided(),
@@ -607,7 +611,13 @@ async fn approve_signup(
     };
     let event = approved_event(&session, service, account.id, &approval);
     // Claimed first, so a second approval (a double click) asks the service nothing.
-    let mut approving = session.clone();
+    // From the stored session, not the copy the post started from: the page's attempts were
+    // counted on it since, and must survive a failed approval.
+    let mut approving = match state.auth.store.get_gate_session(session.id).await {
+        Ok(Some(stored)) => stored,
+        Ok(None) => return already_decided(),
+        Err(_) => return unavailable(),
+    };
     approving.status = GateSessionStatus::Approving;
     match state
         .auth
@@ -625,11 +635,13 @@ async fn approve_signup(
         Ok(values) => values,
         Err(why) => {
             tracing::warn!(service = %service.id, error = %why, "gate: the service did not confirm a signup");
-            // Back to waiting: the person may try again.
+            // Back to waiting, as stored: the person may try again.
+            let mut waiting = approving.clone();
+            waiting.status = GateSessionStatus::Pending;
             let _ = state
                 .auth
                 .store
-                .transition_gate_session(&session, GateSessionStatus::Approving, None)
+                .transition_gate_session(&waiting, GateSessionStatus::Approving, None)
                 .await;
             return notice(
                 StatusCode::BAD_GATEWAY,
@@ -798,10 +810,10 @@ async fn approve_login(
     response
 }
 
-/// Records and publishes the approval for the organization's webhooks; a failure is logged,
-/// the approval stands.
+/// Records and publishes a Gate event (an approval or a denial) for the organization's
+/// webhooks; a failure is logged, the decision stands.
 async fn announce(state: &AdminState, event: &EventRecord) {
     if let Err(e) = crate::emit_event(state, event).await {
-        tracing::warn!(error = ?e.code, "gate: the approval event was not recorded");
+        tracing::warn!(error = ?e.code, event_type = event.event_type.as_str(), "gate: a decision's event was not recorded");
     }
 }
