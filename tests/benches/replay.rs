@@ -53,6 +53,11 @@ fn visit() -> (Value, Vec<Value>) {
 fn fresh(probes: &Value, interactions: &[Value], n: u64) -> (Vec<u8>, Vec<Vec<u8>>) {
     let mut probes = probes.clone();
     probes["collected_in_ms"] = (100.0 + (n % 997) as f64 / 10.0).into();
+    // The challenge answered, as SDK 1.4 answers it: its render leaves the probes' mark.
+    probes["challenge"] = serde_json::json!({
+        "nonce": format!("bench-nonce-{n}"),
+        "render": format!("{:064x}", u128::from(n) * 0x9e37_79b9_7f4a_7c15),
+    });
     let shift = |v: &Value, by: f64| v.as_f64().map_or(Value::Null, |x| (x + by).into());
     let batches = interactions
         .iter()
@@ -157,7 +162,11 @@ fn record(seq: u64) -> BatchRecord {
 
 /// Microseconds a mark takes to make from a real visit's batches: (probes, interactions).
 fn mark_cost() -> (f64, f64) {
-    let (probes, interactions) = visit();
+    let (mut probes, interactions) = visit();
+    probes["challenge"] = serde_json::json!({
+        "nonce": "Zm9yLXRoZS1iZW5jaG1hcms",
+        "render": "3b5e".repeat(16),
+    });
     let probes = Batch::from_value(probes).unwrap();
     let streams: Vec<Batch> = interactions
         .into_iter()
