@@ -28,6 +28,13 @@ const MIN_STREAM_EVENTS: usize = 8;
 const MIN_STREAM_KINDS: usize = 2;
 /// Gaps that vary less than this (their standard deviation over their mean) are machine-steady.
 const STEADY_VARIATION: f64 = 0.25;
+/// A gap shorter than this is a machine's: the keys of a chord a macro presses, a password
+/// manager's burst. A person's hand does not follow one event with another so fast, so such gaps
+/// say nothing of whose hand sent them.
+const BURST_GAP_MS: f64 = 25.0;
+/// A sketch needs this many events a person could have varied (a place, or a gap longer than a
+/// burst's) to tell two sendings apart; with fewer, two people's shortcuts would read as one.
+const MIN_VARIED_EVENTS: usize = 4;
 /// Events a sketch keeps.
 const SKETCH_EVENTS: usize = 16;
 /// Bytes an event takes in a sketch: its kind, the gap since the one before (ms), its place.
@@ -78,7 +85,7 @@ pub fn mark(batch: &BatchRecord, observed: &Batch) -> Option<ReplayMark> {
                 .iter()
                 .filter(|e| e.kind.is_some_and(EventKind::is_device_input))
                 .collect();
-            if device.len() < MIN_STREAM_EVENTS || steady(&device) {
+            if device.len() < MIN_STREAM_EVENTS || steady(&device) || burst(&device) {
                 return None;
             }
             let kinds: Vec<u8> = device.iter().map(|e| kind_byte(e.kind)).collect();
@@ -125,6 +132,25 @@ fn steady(device: &[&InputEvent]) -> bool {
     let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
     let variance = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
     mean <= 0.0 || variance.sqrt() / mean < STEADY_VARIATION
+}
+
+/// A stream whose sketched events are nearly all placeless keys in machine-fast succession (a
+/// macro's `Ctrl+A`, `Ctrl+C`): fewer than [`MIN_VARIED_EVENTS`] carry a place or a gap of
+/// [`BURST_GAP_MS`] or more. It is not marked: every sending of that macro is alike.
+fn burst(device: &[&InputEvent]) -> bool {
+    let sketched = &device[..device.len().min(SKETCH_EVENTS)];
+    let placed = sketched
+        .iter()
+        .filter(|e| e.x.is_some() || e.y.is_some())
+        .count();
+    let slow_gaps = sketched
+        .windows(2)
+        .filter(|pair| match (pair[0].t, pair[1].t) {
+            (Some(a), Some(b)) => b - a >= BURST_GAP_MS,
+            _ => false,
+        })
+        .count();
+    placed + slow_gaps < MIN_VARIED_EVENTS
 }
 
 fn kind_byte(kind: Option<EventKind>) -> u8 {
@@ -350,6 +376,21 @@ mod tests {
         }
         assert!(steady(&refs(&otp)));
         assert!(!steady(&refs(&stream(1))));
+        // A macro's Ctrl+A then Ctrl+C, its keys 6 to 15 ms apart (unsteady, yet every sending
+        // of it is alike): no mark, where a person typing as many keys leaves one.
+        let mut chords = Vec::new();
+        for (i, gap) in [0.0, 6.0, 7.0, 7.0, 15.0, 8.0, 6.0, 7.0].into_iter().enumerate() {
+            let t = chords.last().map_or(100.0, |e: &InputEvent| e.t.unwrap()) + gap;
+            let kind = if i % 4 < 2 {
+                EventKind::Keydown
+            } else {
+                EventKind::Keyup
+            };
+            chords.push(event(kind, t, None));
+        }
+        assert!(!steady(&refs(&chords)));
+        assert!(burst(&refs(&chords)));
+        assert!(!burst(&refs(&stream(1)[13..])), "a person's typing");
         let record = |seq| BatchRecord {
             schema: schemas::collect::BATCH_RECORD_SCHEMA,
             organization_id: schemas::OrgId::generate(),
@@ -373,6 +414,11 @@ mod tests {
             events: otp,
         });
         assert_eq!(mark(&record(2), &keys), None);
+        let chords = Batch::Interactions(crate::observations::InteractionBatch {
+            window_ms: None,
+            events: chords,
+        });
+        assert_eq!(mark(&record(2), &chords), None);
         let probes = |challenge| {
             Batch::from_value(serde_json::json!({"kind": "probes", "challenge": challenge}))
                 .unwrap()

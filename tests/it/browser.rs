@@ -748,14 +748,14 @@ async fn gate_signup_and_login_with_the_cli_approved_by_a_person_and_refused_to_
     // The person starts another login, approves it and lands on the dashboard with a code.
     let (consent, code, mut login, _) = run(&["login", "acme-cli"]);
     assert!(login.wait().unwrap().success());
-    person_decides_at(&consent, &code, "approve").await;
+    let shown = person_decides_at(&consent, &code, "approve").await;
     let landed = receiver
         .received()
         .into_iter()
         .find(|r| r.path.starts_with("/dashboard/login?code="))
         .unwrap_or_else(|| {
             panic!(
-                "the browser never reached the dashboard; the receiver saw {:?}",
+                "the browser never reached the dashboard; it showed {shown:?}; the receiver saw {:?}",
                 receiver
                     .received()
                     .iter()

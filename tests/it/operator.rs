@@ -260,6 +260,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--demo", "VIGIL_DEMO"),
         ("--webhook-retry-schedule", "VIGIL_WEBHOOK_RETRY_SCHEDULE"),
         ("--webhook-timeout", "VIGIL_WEBHOOK_TIMEOUT"),
+        ("--replay-memory", "VIGIL_REPLAY_MEMORY"),
     ] {
         // clap prints a flag on one line and its help, ending in `[env: NAME=…]`, on the next.
         let lines: Vec<&str> = help.lines().collect();
@@ -280,7 +281,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 29,
+        flags, 30,
         "a new flag needs its env var and a row here:\n{help}"
     );
 

@@ -11,8 +11,12 @@
 // `--tabs` is how many Tab presses reach the code field from the top of the page (the page's
 // links come first); `--code`, if given, is typed there; `--then` more Tab presses reach the
 // button (Approve, once a code is typed, else Deny). The Gate tests (`tests/src/gate.rs`) run it.
+// A hand never moves the same way twice: each run draws its own path and pauses from a fresh
+// seed (a fixed one would make a second approval an exact copy of the first, which Vigil's replay
+// record rightly reads as a replay). The seed is in the printed line; `--seed N` repeats a run.
 
 import { spawnSync } from 'node:child_process';
+import { randomInt } from 'node:crypto';
 
 import { launchPlain, movePointer, rng, run, sleep, startXvfb } from './desktop.mjs';
 
@@ -38,6 +42,7 @@ async function main() {
   if (!args.url || !Number.isInteger(tabs) || !Number.isInteger(then)) {
     throw new Error('usage: person.mjs --url URL --tabs N [--code CODE] --then M');
   }
+  const seed = args.seed === undefined ? randomInt(2 ** 32) : Number(args.seed);
   const xvfb = await startXvfb();
   const env = { ...process.env, DISPLAY: xvfb.display };
   const browser = launchPlain(args.url, xvfb.display, []);
@@ -49,7 +54,7 @@ async function main() {
     // The page loads, and Vigil's SDK runs its probes and starts listening.
     await sleep(3000);
     const before = await pageText(env);
-    const random = rng(23);
+    const random = rng(seed);
     let at = [900, 700];
     at = await movePointer(env, random, at, [700, 520]);
     await sleep(200 + random() * 300);
@@ -82,7 +87,7 @@ async function main() {
       text = await pageText(env);
     }
     clearTimeout(timeout);
-    console.log(JSON.stringify({ text }));
+    console.log(JSON.stringify({ text, seed }));
   } finally {
     try {
       await browser.close();

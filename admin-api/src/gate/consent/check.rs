@@ -252,6 +252,7 @@ pub async fn judge(
         interacted,
         code_field,
         approve_button,
+        signals = ?decision.signals_fired.iter().map(|s| s.slug.as_str()).collect::<Vec<_>>(),
         "gate: a consent decision was scored"
     );
     // A person types the code and presses the button: an approval whose fields received none
