@@ -60,8 +60,8 @@ node --test ingest/sdk/test/
 [ -d tests/recorder/node_modules/puppeteer-extra-plugin-stealth ] || npm ci --prefix tests/recorder --no-audit --no-fund
 
 # The structure first (no sibling modules importing each other, no file over 1,500 lines, no
-# citation of a document the repository lacks), then the lints: a finding or a warning fails the
-# run, as a failing test does.
+# citation of a document the repository lacks, no path named that is not in the tree), then the
+# lints: a finding or a warning fails the run, as a failing test does.
 python3 scripts/check-structure.py
 cargo clippy --workspace --all-targets -- -D warnings
 

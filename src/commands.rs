@@ -1,19 +1,12 @@
-//! The operator commands: `vigil bootstrap`, `vigil migrate`, `vigil keys set-rate-limit`, and
-//! the development organization that `vigil serve` writes on first start.
-
-use std::path::Path;
+//! The operator commands: `vigil bootstrap`, `vigil migrate`, `vigil keys set-rate-limit` and
+//! `vigil keys create`. They open the store as `vigil serve` does (`server::open_store`).
 
 use anyhow::{Context, bail};
 use schemas::credential::Credential;
 use schemas::{ErrorCode, KeyId};
-use secrets::{ServerSecret, write_private};
-use store::Store;
 
 use crate::config::{BootstrapArgs, CreateKeyArgs, MigrateArgs, SetRateLimitArgs};
 use crate::server::open_store;
-
-/// The settings row that records the development organization, once it is fully written.
-const DEVELOPMENT_ORGANIZATION: &str = "development_organization";
 
 pub async fn bootstrap(args: BootstrapArgs) -> anyhow::Result<()> {
     schemas::validate::slug(&args.slug).map_err(|issue| anyhow::anyhow!("--slug {issue}"))?;
@@ -55,42 +48,6 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     } else {
         println!("applied {applied:?}; the schema is at version {latest}");
     }
-    Ok(())
-}
-
-/// On first start with an empty embedded store: an organization with four keys, written to
-/// `credentials.json` (mode 0600). Only the path is logged, never the keys.
-pub async fn ensure_development_organization(
-    store: &Store,
-    secret: &ServerSecret,
-    path: &Path,
-) -> anyhow::Result<()> {
-    if store.get_setting(DEVELOPMENT_ORGANIZATION).await?.is_some() {
-        return Ok(());
-    }
-    let mut slug = "development".to_owned();
-    let out = loop {
-        match admin_api::bootstrap::bootstrap(store, secret, "Development", &slug).await {
-            Ok(out) => break out,
-            // A start that crashed half-way left the slug taken but no credentials file.
-            Err(e) if e.code == ErrorCode::Conflict => {
-                slug = format!(
-                    "development-{}",
-                    ulid::Ulid::generate().to_string().to_lowercase()
-                )
-            }
-            Err(e) => bail!("creating the development organization: {}", e.message),
-        }
-    };
-    write_private(path, serde_json::to_string_pretty(&out)?.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))?;
-    store
-        .put_setting_if_absent(
-            DEVELOPMENT_ORGANIZATION,
-            out.organization.id.to_string().as_bytes(),
-        )
-        .await?;
-    tracing::info!(path = %path.display(), organization = %out.organization.id, "created the development organization; its keys are in this file");
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! API keys under `/v1/organizations/{organizationId}/api-keys` (interface rules 2–5;
+//! API keys under `/v1/organizations/{organizationId}/api-keys` (docs/api.md#api-keys;
 //! docs/architecture.md: #ids-and-credentials, #api-keys): create, list, read, update, revoke and
 //! rotate; plus issuing keys, shared with the CLI.
 //!

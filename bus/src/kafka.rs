@@ -220,8 +220,8 @@ fn unavailable(context: &str, e: KafkaError) -> BusError {
 }
 
 /// The error as text, without the value of a secret property: rdkafka's `Display` of a
-/// configuration error names the property and its value (a `ssl.key.password` this build
-/// cannot use would be printed whole).
+/// configuration error names the property and its value (a `ssl.key.password` it refuses would
+/// be printed whole).
 fn describe(e: &KafkaError) -> String {
     match e {
         KafkaError::ClientConfig(_, _, name, _) if schemas::redact::is_secret_name(name) => {

@@ -29,7 +29,7 @@ use crate::policy::{RoutePolicy, WhileSuspended};
 use crate::transport::{ClientInfo, address_bucket, client_info};
 use secrets::ServerSecret;
 
-/// Default bucket sizes per window (interface "Limits"; docs/api.md#rate-limits).
+/// Default bucket sizes per window (docs/api.md#rate-limits).
 pub const PUBLISHABLE_RATE_LIMIT: u32 = 120;
 pub const SECRET_RATE_LIMIT: u32 = 600;
 

@@ -20,7 +20,7 @@ pub trait RoutePolicy: Send + Sync + 'static {
     /// The scope the key must carry (docs/architecture.md#scopes).
     const SCOPE: Scope;
     /// An organization-management route: refused to keys still carrying the removed
-    /// `organizations:manage` scope until they are rotated (interface rule 4).
+    /// `organizations:manage` scope until they are rotated (docs/architecture.md#scopes).
     const ORGANIZATION_ROUTE: bool;
     /// Changes organization state shared by both environments, so only a live key may
     /// (docs/architecture.md#environments): a leaked test key must not be able to suspend the

@@ -379,7 +379,10 @@ mod tests {
         // A macro's Ctrl+A then Ctrl+C, its keys 6 to 15 ms apart (unsteady, yet every sending
         // of it is alike): no mark, where a person typing as many keys leaves one.
         let mut chords = Vec::new();
-        for (i, gap) in [0.0, 6.0, 7.0, 7.0, 15.0, 8.0, 6.0, 7.0].into_iter().enumerate() {
+        for (i, gap) in [0.0, 6.0, 7.0, 7.0, 15.0, 8.0, 6.0, 7.0]
+            .into_iter()
+            .enumerate()
+        {
             let t = chords.last().map_or(100.0, |e: &InputEvent| e.t.unwrap()) + gap;
             let kind = if i % 4 < 2 {
                 EventKind::Keydown

@@ -12,7 +12,7 @@
 //!    most five.
 //!
 //! Every threshold lives in these two tables; changing a verdict means editing a row, and the
-//! golden test (`tests/golden.rs`) shows every decision that moved.
+//! golden test (`tests/it/golden.rs`) shows every decision that moved.
 
 use crate::signals::{Category, Signal};
 use serde::Serialize;

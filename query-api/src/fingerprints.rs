@@ -1,4 +1,4 @@
-//! `GET /v1/fingerprints` and `GET /v1/fingerprints/{visitorId}` (interface "Fingerprints",
+//! `GET /v1/fingerprints` and `GET /v1/fingerprints/{visitorId}` (the API's
 //! `visitor_fingerprint`, documented in docs/api.md#sessions-fingerprints-and-handoffs;
 //! docs/architecture.md: #scopes, #lists, #environments, #visitors): handlers, query validation
 //! and the shapes they answer. A visitor of another organization or environment is a 404.

@@ -1,4 +1,4 @@
-//! `GET /v1/sessions` and `GET /v1/sessions/{sessionId}` (interface "Sessions", documented in
+//! `GET /v1/sessions` and `GET /v1/sessions/{sessionId}` (documented in
 //! docs/api.md#sessions-fingerprints-and-handoffs; docs/architecture.md: #scopes, #lists,
 //! #environments): handlers, query validation and the shapes they answer. A session of another
 //! organization or environment is a 404.

@@ -54,7 +54,7 @@ impl EventDeadReason {
 /// One record of `events.dead.v1`.
 pub type EventDeadLetter = crate::dead::DeadLetter<EventDeadReason>;
 
-/// The event types of the interface's Events section.
+/// The event types the API documents (docs/api.md#events).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum EventType {
     /// A session was linked to a visitor fingerprint (subject: the session).

@@ -1,5 +1,5 @@
-//! Secret-key scopes (interface, Authentication rule 3), plus the removed
-//! `organizations:manage` that legacy keys may still carry (rule 4).
+//! Secret-key scopes (docs/api.md#keys; each route's scope in docs/api.md#routes), plus the
+//! removed `organizations:manage` that legacy keys may still carry (docs/architecture.md#scopes).
 
 use std::fmt;
 

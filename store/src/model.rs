@@ -698,7 +698,7 @@ pub(crate) mod bytes_text {
     }
 }
 
-/// A Gate service (interface `gate_service`, docs/architecture.md#gate), owned by one organization
+/// A Gate service (the API's `gate_service`, docs/architecture.md#gate), owned by one organization
 /// in one environment; its id is unique over every organization and environment, since Gate's
 /// no-key routes (signup, the registry by id) name a service by its id alone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,7 +1,7 @@
 //! The detection matrix (issue 11): the browser configurations Vigil is tried against, what each
 //! must read, and the driver that visits a page in one of them. The recorder
 //! (`src/bin/record_fixtures.rs`) stores each visit's batches as a processor fixture; the
-//! end-to-end test (`tests/detection.rs`) drives some of them against the service and reads the
+//! end-to-end test (`tests/it/detection.rs`) drives some of them against the service and reads the
 //! decision back through the sessions API.
 //!
 //! The driver is `recorder/drive.mjs` (Node, with puppeteer-core, puppeteer-extra and its

@@ -424,8 +424,9 @@ mod kafka {
             !debug.contains("hunter2") && debug.contains("sasl.username"),
             "{debug}"
         );
-        // A secret property librdkafka refuses (this build has no OpenSSL, so every `ssl.*`
-        // property is refused; with OpenSSL it is accepted) is named, its value is not.
+        // A secret property librdkafka refuses is named, its value is not. (This build has
+        // OpenSSL, which takes a key password alone; a build without it refuses every `ssl.*`
+        // property, and the refusal is checked here.)
         if let Err(e) =
             KafkaLog::connect(&KafkaConfig::parse("k1:9092?ssl.key.password=hunter2").unwrap())
         {
