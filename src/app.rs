@@ -191,9 +191,16 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// same JSON naming each dependency's state (`"ok"` or why not, e.g. `"store": "store
 /// unavailable: disk full: …"`), so an operator sees which one is missing. The limiter does
 /// not gate readiness: without Redis the API keeps answering on the in-process limiter
-/// (docs/architecture.md#rate-limits), and says so here.
+/// (docs/architecture.md#rate-limits), and says so here: `"status": "degraded"`, and the
+/// limiter's entry says why Redis did not answer.
 async fn readyz(State(probes): State<Probes>) -> Response {
-    let limiter = probes.auth.limiter.backend_name();
+    let limiter_name = probes.auth.limiter.backend_name();
+    let limiter = async {
+        match tokio::time::timeout(PROBE_TIMEOUT, probes.auth.limiter.ping()).await {
+            Ok(answer) => answer,
+            Err(_) => Err("no answer in time".to_owned()),
+        }
+    };
     let store = async {
         match tokio::time::timeout(PROBE_TIMEOUT, probes.auth.store.ping()).await {
             Ok(answer) => answer.map_err(|e| e.to_string()),
@@ -212,8 +219,16 @@ async fn readyz(State(probes): State<Probes>) -> Response {
             Err(_) => Err("log unavailable: no answer in time".to_owned()),
         }
     };
-    let (store, log) = tokio::join!(store, log);
+    let (store, log, limiter) = tokio::join!(store, log, limiter);
     let ready = store.is_ok() && log.is_ok();
+    let limiter = match limiter {
+        Ok(()) => limiter_name.to_owned(),
+        Err(why) => {
+            tracing::warn!(dependency = "limiter", reason = %why, "readiness: the shared limiter is unavailable; limits count in this process");
+            format!("{limiter_name} unavailable: {why}; limits count in this process")
+        }
+    };
+    let degraded = limiter != limiter_name;
     let state = |checked: Result<(), String>, name: &str| match checked {
         Ok(()) if name == "bus" && !uses_log => "not used".to_owned(),
         Ok(()) => "ok".to_owned(),
@@ -223,7 +238,11 @@ async fn readyz(State(probes): State<Probes>) -> Response {
         }
     };
     let body = serde_json::json!({
-        "status": if ready { "ready" } else { "unavailable" },
+        "status": match (ready, degraded) {
+            (false, _) => "unavailable",
+            (true, true) => "degraded",
+            (true, false) => "ready",
+        },
         "store": state(store, "store"),
         "bus": state(log, "bus"),
         "limiter": limiter,

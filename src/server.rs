@@ -3,14 +3,15 @@
 //! `connections`) until the shutdown token is cancelled, finishing requests in flight.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use edge::Authenticator;
 use edge::limiter::Limiter;
 use ingest::web_bot_auth::{Directories, TrustedAgents};
-use secrets::ServerSecret;
+use schemas::ErrorCode;
+use secrets::{ServerSecret, write_private};
 use store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -23,14 +24,10 @@ const LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 /// machine, so a busy machine's seconds are waited out rather than answered with 503s.
 const EMBEDDED_LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// A running server; tests hold one per case.
-/// The most threads the runtime runs blocking work on (tokio's default is 512). The embedded
-/// store's writes run there and take turns on one writer lock, so under load hundreds of
-/// threads piled up waiting for it, each with its own allocator heap: the many-sessions soak's
-/// server passed 2 GB with 520 threads. A few dozen keep the store's writer busy and the rest
-/// (file and DNS work) served.
-pub const BLOCKING_THREADS: usize = 32;
+/// The settings row that records the development organization, once it is fully written.
+const DEVELOPMENT_ORGANIZATION: &str = "development_organization";
 
+/// A running server; tests hold one per case.
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub store: Store,
@@ -79,7 +76,7 @@ pub async fn open_store(args: &StoreArgs) -> anyhow::Result<(Store, ServerSecret
 /// keys) its owner's alone: created, or narrowed, to mode 0700. Files the process creates are
 /// 0600 besides (`main` sets the umask), but a directory nobody else may enter keeps even a
 /// file an older build made readable to its owner only.
-fn private_directory(dir: &std::path::Path) -> anyhow::Result<()> {
+fn private_directory(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -88,6 +85,42 @@ fn private_directory(dir: &std::path::Path) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("making {} private", dir.display()))
+}
+
+/// On first start with an empty embedded store: an organization with four keys, written to
+/// `credentials.json` (mode 0600). Only the path is logged, never the keys.
+pub async fn ensure_development_organization(
+    store: &Store,
+    secret: &ServerSecret,
+    path: &Path,
+) -> anyhow::Result<()> {
+    if store.get_setting(DEVELOPMENT_ORGANIZATION).await?.is_some() {
+        return Ok(());
+    }
+    let mut slug = "development".to_owned();
+    let out = loop {
+        match admin_api::bootstrap::bootstrap(store, secret, "Development", &slug).await {
+            Ok(out) => break out,
+            // A start that crashed half-way left the slug taken but no credentials file.
+            Err(e) if e.code == ErrorCode::Conflict => {
+                slug = format!(
+                    "development-{}",
+                    ulid::Ulid::generate().to_string().to_lowercase()
+                )
+            }
+            Err(e) => bail!("creating the development organization: {}", e.message),
+        }
+    };
+    write_private(path, serde_json::to_string_pretty(&out)?.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    store
+        .put_setting_if_absent(
+            DEVELOPMENT_ORGANIZATION,
+            out.organization.id.to_string().as_bytes(),
+        )
+        .await?;
+    tracing::info!(path = %path.display(), organization = %out.organization.id, "created the development organization; its keys are in this file");
+    Ok(())
 }
 
 /// Wraps the backends once opened: tests inject faults through it (a store that fails some
@@ -142,8 +175,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     };
     let credentials_path = args.store.data_dir.join("credentials.json");
     if args.store.is_embedded() {
-        crate::commands::ensure_development_organization(&store, &secret, &credentials_path)
-            .await?;
+        ensure_development_organization(&store, &secret, &credentials_path).await?;
     }
     let limiter = Limiter::from_url(&args.limiter).map_err(anyhow::Error::msg)?;
     let auth = Arc::new(Authenticator {
@@ -225,6 +257,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         true => crate::demo::router(auth.clone(), &credentials_path).await,
         false => None,
     };
+    let demo_served = demo.is_some();
     let app = crate::app::router(crate::app::AppParts {
         roles,
         demo,
@@ -249,6 +282,10 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
             Transport::Tls(config)
         }
         _ => Transport::Plain,
+    };
+    let scheme = match &transport {
+        Transport::Tls(_) => "https",
+        Transport::Plain => "http",
     };
     let listener = tokio::net::TcpListener::from_std(std_listener)?;
     let limits = ConnectionLimits {
@@ -280,7 +317,31 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         }
         served
     });
-    tracing::info!(%addr, roles = ?roles.names(), store = %redact_url(&args.store.store_url()), limiter = %redact_url(&args.limiter), bus = %redact_url(&args.bus_url()), public_urls = ?public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(), "vigil is serving");
+    tracing::info!(
+        %addr,
+        roles = %roles.names().join(","),
+        store = %redact_url(&args.store.store_url()),
+        limiter = %redact_url(&args.limiter),
+        bus = %redact_url(&args.bus_url()),
+        public_urls = %public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>().join(","),
+        "vigil is serving"
+    );
+    // The start-up log's last line: what a newcomer does next.
+    let keys = credentials_path.is_file().then(|| {
+        format!(
+            "; the development organization's keys are in {}",
+            credentials_path.display()
+        )
+    });
+    match (demo_served, keys) {
+        (true, Some(keys)) => {
+            tracing::info!("next: open {scheme}://{addr}/demo to see a visit scored{keys}")
+        }
+        (false, Some(keys)) => tracing::info!("next: call {scheme}://{addr}{keys}"),
+        (_, None) => tracing::info!(
+            "next: call {scheme}://{addr}; `vigil bootstrap` makes an organization and prints its keys"
+        ),
+    }
     Ok(RunningServer {
         addr,
         store,

@@ -42,7 +42,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use names::{Group, Topic};
-pub use partition::{murmur2, partition_for};
+pub use partition::{murmur2, partition_for, shown as shown_partitions};
 
 /// The largest record (key plus payload) either backend accepts: below librdkafka's default
 /// `message.max.bytes` (1,000,000 bytes with the batch framing) and the brokers' (1,048,588),

@@ -3,6 +3,24 @@
 //! backends agree and any Java or librdkafka (`partitioner=murmur2`) producer writing the same
 //! keys would pick the same partitions.
 
+/// Partitions as a log line shows them, in runs: `0-15`, or `0,2,5-7` (given ascending).
+pub fn shown(partitions: &[u32]) -> String {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &p in partitions {
+        match runs.last_mut() {
+            Some((_, end)) if end.checked_add(1) == Some(p) => *end = p,
+            _ => runs.push((p, p)),
+        }
+    }
+    runs.iter()
+        .map(|&(start, end)| match start == end {
+            true => start.to_string(),
+            false => format!("{start}-{end}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// MurmurHash2 as Kafka computes it (`org.apache.kafka.common.utils.Utils.murmur2`, librdkafka's
 /// `rd_murmur2`): little-endian words, seed `0x9747b28c`.
 pub fn murmur2(data: &[u8]) -> u32 {
@@ -77,5 +95,16 @@ mod tests {
         // Roughly uniform: no partition gets under half or over double its share.
         assert!(seen.iter().all(|n| (500..2000).contains(n)), "{seen:?}");
         assert_eq!(partition_for(b"anything", 1), 0);
+    }
+
+    #[test]
+    fn partitions_are_shown_in_runs() {
+        assert_eq!(shown(&[]), "");
+        assert_eq!(shown(&(0..16).collect::<Vec<_>>()), "0-15");
+        assert_eq!(shown(&[0, 2, 5, 6, 7]), "0,2,5-7");
+        assert_eq!(
+            shown(&[u32::MAX - 1, u32::MAX]),
+            format!("{}-{}", u32::MAX - 1, u32::MAX)
+        );
     }
 }

@@ -46,6 +46,11 @@ pub trait LimiterBackend: Send + Sync + 'static {
         limit: u32,
         window: Duration,
     ) -> Result<RateDecision, LimiterError>;
+    /// Whether the backend answers now (`/readyz`): one round trip, counting nothing. The
+    /// process's own table always does.
+    async fn ping(&self) -> Result<(), LimiterError> {
+        Ok(())
+    }
 }
 
 /// The refill window of every bucket.
@@ -337,6 +342,22 @@ impl LimiterBackend for RedisLimiter {
     ) -> Result<RateDecision, LimiterError> {
         RedisLimiter::check(self, bucket, limit, window).await
     }
+
+    /// A `PING`, tried whatever the breaker says: a probe wants to know whether Redis answers
+    /// now, and its failure does not open the breaker (requests find out for themselves).
+    async fn ping(&self) -> Result<(), LimiterError> {
+        let answer = async {
+            let mut conn = self.connection().await?;
+            let ping = redis::cmd("PING");
+            let call = ping.query_async::<String>(&mut conn);
+            tokio::time::timeout(REDIS_TIMEOUT, call)
+                .await
+                .map_err(|_| "timed out".to_string())?
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        answer.map(drop).map_err(LimiterError::Unavailable)
+    }
 }
 
 struct Metrics {
@@ -413,6 +434,10 @@ impl<B: LimiterBackend> LimiterBackend for Instrumented<B> {
         }
         answer
     }
+
+    async fn ping(&self) -> Result<(), LimiterError> {
+        self.backend.ping().await
+    }
 }
 
 /// The limiter the API uses: the embedded backend alone, or a shared one with the embedded
@@ -452,6 +477,16 @@ impl Limiter {
         match &self.shared {
             Some(shared) => shared.name(),
             None => self.local.name(),
+        }
+    }
+
+    /// Whether the shared backend answers now; `Err` says why not, while requests are limited
+    /// in-process (`/readyz` reports the limiter as degraded then). Always `Ok` for the
+    /// process's own table.
+    pub async fn ping(&self) -> Result<(), String> {
+        match &self.shared {
+            Some(shared) => shared.ping().await.map_err(|e| e.to_string()),
+            None => Ok(()),
         }
     }
 

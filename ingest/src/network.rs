@@ -77,6 +77,10 @@ struct WebSocketQuery {
         (status = 101, description = "Switching protocols: the server sends one `hello` text \
             message (`{type: hello, session_id}`) and closes."),
         (status = 400, description = "`request.malformed`: not a WebSocket upgrade.", body = ErrorEnvelope),
+        (status = 401, description = "The route takes no key (the session's token stands in), \
+            and one was sent anyway: `auth.invalid_credentials` for an `Authorization` header \
+            that is no valid Vigil key, `auth.key_exposed` for a secret key (revoked on the \
+            spot). Send none.", body = ErrorEnvelope),
         (status = 404, description = "`resource.not_found`: no such session, an expired one, or \
             not its token.", body = ErrorEnvelope),
         (status = 422, description = "`request.validation_failed`: `session` missing or not an \
@@ -99,16 +103,17 @@ pub async fn websocket(
         .with_header_name("Upgrade")
     })?;
     query.only(&["session", "token"])?;
-    let id: SessionId = query
-        .get("session")
-        .ok_or_else(|| {
-            ApiError::invalid_field("session", "is required", None).with_parameter_set("query")
-        })?
-        .parse()
-        .map_err(|e| {
-            ApiError::invalid_field("session", format!("is not a valid id: {e}"), None)
-                .with_parameter_set("query")
-        })?;
+    let raw = query.get("session").ok_or_else(|| {
+        ApiError::invalid_field("session", "is required", None).with_parameter_set("query")
+    })?;
+    let id: SessionId = raw.parse().map_err(|e| {
+        ApiError::invalid_field(
+            "session",
+            format!("is not a valid id: {e}"),
+            Some(raw.into()),
+        )
+        .with_parameter_set("query")
+    })?;
     let token = query.get("token").unwrap_or("");
     let session = state
         .auth

@@ -340,7 +340,15 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
         // still ours until the next poll, which hands them over (see the end of the loop).
         let revoked = match consumer.take_rebalance() {
             Some(rebalance) => {
-                tracing::info!(assigned = ?rebalance.assigned, revoked = ?rebalance.revoked, "processor: partitions moved");
+                // The start's assignment (the first, or the partitions claimed already) is no
+                // move: said at DEBUG.
+                let moved = !rebalance.revoked.is_empty()
+                    || !rebalance.assigned.iter().all(|p| claims.contains_key(p));
+                if claims.is_empty() || !moved {
+                    tracing::debug!(assigned = %bus::shown_partitions(&rebalance.assigned), "processor: partitions assigned");
+                } else {
+                    tracing::info!(assigned = %bus::shown_partitions(&rebalance.assigned), revoked = %bus::shown_partitions(&rebalance.revoked), "processor: partitions moved");
+                }
                 lag.follow(consumer.partitions());
                 owned.set(consumer.partitions());
                 // Claimed before anything of them is folded: a processor that held them and
@@ -801,7 +809,14 @@ async fn claim(
     .await;
     match claimed {
         Retried::Done(fences) => {
-            tracing::info!(?fences, "processor: claimed partitions");
+            tracing::debug!(
+                fences = %fences
+                    .iter()
+                    .map(|f| format!("{}@{}", f.partition, f.generation))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                "processor: claimed partitions (partition@generation)"
+            );
             claims.extend(fences.into_iter().map(|f| (f.partition, f.generation)));
             true
         }

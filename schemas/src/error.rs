@@ -107,16 +107,17 @@ impl ErrorCode {
     }
 }
 
-/// One invalid request field.
+/// One invalid request field. All four members are always there (docs/errors.md): `expected`
+/// and `received` are null where nothing applies (a member that is missing was not received; an
+/// unknown member expects nothing).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct FieldIssue {
     pub name: String,
     pub issue: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = true)]
     pub expected: Option<String>,
-    /// What came, as it came (a long string is cut).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = serde_json::Value)]
+    /// What came, as it came (a long string is cut); null when nothing came.
+    #[schema(value_type = serde_json::Value, required = true)]
     pub received: Option<serde_json::Value>,
 }
 

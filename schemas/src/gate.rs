@@ -1,4 +1,4 @@
-//! Gate's shared rules (interface "gate_service", docs/architecture.md#gate): what a service id may
+//! Gate's shared rules (the API's `gate_service`, docs/architecture.md#gate): what a service id may
 //! be, which ids are reserved, the built-in system service, the per-organization cap, and the
 //! formats of the service's colours and environment-variable names, and the user code a person
 //! types on the consent page.
@@ -137,6 +137,13 @@ pub const LOGIN_CODE_DIGITS: usize = 8;
 /// Codes that may be presented for one login session within a code's lifetime, right or
 /// wrong: its one live code among 10^8 is out of reach, and nobody else's login is charged.
 pub const CODE_ATTEMPTS_PER_LOGIN: u32 = 5;
+/// Codes presented without their login session, looked up among the caller's live codes, that
+/// one organization and environment may present for one service (or for all its services when
+/// it names none) within a code's lifetime, right or wrong. A guesser's chance is these
+/// attempts times the live codes over 10^8: with a hundred people logging in at once, 10^-4 in
+/// five minutes. A dashboard that logs in more people than this names the session, which the
+/// redirect carries, and is held to [`CODE_ATTEMPTS_PER_LOGIN`] for each login instead.
+pub const CODE_LOOKUPS_PER_SERVICE: u32 = 100;
 
 /// The user code's alphabet (RFC 8628 §6.1): twenty consonants, no vowels (so no word is
 /// spelled by chance) and nothing that reads as another character (no `0`/`O`, `1`/`I`/`L`

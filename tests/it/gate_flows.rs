@@ -250,29 +250,42 @@ async fn a_signup_then_a_login_end_to_end() {
         .send()
         .await
         .err(401, "auth.invalid_credentials");
-    s.post("/v1/gate/login-sessions/consume")
-        .key(sk)
-        .json(json!({"code": code}))
-        .send()
-        .await
-        .err(422, "request.validation_failed");
+    // The code alone is looked up among the caller's live codes: not another environment's,
+    // nor another service's.
+    for (key, body) in [
+        (&s.creds.keys.secret_live, json!({"code": code})),
+        (sk, json!({"code": code, "service_id": "other-cli"})),
+    ] {
+        s.post("/v1/gate/login-sessions/consume")
+            .key(key)
+            .json(body)
+            .send()
+            .await
+            .err(401, "auth.invalid_credentials");
+    }
     let consumed = s
         .post("/v1/gate/login-sessions/consume")
         .key(sk)
-        .json(json!({"code": code, "gate_session_id": gate_session}))
+        .json(json!({"code": code}))
         .send()
         .await;
     let consumed = consumed.ok(200).clone();
     assert_eq!(consumed["object"], "gate_dashboard_login");
     assert_eq!(consumed["gate_account_id"], account.as_str());
     assert_eq!(consumed["account_name"], "acme-cli 1.4");
-    let again = s
-        .post("/v1/gate/login-sessions/consume")
-        .key(sk)
-        .json(json!({"code": code, "gate_session_id": gate_session}))
-        .send()
-        .await;
-    again.err(401, "auth.invalid_credentials");
+    assert_eq!(consumed["service_id"], "acme-cli");
+    // Once: neither form takes it again.
+    for body in [
+        json!({"code": code, "gate_session_id": gate_session}),
+        json!({"code": code}),
+    ] {
+        s.post("/v1/gate/login-sessions/consume")
+            .key(sk)
+            .json(body)
+            .send()
+            .await
+            .err(401, "auth.invalid_credentials");
+    }
 
     // Revoked, the token starts nothing and verifies as revoked.
     let revoked = s
@@ -638,6 +651,27 @@ async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
     consume(sk, &logins[2])
         .await
         .err(401, "auth.invalid_credentials");
+    // Codes presented alone past a service's allowance are refused before the lookup; another
+    // service's allowance is its own.
+    let lookup = |service: Option<&str>| {
+        let mut body = json!({"code": "00000001"});
+        if let Some(service) = service {
+            body["service_id"] = json!(service);
+        }
+        s.post("/v1/gate/login-sessions/consume")
+            .key(sk)
+            .json(body)
+            .send()
+    };
+    for _ in 0..schemas::gate::CODE_LOOKUPS_PER_SERVICE {
+        lookup(Some("acme-cli"))
+            .await
+            .err(401, "auth.invalid_credentials");
+    }
+    let refused = lookup(Some("acme-cli")).await;
+    refused.err(429, "rate.limited");
+    assert!(refused.headers.contains_key("retry-after"));
+    lookup(None).await.err(401, "auth.invalid_credentials");
 }
 
 /// A service may answer long values (a certificate, say): more than a webhook delivery keeps.

@@ -113,6 +113,7 @@ async fn the_suite_passes_over_rediss_and_another_ca_is_refused() {
     suite::refills_over_the_window(&over_tls).await;
     suite::refused_requests_extend_the_cool_down(&over_tls).await;
     suite::a_longer_window_spreads_the_same_limit(&over_tls).await;
+    over_tls.ping().await.expect("a PING over TLS");
 
     // Another CA: the handshake is refused, and the port says so; nothing goes in plaintext.
     let wrong = RedisLimiter::new(&redis.url("other-ca.pem")).unwrap();
@@ -123,6 +124,13 @@ async fn the_suite_passes_over_rediss_and_another_ca_is_refused() {
             assert!(why.to_lowercase().contains("certificate"), "{why}");
         }
         other => panic!("a certificate of another CA is refused: {other:?}"),
+    }
+    // `/readyz` asks with a PING, which is refused the same way.
+    match LimiterBackend::ping(&wrong).await {
+        Err(LimiterError::Unavailable(why)) => {
+            assert!(why.to_lowercase().contains("certificate"), "{why}");
+        }
+        other => panic!("a PING past a refused handshake: {other:?}"),
     }
     // A CA for a plaintext URL is a configuration error.
     assert!(RedisLimiter::new("redis://localhost:6379/?ca=/x.pem").is_err());

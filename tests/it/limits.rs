@@ -108,6 +108,16 @@ async fn an_unreachable_redis_falls_back_to_the_in_process_limiter() {
     exhaust_and_check_429(&s).await;
     let fallbacks = s.metric("vigil_rate_limiter_fallbacks_total").await;
     assert!(fallbacks >= 5.0, "counted {fallbacks}");
+    // Readiness is not gated on the limiter, but the page says it is degraded, and why.
+    let ready = s.get("/readyz").send().await;
+    assert_eq!(ready.status, 200);
+    assert_eq!(ready.body["status"], "degraded", "{}", ready.body);
+    let limiter = ready.body["limiter"].as_str().unwrap();
+    assert!(
+        limiter.starts_with("redis unavailable: ")
+            && limiter.ends_with("limits count in this process"),
+        "{limiter}"
+    );
 }
 
 #[tokio::test]

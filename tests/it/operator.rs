@@ -13,6 +13,12 @@ use vigil_tests::{http_client, vigil_binary};
 #[tokio::test]
 async fn the_log_names_request_ids_and_never_secrets_and_sigterm_stops_cleanly() {
     let mut s = Served::start(&[]);
+    // The start-up log ends with what a newcomer does next: the demo, and where the keys are.
+    let next = s.wait_for("next: ");
+    assert!(
+        next.contains(&format!("{}/demo", s.base)) && next.contains("credentials.json"),
+        "{next}"
+    );
     let client = http_client();
     let org = s.creds().organization["id"].as_str().unwrap().to_owned();
     let r = client
@@ -44,6 +50,8 @@ async fn the_log_names_request_ids_and_never_secrets_and_sigterm_stops_cleanly()
         assert!(!logs.contains(secret.as_str()), "a key reached the log");
     }
     assert!(logs.contains("shutting down"), "{logs}");
+    // No Debug structure reaches the log at INFO (a list of partition fences did, twice).
+    assert!(!logs.contains("=[") && !logs.contains(" { "), "{logs}");
 }
 
 #[tokio::test]

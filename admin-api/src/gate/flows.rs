@@ -148,14 +148,17 @@ impl RequestBody for LoginBody {
     }
 }
 
-/// The body of a login code's exchange: both from the redirect to the dashboard.
+/// The body of a login code's exchange: the code, and the login session the redirect to the
+/// dashboard carried beside it, if the dashboard kept it.
 #[derive(utoipa::ToSchema)]
 struct ConsumeBody {
     /// The numeric login code.
     #[schema(pattern = "^[0-9]{8}$")]
     code: String,
-    /// The login session the code belongs to.
-    gate_session_id: GateSessionId,
+    /// The login session the code belongs to; when given, the code is checked against that
+    /// session alone, else it is looked up among the caller's live codes.
+    #[schema(nullable = false)]
+    gate_session_id: Option<GateSessionId>,
     /// The service the dashboard is; when given, a code of another service is unknown.
     #[schema(nullable = false, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
     service_id: Option<String>,
@@ -170,14 +173,14 @@ impl RequestBody for ConsumeBody {
                 Err("must be the numeric login code Gate sent to the dashboard".into())
             }
         });
-        let gate_session_id = f.parsed_string("gate_session_id", true, |id| {
+        let gate_session_id = f.parsed_string("gate_session_id", false, |id| {
             id.parse::<GateSessionId>()
                 .map_err(|_| "must be the gate_ id the dashboard's redirect carried".to_owned())
         });
         let service_id = f.checked_string("service_id", false, gate::service_id);
         Some(ConsumeBody {
             code: code?,
-            gate_session_id: gate_session_id?,
+            gate_session_id,
             service_id,
         })
     }
@@ -310,6 +313,9 @@ const CLIENT_NAME_MAX_CHARS: usize = 64;
     security(()),
     responses(
         (status = 201, description = "The signup, its consent URL and its poll token.", body = Single<Signup>),
+        (status = 401, description = "The route takes no key, and one was sent anyway: \
+            `auth.invalid_credentials` for an `Authorization` header that is no valid Vigil key, \
+            `auth.key_exposed` for a secret key (revoked on the spot). Send none.", body = ErrorEnvelope),
         (status = 404, description = "`resource.not_found`: no such published service.", body = ErrorEnvelope),
         (status = 429, description = "`rate.limited`: too many signups waiting, from this address \
             or for this service, or the address's own limit.", body = ErrorEnvelope),
@@ -677,10 +683,11 @@ fn user_code_hash(state: &AdminState, code: &str) -> CredentialHash {
     state.auth.secret.hash_token(&plain)
 }
 
-/// `POST /v1/gate/login-sessions/consume` with a secret key and `{ "code": …,
-/// "gate_session_id": … }` (the redirect to the dashboard carries both): the account the
-/// approved login is for, once. A code is bound to its login session, so it is checked against
-/// that session alone; a wrong code is as unknown as a used one.
+/// `POST /v1/gate/login-sessions/consume` with a secret key and `{ "code": … }`, with the
+/// `gate_session_id` the redirect to the dashboard carried beside it if the dashboard kept it:
+/// the account the approved login is for, once. With the session, the code is checked against
+/// that session alone; without, it is looked up among the caller's live codes. A wrong code is
+/// as unknown as a used one.
 #[utoipa::path(
     post,
     operation_id = "consume_gate_login",
@@ -699,7 +706,7 @@ async fn consume_login(
     caller: SecretKey<ConsumeLoginSessions>,
     Valid(ConsumeBody {
         code,
-        gate_session_id: session_id,
+        gate_session_id,
         service_id,
     }): Valid<ConsumeBody>,
 ) -> Result<Reply, ApiError> {
@@ -710,27 +717,40 @@ async fn consume_login(
         )
     };
     let (org, env) = (caller.organization.id, caller.environment());
-    // A code is its login session's alone: anything but one of the caller's login sessions
-    // is unknown at once, and only that session's budget is charged, so nobody can use up
-    // another login's (or another service's) attempts.
-    let session = state
-        .auth
-        .store
-        .get_gate_session(session_id)
-        .await?
-        .filter(|s| s.organization_id == org && s.environment == env)
-        .filter(|s| s.flow == GateFlow::Login)
-        .ok_or_else(unknown)?;
-    // Every attempt counts, before the code is compared: a handful per code's lifetime, one
-    // live code among 10^8.
+    let presented = state.auth.secret.hash_token(&code);
+    // Every attempt counts before the code is compared, so parallel guesses cannot pass the
+    // budget: one live code among 10^8 stays out of reach.
+    let (named, bucket, budget) = match gate_session_id {
+        // A code is its login session's alone: anything but one of the caller's login sessions
+        // is unknown at once, and only that session's budget is charged, so nobody can use up
+        // another login's (or another service's) attempts.
+        Some(id) => {
+            let session = state
+                .auth
+                .store
+                .get_gate_session(id)
+                .await?
+                .filter(|s| s.organization_id == org && s.environment == env)
+                .filter(|s| s.flow == GateFlow::Login)
+                .ok_or_else(unknown)?;
+            let bucket = format!("gate-codes:{}", session.id);
+            (Some(session), bucket, gate::CODE_ATTEMPTS_PER_LOGIN)
+        }
+        // Looked up among every live code: the caller's own service (or all of them) is charged.
+        None => (
+            None,
+            format!(
+                "gate-code-lookups:{org}:{}:{}",
+                env.as_str(),
+                service_id.as_deref().unwrap_or("*")
+            ),
+            gate::CODE_LOOKUPS_PER_SERVICE,
+        ),
+    };
     let decision = state
         .auth
         .limiter
-        .check_within(
-            &format!("gate-codes:{}", session.id),
-            gate::CODE_ATTEMPTS_PER_LOGIN,
-            gate::LOGIN_CODE_TTL,
-        )
+        .check_within(&bucket, budget, gate::LOGIN_CODE_TTL)
         .await;
     if !decision.allowed {
         let mut e = ApiError::new(
@@ -741,9 +761,14 @@ async fn consume_login(
         e.retry_after = Some(decision.retry_after_secs);
         return Err(e);
     }
+    let session = match named {
+        Some(session) => Some(session),
+        None => state.auth.store.get_login_by_code(&presented).await?,
+    };
     let now = time::now();
-    let presented = state.auth.secret.hash_token(&code);
-    let mut session = Some(session)
+    let mut session = session
+        .filter(|s| s.organization_id == org && s.environment == env)
+        .filter(|s| s.flow == GateFlow::Login)
         .filter(|s| {
             s.status == GateSessionStatus::Approved
                 && s.login_code.is_some_and(|stored| {

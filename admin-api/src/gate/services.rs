@@ -594,8 +594,9 @@ async fn destinations(draft: &Draft, allow_private: bool) -> Result<(), ApiError
         ("dashboard_login_url", &draft.dashboard_login_url),
     ] {
         if let Some(Some(raw)) = value {
-            let url = url::Url::parse(raw)
-                .map_err(|e| ApiError::invalid_field(name, e.to_string(), None))?;
+            let url = url::Url::parse(raw).map_err(|e| {
+                ApiError::invalid_field(name, e.to_string(), Some(Value::String(raw.clone())))
+            })?;
             outbound::resolve_public(&url, allow_private)
                 .await
                 .map_err(|issue| {

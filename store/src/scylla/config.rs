@@ -1,5 +1,5 @@
 //! The ScyllaDB store URL (docs/operations.md#scylladb):
-//! `scylla://host:9042[,host:9042…]/keyspace?dc=&consistency=&user=&password=&tls=&ca=&replication_factor=`,
+//! `scylla://[user:password@]host:9042[,host:9042…]/keyspace?dc=&consistency=&user=&password=&tls=&ca=&replication_factor=`,
 //! parsed into what the driver's session needs. A bad URL is refused with the parameter it
 //! got wrong; the password is kept out of every `Debug` and message.
 
@@ -64,7 +64,8 @@ impl fmt::Debug for ScyllaConfig {
 /// character (`@`, `&`), so no redaction of the query can be trusted to find all of it.
 fn invalid(url: &str, why: impl fmt::Display) -> StoreError {
     let location = url.split('?').next().unwrap_or_default();
-    let shown = if location.contains('@') {
+    // Any `@` may end a password written before the host, with a `?` of its own in it.
+    let shown = if url.contains('@') {
         "scylla://…"
     } else {
         location
@@ -78,15 +79,16 @@ impl ScyllaConfig {
             .strip_prefix("scylla://")
             .ok_or_else(|| invalid(url, "it must start with scylla://"))?;
         let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+        // `user:password@` before the hosts, as PostgreSQL's and Kafka's URLs take them: the
+        // last `@` ends it, so an `@` in the password may stay as it is; a `/` or `?` in it is
+        // written %2F or %3F.
+        let (userinfo, location) = match location.rsplit_once('@') {
+            Some((userinfo, location)) => (Some(userinfo), location),
+            None => (None, location),
+        };
         let (hosts, keyspace) = location
             .split_once('/')
             .ok_or_else(|| invalid(url, "it names no keyspace (scylla://host:9042/keyspace)"))?;
-        if hosts.contains('@') {
-            return Err(invalid(
-                url,
-                "give the user and password as ?user=…&password=…, not before the host",
-            ));
-        }
         let hosts = hosts
             .split(',')
             .map(|host| contact_point(url, host))
@@ -111,10 +113,27 @@ impl ScyllaConfig {
             replication_factor: 1,
         };
         let (mut user, mut password, mut tls, mut ca) = (None, None, false, None);
+        if let Some(userinfo) = userinfo {
+            let decoded = |part: &str| {
+                percent_encoding::percent_decode_str(part)
+                    .decode_utf8()
+                    .map(std::borrow::Cow::into_owned)
+                    .map_err(|_| invalid(url, "the user or password before the host is not UTF-8"))
+            };
+            let (name, secret) = userinfo
+                .split_once(':')
+                .ok_or_else(|| invalid(url, "user:password@ before the host needs both"))?;
+            if name.is_empty() {
+                return Err(invalid(url, "user:password@ before the host needs both"));
+            }
+            user = Some(decoded(name)?);
+            password = Some(Password(decoded(secret)?));
+        }
+        let before_host = userinfo.is_some();
         // A raw `&` in a password splits it, and its tail reads as a parameter's name: a
         // name is shown in a refusal only when the URL carries no password.
-        let has_password =
-            url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "password");
+        let has_password = userinfo.is_some()
+            || url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "password");
         // Likewise a value: it may be a password's tail.
         let echo = |value: &str| {
             if has_password {
@@ -128,6 +147,12 @@ impl ScyllaConfig {
             match &*name {
                 "dc" if !value.is_empty() => config.dc = Some(value),
                 "consistency" => config.consistency = consistency(url, &value, &echo(&value))?,
+                "user" | "password" if before_host => {
+                    return Err(invalid(
+                        url,
+                        "the user and password go before the host or in the query, not both",
+                    ));
+                }
                 "user" => user = Some(value),
                 "password" => password = Some(Password(value)),
                 "tls" => {
@@ -289,6 +314,23 @@ mod tests {
     }
 
     #[test]
+    fn the_user_and_password_may_go_before_the_host() {
+        let c =
+            ScyllaConfig::parse("scylla://vigil:s%3Dc@ret@10.0.0.1,10.0.0.2:19042/fraud").unwrap();
+        assert_eq!(c.hosts, ["10.0.0.1:9042", "10.0.0.2:19042"]);
+        let (user, password) = c.credentials.clone().unwrap();
+        assert_eq!((user.as_str(), password.0.as_str()), ("vigil", "s=c@ret"));
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("ret"), "{shown}");
+        assert_eq!(
+            ScyllaConfig::parse("scylla://vigil:s%3Dc%40ret@10.0.0.1,10.0.0.2:19042/fraud")
+                .unwrap()
+                .credentials,
+            c.credentials
+        );
+    }
+
+    #[test]
     fn a_bad_url_names_what_is_wrong_and_never_the_password() {
         for (url, says) in [
             ("postgres://h/db", "scylla://"),
@@ -297,7 +339,15 @@ mod tests {
             ("scylla://host/ks-dash", "not a keyspace name"),
             ("scylla://host:port/ks", "not a number"),
             ("scylla://,host/ks", "empty host"),
-            ("scylla://u:hunter2@host/ks", "?user="),
+            ("scylla://u:hunter2@host/ks?user=u", "not both"),
+            ("scylla://u:hunter2@host/ks?password=hunter2", "not both"),
+            ("scylla://hunter2@host/ks", "needs both"),
+            ("scylla://:hunter2@host/ks", "needs both"),
+            (
+                "scylla://u:hunter2@host/ks?colour=red",
+                "unknown parameter (",
+            ),
+            ("scylla://u:hun?ter2@host/ks", "scylla://…"),
             ("scylla://host/ks?consistency=most", "consistency=most"),
             ("scylla://host/ks?user=u", "together"),
             ("scylla://host/ks?password=hunter2", "together"),
