@@ -1,19 +1,16 @@
-//! The log port's one instrumented wrapper: every call of every backend, its consumers' polls
-//! and commits included, gets a tracing span, its latency in
+//! The log port's measuring layer: every call of every backend, its consumers' polls and
+//! commits included, gets a tracing span, its latency in
 //! `vigil_log_operation_seconds{operation}` and its failures in
 //! `vigil_log_errors_total{operation, kind}`, whatever the backend. The retry policy stays with
 //! the callers, which share [`crate::retry`]: only they know what may be appended twice.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use async_trait::async_trait;
 use prometheus::{HistogramVec, IntCounterVec};
 use tracing::Instrument;
 
-use crate::{
-    BusError, Group, Log, LogBackend, LogConsumer, Position, Rebalance, Record, Result, Topic,
-};
+use crate::{BusError, Layered, Log, LogCall, LogLayer, Result};
 
 struct Metrics {
     seconds: HistogramVec,
@@ -65,117 +62,34 @@ fn kind(e: &BusError) -> &'static str {
     }
 }
 
-/// Runs one call in a span, and measures it.
-async fn measured<T>(
-    operation: &'static str,
-    call: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    let started = Instant::now();
-    let result = call
-        .instrument(tracing::debug_span!("log", operation))
-        .await;
-    METRICS
-        .seconds
-        .with_label_values(&[operation])
-        .observe(started.elapsed().as_secs_f64());
-    if let Err(e) = &result {
-        METRICS
-            .errors
-            .with_label_values(&[operation, kind(e)])
-            .inc();
-    }
-    result
-}
+/// The layer that measures: each call runs in a span, its latency and failures counted under
+/// its operation's name.
+pub struct Measured;
 
-/// Any backend, instrumented.
-pub struct Instrumented {
-    inner: Log,
+impl LogLayer for Measured {
+    async fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LogCall<'a>,
+        run: impl std::future::Future<Output = Result<T>> + Send + 'a,
+    ) -> Result<T> {
+        let operation = call.operation();
+        let started = Instant::now();
+        let result = run.instrument(tracing::debug_span!("log", operation)).await;
+        METRICS
+            .seconds
+            .with_label_values(&[operation])
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(e) = &result {
+            METRICS
+                .errors
+                .with_label_values(&[operation, kind(e)])
+                .inc();
+        }
+        result
+    }
 }
 
 /// Wraps a log so its calls, and its consumers', are measured.
 pub fn instrument(inner: Log) -> Log {
-    std::sync::Arc::new(Instrumented { inner })
-}
-
-#[async_trait]
-impl LogBackend for Instrumented {
-    async fn ping(&self) -> Result<()> {
-        measured("ping", self.inner.ping()).await
-    }
-
-    async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32> {
-        measured("create_topic", self.inner.create_topic(topic, partitions)).await
-    }
-
-    async fn partitions(&self, topic: &Topic) -> Result<u32> {
-        measured("partitions", self.inner.partitions(topic)).await
-    }
-
-    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
-        measured("append", self.inner.append(topic, key, payload)).await
-    }
-
-    async fn try_append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
-        measured("append", self.inner.try_append(topic, key, payload)).await
-    }
-
-    async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {
-        measured("end_offsets", self.inner.end_offsets(topic)).await
-    }
-
-    async fn consumer(
-        &self,
-        group: &Group,
-        topic: &Topic,
-        partitions: &[u32],
-    ) -> Result<Box<dyn LogConsumer>> {
-        let inner = measured("consumer", self.inner.consumer(group, topic, partitions)).await?;
-        Ok(Box::new(InstrumentedConsumer { inner }))
-    }
-
-    async fn consumer_of_all(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
-        let inner = measured("consumer", self.inner.consumer_of_all(group, topic)).await?;
-        Ok(Box::new(InstrumentedConsumer { inner }))
-    }
-
-    async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
-        let inner = measured("member", self.inner.member(group, topic)).await?;
-        Ok(Box::new(InstrumentedConsumer { inner }))
-    }
-
-    async fn expire(&self, retention: Duration, budget: usize) -> Result<bool> {
-        measured("expire", self.inner.expire(retention, budget)).await
-    }
-}
-
-/// A consumer of an instrumented log: its polls and commits are measured too.
-struct InstrumentedConsumer {
-    inner: Box<dyn LogConsumer>,
-}
-
-#[async_trait]
-impl LogConsumer for InstrumentedConsumer {
-    fn group(&self) -> &Group {
-        self.inner.group()
-    }
-
-    fn topic(&self) -> &Topic {
-        self.inner.topic()
-    }
-
-    fn partitions(&self) -> &[u32] {
-        self.inner.partitions()
-    }
-
-    fn take_rebalance(&mut self) -> Option<Rebalance> {
-        self.inner.take_rebalance()
-    }
-
-    async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>> {
-        measured("poll", self.inner.poll(max, wait)).await
-    }
-
-    async fn commit(&mut self, processed: &[Position]) -> Result<()> {
-        measured("commit", self.inner.commit(processed)).await
-    }
+    std::sync::Arc::new(Layered::new(inner, Measured))
 }

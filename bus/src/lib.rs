@@ -33,6 +33,7 @@ pub mod instrumented;
 pub mod kafka;
 mod names;
 mod partition;
+mod port;
 pub mod retry;
 
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use bytes::Bytes;
 
 pub use names::{Group, Topic};
 pub use partition::{murmur2, partition_for, shown as shown_partitions};
+pub use port::{Layered, LogBackend, LogCall, LogLayer, ThroughLayer};
 
 /// The largest record (key plus payload) either backend accepts: below librdkafka's default
 /// `message.max.bytes` (1,000,000 bytes with the batch framing) and the brokers' (1,048,588),
@@ -114,83 +116,6 @@ impl Record {
             offset: self.offset,
         }
     }
-}
-
-#[async_trait]
-pub trait LogBackend: Send + Sync + 'static {
-    /// Answers when the backend is reachable (`/readyz`).
-    async fn ping(&self) -> Result<()>;
-
-    /// Creates `topic` with `partitions` partitions unless it exists, and answers the topic's
-    /// partition count: an existing topic keeps its count, whatever `partitions` says.
-    async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32>;
-
-    /// The partition count of an existing topic; `UnknownTopic` otherwise.
-    async fn partitions(&self, topic: &Topic) -> Result<u32>;
-
-    /// Appends a record to the partition of its key and returns once it is durable.
-    ///
-    /// `UnknownTopic` if the topic was not created (topics are never created implicitly, so a
-    /// typo cannot start a new stream), `TooLarge` over [`MAX_RECORD_BYTES`]. If the returned
-    /// future is dropped before it completes, the record may or may not have been appended:
-    /// the caller did not get an acknowledgement, so it must treat the append as failed (and a
-    /// retry may then duplicate the record, which consumers tolerate: delivery is at least once).
-    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position>;
-
-    /// As [`LogBackend::append`], but refused at once with [`BusError::Busy`] when the backend
-    /// holds as many appends in flight as it takes, instead of waiting for room: for a client's
-    /// request, which the client retries, where internal work waits. A backend without such a
-    /// bound appends as `append` does.
-    async fn try_append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
-        self.append(topic, key, payload).await
-    }
-
-    /// The offset the next append to each partition of `topic` will get (index = partition):
-    /// with a group's position, the group's lag. `UnknownTopic` if the topic does not exist.
-    async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>>;
-
-    /// A consumer of `partitions` of `topic` for `group`, starting in each partition at the
-    /// group's committed position (the beginning if it never committed there).
-    ///
-    /// `UnknownTopic` / `UnknownPartition` if the topic or a partition does not exist, `Invalid`
-    /// if `partitions` is empty or repeats one.
-    async fn consumer(
-        &self,
-        group: &Group,
-        topic: &Topic,
-        partitions: &[u32],
-    ) -> Result<Box<dyn LogConsumer>>;
-
-    /// A consumer of every partition of `topic`, outside any membership: for tools and tests
-    /// (the roles use [`LogBackend::member`]).
-    async fn consumer_of_all(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
-        let count = self.partitions(topic).await?;
-        let all: Vec<u32> = (0..count).collect();
-        self.consumer(group, topic, &all).await
-    }
-
-    /// A member of `group` reading `topic`: the log decides which partitions it reads, each from
-    /// the group's committed position, and moves them between the group's members as members
-    /// join and leave; [`LogConsumer::take_rebalance`] tells the member what moved.
-    ///
-    /// On Kafka the members of a group share the partitions (a new member has none until the
-    /// group has rebalanced, which takes a few seconds). The embedded log belongs to one
-    /// process, so its one member reads every partition, and a second member of the same
-    /// (group, topic) while the first lives is refused as `Invalid`. `UnknownTopic` if the
-    /// topic does not exist.
-    async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>>;
-
-    /// One step of the log's retention: drops at most `budget` records appended more than
-    /// `retention` ago, short of what a consumer group still about has yet to read in their
-    /// partition, and answers whether more such records remain (call again after a pause). A
-    /// group is about while it has a member, or committed within the retention, or in the
-    /// first minutes after the log was opened (its members joining again); one gone longer
-    /// holds nothing back. A partition's last record is kept, so its offsets go on from it.
-    ///
-    /// The embedded log's retention (`--log-retention`). On Kafka the brokers apply each
-    /// topic's own retention (`retention.ms`, by default the brokers' `log.retention.hours`),
-    /// so this does nothing there. (No default: a wrapper must pass it on.)
-    async fn expire(&self, retention: Duration, budget: usize) -> Result<bool>;
 }
 
 /// How a member's partitions changed since it last asked ([`LogConsumer::take_rebalance`]).

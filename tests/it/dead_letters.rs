@@ -317,8 +317,8 @@ async fn a_batch_whose_event_is_over_the_logs_size_is_dead_lettered() {
     let hold = refusing.clone();
     let s = TestServer::start_wrapped(vigil::server::Wrap {
         log: Some(Box::new(move |log| {
-            let wrapped = RefusingLog::new(log, schemas::events::EVENTS_TOPIC);
-            *hold.lock().unwrap() = Some(wrapped.clone());
+            let (wrapped, layer) = RefusingLog::wrap(log, schemas::events::EVENTS_TOPIC);
+            *hold.lock().unwrap() = Some(layer);
             wrapped
         })),
         ..Default::default()

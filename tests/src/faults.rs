@@ -13,8 +13,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-use bus::{BusError, Group, LogBackend, LogConsumer, Position, Topic};
+use bus::{BusError, LogCall, LogLayer, Topic};
 use store::*;
 
 /// The faults injected into a store (see [`FlakyStore::wrap`]): the next `n` calls of chosen
@@ -248,20 +247,21 @@ impl StoreLayer for FlakyStore {
     }
 }
 
-/// The log, refusing as `TooLarge` every append to `topic` whose key is one of `keys`.
+/// A log layer refusing as `TooLarge` every append to `topic` whose key is one of `keys`.
 pub struct RefusingLog {
-    inner: bus::Log,
     topic: Topic,
     keys: Mutex<HashSet<Vec<u8>>>,
 }
 
 impl RefusingLog {
-    pub fn new(inner: bus::Log, topic: &'static str) -> Arc<Self> {
-        Arc::new(RefusingLog {
-            inner,
+    /// `inner` behind a refusing layer, and the layer, to say which keys it refuses.
+    pub fn wrap(inner: bus::Log, topic: &'static str) -> (bus::Log, Arc<Self>) {
+        let layer = Arc::new(RefusingLog {
             topic: Topic::from_static(topic),
             keys: Mutex::new(HashSet::new()),
-        })
+        });
+        let log: bus::Log = Arc::new(bus::Layered::new(inner, Arc::clone(&layer)));
+        (log, layer)
     }
 
     /// From now on, appends to the topic with this key are refused.
@@ -281,55 +281,37 @@ impl RefusingLog {
     }
 }
 
-#[async_trait]
-impl LogBackend for RefusingLog {
-    async fn ping(&self) -> bus::Result<()> {
-        self.inner.ping().await
-    }
-
-    async fn create_topic(&self, topic: &Topic, partitions: u32) -> bus::Result<u32> {
-        self.inner.create_topic(topic, partitions).await
-    }
-
-    async fn partitions(&self, topic: &Topic) -> bus::Result<u32> {
-        self.inner.partitions(topic).await
-    }
-
-    async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> bus::Result<Position> {
-        let refused = *topic == self.topic
-            && self
-                .keys
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .contains(key);
-        if refused {
-            return Err(BusError::TooLarge {
-                size: key.len() + payload.len(),
-                limit: key.len() + payload.len() - 1,
-            });
+impl LogLayer for RefusingLog {
+    async fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LogCall<'a>,
+        run: impl Future<Output = bus::Result<T>> + Send + 'a,
+    ) -> bus::Result<T> {
+        if let LogCall::Append {
+            topic,
+            key,
+            payload,
         }
-        self.inner.append(topic, key, payload).await
-    }
-
-    async fn end_offsets(&self, topic: &Topic) -> bus::Result<Vec<u64>> {
-        self.inner.end_offsets(topic).await
-    }
-
-    async fn consumer(
-        &self,
-        group: &Group,
-        topic: &Topic,
-        partitions: &[u32],
-    ) -> bus::Result<Box<dyn LogConsumer>> {
-        self.inner.consumer(group, topic, partitions).await
-    }
-
-    async fn member(&self, group: &Group, topic: &Topic) -> bus::Result<Box<dyn LogConsumer>> {
-        self.inner.member(group, topic).await
-    }
-
-    async fn expire(&self, retention: std::time::Duration, budget: usize) -> bus::Result<bool> {
-        self.inner.expire(retention, budget).await
+        | LogCall::TryAppend {
+            topic,
+            key,
+            payload,
+        } = call
+        {
+            let refused = *topic == self.topic
+                && self
+                    .keys
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .contains(key);
+            if refused {
+                return Err(BusError::TooLarge {
+                    size: key.len() + payload.len(),
+                    limit: key.len() + payload.len() - 1,
+                });
+            }
+        }
+        run.await
     }
 }
 

@@ -215,10 +215,9 @@ mod kafka {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use async_trait::async_trait;
     use bus::kafka::mock::MockKafka;
     use bus::kafka::{KafkaConfig, KafkaLog};
-    use bus::{BusError, Group, Log, LogBackend, LogConsumer, Position, Result, Topic};
+    use bus::{BusError, Log, LogCall, LogLayer, Result, Topic};
     use rdkafka::ClientConfig;
     use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -237,52 +236,24 @@ mod kafka {
         cluster: Arc<MockKafka>,
     }
 
-    #[async_trait]
-    impl LogBackend for OnMockCluster {
-        async fn ping(&self) -> Result<()> {
-            self.log.ping().await
-        }
-
-        async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32> {
-            let legal = (1..=bus::MAX_PARTITIONS).contains(&partitions);
-            if legal
-                && matches!(
-                    self.log.partitions(topic).await,
-                    Err(BusError::UnknownTopic(_))
-                )
-            {
-                self.cluster.create_topic(topic, partitions)?;
+    impl LogLayer for OnMockCluster {
+        async fn around<'a, T: Send + 'a>(
+            &'a self,
+            call: LogCall<'a>,
+            run: impl std::future::Future<Output = Result<T>> + Send + 'a,
+        ) -> Result<T> {
+            if let LogCall::CreateTopic { topic, partitions } = call {
+                let legal = (1..=bus::MAX_PARTITIONS).contains(&partitions);
+                if legal
+                    && matches!(
+                        self.log.partitions(topic).await,
+                        Err(BusError::UnknownTopic(_))
+                    )
+                {
+                    self.cluster.create_topic(topic, partitions)?;
+                }
             }
-            self.log.create_topic(topic, partitions).await
-        }
-
-        async fn partitions(&self, topic: &Topic) -> Result<u32> {
-            self.log.partitions(topic).await
-        }
-
-        async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
-            self.log.append(topic, key, payload).await
-        }
-
-        async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {
-            self.log.end_offsets(topic).await
-        }
-
-        async fn consumer(
-            &self,
-            group: &Group,
-            topic: &Topic,
-            partitions: &[u32],
-        ) -> Result<Box<dyn LogConsumer>> {
-            self.log.consumer(group, topic, partitions).await
-        }
-
-        async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
-            self.log.member(group, topic).await
-        }
-
-        async fn expire(&self, retention: Duration, budget: usize) -> Result<bool> {
-            self.log.expire(retention, budget).await
+            run.await
         }
     }
 
@@ -294,10 +265,11 @@ mod kafka {
         // and librdkafka's default (45 s) would make every membership case wait that long.
         let url = format!("{}?{GROUP_TIMING}", cluster.url());
         let log = bus::open(&url).await.expect("open the kafka log");
-        let log: Log = Arc::new(OnMockCluster {
-            log,
+        let layer = OnMockCluster {
+            log: Arc::clone(&log),
             cluster: Arc::clone(&cluster),
-        });
+        };
+        let log: Log = Arc::new(bus::Layered::new(log, layer));
         (log, cluster)
     }
 
