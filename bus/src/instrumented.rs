@@ -7,46 +7,28 @@
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use prometheus::{HistogramVec, IntCounterVec};
+use telemetry::{CallMetricNames, CallMetrics};
 use tracing::Instrument;
 
 use crate::{BusError, Layered, Log, LogCall, LogLayer, Result};
 
-struct Metrics {
-    seconds: HistogramVec,
-    errors: IntCounterVec,
-}
-
 /// Registered in prometheus's default registry, which every process's `/metrics` serves.
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let seconds = HistogramVec::new(
-        prometheus::HistogramOpts::new(
-            "vigil_log_operation_seconds",
-            "Time of one log call, by operation (a poll includes its wait for records).",
-        )
-        .buckets(vec![
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-        ]),
-        &["operation"],
+static METRICS: LazyLock<CallMetrics> = LazyLock::new(|| {
+    CallMetrics::register(
+        "log",
+        CallMetricNames {
+            seconds: (
+                "vigil_log_operation_seconds",
+                "Time of one log call, by operation (a poll includes its wait for records).",
+            ),
+            errors: (
+                "vigil_log_errors_total",
+                "Log calls that failed, by operation and kind of failure.",
+            ),
+            labels: &["operation"],
+            error_labels: &["operation", "kind"],
+        },
     )
-    .expect("a valid histogram");
-    let errors = IntCounterVec::new(
-        prometheus::Opts::new(
-            "vigil_log_errors_total",
-            "Log calls that failed, by operation and kind of failure.",
-        ),
-        &["operation", "kind"],
-    )
-    .expect("a valid counter");
-    for metric in [
-        Box::new(seconds.clone()) as Box<dyn prometheus::core::Collector>,
-        Box::new(errors.clone()),
-    ] {
-        if let Err(e) = prometheus::register(metric) {
-            tracing::error!(error = %e, "log: registering a metric");
-        }
-    }
-    Metrics { seconds, errors }
 });
 
 fn kind(e: &BusError) -> &'static str {
@@ -77,8 +59,7 @@ impl LogLayer for Measured {
         let result = run.instrument(tracing::debug_span!("log", operation)).await;
         METRICS
             .seconds
-            .with_label_values(&[operation])
-            .observe(started.elapsed().as_secs_f64());
+            .observe_named(operation, started.elapsed().as_secs_f64());
         if let Err(e) = &result {
             METRICS
                 .errors

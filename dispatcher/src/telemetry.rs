@@ -91,21 +91,20 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Due deliveries put off because their endpoint had its most attempts waiting already",
     )
     .expect("valid metric");
-    for c in [
-        Box::new(created.clone()) as Box<dyn prometheus::core::Collector>,
-        Box::new(deferred.clone()),
-        Box::new(attempts.clone()),
-        Box::new(attempt_seconds.clone()),
-        Box::new(first_attempt_seconds.clone()),
-        Box::new(retries.clone()),
-        Box::new(unreadable.clone()),
-        Box::new(dead_letters.clone()),
-        Box::new(disabled.clone()),
-    ] {
-        if let Err(e) = prometheus::register(c) {
-            tracing::error!(error = %e, "dispatcher: registering a metric");
-        }
-    }
+    telemetry::register(
+        "dispatcher",
+        vec![
+            Box::new(created.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(deferred.clone()),
+            Box::new(attempts.clone()),
+            Box::new(attempt_seconds.clone()),
+            Box::new(first_attempt_seconds.clone()),
+            Box::new(retries.clone()),
+            Box::new(unreadable.clone()),
+            Box::new(dead_letters.clone()),
+            Box::new(disabled.clone()),
+        ],
+    );
     for result in ["succeeded", "retrying", "failed"] {
         attempts.with_label_values(&[result]);
     }

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
-use store::per_thread_histogram::PerThreadHistogramVec;
+use telemetry::{CallMetricNames, CallMetrics};
 
 /// Why a backend did not answer a check. The embedded backend always answers; a shared one may
 /// be unreachable or slow, which the caller may retry or, as [`Limiter`] does, fall back from.
@@ -360,40 +360,24 @@ impl LimiterBackend for RedisLimiter {
     }
 }
 
-struct Metrics {
-    /// Observed on every request by both cores: counted per thread (see the type).
-    seconds: PerThreadHistogramVec,
-    errors: prometheus::IntCounterVec,
-}
-
-/// Registered in prometheus's default registry, which `/metrics` serves.
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let seconds = PerThreadHistogramVec::new(
-        "vigil_limiter_check_seconds",
-        "Time of one rate-limit check, by backend.",
-        &["backend"],
-        vec![
-            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05, 0.25,
-        ],
+/// Registered in prometheus's default registry, which `/metrics` serves. Its time is observed
+/// on every request by both cores: counted per thread (see `telemetry::per_thread_histogram`).
+static METRICS: LazyLock<CallMetrics> = LazyLock::new(|| {
+    CallMetrics::register(
+        "limiter",
+        CallMetricNames {
+            seconds: (
+                "vigil_limiter_check_seconds",
+                "Time of one rate-limit check, by backend.",
+            ),
+            errors: (
+                "vigil_limiter_errors_total",
+                "Rate-limit checks a backend did not answer, by backend.",
+            ),
+            labels: &["backend"],
+            error_labels: &["backend"],
+        },
     )
-    .expect("a valid histogram");
-    let errors = prometheus::IntCounterVec::new(
-        prometheus::Opts::new(
-            "vigil_limiter_errors_total",
-            "Rate-limit checks a backend did not answer, by backend.",
-        ),
-        &["backend"],
-    )
-    .expect("a valid counter");
-    for metric in [
-        Box::new(seconds.clone()) as Box<dyn prometheus::core::Collector>,
-        Box::new(errors.clone()),
-    ] {
-        if let Err(e) = prometheus::register(metric) {
-            tracing::error!(error = %e, "limiter: registering a metric");
-        }
-    }
-    Metrics { seconds, errors }
 });
 
 /// Any limiter backend, with its checks' latency and failures measured.

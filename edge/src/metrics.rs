@@ -10,7 +10,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus::{Encoder, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
-use store::per_thread_histogram::{PerThreadHistogramVec, ThreadSeries};
+use telemetry::{PerThreadHistogramVec, ThreadSeries};
 
 pub struct Metrics {
     registry: Registry,

@@ -114,23 +114,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
          (this one stalled past its poll interval); the new owner folds them again",
     )
     .expect("valid metric");
-    for c in [
-        Box::new(folded.clone()) as Box<dyn prometheus::core::Collector>,
-        Box::new(visitor_races.clone()),
-        Box::new(fenced_saves.clone()),
-        Box::new(cached_sessions.clone()),
-        Box::new(cache_bytes.clone()),
-        Box::new(dead_letters.clone()),
-        Box::new(lag.clone()),
-        Box::new(fold_seconds.clone()),
-        Box::new(decision_seconds.clone()),
-        Box::new(polled_seconds.clone()),
-        Box::new(retries.clone()),
-    ] {
-        if let Err(e) = prometheus::register(c) {
-            tracing::error!(error = %e, "processor: registering a metric");
-        }
-    }
+    telemetry::register(
+        "processor",
+        vec![
+            Box::new(folded.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(visitor_races.clone()),
+            Box::new(fenced_saves.clone()),
+            Box::new(cached_sessions.clone()),
+            Box::new(cache_bytes.clone()),
+            Box::new(dead_letters.clone()),
+            Box::new(lag.clone()),
+            Box::new(fold_seconds.clone()),
+            Box::new(decision_seconds.clone()),
+            Box::new(polled_seconds.clone()),
+            Box::new(retries.clone()),
+        ],
+    );
     // Every reason is shown from the start, at 0, so a dashboard or an alert on a rate sees
     // the first dead letter as a change rather than a new series.
     for reason in DeadReason::ALL {

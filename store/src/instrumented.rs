@@ -8,45 +8,28 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use prometheus::IntCounterVec;
 use tracing::Instrument;
 
-use crate::per_thread_histogram::PerThreadHistogramVec;
 use crate::{Layered, Result, Store, StoreError, StoreLayer};
-
-struct Metrics {
-    seconds: PerThreadHistogramVec,
-    errors: IntCounterVec,
-}
+use telemetry::{CallMetricNames, CallMetrics};
 
 /// Registered in prometheus's default registry, which every process's `/metrics` serves.
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let seconds = PerThreadHistogramVec::new(
-        "vigil_store_operation_seconds",
-        "Time of one store call, by operation.",
-        &["operation"],
-        vec![
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-        ],
+static METRICS: LazyLock<CallMetrics> = LazyLock::new(|| {
+    CallMetrics::register(
+        "store",
+        CallMetricNames {
+            seconds: (
+                "vigil_store_operation_seconds",
+                "Time of one store call, by operation.",
+            ),
+            errors: (
+                "vigil_store_errors_total",
+                "Store calls that failed, by operation and kind of failure.",
+            ),
+            labels: &["operation"],
+            error_labels: &["operation", "kind"],
+        },
     )
-    .expect("a valid histogram");
-    let errors = IntCounterVec::new(
-        prometheus::Opts::new(
-            "vigil_store_errors_total",
-            "Store calls that failed, by operation and kind of failure.",
-        ),
-        &["operation", "kind"],
-    )
-    .expect("a valid counter");
-    for metric in [
-        Box::new(seconds.clone()) as Box<dyn prometheus::core::Collector>,
-        Box::new(errors.clone()),
-    ] {
-        if let Err(e) = prometheus::register(metric) {
-            tracing::error!(error = %e, "store: registering a metric");
-        }
-    }
-    Metrics { seconds, errors }
 });
 
 /// A failure's kind, as its label.

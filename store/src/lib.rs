@@ -10,7 +10,6 @@ pub mod embedded;
 mod error;
 pub mod instrumented;
 pub mod model;
-pub mod per_thread_histogram;
 mod port;
 pub mod postgres;
 pub mod rules;

@@ -94,7 +94,7 @@ async fn a_process_without_an_http_role_answers_only_probes_and_metrics() {
 fn the_startup_log_names_the_roles_and_unknown_roles_are_refused() {
     let mut s = Served::start(&["--roles", "query,admin"]);
     let line = s.wait_for("vigil is serving");
-    assert!(line.contains(r#"roles=["query", "admin"]"#), "{line}");
+    assert!(line.contains("roles=query,admin "), "{line}");
     s.kill();
     let out = std::process::Command::new(vigil_tests::vigil_binary())
         .args([
