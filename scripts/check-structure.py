@@ -68,10 +68,18 @@ def modules(src):
 
 
 def code_of(path):
+    """The code of a Rust file without its comments and the text of its literals: raw strings
+    (`r#"…"#`, which may hold quotes and `//`), character literals and strings are read in one
+    left-to-right pass, so no quote inside one is taken for the start of another."""
     text = open(path, encoding='utf-8').read()
-    text = re.sub(r'//[^\n]*', '', text)
-    text = re.sub(r'/\*.*?\*/', '', text, flags=re.S)
-    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    token = re.compile(
+        r'//[^\n]*'                      # a line comment
+        r'|/\*.*?\*/'                    # a block comment
+        r'|b?r(#*)".*?"\1'               # a raw string
+        r"|b?'(?:\\.|[^\\'\n])'"          # a character literal, such as '"'
+        r'|b?"(?:\\.|[^"\\])*"',           # a string
+        re.S)
+    return token.sub(lambda m: '' if m.group(0).startswith('/') else '""', text)
 
 
 def flatten(path):

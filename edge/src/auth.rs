@@ -544,7 +544,16 @@ async fn revoke_exposed(
     let mut revoked = key.clone();
     revoked.revoked_at = Some(schemas::time::now());
     auth.store.update_api_key(&revoked).await?;
-    metrics::secret_key_exposed(key, parts.uri.path());
+    metrics::secret_key_exposed();
+    // Logged by its preview only.
+    tracing::warn!(
+        request_id = %crate::context::request_id(),
+        key_id = %key.id,
+        organization_id = %key.organization_id,
+        key = %key.key_preview,
+        path = parts.uri.path(),
+        "secret key sent to a browser route: revoked"
+    );
     Ok(())
 }
 

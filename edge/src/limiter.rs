@@ -486,7 +486,16 @@ impl Limiter {
         if let Some(shared) = &self.shared {
             match shared.check(bucket, limit, window).await {
                 Ok(decision) => return decision,
-                Err(error) => crate::metrics::limiter_fell_back(&error.to_string()),
+                Err(error) => {
+                    if let Some(total) = crate::metrics::limiter_fell_back() {
+                        tracing::warn!(
+                            request_id = %crate::context::request_id(),
+                            %error,
+                            total,
+                            "redis rate limiter unavailable; limiting in-process"
+                        );
+                    }
+                }
             }
         }
         match self.local.check(bucket, limit, window).await {

@@ -183,9 +183,10 @@ pub async fn render() -> Response {
 
 static LAST_FALLBACK_LOG: AtomicU64 = AtomicU64::new(0);
 
-/// The shared limiter did not answer; the request was limited in-process. Logged at most once
-/// every ten seconds so an outage does not flood the log; counted every time.
-pub fn limiter_fell_back(error: &str) {
+/// The shared limiter did not answer; the request was limited in-process. Counted every time;
+/// the fall-backs so far, when a log line is due: at most once every ten seconds, so an outage
+/// does not flood the log (the caller writes it, naming its request).
+pub fn limiter_fell_back() -> Option<u64> {
     METRICS.limiter_fallbacks.inc();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -197,13 +198,9 @@ pub fn limiter_fell_back(error: &str) {
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
     {
-        tracing::warn!(
-            request_id = %crate::context::request_id(),
-            %error,
-            total = METRICS.limiter_fallbacks.get(),
-            "redis rate limiter unavailable; limiting in-process"
-        );
+        return Some(METRICS.limiter_fallbacks.get());
     }
+    None
 }
 
 /// A step of a retention sweep (docs/architecture.md#retention) ran, dropping from `of` (`store` or
@@ -231,15 +228,6 @@ pub fn rate_limited(bucket_kind: &'static str) {
 }
 
 /// A secret key arrived on a browser route and was revoked (docs/architecture.md#exposed-keys).
-/// Logged by its preview only.
-pub fn secret_key_exposed(key: &store::ApiKeyRecord, path: &str) {
+pub fn secret_key_exposed() {
     METRICS.keys_exposed.inc();
-    tracing::warn!(
-        request_id = %crate::context::request_id(),
-        key_id = %key.id,
-        organization_id = %key.organization_id,
-        key = %key.key_preview,
-        path,
-        "secret key sent to a browser route: revoked"
-    );
 }

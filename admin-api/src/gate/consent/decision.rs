@@ -20,7 +20,9 @@ use store::{
 };
 
 use super::check::{self, Judgement, Unjudged};
-use super::page::{self, CSRF_COOKIE, already_decided, notice, service_of, unavailable, waiting};
+use super::page::{
+    self, CSRF_COOKIE, already_decided, notice, service_of, unavailable, variables_changed, waiting,
+};
 use crate::AdminState;
 use crate::gate::{Delivery, account_name, delivered_keys, delivery_context, new_login_code};
 
@@ -179,20 +181,6 @@ pub(super) async fn decide(
         GateFlow::Signup => approve_signup(&state, session, &service, approval).await,
         GateFlow::Login => approve_login(&state, session, &service, approval).await,
     }
-}
-
-/// The page for a signup whose service changed its variables since the tool started it: what
-/// the tool was told it would receive is no longer what approving would share.
-pub(super) fn variables_changed(service: &GateServiceRecord) -> Response {
-    notice(
-        StatusCode::CONFLICT,
-        "This request is out of date",
-        &format!(
-            "{} changed what it shares since your tool asked, so nothing was shared. Start \
-             again from your tool.",
-            service.name
-        ),
-    )
 }
 
 /// Checks the user code typed on the page against `session`'s, in the store's one counting step

@@ -255,7 +255,7 @@ pub(super) async fn show(
     if session.flow == GateFlow::Signup
         && session.env_var_keys != crate::gate::delivered_keys(&service)
     {
-        return super::decision::variables_changed(&service);
+        return variables_changed(&service);
     }
     render(
         &state,
@@ -265,6 +265,20 @@ pub(super) async fn show(
         None,
     )
     .await
+}
+
+/// The page for a signup whose service changed its variables since the tool started it: what
+/// the tool was told it would receive is no longer what approving would share.
+pub(super) fn variables_changed(service: &GateServiceRecord) -> Response {
+    notice(
+        StatusCode::CONFLICT,
+        "This request is out of date",
+        &format!(
+            "{} changed what it shares since your tool asked, so nothing was shared. Start \
+             again from your tool.",
+            service.name
+        ),
+    )
 }
 
 /// The consent page of a waiting session, with a fresh form token (and its cookie), and
