@@ -327,7 +327,9 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         "vigil is serving"
     );
     // The start-up log's last line: what a newcomer does next.
-    let keys = credentials_path.is_file().then(|| {
+    // Only an embedded store's development organization has its keys in that file (one left by
+    // an earlier embedded run is not this store's).
+    let keys = (args.store.is_embedded() && credentials_path.is_file()).then(|| {
         format!(
             "; the development organization's keys are in {}",
             credentials_path.display()

@@ -309,6 +309,9 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
     // When the last poll began, if it held two records of one session and was not full (see
     // POLL_SPACING).
     let mut spaced_from: Option<Instant> = None;
+    // Whether the group has assigned this processor anything yet: its first assignment is the
+    // start's, not a move.
+    let mut started = !claims.is_empty();
     'polls: while !shutdown.is_cancelled() {
         if let Some(rest) = spaced_from.and_then(|at| POLL_SPACING.checked_sub(at.elapsed())) {
             tokio::select! {
@@ -344,7 +347,8 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                 // move: said at DEBUG.
                 let moved = !rebalance.revoked.is_empty()
                     || !rebalance.assigned.iter().all(|p| claims.contains_key(p));
-                if claims.is_empty() || !moved {
+                let first = !std::mem::replace(&mut started, true);
+                if first || !moved {
                     tracing::debug!(assigned = %bus::shown_partitions(&rebalance.assigned), "processor: partitions assigned");
                 } else {
                     tracing::info!(assigned = %bus::shown_partitions(&rebalance.assigned), revoked = %bus::shown_partitions(&rebalance.revoked), "processor: partitions moved");

@@ -134,16 +134,17 @@ fn steady(device: &[&InputEvent]) -> bool {
     mean <= 0.0 || variance.sqrt() / mean < STEADY_VARIATION
 }
 
-/// A stream whose sketched events are nearly all placeless keys in machine-fast succession (a
-/// macro's `Ctrl+A`, `Ctrl+C`): fewer than [`MIN_VARIED_EVENTS`] carry a place or a gap of
-/// [`BURST_GAP_MS`] or more. It is not marked: every sending of that macro is alike.
+/// A stream that is nearly all placeless keys in machine-fast succession (a macro's `Ctrl+A`,
+/// `Ctrl+C`): fewer than [`MIN_VARIED_EVENTS`] of all its events carry a place or a gap of
+/// [`BURST_GAP_MS`] or more. It is not marked: every sending of that macro is alike. Judged over
+/// the whole stream, not its sketched start: a burst put in front of a recorded person's stream
+/// leaves it marked (by a sketch every copy shares), never unmarked.
 fn burst(device: &[&InputEvent]) -> bool {
-    let sketched = &device[..device.len().min(SKETCH_EVENTS)];
-    let placed = sketched
+    let placed = device
         .iter()
         .filter(|e| e.x.is_some() || e.y.is_some())
         .count();
-    let slow_gaps = sketched
+    let slow_gaps = device
         .windows(2)
         .filter(|pair| match (pair[0].t, pair[1].t) {
             (Some(a), Some(b)) => b - a >= BURST_GAP_MS,
@@ -394,6 +395,20 @@ mod tests {
         assert!(!steady(&refs(&chords)));
         assert!(burst(&refs(&chords)));
         assert!(!burst(&refs(&stream(1)[13..])), "a person's typing");
+        // Sixteen machine-fast keys put before a recorded person's stream: still marked, by a
+        // sketch every copy of it shares.
+        let mut prefixed: Vec<InputEvent> = (0..16)
+            .map(|i| {
+                let kind = if i % 2 == 0 {
+                    EventKind::Keydown
+                } else {
+                    EventKind::Keyup
+                };
+                event(kind, 50.0 + f64::from(i) * 3.0, None)
+            })
+            .collect();
+        prefixed.extend(stream(1));
+        assert!(!burst(&refs(&prefixed)));
         let record = |seq| BatchRecord {
             schema: schemas::collect::BATCH_RECORD_SCHEMA,
             organization_id: schemas::OrgId::generate(),
@@ -422,6 +437,15 @@ mod tests {
             events: chords,
         });
         assert_eq!(mark(&record(2), &chords), None);
+        let prefixed_batch = |events: Vec<InputEvent>| {
+            Batch::Interactions(crate::observations::InteractionBatch {
+                window_ms: None,
+                events,
+            })
+        };
+        let once = mark(&record(2), &prefixed_batch(prefixed.clone())).expect("a mark");
+        let again = mark(&record(2), &prefixed_batch(prefixed)).expect("a mark");
+        assert!(same_stream(&once.sketch, &again.sketch));
         let probes = |challenge| {
             Batch::from_value(serde_json::json!({"kind": "probes", "challenge": challenge}))
                 .unwrap()

@@ -138,12 +138,14 @@ pub const LOGIN_CODE_DIGITS: usize = 8;
 /// wrong: its one live code among 10^8 is out of reach, and nobody else's login is charged.
 pub const CODE_ATTEMPTS_PER_LOGIN: u32 = 5;
 /// Codes presented without their login session, looked up among the caller's live codes, that
-/// one organization and environment may present for one service (or for all its services when
-/// it names none) within a code's lifetime, right or wrong. A guesser's chance is these
-/// attempts times the live codes over 10^8: with a hundred people logging in at once, 10^-4 in
-/// five minutes. A dashboard that logs in more people than this names the session, which the
-/// redirect carries, and is held to [`CODE_ATTEMPTS_PER_LOGIN`] for each login instead.
-pub const CODE_LOOKUPS_PER_SERVICE: u32 = 100;
+/// one organization and environment may present in any code's lifetime (five minutes, the
+/// bucket refilling as it goes), right or wrong, whatever service they name: one budget, so
+/// naming services cannot multiply it. A guesser's chance is these attempts times the live
+/// codes over 10^8: with a hundred people logging in at once, 10^-4 in any five minutes (about
+/// 3% a day, spent in full every five minutes; a named session's budget is far smaller). A
+/// dashboard that logs in more people than this names the session, which the redirect carries,
+/// and is held to [`CODE_ATTEMPTS_PER_LOGIN`] for each login instead.
+pub const CODE_LOOKUPS_PER_ENVIRONMENT: u32 = 100;
 
 /// The user code's alphabet (RFC 8628 §6.1): twenty consonants, no vowels (so no word is
 /// spelled by chance) and nothing that reads as another character (no `0`/`O`, `1`/`I`/`L`

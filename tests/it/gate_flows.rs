@@ -651,27 +651,32 @@ async fn caps_hold_and_a_revocation_stops_a_login_under_way() {
     consume(sk, &logins[2])
         .await
         .err(401, "auth.invalid_credentials");
-    // Codes presented alone past a service's allowance are refused before the lookup; another
-    // service's allowance is its own.
-    let lookup = |service: Option<&str>| {
+    // Codes presented alone past the environment's allowance are refused before the lookup,
+    // whatever service they name (naming services adds no budget); the other environment's
+    // allowance is its own.
+    let lookup = |key: &str, service: Option<&str>| {
         let mut body = json!({"code": "00000001"});
         if let Some(service) = service {
             body["service_id"] = json!(service);
         }
         s.post("/v1/gate/login-sessions/consume")
-            .key(sk)
+            .key(key)
             .json(body)
             .send()
     };
-    for _ in 0..schemas::gate::CODE_LOOKUPS_PER_SERVICE {
-        lookup(Some("acme-cli"))
+    for _ in 0..schemas::gate::CODE_LOOKUPS_PER_ENVIRONMENT {
+        lookup(sk, Some("acme-cli"))
             .await
             .err(401, "auth.invalid_credentials");
     }
-    let refused = lookup(Some("acme-cli")).await;
-    refused.err(429, "rate.limited");
-    assert!(refused.headers.contains_key("retry-after"));
-    lookup(None).await.err(401, "auth.invalid_credentials");
+    for service in [Some("acme-cli"), Some("other-cli"), None] {
+        let refused = lookup(sk, service).await;
+        refused.err(429, "rate.limited");
+        assert!(refused.headers.contains_key("retry-after"));
+    }
+    lookup(&s.creds.keys.secret_live, None)
+        .await
+        .err(401, "auth.invalid_credentials");
 }
 
 /// A service may answer long values (a certificate, say): more than a webhook delivery keeps.

@@ -736,15 +736,12 @@ async fn consume_login(
             let bucket = format!("gate-codes:{}", session.id);
             (Some(session), bucket, gate::CODE_ATTEMPTS_PER_LOGIN)
         }
-        // Looked up among every live code: the caller's own service (or all of them) is charged.
+        // Looked up among every live code of the caller's: one budget for the organization's
+        // environment, whatever service the body names, so naming services cannot add budgets.
         None => (
             None,
-            format!(
-                "gate-code-lookups:{org}:{}:{}",
-                env.as_str(),
-                service_id.as_deref().unwrap_or("*")
-            ),
-            gate::CODE_LOOKUPS_PER_SERVICE,
+            format!("gate-code-lookups:{org}:{}", env.as_str()),
+            gate::CODE_LOOKUPS_PER_ENVIRONMENT,
         ),
     };
     let decision = state

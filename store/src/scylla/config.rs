@@ -79,6 +79,19 @@ impl ScyllaConfig {
             .strip_prefix("scylla://")
             .ok_or_else(|| invalid(url, "it must start with scylla://"))?;
         let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+        // Any `@` may end a password written before the hosts, whatever came before it (a raw
+        // `/` or `?` in the password splits the URL elsewhere): then no part of the URL is
+        // quoted in a refusal, and a raw `&` in a query's password likewise makes its tail read
+        // as a parameter, so a name or value is quoted only when the URL carries no password.
+        let secretive = url.contains('@')
+            || url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "password");
+        let echo = |value: &str| {
+            if secretive {
+                "…".to_owned()
+            } else {
+                value.to_owned()
+            }
+        };
         // `user:password@` before the hosts, as PostgreSQL's and Kafka's URLs take them: the
         // last `@` ends it, so an `@` in the password may stay as it is; a `/` or `?` in it is
         // written %2F or %3F.
@@ -91,14 +104,15 @@ impl ScyllaConfig {
             .ok_or_else(|| invalid(url, "it names no keyspace (scylla://host:9042/keyspace)"))?;
         let hosts = hosts
             .split(',')
-            .map(|host| contact_point(url, host))
+            .map(|host| contact_point(url, host, &echo(host)))
             .collect::<Result<Vec<_>>>()?;
         if !is_keyspace_name(keyspace) {
             return Err(invalid(
                 url,
                 format!(
-                    "`{keyspace}` is not a keyspace name (a letter, then letters, digits or _, \
-                     at most 48)"
+                    "`{}` is not a keyspace name (a letter, then letters, digits or _, \
+                     at most 48)",
+                    echo(keyspace)
                 ),
             ));
         }
@@ -130,18 +144,6 @@ impl ScyllaConfig {
             password = Some(Password(decoded(secret)?));
         }
         let before_host = userinfo.is_some();
-        // A raw `&` in a password splits it, and its tail reads as a parameter's name: a
-        // name is shown in a refusal only when the URL carries no password.
-        let has_password = userinfo.is_some()
-            || url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "password");
-        // Likewise a value: it may be a password's tail.
-        let echo = |value: &str| {
-            if has_password {
-                "…".to_owned()
-            } else {
-                value.to_owned()
-            }
-        };
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
             let value = value.into_owned();
             match &*name {
@@ -178,7 +180,7 @@ impl ScyllaConfig {
                         })?;
                 }
                 other => {
-                    let named = if has_password {
+                    let named = if secretive {
                         String::new()
                     } else {
                         format!(" `{other}`")
@@ -220,7 +222,8 @@ impl ScyllaConfig {
 }
 
 /// `host[:port]`, or `[v6]:port`, with the default port when none is given.
-fn contact_point(url: &str, host: &str) -> Result<String> {
+/// `shown` is `host` as a refusal may quote it.
+fn contact_point(url: &str, host: &str, shown: &str) -> Result<String> {
     if host.is_empty() {
         return Err(invalid(url, "an empty host"));
     }
@@ -231,11 +234,11 @@ fn contact_point(url: &str, host: &str) -> Result<String> {
     let port = match port {
         Some(port) => port
             .parse::<u16>()
-            .map_err(|_| invalid(url, format!("`{host}`: the port is not a number")))?,
+            .map_err(|_| invalid(url, format!("`{shown}`: the port is not a number")))?,
         None => DEFAULT_PORT,
     };
     if name.is_empty() {
-        return Err(invalid(url, format!("`{host}` has no host name")));
+        return Err(invalid(url, format!("`{shown}` has no host name")));
     }
     Ok(format!("{name}:{port}"))
 }
@@ -348,6 +351,14 @@ mod tests {
                 "unknown parameter (",
             ),
             ("scylla://u:hun?ter2@host/ks", "scylla://…"),
+            // A raw `/` before a raw `?` in a password written before the host.
+            ("scylla://u:hu/nter2?x@h/ks", "not a number"),
+            ("scylla://u:12/hunter2?pw@h/ks", "unknown parameter ("),
+            (
+                "scylla://u:12/hunter-2?pw@h/ks",
+                "`…` is not a keyspace name",
+            ),
+            ("scylla://u:1/ks?hunter2@h/ks", "unknown parameter ("),
             ("scylla://host/ks?consistency=most", "consistency=most"),
             ("scylla://host/ks?user=u", "together"),
             ("scylla://host/ks?password=hunter2", "together"),
