@@ -11,6 +11,8 @@
 // (`--tabs` Tab presses reach the code field, one more the button). The Gate tests
 // (`tests/it/gate_approvals.rs`) run it, and Vigil must refuse it.
 
+import { randomInt } from 'node:crypto';
+
 import { sleep, startXvfb } from './desktop.mjs';
 import { carefulInput, carefulKeyboardInput, patchedPage } from './drive.mjs';
 
@@ -36,8 +38,12 @@ async function main() {
     // The SDK loads and runs its probes while the operator's script "reads" the page.
     await sleep(2500);
     const text = args.code.toLowerCase();
+    // An operator's script does not send the same input twice: each run draws its own, so the
+    // runs of one test are not copies of each other (which Vigil's replay record would catch,
+    // hiding what the run tests). The seed is in the printed line; `--seed N` repeats a run.
+    const seed = args.seed === undefined ? randomInt(2 ** 32) : Number(args.seed);
     if (args.input === 'keyboard') {
-      await carefulKeyboardInput(page, { tabs: Number(args.tabs || 1), text });
+      await carefulKeyboardInput(page, { tabs: Number(args.tabs || 1), text, seed });
       await sleep(300);
       await page.keyboard.down('Tab');
       await sleep(90);
@@ -48,7 +54,7 @@ async function main() {
       await page.keyboard.up('Enter');
     } else {
       await carefulInput(page, {
-        wholePixels: args.input === 'whole_pixels', field: '#user-code', text, button: 'button.approve',
+        wholePixels: args.input === 'whole_pixels', field: '#user-code', text, button: 'button.approve', seed,
       });
     }
     // The check answers, the form posts, and the outcome's page loads.
@@ -61,7 +67,7 @@ async function main() {
       if (!shown.includes('button class="approve"') && !shown.includes('Checking this browser')) break;
     }
     clearTimeout(timeout);
-    console.log(JSON.stringify({ text: shown.replace(/<[^>]*>/g, ' ') }));
+    console.log(JSON.stringify({ text: shown.replace(/<[^>]*>/g, ' '), seed }));
   } finally {
     try {
       await close();

@@ -151,8 +151,8 @@ async function scriptedInput(page) {
  * through the driver's own input calls (the DevTools protocol's Input domain); the rhythm and
  * the shapes are a person's, which is the point.
  */
-export async function carefulInput(page, { wholePixels, field = '#email', text = 'ana.lima@mail.example', button = '#pay' } = {}) {
-  const random = rng(23);
+export async function carefulInput(page, { wholePixels, field = '#email', text = 'ana.lima@mail.example', button = '#pay', seed = 23 } = {}) {
+  const random = rng(seed);
   // The tweak of an operator who read that positions between pixels give a protocol client
   // away: every position rounded to a whole pixel, as a mouse reports it.
   const place = wholePixels ? Math.round : (v) => v;
@@ -204,8 +204,8 @@ export async function carefulInput(page, { wholePixels, field = '#email', text =
  * protocol's Input.dispatchKeyEvent), each held and spaced as a person's: Tab to the field,
  * type, Tab to the button and press Enter. The pointer never moves.
  */
-export async function carefulKeyboardInput(page, { tabs = 1, text = 'ana.lima@mail.example' } = {}) {
-  const random = rng(29);
+export async function carefulKeyboardInput(page, { tabs = 1, text = 'ana.lima@mail.example', seed = 29 } = {}) {
+  const random = rng(seed);
   const gauss = () => Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
   const logNormal = (median, sigma) => median * Math.exp(sigma * gauss());
   const key = async (name) => {

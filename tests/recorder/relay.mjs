@@ -14,6 +14,8 @@
 
 import { createServer, request as httpRequest } from 'node:http';
 
+import { randomInt } from 'node:crypto';
+
 import { launchChromium, movePointer, rng, run, sleep, startXvfb } from './desktop.mjs';
 
 function parseArgs(argv) {
@@ -101,7 +103,8 @@ async function main() {
   try {
     // The page loads and the SDK starts; the person reads, types a nickname and claims.
     await sleep(3000);
-    const random = rng(31);
+    // A fresh hand each run: two runs of one test are two visitors, not one recording.
+    const random = rng(randomInt(2 ** 32));
     let at = [900, 700];
     at = await movePointer(env, random, at, [300, 260]);
     for (const ch of 'ana') {
