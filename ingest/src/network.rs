@@ -240,11 +240,7 @@ pub async fn append_server_record(
         received_at: schemas::time::now(),
         request: BatchRequest {
             ip: ctx.client.ip.to_string(),
-            user_agent: String::new(),
-            header_names: Vec::new(),
-            url: String::new(),
-            web_bot_auth: None,
-            user_agent_bytes: None,
+            ..BatchRequest::default()
         },
         kind: None,
         observations: RawJson::encode(server_record)

@@ -416,14 +416,7 @@ mod tests {
             session_id: schemas::SessionId::generate(),
             seq,
             received_at: schemas::time::now(),
-            request: schemas::collect::BatchRequest {
-                ip: String::new(),
-                user_agent: String::new(),
-                header_names: Vec::new(),
-                url: String::new(),
-                web_bot_auth: None,
-                user_agent_bytes: None,
-            },
+            request: schemas::collect::BatchRequest::default(),
             kind: None,
             observations: schemas::raw::RawJson::null(),
         };

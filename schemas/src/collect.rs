@@ -14,8 +14,9 @@ pub const BATCHES_TOPIC: &str = "collect.batches.v1";
 /// Partitions of the batches topic when Vigil creates it.
 pub const BATCHES_PARTITIONS: u32 = 8;
 
-/// The request a batch arrived with, as far as the processor needs it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The request a batch arrived with, as far as the processor needs it. The default is no
+/// request at all: what a record the server writes for itself carries.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BatchRequest {
     pub ip: String,
     pub user_agent: String,

@@ -108,14 +108,7 @@ pub async fn sweep(pipeline: Pipeline, owned: Owned, shutdown: CancellationToken
                 session_id: session.session_id,
                 seq: 0,
                 received_at: now,
-                request: BatchRequest {
-                    ip: String::new(),
-                    user_agent: String::new(),
-                    header_names: Vec::new(),
-                    url: String::new(),
-                    web_bot_auth: None,
-                    user_agent_bytes: None,
-                },
+                request: BatchRequest::default(),
                 kind: None,
                 observations: match RawJson::encode(&ServerRecord::Idle {
                     idle_since: session.idle_since,
