@@ -117,6 +117,13 @@ pub fn parse_ulid_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
     Ulid::from_string(rest).map_err(|_| IdError::BadCharacter)
 }
 
+/// What every id minted from a ULID can do, for code that walks ids of any kind (an export's
+/// pager reads sessions, visitors and events alike, newest first).
+pub trait UlidId: Copy + Ord + FromStr + Send + Sync + 'static {
+    fn from_ulid(ulid: Ulid) -> Self;
+    fn ulid(&self) -> Ulid;
+}
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $prefix:literal, $spell:ident, $parse:ident) => {
         $(#[$doc])*
@@ -143,6 +150,16 @@ macro_rules! id_type {
             }
 
             pub fn ulid(&self) -> Ulid {
+                self.0
+            }
+        }
+
+        impl UlidId for $name {
+            fn from_ulid(ulid: Ulid) -> Self {
+                Self(ulid)
+            }
+
+            fn ulid(&self) -> Ulid {
                 self.0
             }
         }

@@ -14,11 +14,8 @@ use schemas::{EventId, OrgId};
 use store::{DeliveryStatus, EventRecord, Store, WebhookDeliveryRecord};
 
 use super::columns::{Cell, Column, Kind};
-use super::{Request, Source, Window};
+use super::windowed::Listing;
 use crate::QueryState;
-
-pub(super) const EXPORT: &str = "events";
-const EXTRA: &[&str] = &["after"];
 
 /// An event with its deliveries.
 pub struct Row {
@@ -129,10 +126,7 @@ pub static COLUMNS: &[Column<Row>] = &[
     ),
     security(("secret_key" = ["organizations:read"])),
     responses(
-        (status = 200, description = "The events of the window, newest first.", content(
-            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
-            (String = "application/x-ndjson"),
-        )),
+        super::ExportRows,
         super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
@@ -144,33 +138,8 @@ pub(super) async fn export(
     query: QueryParams,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let org = own_organization(&caller, &params)?;
-    let tenancy = (org, caller.environment());
-    let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
-    super::stream(&state, &caller, EXPORT, request, source)
-}
-
-/// The export's request and its walk of the store, from the query.
-pub(super) fn open(
-    store: Store,
-    tenancy: (OrgId, Environment),
-    query: &QueryParams,
-    headers: &HeaderMap,
-) -> Result<(Request<Row>, Events), ApiError> {
-    let (request, after) = read(query, headers)?;
-    let source = Events::new(store, tenancy, request.window, after);
-    Ok((request, source))
-}
-
-/// The export's query, every parameter checked: the request and its `after`.
-fn read(
-    query: &QueryParams,
-    headers: &HeaderMap,
-) -> Result<(Request<Row>, Option<EventId>), ApiError> {
-    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
-    let after =
-        super::after::<EventId>(query, "must be the id (wevt_) of the last event received")?;
-    Ok((request, after))
+    let tenancy = (own_organization(&caller, &params)?, caller.environment());
+    super::answer::<Events>(&state, &caller, tenancy, &query, &headers)
 }
 
 #[utoipa::path(
@@ -184,10 +153,7 @@ fn read(
     ),
     security(("secret_key" = ["organizations:read"])),
     responses(
-        (status = 200, description = "The export's schema: an Arrow stream with no rows (empty for NDJSON).", content(
-            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
-            (String = "application/x-ndjson"),
-        )),
+        super::ExportSchema,
         super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
@@ -199,7 +165,7 @@ pub(super) async fn schema(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     own_organization(&caller, &params)?;
-    super::schema_only(EXPORT, read(&query, &headers)?.0)
+    super::schema_of::<Events>(&query, &headers)
 }
 
 /// The organization in the path, which must be the caller's own: any other is a 404.
@@ -211,59 +177,43 @@ fn own_organization(caller: &edge::AuthContext, params: &PathParams) -> Result<O
     Ok(id)
 }
 
-/// A walk of one organization's and environment's events, newest first, from the window's end
-/// (or `after`) down to its start, each with its deliveries.
-pub(super) struct Events {
-    store: Store,
-    tenancy: (OrgId, Environment),
-    after: EventId,
-    lower: ulid::Ulid,
-    exhausted: bool,
-}
-
-impl Events {
-    fn new(
-        store: Store,
-        tenancy: (OrgId, Environment),
-        window: Window,
-        after: Option<EventId>,
-    ) -> Self {
-        let (lower, upper) = window.id_bounds();
-        let upper = EventId::from_ulid(upper);
-        Events {
-            store,
-            tenancy,
-            after: after.filter(|a| *a < upper).unwrap_or(upper),
-            lower,
-            exhausted: false,
-        }
-    }
-}
+/// The events of a window, newest first, each with its deliveries.
+#[derive(Default)]
+pub(super) struct Events;
 
 #[async_trait]
-impl Source for Events {
+impl Listing for Events {
+    const EXPORT: &'static str = "events";
+    const COLUMNS: &'static [Column<Row>] = COLUMNS;
+    const AFTER: &'static str = "must be the id (wevt_) of the last event received";
+
+    type Id = EventId;
+    type Item = EventRecord;
     type Row = Row;
 
-    async fn next(&mut self, limit: usize) -> Result<Vec<Row>, ApiError> {
-        if self.exhausted {
-            return Ok(Vec::new());
-        }
-        let (org, env) = self.tenancy;
-        let mut page = self
-            .store
-            .list_events(org, env, Some(self.after), limit)
-            .await?;
-        self.exhausted = page.len() < limit;
-        if let Some(cut) = page.iter().position(|e| e.id.ulid() < self.lower) {
-            page.truncate(cut);
-            self.exhausted = true;
-        }
-        if let Some(last) = page.last() {
-            self.after = last.id;
-        }
+    fn id(event: &EventRecord) -> EventId {
+        event.id
+    }
+
+    async fn page(
+        &self,
+        store: &Store,
+        (org, env): (OrgId, Environment),
+        before: EventId,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, ApiError> {
+        Ok(store.list_events(org, env, Some(before), limit).await?)
+    }
+
+    async fn rows(
+        &self,
+        store: &Store,
+        (org, env): (OrgId, Environment),
+        page: Vec<EventRecord>,
+    ) -> Result<Vec<Row>, ApiError> {
         let mut rows = Vec::with_capacity(page.len());
         for event in page {
-            let deliveries = self.store.list_event_deliveries(org, env, event.id).await?;
+            let deliveries = store.list_event_deliveries(org, env, event.id).await?;
             rows.push(Row { event, deliveries });
         }
         Ok(rows)

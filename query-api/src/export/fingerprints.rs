@@ -15,11 +15,8 @@ use schemas::{OrgId, VisitorId};
 use store::{Store, VisitorRecord};
 
 use super::columns::{Cell, Column, Kind};
-use super::{Request, Source, Window};
+use super::windowed::Listing;
 use crate::QueryState;
-
-pub(super) const EXPORT: &str = "fingerprints";
-const EXTRA: &[&str] = &["after"];
 
 /// The columns of the fingerprints export, version 1 (docs/analysts.md#fingerprints).
 pub static COLUMNS: &[Column<VisitorRecord>] = &[
@@ -154,10 +151,7 @@ pub static COLUMNS: &[Column<VisitorRecord>] = &[
     ),
     security(("secret_key" = ["fingerprints:list"])),
     responses(
-        (status = 200, description = "The visitor fingerprints of the window, newest first.", content(
-            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
-            (String = "application/x-ndjson"),
-        )),
+        super::ExportRows,
         super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
@@ -169,33 +163,7 @@ pub(super) async fn export(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let tenancy = (caller.organization.id, caller.environment());
-    let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
-    super::stream(&state, &caller, EXPORT, request, source)
-}
-
-/// The export's request and its walk of the store, from the query.
-pub(super) fn open(
-    store: Store,
-    tenancy: (OrgId, Environment),
-    query: &QueryParams,
-    headers: &HeaderMap,
-) -> Result<(Request<VisitorRecord>, Visitors), ApiError> {
-    let (request, after) = read(query, headers)?;
-    let source = Visitors::new(store, tenancy, request.window, after);
-    Ok((request, source))
-}
-
-/// The export's query, every parameter checked: the request and its `after`.
-fn read(
-    query: &QueryParams,
-    headers: &HeaderMap,
-) -> Result<(Request<VisitorRecord>, Option<VisitorId>), ApiError> {
-    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
-    let after = super::after::<VisitorId>(
-        query,
-        "must be the id (vid_) of the last fingerprint received",
-    )?;
-    Ok((request, after))
+    super::answer::<Visitors>(&state, &caller, tenancy, &query, &headers)
 }
 
 #[utoipa::path(
@@ -208,10 +176,7 @@ fn read(
     ),
     security(("secret_key" = ["fingerprints:list"])),
     responses(
-        (status = 200, description = "The export's schema: an Arrow stream with no rows (empty for NDJSON).", content(
-            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
-            (String = "application/x-ndjson"),
-        )),
+        super::ExportSchema,
         super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
@@ -221,59 +186,43 @@ pub(super) async fn schema(
     query: QueryParams,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    super::schema_only(EXPORT, read(&query, &headers)?.0)
+    super::schema_of::<Visitors>(&query, &headers)
 }
 
-/// A walk of one organization's and environment's visitors, newest first (by id, minted when
-/// first seen), from the window's end (or `after`) down to its start.
-pub(super) struct Visitors {
-    store: Store,
-    tenancy: (OrgId, Environment),
-    after: VisitorId,
-    lower: ulid::Ulid,
-    exhausted: bool,
-}
-
-impl Visitors {
-    fn new(
-        store: Store,
-        tenancy: (OrgId, Environment),
-        window: Window,
-        after: Option<VisitorId>,
-    ) -> Self {
-        let (lower, upper) = window.id_bounds();
-        let upper = VisitorId::from_ulid(upper);
-        Visitors {
-            store,
-            tenancy,
-            after: after.filter(|a| *a < upper).unwrap_or(upper),
-            lower,
-            exhausted: false,
-        }
-    }
-}
+/// The visitors first seen in a window (by id, minted when first seen), newest first.
+#[derive(Default)]
+pub(super) struct Visitors;
 
 #[async_trait]
-impl Source for Visitors {
+impl Listing for Visitors {
+    const EXPORT: &'static str = "fingerprints";
+    const COLUMNS: &'static [Column<VisitorRecord>] = COLUMNS;
+    const AFTER: &'static str = "must be the id (vid_) of the last fingerprint received";
+
+    type Id = VisitorId;
+    type Item = VisitorRecord;
     type Row = VisitorRecord;
 
-    async fn next(&mut self, limit: usize) -> Result<Vec<VisitorRecord>, ApiError> {
-        if self.exhausted {
-            return Ok(Vec::new());
-        }
-        let (org, env) = self.tenancy;
-        let mut page = self
-            .store
-            .list_visitors(org, env, Some(self.after), limit)
-            .await?;
-        self.exhausted = page.len() < limit;
-        if let Some(cut) = page.iter().position(|v| v.id.ulid() < self.lower) {
-            page.truncate(cut);
-            self.exhausted = true;
-        }
-        if let Some(last) = page.last() {
-            self.after = last.id;
-        }
+    fn id(visitor: &VisitorRecord) -> VisitorId {
+        visitor.id
+    }
+
+    async fn page(
+        &self,
+        store: &Store,
+        (org, env): (OrgId, Environment),
+        before: VisitorId,
+        limit: usize,
+    ) -> Result<Vec<VisitorRecord>, ApiError> {
+        Ok(store.list_visitors(org, env, Some(before), limit).await?)
+    }
+
+    async fn rows(
+        &self,
+        _store: &Store,
+        _tenancy: (OrgId, Environment),
+        page: Vec<VisitorRecord>,
+    ) -> Result<Vec<VisitorRecord>, ApiError> {
         Ok(page)
     }
 }

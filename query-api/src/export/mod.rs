@@ -8,8 +8,9 @@
 //!
 //! The machinery is here: the query (window, projection, format, resumption) and the streamed
 //! body, whose pages are bounded by bytes; `running.rs` has the per-tenant cap on exports at
-//! once and the watch on the key, `accept.rs` the reading of `Accept`. Each export's columns
-//! and its walk of the store are in its own module.
+//! once and the watch on the key, `accept.rs` the reading of `Accept`, `windowed.rs` the walk of
+//! the store every export makes. Each export's columns, filters and page of the store are in
+//! its own module.
 
 mod accept;
 pub mod columns;
@@ -17,6 +18,7 @@ mod events;
 mod fingerprints;
 mod running;
 mod sessions;
+mod windowed;
 
 pub use running::Slots;
 
@@ -43,6 +45,7 @@ use store::Store;
 
 use self::columns::Column;
 use self::running::{KeyWatch, Slot};
+use self::windowed::Listing;
 use crate::QueryState;
 
 /// The longest window one export covers.
@@ -92,6 +95,46 @@ pub(crate) enum ExportErrors {
     /// `Retry-After`.
     #[response(status = 429)]
     Busy(#[to_schema] schemas::error::ErrorEnvelope),
+}
+
+/// An export's rows, for the OpenAPI description: the window's, newest first, in either format.
+pub(crate) struct ExportRows;
+
+impl utoipa::IntoResponses for ExportRows {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        either_format("The rows of the window, newest first, as an Arrow stream or NDJSON.")
+    }
+}
+
+/// An export's `/schema`, for the OpenAPI description.
+pub(crate) struct ExportSchema;
+
+impl utoipa::IntoResponses for ExportSchema {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        either_format("The export's schema: an Arrow stream with no rows (empty for NDJSON).")
+    }
+}
+
+/// A 200 whose body is an Arrow stream or NDJSON, as `description` says.
+fn either_format(
+    description: &str,
+) -> std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::response::Response>>
+{
+    use utoipa::PartialSchema;
+    use utoipa::openapi::{ContentBuilder, ResponseBuilder, ResponsesBuilder};
+    let content = |schema| ContentBuilder::new().schema(Some(schema)).build();
+    let ok = ResponseBuilder::new()
+        .description(description)
+        .content(ARROW_STREAM, content(edge::openapi::Binary::schema()))
+        .content(NDJSON, content(String::schema()))
+        .build();
+    ResponsesBuilder::new().response("200", ok).build().into()
 }
 
 /// The parameters every export takes (docs/analysts.md), for the OpenAPI description.
@@ -286,20 +329,6 @@ impl<R> Request<R> {
     }
 }
 
-/// `after=`: the id of the last row a broken download received, which the export continues
-/// after; `issue` says what it must be.
-fn after<Id: std::str::FromStr>(query: &QueryParams, issue: &str) -> Result<Option<Id>, ApiError> {
-    query
-        .get("after")
-        .map(|raw| {
-            raw.parse::<Id>().map_err(|_| {
-                ApiError::invalid_field("after", issue, Some(raw.into()))
-                    .with_parameter_set("query")
-            })
-        })
-        .transpose()
-}
-
 /// Where an export's rows come from: the store, a page at a time, newest first.
 #[async_trait]
 pub trait Source: Send + 'static {
@@ -362,21 +391,37 @@ pub fn from_store(
     tenancy: (OrgId, Environment),
     query: &QueryParams,
 ) -> Result<Body, ApiError> {
-    let headers = HeaderMap::new();
-    match export {
-        Export::Sessions => {
-            let (request, source) = sessions::open(store, tenancy, query, &headers)?;
-            body(sessions::EXPORT, request, source, None)
-        }
-        Export::Fingerprints => {
-            let (request, source) = fingerprints::open(store, tenancy, query, &headers)?;
-            body(fingerprints::EXPORT, request, source, None)
-        }
-        Export::Events => {
-            let (request, source) = events::open(store, tenancy, query, &headers)?;
-            body(events::EXPORT, request, source, None)
-        }
+    fn walk<L: Listing>(
+        store: Store,
+        tenancy: (OrgId, Environment),
+        query: &QueryParams,
+    ) -> Result<Body, ApiError> {
+        let (request, walk) = windowed::open::<L>(store, tenancy, query, &HeaderMap::new())?;
+        body(L::EXPORT, request, walk, None)
     }
+    match export {
+        Export::Sessions => walk::<sessions::Sessions>(store, tenancy, query),
+        Export::Fingerprints => walk::<fingerprints::Visitors>(store, tenancy, query),
+        Export::Events => walk::<events::Events>(store, tenancy, query),
+    }
+}
+
+/// The answer to an export's route: its query read, its walk of the store opened, and the
+/// rows streamed.
+fn answer<L: Listing>(
+    state: &QueryState,
+    caller: &AuthContext,
+    tenancy: (OrgId, Environment),
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let (request, walk) = windowed::open::<L>(state.auth.store.clone(), tenancy, query, headers)?;
+    stream(state, caller, L::EXPORT, request, walk)
+}
+
+/// The answer to an export's `/schema` route, its query read as the export reads it.
+fn schema_of<L: Listing>(query: &QueryParams, headers: &HeaderMap) -> Result<Response, ApiError> {
+    schema_only(L::EXPORT, windowed::read::<L>(query, headers)?.request)
 }
 
 /// The stream of an export's bytes: the schema first (in Arrow), then a page of `source`

@@ -15,12 +15,9 @@ use schemas::{OrgId, SessionId};
 use store::Store;
 
 use super::columns::{Cell, Column, Kind};
-use super::{Request, Source, Window};
+use super::windowed::Listing;
 use crate::QueryState;
 use crate::sessions::VERDICTS;
-
-pub(super) const EXPORT: &str = "sessions";
-const EXTRA: &[&str] = &["verdict", "search", "after"];
 
 /// A session as the export reads it: the digest its store keeps beside its row
 /// (`schemas::session_digest`), so no session's whole state or decision is decoded.
@@ -222,10 +219,7 @@ pub static COLUMNS: &[Column<Row>] = &[
     ),
     security(("secret_key" = ["sessions:list"])),
     responses(
-        (status = 200, description = "The sessions of the window, newest first, as an Arrow stream or NDJSON.", content(
-            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
-            (String = "application/x-ndjson"),
-        )),
+        super::ExportRows,
         super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
@@ -237,54 +231,7 @@ pub(super) async fn export(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let tenancy = (caller.organization.id, caller.environment());
-    let (request, source) = open(state.auth.store.clone(), tenancy, &query, &headers)?;
-    super::stream(&state, &caller, EXPORT, request, source)
-}
-
-/// The export's request and its walk of the store, from the query.
-pub(super) fn open(
-    store: Store,
-    tenancy: (OrgId, Environment),
-    query: &QueryParams,
-    headers: &HeaderMap,
-) -> Result<(Request<Row>, Sessions), ApiError> {
-    let (request, filters) = read(query, headers)?;
-    let source = Sessions::new(
-        store,
-        tenancy,
-        request.window,
-        filters.after,
-        filters.verdict,
-        filters.search,
-    );
-    Ok((request, source))
-}
-
-/// What a sessions export's query chooses besides its window, format and columns.
-struct Filters {
-    verdict: Option<String>,
-    search: Option<String>,
-    after: Option<SessionId>,
-}
-
-/// The export's query, every parameter checked.
-fn read(query: &QueryParams, headers: &HeaderMap) -> Result<(Request<Row>, Filters), ApiError> {
-    let request = Request::parse(query, headers, COLUMNS, EXTRA)?;
-    let verdict = query.one_of("verdict", &VERDICTS)?.map(str::to_owned);
-    let search = query
-        .get("search")
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned);
-    let after =
-        super::after::<SessionId>(query, "must be the id (sid_) of the last session received")?;
-    Ok((
-        request,
-        Filters {
-            verdict,
-            search,
-            after,
-        },
-    ))
+    super::answer::<Sessions>(&state, &caller, tenancy, &query, &headers)
 }
 
 #[utoipa::path(
@@ -298,10 +245,7 @@ fn read(query: &QueryParams, headers: &HeaderMap) -> Result<(Request<Row>, Filte
     ),
     security(("secret_key" = ["sessions:list"])),
     responses(
-        (status = 200, description = "The export's schema: an Arrow stream with no rows (empty for NDJSON).", content(
-            (edge::openapi::Binary = "application/vnd.apache.arrow.stream"),
-            (String = "application/x-ndjson"),
-        )),
+        super::ExportSchema,
         super::ExportErrors,
         edge::openapi::SecretKeyErrors,
     )
@@ -311,76 +255,73 @@ pub(super) async fn schema(
     query: QueryParams,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    super::schema_only(EXPORT, read(&query, &headers)?.0)
+    super::schema_of::<Sessions>(&query, &headers)
 }
 
-/// A walk of one organization's and environment's sessions, newest first, from the window's
-/// end (or `after`) down to its start.
+/// The sessions of a window, newest first, with the list's filters: `verdict` picks in the
+/// store, `search` among the page's digests.
+#[derive(Default)]
 pub(super) struct Sessions {
-    store: Store,
-    tenancy: (OrgId, Environment),
-    /// The last id read (exclusive bound of the next page).
-    after: SessionId,
-    lower: ulid::Ulid,
     verdict: Option<String>,
     search: Option<String>,
-    exhausted: bool,
 }
 
 impl Sessions {
-    fn new(
-        store: Store,
-        tenancy: (OrgId, Environment),
-        window: Window,
-        after: Option<SessionId>,
-        verdict: Option<String>,
-        search: Option<String>,
-    ) -> Self {
-        let (lower, upper) = window.id_bounds();
-        let upper = SessionId::from_ulid(upper);
-        Sessions {
-            store,
-            tenancy,
-            after: after.filter(|a| *a < upper).unwrap_or(upper),
-            lower,
-            verdict,
-            search,
-            exhausted: false,
-        }
+    /// Whether the search, if any, matches the session: its id, its visitor's, its address or
+    /// part of its URL.
+    fn found(&self, digest: &Row) -> bool {
+        self.search.as_ref().is_none_or(|q| {
+            digest.session_id.to_string() == *q
+                || digest.visitor_id.is_some_and(|v| v.to_string() == *q)
+                || digest.ip_address == *q
+                || digest.url.contains(q.as_str())
+        })
     }
 }
 
 #[async_trait]
-impl Source for Sessions {
+impl Listing for Sessions {
+    const EXPORT: &'static str = "sessions";
+    const COLUMNS: &'static [Column<Row>] = COLUMNS;
+    const FILTERS: &'static [&'static str] = &["verdict", "search"];
+    const AFTER: &'static str = "must be the id (sid_) of the last session received";
+
+    type Id = SessionId;
+    type Item = Row;
     type Row = Row;
 
-    async fn next(&mut self, limit: usize) -> Result<Vec<Row>, ApiError> {
-        let (org, env) = self.tenancy;
-        let mut rows = Vec::new();
-        // A search keeps reading until it has matches or the window is done.
-        while rows.is_empty() && !self.exhausted {
-            let page = self
-                .store
-                .list_session_digests(org, env, self.verdict.as_deref(), Some(self.after), limit)
-                .await?;
-            self.exhausted = page.len() < limit;
-            for digest in page {
-                if digest.session_id.ulid() < self.lower {
-                    self.exhausted = true;
-                    break;
-                }
-                self.after = digest.session_id;
-                if let Some(q) = &self.search
-                    && !(digest.session_id.to_string() == *q
-                        || digest.visitor_id.is_some_and(|v| v.to_string() == *q)
-                        || digest.ip_address == *q
-                        || digest.url.contains(q.as_str()))
-                {
-                    continue;
-                }
-                rows.push(digest);
-            }
-        }
-        Ok(rows)
+    fn from_query(query: &QueryParams) -> Result<Self, ApiError> {
+        let verdict = query.one_of("verdict", &VERDICTS)?.map(str::to_owned);
+        let search = query
+            .get("search")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        Ok(Sessions { verdict, search })
+    }
+
+    fn id(digest: &Row) -> SessionId {
+        digest.session_id
+    }
+
+    async fn page(
+        &self,
+        store: &Store,
+        (org, env): (OrgId, Environment),
+        before: SessionId,
+        limit: usize,
+    ) -> Result<Vec<Row>, ApiError> {
+        Ok(store
+            .list_session_digests(org, env, self.verdict.as_deref(), Some(before), limit)
+            .await?)
+    }
+
+    async fn rows(
+        &self,
+        _store: &Store,
+        _tenancy: (OrgId, Environment),
+        mut page: Vec<Row>,
+    ) -> Result<Vec<Row>, ApiError> {
+        page.retain(|digest| self.found(digest));
+        Ok(page)
     }
 }

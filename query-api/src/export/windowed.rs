@@ -1,0 +1,170 @@
+//! The one walk every export makes: an organization's and environment's rows of one kind,
+//! newest first by id, a page of the store at a time, from the window's end (or the caller's
+//! `after`) down to the window's start. Each export says only what is its own: its columns,
+//! its filters and how a page of its store is read ([`Listing`]).
+
+use async_trait::async_trait;
+use axum::http::HeaderMap;
+use edge::ApiError;
+use edge::body::QueryParams;
+use schemas::OrgId;
+use schemas::credential::Environment;
+use schemas::ids::UlidId;
+use store::Store;
+
+use super::columns::Column;
+use super::{Request, Source, Window};
+
+/// One export's rows as its store lists them.
+#[async_trait]
+pub(super) trait Listing: Default + Send + Sync + 'static {
+    /// The export's name, as its schema's metadata and its file name carry it.
+    const EXPORT: &'static str;
+    /// Its columns, version 1 (docs/analysts.md).
+    const COLUMNS: &'static [Column<Self::Row>];
+    /// The query parameters it takes besides every export's: none unless it says so.
+    const FILTERS: &'static [&'static str] = &[];
+    /// What `after=` must be, for the refusal of one that is not.
+    const AFTER: &'static str;
+
+    /// The id its rows are walked by; minted from a ULID, so its time says which window it is in.
+    type Id: UlidId;
+    /// What one page of the store holds.
+    type Item: Send + 'static;
+    /// What one row of the export is made from.
+    type Row: Send + 'static;
+
+    /// The listing the query's filters ask for, each checked: all rows when it has none.
+    fn from_query(_query: &QueryParams) -> Result<Self, ApiError> {
+        Ok(Self::default())
+    }
+
+    fn id(item: &Self::Item) -> Self::Id;
+
+    /// At most `limit` items older than `before`, newest first.
+    async fn page(
+        &self,
+        store: &Store,
+        tenancy: (OrgId, Environment),
+        before: Self::Id,
+        limit: usize,
+    ) -> Result<Vec<Self::Item>, ApiError>;
+
+    /// The rows a page of items makes: the ones the filters keep, with what the export adds.
+    async fn rows(
+        &self,
+        store: &Store,
+        tenancy: (OrgId, Environment),
+        page: Vec<Self::Item>,
+    ) -> Result<Vec<Self::Row>, ApiError>;
+}
+
+/// An export's query, every parameter checked.
+pub(super) struct Asked<L: Listing> {
+    pub request: Request<L::Row>,
+    /// The listing its filters make.
+    listing: L,
+    /// Where a resumed download continues.
+    after: Option<L::Id>,
+}
+
+/// An export's query, read.
+pub(super) fn read<L: Listing>(
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<Asked<L>, ApiError> {
+    let mut known = L::FILTERS.to_vec();
+    known.push("after");
+    let request = Request::parse(query, headers, L::COLUMNS, &known)?;
+    let listing = L::from_query(query)?;
+    let after = query
+        .get("after")
+        .map(|raw| {
+            raw.parse::<L::Id>().map_err(|_| {
+                ApiError::invalid_field("after", L::AFTER, Some(raw.into()))
+                    .with_parameter_set("query")
+            })
+        })
+        .transpose()?;
+    Ok(Asked {
+        request,
+        listing,
+        after,
+    })
+}
+
+/// An export's request and its walk of the store, from the query.
+pub(super) fn open<L: Listing>(
+    store: Store,
+    tenancy: (OrgId, Environment),
+    query: &QueryParams,
+    headers: &HeaderMap,
+) -> Result<(Request<L::Row>, Windowed<L>), ApiError> {
+    let Asked {
+        request,
+        listing,
+        after,
+    } = read::<L>(query, headers)?;
+    let walk = Windowed::new(listing, store, tenancy, request.window, after);
+    Ok((request, walk))
+}
+
+/// A walk of one listing through a window.
+pub(super) struct Windowed<L: Listing> {
+    listing: L,
+    store: Store,
+    tenancy: (OrgId, Environment),
+    /// The last id read: the exclusive bound of the next page.
+    before: L::Id,
+    /// Ids below this were minted before the window.
+    lower: ulid::Ulid,
+    exhausted: bool,
+}
+
+impl<L: Listing> Windowed<L> {
+    fn new(
+        listing: L,
+        store: Store,
+        tenancy: (OrgId, Environment),
+        window: Window,
+        after: Option<L::Id>,
+    ) -> Self {
+        let (lower, upper) = window.id_bounds();
+        let upper = L::Id::from_ulid(upper);
+        Windowed {
+            listing,
+            store,
+            tenancy,
+            before: after.filter(|a| *a < upper).unwrap_or(upper),
+            lower,
+            exhausted: false,
+        }
+    }
+}
+
+#[async_trait]
+impl<L: Listing> Source for Windowed<L> {
+    type Row = L::Row;
+
+    async fn next(&mut self, limit: usize) -> Result<Vec<L::Row>, ApiError> {
+        let mut rows = Vec::new();
+        // A filter that keeps nothing of a page reads on until it keeps something or the
+        // window is done: an empty answer means the end.
+        while rows.is_empty() && !self.exhausted {
+            let mut page = self
+                .listing
+                .page(&self.store, self.tenancy, self.before, limit)
+                .await?;
+            self.exhausted = page.len() < limit;
+            if let Some(cut) = page.iter().position(|i| L::id(i).ulid() < self.lower) {
+                page.truncate(cut);
+                self.exhausted = true;
+            }
+            if let Some(last) = page.last() {
+                self.before = L::id(last);
+            }
+            rows = self.listing.rows(&self.store, self.tenancy, page).await?;
+        }
+        Ok(rows)
+    }
+}
