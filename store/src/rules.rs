@@ -3,6 +3,7 @@
 //! ScyllaDB lightweight transaction on the row's revision) and applies the same rule, so they
 //! cannot drift apart.
 
+use schemas::PingId;
 use schemas::time::Timestamp;
 
 use crate::error::{Result, StoreError};
@@ -304,4 +305,67 @@ pub fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One of a collect session's one-way changes (`advance_collect_seq`, `advance_collect_call`,
+/// `record_collect_ping`, `record_collect_ws_identity`, `mark_collect_results`): each backend
+/// reads the row under its own lock and applies the change with [`CollectChange::apply`].
+#[derive(Debug, Clone)]
+pub enum CollectChange {
+    /// The batch counter raised to this, if above it.
+    Seq(u64),
+    /// The proof counter raised to this, if above it.
+    Call(u64),
+    /// The ping's arrival, if it is one of the session's and has not arrived.
+    Ping { ping: PingId, at: Timestamp },
+    /// The WebSocket connection's identity, if none is recorded yet.
+    WsIdentity(serde_json::Value),
+    /// When results were first read, if they have not been.
+    Results(Timestamp),
+}
+
+impl CollectChange {
+    /// Applies the change to `session`: whether it changed anything, and so is to be written.
+    pub fn apply(&self, session: &mut CollectSessionRecord) -> bool {
+        fn raise(counter: &mut u64, to: u64) -> bool {
+            let raised = to > *counter;
+            if raised {
+                *counter = to;
+            }
+            raised
+        }
+        match self {
+            CollectChange::Seq(seq) => raise(&mut session.last_seq, *seq),
+            CollectChange::Call(counter) => raise(&mut session.last_call, *counter),
+            CollectChange::Ping { ping, at } => {
+                match session.pings.iter_mut().find(|p| p.id == *ping) {
+                    Some(p) if p.arrived_at.is_none() => {
+                        p.arrived_at = Some(*at);
+                        true
+                    }
+                    // Already arrived, or not one of this session's pings.
+                    _ => false,
+                }
+            }
+            CollectChange::WsIdentity(identity) => {
+                if session.ws_identity.is_some() {
+                    return false;
+                }
+                session.ws_identity = Some(identity.clone());
+                true
+            }
+            CollectChange::Results(at) => {
+                if session.results_at.is_some() {
+                    return false;
+                }
+                session.results_at = Some(*at);
+                true
+            }
+        }
+    }
+}
+
+/// Whether a collect change was written: the session exists and the change changed it.
+pub fn written(changed: Option<(bool, CollectSessionRecord)>) -> bool {
+    changed.is_some_and(|(written, _)| written)
 }

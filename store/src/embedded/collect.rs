@@ -16,6 +16,7 @@ use super::{
     COLLECT_PINGS, COLLECT_SEQS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner,
     REPLAY_MARKS, decode, decode_row, encode, key, unavailable,
 };
+use crate::rules::{CollectChange, written};
 use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result, StoreError};
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
@@ -121,7 +122,7 @@ impl Inner {
     fn change_collect_session(
         &self,
         id: SessionId,
-        change: impl FnOnce(&mut CollectSessionRecord) -> bool,
+        change: CollectChange,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
         let _rows = self
             .collect_rows
@@ -130,7 +131,7 @@ impl Inner {
         let Some(mut session) = self.get_collect_session(id)? else {
             return Ok(None);
         };
-        if !change(&mut session) {
+        if !change.apply(&mut session) {
             return Ok(Some((false, session)));
         }
         let mut batch = self.batch();
@@ -188,6 +189,19 @@ impl Inner {
             batch.remove(&self.collect_sessions, k);
         }
         Ok(read == budget)
+    }
+}
+
+impl EmbeddedStore {
+    /// Applies `change` to the session under the writer lock, synced: whether it was written,
+    /// and the row as it stands.
+    async fn change(
+        &self,
+        id: SessionId,
+        change: CollectChange,
+    ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        self.write(move |db, _| db.change_collect_session(id, change))
+            .await
     }
 }
 
@@ -267,17 +281,9 @@ impl CollectStore for EmbeddedStore {
     /// counter lost in a crash would let a seen proof through again.
     /// A missing session: `false`, nothing written.
     async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
-                let above = counter > s.last_call;
-                if above {
-                    s.last_call = counter;
-                }
-                above
-            })?;
-            Ok(changed.is_some_and(|(written, _)| written))
-        })
-        .await
+        self.change(id, CollectChange::Call(counter))
+            .await
+            .map(written)
     }
 
     async fn record_collect_ping(
@@ -286,20 +292,9 @@ impl CollectStore for EmbeddedStore {
         ping: PingId,
         at: Timestamp,
     ) -> Result<bool> {
-        self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
-                match s.pings.iter_mut().find(|p| p.id == ping) {
-                    Some(p) if p.arrived_at.is_none() => {
-                        p.arrived_at = Some(at);
-                        true
-                    }
-                    // Already arrived, or not one of this session's pings.
-                    _ => false,
-                }
-            })?;
-            Ok(changed.is_some_and(|(written, _)| written))
-        })
-        .await
+        self.change(id, CollectChange::Ping { ping, at })
+            .await
+            .map(written)
     }
 
     async fn record_collect_ws_identity(
@@ -307,18 +302,8 @@ impl CollectStore for EmbeddedStore {
         id: SessionId,
         identity: &serde_json::Value,
     ) -> Result<bool> {
-        let identity = identity.clone();
-        self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
-                if s.ws_identity.is_some() {
-                    return false;
-                }
-                s.ws_identity = Some(identity);
-                true
-            })?;
-            Ok(changed.is_some_and(|(written, _)| written))
-        })
-        .await
+        let change = CollectChange::WsIdentity(identity.clone());
+        self.change(id, change).await.map(written)
     }
 
     async fn mark_collect_results(
@@ -326,17 +311,8 @@ impl CollectStore for EmbeddedStore {
         id: SessionId,
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>> {
-        self.write(move |db, _| {
-            let changed = db.change_collect_session(id, |s| {
-                if s.results_at.is_some() {
-                    return false;
-                }
-                s.results_at = Some(at);
-                true
-            })?;
-            Ok(changed.map(|(_, session)| session))
-        })
-        .await
+        let changed = self.change(id, CollectChange::Results(at)).await?;
+        Ok(changed.map(|(_, session)| session))
     }
 
     async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool> {

@@ -3,6 +3,7 @@
 //! so of racing ingest replicas exactly one makes it. A handoff's opening is one conditional
 //! insert, so of racing opens exactly one is first.
 
+use crate::rules::{CollectChange, written};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use schemas::ids::{PingId, SessionId};
@@ -19,7 +20,7 @@ pub(super) const COLLECT_SESSIONS: &str = "collect_sessions";
 async fn change(
     store: &PostgresStore,
     id: SessionId,
-    change: impl FnOnce(&mut CollectSessionRecord) -> bool,
+    change: CollectChange,
 ) -> Result<Option<(bool, CollectSessionRecord)>> {
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(db_error)?;
@@ -33,7 +34,7 @@ async fn change(
     let Some(mut session) = decode_opt::<CollectSessionRecord>(COLLECT_SESSIONS, found)? else {
         return Ok(None);
     };
-    if !change(&mut session) {
+    if !change.apply(&mut session) {
         return Ok(Some((false, session)));
     }
     write(&tx, &key, &session).await?;
@@ -107,15 +108,9 @@ impl CollectStore for PostgresStore {
     }
 
     async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        let changed = change(self, id, |s| {
-            let raised = counter > s.last_call;
-            if raised {
-                s.last_call = counter;
-            }
-            raised
-        })
-        .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        Ok(written(
+            change(self, id, CollectChange::Call(counter)).await?,
+        ))
     }
 
     async fn record_collect_ping(
@@ -124,18 +119,9 @@ impl CollectStore for PostgresStore {
         ping: PingId,
         at: Timestamp,
     ) -> Result<bool> {
-        let changed = change(self, id, |s| {
-            match s.pings.iter_mut().find(|p| p.id == ping) {
-                Some(p) if p.arrived_at.is_none() => {
-                    p.arrived_at = Some(at);
-                    true
-                }
-                // Already arrived, or not one of this session's pings.
-                _ => false,
-            }
-        })
-        .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        Ok(written(
+            change(self, id, CollectChange::Ping { ping, at }).await?,
+        ))
     }
 
     async fn record_collect_ws_identity(
@@ -143,15 +129,8 @@ impl CollectStore for PostgresStore {
         id: SessionId,
         identity: &serde_json::Value,
     ) -> Result<bool> {
-        let changed = change(self, id, |s| {
-            if s.ws_identity.is_some() {
-                return false;
-            }
-            s.ws_identity = Some(identity.clone());
-            true
-        })
-        .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        let change_made = CollectChange::WsIdentity(identity.clone());
+        Ok(written(change(self, id, change_made).await?))
     }
 
     async fn mark_collect_results(
@@ -159,14 +138,7 @@ impl CollectStore for PostgresStore {
         id: SessionId,
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>> {
-        let changed = change(self, id, |s| {
-            if s.results_at.is_some() {
-                return false;
-            }
-            s.results_at = Some(at);
-            true
-        })
-        .await?;
+        let changed = change(self, id, CollectChange::Results(at)).await?;
         Ok(changed.map(|(_, session)| session))
     }
 

@@ -4,6 +4,7 @@
 //! every batch it accepts; one transaction each (a locking read, a write and a commit's WAL
 //! flush) held one ingest process to about 2,500 batches a second.
 
+use crate::rules::CollectChange;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -134,11 +135,8 @@ impl SeqGroups {
                     None => Ok(false),
                     Some(Err(damaged)) => Err(again(damaged)),
                     Some(Ok((session, raised))) => {
-                        let rose = a.seq > session.last_seq;
-                        if rose {
-                            session.last_seq = a.seq;
-                            *raised = true;
-                        }
+                        let rose = CollectChange::Seq(a.seq).apply(session);
+                        *raised |= rose;
                         Ok(rose)
                     }
                 },

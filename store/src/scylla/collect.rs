@@ -4,6 +4,7 @@
 //! so of racing ingest replicas exactly one makes it; a handoff's opening is one
 //! `IF NOT EXISTS`, so of racing opens exactly one is first.
 
+use crate::rules::{CollectChange, written};
 use async_trait::async_trait;
 use schemas::ids::{PingId, SessionId};
 use schemas::time::Timestamp;
@@ -52,7 +53,7 @@ impl ScyllaStore {
     async fn change_collect(
         &self,
         id: SessionId,
-        change: impl Fn(&mut CollectSessionRecord) -> bool,
+        change: CollectChange,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
         for _ in 0..CONTENDED_RETRIES {
             let result = self.execute(READ, (id.to_string(),)).await?;
@@ -61,7 +62,7 @@ impl ScyllaStore {
             else {
                 return Ok(None);
             };
-            if !change(&mut session) {
+            if !change.apply(&mut session) {
                 return Ok(Some((false, session)));
             }
             if self
@@ -152,29 +153,16 @@ impl CollectStore for ScyllaStore {
     }
 
     async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
-        let changed = self
-            .change_collect(id, |s| {
-                let raised = seq > s.last_seq;
-                if raised {
-                    s.last_seq = seq;
-                }
-                raised
-            })
-            .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        Ok(written(
+            self.change_collect(id, CollectChange::Seq(seq)).await?,
+        ))
     }
 
     async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        let changed = self
-            .change_collect(id, |s| {
-                let raised = counter > s.last_call;
-                if raised {
-                    s.last_call = counter;
-                }
-                raised
-            })
-            .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        Ok(written(
+            self.change_collect(id, CollectChange::Call(counter))
+                .await?,
+        ))
     }
 
     async fn record_collect_ping(
@@ -183,17 +171,8 @@ impl CollectStore for ScyllaStore {
         ping: PingId,
         at: Timestamp,
     ) -> Result<bool> {
-        let changed = self
-            .change_collect(id, |s| match s.pings.iter_mut().find(|p| p.id == ping) {
-                Some(p) if p.arrived_at.is_none() => {
-                    p.arrived_at = Some(at);
-                    true
-                }
-                // Already arrived, or not one of this session's pings.
-                _ => false,
-            })
-            .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        let change = CollectChange::Ping { ping, at };
+        Ok(written(self.change_collect(id, change).await?))
     }
 
     async fn record_collect_ws_identity(
@@ -201,16 +180,8 @@ impl CollectStore for ScyllaStore {
         id: SessionId,
         identity: &serde_json::Value,
     ) -> Result<bool> {
-        let changed = self
-            .change_collect(id, |s| {
-                if s.ws_identity.is_some() {
-                    return false;
-                }
-                s.ws_identity = Some(identity.clone());
-                true
-            })
-            .await?;
-        Ok(changed.is_some_and(|(written, _)| written))
+        let change = CollectChange::WsIdentity(identity.clone());
+        Ok(written(self.change_collect(id, change).await?))
     }
 
     async fn mark_collect_results(
@@ -218,15 +189,7 @@ impl CollectStore for ScyllaStore {
         id: SessionId,
         at: Timestamp,
     ) -> Result<Option<CollectSessionRecord>> {
-        let changed = self
-            .change_collect(id, |s| {
-                if s.results_at.is_some() {
-                    return false;
-                }
-                s.results_at = Some(at);
-                true
-            })
-            .await?;
+        let changed = self.change_collect(id, CollectChange::Results(at)).await?;
         Ok(changed.map(|(_, session)| session))
     }
 
