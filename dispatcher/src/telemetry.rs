@@ -7,16 +7,17 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
+use prometheus::{Histogram, IntCounter, IntCounterVec};
 use schemas::events::EventDeadReason;
 use store::{DeliveryStatus, WebhookDeliveryRecord};
+use telemetry::{Registrar, Retries};
 
 struct Metrics {
     created: IntCounter,
     attempts: IntCounterVec,
     attempt_seconds: Histogram,
     first_attempt_seconds: Histogram,
-    retries: IntCounterVec,
+    retries: Retries,
     unreadable: IntCounter,
     dead_letters: IntCounterVec,
     disabled: IntCounter,
@@ -24,104 +25,57 @@ struct Metrics {
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let created = IntCounter::new(
-        "vigil_dispatcher_deliveries_created_total",
-        "Webhook deliveries the dispatcher created by fanning events out to endpoints",
-    )
-    .expect("valid metric");
-    let attempts = IntCounterVec::new(
-        Opts::new(
+    let made = Registrar::new("dispatcher");
+    let metrics = Metrics {
+        created: made.counter(
+            "vigil_dispatcher_deliveries_created_total",
+            "Webhook deliveries the dispatcher created by fanning events out to endpoints",
+        ),
+        attempts: made.counters(
             "vigil_dispatcher_attempts_total",
             "Delivery attempts, by what they left the delivery as: succeeded, retrying \
              (pending, another attempt scheduled) or failed",
+            &["result"],
         ),
-        &["result"],
-    )
-    .expect("valid metric");
-    let attempt_seconds = Histogram::with_opts(
-        HistogramOpts::new(
+        attempt_seconds: made.seconds(
             "vigil_dispatcher_attempt_duration_seconds",
             "Time from sending a delivery to having the endpoint's answer (or giving up)",
-        )
-        .buckets(vec![
-            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0,
-        ]),
-    )
-    .expect("valid metric");
-    let first_attempt_seconds = Histogram::with_opts(
-        HistogramOpts::new(
+        ),
+        first_attempt_seconds: made.seconds(
             "vigil_dispatcher_event_to_first_attempt_seconds",
             "Time from an event's creation to the first attempt of a delivery of it",
-        )
-        .buckets(vec![
-            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-        ]),
-    )
-    .expect("valid metric");
-    let retries = IntCounterVec::new(
-        Opts::new(
+        ),
+        retries: made.retries(
             "vigil_dispatcher_retries_total",
             "Transient store or log failures the dispatcher retried, by operation",
         ),
-        &["operation"],
-    )
-    .expect("valid metric");
-    let unreadable = IntCounter::new(
-        "vigil_dispatcher_unreadable_events_total",
-        "Events the dispatcher could not fan out (their endpoints could not be read, or the \
-         event or its deliveries not stored) and passed over",
-    )
-    .expect("valid metric");
-    let dead_letters = IntCounterVec::new(
-        Opts::new(
+        unreadable: made.counter(
+            "vigil_dispatcher_unreadable_events_total",
+            "Events the dispatcher could not fan out (their endpoints could not be read, or the \
+             event or its deliveries not stored) and passed over",
+        ),
+        dead_letters: made.counters(
             "vigil_dispatcher_dead_letters_total",
             "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
              reason: newer_schema, unknown_event_type or unreadable_record",
+            &["reason"],
         ),
-        &["reason"],
-    )
-    .expect("valid metric");
-    let disabled = IntCounter::new(
-        "vigil_dispatcher_endpoints_disabled_total",
-        "Webhook endpoints disabled because a delivery was answered 410 Gone",
-    )
-    .expect("valid metric");
-    let deferred = IntCounter::new(
-        "vigil_dispatcher_deferred_total",
-        "Due deliveries put off because their endpoint had its most attempts waiting already",
-    )
-    .expect("valid metric");
-    telemetry::register(
-        "dispatcher",
-        vec![
-            Box::new(created.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(deferred.clone()),
-            Box::new(attempts.clone()),
-            Box::new(attempt_seconds.clone()),
-            Box::new(first_attempt_seconds.clone()),
-            Box::new(retries.clone()),
-            Box::new(unreadable.clone()),
-            Box::new(dead_letters.clone()),
-            Box::new(disabled.clone()),
-        ],
-    );
+        disabled: made.counter(
+            "vigil_dispatcher_endpoints_disabled_total",
+            "Webhook endpoints disabled because a delivery was answered 410 Gone",
+        ),
+        deferred: made.counter(
+            "vigil_dispatcher_deferred_total",
+            "Due deliveries put off because their endpoint had its most attempts waiting already",
+        ),
+    };
     for result in ["succeeded", "retrying", "failed"] {
-        attempts.with_label_values(&[result]);
+        metrics.attempts.with_label_values(&[result]);
     }
     for reason in EventDeadReason::ALL {
-        dead_letters.with_label_values(&[reason.as_str()]);
+        metrics.dead_letters.with_label_values(&[reason.as_str()]);
     }
-    Metrics {
-        created,
-        attempts,
-        attempt_seconds,
-        first_attempt_seconds,
-        retries,
-        unreadable,
-        dead_letters,
-        disabled,
-        deferred,
-    }
+    metrics
 });
 
 /// Registers the metrics, so `/metrics` shows them before the first event arrives.
@@ -161,10 +115,7 @@ pub fn first_attempt(since: Duration) {
 
 /// A transient failure of `what`, about to be retried (the `failures`th in a row).
 pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32) {
-    METRICS.retries.with_label_values(&[what]).inc();
-    if failures <= 3 || failures.is_multiple_of(10) {
-        tracing::warn!(what, failures, %error, "dispatcher: transient failure; retrying");
-    }
+    METRICS.retries.retried(what, error, failures);
 }
 
 /// A record of `events.v1` set aside on `events.dead.v1`, at `partition`/`offset`.

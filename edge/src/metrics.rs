@@ -9,11 +9,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::extract::{MatchedPath, Request};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use prometheus::{Encoder, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
-use telemetry::{PerThreadHistogramVec, ThreadSeries};
+use prometheus::{Encoder, IntCounter, IntCounterVec, TextEncoder};
+use telemetry::{PerThreadHistogramVec, Registrar, ThreadSeries};
 
 pub struct Metrics {
-    registry: Registry,
     requests: IntCounterVec,
     latency: PerThreadHistogramVec,
     limiter_fallbacks: IntCounter,
@@ -23,81 +22,41 @@ pub struct Metrics {
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let registry = Registry::new();
-    let requests = IntCounterVec::new(
-        Opts::new(
+    let made = Registrar::new("http");
+    Metrics {
+        requests: made.counters(
             "vigil_http_requests_total",
             "HTTP requests answered, by matched route, method and status",
+            &["route", "method", "status"],
         ),
-        &["route", "method", "status"],
-    )
-    .expect("valid metric");
-    // Observed on every request by both cores: counted per thread (see the type).
-    let latency = PerThreadHistogramVec::new(
-        "vigil_http_request_duration_seconds",
-        "Time to answer HTTP requests, by matched route, method and status",
-        &["route", "method", "status"],
-        vec![
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-        ],
-    )
-    .expect("valid metric");
-    let limiter_fallbacks = IntCounter::new(
-        "vigil_rate_limiter_fallbacks_total",
-        "Requests limited in-process because the shared (Redis) limiter did not answer",
-    )
-    .expect("valid metric");
-    let rate_limited = IntCounterVec::new(
-        Opts::new(
+        // Observed on every request by both cores: counted per thread (see the type).
+        latency: made.seconds_per_thread(
+            "vigil_http_request_duration_seconds",
+            "Time to answer HTTP requests, by matched route, method and status",
+            &["route", "method", "status"],
+        ),
+        limiter_fallbacks: made.counter(
+            "vigil_rate_limiter_fallbacks_total",
+            "Requests limited in-process because the shared (Redis) limiter did not answer",
+        ),
+        rate_limited: made.counters(
             "vigil_rate_limited_total",
             "Requests refused with 429, by bucket kind",
+            &["bucket"],
         ),
-        &["bucket"],
-    )
-    .expect("valid metric");
-    let keys_exposed = IntCounter::new(
-        "vigil_secret_keys_exposed_total",
-        "Secret keys revoked because they arrived with browser-only headers",
-    )
-    .expect("valid metric");
-    let retention_steps = IntCounterVec::new(
-        Opts::new(
+        keys_exposed: made.counter(
+            "vigil_secret_keys_exposed_total",
+            "Secret keys revoked because they arrived with browser-only headers",
+        ),
+        retention_steps: made.counters(
             "vigil_retention_steps_total",
             "Steps of the retention sweeps, by what they drop from (store: sessions, events, \
              visitors; log: the embedded log's records) and outcome: more (expired rows \
              remained), done, failed",
+            &["of", "outcome"],
         ),
-        &["of", "outcome"],
-    )
-    .expect("valid metric");
-    for c in [
-        Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
-        Box::new(retention_steps.clone()),
-        Box::new(latency.clone()),
-        Box::new(limiter_fallbacks.clone()),
-        Box::new(rate_limited.clone()),
-        Box::new(keys_exposed.clone()),
-    ] {
-        registry.register(c).expect("unique metric names");
-    }
-    Metrics {
-        registry,
-        requests,
-        latency,
-        limiter_fallbacks,
-        rate_limited,
-        keys_exposed,
-        retention_steps,
     }
 });
-
-/// Adds another component's metrics to the registry `/metrics` serves, so one scrape sees the
-/// whole process. A name already registered is refused. (The processor and the dispatcher,
-/// which do not depend on this crate, register in prometheus's default registry, which
-/// `/metrics` serves too.)
-pub fn register(collector: Box<dyn prometheus::core::Collector>) -> Result<(), prometheus::Error> {
-    METRICS.registry.register(collector)
-}
 
 /// The label of the route a request matched: its template, never the raw path.
 pub fn route_label(req: &Request) -> Option<MatchedPath> {
@@ -171,10 +130,10 @@ fn itoa_status(status: u16) -> [u8; 3] {
 /// `GET /metrics`.
 pub async fn render() -> Response {
     let mut out = Vec::new();
-    // The HTTP layer's own, and what the roles without HTTP code (the processor, the
-    // dispatcher) registered in the process's default registry.
-    let mut families = METRICS.registry.gather();
-    families.extend(prometheus::gather());
+    // Every part registers in the process's default registry (`telemetry::Registrar`); the
+    // HTTP layer's own are made before the first answer.
+    LazyLock::force(&METRICS);
+    let families = prometheus::gather();
     if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
         tracing::error!(error = %e, "encoding metrics");
     }

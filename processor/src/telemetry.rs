@@ -7,10 +7,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 use schemas::collect::DeadReason;
+use telemetry::{Registrar, Retries};
 
 struct Metrics {
     folded: IntCounter,
@@ -19,135 +18,73 @@ struct Metrics {
     fold_seconds: Histogram,
     decision_seconds: Histogram,
     polled_seconds: Histogram,
-    retries: IntCounterVec,
+    retries: Retries,
     cached_sessions: IntGauge,
     cache_bytes: IntGauge,
     visitor_races: IntCounter,
     fenced_saves: IntCounter,
 }
 
-/// The buckets of the pipeline's latencies (batch to poll, batch to decision): fine below
-/// 100 ms, the goal of one process, with a bound at 250 ms, the goal of a fleet, and coarse
-/// above.
-const PIPELINE_BUCKETS: [f64; 21] = [
-    0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5,
-    1.0, 2.5, 5.0, 10.0, 30.0,
-];
-
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let folded = IntCounter::new(
-        "vigil_processor_records_folded_total",
-        "Batch records the processor took from the log and folded into their session \
-         (a redelivered one, recognised by its number, counts again)",
-    )
-    .expect("valid metric");
-    let dead_letters = IntCounterVec::new(
-        Opts::new(
+    let made = Registrar::new("processor");
+    let metrics = Metrics {
+        folded: made.counter(
+            "vigil_processor_records_folded_total",
+            "Batch records the processor took from the log and folded into their session \
+             (a redelivered one, recognised by its number, counts again)",
+        ),
+        dead_letters: made.counters(
             "vigil_processor_dead_letters_total",
             "Records the processor gave up on and appended to collect.dead.v1, by reason",
+            &["reason"],
         ),
-        &["reason"],
-    )
-    .expect("valid metric");
-    let lag = IntGaugeVec::new(
-        Opts::new(
+        lag: made.gauges(
             "vigil_processor_lag",
             "Batch records appended but not yet folded, by partition of collect.batches.v1",
+            &["partition"],
         ),
-        &["partition"],
-    )
-    .expect("valid metric");
-    let fold_seconds = Histogram::with_opts(
-        HistogramOpts::new(
+        fold_seconds: made.seconds(
             "vigil_processor_fold_duration_seconds",
             "Time to fold one session's new records of a poll and decide",
-        )
-        .buckets(vec![
-            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
-        ]),
-    )
-    .expect("valid metric");
-    let decision_seconds = Histogram::with_opts(
-        HistogramOpts::new(
+        ),
+        decision_seconds: made.seconds(
             "vigil_processor_batch_to_decision_seconds",
             "Time from ingest accepting a batch to the decision folding it in being stored",
-        )
-        .buckets(PIPELINE_BUCKETS.to_vec()),
-    )
-    .expect("valid metric");
-    let polled_seconds = Histogram::with_opts(
-        HistogramOpts::new(
+        ),
+        polled_seconds: made.seconds(
             "vigil_processor_batch_to_poll_seconds",
             "Time from ingest accepting a batch to the processor taking it from the log \
              (the log's share of the batch-to-decision time)",
-        )
-        .buckets(PIPELINE_BUCKETS.to_vec()),
-    )
-    .expect("valid metric");
-    let retries = IntCounterVec::new(
-        Opts::new(
+        ),
+        retries: made.retries(
             "vigil_processor_retries_total",
             "Transient store or log failures the processor retried, by operation",
         ),
-        &["operation"],
-    )
-    .expect("valid metric");
-    let cached_sessions = IntGauge::new(
-        "vigil_processor_cached_sessions",
-        "Session states the processor keeps in memory between batches",
-    )
-    .expect("valid metric");
-    let cache_bytes = IntGauge::new(
-        "vigil_processor_cache_bytes",
-        "Estimated bytes of the session states kept in memory (bounded by --processor-cache-mb)",
-    )
-    .expect("valid metric");
-    let visitor_races = IntCounter::new(
-        "vigil_processor_visitor_races_total",
-        "Visitor saves found saved by another processor since they were read, and reapplied \
-         to the newer version",
-    )
-    .expect("valid metric");
-    let fenced_saves = IntCounter::new(
-        "vigil_processor_fenced_saves_total",
-        "Session saves refused because their partition was claimed by another processor since \
-         (this one stalled past its poll interval); the new owner folds them again",
-    )
-    .expect("valid metric");
-    telemetry::register(
-        "processor",
-        vec![
-            Box::new(folded.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(visitor_races.clone()),
-            Box::new(fenced_saves.clone()),
-            Box::new(cached_sessions.clone()),
-            Box::new(cache_bytes.clone()),
-            Box::new(dead_letters.clone()),
-            Box::new(lag.clone()),
-            Box::new(fold_seconds.clone()),
-            Box::new(decision_seconds.clone()),
-            Box::new(polled_seconds.clone()),
-            Box::new(retries.clone()),
-        ],
-    );
+        cached_sessions: made.gauge(
+            "vigil_processor_cached_sessions",
+            "Session states the processor keeps in memory between batches",
+        ),
+        cache_bytes: made.gauge(
+            "vigil_processor_cache_bytes",
+            "Estimated bytes of the session states kept in memory (bounded by --processor-cache-mb)",
+        ),
+        visitor_races: made.counter(
+            "vigil_processor_visitor_races_total",
+            "Visitor saves found saved by another processor since they were read, and reapplied \
+             to the newer version",
+        ),
+        fenced_saves: made.counter(
+            "vigil_processor_fenced_saves_total",
+            "Session saves refused because their partition was claimed by another processor since \
+             (this one stalled past its poll interval); the new owner folds them again",
+        ),
+    };
     // Every reason is shown from the start, at 0, so a dashboard or an alert on a rate sees
     // the first dead letter as a change rather than a new series.
     for reason in DeadReason::ALL {
-        dead_letters.with_label_values(&[reason.as_str()]);
+        metrics.dead_letters.with_label_values(&[reason.as_str()]);
     }
-    Metrics {
-        folded,
-        dead_letters,
-        lag,
-        fold_seconds,
-        decision_seconds,
-        polled_seconds,
-        retries,
-        cached_sessions,
-        cache_bytes,
-        visitor_races,
-        fenced_saves,
-    }
+    metrics
 });
 
 /// Registers the metrics, so `/metrics` shows them before the first record arrives.
@@ -213,12 +150,7 @@ pub fn lag_gone(partition: u32) {
 
 /// A transient failure of `what`, about to be retried (the `failures`th in a row).
 pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32) {
-    METRICS.retries.with_label_values(&[what]).inc();
-    // The first failures of an outage at warn, then every tenth, so a long outage does not
-    // flood the log.
-    if failures <= 3 || failures.is_multiple_of(10) {
-        tracing::warn!(what, failures, %error, "processor: transient failure; retrying");
-    }
+    METRICS.retries.retried(what, error, failures);
 }
 
 /// The session states kept in memory now, and their estimated bytes.
