@@ -187,6 +187,21 @@ struct Probes {
 /// broker that does not answer (the Kafka client's own timeout is ten seconds).
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// `/readyz`'s body (docs/operations.md#readiness-and-failures).
+#[derive(serde::Serialize)]
+struct Readiness {
+    /// `ready`, `degraded` (the shared limiter is down) or `unavailable`.
+    status: &'static str,
+    /// `ok`, or why the store does not answer.
+    store: String,
+    /// `ok`, `not used`, or why the log does not answer.
+    bus: String,
+    /// The limiter's name, or why the shared one does not answer.
+    limiter: String,
+    /// The roles this process runs.
+    roles: Vec<&'static str>,
+}
+
 /// Ready (200) when the store and the log answer; otherwise 503 with `Retry-After`, and the
 /// same JSON naming each dependency's state (`"ok"` or why not, e.g. `"store": "store
 /// unavailable: disk full: …"`), so an operator sees which one is missing. The limiter does
@@ -237,17 +252,17 @@ async fn readyz(State(probes): State<Probes>) -> Response {
             why
         }
     };
-    let body = serde_json::json!({
-        "status": match (ready, degraded) {
+    let body = Readiness {
+        status: match (ready, degraded) {
             (false, _) => "unavailable",
             (true, true) => "degraded",
             (true, false) => "ready",
         },
-        "store": state(store, "store"),
-        "bus": state(log, "bus"),
-        "limiter": limiter,
-        "roles": probes.roles.names(),
-    });
+        store: state(store, "store"),
+        bus: state(log, "bus"),
+        limiter,
+        roles: probes.roles.names(),
+    };
     let mut response = (
         if ready {
             StatusCode::OK

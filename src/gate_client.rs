@@ -15,6 +15,24 @@ use serde_json::{Value, json};
 
 use crate::config::{GateLoginArgs, GateSignupArgs};
 
+/// `POST /v1/gate/services/{serviceId}/signups`' body: the tool's name, shown to the person.
+#[derive(serde::Serialize)]
+struct SignupStart<'a> {
+    client_name: &'a str,
+}
+
+/// `POST /v1/gate/sessions/{id}/ack`'s body: the token the approved poll answered.
+#[derive(serde::Serialize)]
+struct Acknowledgement<'a> {
+    ack_token: &'a str,
+}
+
+/// `POST /v1/gate/login-sessions`' body: the service whose dashboard the person logs in to.
+#[derive(serde::Serialize)]
+struct LoginStart<'a> {
+    service_id: &'a str,
+}
+
 fn client() -> anyhow::Result<reqwest::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
@@ -160,7 +178,9 @@ pub async fn signup(args: GateSignupArgs) -> anyhow::Result<()> {
             "{base}/v1/gate/services/{}/signups",
             args.service_id
         ))
-        .json(&json!({"client_name": args.client_name}))
+        .json(&SignupStart {
+            client_name: &args.client_name,
+        })
         .send()
         .await
         .context("reaching Vigil")?,
@@ -247,7 +267,7 @@ pub async fn signup(args: GateSignupArgs) -> anyhow::Result<()> {
     let ack = delivered["ack_token"].as_str().context("no ack token")?;
     data(
         http.post(format!("{base}/v1/gate/sessions/{id}/ack"))
-            .json(&json!({"ack_token": ack}))
+            .json(&Acknowledgement { ack_token: ack })
             .send()
             .await
             .context("acknowledging")?,
@@ -288,7 +308,9 @@ pub async fn login(args: GateLoginArgs) -> anyhow::Result<()> {
     let (_, started) = data(
         http.post(format!("{base}/v1/gate/login-sessions"))
             .bearer_auth(&token)
-            .json(&json!({"service_id": args.service_id}))
+            .json(&LoginStart {
+                service_id: &args.service_id,
+            })
             .send()
             .await
             .context("reaching Vigil")?,

@@ -305,8 +305,8 @@ fn parameters(operation: &mut Value) -> Option<&mut Vec<Value>> {
 }
 
 /// The events Vigil POSTs to webhook endpoints (docs/webhooks.md), one OpenAPI `webhooks` entry
-/// per event type: the event as the events API lists it, without `webhook_deliveries`, signed by
-/// the three Standard Webhooks headers.
+/// per event type: the event as the events API lists it, without `webhook_deliveries`, its
+/// `data` in its type's own schema, signed by the three Standard Webhooks headers.
 fn describe_webhooks(doc: &mut Value) {
     let event = &doc["components"]["schemas"]["Event"];
     let mut payload = event.clone();
@@ -330,6 +330,11 @@ fn describe_webhooks(doc: &mut Value) {
     };
     let mut webhooks = Map::new();
     for event_type in types {
+        // Its `data`, in the shape of its type (schemas/events.md).
+        let data = schemas::events::EventType::parse(&event_type).map_or(
+            json!({}),
+            |t| json!({"$ref": format!("#/components/schemas/{}", t.data_schema())}),
+        );
         webhooks.insert(
             event_type.clone(),
             json!({"post": {
@@ -345,7 +350,7 @@ fn describe_webhooks(doc: &mut Value) {
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {
                     "allOf": [
                         {"$ref": "#/components/schemas/WebhookPayload"},
-                        {"properties": {"type": {"const": event_type}}}
+                        {"properties": {"type": {"const": event_type}, "data": data}}
                     ]
                 }}}},
                 "responses": {

@@ -20,9 +20,7 @@ use schemas::ErrorCode;
 use schemas::EventId;
 use schemas::credential::Environment;
 use schemas::error::ErrorEnvelope;
-use schemas::events::Event;
-use schemas::events::EventSubject;
-use schemas::events::EventType;
+use schemas::events::{self, Event, EventData, EventSubject, EventType};
 use schemas::ids::OrgId;
 use schemas::ids::WebhookEndpointId;
 use schemas::resources::{List, Pagination, Single};
@@ -603,19 +601,21 @@ async fn test(
     params: PathParams,
 ) -> Result<Reply, ApiError> {
     let endpoint = stored(&state, &caller, &params).await?;
+    let data = EventData::WebhookTest(events::WebhookTest {
+        endpoint_id: endpoint.id,
+        message: "A test event from Vigil: this endpoint is reachable and verifies its signature."
+            .to_owned(),
+    });
     let event = EventRecord {
         id: EventId::generate(),
         organization_id: endpoint.organization_id,
         environment: endpoint.environment,
-        event_type: EventType::WebhookTest,
+        event_type: data.event_type(),
         subject: EventSubject {
             kind: "webhook_endpoint".into(),
             id: endpoint.id.to_string(),
         },
-        data: serde_json::json!({
-            "endpoint_id": endpoint.id,
-            "message": "A test event from Vigil: this endpoint is reachable and verifies its signature.",
-        }),
+        data: data.into_value(),
         created_at: time::now(),
     };
     crate::emit_event(&state, &event).await?;

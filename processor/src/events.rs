@@ -8,15 +8,15 @@
 //! store keeps one row, and the log's consumers see the same `webhook-id` twice at worst.
 
 use schemas::decision::{Decision, DecisionStatus};
-use schemas::events::{EventSubject, EventType};
+use schemas::events::{
+    DecisionSummary, EventData, EventSubject, EventType, FingerprintCalculated, ResultPersisted,
+};
 use schemas::time::Timestamp;
 use schemas::{EventId, SessionId};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use store::{EventRecord, SessionRecord, VisitorRecord};
 
-pub use schemas::events::{LOGGED_EVENT_SCHEMA, LoggedEvent};
+pub use schemas::events::{LOGGED_EVENT_SCHEMA, LinkedBy, LoggedEvent};
 
 /// An event as `events.v1` carries it.
 pub fn logged(record: &EventRecord) -> LoggedEvent {
@@ -25,17 +25,6 @@ pub fn logged(record: &EventRecord) -> LoggedEvent {
         record.environment,
         record.to_event(Vec::new()),
     )
-}
-
-/// How a session found its visitor (in the order of docs/architecture.md#visitors), reported in the
-/// fingerprint event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LinkedBy {
-    VisitorToken,
-    Anchors,
-    NearestVector,
-    NewVisitor,
 }
 
 /// The id of `session`'s one event of `event_type`, made at `at`.
@@ -50,12 +39,8 @@ pub fn event_id(session: SessionId, event_type: EventType, at: Timestamp) -> Eve
     EventId::from_parts(ms, u128::from_be_bytes(random))
 }
 
-fn session_event(
-    session: &SessionRecord,
-    event_type: EventType,
-    at: Timestamp,
-    data: Value,
-) -> EventRecord {
+fn session_event(session: &SessionRecord, at: Timestamp, data: EventData) -> EventRecord {
+    let event_type = data.event_type();
     EventRecord {
         id: event_id(session.id, event_type, at),
         organization_id: session.organization_id,
@@ -65,7 +50,7 @@ fn session_event(
             kind: "session".to_owned(),
             id: session.id.to_string(),
         },
-        data,
+        data: data.into_value(),
         created_at: at,
     }
 }
@@ -77,15 +62,15 @@ pub fn fingerprint_calculated(
     linked_by: LinkedBy,
     at: Timestamp,
 ) -> EventRecord {
-    let data = json!({
-        "session_id": session.id,
-        "visitor_id": visitor.id,
-        "linked_by": linked_by,
-        "seen_count": visitor.seen_count,
-        "first_seen_at": schemas::time::format(&visitor.first_seen_at),
-        "last_seen_at": schemas::time::format(&visitor.last_seen_at),
+    let data = EventData::SessionFingerprintCalculated(FingerprintCalculated {
+        session_id: session.id,
+        visitor_id: visitor.id,
+        linked_by,
+        seen_count: visitor.seen_count,
+        first_seen_at: visitor.first_seen_at,
+        last_seen_at: visitor.last_seen_at,
     });
-    session_event(session, EventType::SessionFingerprintCalculated, at, data)
+    session_event(session, at, data)
 }
 
 /// `session.result.persisted`: the session's final decision, summarised (the whole decision is
@@ -95,20 +80,20 @@ pub fn result_persisted(
     decision: &Decision,
     at: Timestamp,
 ) -> EventRecord {
-    let data = json!({
-        "session_id": session.id,
-        "visitor_id": session.visitor_id,
-        "decision": {
-            "event_id": decision.event_id,
-            "automation_status": decision.automation_status,
-            "verdict": decision.verdict,
-            "risk_score": decision.risk_score,
-            "phase": decision.phase,
-            "decision_status": decision.decision_status,
-            "manipulation": decision.manipulation,
+    let data = EventData::SessionResultPersisted(ResultPersisted {
+        session_id: session.id,
+        visitor_id: session.visitor_id,
+        decision: DecisionSummary {
+            event_id: decision.event_id,
+            automation_status: decision.automation_status,
+            verdict: decision.verdict,
+            risk_score: decision.risk_score,
+            phase: decision.phase,
+            decision_status: decision.decision_status,
+            manipulation: decision.manipulation,
         },
     });
-    session_event(session, EventType::SessionResultPersisted, at, data)
+    session_event(session, at, data)
 }
 
 /// Whether a stored decision is final. One that does not read as a decision is not.
@@ -120,6 +105,7 @@ pub fn is_final(decision: Option<&store::RawJson>) -> bool {
 mod tests {
     use super::*;
     use chrono::TimeDelta;
+    use serde_json::{Value, json};
 
     #[test]
     fn a_sessions_event_of_one_type_always_gets_one_id() {

@@ -95,6 +95,18 @@ impl EventType {
         }
     }
 
+    /// The name of the schema of its events' `data` in the OpenAPI document ([`EventData`]).
+    pub fn data_schema(self) -> std::borrow::Cow<'static, str> {
+        use utoipa::ToSchema;
+        match self {
+            EventType::SessionFingerprintCalculated => FingerprintCalculated::name(),
+            EventType::SessionResultPersisted => ResultPersisted::name(),
+            EventType::GateSessionApproved => GateSessionApproved::name(),
+            EventType::GateSessionDenied => GateSessionDenied::name(),
+            EventType::WebhookTest => WebhookTest::name(),
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "session.fingerprint.calculated" => Some(EventType::SessionFingerprintCalculated),
@@ -105,6 +117,126 @@ impl EventType {
             _ => None,
         }
     }
+}
+
+/// What an event says, its `data`: one shape per type (schemas/events.md), which is what a
+/// webhook's receiver reads. Built typed by whoever emits the event, and stored and sent as the
+/// JSON object it serializes to ([`EventData::into_value`]).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum EventData {
+    SessionFingerprintCalculated(FingerprintCalculated),
+    SessionResultPersisted(ResultPersisted),
+    GateSessionApproved(GateSessionApproved),
+    GateSessionDenied(GateSessionDenied),
+    WebhookTest(WebhookTest),
+}
+
+impl EventData {
+    /// The type of the events that carry it.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            EventData::SessionFingerprintCalculated(_) => EventType::SessionFingerprintCalculated,
+            EventData::SessionResultPersisted(_) => EventType::SessionResultPersisted,
+            EventData::GateSessionApproved(_) => EventType::GateSessionApproved,
+            EventData::GateSessionDenied(_) => EventType::GateSessionDenied,
+            EventData::WebhookTest(_) => EventType::WebhookTest,
+        }
+    }
+
+    /// The JSON object an event's `data` is.
+    pub fn into_value(self) -> serde_json::Value {
+        // Every member is a string, a number, a list or an object of those: nothing to fail.
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// How a session found its visitor, in the order they are tried (docs/architecture.md#visitors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkedBy {
+    VisitorToken,
+    Anchors,
+    NearestVector,
+    NewVisitor,
+}
+
+/// `session.fingerprint.calculated`: which visitor a session was linked to, and how.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct FingerprintCalculated {
+    pub session_id: crate::SessionId,
+    pub visitor_id: crate::VisitorId,
+    pub linked_by: LinkedBy,
+    /// The visitor's sessions, this one included.
+    pub seen_count: u64,
+    #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
+    pub first_seen_at: Timestamp,
+    #[serde(serialize_with = "time::ser")]
+    #[schema(value_type = String, format = DateTime)]
+    pub last_seen_at: Timestamp,
+}
+
+/// `session.result.persisted`: the session's first final decision, summed up (the whole of it is
+/// `GET /v1/sessions/{sessionId}`).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ResultPersisted {
+    pub session_id: crate::SessionId,
+    /// Null if the session sent no probes.
+    pub visitor_id: Option<crate::VisitorId>,
+    pub decision: DecisionSummary,
+}
+
+/// A decision as `session.result.persisted` sums it up.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DecisionSummary {
+    pub event_id: crate::DecisionId,
+    pub automation_status: crate::decision::AutomationStatus,
+    pub verdict: crate::decision::Verdict,
+    pub risk_score: u8,
+    pub phase: crate::decision::Phase,
+    pub decision_status: crate::decision::DecisionStatus,
+    pub manipulation: Option<crate::decision::Manipulation>,
+}
+
+/// `gate.session.approved`: a person approved a Gate signup or login.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct GateSessionApproved {
+    pub gate_session_id: crate::ids::GateSessionId,
+    pub flow: crate::gate::GateFlow,
+    pub service_id: String,
+    /// The account made (signup) or logged in to (login).
+    pub gate_account_id: crate::ids::GateAccountId,
+    /// The keys of the service's declared variables.
+    pub env_vars: Vec<String>,
+    pub approval: Judgement,
+}
+
+/// `gate.session.denied`: a Gate signup or login closed without approval.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct GateSessionDenied {
+    pub gate_session_id: crate::ids::GateSessionId,
+    pub flow: crate::gate::GateFlow,
+    pub service_id: String,
+    pub reason: crate::gate::GateDenialReason,
+    /// Null for `user_code`, refused before any judgement.
+    pub judgement: Option<Judgement>,
+}
+
+/// What Vigil made of a Gate consent page's browser, as the page showed it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Judgement {
+    pub automation_status: crate::decision::AutomationStatus,
+    pub verdict: crate::decision::Verdict,
+    pub risk_score: u8,
+}
+
+/// `webhook.test`: a test of one endpoint, sent to it alone.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct WebhookTest {
+    pub endpoint_id: crate::ids::WebhookEndpointId,
+    /// A fixed sentence saying what the event is.
+    pub message: String,
 }
 
 /// What an event is about: `{ "type": "session", "id": "sid_…" }`.
@@ -124,8 +256,8 @@ pub struct Event {
     #[serde(rename = "type")]
     pub event_type: EventType,
     pub subject: EventSubject,
-    /// What happened, by type (docs/webhooks.md).
-    #[schema(value_type = Object)]
+    /// What happened, by type (schemas/events.md).
+    #[schema(value_type = EventData)]
     pub data: serde_json::Value,
     /// The deliveries made so far; empty when the event is first recorded.
     #[schema(value_type = Vec<WebhookDelivery>)]

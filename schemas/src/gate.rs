@@ -434,3 +434,30 @@ mod tests {
         assert_ne!(mint_user_code(), mint_user_code());
     }
 }
+
+/// Which flow a Gate session runs.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum GateFlow {
+    Signup,
+    Login,
+}
+
+/// Why a Gate session was denied (the `gate.session.denied` event says the same).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum GateDenialReason {
+    /// A person pressed Deny.
+    Denied,
+    /// Vigil judged the consent page's browser automated: a session gets one judgement.
+    Automated,
+    /// Vigil could not tell a person through every try the session allows (an `uncertain`
+    /// judgement, or none of the person's input on the code field and the Approve button).
+    Uncertain,
+    /// Every user code attempt the session allows was spent on wrong codes.
+    UserCode,
+}

@@ -3,6 +3,7 @@
 
 pub use schemas::credential::CredentialHash;
 use schemas::credential::{Environment, KeyType};
+pub use schemas::gate::{GateDenialReason, GateFlow};
 use schemas::ids::{KeyId, OrgId};
 pub use schemas::raw::RawJson;
 use schemas::resources::OrgStatus;
@@ -829,14 +830,6 @@ pub enum GateServiceWrite {
     Missing,
 }
 
-/// Which flow a Gate session runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GateFlow {
-    Signup,
-    Login,
-}
-
 /// Where a Gate session stands. Expiry is read from `expires_at`, not stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -913,21 +906,6 @@ pub struct GateSessionRecord {
     /// Why a denied session was denied, and by what.
     #[serde(default)]
     pub denial: Option<GateDenial>,
-}
-
-/// Why a Gate session was denied (the `gate.session.denied` event says the same).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GateDenialReason {
-    /// A person pressed Deny.
-    Denied,
-    /// Vigil judged the consent page's browser automated: a session gets one judgement.
-    Automated,
-    /// Vigil could not tell a person through every try the session allows (an `uncertain`
-    /// judgement, or none of the person's input on the code field and the Approve button).
-    Uncertain,
-    /// Every user code attempt the session allows was spent on wrong codes.
-    UserCode,
 }
 
 /// A denial: its reason, and the judgement of the browser it came from (none for spent user

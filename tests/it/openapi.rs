@@ -281,3 +281,53 @@ fn the_error_reference_and_the_document_list_the_closed_set_of_codes() {
         "#/components/schemas/ErrorCode"
     );
 }
+
+/// Each event type's `data`, as `schemas/events.md` documents it member by member, has the same
+/// members as the document's schema of that data, which its `webhooks` entry names.
+#[test]
+fn the_events_reference_and_the_document_give_each_events_data_the_same_members() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../schemas/events.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let mut documented = Vec::new();
+    for section in text.split("\n### `").skip(1) {
+        let (event_type, body) = section.split_once('`').expect("a section's type");
+        let mut members: Vec<&str> = body
+            .lines()
+            .take_while(|l| !l.starts_with("## "))
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| Member"))
+            .filter_map(|l| l.split('|').nth(1))
+            .flat_map(|cell| cell.split(','))
+            .map(str::trim)
+            .collect();
+        members.sort_unstable();
+        let webhook = &doc["webhooks"][event_type]["post"]["requestBody"]["content"]["application/json"]
+            ["schema"]["allOf"][1]["properties"]["data"]["$ref"];
+        let schema = webhook
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            .unwrap_or_else(|| panic!("the webhook {event_type} names no schema of its data"));
+        let mut properties: Vec<&str> = doc["components"]["schemas"][schema]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("the document has no schema {schema}"))
+            .keys()
+            .map(String::as_str)
+            .collect();
+        properties.sort_unstable();
+        assert_eq!(
+            members, properties,
+            "schemas/events.md's members of {event_type} against the document's {schema}"
+        );
+        documented.push(event_type.to_owned());
+    }
+    documented.sort_unstable();
+    let mut all: Vec<String> = schemas::events::EventType::ALL
+        .iter()
+        .map(|t| (*t).to_owned())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(
+        documented, all,
+        "schemas/events.md has a section per event type"
+    );
+}

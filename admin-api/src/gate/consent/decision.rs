@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use edge::body::PathParams;
-use schemas::events::{EventSubject, EventType};
+use schemas::events::{self, EventData, EventSubject};
 use schemas::gate::{self, TokenKind};
 use schemas::ids::GateAccountId;
 use schemas::time;
@@ -316,7 +316,10 @@ async fn close(
         .transition_gate_session(&denied, GateSessionStatus::Pending, None)
         .await
     {
-        Ok(true) => announce(state, &denied_event(&denied, service)).await,
+        Ok(true) => {
+            let event = denied_event(&denied, service, reason, judgement.as_ref());
+            announce(state, &event).await
+        }
         Ok(false) => return already_decided(),
         Err(_) => return unavailable(),
     }
@@ -353,58 +356,49 @@ async fn close(
     notice(StatusCode::FORBIDDEN, title, &why)
 }
 
-/// The `gate.session.denied` event of a session just denied (schemas/events.md).
-fn denied_event(session: &GateSessionRecord, service: &GateServiceRecord) -> EventRecord {
-    let denial = session.denial.as_ref();
+/// The `gate.session.denied` event of a session just denied for `reason` (schemas/events.md),
+/// with what Vigil made of the browser when the denial came from a judged page.
+fn denied_event(
+    session: &GateSessionRecord,
+    service: &GateServiceRecord,
+    reason: GateDenialReason,
+    judged: Option<&GateApproval>,
+) -> EventRecord {
     gate_event(
         session,
-        service,
-        EventType::GateSessionDenied,
-        json!({
-            "reason": denial.map(|d| d.reason),
-            // What Vigil made of the browser, when the denial came from a judged page.
-            "judgement": denial.and_then(|d| d.judgement.as_ref()).map(judgement),
+        EventData::GateSessionDenied(events::GateSessionDenied {
+            gate_session_id: session.id,
+            flow: session.flow,
+            service_id: service.id.clone(),
+            reason,
+            judgement: judged.map(judgement),
         }),
     )
 }
 
-/// An event about `session` of `service`, its `data` the members every Gate event carries
-/// and `more`.
-fn gate_event(
-    session: &GateSessionRecord,
-    service: &GateServiceRecord,
-    event_type: EventType,
-    more: Value,
-) -> EventRecord {
-    let mut data = json!({
-        "gate_session_id": session.id,
-        "flow": match session.flow { GateFlow::Signup => "signup", GateFlow::Login => "login" },
-        "service_id": service.id,
-    });
-    if let (Some(data), Value::Object(more)) = (data.as_object_mut(), more) {
-        data.extend(more);
-    }
+/// An event about `session`.
+fn gate_event(session: &GateSessionRecord, data: EventData) -> EventRecord {
     EventRecord {
         id: schemas::EventId::generate(),
         organization_id: session.organization_id,
         environment: session.environment,
-        event_type,
+        event_type: data.event_type(),
         subject: EventSubject {
             kind: "gate_session".into(),
             id: session.id.to_string(),
         },
-        data,
+        data: data.into_value(),
         created_at: time::now(),
     }
 }
 
 /// What Vigil made of a consent page's browser, as events carry it.
-fn judgement(approval: &GateApproval) -> Value {
-    json!({
-        "automation_status": approval.automation_status,
-        "verdict": approval.verdict,
-        "risk_score": approval.risk_score,
-    })
+fn judgement(approval: &GateApproval) -> events::Judgement {
+    events::Judgement {
+        automation_status: approval.automation_status,
+        verdict: approval.verdict,
+        risk_score: approval.risk_score,
+    }
 }
 
 /// Vigil's judgement as the approver is shown it: the same values the session records.
@@ -447,7 +441,9 @@ async fn deny(
         .await
     {
         Ok(true) => {
-            announce(state, &denied_event(&denied, service)).await;
+            let judged = denied.approval.as_ref();
+            let event = denied_event(&denied, service, GateDenialReason::Denied, judged);
+            announce(state, &event).await;
             notice(
                 StatusCode::OK,
                 "Denied",
@@ -482,7 +478,7 @@ async fn deny(
     }
 }
 
-/// The `gate.session.approved` event of `session` (docs/architecture.md#events).
+/// The `gate.session.approved` event of `session` (schemas/events.md).
 fn approved_event(
     session: &GateSessionRecord,
     service: &GateServiceRecord,
@@ -491,13 +487,14 @@ fn approved_event(
 ) -> EventRecord {
     gate_event(
         session,
-        service,
-        EventType::GateSessionApproved,
-        json!({
-            "gate_account_id": account,
-            "env_vars": service.env_vars.iter().map(|v| v.key.clone()).collect::<Vec<_>>(),
+        EventData::GateSessionApproved(events::GateSessionApproved {
+            gate_session_id: session.id,
+            flow: session.flow,
+            service_id: service.id.clone(),
+            gate_account_id: account,
+            env_vars: service.env_vars.iter().map(|v| v.key.clone()).collect(),
             // What Vigil made of the approver's browser: the same values the page showed.
-            "approval": judgement(approval),
+            approval: judgement(approval),
         }),
     )
 }
