@@ -25,7 +25,7 @@ pub async fn bootstrap(args: BootstrapArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Brings a PostgreSQL store's schema to this build's version (`schemas/sql/`).
+/// Brings a PostgreSQL store's schema to this build's version (`store/sql/`).
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let (applied, latest) = if store::is_postgres(&args.store) {
         let applied = store::postgres::migrations::migrate(&args.store)

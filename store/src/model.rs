@@ -1,4 +1,4 @@
-//! The rows the store keeps. Each mirrors one CQL table in `schemas/cql/` (the partition and
+//! The rows the store keeps. Each mirrors one CQL table in `store/cql/` (the partition and
 //! clustering keys are named on each type), so a ScyllaDB backend is a mapping, not a redesign.
 
 pub use schemas::credential::CredentialHash;

@@ -752,7 +752,7 @@ store_port! {
         /// rows) not seen since it; and idempotency records, handoff openings and collect sessions
         /// past their own expiry at `now`. Touches at most about `budget` rows of each kind, so a
         /// step holds the writer only briefly; returns whether expired rows may remain (call again).
-        /// ScyllaDB does the same with TTLs (`schemas/cql/`), and its backend answers `false`.
+        /// ScyllaDB does the same with TTLs (`store/cql/`), and its backend answers `false`.
         async fn purge_expired(
             &self,
             now: Timestamp,

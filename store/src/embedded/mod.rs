@@ -1,7 +1,7 @@
-//! The embedded backend: one fjall keyspace per CQL table in `schemas/cql/`, keys laid out as
+//! The embedded backend: one fjall keyspace per CQL table in `store/cql/`, keys laid out as
 //! partition key then clustering key, and every acknowledged write fsynced before it returns.
 //!
-//! Layout (see `schemas/cql/README.md`): fixed-width binary key parts, so a partition is a
+//! Layout (see `store/cql/README.md`): fixed-width binary key parts, so a partition is a
 //! contiguous prefix and clustering order is byte order; values are the JSON of the record types
 //! (lookup tables hold small JSON rows named like their CQL columns; settings hold the raw blob).
 //!
@@ -36,7 +36,7 @@
 //! Code layout: this file holds the store and its tables, opening, the writer, the shared read
 //! and row-encoding helpers, and the `StoreBackend` impl, each of whose methods hands over to
 //! the inherent method of the same name in the module of its table family, the families of
-//! `schemas/cql/`: `organizations` (organizations and API keys), `idempotency` (idempotency
+//! `store/cql/`: `organizations` (organizations and API keys), `idempotency` (idempotency
 //! records, handoff openings, settings), `collect` (collect sessions and pings), `sessions`
 //! (sessions, decisions, the idle and verdict indexes), `events` (events, webhook endpoints and
 //! deliveries), `visitors` (visitors, their anchor and order indexes), `gate` (Gate services,

@@ -33,7 +33,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::db_error;
 use crate::{ApiKeyRecord, OrganizationRecord};
 
-/// The channel the triggers of `schemas/sql/0004_fleet_writes.sql` notify.
+/// The channel the triggers of `store/sql/0004_fleet_writes.sql` notify.
 pub const CHANNEL: &str = "vigil_credentials";
 /// How long an entry is served: a bound on a notification that never arrives although the
 /// connection looked alive.

@@ -1,4 +1,4 @@
-//! The PostgreSQL schema's versions (`schemas/sql/`), applied by `vigil migrate`: each file
+//! The PostgreSQL schema's versions (`store/sql/`), applied by `vigil migrate`: each file
 //! once, in order, in one transaction per run, recorded in `vigil_schema_migrations`. A store
 //! refuses a database whose schema is behind this build (or ahead of it) with a message that
 //! says what to run.
@@ -13,32 +13,32 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         1,
         "initial",
-        include_str!("../../../schemas/sql/0001_initial.sql"),
+        include_str!("../../sql/0001_initial.sql"),
     ),
     (
         2,
         "gate service claims",
-        include_str!("../../../schemas/sql/0002_gate_service_claims.sql"),
+        include_str!("../../sql/0002_gate_service_claims.sql"),
     ),
     (
         3,
         "session digests",
-        include_str!("../../../schemas/sql/0003_session_digests.sql"),
+        include_str!("../../sql/0003_session_digests.sql"),
     ),
     (
         4,
         "fleet writes",
-        include_str!("../../../schemas/sql/0004_fleet_writes.sql"),
+        include_str!("../../sql/0004_fleet_writes.sql"),
     ),
     (
         5,
         "credential listeners",
-        include_str!("../../../schemas/sql/0005_credential_listeners.sql"),
+        include_str!("../../sql/0005_credential_listeners.sql"),
     ),
     (
         6,
         "replay marks",
-        include_str!("../../../schemas/sql/0006_replay_marks.sql"),
+        include_str!("../../sql/0006_replay_marks.sql"),
     ),
 ];
 

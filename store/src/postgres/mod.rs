@@ -1,5 +1,5 @@
 //! The PostgreSQL backend (`postgres://…`, docs/architecture.md#shared-stores): the store a fleet
-//! of processes shares. Each table of `schemas/sql/` keeps its record as JSON beside the columns
+//! of processes shares. Each table of `store/sql/` keeps its record as JSON beside the columns
 //! its keys, constraints and indexes need, so a uniqueness rule is a constraint and an index table
 //! is an index.
 //!

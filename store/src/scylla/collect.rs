@@ -1,5 +1,5 @@
 //! Collect sessions, their pings, handoff openings and the replay record on ScyllaDB
-//! (`schemas/cql/002_collect.cql`, `007_handoffs.cql`, `013_replay_marks.cql`). Every conditional change of a session
+//! (`store/cql/002_collect.cql`, `007_handoffs.cql`, `013_replay_marks.cql`). Every conditional change of a session
 //! (a counter raised, a ping's arrival, the first results) is a read-check-write on its `rev`,
 //! so of racing ingest replicas exactly one makes it; a handoff's opening is one
 //! `IF NOT EXISTS`, so of racing opens exactly one is first.

@@ -1,4 +1,4 @@
-//! Events, webhook endpoints and deliveries on ScyllaDB (`schemas/cql/005_events.cql`,
+//! Events, webhook endpoints and deliveries on ScyllaDB (`store/cql/005_events.cql`,
 //! `009_webhooks.cql`). A save of sessions writes its events in its own logged batch
 //! ([`batch_events`]). A delivery's changes are read-check-writes on its `rev`; its due-index
 //! row for the new time is written before the change and the old one dropped after it, so a

@@ -1,5 +1,5 @@
 //! Gate's services, sessions, accounts and agent tokens on ScyllaDB
-//! (`schemas/cql/010_gate.cql`). Service ids and login codes are claimed by `IF NOT EXISTS`; an
+//! (`store/cql/010_gate.cql`). Service ids and login codes are claimed by `IF NOT EXISTS`; an
 //! organization's service cap is a counter raised by a lightweight transaction, so two racing
 //! creates cannot both take the last place; every change of a session or a token is a
 //! read-check-write on its `rev`, under the rules every backend applies.

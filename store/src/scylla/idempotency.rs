@@ -1,4 +1,4 @@
-//! Idempotency records on ScyllaDB (`schemas/cql/001_core.cql`): one row per (credential,
+//! Idempotency records on ScyllaDB (`store/cql/001_core.cql`): one row per (credential,
 //! key), claimed by a lightweight transaction so that of racing replicas exactly one runs the
 //! request. Each row lives until its `expires_at` (a TTL); one whose TTL has not run yet but
 //! whose `expires_at` has passed counts as absent and is taken over.

@@ -1,4 +1,4 @@
-//! The ScyllaDB schema's versions (`schemas/cql/`), applied by `vigil migrate`: the keyspace
+//! The ScyllaDB schema's versions (`store/cql/`), applied by `vigil migrate`: the keyspace
 //! the URL names (created when missing, with `replication_factor` replicas), then each file
 //! once, in order, its statements one by one, recorded in `vigil_schema_migrations`. Every
 //! statement is idempotent (`IF NOT EXISTS`), so a run cut short, or two runs at once, end in
@@ -13,68 +13,68 @@ use super::config::ScyllaConfig;
 use super::errors;
 use crate::{Result, StoreError};
 
-/// Every migration this build knows, by version: the files of `schemas/cql/`.
+/// Every migration this build knows, by version: the files of `store/cql/`.
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
-    (1, "core", include_str!("../../../schemas/cql/001_core.cql")),
+    (1, "core", include_str!("../../cql/001_core.cql")),
     (
         2,
         "collect",
-        include_str!("../../../schemas/cql/002_collect.cql"),
+        include_str!("../../cql/002_collect.cql"),
     ),
     (
         3,
         "sessions",
-        include_str!("../../../schemas/cql/003_sessions.cql"),
+        include_str!("../../cql/003_sessions.cql"),
     ),
     (
         4,
         "visitors",
-        include_str!("../../../schemas/cql/004_visitors.cql"),
+        include_str!("../../cql/004_visitors.cql"),
     ),
     (
         5,
         "events",
-        include_str!("../../../schemas/cql/005_events.cql"),
+        include_str!("../../cql/005_events.cql"),
     ),
     (
         6,
         "idle sessions",
-        include_str!("../../../schemas/cql/006_sessions_idle.cql"),
+        include_str!("../../cql/006_sessions_idle.cql"),
     ),
     (
         7,
         "handoffs",
-        include_str!("../../../schemas/cql/007_handoffs.cql"),
+        include_str!("../../cql/007_handoffs.cql"),
     ),
     (
         8,
         "read indexes",
-        include_str!("../../../schemas/cql/008_read_indexes.cql"),
+        include_str!("../../cql/008_read_indexes.cql"),
     ),
     (
         9,
         "webhooks",
-        include_str!("../../../schemas/cql/009_webhooks.cql"),
+        include_str!("../../cql/009_webhooks.cql"),
     ),
     (
         10,
         "gate",
-        include_str!("../../../schemas/cql/010_gate.cql"),
+        include_str!("../../cql/010_gate.cql"),
     ),
     (
         11,
         "fleet writes",
-        include_str!("../../../schemas/cql/011_fleet_writes.cql"),
+        include_str!("../../cql/011_fleet_writes.cql"),
     ),
     (
         12,
         "caps",
-        include_str!("../../../schemas/cql/012_caps.cql"),
+        include_str!("../../cql/012_caps.cql"),
     ),
     (
         13,
         "replay marks",
-        include_str!("../../../schemas/cql/013_replay_marks.cql"),
+        include_str!("../../cql/013_replay_marks.cql"),
     ),
 ];
 

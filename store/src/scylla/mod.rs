@@ -1,5 +1,5 @@
 //! The ScyllaDB backend (`scylla://host:9042[,host…]/keyspace`, docs/operations.md#scylladb),
-//! the store of a fleet that outgrows one PostgreSQL: the tables of `schemas/cql/`, each query
+//! the store of a fleet that outgrows one PostgreSQL: the tables of `store/cql/`, each query
 //! answered from one partition.
 //!
 //! What is here: the URL ([`config`]), the session (TLS against the cluster's CA, credentials,

@@ -1,4 +1,4 @@
-//! Organizations and their API keys on ScyllaDB (`schemas/cql/001_core.cql`). Unique values
+//! Organizations and their API keys on ScyllaDB (`store/cql/001_core.cql`). Unique values
 //! (a slug, a key's id and its credential hash) are claimed one lightweight transaction each
 //! before any row is written, and released if the call fails; a key's changes are
 //! read-check-writes on its `rev`, under the rules every backend applies (`crate::rules`).

@@ -1,4 +1,4 @@
-//! The counts behind the caps the store enforces on ScyllaDB (`schemas/cql/012_caps.cql`): an
+//! The counts behind the caps the store enforces on ScyllaDB (`store/cql/012_caps.cql`): an
 //! organization's API keys in use, and its webhook endpoints per environment with how many are
 //! active. ScyllaDB has no transaction over a partition's rows, so each cap is a count moved by
 //! lightweight transactions: a place is taken before the row is written and given back if the

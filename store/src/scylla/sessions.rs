@@ -1,4 +1,4 @@
-//! Scored sessions and their decision history on ScyllaDB (`schemas/cql/003_sessions.cql`,
+//! Scored sessions and their decision history on ScyllaDB (`store/cql/003_sessions.cql`,
 //! `006_sessions_idle.cql`, the verdict index of `008_read_indexes.cql`). A save reads what it
 //! must know of the stored row (its verdict and idle clock, the newest two decisions), then
 //! writes the session, its decision, the pruning, both index moves and its events in one

@@ -1,4 +1,4 @@
-//! Visitor fingerprints on ScyllaDB (`schemas/cql/004_visitors.cql` and the order indexes of
+//! Visitor fingerprints on ScyllaDB (`store/cql/004_visitors.cql` and the order indexes of
 //! `008_read_indexes.cql`). A save reads the values the stored row is indexed under, then
 //! writes the row, its anchor index rows and its order index rows in one logged batch; the
 //! lists read an index, then each visitor by key.

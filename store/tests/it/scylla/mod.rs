@@ -1,7 +1,7 @@
 //! The ScyllaDB backend where no ScyllaDB runs (docs/testing.md#scylladb): through the real
 //! driver against two CQL wire doubles.
 //! - `vigil migrate`'s statements against kassandra, an in-memory CQL node ([`double`]): every
-//!   file of `schemas/cql/` parses and executes, each version is recorded once, a second run
+//!   file of `store/cql/` parses and executes, each version is recorded once, a second run
 //!   applies nothing, and a keyspace that is behind is refused with what to run.
 //! - The errors a cluster answers with, forged by the driver project's proxy (`scylla-proxy`),
 //!   each mapped to the port's kind: retried (`Unavailable`) or not (`Rejected`).
