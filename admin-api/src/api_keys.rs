@@ -11,9 +11,9 @@
 use axum::extract::State;
 use edge::auth::effective_rate_limit;
 use edge::body::PathParams;
-use edge::body::{Fields, QueryParams, Reply, RequestBody, Valid, path_param};
+use edge::body::{Fields, FromPath, QueryParams, Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
-use edge::pagination::{decode_cursor, encode_cursor};
+use edge::pagination::encode_cursor;
 use edge::policy::{ManageApiKeys, ReadApiKeys, RevokeApiKey, RotateApiKey};
 use edge::{ApiError, SecretKey};
 use schemas::credential::{Credential, Environment, KeyType};
@@ -382,7 +382,7 @@ async fn own_key(
     params: &PathParams,
 ) -> Result<ApiKeyRecord, ApiError> {
     let org = own_organization(ctx, params)?;
-    let id: KeyId = path_param(params, "keyId")?;
+    let id: KeyId = FromPath::from_path(params)?;
     for env in manageable(ctx) {
         if let Some(key) = state.auth.store.get_api_key(org, *env, id).await? {
             return Ok(key);
@@ -499,17 +499,7 @@ async fn list(
     };
     let filter: Vec<&str> = environments.iter().map(|e| e.as_str()).collect();
     let binding = format!("api_keys:{org}:{}", filter.join(","));
-    let after = match query.get("cursor") {
-        None => None,
-        Some(c) => {
-            let position = decode_cursor(&state.auth.secret, &binding, c)?;
-            Some(
-                position
-                    .parse::<KeyId>()
-                    .map_err(|e| ApiError::internal("cursor position", e))?,
-            )
-        }
-    };
+    let after = query.cursor::<KeyId>(&state.auth.secret, &binding)?;
     // Each environment's keys are newest first by id; the page is the newest of their union.
     let mut rows = Vec::new();
     for env in environments {

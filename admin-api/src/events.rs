@@ -7,7 +7,7 @@
 use axum::extract::State;
 use edge::body::{PathParams, QueryParams, Reply};
 use edge::openapi::{PageQuery, SecretKeyErrors};
-use edge::pagination::{decode_cursor, encode_cursor, scan_page};
+use edge::pagination::{encode_cursor, scan_page};
 use edge::policy::ListEvents;
 use edge::{ApiError, SecretKey};
 use schemas::EventId;
@@ -145,14 +145,7 @@ async fn list(
     };
     let env = caller.environment();
     let binding = format!("events:{org}:{env}");
-    let after = match query.get("cursor") {
-        None => None,
-        Some(c) => Some(
-            decode_cursor(&state.auth.secret, &binding, c)?
-                .parse::<EventId>()
-                .map_err(|e| ApiError::internal("cursor position", e))?,
-        ),
-    };
+    let after = query.cursor::<EventId>(&state.auth.secret, &binding)?;
     // Each event is read with its deliveries, which the endpoint filter looks at.
     let store = &state.auth.store;
     let page = scan_page(

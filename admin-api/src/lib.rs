@@ -80,7 +80,7 @@ pub(crate) fn own_organization(
     ctx: &edge::AuthContext,
     params: &edge::body::PathParams,
 ) -> Result<schemas::OrgId, edge::ApiError> {
-    let id: schemas::OrgId = edge::body::path_param(params, "organizationId")?;
+    let id: schemas::OrgId = edge::body::FromPath::from_path(params)?;
     if id != ctx.organization.id {
         return Err(edge::ApiError::not_found("organization"));
     }

@@ -9,9 +9,9 @@ use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dispatcher::outbound;
-use edge::body::{Fields, JsonObject, PathParams, QueryParams, Reply, path_param, read_body};
+use edge::body::{Fields, FromPath, JsonObject, PathParams, QueryParams, Reply, read_body};
 use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
-use edge::pagination::{decode_cursor, encode_cursor, scan_page};
+use edge::pagination::{encode_cursor, scan_page};
 use edge::policy::{ManageWebhooks, ReadWebhooks};
 use edge::{ApiError, AuthContext, SecretKey};
 use rand::TryRngCore;
@@ -303,7 +303,7 @@ async fn stored(
     params: &PathParams,
 ) -> Result<WebhookEndpointRecord, ApiError> {
     let org = own_organization(ctx, params)?;
-    let id: WebhookEndpointId = path_param(params, "endpointId")?;
+    let id: WebhookEndpointId = FromPath::from_path(params)?;
     state
         .auth
         .store
@@ -402,14 +402,7 @@ async fn list(
     let limit = query.limit(50, 200)? as usize;
     let env = caller.environment();
     let binding = format!("webhook_endpoints:{org}:{env}");
-    let after = match query.get("cursor") {
-        None => None,
-        Some(c) => Some(
-            decode_cursor(&state.auth.secret, &binding, c)?
-                .parse::<WebhookEndpointId>()
-                .map_err(|e| ApiError::internal("cursor position", e))?,
-        ),
-    };
+    let after = query.cursor::<WebhookEndpointId>(&state.auth.secret, &binding)?;
     let store = &state.auth.store;
     let page = scan_page(
         limit,

@@ -388,7 +388,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParams {
 }
 
 /// A path parameter parsed with `FromStr`; a malformed one is a 422 naming the parameter.
-pub fn path_param<T>(parts_params: &PathParams, name: &str) -> Result<T, ApiError>
+fn path_param<T>(parts_params: &PathParams, name: &str) -> Result<T, ApiError>
 where
     T: std::str::FromStr,
     T::Err: std::fmt::Display,
@@ -406,6 +406,76 @@ where
         )
         .with_parameter_set("path")
     })
+}
+
+/// An id a route's path carries, by the name of its parameter (the interface's:
+/// `/v1/sessions/{sessionId}`), so a handler names the type alone: `InPath<SessionId>`.
+pub trait PathId: std::str::FromStr<Err: std::fmt::Display> + Send {
+    const PARAMETER: &'static str;
+}
+
+macro_rules! path_ids {
+    ($($id:ty => $parameter:literal),* $(,)?) => {
+        $(impl PathId for $id {
+            const PARAMETER: &'static str = $parameter;
+        })*
+    };
+}
+
+path_ids! {
+    schemas::OrgId => "organizationId",
+    schemas::KeyId => "keyId",
+    schemas::SessionId => "sessionId",
+    schemas::PingId => "pingId",
+    schemas::VisitorId => "visitorId",
+    schemas::ids::WebhookEndpointId => "endpointId",
+    schemas::ids::GateSessionId => "gateSessionId",
+    GateServiceId => "serviceId",
+}
+
+/// A Gate service's id as a path carries it: any text, since a service of no such id is a 404
+/// like any other unknown one.
+#[derive(Debug, Clone)]
+pub struct GateServiceId(pub String);
+
+impl std::str::FromStr for GateServiceId {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(GateServiceId(s.to_owned()))
+    }
+}
+
+/// What a path's parameters are read as: one id, or two (`/v1/organizations/{organizationId}/
+/// webhooks/endpoints/{endpointId}`), read in the path's order.
+pub trait FromPath: Sized + Send {
+    fn from_path(params: &PathParams) -> Result<Self, ApiError>;
+}
+
+impl<T: PathId> FromPath for T {
+    fn from_path(params: &PathParams) -> Result<Self, ApiError> {
+        path_param(params, T::PARAMETER)
+    }
+}
+
+impl<A: PathId, B: PathId> FromPath for (A, B) {
+    fn from_path(params: &PathParams) -> Result<Self, ApiError> {
+        Ok((
+            path_param(params, A::PARAMETER)?,
+            path_param(params, B::PARAMETER)?,
+        ))
+    }
+}
+
+/// The path's ids of type `T`, parsed: a malformed one is a 422 naming its parameter.
+pub struct InPath<T>(pub T);
+
+impl<S: Send + Sync, T: FromPath> FromRequestParts<S> for InPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = PathParams::from_request_parts(parts, state).await?;
+        T::from_path(&params).map(InPath)
+    }
 }
 
 /// Query parameters as raw pairs; handlers read them with `QueryParams` helpers.

@@ -54,6 +54,25 @@ pub fn decode_cursor(
     String::from_utf8(pos).map_err(|_| invalid())
 }
 
+impl crate::body::QueryParams {
+    /// `cursor=`, checked as one issued for the list `binding` names, and its position read.
+    /// A position that does not parse was signed by this server yet not made by this list: a
+    /// bug, so a 500.
+    pub fn cursor<P>(&self, secret: &ServerSecret, binding: &str) -> Result<Option<P>, ApiError>
+    where
+        P: std::str::FromStr<Err: std::fmt::Display>,
+    {
+        let Some(cursor) = self.get("cursor") else {
+            return Ok(None);
+        };
+        let position = decode_cursor(secret, binding, cursor)?;
+        position
+            .parse::<P>()
+            .map(Some)
+            .map_err(|e| ApiError::internal("cursor position", e))
+    }
+}
+
 /// One page of a list as [`scan_page`] read it.
 pub struct Scanned<T, P> {
     /// At most `limit` rows, in the list's order.

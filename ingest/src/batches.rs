@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use edge::body::{Fields, PathParams, Reply, RequestBody, Valid, path_param};
+use edge::body::{Fields, FromPath, PathParams, Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, PublishableKey};
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, kept_user_agent};
@@ -199,7 +199,7 @@ pub(crate) async fn accept(
     uri: axum::http::Uri,
     Valid(body): Valid<BatchBody>,
 ) -> Result<Reply, ApiError> {
-    let id: SessionId = path_param(&params, "sessionId")?;
+    let id: SessionId = FromPath::from_path(&params)?;
     let BatchBody { seq, ciphertext } = body;
     // AES-GCM adds a 16-byte tag to the plaintext.
     if ciphertext.len() > MAX_BATCH_BYTES + 16 {

@@ -6,7 +6,7 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use chrono::Duration;
-use edge::body::{PathParams, Reply, path_param};
+use edge::body::{FromPath, PathParams, Reply};
 use edge::{ApiError, PublishableKey};
 use schemas::SessionId;
 use schemas::collect::ServerRecord;
@@ -64,7 +64,7 @@ pub async fn mint(
     headers: HeaderMap,
 ) -> Result<Reply, ApiError> {
     proof::presented(&headers)?;
-    let id: SessionId = path_param(&params, "sessionId")?;
+    let id: SessionId = FromPath::from_path(&params)?;
     let session = own_session(&state, &caller.ctx, id).await?;
     proof::require(&state, &session, &headers, proof::Call::Results(id)).await?;
     let now = time::now();

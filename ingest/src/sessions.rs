@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Duration;
-use edge::body::{Fields, PathParams, Reply, RequestBody, Valid, path_param};
+use edge::body::{Fields, FromPath, PathParams, Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, AuthContext, PublishableKey};
 use rand::TryRngCore;
@@ -307,7 +307,7 @@ pub async fn ping(
 ) -> Result<Reply, ApiError> {
     let arrived = time::now();
     proof::presented(&headers)?;
-    let ping: PingId = path_param(&params, "pingId")?;
+    let ping: PingId = FromPath::from_path(&params)?;
     let session = state
         .auth
         .store

@@ -10,10 +10,9 @@
 //! the last row returned, signed and bound to the order.
 
 use axum::extract::State;
-use edge::body::PathParams;
-use edge::body::{QueryParams, Reply, path_param};
+use edge::body::{InPath, QueryParams, Reply};
 use edge::openapi::{PageQuery, SecretKeyErrors};
-use edge::pagination::{decode_cursor, encode_cursor, scan_page};
+use edge::pagination::{encode_cursor, scan_page};
 use edge::policy::{ListFingerprints, ReadFingerprint};
 use edge::{ApiError, SecretKey};
 use schemas::error::ErrorEnvelope;
@@ -198,16 +197,9 @@ async fn list(
     let (org, env) = (caller.organization.id, caller.environment());
     // The position only means something in one order, so the cursor is bound to it.
     let binding = format!("fingerprints:{org}:{env}:{}", sort_name(order));
-    let position = match query.get("cursor") {
-        None => None,
-        Some(c) => {
-            let position = decode_cursor(&state.auth.secret, &binding, c)?;
-            let parsed = position
-                .split_once('.')
-                .and_then(|(k, id)| Some((k.parse::<u64>().ok()?, id.parse::<VisitorId>().ok()?)));
-            Some(parsed.ok_or_else(|| ApiError::internal("cursor position", &position))?)
-        }
-    };
+    let position = query
+        .cursor::<SortPosition>(&state.auth.secret, &binding)?
+        .map(|p| (p.value, p.id));
 
     // A search filters the index's rows and reads at most SCAN_BUDGET of them.
     let store = &state.auth.store;
@@ -226,7 +218,7 @@ async fn list(
         (true, Some((value, id))) => Some(encode_cursor(
             &state.auth.secret,
             &binding,
-            &format!("{value}.{id}"),
+            &SortPosition { value, id }.to_string(),
         )),
         _ => None,
     };
@@ -239,6 +231,32 @@ async fn list(
             next_cursor,
         },
     ))
+}
+
+/// Where a page of fingerprints in one order ended, as its cursor carries it: the order's value
+/// of the last visitor, then its id (`<value>.<vid_…>`).
+struct SortPosition {
+    value: u64,
+    id: VisitorId,
+}
+
+impl std::fmt::Display for SortPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.value, self.id)
+    }
+}
+
+impl std::str::FromStr for SortPosition {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parsed = s.split_once('.').and_then(|(value, id)| {
+            Some(SortPosition {
+                value: value.parse().ok()?,
+                id: id.parse().ok()?,
+            })
+        });
+        parsed.ok_or_else(|| format!("not a position of this list: {s}"))
+    }
 }
 
 /// One visitor fingerprint.
@@ -258,9 +276,8 @@ async fn list(
 async fn read(
     State(state): State<QueryState>,
     caller: SecretKey<ReadFingerprint>,
-    params: PathParams,
+    InPath(id): InPath<VisitorId>,
 ) -> Result<Reply, ApiError> {
-    let id: VisitorId = path_param(&params, "visitorId")?;
     let (org, env) = (caller.organization.id, caller.environment());
     let visitor = state
         .auth

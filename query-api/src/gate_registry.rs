@@ -7,9 +7,9 @@
 use axum::extract::State;
 use edge::ApiError;
 use edge::auth::AnyKey;
-use edge::body::{PathParams, QueryParams, Reply, path_param};
+use edge::body::{GateServiceId, InPath, QueryParams, Reply};
 use edge::openapi::{PageQuery, SecretKeyErrors};
-use edge::pagination::{decode_cursor, encode_cursor};
+use edge::pagination::encode_cursor;
 use schemas::error::ErrorEnvelope;
 use schemas::gate::SYSTEM_SERVICE_ID;
 use schemas::resources::Pagination;
@@ -95,10 +95,7 @@ async fn list(
     let limit = query.limit(50, 200)? as usize;
     let env = caller.ctx.environment();
     let binding = format!("gate_registry:{env}");
-    let after = match query.get("cursor") {
-        None => None,
-        Some(c) => Some(decode_cursor(&state.auth.secret, &binding, c)?),
-    };
+    let after = query.cursor::<String>(&state.auth.secret, &binding)?;
     // The first page opens with the built-in service; the store's follow by id.
     let mut rows = Vec::with_capacity(limit + 1);
     if after.is_none() {
@@ -145,9 +142,8 @@ async fn list(
 async fn read(
     State(state): State<QueryState>,
     caller: AnyKey,
-    params: PathParams,
+    InPath(GateServiceId(id)): InPath<GateServiceId>,
 ) -> Result<Reply, ApiError> {
-    let id: String = path_param(&params, "serviceId")?;
     let env = caller.ctx.environment();
     let service = if id == SYSTEM_SERVICE_ID {
         Some(GateServiceRecord::system(env, edge::context::public_url()))

@@ -4,10 +4,9 @@
 //! organization or environment is a 404.
 
 use axum::extract::State;
-use edge::body::PathParams;
-use edge::body::{QueryParams, Reply, path_param};
+use edge::body::{InPath, QueryParams, Reply};
 use edge::openapi::{PageQuery, SecretKeyErrors};
-use edge::pagination::{decode_cursor, encode_cursor, scan_page};
+use edge::pagination::{encode_cursor, scan_page};
 use edge::policy::{ListSessions, ReadSession};
 use edge::{ApiError, SecretKey};
 use schemas::SessionId;
@@ -136,14 +135,7 @@ async fn list(
     let search = query.get("search").filter(|s| !s.is_empty());
     let (org, env) = (caller.organization.id, caller.environment());
     let binding = format!("sessions:{org}:{env}");
-    let after = match query.get("cursor") {
-        None => None,
-        Some(c) => Some(
-            decode_cursor(&state.auth.secret, &binding, c)?
-                .parse::<SessionId>()
-                .map_err(|e| ApiError::internal("cursor position", e))?,
-        ),
-    };
+    let after = query.cursor::<SessionId>(&state.auth.secret, &binding)?;
     // A verdict is read from its index table (`sessions_by_verdict`), so its pages are full
     // until the last; only `search` filters, reading at most SCAN_BUDGET rows.
     let store = &state.auth.store;
@@ -239,9 +231,8 @@ fn detail(s: &SessionRecord) -> SessionDetail {
 async fn read(
     State(state): State<QueryState>,
     caller: SecretKey<ReadSession>,
-    params: PathParams,
+    InPath(id): InPath<SessionId>,
 ) -> Result<Reply, ApiError> {
-    let id: SessionId = path_param(&params, "sessionId")?;
     let session = state
         .auth
         .store

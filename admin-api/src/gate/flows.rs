@@ -17,7 +17,9 @@
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use edge::body::{Fields, JsonObject, PathParams, Reply, RequestBody, Valid, path_param};
+use edge::body::{
+    Fields, FromPath, GateServiceId, JsonObject, PathParams, Reply, RequestBody, Valid,
+};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::ConsumeLoginSessions;
 use edge::{ApiError, SecretKey};
@@ -327,7 +329,7 @@ async fn start_signup(
     params: PathParams,
     request: axum::extract::Request,
 ) -> Result<Reply, ApiError> {
-    let id: String = path_param(&params, "serviceId")?;
+    let GateServiceId(id) = FromPath::from_path(&params)?;
     let (parts, body) = request.into_parts();
     let client = edge::transport::client_info(&parts, &state.auth.trusted_proxies);
     let request = axum::extract::Request::from_parts(parts, body);
@@ -420,7 +422,7 @@ async fn acknowledged_by(
     params: &PathParams,
     token: &str,
 ) -> Result<GateSessionRecord, ApiError> {
-    let id: GateSessionId = path_param(params, "gateSessionId")?;
+    let id: GateSessionId = FromPath::from_path(params)?;
     let hash = state.auth.secret.hash_token(token);
     let session = state.auth.store.get_gate_session(id).await?;
     session
@@ -452,7 +454,7 @@ async fn poll(
     params: PathParams,
 ) -> Result<Reply, ApiError> {
     let token = bearer_token(&headers, TokenKind::Poll)?;
-    let id: GateSessionId = path_param(&params, "gateSessionId")?;
+    let id: GateSessionId = FromPath::from_path(&params)?;
     let now = time::now();
     // Counted in one step with its checks, so parallel polls pass neither the interval nor
     // the cap.

@@ -15,7 +15,7 @@ use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dispatcher::outbound;
-use edge::body::{Fields, JsonObject, PathParams, Reply, path_param, read_body};
+use edge::body::{Fields, FromPath, GateServiceId, JsonObject, PathParams, Reply, read_body};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{ManageGateServices, ReadGateServices};
 use edge::{ApiError, AuthContext, SecretKey};
@@ -675,7 +675,7 @@ async fn stored(
     ctx: &AuthContext,
     params: &PathParams,
 ) -> Result<GateServiceRecord, ApiError> {
-    let id: String = path_param(params, "serviceId")?;
+    let GateServiceId(id) = FromPath::from_path(params)?;
     if id == gate::SYSTEM_SERVICE_ID {
         return Ok(system_service(ctx.environment()));
     }

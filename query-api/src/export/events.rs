@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use edge::body::{PathParams, QueryParams, path_param};
+use edge::body::{FromPath, PathParams, QueryParams};
 use edge::policy::ListEvents;
 use edge::{ApiError, SecretKey};
 use schemas::credential::Environment;
@@ -170,7 +170,7 @@ pub(super) async fn schema(
 
 /// The organization in the path, which must be the caller's own: any other is a 404.
 fn own_organization(caller: &edge::AuthContext, params: &PathParams) -> Result<OrgId, ApiError> {
-    let id: OrgId = path_param(params, "organizationId")?;
+    let id: OrgId = FromPath::from_path(params)?;
     if id != caller.organization.id {
         return Err(ApiError::not_found("organization"));
     }

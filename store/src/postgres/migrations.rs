@@ -10,11 +10,7 @@ use crate::{Result, StoreError};
 
 /// Every migration this build knows, by version.
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
-    (
-        1,
-        "initial",
-        include_str!("../../sql/0001_initial.sql"),
-    ),
+    (1, "initial", include_str!("../../sql/0001_initial.sql")),
     (
         2,
         "gate service claims",

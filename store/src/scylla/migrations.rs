@@ -16,61 +16,29 @@ use crate::{Result, StoreError};
 /// Every migration this build knows, by version: the files of `store/cql/`.
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "core", include_str!("../../cql/001_core.cql")),
-    (
-        2,
-        "collect",
-        include_str!("../../cql/002_collect.cql"),
-    ),
-    (
-        3,
-        "sessions",
-        include_str!("../../cql/003_sessions.cql"),
-    ),
-    (
-        4,
-        "visitors",
-        include_str!("../../cql/004_visitors.cql"),
-    ),
-    (
-        5,
-        "events",
-        include_str!("../../cql/005_events.cql"),
-    ),
+    (2, "collect", include_str!("../../cql/002_collect.cql")),
+    (3, "sessions", include_str!("../../cql/003_sessions.cql")),
+    (4, "visitors", include_str!("../../cql/004_visitors.cql")),
+    (5, "events", include_str!("../../cql/005_events.cql")),
     (
         6,
         "idle sessions",
         include_str!("../../cql/006_sessions_idle.cql"),
     ),
-    (
-        7,
-        "handoffs",
-        include_str!("../../cql/007_handoffs.cql"),
-    ),
+    (7, "handoffs", include_str!("../../cql/007_handoffs.cql")),
     (
         8,
         "read indexes",
         include_str!("../../cql/008_read_indexes.cql"),
     ),
-    (
-        9,
-        "webhooks",
-        include_str!("../../cql/009_webhooks.cql"),
-    ),
-    (
-        10,
-        "gate",
-        include_str!("../../cql/010_gate.cql"),
-    ),
+    (9, "webhooks", include_str!("../../cql/009_webhooks.cql")),
+    (10, "gate", include_str!("../../cql/010_gate.cql")),
     (
         11,
         "fleet writes",
         include_str!("../../cql/011_fleet_writes.cql"),
     ),
-    (
-        12,
-        "caps",
-        include_str!("../../cql/012_caps.cql"),
-    ),
+    (12, "caps", include_str!("../../cql/012_caps.cql")),
     (
         13,
         "replay marks",

@@ -7,7 +7,7 @@
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use edge::body::{PathParams, path_param};
+use edge::body::{FromPath, PathParams};
 use rand::TryRngCore;
 use rand::rngs::OsRng;
 use schemas::gate::{self, TokenKind};
@@ -35,7 +35,7 @@ pub(super) async fn waiting(
             "The approval link is incomplete, or it is not for this request. Start again from your tool.",
         )
     };
-    let id: GateSessionId = path_param(params, "gateSessionId").map_err(|_| refused())?;
+    let id: GateSessionId = FromPath::from_path(params).map_err(|_| refused())?;
     let token = token
         .filter(|t| gate::well_formed(TokenKind::Consent, t))
         .ok_or_else(refused)?;
