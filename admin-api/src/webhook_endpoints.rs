@@ -8,7 +8,6 @@
 use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use dispatcher::outbound;
 use edge::body::{Fields, FromPath, JsonObject, PathParams, QueryParams, Reply, read_body};
 use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
 use edge::pagination::{encode_cursor, scan_page};
@@ -26,6 +25,7 @@ use schemas::ids::WebhookEndpointId;
 use schemas::resources::{List, Pagination, Single};
 use schemas::time::{self, Timestamp};
 use schemas::validate;
+use sender::outbound;
 use serde::Serialize;
 use store::{
     EndpointCaps, EndpointStatus, EndpointWrite, EventRecord, PreviousSecret, WebhookEndpointRecord,

@@ -7,10 +7,8 @@
 use std::time::Duration;
 
 use schemas::time::Timestamp;
+pub use sender::{MAX_RESPONSE_BODY, Outcome};
 use store::{DeliveryStatus, WebhookDeliveryRecord};
-
-/// The most of an endpoint's answer kept on the delivery.
-pub const MAX_RESPONSE_BODY: usize = 4 * 1024;
 
 /// The longest wait before a retry, whatever the schedule or a `Retry-After` says: an endpoint
 /// cannot park a delivery for years.
@@ -42,22 +40,6 @@ impl RetrySchedule {
     pub fn waits(&self) -> &[Duration] {
         &self.0
     }
-}
-
-/// How one attempt ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The endpoint answered.
-    Answered {
-        status: u16,
-        body: String,
-        retry_after: Option<Duration>,
-    },
-    /// No answer: a timeout, a refused connection or address, a TLS failure.
-    NoAnswer(String),
-    /// Nothing was sent, and nothing ever will be: the endpoint was disabled or deleted, or
-    /// the event is no longer kept. The delivery fails without retries.
-    Undeliverable(String),
 }
 
 /// The delivery after an attempt, and whether its endpoint is to be disabled (a 410).

@@ -212,7 +212,7 @@ async fn handle(
     let created: std::collections::HashSet<_> = created.into_iter().collect();
     let bodies: HashMap<schemas::EventId, Arc<Vec<u8>>> = delivered
         .iter()
-        .map(|e| (e.id, Arc::new(crate::sending::body(e))))
+        .map(|e| (e.id, Arc::new(sender::sending::body(e))))
         .collect();
     // The due scan may have filled an endpoint's places meanwhile: what did not fit is made
     // due now, not at the end of its lease.

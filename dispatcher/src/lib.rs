@@ -1,6 +1,6 @@
 //! The dispatcher role (docs/architecture.md: #webhooks, #dispatcher): it consumes `events.v1`,
 //! fans each event out to its organization's subscribed webhook endpoints ([`fan_out`],
-//! [`consuming`]), and delivers it signed ([`signing`], [`sending`]), with every pending attempt
+//! [`consuming`]), and delivers it signed through the outbound sender (the `sender` crate), with every pending attempt
 //! kept in the store ([`scheduling`]) and each outcome applied per the retry schedule
 //! ([`attempts`]). A record of `events.v1` it cannot read (newer, of an unknown type, or not an
 //! event) goes to `events.dead.v1` ([`consuming`]).
@@ -8,10 +8,7 @@
 pub mod attempts;
 pub mod consuming;
 pub mod fan_out;
-pub mod outbound;
 pub mod scheduling;
-pub mod sending;
-pub mod signing;
 mod telemetry;
 
 use std::time::Duration;
@@ -86,7 +83,7 @@ pub async fn prepare_log(log: &Log) -> Result<Topics, bus::BusError> {
 /// the attempt timeout to be answered, and their outcomes [`DRAIN`] to be written.
 pub async fn run(settings: Settings, topics: Topics, shutdown: CancellationToken) {
     telemetry::init();
-    let sender = sending::Sender::new(settings.allow_private, settings.attempt_timeout);
+    let sender = sender::sending::Sender::new(settings.allow_private, settings.attempt_timeout);
     let (dispatch, outcomes) = Dispatch::new(
         settings.store.clone(),
         settings.secret,

@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::attempts::{Attempted, Outcome, RetrySchedule, record_attempt};
-use crate::sending::{self, Request, Sender};
 use crate::telemetry;
+use sender::sending::{self, Request, Sender};
 
 /// Attempts to one endpoint at once.
 pub const PER_ENDPOINT: usize = 16;
@@ -383,7 +383,7 @@ impl Dispatch {
         std::iter::once(&endpoint.sealed_secret)
             .chain(previous)
             .filter_map(|sealed| self.secret.open(sealed, &context))
-            .filter_map(|secret| crate::signing::secret_key(std::str::from_utf8(&secret).ok()?))
+            .filter_map(|secret| sender::signing::secret_key(std::str::from_utf8(&secret).ok()?))
             .collect()
     }
 

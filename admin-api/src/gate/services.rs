@@ -14,7 +14,6 @@
 use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use dispatcher::outbound;
 use edge::body::{Fields, FromPath, GateServiceId, JsonObject, PathParams, Reply, read_body};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{ManageGateServices, ReadGateServices};
@@ -28,6 +27,7 @@ use schemas::gate;
 use schemas::resources::{List, Pagination, Single};
 use schemas::time::{self, Timestamp};
 use schemas::validate;
+use sender::outbound;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use store::{

@@ -521,33 +521,28 @@ async fn values_from_service(
     // any other secret with its own bytes.
     let key = std::str::from_utf8(&secret)
         .ok()
-        .and_then(dispatcher::signing::secret_key)
+        .and_then(sender::signing::secret_key)
         .unwrap_or(secret);
-    let sender = dispatcher::sending::Sender::new(state.allow_private_webhooks, SERVICE_TIMEOUT)
+    let sender = sender::sending::Sender::new(state.allow_private_webhooks, SERVICE_TIMEOUT)
         .reading_up_to(SERVICE_ANSWER_BYTES);
     let id = event.id.to_string();
     let outcome = sender
         .send(
-            dispatcher::sending::Request {
+            sender::sending::Request {
                 url,
                 id: &id,
-                body: std::sync::Arc::new(dispatcher::sending::body(event)),
+                body: std::sync::Arc::new(sender::sending::body(event)),
                 keys: &[key],
             },
             time::now(),
         )
         .await;
     let body = match outcome {
-        dispatcher::attempts::Outcome::Answered { status, body, .. }
-            if (200..300).contains(&status) =>
-        {
-            body
-        }
-        dispatcher::attempts::Outcome::Answered { status, .. } => {
+        sender::Outcome::Answered { status, body, .. } if (200..300).contains(&status) => body,
+        sender::Outcome::Answered { status, .. } => {
             return Err(format!("the service answered HTTP {status}"));
         }
-        dispatcher::attempts::Outcome::NoAnswer(e)
-        | dispatcher::attempts::Outcome::Undeliverable(e) => return Err(e),
+        sender::Outcome::NoAnswer(e) | sender::Outcome::Undeliverable(e) => return Err(e),
     };
     let answer: Value = if body.trim().is_empty() {
         json!({})

@@ -16,7 +16,7 @@ use schemas::time::Timestamp;
 use serde::Serialize;
 use store::EventRecord;
 
-use crate::attempts::{MAX_RESPONSE_BODY, Outcome};
+use crate::{MAX_RESPONSE_BODY, Outcome};
 
 /// The attempt timeout (docs/architecture.md#webhooks): an endpoint that has not answered within it
 /// has failed this attempt.
