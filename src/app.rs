@@ -44,13 +44,16 @@ pub struct AppParts {
 pub fn router(parts: AppParts) -> Router {
     let exports = query_api::export::Slots::new(parts.export_concurrency);
     let admin_preparation = parts.log_preparation.clone();
-    let admin = admin_api::router(Arc::new(admin_api::AdminParts {
-        auth: parts.auth.clone(),
-        rotation_grace: parts.rotation_grace,
-        allow_private_webhooks: parts.allow_private_webhooks,
-        log: parts.log.clone(),
-        log_ready: Arc::new(move || admin_preparation.status().is_ok()),
-    }))
+    let admin = admin_api::router(
+        gate::router(),
+        Arc::new(admin_api::AdminParts {
+            auth: parts.auth.clone(),
+            rotation_grace: parts.rotation_grace,
+            allow_private_webhooks: parts.allow_private_webhooks,
+            log: parts.log.clone(),
+            log_ready: Arc::new(move || admin_preparation.status().is_ok()),
+        }),
+    )
     // Set here, inside the credential layer, so that a wrong method on an API route is counted
     // and carries the key's rate-limit headers like any other answer.
     .method_not_allowed_fallback(method_not_allowed)
@@ -84,7 +87,7 @@ pub fn router(parts: AppParts) -> Router {
     .layer(Guard::server_routes(parts.auth.clone(), ADMIN_BODY_LIMIT));
     // Read by pages (publishable key) and backends (secret key): CORS, but not a browser-only
     // route, so a secret key here is not taken for exposed.
-    let registry = query_api::registry_router(query_api::QueryState {
+    let registry = gate::registry_router(query_api::QueryState {
         auth: parts.auth.clone(),
         exports: exports.clone(),
     })

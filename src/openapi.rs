@@ -68,6 +68,7 @@ fn routes() -> OpenApi {
         ))
         .build();
     doc.merge(admin_api::openapi());
+    doc.merge(gate::openapi());
     doc.merge(query_api::openapi());
     doc.merge(ingest::openapi());
     doc

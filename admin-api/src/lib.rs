@@ -16,7 +16,6 @@
 pub mod api_keys;
 pub mod bootstrap;
 pub mod events;
-pub mod gate;
 pub mod organizations;
 pub mod webhook_endpoints;
 
@@ -53,11 +52,11 @@ fn routes() -> OpenApiRouter<AdminState> {
         .merge(api_keys::router())
         .merge(events::router())
         .merge(webhook_endpoints::router())
-        .merge(gate::router())
 }
 
-pub fn router(state: AdminState) -> Router {
-    routes().with_state(state).into()
+/// The admin API's routes and `more` on its state: Gate's, which build on this crate.
+pub fn router(more: OpenApiRouter<AdminState>, state: AdminState) -> Router {
+    routes().merge(more).with_state(state).into()
 }
 
 /// The management API's part of the OpenAPI document.
@@ -90,7 +89,7 @@ pub(crate) fn own_organization(
 /// Emits an event the admin API makes (a webhook endpoint's test, a Gate approval): published
 /// to `events.v1` first, then recorded, as the processor does with session events, so one
 /// that is listed was published. A log that is not ready is a retryable 503.
-pub(crate) async fn emit_event(
+pub async fn emit_event(
     state: &AdminState,
     event: &store::EventRecord,
 ) -> Result<(), edge::ApiError> {

@@ -1,7 +1,8 @@
 //! Vigil's reads for the customer backend (secret key): sessions with their latest decision,
 //! one session's detail in the interface's order of importance, visitor fingerprints with
-//! their recent linked sessions, the opening of the handoffs pages pass to their backend, and
-//! the public Gate registry. One module per resource.
+//! their recent linked sessions, and the opening of the handoffs pages pass to their backend.
+//! One module per resource. (The public Gate registry is served with these reads, from the
+//! `gate` crate.)
 //!
 //! What the processor stores is read through the types it is written with
 //! (`schemas::decision::Decision`, `schemas::session_view::SessionView`), never by pointing
@@ -10,7 +11,6 @@
 pub mod evidence;
 pub mod export;
 pub mod fingerprints;
-pub mod gate_registry;
 pub mod handoffs;
 pub mod sessions;
 
@@ -53,17 +53,10 @@ pub fn router(state: QueryState) -> Router {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = reads().into_openapi();
     doc.merge(handoffs::router().into_openapi());
-    doc.merge(gate_registry::router().into_openapi());
     doc
 }
 
 /// Opening a handoff, apart: it is a POST, which the server makes idempotent.
 pub fn handoff_router(state: QueryState) -> Router {
     handoffs::router().with_state(state).into()
-}
-
-/// The Gate registry's routes, apart: pages call them with a publishable key, so the server
-/// wraps them in CORS, which the secret-key reads never get.
-pub fn registry_router(state: QueryState) -> Router {
-    gate_registry::router().with_state(state).into()
 }

@@ -17,7 +17,7 @@ use store::AgentTokenRecord;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AdminState;
+use admin_api::AdminState;
 
 pub fn router() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()

@@ -39,7 +39,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{Delivery, agent_token, bearer_token, delivery_context, invalid_token};
-use crate::AdminState;
+use admin_api::AdminState;
 
 pub fn router() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()

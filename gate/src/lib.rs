@@ -1,13 +1,16 @@
 //! Gate: organizations publish services that developer tools sign up to and log their person
 //! in to, each step approved by a person in a browser (docs/architecture.md#gate). One module per
-//! resource: `services` (an organization's services and the public registry), `flows` (signups,
-//! polls, acknowledgements, login sessions and the consumption of login codes), `agent_tokens` (the
+//! resource: `services` (an organization's services), `registry` (the public registry of every
+//! discoverable one, served with the query role's reads), `flows` (signups, polls,
+//! acknowledgements, login sessions and the consumption of login codes), `agent_tokens` (the
 //! organization's backend verifying and revoking tokens) and `consent` (the page a person
-//! approves on). What several of them share is here.
+//! approves on). Its management routes are served with the admin API's, on its state
+//! ([`router`]). What several of them share is here.
 
 pub mod agent_tokens;
 pub mod consent;
 pub mod flows;
+pub mod registry;
 pub mod services;
 
 use axum::http::HeaderMap;
@@ -22,14 +25,29 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use store::{AgentTokenRecord, GateServiceRecord, GateSessionRecord};
 
-use crate::AdminState;
+use admin_api::AdminState;
 
+/// Gate's routes beside the admin API's, on its state.
 pub fn router() -> utoipa_axum::router::OpenApiRouter<AdminState> {
     utoipa_axum::router::OpenApiRouter::new()
         .merge(services::router())
         .merge(flows::router())
         .merge(agent_tokens::router())
         .merge(consent::router().into())
+}
+
+/// The public registry's routes, on the query role's state, apart from its secret-key reads:
+/// pages call them with a publishable key, so the server wraps them in CORS, which those reads
+/// never get.
+pub fn registry_router(state: query_api::QueryState) -> axum::Router {
+    registry::router().with_state(state).into()
+}
+
+/// Gate's part of the OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = router().into_openapi();
+    doc.merge(registry::router().into_openapi());
+    doc
 }
 
 /// The bearer token of `kind` on the request, well formed; 401 otherwise.

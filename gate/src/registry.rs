@@ -20,7 +20,7 @@ use store::{GateBranding, GateConsent, GateEnvVar, GateSdk, GateServiceRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::QueryState;
+use query_api::QueryState;
 
 pub fn router() -> OpenApiRouter<QueryState> {
     OpenApiRouter::new()

@@ -15,8 +15,8 @@ use schemas::session_view::SessionView;
 use schemas::time;
 use store::{ApiKeyRecord, GateApproval, GateSessionRecord, StoreError};
 
-use crate::AdminState;
-use crate::api_keys::{KeySpec, mint};
+use admin_api::AdminState;
+use admin_api::api_keys::{KeySpec, mint};
 
 /// How long a decision waits for the processor to score the page's session: `result()` makes
 /// it final, and the processor reads it from the log a moment later.

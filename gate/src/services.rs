@@ -38,7 +38,7 @@ use store::{
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AdminState;
+use admin_api::AdminState;
 
 /// The most `env_vars` and `sdks` items.
 const MAX_ITEMS: usize = 20;

@@ -15,7 +15,7 @@ use schemas::ids::GateSessionId;
 use schemas::time;
 use store::{GateAccountRecord, GateFlow, GateServiceRecord, GateSessionRecord, GateSessionStatus};
 
-use crate::AdminState;
+use admin_api::AdminState;
 
 /// The cookie that carries the form's CSRF token (`SameSite=Strict`, `HttpOnly`).
 pub(super) const CSRF_COOKIE: &str = "vigil_gate_csrf";
@@ -252,9 +252,7 @@ pub(super) async fn show(
         Ok(s) => s,
         Err(page) => return page,
     };
-    if session.flow == GateFlow::Signup
-        && session.env_var_keys != crate::gate::delivered_keys(&service)
-    {
+    if session.flow == GateFlow::Signup && session.env_var_keys != crate::delivered_keys(&service) {
         return variables_changed(&service);
     }
     render(

@@ -25,7 +25,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::AdminState;
+use admin_api::AdminState;
 
 pub fn router() -> Router<AdminState> {
     Router::new()

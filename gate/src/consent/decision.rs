@@ -23,8 +23,8 @@ use super::check::{self, Judgement, Unjudged};
 use super::page::{
     self, CSRF_COOKIE, already_decided, notice, service_of, unavailable, variables_changed, waiting,
 };
-use crate::AdminState;
-use crate::gate::{Delivery, account_name, delivered_keys, delivery_context, new_login_code};
+use crate::{Delivery, account_name, delivered_keys, delivery_context, new_login_code};
+use admin_api::AdminState;
 
 /// The most of the service's answer read: its variables' values.
 const SERVICE_ANSWER_BYTES: usize = 64 * 1024;
@@ -793,7 +793,7 @@ async fn approve_login(
 /// Records and publishes a Gate event (an approval or a denial) for the organization's
 /// webhooks; a failure is logged, the decision stands.
 async fn announce(state: &AdminState, event: &EventRecord) {
-    if let Err(e) = crate::emit_event(state, event).await {
+    if let Err(e) = admin_api::emit_event(state, event).await {
         tracing::warn!(error = ?e.code, event_type = event.event_type.as_str(), "gate: a decision's event was not recorded");
     }
 }
