@@ -29,7 +29,7 @@ export VIGIL_TEST_POSTGRES_URL="$POSTGRES_URL"
 # The soak runs the release executable as its own process.
 cargo build --release --bin vigil
 # The embedded log's retention: the same load with and without it.
-cargo run --release -p vigil-bus --example log_retention
+cargo run --release -p vigil-log --example log_retention
 mkdir -p target/bench
 cargo bench -p vigil-tests --bench organization_get --bench ingest --bench sdk_cost --bench many_sessions --bench webhook_deliveries --bench fleet --bench export --bench replay "$@" \
   | tee target/bench/last.log

@@ -26,10 +26,10 @@ pub struct AppParts {
     pub rotation_grace: chrono::Duration,
     /// `--allow-private-webhooks`.
     pub allow_private_webhooks: bool,
-    pub log: bus::Log,
+    pub log: log::Log,
     /// Whether the log's topics are prepared (they are, in the background: `log_roles`).
     pub log_preparation: crate::log_roles::LogPreparation,
-    pub batches: bus::Topic,
+    pub batches: log::Topic,
     /// The agents whose Web Bot Auth signatures ingest can verify.
     pub agents: Arc<ingest::web_bot_auth::TrustedAgents>,
     /// The demo page's routes, when it is served (docs/architecture.md#demo-page).
@@ -182,7 +182,7 @@ struct Probes {
     /// Named in `/readyz`.
     roles: crate::config::Roles,
     auth: Arc<Authenticator>,
-    log: bus::Log,
+    log: log::Log,
     log_preparation: crate::log_roles::LogPreparation,
 }
 
@@ -198,7 +198,7 @@ struct Readiness {
     /// `ok`, or why the store does not answer.
     store: String,
     /// `ok`, `not used`, or why the log does not answer.
-    bus: String,
+    log: String,
     /// The limiter's name, or why the shared one does not answer.
     limiter: String,
     /// The roles this process runs.
@@ -248,7 +248,7 @@ async fn readyz(State(probes): State<Probes>) -> Response {
     };
     let degraded = limiter != limiter_name;
     let state = |checked: Result<(), String>, name: &str| match checked {
-        Ok(()) if name == "bus" && !uses_log => "not used".to_owned(),
+        Ok(()) if name == "log" && !uses_log => "not used".to_owned(),
         Ok(()) => "ok".to_owned(),
         Err(why) => {
             tracing::warn!(dependency = name, reason = %why, "readiness: a dependency is unavailable");
@@ -262,7 +262,7 @@ async fn readyz(State(probes): State<Probes>) -> Response {
             (true, false) => "ready",
         },
         store: state(store, "store"),
-        bus: state(log, "bus"),
+        log: state(log, "log"),
         limiter,
         roles: probes.roles.names(),
     };

@@ -216,14 +216,16 @@ pub struct ServeArgs {
     )]
     pub roles: Vec<String>,
     /// Log URL: `embedded` (default: a durable log in `<data-dir>/log`), `embedded:<dir>`, or
-    /// `kafka://host:9092[,host...]`.
+    /// `kafka://host:9092[,host...]`. `--bus` and `VIGIL_BUS` are its old names (`VIGIL_LOG`
+    /// is the log level's filter).
     #[arg(
         long,
-        env = "VIGIL_BUS",
+        alias = "bus",
+        env = "VIGIL_LOG_URL",
         default_value = "embedded",
         hide_env_values = true
     )]
-    pub bus: String,
+    pub log: String,
     /// Rate limiter: `local` (in-process), `redis://host:6379`, or `rediss://host:6380` over
     /// TLS (`?ca=<PEM>` for a CA of its own).
     #[arg(
@@ -475,12 +477,17 @@ impl ServeArgs {
         Ok(())
     }
 
-    /// The log's URL, with the bare `embedded` default placed in the data dir.
-    pub fn bus_url(&self) -> String {
-        if self.bus == "embedded" {
+    /// The log's URL, with the bare `embedded` default placed in the data dir. `VIGIL_BUS`, the
+    /// old name of `VIGIL_LOG_URL`, is read when neither it nor `--log` names another log.
+    pub fn log_url(&self) -> String {
+        let given = match std::env::var("VIGIL_BUS") {
+            Ok(old) if self.log == "embedded" && std::env::var_os("VIGIL_LOG_URL").is_none() => old,
+            _ => self.log.clone(),
+        };
+        if given == "embedded" {
             format!("embedded:{}", self.store.data_dir.join("log").display())
         } else {
-            self.bus.clone()
+            given
         }
     }
 
@@ -571,3 +578,22 @@ pub struct SetRateLimitArgs {
 /// Backend URLs are shown and logged only through this (docs/architecture.md#secrets-in-logs); it
 /// lives in `schemas` so the log and store crates redact their own error messages the same way.
 pub use schemas::redact::redact_url;
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `--bus`, the log flag's old name, still names the log.
+    #[test]
+    fn the_old_name_of_the_log_flag_still_names_the_log() {
+        for flag in ["--log", "--bus"] {
+            let cli = Cli::try_parse_from(["vigil", "serve", flag, "kafka://broker:9092"]).unwrap();
+            let Command::Serve(args) = cli.command else {
+                panic!("not serve");
+            };
+            assert_eq!(args.log, "kafka://broker:9092", "{flag}");
+        }
+    }
+}

@@ -62,7 +62,7 @@ impl LogPreparation {
 /// The processor role's settings, less what the preparation makes (the topics).
 pub struct ProcessorSettings {
     pub store: store::Store,
-    pub log: bus::Log,
+    pub log: log::Log,
     pub secret: secrets::ServerSecret,
     pub idle_after: Duration,
     /// How long a visitor not seen is kept (docs/architecture.md#retention), for its `expires_at`.
@@ -77,7 +77,7 @@ pub struct ProcessorSettings {
 /// processor and the dispatcher, each when given, until `shutdown`. The handle ends when all
 /// have stopped.
 pub fn start(
-    log: bus::Log,
+    log: log::Log,
     processor: Option<ProcessorSettings>,
     dispatcher: Option<dispatcher::Settings>,
     shutdown: CancellationToken,
@@ -129,17 +129,17 @@ pub fn start(
 /// The batches topic, the processor's (events, dead letters) and the dispatcher's (events, its
 /// dead letters) once all exist; `None` if the server stops first.
 async fn prepare(
-    log: &bus::Log,
+    log: &log::Log,
     status: &LogPreparation,
     shutdown: &CancellationToken,
-) -> Option<(bus::Topic, processor::pipeline::Topics, dispatcher::Topics)> {
+) -> Option<(log::Topic, processor::pipeline::Topics, dispatcher::Topics)> {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let prepared = async {
             let batches = ingest::prepare_log(log).await?;
             let topics = processor::pipeline::prepare_log(log).await?;
             let dispatching = dispatcher::prepare_log(log).await?;
-            Ok::<_, bus::BusError>((batches, topics, dispatching))
+            Ok::<_, log::LogError>((batches, topics, dispatching))
         };
         let failure = tokio::select! {
             _ = shutdown.cancelled() => return None,

@@ -47,7 +47,7 @@ pub async fn sweep(store: Store, retention: Duration, shutdown: CancellationToke
 
 /// Runs log passes until `shutdown`. For the embedded log: on Kafka a step does nothing (the
 /// brokers keep each topic as its own `retention.ms` says), so the server does not run it.
-pub async fn sweep_log(log: bus::Log, retention: Duration, shutdown: CancellationToken) {
+pub async fn sweep_log(log: log::Log, retention: Duration, shutdown: CancellationToken) {
     passes("log", retention, &shutdown, || async {
         log.expire(retention, LOG_STEP_BUDGET)
             .await

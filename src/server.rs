@@ -31,7 +31,7 @@ const DEVELOPMENT_ORGANIZATION: &str = "development_organization";
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub store: Store,
-    pub log: bus::Log,
+    pub log: log::Log,
     pub secret: ServerSecret,
     /// Where the development organization's keys were written, if this start created them.
     pub credentials_path: PathBuf,
@@ -128,7 +128,7 @@ pub async fn ensure_development_organization(
 #[derive(Default)]
 pub struct Wrap {
     pub store: Option<Box<dyn FnOnce(Store) -> Store + Send>>,
-    pub log: Option<Box<dyn FnOnce(bus::Log) -> bus::Log + Send>>,
+    pub log: Option<Box<dyn FnOnce(log::Log) -> log::Log + Send>>,
 }
 
 pub async fn start(args: ServeArgs) -> anyhow::Result<RunningServer> {
@@ -192,11 +192,11 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     let agents = trusted_agents(&args, &public_urls, &shutdown)?;
     // Opening makes clients only (Kafka's connect in the background); the topics and the
     // processor wait for the log in the background, so the server answers without it.
-    let log = bus::open(&args.bus_url())
+    let log = log::open(&args.log_url())
         .await
         .context("opening the log")?;
     // Every role's log calls (and its consumers' polls and commits) are timed and counted.
-    let log = bus::instrumented::instrument(log);
+    let log = log::instrumented::instrument(log);
     let log = match wrap.log {
         Some(wrap) => wrap(log),
         None => log,
@@ -225,7 +225,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         }),
         shutdown.clone(),
     );
-    let ready = if args.bus_url().starts_with("embedded:") {
+    let ready = if args.log_url().starts_with("embedded:") {
         log_preparation
             .wait_first_attempt(EMBEDDED_LOG_READY_BOUND)
             .await
@@ -233,9 +233,9 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         log_preparation.wait_ready(LOG_READY_BOUND).await
     };
     if !ready {
-        tracing::warn!(bus = %redact_url(&args.bus_url()), "the log is not ready; serving without it until it is (see /readyz)");
+        tracing::warn!(log = %redact_url(&args.log_url()), "the log is not ready; serving without it until it is (see /readyz)");
     }
-    let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    let batches = log::Topic::from_static(schemas::collect::BATCHES_TOPIC);
     // Retention (docs/architecture.md#retention): expired rows are dropped in small steps beside
     // every role.
     let sweep = tokio::spawn(crate::retention::sweep(
@@ -244,7 +244,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         shutdown.clone(),
     ));
     // And the embedded log's old records (Kafka's brokers expire their topics themselves).
-    let log_sweep = args.bus_url().starts_with("embedded:").then(|| {
+    let log_sweep = args.log_url().starts_with("embedded:").then(|| {
         tokio::spawn(crate::retention::sweep_log(
             log.clone(),
             args.log_retention,
@@ -322,7 +322,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         roles = %roles.names().join(","),
         store = %redact_url(&args.store.store_url()),
         limiter = %redact_url(&args.limiter),
-        bus = %redact_url(&args.bus_url()),
+        log = %redact_url(&args.log_url()),
         public_urls = %public_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>().join(","),
         "vigil is serving"
     );

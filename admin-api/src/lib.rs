@@ -39,7 +39,7 @@ pub struct AdminParts {
     pub allow_private_webhooks: bool,
     /// Where a webhook endpoint's test event is published (`events.v1`), as the processor
     /// publishes session events.
-    pub log: bus::Log,
+    pub log: log::Log,
     /// Whether the log's topics are prepared (the server prepares them in the background);
     /// until they are, a test event is a retryable 503.
     pub log_ready: Arc<dyn Fn() -> bool + Send + Sync>,
@@ -103,7 +103,7 @@ pub async fn emit_event(
         event.to_event(Vec::new()),
     );
     let payload = serde_json::to_vec(&logged).map_err(|e| ApiError::internal("an event", e))?;
-    let topic = bus::Topic::from_static(schemas::events::EVENTS_TOPIC);
+    let topic = log::Topic::from_static(schemas::events::EVENTS_TOPIC);
     state
         .log
         .append(
@@ -113,7 +113,7 @@ pub async fn emit_event(
         )
         .await
         .map_err(|e| {
-            if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) {
+            if e.is_transient() || matches!(e, log::LogError::UnknownTopic(_)) {
                 tracing::error!(error = %e, "publishing an event");
                 ApiError::log_unavailable()
             } else {

@@ -6,7 +6,7 @@
 //! position is committed, so a crash redelivers the events, and a second fan-out of an event
 //! creates nothing (the store keeps one delivery per event and endpoint).
 //!
-//! Dispatchers are members of one consumer group ([`bus::LogBackend::member`]), so replicas on
+//! Dispatchers are members of one consumer group ([`log::LogBackend::member`]), so replicas on
 //! Kafka share the partitions of `events.v1`. A poll's events are stored and committed before
 //! the next poll, and a partition taken from this replica is handed over only at that next
 //! poll: its next owner starts after everything this one handled. Nothing is kept in memory
@@ -25,8 +25,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bus::retry::{Retried, retry};
-use bus::{Group, Log, Record};
+use log::retry::{Retried, retry};
+use log::{Group, Log, Record};
 use schemas::OrgId;
 use schemas::credential::Environment;
 use schemas::events::{EventDeadReason, LoggedEvent};
@@ -95,7 +95,7 @@ pub async fn consume(
         if !handle(dispatch, log, topics, &records, shutdown).await {
             return;
         }
-        let positions: Vec<bus::Position> = records.iter().map(Record::position).collect();
+        let positions: Vec<log::Position> = records.iter().map(Record::position).collect();
         let committed = retry(
             "committing the events position",
             telemetry::retried,
@@ -245,11 +245,11 @@ async fn dead_letter(
     message: &str,
     shutdown: &CancellationToken,
 ) -> bool {
-    match bus::dead_letter::append(
+    match log::dead_letter::append(
         log,
         (&topics.events, &topics.dead),
         record,
-        bus::dead_letter::Cause { reason, message },
+        log::dead_letter::Cause { reason, message },
         telemetry::retried,
         shutdown,
     )

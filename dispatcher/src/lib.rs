@@ -13,7 +13,7 @@ mod telemetry;
 
 use std::time::Duration;
 
-use bus::{Log, Topic};
+use log::{Log, Topic};
 use secrets::ServerSecret;
 use store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
@@ -44,10 +44,10 @@ pub enum Failure {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Log(#[from] bus::BusError),
+    Log(#[from] log::LogError),
 }
 
-impl bus::retry::Transience for Failure {
+impl log::retry::Transience for Failure {
     fn is_transient(&self) -> bool {
         match self {
             // A conflict or an invalid request is a bug, a corrupt row damage: neither goes away.
@@ -67,7 +67,7 @@ pub struct Topics {
 }
 
 /// Creates the topics the dispatcher reads and writes.
-pub async fn prepare_log(log: &Log) -> Result<Topics, bus::BusError> {
+pub async fn prepare_log(log: &Log) -> Result<Topics, log::LogError> {
     use schemas::events::{
         EVENTS_DEAD_PARTITIONS, EVENTS_DEAD_TOPIC, EVENTS_PARTITIONS, EVENTS_TOPIC,
     };

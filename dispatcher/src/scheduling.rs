@@ -482,7 +482,7 @@ pub async fn recorder(
         }
         let deliveries: Vec<WebhookDeliveryRecord> =
             batch.iter().map(|a| a.delivery.clone()).collect();
-        let written = bus::retry::retry(
+        let written = log::retry::retry(
             "recording attempts",
             telemetry::retried,
             &shutdown,
@@ -495,11 +495,11 @@ pub async fn recorder(
         )
         .await;
         let unwritten = match written {
-            bus::retry::Retried::Done(_) | bus::retry::Retried::ShuttingDown => Vec::new(),
+            log::retry::Retried::Done(_) | log::retry::Retried::ShuttingDown => Vec::new(),
             // A row that will not take the write (one that no longer decodes): written one by
             // one, so the others land; those that still fail stay claimed until a restart,
             // rather than be attempted again and again.
-            bus::retry::Retried::Failed(e) => {
+            log::retry::Retried::Failed(e) => {
                 tracing::error!(error = %e, "dispatcher: recording attempts failed; recording them one by one");
                 let mut unwritten = Vec::new();
                 for d in &deliveries {
@@ -530,7 +530,7 @@ async fn disable(store: &Store, delivery: &WebhookDeliveryRecord, shutdown: &Can
         delivery.environment,
         delivery.endpoint_id,
     );
-    let disabled = bus::retry::retry(
+    let disabled = log::retry::retry(
         "disabling an endpoint",
         telemetry::retried,
         shutdown,
@@ -546,7 +546,7 @@ async fn disable(store: &Store, delivery: &WebhookDeliveryRecord, shutdown: &Can
         },
     )
     .await;
-    if let bus::retry::Retried::Done(true) = disabled {
+    if let log::retry::Retried::Done(true) = disabled {
         telemetry::disabled(&id);
     }
 }

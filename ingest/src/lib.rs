@@ -29,8 +29,8 @@ pub type IngestState = Arc<IngestParts>;
 /// The members of [`IngestState`].
 pub struct IngestParts {
     pub auth: Arc<Authenticator>,
-    pub log: bus::Log,
-    pub batches: bus::Topic,
+    pub log: log::Log,
+    pub batches: log::Topic,
     /// Whether the log's topics are prepared (the server prepares them in the background while
     /// the log is unreachable); until they are, a batch is refused at once with a retryable
     /// 503 rather than waiting out the log client's timeout.
@@ -93,8 +93,8 @@ pub enum ProvenCallErrors {
 
 /// Makes sure the log has the topics ingest writes (the embedded log and Kafka both refuse
 /// unknown topics, so a typo cannot start a new stream).
-pub async fn prepare_log(log: &bus::Log) -> Result<bus::Topic, bus::BusError> {
-    let topic = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+pub async fn prepare_log(log: &log::Log) -> Result<log::Topic, log::LogError> {
+    let topic = log::Topic::from_static(schemas::collect::BATCHES_TOPIC);
     log.create_topic(&topic, schemas::collect::BATCHES_PARTITIONS)
         .await?;
     Ok(topic)
@@ -104,10 +104,10 @@ pub async fn prepare_log(log: &bus::Log) -> Result<bus::Topic, bus::BusError> {
 /// without an error line each (a saturated ingest would log thousands a second); an unknown
 /// topic is the log not prepared yet (the server prepares it in the background while the log
 /// is unreachable), as retryable as the log being down.
-fn append_failed(context: &'static str, e: bus::BusError) -> edge::ApiError {
+fn append_failed(context: &'static str, e: log::LogError) -> edge::ApiError {
     match e {
-        bus::BusError::Busy(_) => edge::ApiError::log_busy(),
-        e if e.is_transient() || matches!(e, bus::BusError::UnknownTopic(_)) => {
+        log::LogError::Busy(_) => edge::ApiError::log_busy(),
+        e if e.is_transient() || matches!(e, log::LogError::UnknownTopic(_)) => {
             tracing::error!(request_id = %edge::context::request_id(), error = %e, "{context}");
             edge::ApiError::log_unavailable()
         }

@@ -24,7 +24,7 @@
 //! first final decision `session.result.persisted` (see [`crate::events`]). A decision becomes
 //! final when `results` is called or the session goes idle ([`idle`]).
 //!
-//! Processors are members of one consumer group ([`bus::LogBackend::member`]): on Kafka,
+//! Processors are members of one consumer group ([`log::LogBackend::member`]): on Kafka,
 //! replicas share the partitions of `collect.batches.v1`, and a session, whose records share a
 //! partition, is folded by one replica at a time. When a partition moves away, this replica
 //! stores and commits what it folded of it before its next poll hands the partition over, and
@@ -33,8 +33,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use bus::{Group, Log, LogConsumer, Record, Topic};
 use futures::StreamExt;
+use log::{Group, Log, LogConsumer, Record, Topic};
 use schemas::collect::{BatchRecord, DeadReason, ServerRecord};
 use schemas::{DecisionId, VisitorId};
 use secrets::ServerSecret;
@@ -94,7 +94,7 @@ struct InFlight {
     /// What it could not store; `None` if shutdown came first.
     task: tokio::task::JoinHandle<Option<Unstored>>,
     /// The log positions it covers, committed once it is stored.
-    positions: Vec<bus::Position>,
+    positions: Vec<log::Position>,
     /// The sessions it writes, with the `updated_at` each is written with.
     saved: Vec<(schemas::SessionId, schemas::time::Timestamp)>,
 }
@@ -185,9 +185,9 @@ impl From<StoreError> for Failure {
 
 impl Failure {
     /// An append to the log that failed: over the log's size is permanent, the rest is retried.
-    fn of_append(what: &str, e: bus::BusError) -> Self {
+    fn of_append(what: &str, e: log::LogError) -> Self {
         match e {
-            bus::BusError::TooLarge { .. } => {
+            log::LogError::TooLarge { .. } => {
                 Failure::Permanent(DeadReason::OversizeEvent, format!("{what}: {e}"))
             }
             other => Failure::Transient(format!("{what}: {other}")),
@@ -232,7 +232,7 @@ pub struct Topics {
 }
 
 /// Creates the topics the processor publishes to (the batches topic is ingest's).
-pub async fn prepare_log(log: &Log) -> Result<Topics, bus::BusError> {
+pub async fn prepare_log(log: &Log) -> Result<Topics, log::LogError> {
     let events = Topic::from_static(schemas::events::EVENTS_TOPIC);
     log.create_topic(&events, schemas::events::EVENTS_PARTITIONS)
         .await?;
@@ -349,9 +349,9 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
                     || !rebalance.assigned.iter().all(|p| claims.contains_key(p));
                 let first = !std::mem::replace(&mut started, true);
                 if first || !moved {
-                    tracing::debug!(assigned = %bus::shown_partitions(&rebalance.assigned), "processor: partitions assigned");
+                    tracing::debug!(assigned = %log::shown_partitions(&rebalance.assigned), "processor: partitions assigned");
                 } else {
-                    tracing::info!(assigned = %bus::shown_partitions(&rebalance.assigned), revoked = %bus::shown_partitions(&rebalance.revoked), "processor: partitions moved");
+                    tracing::info!(assigned = %log::shown_partitions(&rebalance.assigned), revoked = %log::shown_partitions(&rebalance.revoked), "processor: partitions moved");
                 }
                 lag.follow(consumer.partitions());
                 owned.set(consumer.partitions());
@@ -594,7 +594,7 @@ async fn consume(pipeline: &Pipeline, owned: &idle::Owned, shutdown: &Cancellati
 async fn land(
     previous: InFlight,
     memory: &mut Memory,
-    uncommitted: &mut Vec<bus::Position>,
+    uncommitted: &mut Vec<log::Position>,
     fenced: &mut HashSet<u32>,
 ) -> bool {
     match previous.task.await {
@@ -841,7 +841,7 @@ async fn save_sessions(pipeline: &Pipeline, saves: &[SessionSave]) -> Result<(),
 /// positions.
 async fn commit(
     consumer: &mut dyn LogConsumer,
-    positions: &[bus::Position],
+    positions: &[log::Position],
     shutdown: &CancellationToken,
 ) {
     let committed = retry(

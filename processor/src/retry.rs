@@ -1,11 +1,11 @@
-//! The processor's use of the log roles' one retry helper ([`bus::retry`]), its failures
+//! The processor's use of the log roles' one retry helper ([`log::retry`]), its failures
 //! counted in `vigil_processor_retries_total` and logged as the processor's.
 
 use tokio_util::sync::CancellationToken;
 
-pub use bus::retry::{Attempt, Retried, Transience};
+pub use log::retry::{Attempt, Retried, Transience};
 
-/// [`bus::retry::retry`], counting failures as the processor's.
+/// [`log::retry::retry`], counting failures as the processor's.
 pub async fn retry<S: ?Sized, T, E>(
     what: &'static str,
     shutdown: &CancellationToken,
@@ -15,5 +15,5 @@ pub async fn retry<S: ?Sized, T, E>(
 where
     E: Transience + std::fmt::Display,
 {
-    bus::retry::retry(what, crate::telemetry::retried, shutdown, state, op).await
+    log::retry::retry(what, crate::telemetry::retried, shutdown, state, op).await
 }

@@ -2,7 +2,7 @@
 //! its latency in `vigil_store_operation_seconds{operation}` and its failures in
 //! `vigil_store_errors_total{operation, kind}`, so a slow or failing store shows which
 //! operation it is, whatever the backend. The retry policy stays with the callers (the
-//! consumer loops share `bus::retry`): only they know which of their writes are idempotent.
+//! consumer loops share `log::retry`): only they know which of their writes are idempotent.
 
 use std::future::Future;
 use std::sync::LazyLock;

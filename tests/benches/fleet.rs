@@ -136,7 +136,7 @@ async fn stream(
 }
 
 async fn run(processors: usize, sessions: usize, seconds: u64) -> Figures {
-    let cluster = bus::kafka::mock::MockKafka::start(1).expect("mock Kafka cluster");
+    let cluster = log::kafka::mock::MockKafka::start(1).expect("mock Kafka cluster");
     vigil_tests::create_kafka_topics(&cluster);
     let store = postgres_database("fleet_bench").await;
     let secret = "6b".repeat(32);
@@ -175,7 +175,7 @@ async fn run(processors: usize, sessions: usize, seconds: u64) -> Figures {
             roles,
             "--store",
             &store,
-            "--bus",
+            "--log",
             &kafka,
             "--server-secret",
             &secret,

@@ -239,7 +239,7 @@ async fn decided(server: &TestServer, id: &str, seq: u64) -> bool {
 async fn vigil(bus: Option<String>) -> Arc<TestServer> {
     let s = TestServer::start_with(move |a| {
         if let Some(url) = &bus {
-            a.bus = url.clone();
+            a.log = url.clone();
         }
     })
     .await;
@@ -290,7 +290,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(64);
     // The mock cluster lives on its own thread and must be started outside the runtime.
-    let kafka = bus::kafka::mock::MockKafka::start(1).expect("mock Kafka cluster");
+    let kafka = log::kafka::mock::MockKafka::start(1).expect("mock Kafka cluster");
     vigil_tests::create_kafka_topics(&kafka);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

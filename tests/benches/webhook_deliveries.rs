@@ -68,7 +68,7 @@ fn event_record(org: schemas::OrgId) -> Vec<u8> {
 
 async fn append(s: &TestServer, org: schemas::OrgId, n: usize) {
     let log = s.running.as_ref().unwrap().log.clone();
-    let topic = bus::Topic::from_static(schemas::events::EVENTS_TOPIC);
+    let topic = log::Topic::from_static(schemas::events::EVENTS_TOPIC);
     let key = org.to_string();
     let appends = (0..n).map(|_| {
         let (log, topic, key) = (log.clone(), topic.clone(), key.clone());

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bus::kafka::mock::MockKafka;
+use log::kafka::mock::MockKafka;
 use serde_json::{Value, json};
 use vigil_tests::browser::visit_and_hand_off;
 use vigil_tests::{DevCredentials, http_client, postgres_database, redis_url, vigil_binary};

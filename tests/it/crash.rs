@@ -70,11 +70,11 @@ async fn caught_up(client: &reqwest::Client, base: &str) {
 }
 
 /// The store and the log of a stopped server's data dir, opened in this process.
-async fn open_data(dir: &Path) -> (store::Store, bus::Log) {
+async fn open_data(dir: &Path) -> (store::Store, log::Log) {
     let store = store::open(&format!("embedded:{}", dir.join("store").display()))
         .await
         .expect("the store opens");
-    let log = bus::open(&format!("embedded:{}", dir.join("log").display()))
+    let log = log::open(&format!("embedded:{}", dir.join("log").display()))
         .await
         .expect("the log opens");
     (store, log)

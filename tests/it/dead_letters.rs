@@ -225,7 +225,7 @@ async fn unreadable_records_are_dead_lettered_and_the_sessions_behind_them_decid
     let other = s.second_organization("second").await;
     let b = open_session(&s, &other.keys.publishable_test).await;
     let log = s.running.as_ref().unwrap().log.clone();
-    let batches = bus::Topic::from_static(schemas::collect::BATCHES_TOPIC);
+    let batches = log::Topic::from_static(schemas::collect::BATCHES_TOPIC);
     // Keyed by the other tenant's session, so both sit in its partition, ahead of its batch.
     let garbage: &[u8] = b"\xff\x00 not a batch record";
     log.append(&batches, b.id.as_bytes(), garbage)

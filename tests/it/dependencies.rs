@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bus::kafka::mock::MockKafka;
+use log::kafka::mock::MockKafka;
 use schemas::credential::Environment;
 use vigil_tests::collect::{CollectSession, open_session};
 use vigil_tests::{Resp, TestServer, json};
@@ -75,7 +75,7 @@ async fn all_decided(s: &TestServer, ids: &[String], within: Duration) {
 async fn a_server_started_without_kafka_serves_at_once_and_recovers_when_it_appears() {
     let port = closed_port();
     let started = Instant::now();
-    let mut s = TestServer::start_with(move |a| a.bus = format!("kafka://{port}")).await;
+    let mut s = TestServer::start_with(move |a| a.log = format!("kafka://{port}")).await;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "start-up waited for the broker"
@@ -85,7 +85,7 @@ async fn a_server_started_without_kafka_serves_at_once_and_recovers_when_it_appe
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert_eq!(ready.body["status"], "unavailable");
     assert_eq!(ready.body["store"], "ok", "{}", ready.body);
-    assert_ne!(ready.body["bus"], "ok", "{}", ready.body);
+    assert_ne!(ready.body["log"], "ok", "{}", ready.body);
     assert!(ready.header("retry-after").is_some());
     // What needs only the store works; a batch, which needs the log, is a retryable 503.
     s.get(&s.org_path())
@@ -112,7 +112,7 @@ async fn a_server_started_without_kafka_serves_at_once_and_recovers_when_it_appe
     loop {
         let ready = s.get("/readyz").send().await;
         if ready.status == 200 {
-            assert_eq!(ready.body["bus"], "ok");
+            assert_eq!(ready.body["log"], "ok");
             break;
         }
         assert!(Instant::now() < deadline, "never ready: {}", ready.body);
@@ -136,7 +136,7 @@ async fn a_broker_going_down_mid_stream_loses_no_acknowledged_batch() {
     let cluster = MockKafka::start(1).expect("the mock cluster starts");
     vigil_tests::create_kafka_topics(&cluster);
     let url = cluster.url();
-    let mut s = TestServer::start_with(move |a| a.bus = url.clone()).await;
+    let mut s = TestServer::start_with(move |a| a.log = url.clone()).await;
     let pk = s.creds.keys.publishable_test.clone();
     let mut acknowledged = Vec::new();
     // While the broker is down an append waits for it (up to the producer's timeout) or is
@@ -183,7 +183,7 @@ async fn a_batch_past_a_full_producer_queue_is_refused_at_once_and_the_queued_on
     vigil_tests::create_kafka_topics(&cluster);
     // A queue of one append, so one batch waiting for a broker that is down fills it.
     let url = format!("{}?queue.buffering.max.messages=1", cluster.url());
-    let mut s = TestServer::start_with(move |a| a.bus = url.clone()).await;
+    let mut s = TestServer::start_with(move |a| a.log = url.clone()).await;
     let pk = s.creds.keys.publishable_test.clone();
     let (queued, shed) = (open_session(&s, &pk).await, open_session(&s, &pk).await);
 

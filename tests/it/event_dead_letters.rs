@@ -56,7 +56,7 @@ async fn events_the_dispatcher_cannot_read_are_dead_lettered_and_the_next_is_del
     // Three poison records in the organization's partition, ahead of the event that follows.
     let org = s.creds.org_id().to_owned();
     let log = s.running.as_ref().unwrap().log.clone();
-    let events = bus::Topic::from_static(EVENTS_TOPIC);
+    let events = log::Topic::from_static(EVENTS_TOPIC);
     // From a newer build, of a type this build knows and for an endpoint that subscribed to
     // it: misread, it would be delivered.
     let mut newer = LoggedEvent::new(

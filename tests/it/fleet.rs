@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::web_bot_auth;
-use bus::kafka::mock::MockKafka;
+use log::kafka::mock::MockKafka;
 use schemas::credential::Environment;
 use serde_json::{Value, json};
 use vigil_tests::browser::visit_and_hand_off;
@@ -180,7 +180,7 @@ async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
             roles,
             "--store",
             &store_url,
-            "--bus",
+            "--log",
             bus,
             "--limiter",
             &redis,

@@ -112,7 +112,7 @@ async fn a_full_disk_is_a_retryable_503_and_writes_resume_when_space_returns() {
     let ready = s.get("/readyz").send().await;
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert_eq!(ready.body["status"], "unavailable");
-    for dependency in ["store", "bus"] {
+    for dependency in ["store", "log"] {
         assert!(
             ready.body[dependency]
                 .as_str()
@@ -212,7 +212,7 @@ async fn a_store_out_of_space_answers_503_and_recovers_without_a_restart() {
         "{}",
         ready.body
     );
-    assert_eq!(ready.body["bus"], "ok", "{}", ready.body);
+    assert_eq!(ready.body["log"], "ok", "{}", ready.body);
     let listed = s.get(&keys_path).key(&secret).send().await;
     assert!(
         listed

@@ -1,4 +1,4 @@
-//! The whole scoring pipeline on the Kafka log backend (`--bus kafka://…`), against librdkafka's
+//! The whole scoring pipeline on the Kafka log backend (`--log kafka://…`), against librdkafka's
 //! mock cluster (the Kafka protocol over loopback TCP; see
 //! docs/testing.md#real-clients-and-servers): batches go in over HTTP, ingest produces them to
 //! `collect.batches.v1`, the processor's consumer group reads them, stores the decision and
@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use bus::Topic;
-use bus::kafka::mock::MockKafka;
+use log::Topic;
+use log::kafka::mock::MockKafka;
 use schemas::credential::Environment;
 use serde_json::Value;
 use vigil_tests::collect::score_session;
@@ -18,7 +18,7 @@ async fn a_session_is_scored_and_its_events_published_through_kafka() {
     let cluster = MockKafka::start(1).expect("the mock cluster starts");
     vigil_tests::create_kafka_topics(&cluster);
     let url = cluster.url();
-    let mut s = TestServer::start_with(move |a| a.bus = url.clone()).await;
+    let mut s = TestServer::start_with(move |a| a.log = url.clone()).await;
 
     let probes = json!({
         "kind": "probes",
@@ -55,7 +55,7 @@ async fn a_session_is_scored_and_its_events_published_through_kafka() {
     assert_eq!(recorded.len(), 2, "{recorded:?}");
     // A new consumer group on Kafka takes a moment to join and fetch: read until both arrive.
     let log = &s.running.as_ref().unwrap().log;
-    let group = bus::Group::new(&format!("test-{}", ulid::Ulid::generate())).unwrap();
+    let group = log::Group::new(&format!("test-{}", ulid::Ulid::generate())).unwrap();
     let mut consumer = log
         .consumer_of_all(&group, &Topic::from_static(schemas::events::EVENTS_TOPIC))
         .await

@@ -179,13 +179,13 @@ fn secrets_in_backend_urls_reach_neither_the_log_nor_an_error() {
         ),
         (
             vec![
-                "--bus",
+                "--log",
                 "kafka://127.0.0.1:1?security.protocol=sasl_plaintext&sasl.mechanism=PLAIN&sasl.username=u&sasl.password=hunter2",
             ],
             "127.0.0.1:1",
         ),
         (
-            vec!["--bus", "kafka://127.0.0.1:1?ssl.key.password=hunter2"],
+            vec!["--log", "kafka://127.0.0.1:1?ssl.key.password=hunter2"],
             "ssl.key.password",
         ),
         (
@@ -214,7 +214,8 @@ fn secrets_in_backend_urls_reach_neither_the_log_nor_an_error() {
         .collect();
     for run in runs {
         let (args, expected, status, log) = run.join().unwrap();
-        if args[0] != "--bus" {
+        // `--bus` is `--log`'s old name, kept.
+        if !matches!(args[0], "--log" | "--bus") {
             assert!(
                 status.is_some_and(|s| !s.success()),
                 "{args:?} should not start:\n{log}"
@@ -246,7 +247,7 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--server-secret", "VIGIL_SERVER_SECRET"),
         ("--roles", "VIGIL_ROLES"),
         ("--limiter", "VIGIL_LIMITER"),
-        ("--bus", "VIGIL_BUS"),
+        ("--log", "VIGIL_LOG_URL"),
         ("--tls-cert", "VIGIL_TLS_CERT"),
         ("--tls-key", "VIGIL_TLS_KEY"),
         ("--trusted-proxy", "VIGIL_TRUSTED_PROXY"),

@@ -117,7 +117,7 @@ fn the_startup_log_names_the_roles_and_unknown_roles_are_refused() {
 fn a_second_process_cannot_join_the_embedded_log() {
     let log = tempfile::tempdir().unwrap();
     let bus = format!("embedded:{}", log.path().display());
-    let mut first = Served::start(&["--roles", "processor", "--bus", &bus]);
+    let mut first = Served::start(&["--roles", "processor", "--log", &bus]);
     first.wait_for("vigil is serving");
     let other = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(vigil_tests::vigil_binary())
@@ -127,7 +127,7 @@ fn a_second_process_cannot_join_the_embedded_log() {
             "127.0.0.1:0",
             "--roles",
             "processor",
-            "--bus",
+            "--log",
             &bus,
         ])
         .arg("--data-dir")
@@ -149,7 +149,7 @@ async fn readiness_checks_only_what_the_roles_use() {
     // Nothing listens on the discard port: the broker is down.
     let bus = "kafka://127.0.0.1:9";
     let client = vigil_tests::http_client();
-    let query = Served::start(&["--roles", "query", "--bus", bus]);
+    let query = Served::start(&["--roles", "query", "--log", bus]);
     let r = client
         .get(format!("{}/readyz", query.base))
         .send()
@@ -157,9 +157,9 @@ async fn readiness_checks_only_what_the_roles_use() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["bus"], "not used", "{body}");
+    assert_eq!(body["log"], "not used", "{body}");
     assert_eq!(body["store"], "ok", "{body}");
-    let ingest = Served::start(&["--roles", "ingest", "--bus", bus]);
+    let ingest = Served::start(&["--roles", "ingest", "--log", bus]);
     let r = client
         .get(format!("{}/readyz", ingest.base))
         .send()
@@ -167,5 +167,5 @@ async fn readiness_checks_only_what_the_roles_use() {
         .unwrap();
     assert_eq!(r.status(), 503);
     let body: Value = r.json().await.unwrap();
-    assert_ne!(body["bus"], "ok", "{body}");
+    assert_ne!(body["log"], "ok", "{body}");
 }

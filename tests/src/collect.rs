@@ -208,9 +208,9 @@ pub async fn logged(s: &TestServer, topic: &'static str) -> Vec<Value> {
 
 /// Every record of `topic` from `group`'s committed position on (the beginning for a new
 /// group), until a poll finds nothing more.
-pub async fn read_topic(log: &bus::Log, group: &str, topic: &'static str) -> Vec<bus::Record> {
-    let group = bus::Group::new(group).expect("group name");
-    let topic = bus::Topic::from_static(topic);
+pub async fn read_topic(log: &log::Log, group: &str, topic: &'static str) -> Vec<log::Record> {
+    let group = log::Group::new(group).expect("group name");
+    let topic = log::Topic::from_static(topic);
     let mut consumer = log.consumer_of_all(&group, &topic).await.expect("consumer");
     consumer
         .read_to_end(Duration::from_millis(300))

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bus::{BusError, LogCall, LogLayer, Topic};
+use log::{LogCall, LogError, LogLayer, Topic};
 use store::*;
 
 /// The faults injected into a store (see [`FlakyStore::wrap`]): the next `n` calls of chosen
@@ -255,12 +255,12 @@ pub struct RefusingLog {
 
 impl RefusingLog {
     /// `inner` behind a refusing layer, and the layer, to say which keys it refuses.
-    pub fn wrap(inner: bus::Log, topic: &'static str) -> (bus::Log, Arc<Self>) {
+    pub fn wrap(inner: log::Log, topic: &'static str) -> (log::Log, Arc<Self>) {
         let layer = Arc::new(RefusingLog {
             topic: Topic::from_static(topic),
             keys: Mutex::new(HashSet::new()),
         });
-        let log: bus::Log = Arc::new(bus::Layered::new(inner, Arc::clone(&layer)));
+        let log: log::Log = Arc::new(log::Layered::new(inner, Arc::clone(&layer)));
         (log, layer)
     }
 
@@ -285,8 +285,8 @@ impl LogLayer for RefusingLog {
     async fn around<'a, T: Send + 'a>(
         &'a self,
         call: LogCall<'a>,
-        run: impl Future<Output = bus::Result<T>> + Send + 'a,
-    ) -> bus::Result<T> {
+        run: impl Future<Output = log::Result<T>> + Send + 'a,
+    ) -> log::Result<T> {
         if let LogCall::Append {
             topic,
             key,
@@ -305,7 +305,7 @@ impl LogLayer for RefusingLog {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .contains(key);
             if refused {
-                return Err(BusError::TooLarge {
+                return Err(LogError::TooLarge {
                     size: key.len() + payload.len(),
                     limit: key.len() + payload.len() - 1,
                 });

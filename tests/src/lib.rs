@@ -26,7 +26,7 @@ pub mod tls;
 
 /// Creates the topics Vigil uses on a mock Kafka cluster, which does not answer topic creation
 /// over the admin API (its own call does).
-pub fn create_kafka_topics(cluster: &bus::kafka::mock::MockKafka) {
+pub fn create_kafka_topics(cluster: &log::kafka::mock::MockKafka) {
     for (topic, partitions) in [
         (
             schemas::collect::BATCHES_TOPIC,
@@ -46,7 +46,7 @@ pub fn create_kafka_topics(cluster: &bus::kafka::mock::MockKafka) {
         ),
     ] {
         cluster
-            .create_topic(&bus::Topic::from_static(topic), partitions)
+            .create_topic(&log::Topic::from_static(topic), partitions)
             .expect("creating a topic on the mock cluster");
     }
 }

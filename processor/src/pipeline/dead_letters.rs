@@ -4,7 +4,7 @@
 //! so it cannot stall the sessions behind it. Appending the dead letter is itself retried while the
 //! log is unavailable: a record is given up on only once its dead letter is durable.
 
-use bus::Record;
+use log::Record;
 use schemas::collect::DeadReason;
 use tokio_util::sync::CancellationToken;
 
@@ -27,11 +27,11 @@ pub(super) async fn dead_letter(
     message: &str,
     shutdown: &CancellationToken,
 ) -> bool {
-    let appended = bus::dead_letter::append(
+    let appended = log::dead_letter::append(
         &pipeline.log,
         (&pipeline.batches, &pipeline.dead),
         record,
-        bus::dead_letter::Cause { reason, message },
+        log::dead_letter::Cause { reason, message },
         crate::telemetry::retried,
         shutdown,
     )

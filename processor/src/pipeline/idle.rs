@@ -52,7 +52,7 @@ impl Owned {
 /// Whether the session's records go to one of `owned` of the topic's `partitions` (the
 /// partition its key picks, as ingest appends it).
 fn is_owned(session: SessionId, owned: &[u32], partitions: u32) -> bool {
-    owned.contains(&bus::partition_for(
+    owned.contains(&log::partition_for(
         session.to_string().as_bytes(),
         partitions,
     ))

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use bus::Record;
+use log::Record;
 
 use super::Pipeline;
 

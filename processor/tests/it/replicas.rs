@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bus::kafka::mock::MockKafka;
-use bus::{Log, Topic};
+use log::kafka::mock::MockKafka;
+use log::{Log, Topic};
 use processor::pipeline::{Pipeline, run};
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
 use schemas::credential::Environment;
@@ -120,7 +120,7 @@ impl Fleet {
             .unwrap();
         // A short group session: the mock cluster waits up to it for the members of a group
         // that changed.
-        let log = bus::open(&format!(
+        let log = log::open(&format!(
             "{}?session.timeout.ms=6000&heartbeat.interval.ms=500{options}",
             cluster.url()
         ))
@@ -161,7 +161,7 @@ impl Fleet {
     fn session_in(&self, partition: u32, partitions: u32) -> SessionId {
         loop {
             let id = SessionId::generate();
-            if bus::partition_for(id.to_string().as_bytes(), partitions) == partition {
+            if log::partition_for(id.to_string().as_bytes(), partitions) == partition {
                 return id;
             }
         }

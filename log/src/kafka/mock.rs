@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::mocking::MockCluster;
 
-use crate::{BusError, Result, Topic, check_partition_count};
+use crate::{LogError, Result, Topic, check_partition_count};
 
 enum Request {
     CreateTopic {
@@ -75,7 +75,7 @@ impl MockKafka {
                                     Ok(())
                                 }
                                 other => other.map_err(|e| {
-                                    BusError::Unavailable(format!("mock kafka: {topic}: {e}"))
+                                    LogError::Unavailable(format!("mock kafka: {topic}: {e}"))
                                 }),
                             };
                             let _ = done.send(created);
@@ -86,18 +86,18 @@ impl MockKafka {
                                 false => cluster.broker_down(broker),
                             };
                             let _ = done.send(set.map_err(|e| {
-                                BusError::Unavailable(format!("mock kafka: broker {broker}: {e}"))
+                                LogError::Unavailable(format!("mock kafka: broker {broker}: {e}"))
                             }));
                         }
                         Request::Stop => break,
                     }
                 }
             })
-            .map_err(|e| BusError::Unavailable(format!("mock kafka thread: {e}")))?;
+            .map_err(|e| LogError::Unavailable(format!("mock kafka thread: {e}")))?;
         let bootstrap = started
             .recv()
-            .map_err(|_| BusError::Unavailable("mock kafka thread died".into()))?
-            .map_err(|e| BusError::Unavailable(format!("mock kafka: {e}")))?;
+            .map_err(|_| LogError::Unavailable("mock kafka thread died".into()))?
+            .map_err(|e| LogError::Unavailable(format!("mock kafka: {e}")))?;
         Ok(Self {
             bootstrap,
             requests,
@@ -130,7 +130,7 @@ impl MockKafka {
             partitions: partitions as i32,
             done,
         };
-        let stopped = || BusError::Unavailable("mock kafka has stopped".into());
+        let stopped = || LogError::Unavailable("mock kafka has stopped".into());
         self.requests.send(request).map_err(|_| stopped())?;
         created.recv().map_err(|_| stopped())?
     }
@@ -150,7 +150,7 @@ impl MockKafka {
 
     fn set_broker(&self, broker: i32, up: bool) -> Result<()> {
         let (done, set) = mpsc::channel();
-        let stopped = || BusError::Unavailable("mock kafka has stopped".into());
+        let stopped = || LogError::Unavailable("mock kafka has stopped".into());
         self.requests
             .send(Request::SetBroker { broker, up, done })
             .map_err(|_| stopped())?;

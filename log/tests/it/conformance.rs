@@ -5,7 +5,7 @@
 mod embedded {
     use std::path::Path;
 
-    use bus::{Group, Log, Position, Topic};
+    use log::{Group, Log, Position, Topic};
 
     /// Each case gets its own directory, removed after the log is closed.
     async fn embedded_log() -> (Log, tempfile::TempDir) {
@@ -16,12 +16,12 @@ mod embedded {
 
     async fn open(dir: &Path) -> Log {
         // Through the URL, as the binary opens it.
-        bus::open(&format!("embedded:{}", dir.display()))
+        log::open(&format!("embedded:{}", dir.display()))
             .await
             .expect("open embedded log")
     }
 
-    bus::log_conformance_suite!(embedded_log());
+    log::log_conformance_suite!(embedded_log());
 
     /// A log written when every partition's records shared one `log_records` keyspace (keys
     /// `[len][topic][partition u32 BE][offset u64 BE]`): opened now, its records are moved into
@@ -200,12 +200,12 @@ mod embedded {
     #[tokio::test]
     async fn a_bare_embedded_url_is_refused() {
         assert!(matches!(
-            bus::open("embedded:").await.err(),
-            Some(bus::BusError::Invalid(_))
+            log::open("embedded:").await.err(),
+            Some(log::LogError::Invalid(_))
         ));
         assert!(matches!(
-            bus::open("nats://localhost").await.err(),
-            Some(bus::BusError::NotEnabled(_))
+            log::open("nats://localhost").await.err(),
+            Some(log::LogError::NotEnabled(_))
         ));
     }
 }
@@ -215,9 +215,9 @@ mod kafka {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use bus::kafka::mock::MockKafka;
-    use bus::kafka::{KafkaConfig, KafkaLog};
-    use bus::{BusError, Log, LogCall, LogLayer, Result, Topic};
+    use log::kafka::mock::MockKafka;
+    use log::kafka::{KafkaConfig, KafkaLog};
+    use log::{Log, LogCall, LogError, LogLayer, Result, Topic};
     use rdkafka::ClientConfig;
     use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -243,11 +243,11 @@ mod kafka {
             run: impl std::future::Future<Output = Result<T>> + Send + 'a,
         ) -> Result<T> {
             if let LogCall::CreateTopic { topic, partitions } = call {
-                let legal = (1..=bus::MAX_PARTITIONS).contains(&partitions);
+                let legal = (1..=log::MAX_PARTITIONS).contains(&partitions);
                 if legal
                     && matches!(
                         self.log.partitions(topic).await,
-                        Err(BusError::UnknownTopic(_))
+                        Err(LogError::UnknownTopic(_))
                     )
                 {
                     self.cluster.create_topic(topic, partitions)?;
@@ -264,16 +264,16 @@ mod kafka {
         // cluster waits up to the session timeout for the members of a group that changed,
         // and librdkafka's default (45 s) would make every membership case wait that long.
         let url = format!("{}?{GROUP_TIMING}", cluster.url());
-        let log = bus::open(&url).await.expect("open the kafka log");
+        let log = log::open(&url).await.expect("open the kafka log");
         let layer = OnMockCluster {
             log: Arc::clone(&log),
             cluster: Arc::clone(&cluster),
         };
-        let log: Log = Arc::new(bus::Layered::new(log, layer));
+        let log: Log = Arc::new(log::Layered::new(log, layer));
         (log, cluster)
     }
 
-    bus::log_conformance_suite!(kafka_log());
+    log::log_conformance_suite!(kafka_log());
 
     /// Our partitioner is Kafka's: librdkafka's own `murmur2` partitioner, choosing for records
     /// sent without a partition, puts every key where `partition_for` says.
@@ -298,7 +298,7 @@ mod kafka {
                 .unwrap();
             assert_eq!(
                 delivery.partition as u32,
-                bus::partition_for(key.as_bytes(), 7),
+                log::partition_for(key.as_bytes(), 7),
                 "key {key}"
             );
         }
@@ -326,7 +326,7 @@ mod kafka {
             "k1:9092?group.id=x",
         ] {
             assert!(
-                matches!(KafkaConfig::parse(bad), Err(BusError::Invalid(_))),
+                matches!(KafkaConfig::parse(bad), Err(LogError::Invalid(_))),
                 "`{bad}` was accepted"
             );
         }
@@ -382,7 +382,7 @@ mod kafka {
             "app:pw@",
         ] {
             match KafkaConfig::parse(bad) {
-                Err(BusError::Invalid(message)) => assert!(!message.contains("pw"), "{message}"),
+                Err(LogError::Invalid(message)) => assert!(!message.contains("pw"), "{message}"),
                 other => panic!("`{bad}` was accepted: {other:?}"),
             }
         }

@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use bus::kafka::mock::MockKafka;
-use bus::{BusError, Topic};
+use log::kafka::mock::MockKafka;
+use log::{LogError, Topic};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_producer_queue_refuses_the_next_append_at_once() {
@@ -17,7 +17,7 @@ async fn a_full_producer_queue_refuses_the_next_append_at_once() {
     cluster.create_topic(&topic, 1).unwrap();
     // A queue of two, overriding the default of thousands, so two appends fill it.
     let url = format!("{}?queue.buffering.max.messages=2", cluster.url());
-    let log = bus::open(&url).await.unwrap();
+    let log = log::open(&url).await.unwrap();
     log.append(&topic, b"warm", b"the brokers are up")
         .await
         .unwrap();
@@ -42,7 +42,7 @@ async fn a_full_producer_queue_refuses_the_next_append_at_once() {
     let asked = Instant::now();
     let refused = log.try_append(&topic, b"k", b"one too many").await;
     match refused {
-        Err(e @ BusError::Busy(_)) => assert!(e.is_transient(), "busy is retryable"),
+        Err(e @ LogError::Busy(_)) => assert!(e.is_transient(), "busy is retryable"),
         other => panic!("a full queue took another append: {other:?}"),
     }
     assert!(

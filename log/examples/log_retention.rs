@@ -7,7 +7,7 @@
 //! the swept run also prints its steps' times.
 //!
 //! ```text
-//! cargo run --release -p vigil-bus --example log_retention [SECONDS] [RATE] [RETENTION_SECONDS]
+//! cargo run --release -p vigil-log --example log_retention [SECONDS] [RATE] [RETENTION_SECONDS]
 //! ```
 //!
 //! Defaults: 60 seconds at 4,000 appends/s, a retention of 10 s; records of 2,500 bytes (an
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bus::{Group, Log, Position, Record, Topic};
+use log::{Group, Log, Position, Record, Topic};
 
 const APPENDERS: usize = 64;
 const PAYLOAD_BYTES: usize = 2500;
@@ -39,7 +39,7 @@ async fn main() {
     );
     for swept in [false, true] {
         let dir = tempfile::tempdir().expect("temp dir");
-        let log = bus::open(&format!("embedded:{}", dir.path().display()))
+        let log = log::open(&format!("embedded:{}", dir.path().display()))
             .await
             .expect("open the log");
         run(&log, dir.path(), seconds, rate, swept.then_some(retention)).await;

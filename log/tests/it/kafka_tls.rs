@@ -22,13 +22,13 @@ fn librdkafka_is_built_with_tls_and_sasl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_log_against_a_plaintext_broker_is_not_ready() {
-    let cluster = bus::kafka::mock::MockKafka::start(1).expect("the mock cluster starts");
+    let cluster = log::kafka::mock::MockKafka::start(1).expect("the mock cluster starts");
     for properties in [
         "security.protocol=ssl",
         "security.protocol=sasl_ssl&sasl.mechanism=SCRAM-SHA-256&sasl.username=u&sasl.password=p",
     ] {
         let url = format!("{}?{properties}", cluster.url());
-        let log = bus::open(&url)
+        let log = log::open(&url)
             .await
             .unwrap_or_else(|e| panic!("{properties}: TLS is built in, so the log is made: {e}"));
         // librdkafka retries the handshake until its own request timeout (about ten seconds

@@ -52,7 +52,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use self::writer::{Op, Writer};
 use crate::{
-    BusError, Group, LogBackend, LogConsumer, Position, Rebalance, Record, Result, Topic,
+    Group, LogBackend, LogConsumer, LogError, Position, Rebalance, Record, Result, Topic,
     check_partition_count, check_partitions, check_record_size, partition_for, resume_offsets,
 };
 
@@ -303,12 +303,12 @@ mod key {
     }
 }
 
-fn unavailable(e: fjall::Error) -> BusError {
-    BusError::Unavailable(format!("embedded log: {e}"))
+fn unavailable(e: fjall::Error) -> LogError {
+    LogError::Unavailable(format!("embedded log: {e}"))
 }
 
-fn corrupt(what: &str) -> BusError {
-    BusError::Corrupt(format!("embedded log: {what}"))
+fn corrupt(what: &str) -> LogError {
+    LogError::Corrupt(format!("embedded log: {what}"))
 }
 
 impl EmbeddedLog {
@@ -323,10 +323,10 @@ impl EmbeddedLog {
             .map_err(|e| match e {
                 // The embedded log has one reader per partition, in one process: a second
                 // process (a second processor, say) cannot join it, and is told what to use.
-                fjall::Error::Locked => BusError::Invalid(format!(
+                fjall::Error::Locked => LogError::Invalid(format!(
                     "the embedded log in {} is open in another process; it belongs to one \
                      process (its processor is the only consumer). Processes that share a log \
-                     use Kafka: --bus kafka://…",
+                     use Kafka: --log kafka://…",
                     dir.display()
                 )),
                 other => unavailable(other),
@@ -436,10 +436,10 @@ async fn submit<T>(
     let (done, answer) = oneshot::channel();
     ops.send(op(done))
         .await
-        .map_err(|_| BusError::Unavailable("embedded log writer has stopped".into()))?;
+        .map_err(|_| LogError::Unavailable("embedded log writer has stopped".into()))?;
     answer
         .await
-        .map_err(|_| BusError::Unavailable("embedded log writer has stopped".into()))?
+        .map_err(|_| LogError::Unavailable("embedded log writer has stopped".into()))?
 }
 
 impl Shared {
@@ -449,7 +449,7 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .get(topic)
             .cloned()
-            .ok_or_else(|| BusError::UnknownTopic(topic.to_string()))
+            .ok_or_else(|| LogError::UnknownTopic(topic.to_string()))
     }
 }
 
@@ -543,7 +543,7 @@ fn move_legacy_records(db: &Database, catalog: &HashMap<Topic, Arc<TopicState>>)
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| BusError::Unavailable(format!("embedded log: {e}")))?
+        .map_err(|e| LogError::Unavailable(format!("embedded log: {e}")))?
 }
 
 #[async_trait]
@@ -558,7 +558,7 @@ impl LogBackend for EmbeddedLog {
                 .db
                 .persist(PersistMode::Buffer)
                 .map_err(unavailable)?;
-            shared.space.check().map_err(BusError::Unavailable)
+            shared.space.check().map_err(LogError::Unavailable)
         })
         .await?;
         self.writer.check_alive()
@@ -627,10 +627,10 @@ impl LogBackend for EmbeddedLog {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key.clone())
         {
-            return Err(BusError::Invalid(format!(
+            return Err(LogError::Invalid(format!(
                 "group `{group}` already has a member reading `{topic}`: the embedded log has one \
                  consumer per group, which reads every partition. Replicas that share a topic's \
-                 partitions use Kafka: --bus kafka://…"
+                 partitions use Kafka: --log kafka://…"
             )));
         }
         // Registered first, so that a failure below releases the place (the guard's drop).
@@ -661,7 +661,7 @@ impl LogBackend for EmbeddedLog {
 
     async fn expire(&self, retention: Duration, budget: usize) -> Result<bool> {
         if budget == 0 {
-            return Err(BusError::Invalid("expire needs a budget above 0".into()));
+            return Err(LogError::Invalid("expire needs a budget above 0".into()));
         }
         // Marks fine enough for the retention asked for: a record outlives it by at most a
         // hundredth of it (a minute at most). The interval only ever shrinks, so the records
@@ -694,7 +694,7 @@ pub(crate) fn unix_millis() -> u64 {
 /// is not fsynced: a drop that a crash loses is made again by a later step.
 fn expire_step(shared: &Shared, cutoff_ms: u64, rejoining: bool, budget: usize) -> Result<bool> {
     // Tombstones are writes too: refused, like appends, while the disk is nearly full.
-    shared.space.check().map_err(BusError::Unavailable)?;
+    shared.space.check().map_err(LogError::Unavailable)?;
     let mut topics: Vec<(Topic, Arc<TopicState>)> = shared
         .catalog
         .read()
@@ -910,7 +910,7 @@ impl LogConsumer for EmbeddedConsumer {
 
     async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>> {
         if max == 0 {
-            return Err(BusError::Invalid("poll needs max > 0".into()));
+            return Err(LogError::Invalid("poll needs max > 0".into()));
         }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -956,7 +956,7 @@ impl LogConsumer for EmbeddedConsumer {
         let writer = self
             .writer
             .upgrade()
-            .ok_or_else(|| BusError::Unavailable("embedded log was closed".into()))?;
+            .ok_or_else(|| LogError::Unavailable("embedded log was closed".into()))?;
         submit(&writer, |done| Op::Commit {
             entries,
             if_absent: false,
@@ -970,7 +970,7 @@ impl EmbeddedConsumer {
     fn index_of(&self, partition: u32) -> Result<usize> {
         self.partitions
             .binary_search(&partition)
-            .map_err(|_| BusError::UnknownPartition {
+            .map_err(|_| LogError::UnknownPartition {
                 topic: self.topic.to_string(),
                 partition,
             })

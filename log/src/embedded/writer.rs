@@ -21,7 +21,7 @@ use fjall::PersistMode;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Shared, TopicState, key};
-use crate::{BusError, Result, Topic};
+use crate::{LogError, Result, Topic};
 
 /// How many ops may wait for the writer before appends wait to enqueue (backpressure).
 const QUEUE: usize = 8192;
@@ -74,7 +74,7 @@ impl Writer {
         let thread = std::thread::Builder::new()
             .name("vigil-log-writer".into())
             .spawn(move || run(&shared, queue))
-            .map_err(|e| BusError::Unavailable(format!("embedded log writer thread: {e}")))?;
+            .map_err(|e| LogError::Unavailable(format!("embedded log writer thread: {e}")))?;
         Ok(Self {
             ops: Some(ops),
             thread: Some(thread),
@@ -95,7 +95,7 @@ impl Writer {
     pub(super) fn check_alive(&self) -> Result<()> {
         match &self.thread {
             Some(thread) if !thread.is_finished() => Ok(()),
-            _ => Err(BusError::Unavailable(
+            _ => Err(LogError::Unavailable(
                 "embedded log writer has stopped".into(),
             )),
         }
@@ -152,7 +152,7 @@ enum Reply {
 impl Reply {
     /// A caller that stopped waiting (a dropped future) is not an error here.
     fn send(self, failed: Option<&str>) {
-        let err = || BusError::Unavailable(failed.unwrap_or_default().to_owned());
+        let err = || LogError::Unavailable(failed.unwrap_or_default().to_owned());
         let _ = match (self, failed) {
             (Reply::Created(done, n), None) => done.send(Ok(n)).map_err(drop),
             (Reply::Created(done, _), Some(_)) => done.send(Err(err())).map_err(drop),

@@ -4,7 +4,7 @@
 //! batch as the processor does.
 //!
 //! ```text
-//! cargo run --release -p vigil-bus --example append_throughput [URL] [RECORDS] [PAYLOAD_BYTES]
+//! cargo run --release -p vigil-log --example append_throughput [URL] [RECORDS] [PAYLOAD_BYTES]
 //! ```
 //!
 //! URL defaults to an embedded log in a fresh temporary directory; `kafka-mock` starts
@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bus::{Group, Log, Position, Record, Topic};
+use log::{Group, Log, Position, Record, Topic};
 
 #[tokio::main]
 async fn main() {
@@ -32,12 +32,12 @@ async fn main() {
     let topic = Topic::new(&format!("throughput-{}", std::process::id())).unwrap();
     // The mock cluster has no CreateTopics API: the topic is made on it directly.
     let mock = (url == "kafka-mock").then(|| {
-        let mock = bus::kafka::mock::MockKafka::start(3).expect("start the mock cluster");
+        let mock = log::kafka::mock::MockKafka::start(3).expect("start the mock cluster");
         mock.create_topic(&topic, 8).expect("create the topic");
         mock
     });
     let url = mock.as_ref().map_or(url, |mock| mock.url());
-    let log = bus::open(&url).await.expect("open the log");
+    let log = log::open(&url).await.expect("open the log");
     log.create_topic(&topic, 8).await.expect("create the topic");
     let payload: Arc<[u8]> = vec![b'x'; payload_bytes].into();
 

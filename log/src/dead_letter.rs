@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::retry::{OnFailure, Retried, retry};
-use crate::{BusError, Log, Record, Topic};
+use crate::{Log, LogError, Record, Topic};
 
 /// Why a record is given up on: the consumer's reason from its closed set, and a message for a
 /// person.
@@ -28,7 +28,7 @@ pub async fn append<R: Serialize>(
     cause: Cause<'_, R>,
     on_failure: OnFailure,
     shutdown: &CancellationToken,
-) -> Retried<(), BusError> {
+) -> Retried<(), LogError> {
     let mut letter = DeadLetter::of(
         source.as_str(),
         record.partition,
@@ -42,7 +42,7 @@ pub async fn append<R: Serialize>(
     loop {
         let payload = match serde_json::to_vec(letter) {
             Ok(payload) => payload,
-            Err(e) => return Retried::Failed(BusError::Invalid(format!("a dead letter: {e}"))),
+            Err(e) => return Retried::Failed(LogError::Invalid(format!("a dead letter: {e}"))),
         };
         let appended = retry(
             "dead-lettering",
@@ -55,7 +55,7 @@ pub async fn append<R: Serialize>(
         )
         .await;
         match appended {
-            Retried::Failed(BusError::TooLarge { .. }) if letter.record.is_some() => {
+            Retried::Failed(LogError::TooLarge { .. }) if letter.record.is_some() => {
                 letter.record = None;
             }
             other => return other,

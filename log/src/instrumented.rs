@@ -10,7 +10,7 @@ use std::time::Instant;
 use telemetry::{CallMetricNames, CallMetrics};
 use tracing::Instrument;
 
-use crate::{BusError, Layered, Log, LogCall, LogLayer, Result};
+use crate::{Layered, Log, LogCall, LogError, LogLayer, Result};
 
 /// Registered in prometheus's default registry, which every process's `/metrics` serves.
 static METRICS: LazyLock<CallMetrics> = LazyLock::new(|| {
@@ -31,16 +31,16 @@ static METRICS: LazyLock<CallMetrics> = LazyLock::new(|| {
     )
 });
 
-fn kind(e: &BusError) -> &'static str {
+fn kind(e: &LogError) -> &'static str {
     match e {
-        BusError::Invalid(_) => "invalid",
-        BusError::UnknownTopic(_) => "unknown_topic",
-        BusError::UnknownPartition { .. } => "unknown_partition",
-        BusError::TooLarge { .. } => "too_large",
-        BusError::Busy(_) => "busy",
-        BusError::Unavailable(_) => "unavailable",
-        BusError::Corrupt(_) => "corrupt",
-        BusError::NotEnabled(_) => "not_enabled",
+        LogError::Invalid(_) => "invalid",
+        LogError::UnknownTopic(_) => "unknown_topic",
+        LogError::UnknownPartition { .. } => "unknown_partition",
+        LogError::TooLarge { .. } => "too_large",
+        LogError::Busy(_) => "busy",
+        LogError::Unavailable(_) => "unavailable",
+        LogError::Corrupt(_) => "corrupt",
+        LogError::NotEnabled(_) => "not_enabled",
     }
 }
 

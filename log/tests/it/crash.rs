@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use bus::{Group, Log, Position, Record, Topic};
+use log::{Group, Log, Position, Record, Topic};
 
 /// Set (to the log directory) only in the child process the crash test starts.
 const WRITER_DIR: &str = "VIGIL_BUS_CRASH_WRITER_DIR";
@@ -35,7 +35,7 @@ fn group() -> Group {
 }
 
 async fn open(dir: &Path) -> Log {
-    bus::open(&format!("embedded:{}", dir.display()))
+    log::open(&format!("embedded:{}", dir.display()))
         .await
         .expect("open embedded log")
 }
@@ -266,7 +266,7 @@ fn acknowledged_records_and_commits_survive_sigkill() {
 }
 
 /// Polls until the log has nothing more for this consumer.
-async fn read_all(consumer: &mut dyn bus::LogConsumer) -> Vec<Record> {
+async fn read_all(consumer: &mut dyn log::LogConsumer) -> Vec<Record> {
     consumer
         .read_to_end(Duration::from_millis(300))
         .await

@@ -8,14 +8,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bus::{BusError, Group, Log, Position, Topic};
+use log::{Group, Log, LogError, Position, Topic};
 
 const RETENTION: Duration = Duration::from_secs(4);
 /// Past the retention, with room for the appends before it (an fsync each).
 const PAST: Duration = Duration::from_millis(4600);
 
 async fn open(dir: &Path) -> Log {
-    bus::open(&format!("embedded:{}", dir.display()))
+    log::open(&format!("embedded:{}", dir.display()))
         .await
         .expect("open embedded log")
 }
@@ -153,7 +153,7 @@ async fn a_step_needs_a_budget() {
     let log = open(dir.path()).await;
     assert!(matches!(
         log.expire(RETENTION, 0).await,
-        Err(BusError::Invalid(_))
+        Err(LogError::Invalid(_))
     ));
 }
 

@@ -3,12 +3,12 @@
 //! from the group's last commit; the embedded log has one member per group and says so.
 
 mod embedded {
-    use bus::{BusError, Group, Topic};
+    use log::{Group, LogError, Topic};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_second_member_of_a_group_is_refused_with_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
-        let log = bus::open(&format!("embedded:{}", dir.path().display()))
+        let log = log::open(&format!("embedded:{}", dir.path().display()))
             .await
             .unwrap();
         let (batches, events) = (
@@ -22,7 +22,7 @@ mod embedded {
         let mut first = log.member(&processor, &batches).await.unwrap();
         assert_eq!(first.partitions(), &[0, 1, 2, 3], "one member reads all");
         match log.member(&processor, &batches).await.err() {
-            Some(BusError::Invalid(message)) => assert!(
+            Some(LogError::Invalid(message)) => assert!(
                 message.contains("one consumer per group") && message.contains("kafka://"),
                 "{message}"
             ),
@@ -52,8 +52,8 @@ mod kafka {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    use bus::kafka::mock::MockKafka;
-    use bus::{Group, Log, LogConsumer, Position, Rebalance, Record, Topic, partition_for};
+    use log::kafka::mock::MockKafka;
+    use log::{Group, Log, LogConsumer, Position, Rebalance, Record, Topic, partition_for};
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -73,7 +73,7 @@ mod kafka {
     async fn setup() -> (MockKafka, Log, Topic) {
         static N: AtomicU64 = AtomicU64::new(0);
         let cluster = MockKafka::start(1).unwrap();
-        let log = bus::open(&group_url(&cluster)).await.unwrap();
+        let log = log::open(&group_url(&cluster)).await.unwrap();
         let topic = Topic::new(&format!("groups-{}", N.fetch_add(1, Ordering::Relaxed))).unwrap();
         cluster.create_topic(&topic, PARTITIONS).unwrap();
         assert_eq!(log.partitions(&topic).await.unwrap(), PARTITIONS);
@@ -356,10 +356,10 @@ mod kafka {
     async fn a_member_commits_revoked_partitions_before_it_hands_them_over() {
         let (cluster, log, topic) = setup().await;
         let url = group_url(&cluster);
-        let log_a = bus::open(&format!("{url}&group.instance.id=1-follower"))
+        let log_a = log::open(&format!("{url}&group.instance.id=1-follower"))
             .await
             .unwrap();
-        let log_b = bus::open(&format!("{url}&group.instance.id=0-leader"))
+        let log_b = log::open(&format!("{url}&group.instance.id=0-leader"))
             .await
             .unwrap();
         let g = group();

@@ -46,7 +46,7 @@ use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{
-    BusError, Group, LogBackend, LogConsumer, Position, Rebalance, Record, Result, Topic,
+    Group, LogBackend, LogConsumer, LogError, Position, Rebalance, Record, Result, Topic,
     check_partition_count, check_partitions, check_record_size, partition_for, resume_offsets,
 };
 
@@ -119,14 +119,14 @@ impl KafkaConfig {
                 .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
         };
         if brokers.is_empty() || !brokers.split(',').all(valid_broker) {
-            return Err(BusError::Invalid(format!(
+            return Err(LogError::Invalid(format!(
                 "kafka URL needs host:port[,host:port...], got `{brokers}`"
             )));
         }
         let mut config = Self::new(brokers);
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
             if RESERVED.contains(&name.as_ref()) {
-                return Err(BusError::Invalid(format!(
+                return Err(LogError::Invalid(format!(
                     "kafka property `{name}` is set by the log itself and cannot be overridden"
                 )));
             }
@@ -153,17 +153,17 @@ impl KafkaConfig {
                 .decode_utf8()
                 .map(|s| s.into_owned())
                 .map_err(|_| {
-                    BusError::Invalid("the kafka URL's user-info is not UTF-8 once decoded".into())
+                    LogError::Invalid("the kafka URL's user-info is not UTF-8 once decoded".into())
                 })
         };
         let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
         if user.is_empty() || password.is_empty() {
-            return Err(BusError::Invalid(
+            return Err(LogError::Invalid(
                 "a kafka URL's user-info is `user:password` (percent-encoded), for SASL".into(),
             ));
         }
         if self.property("sasl.username").is_some() || self.property("sasl.password").is_some() {
-            return Err(BusError::Invalid(
+            return Err(LogError::Invalid(
                 "the kafka URL gives SASL credentials twice: as user-info and as sasl.username/sasl.password".into(),
             ));
         }
@@ -215,8 +215,8 @@ pub struct KafkaLog {
     partition_counts: RwLock<HashMap<Topic, u32>>,
 }
 
-fn unavailable(context: &str, e: KafkaError) -> BusError {
-    BusError::Unavailable(format!("kafka: {context}: {}", describe(&e)))
+fn unavailable(context: &str, e: KafkaError) -> LogError {
+    LogError::Unavailable(format!("kafka: {context}: {}", describe(&e)))
 }
 
 /// The error as text, without the value of a secret property: rdkafka's `Display` of a
@@ -253,7 +253,7 @@ impl KafkaLog {
         //   minutes when the brokers are gone.
         // - Hold at most PRODUCER_QUEUE appends in flight. Each awaits its own acknowledgement,
         //   so the queue only grows when the brokers slow down; past the bound a client's
-        //   append (`try_append`) is refused at once (`BusError::Busy`, a 503 with
+        //   append (`try_append`) is refused at once (`LogError::Busy`, a 503 with
         //   `Retry-After`) rather than queued for seconds behind librdkafka's default of
         //   100,000, while internal appends wait for room.
         for (name, value) in [
@@ -297,7 +297,7 @@ impl KafkaLog {
                 .fetch_metadata(Some(&name), BROKER_TIMEOUT)
         })
         .await
-        .map_err(|e| BusError::Unavailable(format!("kafka: metadata lookup: {e}")))?
+        .map_err(|e| LogError::Unavailable(format!("kafka: metadata lookup: {e}")))?
         .map_err(|e| unavailable("metadata lookup", e))?;
         let Some(found) = metadata
             .topics()
@@ -312,7 +312,7 @@ impl KafkaLog {
                 return Ok(None);
             }
             Some(code) => {
-                return Err(BusError::Unavailable(format!(
+                return Err(LogError::Unavailable(format!(
                     "kafka: metadata of topic `{topic}`: {code}"
                 )));
             }
@@ -353,11 +353,11 @@ impl KafkaLog {
             Err((e, _)) => Err(match e.rdkafka_error_code() {
                 Some(
                     RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
-                ) => BusError::UnknownTopic(topic.to_string()),
-                Some(RDKafkaErrorCode::QueueFull) => BusError::Busy(
+                ) => LogError::UnknownTopic(topic.to_string()),
+                Some(RDKafkaErrorCode::QueueFull) => LogError::Busy(
                     "kafka: the producer's queue (queue.buffering.max.messages) is full".into(),
                 ),
-                Some(RDKafkaErrorCode::MessageSizeTooLarge) => BusError::TooLarge {
+                Some(RDKafkaErrorCode::MessageSizeTooLarge) => LogError::TooLarge {
                     size: key.len() + payload.len(),
                     limit: crate::MAX_RECORD_BYTES,
                 },
@@ -373,7 +373,7 @@ impl LogBackend for KafkaLog {
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, BROKER_TIMEOUT))
             .await
-            .map_err(|e| BusError::Unavailable(format!("kafka: ping: {e}")))?
+            .map_err(|e| LogError::Unavailable(format!("kafka: ping: {e}")))?
             .map(drop)
             .map_err(|e| unavailable("ping", e))
     }
@@ -397,14 +397,14 @@ impl LogBackend for KafkaLog {
             self.admin.create_topics([&new], &options),
         )
         .await
-        .map_err(|_| BusError::Unavailable(format!("kafka: creating topic `{topic}`: no answer")))?
+        .map_err(|_| LogError::Unavailable(format!("kafka: creating topic `{topic}`: no answer")))?
         .map_err(|e| unavailable("creating a topic", e))?;
         for result in results {
             match result {
                 // Another process created it meanwhile: its partition count stands.
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((name, code)) => {
-                    return Err(BusError::Unavailable(format!(
+                    return Err(LogError::Unavailable(format!(
                         "kafka: creating topic `{name}`: {code}"
                     )));
                 }
@@ -417,7 +417,7 @@ impl LogBackend for KafkaLog {
                 return Ok(n);
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(BusError::Unavailable(format!(
+                return Err(LogError::Unavailable(format!(
                     "kafka: topic `{topic}` was created but its metadata did not show up"
                 )));
             }
@@ -428,7 +428,7 @@ impl LogBackend for KafkaLog {
     async fn partitions(&self, topic: &Topic) -> Result<u32> {
         self.lookup(topic)
             .await?
-            .ok_or_else(|| BusError::UnknownTopic(topic.to_string()))
+            .ok_or_else(|| LogError::UnknownTopic(topic.to_string()))
     }
 
     /// Waits for room in the producer's queue, up to the brokers' timeout: the processor's,
@@ -460,7 +460,7 @@ impl LogBackend for KafkaLog {
                 .collect()
         })
         .await
-        .map_err(|e| BusError::Unavailable(format!("kafka: watermarks: {e}")))?
+        .map_err(|e| LogError::Unavailable(format!("kafka: watermarks: {e}")))?
     }
 
     async fn consumer(
@@ -785,7 +785,7 @@ impl LogConsumer for KafkaConsumer {
 
     async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>> {
         if max == 0 {
-            return Err(BusError::Invalid("poll needs max > 0".into()));
+            return Err(LogError::Invalid("poll needs max > 0".into()));
         }
         self.release_revoked();
         let deadline = tokio::time::Instant::now() + wait;
@@ -874,7 +874,7 @@ impl LogConsumer for KafkaConsumer {
             let committed =
                 tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
                     .await
-                    .map_err(|e| BusError::Unavailable(format!("kafka: commit: {e}")))?;
+                    .map_err(|e| LogError::Unavailable(format!("kafka: commit: {e}")))?;
             match committed {
                 Err(e)
                     if self.member

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 use crate::{
-    BusError, Group, Log, LogConsumer, MAX_RECORD_BYTES, Position, Record, Topic, partition_for,
+    Group, Log, LogConsumer, LogError, MAX_RECORD_BYTES, Position, Record, Topic, partition_for,
 };
 
 /// Expands into one `#[tokio::test]` per conformance case.
@@ -26,8 +26,8 @@ use crate::{
 /// dev-dependencies.
 ///
 /// ```ignore
-/// async fn embedded() -> (bus::Log, tempfile::TempDir) { /* open in a temp dir */ }
-/// bus::log_conformance_suite!(embedded());
+/// async fn embedded() -> (log::Log, tempfile::TempDir) { /* open in a temp dir */ }
+/// log::log_conformance_suite!(embedded());
 /// ```
 #[macro_export]
 macro_rules! log_conformance_suite {
@@ -196,28 +196,28 @@ pub async fn unknown_topics_are_refused_and_never_created(log: Log) {
     let missing = Topic::new(&unique("missing")).unwrap();
     assert!(matches!(
         log.partitions(&missing).await,
-        Err(BusError::UnknownTopic(_))
+        Err(LogError::UnknownTopic(_))
     ));
     assert!(matches!(
         log.append(&missing, b"k", b"v").await,
-        Err(BusError::UnknownTopic(_))
+        Err(LogError::UnknownTopic(_))
     ));
     assert!(matches!(
         log.consumer(&group("g"), &missing, &[0]).await,
-        Err(BusError::UnknownTopic(_))
+        Err(LogError::UnknownTopic(_))
     ));
     assert!(matches!(
         log.consumer_of_all(&group("g"), &missing).await,
-        Err(BusError::UnknownTopic(_))
+        Err(LogError::UnknownTopic(_))
     ));
     assert!(matches!(
         log.member(&group("g"), &missing).await.err(),
-        Some(BusError::UnknownTopic(_))
+        Some(LogError::UnknownTopic(_))
     ));
     // None of that created it.
     assert!(matches!(
         log.partitions(&missing).await,
-        Err(BusError::UnknownTopic(_))
+        Err(LogError::UnknownTopic(_))
     ));
 }
 
@@ -225,21 +225,21 @@ pub async fn bad_arguments_are_refused(log: Log) {
     let t = Topic::new(&unique("bad")).unwrap();
     assert!(matches!(
         log.create_topic(&t, 0).await,
-        Err(BusError::Invalid(_))
+        Err(LogError::Invalid(_))
     ));
     let t = topic(&log, 2).await;
     let g = group("g");
     assert!(matches!(
         log.consumer(&g, &t, &[]).await.err(),
-        Some(BusError::Invalid(_))
+        Some(LogError::Invalid(_))
     ));
     assert!(matches!(
         log.consumer(&g, &t, &[1, 1]).await.err(),
-        Some(BusError::Invalid(_))
+        Some(LogError::Invalid(_))
     ));
     assert!(matches!(
         log.consumer(&g, &t, &[0, 2]).await.err(),
-        Some(BusError::UnknownPartition { partition: 2, .. })
+        Some(LogError::UnknownPartition { partition: 2, .. })
     ));
 
     let mut consumer = log.consumer(&g, &t, &[1]).await.unwrap();
@@ -248,7 +248,7 @@ pub async fn bad_arguments_are_refused(log: Log) {
     assert_eq!(consumer.group(), &g);
     assert!(matches!(
         consumer.poll(0, QUIET).await,
-        Err(BusError::Invalid(_))
+        Err(LogError::Invalid(_))
     ));
     let other = Position {
         partition: 0,
@@ -256,7 +256,7 @@ pub async fn bad_arguments_are_refused(log: Log) {
     };
     assert!(matches!(
         consumer.commit(&[other]).await,
-        Err(BusError::UnknownPartition { partition: 0, .. })
+        Err(LogError::UnknownPartition { partition: 0, .. })
     ));
     // Committing nothing is a no-op.
     consumer.commit(&[]).await.unwrap();
@@ -291,7 +291,7 @@ pub async fn end_offsets_follow_appends(log: Log) {
     let missing = Topic::new(&unique("missing")).unwrap();
     assert!(matches!(
         log.end_offsets(&missing).await,
-        Err(BusError::UnknownTopic(_))
+        Err(LogError::UnknownTopic(_))
     ));
 }
 
@@ -392,7 +392,7 @@ pub async fn oversize_records_are_refused(log: Log) {
     let payload = vec![0u8; MAX_RECORD_BYTES];
     assert!(matches!(
         log.append(&t, b"k", &payload).await,
-        Err(BusError::TooLarge { .. })
+        Err(LogError::TooLarge { .. })
     ));
     // Nothing was written: the next record takes offset 0.
     assert_eq!(log.append(&t, b"k", b"small").await.unwrap().offset, 0);

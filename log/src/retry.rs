@@ -21,9 +21,9 @@ pub trait Transience {
     fn is_transient(&self) -> bool;
 }
 
-impl Transience for crate::BusError {
+impl Transience for crate::LogError {
     fn is_transient(&self) -> bool {
-        crate::BusError::is_transient(self)
+        crate::LogError::is_transient(self)
     }
 }
 

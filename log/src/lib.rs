@@ -55,7 +55,7 @@ pub const MAX_RECORD_BYTES: usize = 960 * 1024;
 pub const MAX_PARTITIONS: u32 = 4096;
 
 #[derive(Debug, thiserror::Error)]
-pub enum BusError {
+pub enum LogError {
     /// A topic or group name outside the allowed alphabet or length, or a bad argument.
     #[error("invalid argument: {0}")]
     Invalid(String),
@@ -83,14 +83,14 @@ pub enum BusError {
     NotEnabled(String),
 }
 
-impl BusError {
+impl LogError {
     /// Whether the same call may succeed later (back off and retry rather than drop).
     pub fn is_transient(&self) -> bool {
-        matches!(self, BusError::Unavailable(_) | BusError::Busy(_))
+        matches!(self, LogError::Unavailable(_) | LogError::Busy(_))
     }
 }
 
-pub type Result<T, E = BusError> = std::result::Result<T, E>;
+pub type Result<T, E = LogError> = std::result::Result<T, E>;
 
 /// Where a record sits in its topic: its partition and its offset there. Offsets start at 0 and
 /// grow by one per record in each partition.
@@ -202,19 +202,19 @@ pub type Log = Arc<dyn LogBackend>;
 pub async fn open(url: &str) -> Result<Log> {
     if let Some(dir) = url.strip_prefix("embedded:") {
         if dir.is_empty() {
-            return Err(BusError::Invalid(
+            return Err(LogError::Invalid(
                 "embedded log URL needs a directory: embedded:<dir>".into(),
             ));
         }
         let dir = std::path::PathBuf::from(dir);
         let log = tokio::task::spawn_blocking(move || embedded::EmbeddedLog::open(&dir))
             .await
-            .map_err(|e| BusError::Unavailable(e.to_string()))??;
+            .map_err(|e| LogError::Unavailable(e.to_string()))??;
         Ok(Arc::new(log))
     } else if let Some(rest) = url.strip_prefix("kafka://") {
         open_kafka(rest)
     } else {
-        Err(BusError::NotEnabled(format!(
+        Err(LogError::NotEnabled(format!(
             "unknown log URL `{}`: expected embedded:<dir> or kafka://host:9092[,host...]",
             schemas::redact::redact_url(url)
         )))
@@ -230,8 +230,8 @@ fn open_kafka(rest: &str) -> Result<Log> {
 
 #[cfg(not(feature = "kafka"))]
 fn open_kafka(_rest: &str) -> Result<Log> {
-    Err(BusError::NotEnabled(
-        "this build has no Kafka backend (the `kafka` feature of vigil-bus is off)".into(),
+    Err(LogError::NotEnabled(
+        "this build has no Kafka backend (the `kafka` feature of vigil-log is off)".into(),
     ))
 }
 
@@ -245,7 +245,7 @@ pub(crate) fn resume_offsets(
     let mut through: Vec<(u32, u64)> = Vec::new();
     for position in processed {
         if assigned.binary_search(&position.partition).is_err() {
-            return Err(BusError::UnknownPartition {
+            return Err(LogError::UnknownPartition {
                 topic: topic.to_string(),
                 partition: position.partition,
             });
@@ -264,19 +264,19 @@ pub(crate) fn resume_offsets(
 /// The shared checks of a consumer's partitions; answers them sorted.
 pub(crate) fn check_partitions(topic: &Topic, count: u32, partitions: &[u32]) -> Result<Vec<u32>> {
     if partitions.is_empty() {
-        return Err(BusError::Invalid(
+        return Err(LogError::Invalid(
             "a consumer needs at least one partition".into(),
         ));
     }
     let mut sorted = partitions.to_vec();
     sorted.sort_unstable();
     if sorted.windows(2).any(|w| w[0] == w[1]) {
-        return Err(BusError::Invalid(format!(
+        return Err(LogError::Invalid(format!(
             "partitions {partitions:?} name one twice"
         )));
     }
     if let Some(&p) = sorted.iter().find(|&&p| p >= count) {
-        return Err(BusError::UnknownPartition {
+        return Err(LogError::UnknownPartition {
             topic: topic.to_string(),
             partition: p,
         });
@@ -287,7 +287,7 @@ pub(crate) fn check_partitions(topic: &Topic, count: u32, partitions: &[u32]) ->
 /// The shared argument checks of `create_topic`; both backends apply them.
 pub(crate) fn check_partition_count(partitions: u32) -> Result<()> {
     if partitions == 0 || partitions > MAX_PARTITIONS {
-        return Err(BusError::Invalid(format!(
+        return Err(LogError::Invalid(format!(
             "a topic has 1 to {MAX_PARTITIONS} partitions, not {partitions}"
         )));
     }
@@ -298,7 +298,7 @@ pub(crate) fn check_partition_count(partitions: u32) -> Result<()> {
 pub(crate) fn check_record_size(key: &[u8], payload: &[u8]) -> Result<()> {
     let size = key.len() + payload.len();
     if size > MAX_RECORD_BYTES {
-        return Err(BusError::TooLarge {
+        return Err(LogError::TooLarge {
             size,
             limit: MAX_RECORD_BYTES,
         });

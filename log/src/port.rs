@@ -213,7 +213,7 @@ log_port! {
         async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position>
             as Append;
 
-        /// As [`LogBackend::append`], but refused at once with [`crate::BusError::Busy`] when
+        /// As [`LogBackend::append`], but refused at once with [`crate::LogError::Busy`] when
         /// the backend holds as many appends in flight as it takes, instead of waiting for
         /// room: for a client's request, which the client retries, where internal work waits.
         /// A backend without such a bound appends as `append` does.

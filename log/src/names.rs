@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{BusError, Result};
+use crate::{LogError, Result};
 
 /// Kafka's limit on a topic name's length.
 const MAX_NAME_LEN: usize = 249;
@@ -18,7 +18,7 @@ fn check(kind: &str, name: &str) -> Result<()> {
         || name == ".."
         || !name.chars().all(legal)
     {
-        return Err(BusError::Invalid(format!(
+        return Err(LogError::Invalid(format!(
             "{kind} name `{name}` must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 . _ - (and not `.` or `..`)"
         )));
     }
@@ -106,11 +106,11 @@ mod tests {
     fn illegal_names() {
         for name in ["", ".", "..", "a b", "a/b", "é", "a:b", &"x".repeat(250)] {
             assert!(
-                matches!(Topic::new(name), Err(BusError::Invalid(_))),
+                matches!(Topic::new(name), Err(LogError::Invalid(_))),
                 "{name}"
             );
             assert!(
-                matches!(Group::new(name), Err(BusError::Invalid(_))),
+                matches!(Group::new(name), Err(LogError::Invalid(_))),
                 "{name}"
             );
         }
