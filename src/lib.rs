@@ -1,19 +1,12 @@
-//! The `vigil` binary's library: configuration, the wiring of roles into one router, and the
-//! operator commands. Tests start the same server in-process through [`server::start`].
+//! The `vigil` binary's library: its configuration (`config`), the server and the wiring of its
+//! roles (`server`), the operator's commands on the store (`commands`: bootstrap, migrate, keys),
+//! and the client commands that call a running Vigil or read its store (`client`: export, gate,
+//! healthcheck). Tests start the same server in-process through [`server::start`].
 
-pub mod app;
+pub mod client;
 pub mod commands;
 pub mod config;
-pub mod connections;
-pub mod demo;
-pub mod export;
-pub mod gate_client;
-pub mod healthcheck;
-pub mod log_roles;
-pub mod openapi;
-pub mod retention;
 pub mod server;
-pub mod web_bot_auth_keys;
 
 use config::{Cli, Command};
 
@@ -45,10 +38,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             commands::set_rate_limit(args).await
         }
         Command::Keys(config::KeysCommand::Create(args)) => commands::create_key(args).await,
-        Command::Gate(config::GateCommand::Signup(args)) => gate_client::signup(args).await,
-        Command::Gate(config::GateCommand::Login(args)) => gate_client::login(args).await,
-        Command::Export(args) => export::run(args).await,
-        Command::Healthcheck(args) => healthcheck::run(args).await,
+        Command::Gate(config::GateCommand::Signup(args)) => client::gate::signup(args).await,
+        Command::Gate(config::GateCommand::Login(args)) => client::gate::login(args).await,
+        Command::Export(args) => client::export::run(args).await,
+        Command::Healthcheck(args) => client::healthcheck::run(args).await,
     }
 }
 

@@ -139,15 +139,15 @@ async fn bare_behind_connections(body: Vec<u8>) -> String {
     let app = bare_router(body);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let limits = vigil::connections::ConnectionLimits {
+    let limits = vigil::server::connections::ConnectionLimits {
         header_read_timeout: std::time::Duration::from_secs(10),
         keep_alive_timeout: std::time::Duration::from_secs(75),
         max_connections: 10_000,
     };
     tokio::spawn(async move {
-        vigil::connections::serve(
+        vigil::server::connections::serve(
             listener,
-            vigil::connections::Transport::Plain,
+            vigil::server::connections::Transport::Plain,
             app,
             limits,
             Default::default(),

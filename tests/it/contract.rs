@@ -7,7 +7,7 @@ use vigil_tests::collect::open_session;
 use vigil_tests::{TestServer, json};
 
 fn document() -> Value {
-    serde_json::to_value(vigil::openapi::document()).unwrap()
+    serde_json::to_value(vigil::server::openapi::document()).unwrap()
 }
 
 /// Every operation of the document, as (method, path, operation).

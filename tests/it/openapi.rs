@@ -110,7 +110,7 @@ async fn the_served_document_is_the_committed_one_valid_and_names_served_routes_
 #[test]
 fn documented_constraints_are_the_enforced_ones() {
     use schemas::validate::{NAME_MAX_CHARS, ORIGINS_MAX, SLUG_MAX_LEN, SLUG_PATTERN};
-    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let doc = serde_json::to_value(vigil::server::openapi::document()).unwrap();
     let schema = |name: &str| doc["components"]["schemas"][name]["properties"].clone();
     let organization = schema("NewOrganization");
     assert_eq!(organization["slug"]["pattern"], SLUG_PATTERN);
@@ -188,7 +188,7 @@ fn documented_constraints_are_the_enforced_ones() {
 #[test]
 fn the_docs_route_tables_are_the_documents_operations() {
     use std::collections::BTreeSet;
-    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let doc = serde_json::to_value(vigil::server::openapi::document()).unwrap();
     let documented: BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .unwrap()
@@ -267,7 +267,7 @@ fn the_error_reference_and_the_document_list_the_closed_set_of_codes() {
         assert!(text.contains(&section), "docs/errors.md lacks `{section}`");
     }
 
-    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let doc = serde_json::to_value(vigil::server::openapi::document()).unwrap();
     let listed: Vec<&str> = doc["components"]["schemas"]["ErrorCode"]["enum"]
         .as_array()
         .expect("ErrorCode is an enum")
@@ -288,7 +288,7 @@ fn the_error_reference_and_the_document_list_the_closed_set_of_codes() {
 fn the_events_reference_and_the_document_give_each_events_data_the_same_members() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../schemas/events.md");
     let text = std::fs::read_to_string(path).unwrap();
-    let doc = serde_json::to_value(vigil::openapi::document()).unwrap();
+    let doc = serde_json::to_value(vigil::server::openapi::document()).unwrap();
     let mut documented = Vec::new();
     for section in text.split("\n### `").skip(1) {
         let (event_type, body) = section.split_once('`').expect("a section's type");

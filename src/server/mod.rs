@@ -2,6 +2,14 @@
 //! the limiter, write the development organization on first start, and serve (plain or TLS,
 //! `connections`) until the shutdown token is cancelled, finishing requests in flight.
 
+pub mod app;
+pub mod connections;
+pub mod demo;
+pub mod log_roles;
+pub mod openapi;
+pub mod retention;
+pub mod web_bot_auth_keys;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +24,7 @@ use store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeArgs, StoreArgs, redact_url};
-use crate::connections::{ConnectionLimits, Transport};
+use crate::server::connections::{ConnectionLimits, Transport};
 
 /// How long start-up waits for Kafka's topics before serving without them.
 const LOG_READY_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
@@ -202,11 +210,11 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         None => log,
     };
     let roles = args.role_set();
-    let (log_preparation, processor) = crate::log_roles::start(
+    let (log_preparation, processor) = crate::server::log_roles::start(
         log.clone(),
         roles
             .processor
-            .then(|| crate::log_roles::ProcessorSettings {
+            .then(|| crate::server::log_roles::ProcessorSettings {
                 store: store.clone(),
                 log: log.clone(),
                 secret: secret.clone(),
@@ -238,14 +246,14 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     let batches = log::Topic::from_static(schemas::collect::BATCHES_TOPIC);
     // Retention (docs/architecture.md#retention): expired rows are dropped in small steps beside
     // every role.
-    let sweep = tokio::spawn(crate::retention::sweep(
+    let sweep = tokio::spawn(crate::server::retention::sweep(
         store.clone(),
         args.retention,
         shutdown.clone(),
     ));
     // And the embedded log's old records (Kafka's brokers expire their topics themselves).
     let log_sweep = args.log_url().starts_with("embedded:").then(|| {
-        tokio::spawn(crate::retention::sweep_log(
+        tokio::spawn(crate::server::retention::sweep_log(
             log.clone(),
             args.log_retention,
             shutdown.clone(),
@@ -254,11 +262,11 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     // The demo exists only beside the embedded development organization
     // (docs/architecture.md#demo-page).
     let demo = match args.demo && args.store.is_embedded() && roles.admin {
-        true => crate::demo::router(auth.clone(), &credentials_path).await,
+        true => crate::server::demo::router(auth.clone(), &credentials_path).await,
         false => None,
     };
     let demo_served = demo.is_some();
-    let app = crate::app::router(crate::app::AppParts {
+    let app = crate::server::app::router(crate::server::app::AppParts {
         roles,
         demo,
         log: log.clone(),
@@ -299,7 +307,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
     };
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
-        crate::connections::serve(listener, transport, app, limits, token)
+        crate::server::connections::serve(listener, transport, app, limits, token)
             .await
             .context("serving")
     });
@@ -368,10 +376,10 @@ fn serve_metrics(
     tracing::info!(%addr, "serving /metrics apart from the API");
     let token = shutdown.clone();
     Ok(tokio::spawn(async move {
-        crate::connections::serve(
+        crate::server::connections::serve(
             listener,
             Transport::Plain,
-            crate::app::metrics_router(),
+            crate::server::app::metrics_router(),
             limits,
             token,
         )
@@ -401,7 +409,7 @@ fn trusted_agents(
     let directories =
         Directories::from_file(path).map_err(|e| anyhow::anyhow!("--web-bot-auth-keys: {e}"))?;
     let agents = Arc::new(TrustedAgents::new(directories, authorities));
-    tokio::spawn(crate::web_bot_auth_keys::keep_current(
+    tokio::spawn(crate::server::web_bot_auth_keys::keep_current(
         agents.clone(),
         path.clone(),
         args.web_bot_auth_refresh,

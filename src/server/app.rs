@@ -28,7 +28,7 @@ pub struct AppParts {
     pub allow_private_webhooks: bool,
     pub log: log::Log,
     /// Whether the log's topics are prepared (they are, in the background: `log_roles`).
-    pub log_preparation: crate::log_roles::LogPreparation,
+    pub log_preparation: crate::server::log_roles::LogPreparation,
     pub batches: log::Topic,
     /// The agents whose Web Bot Auth signatures ingest can verify.
     pub agents: Arc<ingest::web_bot_auth::TrustedAgents>,
@@ -116,7 +116,7 @@ pub fn router(parts: AppParts) -> Router {
     // The error reference goes with any API role (errors link to it), the SDK with ingest.
     let docs = Router::new()
         .route("/docs/errors", get(error_docs))
-        .route("/v1/openapi.json", get(crate::openapi::serve));
+        .route("/v1/openapi.json", get(crate::server::openapi::serve));
     let sdk = Router::new()
         .route("/sdk/v1/vigil.js", get(ingest::sdk::script))
         .route(
@@ -183,7 +183,7 @@ struct Probes {
     roles: crate::config::Roles,
     auth: Arc<Authenticator>,
     log: log::Log,
-    log_preparation: crate::log_roles::LogPreparation,
+    log_preparation: crate::server::log_roles::LogPreparation,
 }
 
 /// How long `/readyz` waits for one backend: a load balancer's probe must not hang on a
@@ -286,7 +286,7 @@ async fn readyz(State(probes): State<Probes>) -> Response {
 async fn error_docs() -> Response {
     (
         [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
-        include_str!("../docs/errors.md"),
+        include_str!("../../docs/errors.md"),
     )
         .into_response()
 }
