@@ -10,13 +10,6 @@ pub mod server;
 
 use config::{Cli, Command};
 
-/// The most threads a runtime runs blocking work on (tokio's default is 512): the server's and
-/// the processor's. The embedded store's writes run there and take turns on one writer lock, so
-/// under load hundreds of threads piled up waiting for it, each with its own allocator heap: the
-/// many-sessions soak's server passed 2 GB with 520 threads. A few dozen keep the store's writer
-/// busy and the rest (file and DNS work) served.
-pub const BLOCKING_THREADS: usize = 32;
-
 /// Runs one command of the CLI to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {

@@ -14,7 +14,7 @@ fn main() -> std::process::ExitCode {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = vigil::config::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .max_blocking_threads(vigil::BLOCKING_THREADS)
+        .max_blocking_threads(vigil::server::BLOCKING_THREADS)
         .enable_all()
         .build()
     {

@@ -175,7 +175,7 @@ async fn run_processor(pipeline: processor::pipeline::Pipeline, shutdown: Cancel
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .thread_name("vigil-processor-io")
-                .max_blocking_threads(crate::BLOCKING_THREADS)
+                .max_blocking_threads(super::BLOCKING_THREADS)
                 .build();
             match runtime {
                 Ok(runtime) => runtime.block_on(processor::pipeline::run(pipeline, shutdown)),

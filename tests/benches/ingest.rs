@@ -294,7 +294,7 @@ fn main() {
     vigil_tests::create_kafka_topics(&kafka);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads(vigil::BLOCKING_THREADS)
+        .max_blocking_threads(vigil::server::BLOCKING_THREADS)
         .enable_all()
         .build()
         .unwrap();

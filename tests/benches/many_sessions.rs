@@ -478,7 +478,7 @@ fn run_soak(runtime: &tokio::runtime::Runtime) {
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads(vigil::BLOCKING_THREADS)
+        .max_blocking_threads(vigil::server::BLOCKING_THREADS)
         .enable_all()
         .build()
         .unwrap();
