@@ -139,7 +139,6 @@ impl RequestBody for AckBody {
 #[derive(utoipa::ToSchema)]
 struct LoginBody {
     /// The service whose dashboard the person logs in to.
-    #[schema(pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
     service_id: String,
 }
 
@@ -162,7 +161,7 @@ struct ConsumeBody {
     #[schema(nullable = false)]
     gate_session_id: Option<GateSessionId>,
     /// The service the dashboard is; when given, a code of another service is unknown.
-    #[schema(nullable = false, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
+    #[schema(nullable = false)]
     service_id: Option<String>,
 }
 
@@ -310,7 +309,7 @@ const CLIENT_NAME_MAX_CHARS: usize = 64;
     operation_id = "start_gate_signup",
     path = "/v1/gate/services/{serviceId}/signups",
     tag = "gate",
-    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "vigil", description = "A published service.")),
+    params(("serviceId" = String, Path, example = "vigil", description = "A published service.")),
     request_body(content = Option<SignupBody>, description = "Optional: a signup may carry no body."),
     security(()),
     responses(

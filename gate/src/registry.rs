@@ -131,7 +131,7 @@ async fn list(
     operation_id = "read_gate_registry_entry",
     path = "/v1/gate/registry/{serviceId}",
     tag = "gate",
-    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "vigil", description = "A published service.")),
+    params(("serviceId" = String, Path, example = "vigil", description = "A published service.")),
     security(("publishable_key" = []), ("secret_key" = [])),
     responses(
         (status = 200, description = "The service.", body = Single<Entry>),

@@ -192,7 +192,7 @@ fn nonempty_text(max: usize) -> impl Fn(&str) -> Result<(), String> {
 #[derive(Default, utoipa::ToSchema)]
 struct Draft {
     /// At creation only; a PATCH may repeat it unchanged.
-    #[schema(nullable = false, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$")]
+    #[schema(nullable = false)]
     id: Option<String>,
     #[schema(
         nullable = false,
@@ -814,7 +814,7 @@ async fn list(
     operation_id = "read_gate_service",
     path = "/v1/gate/services/{serviceId}",
     tag = "gate",
-    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "acme-cli",
+    params(("serviceId" = String, Path, example = "acme-cli",
         description = "A service of the caller's environment, or `vigil`.")),
     security(("secret_key" = ["gate:services:read"])),
     responses(
@@ -838,7 +838,7 @@ async fn read(
     operation_id = "update_gate_service",
     path = "/v1/gate/services/{serviceId}",
     tag = "gate",
-    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "acme-cli",
+    params(("serviceId" = String, Path, example = "acme-cli",
         description = "A service of the caller's environment, or `vigil`.")),
     request_body = Draft,
     security(("secret_key" = ["gate:services:manage"])),
@@ -921,7 +921,7 @@ async fn update(
     operation_id = "disable_gate_service",
     path = "/v1/gate/services/{serviceId}",
     tag = "gate",
-    params(("serviceId" = String, Path, pattern = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$", example = "acme-cli",
+    params(("serviceId" = String, Path, example = "acme-cli",
         description = "A service of the caller's environment, or `vigil`.")),
     security(("secret_key" = ["gate:services:manage"])),
     responses(

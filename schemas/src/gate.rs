@@ -196,8 +196,11 @@ pub fn normalize_user_code(typed: &str) -> Option<String> {
 /// The shortest `webhook_secret` a service may set.
 pub const MIN_WEBHOOK_SECRET_CHARS: usize = 32;
 
+/// The pattern of a service id, as the OpenAPI document gives it wherever one is read.
+pub const SERVICE_ID_PATTERN: &str = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$";
+
 /// A service id: 3 to 32 characters of `[a-z0-9_-]`, starting and ending with a letter or
-/// digit (`^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$`), and not reserved.
+/// digit ([`SERVICE_ID_PATTERN`]), and not reserved.
 pub fn service_id(s: &str) -> Result<(), String> {
     let bytes = s.as_bytes();
     let edge_ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();

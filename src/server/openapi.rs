@@ -30,7 +30,46 @@ pub fn document() -> Value {
     describe_layers(&mut doc);
     close_request_bodies(&mut doc);
     describe_webhooks(&mut doc);
+    pattern_service_ids(&mut doc);
     doc
+}
+
+/// Every service id the document reads (a `serviceId` path parameter, a member of a request
+/// body) gets its pattern from the one place that states it,
+/// `schemas::gate::SERVICE_ID_PATTERN`, rather than from each route's annotation.
+fn pattern_service_ids(doc: &mut Value) {
+    let pattern = json!(schemas::gate::SERVICE_ID_PATTERN);
+    for path in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for operation in path
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|o| o.values_mut())
+        {
+            let parameters = operation.get_mut("parameters").and_then(Value::as_array_mut);
+            for parameter in parameters.into_iter().flatten() {
+                if parameter["name"] == "serviceId" {
+                    parameter["schema"]["pattern"] = pattern.clone();
+                }
+            }
+        }
+    }
+    // The bodies that name a service (the committed document shows any one missed).
+    let members = [
+        ("LoginBody", "service_id"),
+        ("ConsumeBody", "service_id"),
+        ("Draft", "id"),
+        ("NewService", "id"),
+    ];
+    for (schema, name) in members {
+        let member = &mut doc["components"]["schemas"][schema]["properties"][name];
+        if member.is_object() {
+            member["pattern"] = pattern.clone();
+        }
+    }
 }
 
 /// What the handlers' annotations describe.
