@@ -49,7 +49,9 @@ fn pattern_service_ids(doc: &mut Value) {
             .into_iter()
             .flat_map(|o| o.values_mut())
         {
-            let parameters = operation.get_mut("parameters").and_then(Value::as_array_mut);
+            let parameters = operation
+                .get_mut("parameters")
+                .and_then(Value::as_array_mut);
             for parameter in parameters.into_iter().flatten() {
                 if parameter["name"] == "serviceId" {
                     parameter["schema"]["pattern"] = pattern.clone();

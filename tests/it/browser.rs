@@ -109,8 +109,19 @@ async fn headless_chromium_loads_the_sdk_and_its_probes_reach_the_log() {
     let profile = Profile::new();
     let browser = driver.session(&profile).await;
 
-    let (loaded, record) =
-        visit_with(&s, &browser, &page, &["webgl", "worker", "webgl_render"]).await;
+    // The worker probe keeps what arrived by its deadline (ingest/sdk/vigil.js), so a page too
+    // busy to hear the worker's GPU pair in time, as a loaded machine's can be, loses that pair
+    // alone; a later visit brings it, and three without it fail below.
+    let mut visits = 0;
+    let (loaded, record) = loop {
+        visits += 1;
+        let visited = visit_with(&s, &browser, &page, &["webgl", "worker", "webgl_render"]).await;
+        let gpu = &visited.1["observations"]["browser"]["worker_webgl_renderer"];
+        if gpu.is_string() || visits == 3 {
+            break visited;
+        }
+        println!("visit {visits}: the worker's GPU pair came after the probe's deadline; again");
+    };
     let sid = loaded["session_id"].as_str().unwrap();
     assert_eq!(record["schema"], 1);
     assert_eq!(record["seq"], 1);
