@@ -11,7 +11,7 @@
 use axum::extract::State;
 use edge::auth::effective_rate_limit;
 use edge::body::PathParams;
-use edge::body::{Fields, FromPath, QueryParams, Reply, RequestBody, Valid};
+use edge::body::{Fields, FromPath, Member, QueryParams, Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
 use edge::pagination::encode_cursor;
 use edge::policy::{ManageApiKeys, ReadApiKeys, RevokeApiKey, RotateApiKey};
@@ -47,9 +47,10 @@ struct KeyPath(
     KeyId,
 );
 
-/// An origin a publishable key may be used from, as the document describes one
-/// (`validate::ORIGIN_PATTERN`; `validate::origin` also normalises it).
-struct Origin;
+/// An origin a publishable key may be used from, normalised to the form browsers send in the
+/// `Origin` header (`validate::origin`); the document gives its form as
+/// `validate::ORIGIN_PATTERN`.
+struct Origin(String);
 
 impl utoipa::PartialSchema for Origin {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
@@ -64,73 +65,79 @@ impl utoipa::PartialSchema for Origin {
 
 impl utoipa::ToSchema for Origin {}
 
+impl Member for Origin {
+    const EXPECTED: &'static str = "string";
+
+    fn read(f: &mut Fields, name: &str, value: edge::body::Value) -> Option<Self> {
+        edge::body::parsed(f, name, value, validate::origin).map(Origin)
+    }
+}
+
 /// The body of `POST .../api-keys`. Omitted, `type` is `secret` and `environment` the caller's
 /// own; `allowed_origins` is for publishable keys and `scopes` for secret ones. A `rate_limit`
 /// is accepted and ignored: the operator sets limits (`vigil keys set-rate-limit`).
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
+#[request_body(ignore = ["rate_limit"], check = NewApiKey::fits_its_type)]
 pub struct NewApiKey {
     #[schema(
         min_length = 1,
         max_length = 200,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = validate::name)]
     name: String,
     #[schema(nullable = false, rename = "type")]
     key_type: Option<KeyType>,
     #[schema(nullable = false)]
     environment: Option<Environment>,
     /// Origins (`scheme://host[:port]`) a publishable key may be used from; none: any.
-    #[schema(nullable = false, max_items = 100, value_type = Option<Vec<Origin>>)]
-    allowed_origins: Option<Vec<String>>,
+    #[schema(nullable = false, max_items = 100)]
+    allowed_origins: Option<Vec<Origin>>,
     /// Omitted: what the caller holds; never more than that.
     #[schema(nullable = false, min_items = 1)]
     scopes: Option<Vec<Scope>>,
 }
 
-impl RequestBody for NewApiKey {
-    fn read(f: &mut Fields) -> Option<Self> {
-        f.ignore("rate_limit");
-        let name = f.checked_string("name", true, validate::name);
-        let key_type = match f.has("type") {
-            true => f
-                .enumerated("type", true, &KeyType::ALL, KeyType::parse)
-                .map(Some),
-            false => Some(None),
-        };
-        let environment = match f.has("environment") {
-            true => f
-                .enumerated("environment", true, &Environment::ALL, Environment::parse)
-                .map(Some),
-            false => Some(None),
-        };
-        let (origins, scopes) = match key_type {
-            Some(t) => {
-                let t = t.unwrap_or(KeyType::Secret);
-                (
-                    origins_only_for_publishable(f, t),
-                    scopes_only_for_secret(f, t),
-                )
-            }
-            None => {
-                // The type is unknown, so which of these applies cannot be told; set them aside.
-                f.ignore("allowed_origins");
-                f.ignore("scopes");
-                (None, None)
-            }
-        };
-        Some(NewApiKey {
-            name: name?,
-            key_type: key_type?,
-            environment: environment?,
-            allowed_origins: origins,
-            scopes,
-        })
+impl NewApiKey {
+    fn fits_its_type(&mut self, f: &mut Fields) {
+        let key_type = self.key_type.unwrap_or(KeyType::Secret);
+        fits_type(f, key_type, &mut self.allowed_origins, &mut self.scopes);
+    }
+}
+
+/// `allowed_origins` is for publishable keys and `scopes` for secret ones; scopes are kept
+/// sorted and once each.
+fn fits_type(
+    f: &mut Fields,
+    key_type: KeyType,
+    origins: &mut Option<Vec<Origin>>,
+    scopes: &mut Option<Vec<Scope>>,
+) {
+    if key_type != KeyType::Publishable && origins.take().is_some() {
+        f.issue(
+            "allowed_origins",
+            "applies to publishable keys only",
+            None,
+            None,
+        );
+    }
+    if key_type != KeyType::Secret && scopes.take().is_some() {
+        f.issue("scopes", "applies to secret keys only", None, None);
+    }
+    if let Some(scopes) = scopes {
+        scopes.sort();
+        scopes.dedup();
     }
 }
 
 /// The body of `PATCH .../api-keys/{keyId}`: any subset. What makes the credential (its type,
 /// environment and key) is fixed; rotate the key to change it.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
+#[request_body(
+    ignore = ["rate_limit"],
+    forbid = ["type", "environment", "revealed_key", "key", "key_preview", "display_key"],
+    because = "is immutable after creation; rotate the key to change its credential"
+)]
 pub struct ApiKeyChange {
     #[schema(
         nullable = false,
@@ -138,43 +145,14 @@ pub struct ApiKeyChange {
         max_length = 200,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = validate::name)]
     name: Option<String>,
     /// Publishable keys only.
-    #[schema(nullable = false, max_items = 100, value_type = Option<Vec<Origin>>)]
-    allowed_origins: Option<Vec<String>>,
+    #[schema(nullable = false, max_items = 100)]
+    allowed_origins: Option<Vec<Origin>>,
     /// Secret keys only; never more than the caller holds.
     #[schema(nullable = false, min_items = 1)]
     scopes: Option<Vec<Scope>>,
-}
-
-impl ApiKeyChange {
-    /// What a PATCH may say depends on the key's type, which the body does not carry, so it is
-    /// read once the key is found.
-    fn read_for(body: edge::body::JsonObject, key_type: KeyType) -> Result<Self, ApiError> {
-        edge::body::read_body(body, |f| Some(Self::read_members(f, key_type)))
-    }
-
-    fn read_members(f: &mut Fields, key_type: KeyType) -> Self {
-        f.ignore("rate_limit");
-        for immutable in [
-            "type",
-            "environment",
-            "revealed_key",
-            "key",
-            "key_preview",
-            "display_key",
-        ] {
-            f.forbid(
-                immutable,
-                "is immutable after creation; rotate the key to change its credential",
-            );
-        }
-        ApiKeyChange {
-            name: f.checked_string("name", false, validate::name),
-            allowed_origins: origins_only_for_publishable(f, key_type),
-            scopes: scopes_only_for_secret(f, key_type),
-        }
-    }
 }
 
 /// What a new key is for; the credential itself is minted by [`issue_key`].
@@ -281,40 +259,6 @@ pub fn resource(key: &ApiKeyRecord, revealed: Option<&Credential>) -> ApiKey {
         revoked_at: key.revoked_at,
         grace_expires_at: key.grace_expires_at,
     }
-}
-
-fn parse_scope(s: &str) -> Option<Scope> {
-    Scope::parse(s)
-}
-
-fn origins_only_for_publishable(f: &mut Fields, key_type: KeyType) -> Option<Vec<String>> {
-    if key_type != KeyType::Publishable {
-        f.forbid("allowed_origins", "applies to publishable keys only");
-        return None;
-    }
-    f.string_array("allowed_origins", validate::ORIGINS_MAX, validate::origin)
-}
-
-fn scopes_only_for_secret(f: &mut Fields, key_type: KeyType) -> Option<Vec<Scope>> {
-    if key_type != KeyType::Secret {
-        f.forbid("scopes", "applies to secret keys only");
-        return None;
-    }
-    let names = Scope::all_names();
-    let scopes = f.enum_array("scopes", &names, parse_scope)?;
-    if scopes.is_empty() {
-        f.issue(
-            "scopes",
-            "must name at least one scope (omit it for the full set)",
-            Some("array"),
-            None,
-        );
-        return None;
-    }
-    let mut scopes = scopes;
-    scopes.sort();
-    scopes.dedup();
-    Some(scopes)
 }
 
 /// The scopes `caller` holds, the removed scope counted as its successors.
@@ -432,7 +376,11 @@ async fn create(
         name,
         key_type,
         environment,
-        allowed_origins: origins.unwrap_or_default(),
+        allowed_origins: origins
+            .unwrap_or_default()
+            .into_iter()
+            .map(|Origin(o)| o)
+            .collect(),
         // Omitted scopes grant what the caller holds: the full set for a full key, never more.
         scopes: match key_type {
             KeyType::Secret => scopes.unwrap_or_else(|| grants_of(&caller)),
@@ -582,7 +530,15 @@ async fn update(
         name,
         allowed_origins: origins,
         scopes,
-    } = ApiKeyChange::read_for(body, key.key_type)?;
+    } = ApiKeyChange::from_object_then(body, |change, f| {
+        // What a PATCH may say depends on the key's type, which the body does not carry.
+        fits_type(
+            f,
+            key.key_type,
+            &mut change.allowed_origins,
+            &mut change.scopes,
+        )
+    })?;
     if key.revoked_at.is_some() {
         return Err(ApiError::new(
             ErrorCode::Conflict,
@@ -593,7 +549,7 @@ async fn update(
         key.name = name;
     }
     if let Some(origins) = origins {
-        key.allowed_origins = origins;
+        key.allowed_origins = origins.into_iter().map(|Origin(o)| o).collect();
     }
     if let Some(scopes) = scopes {
         grantable(&caller, &scopes)?;

@@ -3,7 +3,7 @@
 
 use axum::extract::State;
 use edge::body::PathParams;
-use edge::body::{Fields, Reply, RequestBody, Valid};
+use edge::body::{Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{CreateOrganization, ReadOrganization, UpdateOrganization};
 use edge::{ApiError, SecretKey};
@@ -23,9 +23,10 @@ pub fn router() -> OpenApiRouter<AdminState> {
 }
 
 /// The body of `POST /v1/organizations`.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 pub struct NewOrganization {
     /// Shown to people; at most 200 characters (`validate::NAME_MAX_CHARS`).
+    #[member(check = validate::name)]
     #[schema(
         min_length = 1,
         max_length = 200,
@@ -38,23 +39,15 @@ pub struct NewOrganization {
         max_length = 100,
         pattern = "^[a-z0-9]+(?:-[a-z0-9]+)*$"
     )]
+    #[member(check = validate::slug)]
     slug: String,
 }
 
-impl RequestBody for NewOrganization {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let name = f.checked_string("name", true, validate::name);
-        let slug = f.checked_string("slug", true, validate::slug);
-        Some(NewOrganization {
-            name: name?,
-            slug: slug?,
-        })
-    }
-}
-
 /// The body of `PATCH /v1/organizations/{organizationId}`: any subset of the members.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
+#[request_body(forbid = ["slug"], because = "is immutable after creation")]
 pub struct OrganizationChange {
+    #[member(check = validate::name)]
     #[schema(
         nullable = false,
         min_length = 1,
@@ -65,15 +58,6 @@ pub struct OrganizationChange {
     /// `suspended` stops the organization's scoring and reads until set `active` again.
     #[schema(nullable = false)]
     status: Option<OrgStatus>,
-}
-
-impl RequestBody for OrganizationChange {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let name = f.checked_string("name", false, validate::name);
-        let status = f.enumerated("status", false, &OrgStatus::ALL, OrgStatus::parse);
-        f.forbid("slug", "is immutable after creation");
-        Some(OrganizationChange { name, status })
-    }
 }
 
 pub fn resource(org: &OrganizationRecord) -> Organization {

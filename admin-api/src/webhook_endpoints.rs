@@ -8,7 +8,9 @@
 use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use edge::body::{Fields, FromPath, JsonObject, PathParams, QueryParams, Reply, read_body};
+use edge::body::{
+    Fields, FromPath, JsonObject, PathParams, QueryParams, Reply, RequestBody, RequestBodyIn,
+};
 use edge::openapi::{BodyErrors, PageQuery, SecretKeyErrors};
 use edge::pagination::{encode_cursor, scan_page};
 use edge::policy::{ManageWebhooks, ReadWebhooks};
@@ -25,7 +27,7 @@ use schemas::ids::WebhookEndpointId;
 use schemas::resources::{List, Pagination, Single};
 use schemas::time::{self, Timestamp};
 use schemas::validate;
-use sender::outbound;
+use sender::outbound::{self, Destinations};
 use serde::Serialize;
 use store::{
     EndpointCaps, EndpointStatus, EndpointWrite, EventRecord, PreviousSecret, WebhookEndpointRecord,
@@ -81,16 +83,20 @@ struct Endpoint {
 }
 
 /// The body of `POST .../webhooks/endpoints`.
-#[derive(utoipa::ToSchema)]
+// Read under the operator's `--allow-private-webhooks`, which decides what a URL may be.
+#[derive(utoipa::ToSchema, RequestBody)]
+#[request_body(context = Destinations, check = NewEndpoint::distinct_types)]
 struct NewEndpoint {
     #[schema(
         min_length = 1,
         max_length = 200,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = validate::name)]
     name: String,
     /// Where deliveries go: an absolute `https` URL whose host is a public address.
     #[schema(value_type = String, format = "uri")]
+    #[member(parse_in = Destinations::url)]
     url: url::Url,
     /// At least one, none twice.
     #[schema(min_items = 1)]
@@ -98,24 +104,20 @@ struct NewEndpoint {
 }
 
 impl NewEndpoint {
-    /// Read with the operator's `--allow-private-webhooks`, which decides what a URL may be.
-    fn read_with(body: JsonObject, allow_private: bool) -> Result<Self, ApiError> {
-        read_body(body, |f| {
-            let name = f.checked_string("name", true, validate::name);
-            let url = url_member(f, true, allow_private);
-            let event_types = event_types(f, true);
-            Some(NewEndpoint {
-                name: name?,
-                url: url?,
-                event_types: event_types?,
-            })
-        })
+    fn distinct_types(&mut self, f: &mut Fields, _: &Destinations) {
+        distinct(f, &self.event_types);
     }
 }
 
 /// The body of `PATCH .../webhooks/endpoints/{endpointId}`: any subset. The signing secret is
 /// the server's to make (`.../rotations`).
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
+#[request_body(
+    context = Destinations,
+    forbid = ["signing_secret"],
+    because = "is made by the server",
+    check = EndpointChange::distinct_types
+)]
 struct EndpointChange {
     #[schema(
         nullable = false,
@@ -123,8 +125,10 @@ struct EndpointChange {
         max_length = 200,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = validate::name)]
     name: Option<String>,
     #[schema(nullable = false, value_type = Option<String>, format = "uri")]
+    #[member(parse_in = Destinations::url)]
     url: Option<url::Url>,
     #[schema(nullable = false, min_items = 1)]
     event_types: Option<Vec<EventType>>,
@@ -133,21 +137,32 @@ struct EndpointChange {
 }
 
 impl EndpointChange {
-    fn read_with(body: JsonObject, allow_private: bool) -> Result<Self, ApiError> {
-        read_body(body, |f| {
-            let change = EndpointChange {
-                name: f.checked_string("name", false, validate::name),
-                url: url_member(f, false, allow_private),
-                event_types: event_types(f, false),
-                status: f.enumerated("status", false, &["active", "disabled"], |s| match s {
-                    "active" => Some(EndpointStatus::Active),
-                    "disabled" => Some(EndpointStatus::Disabled),
-                    _ => None,
-                }),
-            };
-            f.forbid("signing_secret", "is made by the server");
-            Some(change)
-        })
+    fn distinct_types(&mut self, f: &mut Fields, _: &Destinations) {
+        if let Some(types) = &self.event_types {
+            distinct(f, types);
+        }
+    }
+}
+
+/// The operator's rule for where deliveries may go.
+fn outbound_rules(state: &AdminState) -> Destinations {
+    Destinations {
+        allow_private: state.allow_private_webhooks,
+    }
+}
+
+/// An endpoint names each event type once.
+fn distinct(f: &mut Fields, types: &[EventType]) {
+    let mut unique = types.to_vec();
+    unique.sort_by_key(|t| t.as_str());
+    unique.dedup();
+    if unique.len() != types.len() {
+        f.issue(
+            "event_types",
+            "must not name a type twice",
+            Some("array"),
+            None,
+        );
     }
 }
 
@@ -192,44 +207,6 @@ fn new_secret() -> String {
         .try_fill_bytes(&mut bytes)
         .expect("the OS random source is readable");
     format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes))
-}
-
-/// The event types of an endpoint: at least one, each known, none twice.
-fn event_types(f: &mut Fields, required: bool) -> Option<Vec<EventType>> {
-    if !f.has("event_types") {
-        if required {
-            f.issue("event_types", "is required", Some("array"), None);
-        }
-        return None;
-    }
-    let types = f.enum_array("event_types", &EventType::ALL, EventType::parse)?;
-    if types.is_empty() {
-        f.issue(
-            "event_types",
-            "must name at least one event type",
-            Some("array"),
-            None,
-        );
-        return None;
-    }
-    let mut unique = types.clone();
-    unique.sort_by_key(|t| t.as_str());
-    unique.dedup();
-    if unique.len() != types.len() {
-        f.issue(
-            "event_types",
-            "must not name a type twice",
-            Some("array"),
-            None,
-        );
-        return None;
-    }
-    Some(types)
-}
-
-/// The URL member, its form checked (the destination is checked by [`destination`]).
-fn url_member(f: &mut Fields, required: bool, allow_private: bool) -> Option<url::Url> {
-    f.parsed_string("url", required, |s| outbound::check_url(s, allow_private))
 }
 
 /// Active endpoints an organization may have in one environment: every event is fanned out
@@ -341,7 +318,7 @@ async fn create(
         name,
         url,
         event_types,
-    } = NewEndpoint::read_with(body, state.allow_private_webhooks)?;
+    } = NewEndpoint::from_object_in(body, &outbound_rules(&state))?;
     destination(&url, state.allow_private_webhooks).await?;
     let id = WebhookEndpointId::generate();
     let secret = new_secret();
@@ -483,7 +460,7 @@ async fn update(
         url,
         event_types: types,
         status,
-    } = EndpointChange::read_with(body, state.allow_private_webhooks)?;
+    } = EndpointChange::from_object_in(body, &outbound_rules(&state))?;
     if let Some(url) = &url {
         destination(url, state.allow_private_webhooks).await?;
         endpoint.url = url.to_string();

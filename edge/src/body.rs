@@ -12,7 +12,6 @@ use schemas::ErrorCode;
 use schemas::error::FieldIssue;
 use schemas::resources::{List, Meta, Pagination, Single};
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use crate::context;
 use crate::error::ApiError;
@@ -21,7 +20,7 @@ use crate::error::ApiError;
 pub const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// A JSON object body, checked for Content-Type, size and syntax.
-pub struct JsonObject(pub Map<String, Value>);
+pub struct JsonObject(pub Map);
 
 impl<S: Send + Sync> FromRequest<S> for JsonObject {
     type Rejection = ApiError;
@@ -90,7 +89,9 @@ impl JsonObject {
 
 /// A request body of its own type (docs/api.md#openapi): it reads its members from the object
 /// through [`Fields`], so every problem of the body is reported at once in one 422, and its
-/// `ToSchema` gives the OpenAPI document the same members and constraints.
+/// `ToSchema` gives the OpenAPI document the same members and constraints. Derive it
+/// (`#[derive(RequestBody)]`, from `body-derive`): the reader then comes from the attributes
+/// the document is made from, so the two cannot differ.
 pub trait RequestBody: Sized {
     /// The body from `f`'s members; `None` only when a problem was recorded on `f`.
     fn read(f: &mut Fields) -> Option<Self>;
@@ -99,6 +100,19 @@ pub trait RequestBody: Sized {
     /// else first (a credential the body does not carry), so that its refusal comes first.
     fn from_object(body: JsonObject) -> Result<Self, ApiError> {
         read_body(body, Self::read)
+    }
+
+    /// The body, then `check` with what the body does not carry (the stored record a PATCH
+    /// changes, the operator's flags), its problems reported in the same 422 as the body's.
+    fn from_object_then(
+        body: JsonObject,
+        check: impl FnOnce(&mut Self, &mut Fields),
+    ) -> Result<Self, ApiError> {
+        read_body(body, |f| {
+            let mut value = Self::read(f)?;
+            check(&mut value, f);
+            Some(value)
+        })
     }
 
     /// The body read straight from its bytes without the tree [`Fields`] reads, for a hot
@@ -110,10 +124,293 @@ pub trait RequestBody: Sized {
     }
 }
 
+/// A request body whose rules depend on more than the body: the operator's flags, the record a
+/// PATCH changes. Derived with `#[request_body(context = C)]`, so every problem, those the
+/// context finds included, is still reported in one 422.
+pub trait RequestBodyIn<C>: Sized {
+    /// The body from `f`'s members under `context`; `None` only when a problem was recorded.
+    fn read_in(f: &mut Fields, context: &C) -> Option<Self>;
+
+    fn from_object_in(body: JsonObject, context: &C) -> Result<Self, ApiError> {
+        read_body(body, |f| Self::read_in(f, context))
+    }
+}
+
+pub use body_derive::{Member, RequestBody};
+/// A JSON object's members, as derived readers take them.
+pub type Map = serde_json::Map<String, Value>;
+pub use serde_json::Value;
+
+/// A type a body's member is read into: a string, a number, an enum, an id, an array of them
+/// or a nested object (`#[derive(Member)]`).
+pub trait Member: Sized {
+    /// What the member is, as `details.fields[].expected` says when it is missing.
+    const EXPECTED: &'static str;
+
+    /// `value` as `Self`; `None` when the problem was recorded on `f` under `name`.
+    fn read(f: &mut Fields, name: &str, value: Value) -> Option<Self>;
+}
+
+/// A member's bounds as the OpenAPI document states them (`#[schema(min_length, ...)]`), which
+/// a derived reader enforces before reading the member's value.
+pub struct Constraints {
+    /// In characters, as JSON Schema counts them.
+    pub min_length: Option<usize>,
+    pub max_length: Option<usize>,
+    pub pattern: Option<&'static Pattern>,
+    pub minimum: Option<f64>,
+    pub maximum: Option<f64>,
+    pub min_items: Option<usize>,
+    pub max_items: Option<usize>,
+}
+
+/// A `pattern` of the document, compiled the first time a body needs it.
+pub struct Pattern {
+    source: &'static str,
+    regex: std::sync::OnceLock<regex::Regex>,
+}
+
+impl Pattern {
+    pub const fn new(source: &'static str) -> Self {
+        Pattern {
+            source,
+            regex: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn is_match(&self, s: &str) -> bool {
+        self.regex
+            .get_or_init(|| {
+                // The same text utoipa puts in the document; one Rust's regex cannot read would
+                // fail every test that sends the member.
+                regex::Regex::new(self.source).expect("a document pattern compiles")
+            })
+            .is_match(s)
+    }
+}
+
+impl Constraints {
+    fn is_empty(&self) -> bool {
+        self.min_length.is_none()
+            && self.max_length.is_none()
+            && self.pattern.is_none()
+            && self.minimum.is_none()
+            && self.maximum.is_none()
+            && self.min_items.is_none()
+            && self.max_items.is_none()
+    }
+
+    /// The first bound `value` breaks, as an issue's text; bounds apply to values of their own
+    /// JSON type only, as in JSON Schema (a value of the wrong type is the reader's to report).
+    fn broken_by(&self, value: &Value) -> Option<String> {
+        match value {
+            Value::String(s) => {
+                let n = s.chars().count();
+                let short = self.min_length.is_some_and(|min| n < min);
+                let long = self.max_length.is_some_and(|max| n > max);
+                if short || long {
+                    return match (self.min_length, self.max_length) {
+                        (Some(min), Some(max)) => {
+                            Some(format!("must be {min} to {max} characters"))
+                        }
+                        (Some(1), None) => Some("must be at least 1 character".into()),
+                        (Some(min), None) => Some(format!("must be at least {min} characters")),
+                        (None, Some(max)) => Some(format!("must be at most {max} characters")),
+                        (None, None) => None,
+                    };
+                }
+                let pattern = self.pattern?;
+                (!pattern.is_match(s)).then(|| format!("must match `{}`", pattern.source))
+            }
+            Value::Number(n) => {
+                let n = n.as_f64()?;
+                match (self.minimum, self.maximum) {
+                    (Some(min), _) if n < min => Some(format!("must be at least {min}")),
+                    (_, Some(max)) if n > max => Some(format!("must be at most {max}")),
+                    _ => None,
+                }
+            }
+            Value::Array(items) => match (self.min_items, self.max_items) {
+                (Some(min), _) if items.len() < min => Some(format!(
+                    "must have at least {min} item{}",
+                    if min == 1 { "" } else { "s" }
+                )),
+                (_, Some(max)) if items.len() > max => {
+                    Some(format!("must have at most {max} items"))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// A string member checked by `rule`, which returns the issue's text on failure.
+pub fn checked(
+    f: &mut Fields,
+    name: &str,
+    value: Value,
+    rule: impl FnOnce(&str) -> Result<(), String>,
+) -> Option<String> {
+    parsed(f, name, value, |s| rule(s).map(|()| s.to_owned()))
+}
+
+/// A string member turned into a `T` by `parse`, which returns the issue's text on failure:
+/// for members whose check is the conversion itself (decoding base64, say), done once.
+pub fn parsed<T>(
+    f: &mut Fields,
+    name: &str,
+    value: Value,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Option<T> {
+    let s = String::read(f, name, value)?;
+    match parse(&s) {
+        Ok(parsed) => Some(parsed),
+        Err(issue) => {
+            f.issue(name, issue, None, Some(Value::String(s)));
+            None
+        }
+    }
+}
+
+/// Bytes sent as base64url without padding, the way the collect protocol sends keys and
+/// ciphertexts.
+pub fn base64url(s: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|_| "must be base64url without padding".into())
+}
+
+impl Member for String {
+    const EXPECTED: &'static str = "string";
+
+    fn read(f: &mut Fields, name: &str, value: Value) -> Option<Self> {
+        match value {
+            Value::String(s) => Some(s),
+            other => {
+                f.issue(name, "must be a string", Some("string"), Some(other));
+                None
+            }
+        }
+    }
+}
+
+impl Member for bool {
+    const EXPECTED: &'static str = "boolean";
+
+    fn read(f: &mut Fields, name: &str, value: Value) -> Option<Self> {
+        match value {
+            Value::Bool(b) => Some(b),
+            other => {
+                f.issue(name, "must be a boolean", Some("boolean"), Some(other));
+                None
+            }
+        }
+    }
+}
+
+impl Member for u64 {
+    const EXPECTED: &'static str = "integer";
+
+    /// An integer, whichever way JSON spells it: `3` and `3.0` are one number (JSON Schema's
+    /// `integer` takes both, and so do clients that only have doubles).
+    fn read(f: &mut Fields, name: &str, value: Value) -> Option<Self> {
+        let n = value.as_number().and_then(|n| {
+            n.as_u64().or_else(|| {
+                n.as_f64()
+                    .filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x <= 2f64.powi(53))
+                    .map(|x| x as u64)
+            })
+        });
+        if n.is_none() {
+            f.issue(
+                name,
+                "must be a non-negative integer",
+                Some("integer"),
+                Some(value),
+            );
+        }
+        n
+    }
+}
+
+impl<T: Member> Member for Vec<T> {
+    const EXPECTED: &'static str = "array";
+
+    /// Every item read, each problem named by its index (`scopes[2]`).
+    fn read(f: &mut Fields, name: &str, value: Value) -> Option<Self> {
+        let Value::Array(items) = value else {
+            f.issue(
+                name,
+                format!("must be an array of {}s", T::EXPECTED),
+                Some("array"),
+                Some(value),
+            );
+            return None;
+        };
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, item) in items.into_iter().enumerate() {
+            match T::read(f, &format!("{name}[{i}]"), item) {
+                Some(t) => out.push(t),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+}
+
+/// `Member` for enums with `ALL` (their names) and `parse`: a value of another name is an
+/// issue listing them, and `details.allowed_values` names them when it is the body's only enum
+/// problem.
+#[macro_export]
+macro_rules! enumerated_members {
+    ($($ty:ty => $names:expr),* $(,)?) => {$(
+        impl $crate::body::Member for $ty {
+            const EXPECTED: &'static str = "string";
+
+            fn read(
+                f: &mut $crate::body::Fields,
+                name: &str,
+                value: $crate::body::Value,
+            ) -> Option<Self> {
+                let names: &[&str] = &$names;
+                f.enumerated_value(name, value, names, <$ty>::parse)
+            }
+        }
+    )*};
+}
+
+enumerated_members! {
+    schemas::credential::KeyType => schemas::credential::KeyType::ALL,
+    schemas::credential::Environment => schemas::credential::Environment::ALL,
+    schemas::resources::OrgStatus => schemas::resources::OrgStatus::ALL,
+    schemas::events::EventType => schemas::events::EventType::ALL,
+    schemas::Scope => schemas::Scope::all_names(),
+    store::EndpointStatus => store::EndpointStatus::ALL,
+}
+
+/// `Member` for ids (`sid_…`, `gate_…`): a string that parses as one.
+macro_rules! id_members {
+    ($($ty:ty),* $(,)?) => {$(
+        impl Member for $ty {
+            const EXPECTED: &'static str = "string";
+
+            fn read(f: &mut Fields, name: &str, value: Value) -> Option<Self> {
+                parsed(f, name, value, |s| {
+                    s.parse::<$ty>().map_err(|e| format!("is not a valid id: {e}"))
+                })
+            }
+        }
+    )*};
+}
+
+id_members!(schemas::SessionId, schemas::ids::GateSessionId);
+
 /// Reads `body` through `read`, which records every problem on the [`Fields`] it is given:
-/// one 422 for them all, or the value. For bodies whose reading needs more than the body (the
-/// key a PATCH changes, the operator's flags); [`RequestBody`] types go through it too.
-pub fn read_body<T>(
+/// one 422 for them all, or the value.
+fn read_body<T>(
     body: JsonObject,
     read: impl FnOnce(&mut Fields) -> Option<T>,
 ) -> Result<T, ApiError> {
@@ -139,6 +436,15 @@ impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Valid<T> {
     }
 }
 
+/// A nested member's name as issues give it: `branding.logo_url`, `env_vars[0].key`.
+fn member_name<'a>(at: &str, key: &'a str) -> std::borrow::Cow<'a, str> {
+    if at.is_empty() {
+        std::borrow::Cow::Borrowed(key)
+    } else {
+        std::borrow::Cow::Owned(format!("{at}.{key}"))
+    }
+}
+
 /// The JSON type of a value, as `details.fields[].received` names a body of the wrong shape.
 fn json_type(value: &Value) -> &'static str {
     match value {
@@ -153,7 +459,7 @@ fn json_type(value: &Value) -> &'static str {
 
 /// Reads members of a JSON object and gathers every problem, reporting them all at once.
 pub struct Fields {
-    map: Map<String, Value>,
+    map: Map,
     issues: Vec<FieldIssue>,
     /// The accepted values of each enum member that failed; `details.allowed_values` names
     /// them only when a single enum member failed, so it is never ambiguous.
@@ -188,162 +494,150 @@ impl Fields {
         ));
     }
 
-    pub fn has(&self, name: &str) -> bool {
-        self.map.contains_key(name)
+    /// Every member not yet read, for a derived reader, which then answers for all of them.
+    pub fn take_all(&mut self) -> Map {
+        std::mem::take(&mut self.map)
     }
 
-    /// Takes a member as it came, for types the other readers do not cover.
-    pub fn take(&mut self, name: &str) -> Option<Value> {
-        self.map.remove(name)
-    }
-
-    /// Removes a member the client may send but that is never written (such as `rate_limit`).
-    pub fn ignore(&mut self, name: &str) {
-        self.map.remove(name);
-    }
-
-    /// Rejects members that can never be written here, with the reason.
-    pub fn forbid(&mut self, name: &str, issue: &str) {
-        if let Some(v) = self.map.remove(name) {
-            self.issue(name, issue, None, Some(v));
-        }
-    }
-
-    /// A string member; `None` when absent (reported if `required`) or of the wrong type.
-    pub fn string(&mut self, name: &str, required: bool) -> Option<String> {
-        match self.map.remove(name) {
-            Some(Value::String(s)) => Some(s),
-            Some(other) => {
-                self.issue(name, "must be a string", Some("string"), Some(other));
-                None
-            }
-            None => {
-                if required {
-                    self.issue(name, "is required", Some("string"), None);
-                }
+    /// The members of a nested object, or the issue of a value that is not one.
+    pub fn object(&mut self, name: &str, value: Value) -> Option<Map> {
+        match value {
+            Value::Object(map) => Some(map),
+            other => {
+                self.issue(name, "must be an object", Some("object"), Some(other));
                 None
             }
         }
     }
 
-    /// A string member checked by `rule`, which returns the issue text on failure.
-    pub fn checked_string(
+    /// A member that must be there (derived readers).
+    pub fn required<T>(
         &mut self,
-        name: &str,
-        required: bool,
-        rule: impl Fn(&str) -> Result<(), String>,
-    ) -> Option<String> {
-        self.parsed_string(name, required, |s| rule(s).map(|()| s.to_owned()))
-    }
-
-    /// A string member turned into a `T` by `parse`, which returns the issue text on failure:
-    /// for members whose check is the conversion itself (decoding base64, say), done once.
-    pub fn parsed_string<T>(
-        &mut self,
-        name: &str,
-        required: bool,
-        parse: impl Fn(&str) -> Result<T, String>,
+        at: &str,
+        map: &mut Map,
+        key: &str,
+        expected: &str,
+        rules: &Constraints,
+        read: impl FnOnce(&mut Fields, &str, Value) -> Option<T>,
     ) -> Option<T> {
-        let s = self.string(name, required)?;
-        match parse(&s) {
-            Ok(parsed) => Some(parsed),
-            Err(issue) => {
-                self.issue(name, issue, None, Some(Value::String(s)));
-                None
-            }
-        }
-    }
-
-    /// A string member that must be one of `allowed`.
-    pub fn enumerated<T>(
-        &mut self,
-        name: &str,
-        required: bool,
-        allowed: &[&str],
-        parse: impl Fn(&str) -> Option<T>,
-    ) -> Option<T> {
-        let s = self.string(name, required)?;
-        match parse(&s) {
-            Some(v) => Some(v),
+        let name = member_name(at, key);
+        match map.remove(key) {
+            Some(value) => self.bounded(&name, value, rules, read),
             None => {
-                let one_of = format!("one of: {}", allowed.join(", "));
-                self.issue(
-                    name,
-                    format!("must be {one_of}"),
-                    Some(&one_of),
-                    Some(Value::String(s)),
-                );
-                self.enum_failures
-                    .push(allowed.iter().map(|a| a.to_string()).collect());
+                self.issue(&name, "is required", Some(expected), None);
                 None
             }
         }
     }
 
-    /// An array of strings, each checked by `item` (which maps it or returns the issue text).
-    /// `Some(vec)` only when the member is present and every item is valid.
-    pub fn string_array<T>(
+    /// A member that may be absent: `Some(None)` then. Null counts as absent only where the
+    /// document says the member is nullable.
+    pub fn optional<T>(
+        &mut self,
+        at: &str,
+        map: &mut Map,
+        key: &str,
+        nullable: bool,
+        rules: &Constraints,
+        read: impl FnOnce(&mut Fields, &str, Value) -> Option<T>,
+    ) -> Option<Option<T>> {
+        match map.remove(key) {
+            None => Some(None),
+            Some(Value::Null) if nullable => Some(None),
+            Some(value) => self
+                .bounded(&member_name(at, key), value, rules, read)
+                .map(Some),
+        }
+    }
+
+    /// A member a PATCH may clear with null: `Some(None)` absent, `Some(Some(None))` null.
+    pub fn clearable<T>(
+        &mut self,
+        at: &str,
+        map: &mut Map,
+        key: &str,
+        rules: &Constraints,
+        read: impl FnOnce(&mut Fields, &str, Value) -> Option<T>,
+    ) -> Option<Option<Option<T>>> {
+        match map.remove(key) {
+            None => Some(None),
+            Some(Value::Null) => Some(Some(None)),
+            Some(value) => self
+                .bounded(&member_name(at, key), value, rules, read)
+                .map(|v| Some(Some(v))),
+        }
+    }
+
+    /// `value` read, then held to the document's bounds. The reader goes first so that a
+    /// member's own rule, whose sentence says more than a bound's, speaks when both fail.
+    fn bounded<T>(
         &mut self,
         name: &str,
-        max_items: usize,
-        item: impl Fn(&str) -> Result<T, String>,
-    ) -> Option<Vec<T>> {
-        let value = self.map.remove(name)?;
-        let Value::Array(items) = value else {
-            self.issue(
-                name,
-                "must be an array of strings",
-                Some("array"),
-                Some(value),
-            );
-            return None;
+        value: Value,
+        rules: &Constraints,
+        read: impl FnOnce(&mut Fields, &str, Value) -> Option<T>,
+    ) -> Option<T> {
+        if rules.is_empty() {
+            return read(self, name, value);
+        }
+        let raw = value.clone();
+        let read = read(self, name, value)?;
+        let Some(issue) = rules.broken_by(&raw) else {
+            return Some(read);
         };
-        if items.len() > max_items {
-            self.issue(
-                name,
-                format!("must have at most {max_items} items"),
-                Some("array"),
-                None,
-            );
-            return None;
-        }
-        let mut out = Vec::with_capacity(items.len());
-        let mut ok = true;
-        for (i, v) in items.into_iter().enumerate() {
-            let field = format!("{name}[{i}]");
-            match v {
-                Value::String(s) => match item(&s) {
-                    Ok(t) => out.push(t),
-                    Err(issue) => {
-                        ok = false;
-                        self.issue(&field, issue, None, Some(Value::String(s)));
-                    }
-                },
-                other => {
-                    ok = false;
-                    self.issue(&field, "must be a string", Some("string"), Some(other));
-                }
-            }
-        }
-        ok.then_some(out)
+        let expected = FieldIssue::expected_of(&issue);
+        let received = match raw {
+            // An array is named by its length, not echoed whole.
+            Value::Array(_) => None,
+            other => Some(other),
+        };
+        self.issue(name, issue, expected.as_deref(), received);
+        None
     }
 
-    /// Like `enumerated`, for every item of an array.
-    pub fn enum_array<T>(
+    /// Refuses `key` of a nested object (or the body, at `""`) with the reason.
+    pub fn forbid_in(&mut self, at: &str, map: &mut Map, key: &str, because: &str) {
+        if let Some(v) = map.remove(key) {
+            self.issue(&member_name(at, key), because, None, Some(v));
+        }
+    }
+
+    /// Reports every member left in `map` as not writable.
+    pub fn leftovers(&mut self, at: &str, map: &mut Map) {
+        for (key, v) in std::mem::take(map) {
+            self.issue(
+                &member_name(at, &key),
+                "is not a writable field",
+                None,
+                Some(v),
+            );
+        }
+    }
+
+    /// An enum's value: one of `names`, read by `parse`.
+    pub fn enumerated_value<T>(
         &mut self,
         name: &str,
-        allowed: &[&str],
+        value: Value,
+        names: &[&str],
         parse: impl Fn(&str) -> Option<T>,
-    ) -> Option<Vec<T>> {
-        let joined = allowed.join(", ");
-        let result = self.string_array(name, allowed.len().max(1) * 2, |s| {
-            parse(s).ok_or_else(|| format!("must be one of: {joined}"))
-        });
-        if result.is_none() && self.issues.iter().any(|i| i.name.starts_with(name)) {
-            self.enum_failures
-                .push(allowed.iter().map(|a| a.to_string()).collect());
+    ) -> Option<T> {
+        let s = String::read(self, name, value)?;
+        if let Some(v) = parse(&s) {
+            return Some(v);
         }
-        result
+        let one_of = format!("one of: {}", names.join(", "));
+        self.issue(
+            name,
+            format!("must be {one_of}"),
+            Some(&one_of),
+            Some(Value::String(s)),
+        );
+        let allowed: Vec<String> = names.iter().map(|a| a.to_string()).collect();
+        if !self.enum_failures.contains(&allowed) {
+            self.enum_failures.push(allowed);
+        }
+        None
     }
 
     /// Ends reading: any member not taken is unknown; any issue becomes one 422.
@@ -659,5 +953,112 @@ pub fn echo_safely(raw: &str) -> String {
         )
     } else {
         raw.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A nested object, read under its member's name.
+    #[derive(Debug, utoipa::ToSchema, Member)]
+    #[request_body(forbid = ["verified"], because = "is Vigil's to set")]
+    struct Colours {
+        #[schema(nullable = false, pattern = "^#[0-9a-f]{6}$")]
+        primary: Option<String>,
+    }
+
+    /// Every shape a derived reader knows.
+    #[derive(Debug, utoipa::ToSchema, RequestBody)]
+    #[request_body(ignore = ["rate_limit"], forbid = ["slug"], because = "is fixed")]
+    struct Body {
+        #[schema(min_length = 1, max_length = 8)]
+        name: String,
+        #[schema(rename = "type")]
+        kind: Option<schemas::credential::KeyType>,
+        #[schema(minimum = 1)]
+        seq: u64,
+        #[schema(max_items = 2)]
+        tags: Option<Vec<String>>,
+        #[member(check = no_x)]
+        motto: Option<String>,
+        #[schema(value_type = Option<String>)]
+        link: Option<Option<String>>,
+        colours: Option<Colours>,
+    }
+
+    fn no_x(s: &str) -> Result<(), String> {
+        if s.contains('x') {
+            Err("must not contain x".into())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn read(body: serde_json::Value) -> Result<Body, Vec<(String, String)>> {
+        let Value::Object(map) = body else {
+            unreachable!("the tests send objects")
+        };
+        Body::from_object(JsonObject(map)).map_err(|e| {
+            e.details
+                .fields
+                .iter()
+                .map(|f| (f.name.clone(), f.issue.clone()))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn a_derived_reader_reads_each_shape() {
+        let body = read(json!({
+            "name": "acme", "type": "secret", "seq": 3.0, "link": null,
+            "rate_limit": 5, "colours": {"primary": "#00ff00"}
+        }))
+        .unwrap();
+        assert_eq!(body.name, "acme");
+        assert_eq!(body.kind, Some(schemas::credential::KeyType::Secret));
+        assert_eq!(body.seq, 3);
+        assert_eq!((body.tags, body.motto), (None, None));
+        assert_eq!(body.link, Some(None), "null clears a clearable member");
+        assert_eq!(body.colours.unwrap().primary.as_deref(), Some("#00ff00"));
+        let absent = read(json!({"name": "a", "seq": 1})).unwrap();
+        assert_eq!(absent.link, None, "absent is not null");
+    }
+
+    #[test]
+    fn every_problem_of_a_body_is_reported_at_once_with_the_documents_bounds() {
+        let issues = read(json!({
+            "name": "far too long", "type": "public", "seq": 0,
+            "tags": ["a", 2], "motto": "xyz", "slug": "s", "extra": 1,
+            "colours": {"primary": "green", "verified": true, "font": "serif"}
+        }))
+        .unwrap_err();
+        let mut issues: Vec<String> = issues.iter().map(|(n, i)| format!("{n}: {i}")).collect();
+        issues.sort();
+        assert_eq!(
+            issues,
+            [
+                "colours.font: is not a writable field",
+                "colours.primary: must match `^#[0-9a-f]{6}$`",
+                "colours.verified: is Vigil's to set",
+                "extra: is not a writable field",
+                "motto: must not contain x",
+                "name: must be 1 to 8 characters",
+                "seq: must be at least 1",
+                "slug: is fixed",
+                "tags[1]: must be a string",
+                "type: must be one of: publishable, secret",
+            ]
+        );
+        let missing = read(json!({"tags": ["a", "b", "c"]})).unwrap_err();
+        assert_eq!(
+            missing,
+            [
+                ("name".to_owned(), "is required".to_owned()),
+                ("seq".to_owned(), "is required".to_owned()),
+                ("tags".to_owned(), "must have at most 2 items".to_owned()),
+            ]
+        );
     }
 }

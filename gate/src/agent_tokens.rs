@@ -5,7 +5,7 @@
 //! invalid.
 
 use axum::extract::State;
-use edge::body::{Fields, Reply, RequestBody, Valid};
+use edge::body::{Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{RevokeAgentTokens, VerifyAgentTokens};
 use edge::{ApiError, AuthContext, SecretKey};
@@ -64,36 +64,16 @@ struct Revocation {
 
 /// The body of `POST /v1/gate/agent-tokens/verify` (docs/gate.md#agent-tokens). A token of the
 /// right form that is not one of the caller's reads as invalid rather than failing the call.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 struct TokenToVerify {
     #[schema(pattern = "^agt_")]
     agent_token: String,
 }
 
-impl RequestBody for TokenToVerify {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let agent_token = f.checked_string("agent_token", true, |s| {
-            if !s.starts_with(TokenKind::Agent.prefix()) {
-                return Err(format!("must start with `{}`", TokenKind::Agent.prefix()));
-            }
-            Ok(())
-        })?;
-        Some(TokenToVerify { agent_token })
-    }
-}
-
 /// The body of `POST /v1/gate/agent-tokens/revoke`.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 struct TokenToRevoke {
     agent_token: String,
-}
-
-impl RequestBody for TokenToRevoke {
-    fn read(f: &mut Fields) -> Option<Self> {
-        Some(TokenToRevoke {
-            agent_token: f.string("agent_token", true)?,
-        })
-    }
 }
 
 /// The caller's token record, whatever its state.

@@ -17,9 +17,7 @@
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use edge::body::{
-    Fields, FromPath, GateServiceId, JsonObject, PathParams, Reply, RequestBody, Valid,
-};
+use edge::body::{FromPath, GateServiceId, JsonObject, PathParams, Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::ConsumeLoginSessions;
 use edge::{ApiError, SecretKey};
@@ -102,8 +100,7 @@ struct LoginSession {
 }
 
 /// The optional body of a signup: the tool's name, shown on the consent pages.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)] // read by the handler, which also takes no body at all
+#[derive(utoipa::ToSchema, RequestBody)]
 struct SignupBody {
     #[schema(
         nullable = false,
@@ -111,50 +108,51 @@ struct SignupBody {
         max_length = 64,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = shown_name)]
     client_name: Option<String>,
 }
 
+/// A name shown on one line, with something besides white space in it.
+fn shown_name(s: &str) -> Result<(), String> {
+    schemas::validate::shown_text(s, false)?;
+    if s.trim().is_empty() {
+        return Err("must not be blank".into());
+    }
+    Ok(())
+}
+
 /// The body of an acknowledgement.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 struct AckBody {
     /// The `ack_` token the approved poll answered.
     #[schema(pattern = "^ack_")]
+    #[member(check = ack_token)]
     ack_token: String,
 }
 
-impl RequestBody for AckBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let ack_token = f.checked_string("ack_token", true, |t| {
-            if gate::well_formed(TokenKind::Ack, t) {
-                Ok(())
-            } else {
-                Err("must be the ack_ token the approved poll answered".into())
-            }
-        })?;
-        Some(AckBody { ack_token })
+fn ack_token(t: &str) -> Result<(), String> {
+    if gate::well_formed(TokenKind::Ack, t) {
+        Ok(())
+    } else {
+        Err("must be the ack_ token the approved poll answered".into())
     }
 }
 
 /// The body of a login session's start.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 struct LoginBody {
     /// The service whose dashboard the person logs in to.
+    #[member(check = gate::service_id)]
     service_id: String,
-}
-
-impl RequestBody for LoginBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let service_id = f.checked_string("service_id", true, gate::service_id)?;
-        Some(LoginBody { service_id })
-    }
 }
 
 /// The body of a login code's exchange: the code, and the login session the redirect to the
 /// dashboard carried beside it, if the dashboard kept it.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 struct ConsumeBody {
     /// The numeric login code.
     #[schema(pattern = "^[0-9]{8}$")]
+    #[member(check = login_code)]
     code: String,
     /// The login session the code belongs to; when given, the code is checked against that
     /// session alone, else it is looked up among the caller's live codes.
@@ -162,28 +160,15 @@ struct ConsumeBody {
     gate_session_id: Option<GateSessionId>,
     /// The service the dashboard is; when given, a code of another service is unknown.
     #[schema(nullable = false)]
+    #[member(check = gate::service_id)]
     service_id: Option<String>,
 }
 
-impl RequestBody for ConsumeBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let code = f.checked_string("code", true, |c| {
-            if super::is_login_code(c) {
-                Ok(())
-            } else {
-                Err("must be the numeric login code Gate sent to the dashboard".into())
-            }
-        });
-        let gate_session_id = f.parsed_string("gate_session_id", false, |id| {
-            id.parse::<GateSessionId>()
-                .map_err(|_| "must be the gate_ id the dashboard's redirect carried".to_owned())
-        });
-        let service_id = f.checked_string("service_id", false, gate::service_id);
-        Some(ConsumeBody {
-            code: code?,
-            gate_session_id,
-            service_id,
-        })
+fn login_code(c: &str) -> Result<(), String> {
+    if super::is_login_code(c) {
+        Ok(())
+    } else {
+        Err("must be the numeric login code Gate sent to the dashboard".into())
     }
 }
 
@@ -298,9 +283,6 @@ fn new_session(
     }
 }
 
-/// The longest `client_name` a signup takes.
-const CLIENT_NAME_MAX_CHARS: usize = 64;
-
 /// `POST /v1/gate/services/{serviceId}/signups`: no key; limited per client address by the
 /// credential layer, like every request without one. An optional JSON body names the tool
 /// (`{ "client_name": "acme-cli 1.4" }`), which names the account on the consent pages.
@@ -338,19 +320,8 @@ async fn start_signup(
     {
         use axum::extract::FromRequest;
         let body = JsonObject::from_request(request, &()).await?;
-        let name = edge::body::read_body(body, |f| {
-            Some(f.checked_string("client_name", false, |n| {
-                schemas::validate::shown_text(n, false)?;
-                match n.trim().chars().count() {
-                    0 => Err("must not be blank".into()),
-                    n if n > CLIENT_NAME_MAX_CHARS => Err(format!(
-                        "must be at most {CLIENT_NAME_MAX_CHARS} characters"
-                    )),
-                    _ => Ok(()),
-                }
-            }))
-        })?;
-        name.map(|n| n.trim().to_owned())
+        let SignupBody { client_name } = SignupBody::from_object(body)?;
+        client_name.map(|n| n.trim().to_owned())
     } else {
         None
     };

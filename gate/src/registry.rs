@@ -40,16 +40,16 @@ struct Entry {
     #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
     /// What a signup delivers: each variable's name, key and whether it is a secret.
-    #[schema(value_type = Vec<schemas::gate::EnvVarDoc>)]
+    #[schema(value_type = Vec<crate::services::EnvVarBody>)]
     env_vars: Vec<GateEnvVar>,
     /// The variable the agent token is delivered under.
     agent_token_variable: String,
-    #[schema(value_type = Vec<schemas::gate::SdkDoc>)]
+    #[schema(value_type = Vec<crate::services::SdkBody>)]
     sdks: Vec<GateSdk>,
     /// Members never set are left out.
     #[schema(value_type = schemas::gate::BrandingDoc)]
     branding: GateBranding,
-    #[schema(value_type = schemas::gate::ConsentDoc)]
+    #[schema(value_type = crate::services::ConsentBody)]
     consent: GateConsent,
     /// Whether a person can log in to its dashboard through Gate.
     dashboard_login: bool,

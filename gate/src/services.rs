@@ -14,7 +14,10 @@
 use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use edge::body::{Fields, FromPath, GateServiceId, JsonObject, PathParams, Reply, read_body};
+use edge::body::{
+    Fields, FromPath, GateServiceId, JsonObject, Member, PathParams, Reply, RequestBody,
+    RequestBodyIn,
+};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::{ManageGateServices, ReadGateServices};
 use edge::{ApiError, AuthContext, SecretKey};
@@ -27,9 +30,9 @@ use schemas::gate;
 use schemas::resources::{List, Pagination, Single};
 use schemas::time::{self, Timestamp};
 use schemas::validate;
-use sender::outbound;
+use sender::outbound::{self, Destinations};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use store::{
     GateBranding, GateConsent, GateEnvVar, GateSdk, GateServiceRecord, GateServiceStatus,
     GateServiceWrite,
@@ -39,15 +42,6 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use admin_api::AdminState;
-
-/// The most `env_vars` and `sdks` items.
-const MAX_ITEMS: usize = 20;
-/// The longest `description`, `install` line and `ascii_art`.
-const MAX_DESCRIPTION_CHARS: usize = 1_000;
-const MAX_INSTALL_CHARS: usize = 500;
-const MAX_ASCII_ART_CHARS: usize = 4_000;
-/// The longest `webhook_secret`.
-const MAX_SECRET_CHARS: usize = 256;
 
 pub fn router() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
@@ -76,15 +70,15 @@ pub struct Service {
     /// In full in the answer of the call that set it; otherwise `••••` and its last four.
     webhook_secret: String,
     /// The variables a tool sets from the webhook's answer.
-    #[schema(value_type = Vec<gate::EnvVarDoc>)]
+    #[schema(value_type = Vec<EnvVarBody>)]
     env_vars: Vec<GateEnvVar>,
     #[serde(skip_serializing_if = "Option::is_none")]
     docs_url: Option<String>,
-    #[schema(value_type = Vec<gate::SdkDoc>)]
+    #[schema(value_type = Vec<SdkBody>)]
     sdks: Vec<GateSdk>,
     #[schema(value_type = gate::BrandingDoc)]
     branding: GateBranding,
-    #[schema(value_type = gate::ConsentDoc)]
+    #[schema(value_type = ConsentBody)]
     consent: GateConsent,
     #[serde(serialize_with = "time::ser")]
     #[schema(value_type = String, format = DateTime)]
@@ -154,14 +148,16 @@ fn new_secret() -> String {
 }
 
 /// Text the consent page shows a person, lines allowed.
-fn text(max: usize) -> impl Fn(&str) -> Result<(), String> {
-    move |s: &str| {
-        if s.chars().count() > max {
-            Err(format!("must be at most {max} characters"))
-        } else {
-            validate::shown_text(s, true)
-        }
+fn lines(s: &str) -> Result<(), String> {
+    validate::shown_text(s, true)
+}
+
+/// Such text with something besides white space in it.
+fn nonblank_lines(s: &str) -> Result<(), String> {
+    if s.trim().is_empty() {
+        return Err("must not be empty".into());
     }
+    lines(s)
 }
 
 /// A variable's key: a shell's name, and none that the tool keeps its agent tokens under, so a
@@ -177,22 +173,14 @@ fn variable_key(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn nonempty_text(max: usize) -> impl Fn(&str) -> Result<(), String> {
-    move |s: &str| {
-        if s.trim().is_empty() {
-            Err("must not be empty".into())
-        } else {
-            text(max)(s)
-        }
-    }
-}
-
 /// The writable members read from a body (a service's create or PATCH): `None` for each member
 /// absent. `id`, `name` and `website` are required at creation.
-#[derive(Default, utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
+#[request_body(context = Writing, check = Draft::distinct_keys)]
 struct Draft {
     /// At creation only; a PATCH may repeat it unchanged.
     #[schema(nullable = false)]
+    #[member(check_in = Writing::id, required_in = Writing::creation)]
     id: Option<String>,
     #[schema(
         nullable = false,
@@ -200,71 +188,194 @@ struct Draft {
         max_length = 200,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = validate::name, required_in = Writing::creation)]
     name: Option<String>,
     #[schema(
         nullable = false,
         max_length = 1000,
         pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = lines)]
     description: Option<String>,
     #[schema(
         nullable = false,
         max_length = 2048,
         pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
     )]
+    #[member(check = validate::http_uri, required_in = Writing::creation)]
     website: Option<String>,
     #[schema(nullable = false)]
     discoverable: Option<bool>,
-    /// null clears it (in the code, `Some(None)`). Its host must resolve to public addresses.
-    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https://")]
+    /// null clears it (in the code, `Some(None)`). Its host must resolve to public addresses;
+    /// `https`, or `http` on a server that allows private destinations.
+    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https?://")]
+    #[member(check_in = Writing::outbound)]
     dashboard_login_url: Option<Option<String>>,
     /// Where each signup's variables come from; its host must resolve to public addresses.
-    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https://")]
+    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https?://")]
+    #[member(check_in = Writing::outbound)]
     webhook_url: Option<Option<String>>,
     #[schema(nullable = false, min_length = 32, max_length = 256)]
     webhook_secret: Option<String>,
-    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<gate::EnvVarDoc>>)]
-    env_vars: Option<Vec<GateEnvVar>>,
+    #[schema(nullable = false, max_items = 20)]
+    env_vars: Option<Vec<EnvVarBody>>,
     #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$")]
+    #[member(check = validate::http_uri)]
     docs_url: Option<Option<String>>,
-    #[schema(nullable = false, max_items = 20, value_type = Option<Vec<gate::SdkDoc>>)]
-    sdks: Option<Vec<GateSdk>>,
-    #[schema(nullable = false, value_type = Option<BrandingBody>)]
-    branding: Option<GateBranding>,
-    #[schema(nullable = false, value_type = Option<gate::ConsentDoc>)]
-    consent: Option<GateConsent>,
+    #[schema(nullable = false, max_items = 20)]
+    sdks: Option<Vec<SdkBody>>,
+    #[schema(nullable = false)]
+    branding: Option<BrandingBody>,
+    #[schema(nullable = false)]
+    consent: Option<ConsentBody>,
+}
+
+/// The members a service's creation must have (`required_in = Writing::creation`), as
+/// [`NewService`] documents them.
+const REQUIRED_AT_CREATION: [&str; 3] = ["id", "name", "website"];
+
+/// What a draft is read for: a creation, or a change of the service with this id; and where
+/// Gate may call on the service's behalf (docs/architecture.md#webhooks).
+struct Writing {
+    changing: Option<String>,
+    destinations: Destinations,
+}
+
+impl Writing {
+    fn creation(&self) -> bool {
+        self.changing.is_none()
+    }
+
+    /// `id` is writable at creation only; a PATCH may carry it unchanged (a client sending
+    /// back the resource it read), never a new one.
+    fn id(id: &str, writing: &Writing) -> Result<(), String> {
+        match &writing.changing {
+            None => gate::service_id(id),
+            Some(current) if current == id => Ok(()),
+            Some(current) => Err(format!(
+                "cannot be changed after creation, since agent tokens and the registry name the \
+                 service by it: it must be {current}"
+            )),
+        }
+    }
+
+    fn outbound(url: &str, writing: &Writing) -> Result<(), String> {
+        Destinations::url(url, &writing.destinations).map(|_| ())
+    }
+}
+
+impl Draft {
+    fn distinct_keys(&mut self, f: &mut Fields, _: &Writing) {
+        let Some(vars) = &self.env_vars else { return };
+        for (i, var) in vars.iter().enumerate() {
+            if vars[..i].iter().any(|earlier| earlier.key == var.key) {
+                f.issue(
+                    &format!("env_vars[{i}].key"),
+                    "must not repeat another variable's key",
+                    None,
+                    Some(Value::String(var.key.clone())),
+                );
+            }
+        }
+    }
+}
+
+/// A variable a tool sets from the service's webhook answer at each signup.
+#[derive(utoipa::ToSchema, Member)]
+#[schema(as = GateEnvVar)]
+pub(crate) struct EnvVarBody {
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
+    #[member(check = validate::name)]
+    name: String,
+    /// A shell variable's name; none ending in `_GATE_AGENT_TOKEN`.
+    #[schema(pattern = "^[A-Z_][A-Z0-9_]{0,63}$")]
+    #[member(check = variable_key)]
+    key: String,
+    /// Whether the value is a secret (kept out of logs and shown masked).
+    secret: bool,
+}
+
+/// An SDK the consent and registry pages list.
+#[derive(utoipa::ToSchema, Member)]
+#[schema(as = GateSdk)]
+pub(crate) struct SdkBody {
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
+    #[member(check = validate::name)]
+    label: String,
+    /// The install command.
+    #[schema(
+        max_length = 500,
+        pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069\\s][^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    )]
+    #[member(check = nonblank_lines)]
+    install: String,
+    #[schema(max_length = 2048, pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$")]
+    #[member(check = validate::http_uri)]
+    url: String,
 }
 
 /// A service's branding as a body writes it (`verified` is Vigil's to set).
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)] // described; read by `branding`
+#[derive(utoipa::ToSchema, Member)]
+#[request_body(forbid = ["verified"], because = "is managed by Vigil and cannot be written")]
 struct BrandingBody {
     #[schema(
         nullable = false,
         max_length = 2048,
         pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
     )]
+    #[member(check = validate::http_uri)]
     logo_url: Option<String>,
     #[schema(
         nullable = false,
         pattern = "^#(?:[0-9A-Fa-f]{3,4}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})$"
     )]
+    #[member(check = gate::color)]
     primary_color: Option<String>,
     #[schema(
         nullable = false,
         pattern = "^#(?:[0-9A-Fa-f]{3,4}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})$"
     )]
+    #[member(check = gate::color)]
     secondary_color: Option<String>,
     #[schema(
         nullable = false,
         max_length = 4000,
         pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
     )]
+    #[member(check = lines)]
     ascii_art: Option<String>,
 }
 
-/// A service's creation body, as the document shows it: a [`Draft`] whose `id`, `name` and
-/// `website` are required.
+/// The links a consent page shows, each left out when unset.
+#[derive(utoipa::ToSchema, Member)]
+#[schema(as = GateConsent)]
+pub(crate) struct ConsentBody {
+    #[schema(
+        nullable = false,
+        max_length = 2048,
+        pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
+    )]
+    #[member(check = validate::http_uri)]
+    terms_url: Option<String>,
+    #[schema(
+        nullable = false,
+        max_length = 2048,
+        pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
+    )]
+    #[member(check = validate::http_uri)]
+    privacy_url: Option<String>,
+}
+
+/// A service's creation body, as the document shows it: a [`Draft`] whose
+/// [`REQUIRED_AT_CREATION`] members are required.
 struct NewService;
 
 impl utoipa::PartialSchema for NewService {
@@ -273,7 +384,7 @@ impl utoipa::PartialSchema for NewService {
         use utoipa::openapi::schema::Schema;
         let mut schema = <Draft as utoipa::PartialSchema>::schema();
         if let RefOr::T(Schema::Object(object)) = &mut schema {
-            object.required = ["id", "name", "website"].map(String::from).to_vec();
+            object.required = REQUIRED_AT_CREATION.map(String::from).to_vec();
             object.description =
                 Some("A new service: `id`, `name` and `website` are required.".into());
         }
@@ -283,306 +394,10 @@ impl utoipa::PartialSchema for NewService {
 
 impl utoipa::ToSchema for NewService {}
 
-/// Reads the allowlist from `f`; every problem is recorded on `f` (reported by `finish`).
-fn read_draft(f: &mut Fields, creating: bool, allow_private: bool) -> Draft {
-    let mut d = Draft {
-        id: f.checked_string("id", creating, gate::service_id),
-        name: f.checked_string("name", creating, validate::name),
-        description: f.checked_string("description", false, text(MAX_DESCRIPTION_CHARS)),
-        website: f.checked_string("website", creating, validate::http_uri),
-        webhook_secret: f.checked_string("webhook_secret", false, |s| {
-            let n = s.chars().count();
-            if n < gate::MIN_WEBHOOK_SECRET_CHARS {
-                Err(format!(
-                    "must be at least {} characters",
-                    gate::MIN_WEBHOOK_SECRET_CHARS
-                ))
-            } else if n > MAX_SECRET_CHARS {
-                Err(format!("must be at most {MAX_SECRET_CHARS} characters"))
-            } else {
-                Ok(())
-            }
-        }),
-        ..Draft::default()
-    };
-    if let Some(v) = f.take("discoverable") {
-        match v {
-            Value::Bool(b) => d.discoverable = Some(b),
-            other => f.issue(
-                "discoverable",
-                "must be a boolean",
-                Some("boolean"),
-                Some(other),
-            ),
-        }
-    }
-    // Gate calls these on the service's behalf, so they follow the outbound rule
-    // (docs/architecture.md#webhooks).
-    let outbound_uri = |s: &str| outbound::check_url(s, allow_private).map(|_| ());
-    d.dashboard_login_url = nullable(f, "dashboard_login_url", &outbound_uri);
-    d.webhook_url = nullable(f, "webhook_url", &outbound_uri);
-    d.docs_url = nullable(f, "docs_url", &validate::http_uri);
-    if let Some(v) = f.take("env_vars") {
-        d.env_vars = env_vars(f, v);
-    }
-    if let Some(v) = f.take("sdks") {
-        d.sdks = sdks(f, v);
-    }
-    if let Some(v) = f.take("branding") {
-        d.branding = branding(f, v);
-    }
-    if let Some(v) = f.take("consent") {
-        d.consent = consent(f, v);
-    }
-    d
-}
-
-/// A member that is a string checked by `rule`, or null.
-fn nullable(
-    f: &mut Fields,
-    name: &str,
-    rule: &dyn Fn(&str) -> Result<(), String>,
-) -> Option<Option<String>> {
-    match f.take(name)? {
-        Value::Null => Some(None),
-        v => checked(f, name, v, rule).map(Some),
-    }
-}
-
-/// A string value checked by `rule`; `None` (with the issue recorded) otherwise.
-fn checked(
-    f: &mut Fields,
-    name: &str,
-    v: Value,
-    rule: &dyn Fn(&str) -> Result<(), String>,
-) -> Option<String> {
-    match v {
-        Value::String(s) => match rule(&s) {
-            Ok(()) => Some(s),
-            Err(issue) => {
-                f.issue(name, issue, None, Some(Value::String(s)));
-                None
-            }
-        },
-        other => {
-            f.issue(name, "must be a string", Some("string"), Some(other));
-            None
-        }
-    }
-}
-
-/// The members of a nested object: each allowed one taken out and checked by `read`, any
-/// other reported as not writable (`forbidden` ones with their reason).
-fn object(
-    f: &mut Fields,
-    name: &str,
-    v: Value,
-    forbidden: &[(&str, &str)],
-) -> Option<Map<String, Value>> {
-    match v {
-        Value::Object(map) => {
-            let mut map = map;
-            for (member, why) in forbidden {
-                if let Some(v) = map.remove(*member) {
-                    f.issue(&format!("{name}.{member}"), *why, None, Some(v));
-                }
-            }
-            Some(map)
-        }
-        other => {
-            f.issue(name, "must be an object", Some("object"), Some(other));
-            None
-        }
-    }
-}
-
-fn leftovers(f: &mut Fields, name: &str, map: Map<String, Value>) -> bool {
-    let clean = map.is_empty();
-    for (member, v) in map {
-        f.issue(
-            &format!("{name}.{member}"),
-            "is not a writable field",
-            None,
-            Some(v),
-        );
-    }
-    clean
-}
-
-/// A nullable string member of a nested object.
-fn member(
-    f: &mut Fields,
-    map: &mut Map<String, Value>,
-    name: &str,
-    rule: &dyn Fn(&str) -> Result<(), String>,
-) -> Result<Option<String>, ()> {
-    match map.remove(name.rsplit('.').next().unwrap_or(name)) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => checked(f, name, v, rule).map(Some).ok_or(()),
-    }
-}
-
-fn required_member(
-    f: &mut Fields,
-    map: &mut Map<String, Value>,
-    name: &str,
-    rule: &dyn Fn(&str) -> Result<(), String>,
-) -> Result<String, ()> {
-    match member(f, map, name, rule)? {
-        Some(s) => Ok(s),
-        None => {
-            f.issue(name, "is required", Some("string"), None);
-            Err(())
-        }
-    }
-}
-
-fn array(f: &mut Fields, name: &str, v: Value) -> Option<Vec<Value>> {
-    match v {
-        Value::Array(items) if items.len() <= MAX_ITEMS => Some(items),
-        Value::Array(_) => {
-            f.issue(
-                name,
-                format!("must have at most {MAX_ITEMS} items"),
-                Some("array"),
-                None,
-            );
-            None
-        }
-        other => {
-            f.issue(name, "must be an array", Some("array"), Some(other));
-            None
-        }
-    }
-}
-
-fn env_vars(f: &mut Fields, v: Value) -> Option<Vec<GateEnvVar>> {
-    let items = array(f, "env_vars", v)?;
-    let mut out = Vec::new();
-    let mut ok = true;
-    for (i, item) in items.into_iter().enumerate() {
-        let at = format!("env_vars[{i}]");
-        let Some(mut map) = object(f, &at, item, &[]) else {
-            ok = false;
-            continue;
-        };
-        let name = required_member(f, &mut map, &format!("{at}.name"), &validate::name);
-        let key = required_member(f, &mut map, &format!("{at}.key"), &variable_key);
-        let secret = match map.remove("secret") {
-            Some(Value::Bool(b)) => Some(b),
-            None => {
-                f.issue(
-                    &format!("{at}.secret"),
-                    "is required",
-                    Some("boolean"),
-                    None,
-                );
-                None
-            }
-            Some(other) => {
-                f.issue(
-                    &format!("{at}.secret"),
-                    "must be a boolean",
-                    Some("boolean"),
-                    Some(other),
-                );
-                None
-            }
-        };
-        let clean = leftovers(f, &at, map);
-        match (name, key, secret) {
-            (Ok(name), Ok(key), Some(secret)) if clean => {
-                if out.iter().any(|e: &GateEnvVar| e.key == key) {
-                    f.issue(
-                        &format!("{at}.key"),
-                        "must not repeat another variable's key",
-                        None,
-                        Some(Value::String(key)),
-                    );
-                    ok = false;
-                } else {
-                    out.push(GateEnvVar { name, key, secret });
-                }
-            }
-            _ => ok = false,
-        }
-    }
-    ok.then_some(out)
-}
-
-fn sdks(f: &mut Fields, v: Value) -> Option<Vec<GateSdk>> {
-    let items = array(f, "sdks", v)?;
-    let mut out = Vec::new();
-    let mut ok = true;
-    for (i, item) in items.into_iter().enumerate() {
-        let at = format!("sdks[{i}]");
-        let Some(mut map) = object(f, &at, item, &[]) else {
-            ok = false;
-            continue;
-        };
-        let label = required_member(f, &mut map, &format!("{at}.label"), &validate::name);
-        let install = required_member(
-            f,
-            &mut map,
-            &format!("{at}.install"),
-            &nonempty_text(MAX_INSTALL_CHARS),
-        );
-        let url = required_member(f, &mut map, &format!("{at}.url"), &validate::http_uri);
-        let clean = leftovers(f, &at, map);
-        match (label, install, url) {
-            (Ok(label), Ok(install), Ok(url)) if clean => out.push(GateSdk {
-                label,
-                install,
-                url,
-            }),
-            _ => ok = false,
-        }
-    }
-    ok.then_some(out)
-}
-
-fn branding(f: &mut Fields, v: Value) -> Option<GateBranding> {
-    let mut map = object(
-        f,
-        "branding",
-        v,
-        &[("verified", "is managed by Vigil and cannot be written")],
-    )?;
-    let logo_url = member(f, &mut map, "branding.logo_url", &validate::http_uri);
-    let primary = member(f, &mut map, "branding.primary_color", &gate::color);
-    let secondary = member(f, &mut map, "branding.secondary_color", &gate::color);
-    let art = member(
-        f,
-        &mut map,
-        "branding.ascii_art",
-        &text(MAX_ASCII_ART_CHARS),
-    );
-    let clean = leftovers(f, "branding", map);
-    match (logo_url, primary, secondary, art) {
-        (Ok(logo_url), Ok(primary_color), Ok(secondary_color), Ok(ascii_art)) if clean => {
-            Some(GateBranding {
-                logo_url,
-                primary_color,
-                secondary_color,
-                ascii_art,
-                verified: false,
-            })
-        }
-        _ => None,
-    }
-}
-
-fn consent(f: &mut Fields, v: Value) -> Option<GateConsent> {
-    let mut map = object(f, "consent", v, &[])?;
-    let terms = member(f, &mut map, "consent.terms_url", &validate::http_uri);
-    let privacy = member(f, &mut map, "consent.privacy_url", &validate::http_uri);
-    let clean = leftovers(f, "consent", map);
-    match (terms, privacy) {
-        (Ok(terms_url), Ok(privacy_url)) if clean => Some(GateConsent {
-            terms_url,
-            privacy_url,
-        }),
-        _ => None,
+/// The operator's rule for where Gate may call.
+fn outbound_rules(state: &AdminState) -> Destinations {
+    Destinations {
+        allow_private: state.allow_private_webhooks,
     }
 }
 
@@ -631,20 +446,44 @@ fn apply(service: &mut GateServiceRecord, d: Draft) {
         service.webhook_url = v;
     }
     if let Some(v) = d.env_vars {
-        service.env_vars = v;
+        service.env_vars = v
+            .into_iter()
+            .map(|EnvVarBody { name, key, secret }| GateEnvVar { name, key, secret })
+            .collect();
     }
     if let Some(v) = d.docs_url {
         service.docs_url = v;
     }
     if let Some(v) = d.sdks {
-        service.sdks = v;
+        service.sdks = v
+            .into_iter()
+            .map(
+                |SdkBody {
+                     label,
+                     install,
+                     url,
+                 }| GateSdk {
+                    label,
+                    install,
+                    url,
+                },
+            )
+            .collect();
     }
-    if let Some(mut v) = d.branding {
-        v.verified = service.branding.verified;
-        service.branding = v;
+    if let Some(b) = d.branding {
+        service.branding = GateBranding {
+            logo_url: b.logo_url,
+            primary_color: b.primary_color,
+            secondary_color: b.secondary_color,
+            ascii_art: b.ascii_art,
+            verified: service.branding.verified,
+        };
     }
-    if let Some(v) = d.consent {
-        service.consent = v;
+    if let Some(c) = d.consent {
+        service.consent = GateConsent {
+            terms_url: c.terms_url,
+            privacy_url: c.privacy_url,
+        };
     }
 }
 
@@ -716,9 +555,11 @@ async fn create(
     caller: SecretKey<ManageGateServices>,
     body: JsonObject,
 ) -> Result<Reply, ApiError> {
-    let draft = read_body(body, |f| {
-        Some(read_draft(f, true, state.allow_private_webhooks))
-    })?;
+    let writing = Writing {
+        changing: None,
+        destinations: outbound_rules(&state),
+    };
+    let draft = Draft::from_object_in(body, &writing)?;
     destinations(&draft, state.allow_private_webhooks).await?;
     let now = time::now();
     let secret = draft.webhook_secret.clone().unwrap_or_else(new_secret);
@@ -860,21 +701,11 @@ async fn update(
     if service.id == gate::SYSTEM_SERVICE_ID {
         return Err(read_only_system_service());
     }
-    let draft = read_body(body, |f| {
-        // `id` is writable at creation only; a PATCH may carry it unchanged (a client sending
-        // back the resource it read), never a new one.
-        if let Some(given) = f.take("id")
-            && given.as_str() != Some(service.id.as_str())
-        {
-            f.issue(
-                "id",
-                "cannot be changed after creation: agent tokens and the registry name the service by it",
-                Some(&service.id),
-                Some(given),
-            );
-        }
-        Some(read_draft(f, false, state.allow_private_webhooks))
-    })?;
+    let writing = Writing {
+        changing: Some(service.id.clone()),
+        destinations: outbound_rules(&state),
+    };
+    let draft = Draft::from_object_in(body, &writing)?;
     destinations(&draft, state.allow_private_webhooks).await?;
     let previous_id = service.id.clone();
     let old_secret = state.auth.secret.open(

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use edge::body::{Fields, FromPath, PathParams, Reply, RequestBody, Valid};
+use edge::body::{FromPath, PathParams, Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, PublishableKey};
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest, kept_user_agent};
@@ -32,7 +32,8 @@ struct Accepted {
 }
 
 /// An encrypted batch (schemas/collect.md, section 2).
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
+#[request_body(plain = BatchBody::plain)]
 pub(crate) struct BatchBody {
     /// The batch's number in its session, from 1, each above the last accepted.
     #[schema(minimum = 1)]
@@ -40,47 +41,16 @@ pub(crate) struct BatchBody {
     /// AES-256-GCM of the batch's JSON under the session's batch key, base64url without
     /// padding (its unused last bits zero).
     #[schema(value_type = String, pattern = "^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-][AQgw]|[A-Za-z0-9_-]{2}[AEIMQUYcgkosw048])?$")]
+    #[member(parse = edge::body::base64url)]
     ciphertext: Vec<u8>,
 }
 
-impl RequestBody for BatchBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        // An integer, whichever way JSON spells it: `3` and `3.0` are one number (JSON Schema's
-        // `integer` takes both, and so do clients that only have doubles).
-        let seq = match f.take("seq") {
-            None => {
-                f.issue("seq", "is required", Some("integer"), None);
-                None
-            }
-            Some(value) => match value.as_number().and_then(integer).filter(|&n| n >= 1) {
-                Some(n) => Some(n),
-                None => {
-                    f.issue(
-                        "seq",
-                        "must be an integer from 1",
-                        Some("integer"),
-                        Some(value),
-                    );
-                    None
-                }
-            },
-        };
-        let ciphertext = f.parsed_string("ciphertext", true, |s| {
-            URL_SAFE_NO_PAD
-                .decode(s)
-                .map_err(|_| "must be base64url without padding".into())
-        });
-        Some(BatchBody {
-            seq: seq?,
-            ciphertext: ciphertext?,
-        })
-    }
-
+impl BatchBody {
     /// The SDK's batches, `{"seq": 3, "ciphertext": "…"}`, read without a tree: the tree and
     /// the copy of the ciphertext into it were about 2.5% of a saturated ingest benchmark's
     /// samples. Anything else (a number spelt `3.0`, an escape in the ciphertext, a member
-    /// twice or unknown, a body that is not an object) is left to [`BatchBody::read`].
-    fn read_plain(bytes: &[u8]) -> Option<Self> {
+    /// twice or unknown, a body that is not an object) is left to the derived reader.
+    fn plain(bytes: &[u8]) -> Option<Self> {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Plain<'a> {
@@ -154,15 +124,6 @@ impl<'de> serde::de::Visitor<'de> for LeadingKind<'_, 'de> {
         }
         Ok(())
     }
-}
-
-/// A JSON number's value as a `u64` when it is a whole number in range, however spelled.
-fn integer(n: &serde_json::Number) -> Option<u64> {
-    n.as_u64().or_else(|| {
-        n.as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= 2f64.powi(53))
-            .map(|f| f as u64)
-    })
 }
 
 fn invalid_batch() -> ApiError {

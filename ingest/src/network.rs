@@ -10,7 +10,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
-use edge::body::{Fields, QueryParams, Reply, RequestBody, Valid};
+use edge::body::{QueryParams, Reply, RequestBody, Valid};
 use edge::openapi::BodyErrors;
 use edge::transport::ClientInfo;
 use edge::{ApiError, AuthContext, PublishableKey};
@@ -156,20 +156,10 @@ struct Checked {
 }
 
 /// The body of a network check.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 pub(crate) struct CheckBody {
     /// The session whose WebSocket this request is compared with.
     session_id: SessionId,
-}
-
-impl RequestBody for CheckBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let session_id = f.parsed_string("session_id", true, |s| {
-            s.parse::<SessionId>()
-                .map_err(|e| format!("is not a valid id: {e}"))
-        })?;
-        Some(CheckBody { session_id })
-    }
 }
 
 /// `POST /v1/collect/network-checks`: proven (`crate::proof`), so nobody else can add a

@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Duration;
-use edge::body::{Fields, FromPath, PathParams, Reply, RequestBody, Valid};
+use edge::body::{FromPath, PathParams, Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::{ApiError, AuthContext, PublishableKey};
 use rand::TryRngCore;
@@ -54,11 +54,12 @@ struct OpenedSession {
 }
 
 /// The body of a session's opening.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 pub(crate) struct OpenBody {
     /// The SDK's ephemeral P-256 public key (SEC1, the 65-byte uncompressed point), base64url
     /// without padding; a string of this form that is not a point on the curve is a 422.
     #[schema(value_type = String, pattern = "^B[A-Za-z0-9_-]{85}[AEIMQUYcgkosw048]$")]
+    #[member(parse = edge::body::base64url)]
     client_public_key: Vec<u8>,
     #[schema(min_length = 1, max_length = 32)]
     sdk_version: String,
@@ -73,44 +74,15 @@ pub(crate) struct OpenBody {
         max_length = 512,
         pattern = "^gct1\\.[A-Za-z0-9_-]+$"
     )]
+    #[member(check = consent_ticket_form)]
     consent_ticket: Option<String>,
 }
 
-impl RequestBody for OpenBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let client_public_key = f.parsed_string("client_public_key", true, |s| {
-            URL_SAFE_NO_PAD
-                .decode(s)
-                .map_err(|_| "must be base64url without padding".into())
-        });
-        let sdk_version = f.checked_string("sdk_version", true, |s| {
-            if s.is_empty() || s.len() > 32 {
-                Err("must be 1 to 32 characters".into())
-            } else {
-                Ok(())
-            }
-        });
-        let page_url = f.checked_string("page_url", true, |s| {
-            let ok = s.len() <= 2048 && (s.starts_with("https://") || s.starts_with("http://"));
-            if ok {
-                Ok(())
-            } else {
-                Err("must be an http(s) URL of at most 2048 characters".into())
-            }
-        });
-        let consent_ticket = f.checked_string("consent_ticket", false, |s| {
-            if ConsentTicket::well_formed(s) {
-                Ok(())
-            } else {
-                Err("must be the ticket a consent page was served with".into())
-            }
-        });
-        Some(OpenBody {
-            client_public_key: client_public_key?,
-            sdk_version: sdk_version?,
-            page_url: page_url?,
-            consent_ticket,
-        })
+fn consent_ticket_form(s: &str) -> Result<(), String> {
+    if ConsentTicket::well_formed(s) {
+        Ok(())
+    } else {
+        Err("must be the ticket a consent page was served with".into())
     }
 }
 

@@ -7,7 +7,7 @@
 use axum::extract::State;
 use edge::ApiError;
 use edge::SecretKey;
-use edge::body::{Fields, Reply, RequestBody, Valid};
+use edge::body::{Reply, RequestBody, Valid};
 use edge::openapi::{BodyErrors, SecretKeyErrors};
 use edge::policy::OpenHandoff;
 use schemas::error::ErrorEnvelope;
@@ -25,18 +25,10 @@ pub fn router() -> OpenApiRouter<QueryState> {
 }
 
 /// The body of `POST /v1/handoffs/open`.
-#[derive(utoipa::ToSchema)]
+#[derive(utoipa::ToSchema, RequestBody)]
 struct OpenHandoffBody {
     /// The sealed handoff the page's SDK obtained and passed to the backend.
     handoff: String,
-}
-
-impl RequestBody for OpenHandoffBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        Some(OpenHandoffBody {
-            handoff: f.string("handoff", true)?,
-        })
-    }
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

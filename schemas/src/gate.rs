@@ -193,9 +193,6 @@ pub fn normalize_user_code(typed: &str) -> Option<String> {
         .then_some(code)
 }
 
-/// The shortest `webhook_secret` a service may set.
-pub const MIN_WEBHOOK_SECRET_CHARS: usize = 32;
-
 /// The pattern of a service id, as the OpenAPI document gives it wherever one is read.
 pub const SERVICE_ID_PATTERN: &str = "^[a-z0-9](?:[a-z0-9_-]{1,30}[a-z0-9])$";
 
@@ -267,48 +264,8 @@ pub fn service_id_claim(service_id: &str) -> String {
     service_id.replace('_', "-")
 }
 
-// A Gate service's nested members as the OpenAPI document describes them (docs/gate.md). The
-// store keeps its own types; the admin API validates bodies into them, and its reads and the
-// registry show them in these shapes.
-
-/// A variable a tool sets from the service's webhook answer at each signup.
-#[derive(utoipa::ToSchema)]
-#[schema(as = GateEnvVar)]
-#[allow(dead_code)] // described; the admin API reads and writes the store's `GateEnvVar`
-pub struct EnvVarDoc {
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
-    )]
-    name: String,
-    /// A shell variable's name; none ending in `_GATE_AGENT_TOKEN`.
-    #[schema(pattern = "^[A-Z_][A-Z0-9_]{0,63}$")]
-    key: String,
-    /// Whether the value is a secret (kept out of logs and shown masked).
-    secret: bool,
-}
-
-/// An SDK the consent and registry pages list.
-#[derive(utoipa::ToSchema)]
-#[schema(as = GateSdk)]
-#[allow(dead_code)] // described; the admin API reads and writes the store's `GateSdk`
-pub struct SdkDoc {
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
-    )]
-    label: String,
-    /// The install command.
-    #[schema(
-        max_length = 500,
-        pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069\\s][^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
-    )]
-    install: String,
-    #[schema(max_length = 2048, pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$")]
-    url: String,
-}
+// A Gate service's branding as reads show it (docs/gate.md). The store keeps its own type; the
+// bodies that write it, and the other nested members, are Gate's (`gate/src/services.rs`).
 
 /// A service's branding as reads show it: each member left out when unset.
 #[derive(utoipa::ToSchema)]
@@ -325,25 +282,6 @@ pub struct BrandingDoc {
     ascii_art: Option<String>,
     /// Set by Vigil only.
     verified: bool,
-}
-
-/// The links a consent page shows, each left out when unset.
-#[derive(utoipa::ToSchema)]
-#[schema(as = GateConsent)]
-#[allow(dead_code)] // described; the admin API reads and writes the store's `GateConsent`
-pub struct ConsentDoc {
-    #[schema(
-        nullable = false,
-        max_length = 2048,
-        pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
-    )]
-    terms_url: Option<String>,
-    #[schema(
-        nullable = false,
-        max_length = 2048,
-        pattern = "^https?://[^/?#\\s]+(?:[/?#]\\S*)?$"
-    )]
-    privacy_url: Option<String>,
 }
 
 #[cfg(test)]

@@ -13,6 +13,20 @@ use url::Url;
 /// The longest endpoint URL accepted.
 pub const MAX_URL_BYTES: usize = 2048;
 
+/// Where outbound calls may go: private destinations only on a server started with
+/// `--allow-private-webhooks`. The context of the bodies that name a destination.
+#[derive(Debug, Clone, Copy)]
+pub struct Destinations {
+    pub allow_private: bool,
+}
+
+impl Destinations {
+    /// [`check_url`] under these rules.
+    pub fn url(raw: &str, rules: &Destinations) -> Result<Url, String> {
+        check_url(raw, rules.allow_private)
+    }
+}
+
 /// A URL's form: absolute, `https` (or `http` when private destinations are allowed), with a
 /// host, and without credentials in it.
 pub fn check_url(raw: &str, allow_private: bool) -> Result<Url, String> {

@@ -19,7 +19,7 @@ use axum::Router;
 use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use edge::body::{Fields, JsonObject, Reply, RequestBody};
+use edge::body::{JsonObject, Reply, RequestBody};
 use edge::{ApiError, Authenticator};
 use schemas::OrgId;
 use schemas::credential::Environment;
@@ -82,15 +82,9 @@ async fn decision(
 }
 
 /// The demo page's body: the handoff its SDK minted.
+#[derive(RequestBody)]
 struct HandoffBody {
     handoff: String,
-}
-
-impl RequestBody for HandoffBody {
-    fn read(f: &mut Fields) -> Option<Self> {
-        let handoff = f.string("handoff", true)?;
-        Some(HandoffBody { handoff })
-    }
 }
 
 /// What the page shows: the decision the site's backend would read, with what the page needs

@@ -398,6 +398,18 @@ pub enum EndpointStatus {
     Disabled,
 }
 
+impl EndpointStatus {
+    pub const ALL: [&'static str; 2] = ["active", "disabled"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active" => Some(EndpointStatus::Active),
+            "disabled" => Some(EndpointStatus::Disabled),
+            _ => None,
+        }
+    }
+}
+
 /// `webhook_deliveries`, partition key `(organization_id, environment, event_id)`, clustering
 /// key `endpoint_id`: one event's delivery to one endpoint and its attempts so far
 /// (docs/architecture.md: #webhooks, #dispatcher). Pending ones are also in

@@ -612,10 +612,7 @@ async fn a_field_issue_says_what_was_expected() {
     };
     assert_eq!(expected("client_public_key"), "base64url without padding");
     assert_eq!(expected("sdk_version"), "1 to 32 characters");
-    assert_eq!(
-        expected("page_url"),
-        "an http(s) URL of at most 2048 characters"
-    );
+    assert_eq!(expected("page_url"), "matching `^https?://`");
     let r = s
         .get("/v1/sessions?colour=red")
         .key(&s.creds.keys.secret_test)
