@@ -1,5 +1,6 @@
 # Sourced by test.sh and bench.sh: installing Debian packages on demand, and a throwaway Redis
-# and PostgreSQL on free loopback ports, stopped when the calling script exits, whatever happens.
+# and PostgreSQL on free loopback ports (and, from engines.sh, a Kafka broker), stopped when the
+# calling script exits, whatever happens.
 
 apt_updated=0
 # need_deb COMMAND PACKAGE...: installs the packages unless COMMAND is already on the PATH.
@@ -34,6 +35,7 @@ servers_dir=$(mktemp -d)
 redis_pid=""
 pg_dir=""
 stop_servers() {
+  stop_engines
   if [ -n "$redis_pid" ]; then
     kill "$redis_pid" 2>/dev/null || true
     wait "$redis_pid" 2>/dev/null || true
@@ -44,6 +46,7 @@ stop_servers() {
   rm -rf "$servers_dir"
 }
 trap stop_servers EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/engines.sh"
 
 # start_redis: starts redis-server and sets REDIS_URL; fails loudly if it does not answer.
 start_redis() {

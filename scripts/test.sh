@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
 # (redis-server, postgresql, nodejs, curl, chromium, chromium-driver, xvfb and xdotool from Debian's
 # packages, Python's requests, the OpenAPI validator, schemathesis and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
-# crates.io), starts Redis and PostgreSQL on free ports, checks the
+# crates.io, Apache Kafka's and Apache Cassandra's jars from Maven Central), starts Redis,
+# PostgreSQL, a Kafka broker and a Cassandra node on free ports, checks the
 # lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
 # happens.
 set -euo pipefail
@@ -70,11 +71,14 @@ cargo build --bin vigil
 # The contract check: schemathesis (from PyPI, in a venv of its own) fuzzes a served Vigil from
 # its OpenAPI document and prints `schemathesis: N passed, N failed` (docs/testing.md).
 scripts/schemathesis.sh
-# The ScyllaDB backend's tests that need a real node are ignored unless one is named; say so.
-if [ -n "${VIGIL_TEST_SCYLLA_URL:-}" ]; then
-  cargo nextest run -p vigil-store --run-ignored only -E 'test(/^scylla::/)'
-else
-  echo "ScyllaDB: the real-node tests were NOT run (VIGIL_TEST_SCYLLA_URL is not set; no ScyllaDB" \
-       "here). Only the wire-level tests against CQL doubles run. With Docker: scripts/test-scylla.sh"
-fi
+cargo nextest run --workspace --no-run "$@"
+# A real Apache Kafka broker (plaintext, TLS and SASL/SCRAM listeners) for the log's suite and
+# the fleets, and an Apache Cassandra node as the CQL server of the ScyllaDB store's suite:
+# their jars come from Maven Central (scripts/engines.sh), and both run once for the whole run,
+# started once the tests are built so that they do not slow the build.
+start_kafka
+export VIGIL_TEST_KAFKA_URL="$KAFKA_URL" VIGIL_TEST_KAFKA_TLS_URL="$KAFKA_TLS_URL" \
+  VIGIL_TEST_KAFKA_SCRAM_URL="$KAFKA_SCRAM_URL"
+start_cassandra
+export VIGIL_TEST_SCYLLA_URL="$CASSANDRA_URL" VIGIL_TEST_SCYLLA_CA="$CASSANDRA_CA"
 cargo nextest run --workspace --no-fail-fast "$@"

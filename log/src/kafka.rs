@@ -26,6 +26,7 @@
 #[cfg(any(test, feature = "testsuite"))]
 pub mod mock;
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -89,6 +90,9 @@ pub struct KafkaConfig {
     pub brokers: String,
     /// Extra client properties, applied to producers, consumers and the admin client alike.
     pub properties: Vec<(String, String)>,
+    /// The URL's `namespace`: put before every topic and consumer group's name (`ns.` and the
+    /// name), so that several deployments, or test runs, share a cluster without meeting.
+    pub namespace: Option<String>,
 }
 
 impl KafkaConfig {
@@ -96,6 +100,7 @@ impl KafkaConfig {
         Self {
             brokers: brokers.into(),
             properties: Vec::new(),
+            namespace: None,
         }
     }
 
@@ -125,6 +130,21 @@ impl KafkaConfig {
         }
         let mut config = Self::new(brokers);
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            if name == "namespace" {
+                // A topic's own rules, so that every name it prefixes stays a legal one.
+                Topic::new(&value).map_err(|_| {
+                    LogError::Invalid(format!(
+                        "kafka URL's namespace `{value}` must be 1 to 100 of A-Z a-z 0-9 . _ -"
+                    ))
+                })?;
+                if value.len() > 100 {
+                    return Err(LogError::Invalid(
+                        "kafka URL's namespace must be at most 100 characters".into(),
+                    ));
+                }
+                config.namespace = Some(value.into_owned());
+                continue;
+            }
             if RESERVED.contains(&name.as_ref()) {
                 return Err(LogError::Invalid(format!(
                     "kafka property `{name}` is set by the log itself and cannot be overridden"
@@ -213,6 +233,23 @@ pub struct KafkaLog {
     /// Partition counts seen so far. A topic's count is taken as fixed: adding partitions to a
     /// live topic would move keys to other partitions and break per-key order anyway.
     partition_counts: RwLock<HashMap<Topic, u32>>,
+    /// Put before every topic and group name (see [`KafkaConfig::namespace`]).
+    namespace: Option<String>,
+}
+
+/// A broker's answer that librdkafka retries by itself: a group coordinator loading or moving,
+/// a partition leader being elected.
+fn transient(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+                | RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::LeaderNotAvailable
+        )
+    )
 }
 
 fn unavailable(context: &str, e: KafkaError) -> LogError {
@@ -276,7 +313,71 @@ impl KafkaLog {
             producer,
             admin,
             partition_counts: RwLock::new(HashMap::new()),
+            namespace: config.namespace.clone(),
         })
+    }
+
+    /// `topic` as the cluster names it, in the URL's namespace. Every method of the port takes
+    /// its names through here once; what is below them sees the cluster's names only.
+    fn topic<'a>(&self, topic: &'a Topic) -> Result<Cow<'a, Topic>> {
+        match &self.namespace {
+            None => Ok(Cow::Borrowed(topic)),
+            Some(ns) => Topic::new(&format!("{ns}.{topic}")).map(Cow::Owned),
+        }
+    }
+
+    /// `group` as the cluster names it, in the URL's namespace.
+    fn group<'a>(&self, group: &'a Group) -> Result<Cow<'a, Group>> {
+        match &self.namespace {
+            None => Ok(Cow::Borrowed(group)),
+            Some(ns) => Group::new(&format!("{ns}.{group}")).map(Cow::Owned),
+        }
+    }
+
+    /// The high watermark of each of the topic's `count` partitions, under its cluster name.
+    async fn watermarks(&self, topic: &Topic, count: u32) -> Result<Vec<u64>> {
+        let producer = self.producer.clone();
+        let name = topic.to_string();
+        // The high watermark: the offset of the next message appended to the partition.
+        tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + BROKER_TIMEOUT;
+            (0..count)
+                .map(|p| {
+                    loop {
+                        match producer
+                            .client()
+                            .fetch_watermarks(&name, p as i32, BROKER_TIMEOUT)
+                        {
+                            Ok((_, high)) => return Ok(high.max(0) as u64),
+                            // A partition whose leader was just elected (a new topic, a broker
+                            // that restarted) answers so for a moment; librdkafka's own producer
+                            // retries these, and so does this read.
+                            Err(e)
+                                if matches!(
+                                    e.rdkafka_error_code(),
+                                    Some(
+                                        RDKafkaErrorCode::NotLeaderForPartition
+                                            | RDKafkaErrorCode::LeaderNotAvailable
+                                    )
+                                ) && std::time::Instant::now() < deadline =>
+                            {
+                                std::thread::sleep(Duration::from_millis(100));
+                            }
+                            Err(e) => return Err(unavailable("watermarks", e)),
+                        }
+                    }
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| LogError::Unavailable(format!("kafka: watermarks: {e}")))?
+    }
+
+    /// The partition count of a topic the cluster has, under its cluster name.
+    async fn count(&self, topic: &Topic) -> Result<u32> {
+        self.lookup(topic)
+            .await?
+            .ok_or_else(|| LogError::UnknownTopic(topic.to_string()))
     }
 
     /// The partition count from the cluster's metadata; `None` if the topic does not exist.
@@ -318,8 +419,13 @@ impl KafkaLog {
             }
         }
         let count = found.partitions().len() as u32;
-        if count == 0 {
-            // A topic still being created: not usable yet.
+        // A topic still being created is not usable yet: a real broker lists its partitions
+        // before it has elected their leaders, and until then reads of their offsets fail.
+        let leaderless = found
+            .partitions()
+            .iter()
+            .any(|p| p.leader() < 0 || p.error().is_some());
+        if count == 0 || leaderless {
             return Ok(None);
         }
         self.partition_counts
@@ -340,7 +446,7 @@ impl KafkaLog {
         queue_wait: Duration,
     ) -> Result<Position> {
         check_record_size(key, payload)?;
-        let partition = partition_for(key, self.partitions(topic).await?);
+        let partition = partition_for(key, self.count(topic).await?);
         let record = FutureRecord::to(topic.as_str())
             .partition(partition as i32)
             .key(key)
@@ -380,6 +486,7 @@ impl LogBackend for KafkaLog {
 
     async fn create_topic(&self, topic: &Topic, partitions: u32) -> Result<u32> {
         check_partition_count(partitions)?;
+        let topic = &*self.topic(topic)?;
         if let Some(n) = self.lookup(topic).await? {
             return Ok(n);
         }
@@ -410,10 +517,13 @@ impl LogBackend for KafkaLog {
                 }
             }
         }
-        // The creation reaches every broker's metadata a moment later.
+        // The creation reaches every broker's metadata a moment later, and each partition's
+        // leader answers a moment after that: the topic is ready once its offsets can be read,
+        // so that the first appends and reads do not meet a leader still being elected.
         let deadline = tokio::time::Instant::now() + BROKER_TIMEOUT;
         loop {
             if let Some(n) = self.lookup(topic).await? {
+                self.watermarks(topic, n).await?;
                 return Ok(n);
             }
             if tokio::time::Instant::now() >= deadline {
@@ -426,41 +536,27 @@ impl LogBackend for KafkaLog {
     }
 
     async fn partitions(&self, topic: &Topic) -> Result<u32> {
-        self.lookup(topic)
-            .await?
-            .ok_or_else(|| LogError::UnknownTopic(topic.to_string()))
+        self.count(&*self.topic(topic)?).await
     }
 
     /// Waits for room in the producer's queue, up to the brokers' timeout: the processor's,
     /// the dispatcher's and the admin API's records are internal work that must not be lost to
     /// the clients' load.
     async fn append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
-        self.send(topic, key, payload, BROKER_TIMEOUT).await
+        self.send(&*self.topic(topic)?, key, payload, BROKER_TIMEOUT)
+            .await
     }
 
     /// No wait for room: a full queue is answered at once (see PRODUCER_QUEUE).
     async fn try_append(&self, topic: &Topic, key: &[u8], payload: &[u8]) -> Result<Position> {
-        self.send(topic, key, payload, Duration::ZERO).await
+        self.send(&*self.topic(topic)?, key, payload, Duration::ZERO)
+            .await
     }
 
     async fn end_offsets(&self, topic: &Topic) -> Result<Vec<u64>> {
-        let count = self.partitions(topic).await?;
-        let producer = self.producer.clone();
-        let name = topic.to_string();
-        // The high watermark: the offset of the next message appended to the partition.
-        tokio::task::spawn_blocking(move || {
-            (0..count)
-                .map(|p| {
-                    producer
-                        .client()
-                        .fetch_watermarks(&name, p as i32, BROKER_TIMEOUT)
-                        .map(|(_, high)| high.max(0) as u64)
-                        .map_err(|e| unavailable("watermarks", e))
-                })
-                .collect()
-        })
-        .await
-        .map_err(|e| LogError::Unavailable(format!("kafka: watermarks: {e}")))?
+        let topic = &*self.topic(topic)?;
+        let count = self.count(topic).await?;
+        self.watermarks(topic, count).await
     }
 
     async fn consumer(
@@ -469,7 +565,9 @@ impl LogBackend for KafkaLog {
         topic: &Topic,
         partitions: &[u32],
     ) -> Result<Box<dyn LogConsumer>> {
-        let count = self.partitions(topic).await?;
+        let named = (group.clone(), topic.clone());
+        let (group, topic) = (&*self.group(group)?, &*self.topic(topic)?);
+        let count = self.count(topic).await?;
         let partitions = check_partitions(topic, count, partitions)?;
         let consumer = self.client(group, topic, &self.base)?;
         let mut assignment = TopicPartitionList::new();
@@ -483,15 +581,17 @@ impl LogBackend for KafkaLog {
             .map_err(|e| unavailable("assigning partitions", e))?;
         Ok(Box::new(KafkaConsumer {
             consumer: Arc::new(consumer),
-            group: group.clone(),
             topic: topic.clone(),
+            named,
             partitions,
             member: false,
         }))
     }
 
     async fn member(&self, group: &Group, topic: &Topic) -> Result<Box<dyn LogConsumer>> {
-        self.partitions(topic).await?;
+        let named = (group.clone(), topic.clone());
+        let (group, topic) = (&*self.group(group)?, &*self.topic(topic)?);
+        self.count(topic).await?;
         let mut config = self.base.clone();
         // Cooperative: a rebalance takes away only the partitions that move, so the members
         // keep reading (and keep their sessions' state for) the others.
@@ -514,8 +614,8 @@ impl LogBackend for KafkaLog {
             .map_err(|e| unavailable("joining the group", e))?;
         Ok(Box::new(KafkaConsumer {
             consumer: Arc::new(consumer),
-            group: group.clone(),
             topic: topic.clone(),
+            named,
             // None until the group has assigned some.
             partitions: Vec::new(),
             member: true,
@@ -664,8 +764,10 @@ impl ConsumerContext for GroupContext {
 struct KafkaConsumer {
     /// Shared with the blocking thread a synchronous commit runs on.
     consumer: Arc<StreamConsumer<GroupContext>>,
-    group: Group,
+    /// The topic as the cluster names it (in the URL's namespace).
     topic: Topic,
+    /// The group and topic as the caller named them, which the port answers with.
+    named: (Group, Topic),
     /// The partitions read: an explicit consumer's, or a member's as of its last poll
     /// (including those it is giving up, whose records it may still have been given).
     partitions: Vec<u32>,
@@ -757,11 +859,11 @@ fn membership_changed(e: &KafkaError) -> bool {
 #[async_trait]
 impl LogConsumer for KafkaConsumer {
     fn group(&self) -> &Group {
-        &self.group
+        &self.named.0
     }
 
     fn topic(&self) -> &Topic {
-        &self.topic
+        &self.named.1
     }
 
     fn partitions(&self) -> &[u32] {
@@ -831,6 +933,12 @@ impl LogConsumer for KafkaConsumer {
         }
         self.refresh_partitions();
         match failure {
+            // librdkafka retries these itself (a group coordinator still loading or moving, a
+            // leader being elected): they are news, not failures of the read.
+            Some(e) if transient(&e) => {
+                tracing::info!(topic = %self.topic, error = %e, "kafka: retrying a transient broker answer");
+                Ok(records)
+            }
             Some(e) if records.is_empty() => Err(unavailable("consuming", e)),
             _ => Ok(records),
         }

@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use log::kafka::mock::MockKafka;
 use serde_json::{Value, json};
 use vigil_tests::browser::visit_and_hand_off;
 use vigil_tests::{DevCredentials, http_client, postgres_database, redis_url, vigil_binary};
@@ -510,9 +509,8 @@ fn start_fleet(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compose_fleet_scores_a_browser_session_as_declared() {
     let compose = compose_file();
-    let cluster = MockKafka::start(1).expect("the mock cluster starts");
-    vigil_tests::create_kafka_topics(&cluster);
-    let kafka = cluster.url();
+    // The run's broker in a namespace of this test's own (the compose's URL has no query).
+    let kafka = vigil_tests::kafka_broker("compose");
     let store = postgres_database("compose").await;
     // postgres://vigil@127.0.0.1:PORT/DB: the host and database the compose names stand for.
     let (_, local_pg) = store.split_once('@').unwrap();

@@ -1,6 +1,5 @@
-//! The fleet (issue 10): every role its own OS process of the real `vigil` binary, sharing a
-//! Kafka-protocol broker (librdkafka's mock cluster, hosted by this test process), Redis and
-//! PostgreSQL. Two ingest processes take collect traffic, two processors share the batches
+//! The fleet: every role its own OS process of the real `vigil` binary, sharing an Apache Kafka
+//! broker (the run's, in a namespace of this test's own), Redis and PostgreSQL. Two ingest processes take collect traffic, two processors share the batches
 //! topic's partitions through their consumer group, one process serves the query and admin
 //! APIs, one dispatcher delivers webhooks. The test checks what only a fleet shows:
 //! - sessions are spread over both processors;
@@ -20,7 +19,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::web_bot_auth;
-use log::kafka::mock::MockKafka;
 use schemas::credential::Environment;
 use serde_json::{Value, json};
 use vigil_tests::browser::visit_and_hand_off;
@@ -133,13 +131,12 @@ struct Fleet {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_processes_shares_kafka_redis_and_postgres() {
-    let cluster = MockKafka::start(1).expect("the mock cluster starts");
-    vigil_tests::create_kafka_topics(&cluster);
+    // A real broker, in a namespace of this test's own: the processes make their topics.
+    let kafka = vigil_tests::kafka_broker("fleet");
     let store_url = postgres_database("fleet").await;
     let secret = "5e".repeat(32);
-    let kafka = cluster.url();
     // Group members that vanish are noticed within a few seconds, not librdkafka's default 45.
-    let processor_kafka = format!("{kafka}?session.timeout.ms=6000&heartbeat.interval.ms=500");
+    let processor_kafka = format!("{kafka}&session.timeout.ms=6000&heartbeat.interval.ms=500");
     let redis = redis_url();
     let receiver = Receiver::start().await;
 

@@ -24,6 +24,17 @@ pub mod receiver;
 pub mod replay;
 pub mod tls;
 
+/// The run's Apache Kafka broker (`VIGIL_TEST_KAFKA_URL`, which scripts/test.sh starts), in a
+/// namespace of this test's own (`kafka://…?namespace=…`), so that tests sharing the broker
+/// never share a topic or a consumer group. A test that needs it fails without it.
+pub fn kafka_broker(test: &str) -> String {
+    let base = std::env::var("VIGIL_TEST_KAFKA_URL").expect(
+        "VIGIL_TEST_KAFKA_URL is not set: run the tests with scripts/test.sh, which starts a Kafka broker",
+    );
+    let run = ulid::Ulid::generate().to_string().to_ascii_lowercase();
+    format!("{base}?namespace={test}-{run}")
+}
+
 /// Creates the topics Vigil uses on a mock Kafka cluster, which does not answer topic creation
 /// over the admin API (its own call does).
 pub fn create_kafka_topics(cluster: &log::kafka::mock::MockKafka) {

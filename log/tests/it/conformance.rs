@@ -316,7 +316,18 @@ mod kafka {
                 ("client.id".to_owned(), "vigil one".to_owned())
             ]
         );
+        assert_eq!(config.namespace, None);
+        // The namespace is the log's, never handed to librdkafka.
+        let config = KafkaConfig::parse("k1:9092?namespace=staging&linger.ms=5").unwrap();
+        assert_eq!(config.namespace.as_deref(), Some("staging"));
+        assert_eq!(
+            config.properties,
+            [("linger.ms".to_owned(), "5".to_owned())]
+        );
         for bad in [
+            "k1:9092?namespace=",
+            "k1:9092?namespace=a%20b",
+            format!("k1:9092?namespace={}", "n".repeat(101)).as_str(),
             "",
             "k1",
             "k1:notaport",

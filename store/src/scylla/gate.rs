@@ -120,11 +120,15 @@ fn text(s: impl Into<String>) -> Option<CqlValue> {
 
 /// Seconds from `now` until the session is dropped (`rules::gate_sweep`): its rows' TTL.
 fn session_ttl(session: &GateSessionRecord, now: Timestamp) -> i32 {
+    i32::try_from(seconds_left(session, now).max(1)).unwrap_or(i32::MAX)
+}
+
+/// Seconds from `now` until the session is dropped; none or fewer once it is past that.
+fn seconds_left(session: &GateSessionRecord, now: Timestamp) -> i64 {
     let window = chrono::TimeDelta::from_std(schemas::gate::SESSION_TTL).unwrap_or_default();
     let kept =
         chrono::TimeDelta::from_std(schemas::gate::SESSION_KEPT_AFTER_EXPIRY).unwrap_or_default();
-    let left = (session.expires_at + window + kept - now).num_seconds();
-    i32::try_from(left.max(1)).unwrap_or(i32::MAX)
+    (session.expires_at + window + kept - now).num_seconds()
 }
 
 /// An approved signup whose delivery is still sealed in it: its account and token are
@@ -509,8 +513,14 @@ impl GateStore for ScyllaStore {
     }
 
     async fn create_gate_session(&self, session: &GateSessionRecord) -> Result<()> {
+        let now = schemas::time::now();
+        // Already past the time the sweep drops it: a row would live for the shortest TTL and
+        // vanish under whoever read it then, so it is dropped now, as the sweep would.
+        if seconds_left(session, now) <= 0 {
+            return Ok(());
+        }
         let id = session.id.to_string();
-        let ttl = session_ttl(session, schemas::time::now());
+        let ttl = session_ttl(session, now);
         if let Some(code) = session.login_code
             && !self
                 .applied(CLAIM_CODE, (&code.0[..], id.as_str(), ttl))

@@ -6,9 +6,10 @@
 //! - The errors a cluster answers with, forged by the driver project's proxy (`scylla-proxy`),
 //!   each mapped to the port's kind: retried (`Unavailable`) or not (`Rejected`).
 //!
-//! The same migration test, and the whole store conformance suite, run against a real node
-//! when `VIGIL_TEST_SCYLLA_URL` is set (`scripts/test-scylla.sh`, where Docker is); without it
-//! they are ignored, and the test command says so on a line of its own.
+//! The same migration test, and the whole store conformance suite, run against a real CQL node:
+//! the Apache Cassandra node the test command starts (`scripts/engines.sh`), or a ScyllaDB one
+//! (`scripts/test-scylla.sh`, where Docker is), named in `VIGIL_TEST_SCYLLA_URL`. Without it they
+//! fail; they never pass by skipping.
 
 mod double;
 
@@ -79,12 +80,17 @@ async fn migrations_run_through_the_driver_on_a_cql_double() {
     migrations_apply_once_and_a_keyspace_behind_is_refused(&node.url("vigil")).await;
 }
 
-/// The same on a real node: `scripts/test-scylla.sh` runs it with `VIGIL_TEST_SCYLLA_URL`.
+/// The run's real CQL node (`VIGIL_TEST_SCYLLA_URL`, `scylla://host:port`).
+fn real_node() -> String {
+    std::env::var("VIGIL_TEST_SCYLLA_URL").expect(
+        "VIGIL_TEST_SCYLLA_URL is not set: run the tests with scripts/test.sh, which starts a CQL node",
+    )
+}
+
+/// The same on a real node.
 #[tokio::test]
-#[ignore = "needs a ScyllaDB node: scripts/test-scylla.sh"]
 async fn migrations_on_a_real_node() {
-    let base = std::env::var("VIGIL_TEST_SCYLLA_URL")
-        .expect("VIGIL_TEST_SCYLLA_URL: scylla://host:9042 of a node to test on");
+    let base = real_node();
     let keyspace = format!("vigil_test_{}", std::process::id());
     let url = format!("{}/{keyspace}", base.trim_end_matches('/'));
     migrations_apply_once_and_a_keyspace_behind_is_refused(&url).await;
@@ -371,8 +377,7 @@ mod conformance {
     }
 
     async fn scylla_store() -> (Store, Keyspace) {
-        let base = std::env::var("VIGIL_TEST_SCYLLA_URL")
-            .expect("VIGIL_TEST_SCYLLA_URL: scylla://host:9042 of a node to test on");
+        let base = super::real_node();
         let name = format!(
             "vigil_c_{}",
             schemas::ids::OrgId::generate()
@@ -388,8 +393,49 @@ mod conformance {
         (store, Keyspace { url, name })
     }
 
-    store::store_conformance_suite!(
-        ttl_retention: scylla_store(),
-        ignore = "needs a ScyllaDB node: scripts/test-scylla.sh"
+    store::store_conformance_suite!(ttl_retention: scylla_store());
+}
+
+/// TLS to the node, as docs/operations.md#scylladb gives it (`tls=true&ca=`): the store opens
+/// and answers with the node's CA, and refuses a node whose certificate is of another CA. The
+/// node's CA is `VIGIL_TEST_SCYLLA_CA`.
+#[tokio::test]
+async fn the_store_speaks_tls_to_the_node_and_checks_its_certificate() {
+    let ca = std::env::var("VIGIL_TEST_SCYLLA_CA").expect(
+        "VIGIL_TEST_SCYLLA_CA is not set: run the tests with scripts/test.sh, which starts a CQL node",
     );
+    let keyspace = format!("vigil_tls_{}", std::process::id());
+    let url = format!(
+        "{}/{keyspace}?tls=true&ca={ca}",
+        real_node().trim_end_matches('/')
+    );
+    migrations::migrate(&url).await.expect("migrates over TLS");
+    let store = store::open(&url).await.expect("opens over TLS");
+    store.ping().await.expect("answers over TLS");
+    drop(store);
+    // Another CA: a self-signed certificate the node's is not signed by.
+    let dir = tempfile::tempdir().unwrap();
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let other_ca = dir.path().join("other-ca.pem");
+    std::fs::write(&other_ca, other.cert.pem()).unwrap();
+    let refused = format!(
+        "{}/{keyspace}?tls=true&ca={}",
+        real_node().trim_end_matches('/'),
+        other_ca.display()
+    );
+    let refused = match store::open(&refused).await {
+        Err(_) => true,
+        Ok(store) => store.ping().await.is_err(),
+    };
+    assert!(
+        refused,
+        "a node whose certificate is of another CA must be refused"
+    );
+    let session = connect(&ScyllaConfig::parse(&url).unwrap(), false)
+        .await
+        .unwrap();
+    session
+        .query_unpaged(format!("DROP KEYSPACE {keyspace}"), ())
+        .await
+        .unwrap();
 }
