@@ -1,5 +1,5 @@
-//! Two processors in one consumer group on Kafka (librdkafka's mock cluster), sharing one
-//! store: as the second joins and the first leaves, partitions move between them, and in the
+//! Two processors in one consumer group on Kafka (the run's Apache Kafka broker, which
+//! scripts/test.sh starts, in a namespace of each test's own), sharing one store: as the second joins and the first leaves, partitions move between them, and in the
 //! end every batch of every session is folded into its session, none lost to a stale save.
 //! And the writes two processors can race (docs/architecture.md#fleet-writes): two sessions of
 //! one visitor linked at once both count, and a processor stalled past its poll interval cannot
@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use log::kafka::mock::MockKafka;
 use log::{Log, Topic};
 use processor::pipeline::{Pipeline, run};
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
@@ -22,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 const SESSIONS: usize = 16;
 const PARTITIONS: u32 = 4;
-/// Long enough for group joins on the mock cluster (seconds each) and the folds after them.
+/// Long enough for group joins (seconds each) and the folds after them.
 const SETTLE: Duration = Duration::from_secs(90);
 
 fn batch(org: OrgId, session: SessionId, seq: u64) -> Vec<u8> {
@@ -87,7 +86,7 @@ async fn folded_through(store: &Store, org: OrgId, sessions: &[SessionId], seq: 
     }
 }
 
-/// A consumer group's surroundings: the mock cluster with the processor's topics, the log both
+/// A consumer group's surroundings: the broker with the processor's topics, the log both
 /// processors use, and the store they share.
 struct Fleet {
     log: Log,
@@ -95,37 +94,28 @@ struct Fleet {
     store: Store,
     topics: processor::pipeline::Topics,
     _dir: tempfile::TempDir,
-    // Last: the log is dropped before the cluster it talks to.
-    _cluster: MockKafka,
 }
 
 impl Fleet {
     /// `partitions` of the batches topic; `options`, the log URL's query beyond the group
     /// session's timings.
     async fn start(partitions: u32, options: &str) -> Fleet {
-        let cluster = MockKafka::start(1).unwrap();
-        let batches = Topic::from_static(schemas::collect::BATCHES_TOPIC);
-        cluster.create_topic(&batches, partitions).unwrap();
-        cluster
-            .create_topic(
-                &Topic::from_static(schemas::events::EVENTS_TOPIC),
-                schemas::events::EVENTS_PARTITIONS,
-            )
-            .unwrap();
-        cluster
-            .create_topic(
-                &Topic::from_static(schemas::collect::DEAD_TOPIC),
-                schemas::collect::DEAD_PARTITIONS,
-            )
-            .unwrap();
-        // A short group session: the mock cluster waits up to it for the members of a group
-        // that changed.
+        let broker = std::env::var("VIGIL_TEST_KAFKA_URL").expect(
+            "VIGIL_TEST_KAFKA_URL is not set: run the tests with scripts/test.sh, which starts a Kafka broker",
+        );
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let namespace = format!("replicas-{}-{since_epoch}", std::process::id());
+        // A short group session, so that a member that left is noticed in seconds.
         let log = log::open(&format!(
-            "{}?session.timeout.ms=6000&heartbeat.interval.ms=500{options}",
-            cluster.url()
+            "{broker}?namespace={namespace}&session.timeout.ms=6000&heartbeat.interval.ms=500{options}"
         ))
         .await
         .unwrap();
+        let batches = Topic::from_static(schemas::collect::BATCHES_TOPIC);
+        log.create_topic(&batches, partitions).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let store = store::open(&format!("embedded:{}", dir.path().display()))
             .await
@@ -137,7 +127,6 @@ impl Fleet {
             store,
             topics,
             _dir: dir,
-            _cluster: cluster,
         }
     }
 
@@ -182,7 +171,7 @@ async fn two_processors_share_the_batches_and_every_batch_is_folded() {
     folded_through(store, org, &sessions, 1).await;
 
     // A second replica joins: partitions move from the first to it while batches arrive, a
-    // round every half second for longer than the mock cluster takes to rebalance twice (the
+    // round every half second for longer than the group takes to rebalance twice (the
     // revocation, then the assignment), so batches are folded before, during and after.
     let second = CancellationToken::new();
     let second_run = tokio::spawn(run(pipeline.clone(), second.clone()));
