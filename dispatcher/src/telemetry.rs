@@ -10,73 +10,58 @@ use std::time::Duration;
 use prometheus::{Histogram, IntCounter, IntCounterVec};
 use schemas::events::EventDeadReason;
 use store::{DeliveryStatus, WebhookDeliveryRecord};
-use telemetry::{Registrar, Retries};
+use telemetry::{DeadLetters, Retries};
 
-struct Metrics {
-    created: IntCounter,
-    attempts: IntCounterVec,
-    attempt_seconds: Histogram,
-    first_attempt_seconds: Histogram,
-    retries: Retries,
-    unreadable: IntCounter,
-    dead_letters: IntCounterVec,
-    disabled: IntCounter,
-    deferred: IntCounter,
+telemetry::metrics! {
+    owner: "dispatcher";
+    created: IntCounter = counter(
+        "vigil_dispatcher_deliveries_created_total",
+        "Webhook deliveries the dispatcher created by fanning events out to endpoints",
+    );
+    attempts: IntCounterVec = counters(
+        "vigil_dispatcher_attempts_total",
+        "Delivery attempts, by what they left the delivery as: succeeded, retrying \
+         (pending, another attempt scheduled) or failed",
+        &["result"],
+    );
+    attempt_seconds: Histogram = seconds(
+        "vigil_dispatcher_attempt_duration_seconds",
+        "Time from sending a delivery to having the endpoint's answer (or giving up)",
+    );
+    first_attempt_seconds: Histogram = seconds(
+        "vigil_dispatcher_event_to_first_attempt_seconds",
+        "Time from an event's creation to the first attempt of a delivery of it",
+    );
+    retries: Retries = retries(
+        "vigil_dispatcher_retries_total",
+        "Transient store or log failures the dispatcher retried, by operation",
+    );
+    unreadable: IntCounter = counter(
+        "vigil_dispatcher_unreadable_events_total",
+        "Events the dispatcher could not fan out (their endpoints could not be read, or the \
+         event or its deliveries not stored) and passed over",
+    );
+    dead_letters: DeadLetters = dead_letters(
+        "vigil_dispatcher_dead_letters_total",
+        "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
+         reason: newer_schema, unknown_event_type or unreadable_record",
+        schemas::events::EVENTS_DEAD_TOPIC,
+        EventDeadReason::ALL.map(EventDeadReason::as_str),
+    );
+    disabled: IntCounter = counter(
+        "vigil_dispatcher_endpoints_disabled_total",
+        "Webhook endpoints disabled because a delivery was answered 410 Gone",
+    );
+    deferred: IntCounter = counter(
+        "vigil_dispatcher_deferred_total",
+        "Due deliveries put off because their endpoint had its most attempts waiting already",
+    );
+    => |made| {
+        for result in ["succeeded", "retrying", "failed"] {
+            made.attempts.with_label_values(&[result]);
+        }
+    }
 }
-
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let made = Registrar::new("dispatcher");
-    let metrics = Metrics {
-        created: made.counter(
-            "vigil_dispatcher_deliveries_created_total",
-            "Webhook deliveries the dispatcher created by fanning events out to endpoints",
-        ),
-        attempts: made.counters(
-            "vigil_dispatcher_attempts_total",
-            "Delivery attempts, by what they left the delivery as: succeeded, retrying \
-             (pending, another attempt scheduled) or failed",
-            &["result"],
-        ),
-        attempt_seconds: made.seconds(
-            "vigil_dispatcher_attempt_duration_seconds",
-            "Time from sending a delivery to having the endpoint's answer (or giving up)",
-        ),
-        first_attempt_seconds: made.seconds(
-            "vigil_dispatcher_event_to_first_attempt_seconds",
-            "Time from an event's creation to the first attempt of a delivery of it",
-        ),
-        retries: made.retries(
-            "vigil_dispatcher_retries_total",
-            "Transient store or log failures the dispatcher retried, by operation",
-        ),
-        unreadable: made.counter(
-            "vigil_dispatcher_unreadable_events_total",
-            "Events the dispatcher could not fan out (their endpoints could not be read, or the \
-             event or its deliveries not stored) and passed over",
-        ),
-        dead_letters: made.counters(
-            "vigil_dispatcher_dead_letters_total",
-            "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
-             reason: newer_schema, unknown_event_type or unreadable_record",
-            &["reason"],
-        ),
-        disabled: made.counter(
-            "vigil_dispatcher_endpoints_disabled_total",
-            "Webhook endpoints disabled because a delivery was answered 410 Gone",
-        ),
-        deferred: made.counter(
-            "vigil_dispatcher_deferred_total",
-            "Due deliveries put off because their endpoint had its most attempts waiting already",
-        ),
-    };
-    for result in ["succeeded", "retrying", "failed"] {
-        metrics.attempts.with_label_values(&[result]);
-    }
-    for reason in EventDeadReason::ALL {
-        metrics.dead_letters.with_label_values(&[reason.as_str()]);
-    }
-    metrics
-});
 
 /// Registers the metrics, so `/metrics` shows them before the first event arrives.
 pub fn init() {
@@ -122,16 +107,7 @@ pub fn retried(what: &'static str, error: &dyn std::fmt::Display, failures: u32)
 pub fn dead_lettered(reason: EventDeadReason, partition: u32, offset: u64, message: &str) {
     METRICS
         .dead_letters
-        .with_label_values(&[reason.as_str()])
-        .inc();
-    tracing::error!(
-        reason = reason.as_str(),
-        partition,
-        offset,
-        message,
-        topic = schemas::events::EVENTS_DEAD_TOPIC,
-        "dispatcher: dead-lettered a record of events.v1 it cannot deliver"
-    );
+        .set_aside(reason.as_str(), partition, offset, message);
 }
 
 /// An event that could not be fanned out, passed over.

@@ -10,53 +10,42 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus::{Encoder, IntCounter, IntCounterVec, TextEncoder};
-use telemetry::{PerThreadHistogramVec, Registrar, ThreadSeries};
+use telemetry::{PerThreadHistogramVec, ThreadSeries};
 
-pub struct Metrics {
-    requests: IntCounterVec,
-    latency: PerThreadHistogramVec,
-    limiter_fallbacks: IntCounter,
-    rate_limited: IntCounterVec,
-    keys_exposed: IntCounter,
-    retention_steps: IntCounterVec,
+telemetry::metrics! {
+    owner: "http";
+    requests: IntCounterVec = counters(
+        "vigil_http_requests_total",
+        "HTTP requests answered, by matched route, method and status",
+        &["route", "method", "status"],
+    );
+    // Observed on every request by both cores: counted per thread (see the type).
+    latency: PerThreadHistogramVec = seconds_per_thread(
+        "vigil_http_request_duration_seconds",
+        "Time to answer HTTP requests, by matched route, method and status",
+        &["route", "method", "status"],
+    );
+    limiter_fallbacks: IntCounter = counter(
+        "vigil_rate_limiter_fallbacks_total",
+        "Requests limited in-process because the shared (Redis) limiter did not answer",
+    );
+    rate_limited: IntCounterVec = counters(
+        "vigil_rate_limited_total",
+        "Requests refused with 429, by bucket kind",
+        &["bucket"],
+    );
+    keys_exposed: IntCounter = counter(
+        "vigil_secret_keys_exposed_total",
+        "Secret keys revoked because they arrived with browser-only headers",
+    );
+    retention_steps: IntCounterVec = counters(
+        "vigil_retention_steps_total",
+        "Steps of the retention sweeps, by what they drop from (store: sessions, events, \
+         visitors; log: the embedded log's records) and outcome: more (expired rows \
+         remained), done, failed",
+        &["of", "outcome"],
+    );
 }
-
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let made = Registrar::new("http");
-    Metrics {
-        requests: made.counters(
-            "vigil_http_requests_total",
-            "HTTP requests answered, by matched route, method and status",
-            &["route", "method", "status"],
-        ),
-        // Observed on every request by both cores: counted per thread (see the type).
-        latency: made.seconds_per_thread(
-            "vigil_http_request_duration_seconds",
-            "Time to answer HTTP requests, by matched route, method and status",
-            &["route", "method", "status"],
-        ),
-        limiter_fallbacks: made.counter(
-            "vigil_rate_limiter_fallbacks_total",
-            "Requests limited in-process because the shared (Redis) limiter did not answer",
-        ),
-        rate_limited: made.counters(
-            "vigil_rate_limited_total",
-            "Requests refused with 429, by bucket kind",
-            &["bucket"],
-        ),
-        keys_exposed: made.counter(
-            "vigil_secret_keys_exposed_total",
-            "Secret keys revoked because they arrived with browser-only headers",
-        ),
-        retention_steps: made.counters(
-            "vigil_retention_steps_total",
-            "Steps of the retention sweeps, by what they drop from (store: sessions, events, \
-             visitors; log: the embedded log's records) and outcome: more (expired rows \
-             remained), done, failed",
-            &["of", "outcome"],
-        ),
-    }
-});
 
 /// The label of the route a request matched: its template, never the raw path.
 pub fn route_label(req: &Request) -> Option<MatchedPath> {

@@ -7,85 +7,64 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+use prometheus::{Histogram, IntCounter, IntGauge, IntGaugeVec};
 use schemas::collect::DeadReason;
-use telemetry::{Registrar, Retries};
+use telemetry::{DeadLetters, Retries};
 
-struct Metrics {
-    folded: IntCounter,
-    dead_letters: IntCounterVec,
-    lag: IntGaugeVec,
-    fold_seconds: Histogram,
-    decision_seconds: Histogram,
-    polled_seconds: Histogram,
-    retries: Retries,
-    cached_sessions: IntGauge,
-    cache_bytes: IntGauge,
-    visitor_races: IntCounter,
-    fenced_saves: IntCounter,
+telemetry::metrics! {
+    owner: "processor";
+    folded: IntCounter = counter(
+        "vigil_processor_records_folded_total",
+        "Batch records the processor took from the log and folded into their session \
+         (a redelivered one, recognised by its number, counts again)",
+    );
+    dead_letters: DeadLetters = dead_letters(
+        "vigil_processor_dead_letters_total",
+        "Records the processor gave up on and appended to collect.dead.v1, by reason",
+        schemas::collect::DEAD_TOPIC,
+        DeadReason::ALL.map(DeadReason::as_str),
+    );
+    lag: IntGaugeVec = gauges(
+        "vigil_processor_lag",
+        "Batch records appended but not yet folded, by partition of collect.batches.v1",
+        &["partition"],
+    );
+    fold_seconds: Histogram = seconds(
+        "vigil_processor_fold_duration_seconds",
+        "Time to fold one session's new records of a poll and decide",
+    );
+    decision_seconds: Histogram = seconds(
+        "vigil_processor_batch_to_decision_seconds",
+        "Time from ingest accepting a batch to the decision folding it in being stored",
+    );
+    polled_seconds: Histogram = seconds(
+        "vigil_processor_batch_to_poll_seconds",
+        "Time from ingest accepting a batch to the processor taking it from the log \
+         (the log's share of the batch-to-decision time)",
+    );
+    retries: Retries = retries(
+        "vigil_processor_retries_total",
+        "Transient store or log failures the processor retried, by operation",
+    );
+    cached_sessions: IntGauge = gauge(
+        "vigil_processor_cached_sessions",
+        "Session states the processor keeps in memory between batches",
+    );
+    cache_bytes: IntGauge = gauge(
+        "vigil_processor_cache_bytes",
+        "Estimated bytes of the session states kept in memory (bounded by --processor-cache-mb)",
+    );
+    visitor_races: IntCounter = counter(
+        "vigil_processor_visitor_races_total",
+        "Visitor saves found saved by another processor since they were read, and reapplied \
+         to the newer version",
+    );
+    fenced_saves: IntCounter = counter(
+        "vigil_processor_fenced_saves_total",
+        "Session saves refused because their partition was claimed by another processor since \
+         (this one stalled past its poll interval); the new owner folds them again",
+    );
 }
-
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let made = Registrar::new("processor");
-    let metrics = Metrics {
-        folded: made.counter(
-            "vigil_processor_records_folded_total",
-            "Batch records the processor took from the log and folded into their session \
-             (a redelivered one, recognised by its number, counts again)",
-        ),
-        dead_letters: made.counters(
-            "vigil_processor_dead_letters_total",
-            "Records the processor gave up on and appended to collect.dead.v1, by reason",
-            &["reason"],
-        ),
-        lag: made.gauges(
-            "vigil_processor_lag",
-            "Batch records appended but not yet folded, by partition of collect.batches.v1",
-            &["partition"],
-        ),
-        fold_seconds: made.seconds(
-            "vigil_processor_fold_duration_seconds",
-            "Time to fold one session's new records of a poll and decide",
-        ),
-        decision_seconds: made.seconds(
-            "vigil_processor_batch_to_decision_seconds",
-            "Time from ingest accepting a batch to the decision folding it in being stored",
-        ),
-        polled_seconds: made.seconds(
-            "vigil_processor_batch_to_poll_seconds",
-            "Time from ingest accepting a batch to the processor taking it from the log \
-             (the log's share of the batch-to-decision time)",
-        ),
-        retries: made.retries(
-            "vigil_processor_retries_total",
-            "Transient store or log failures the processor retried, by operation",
-        ),
-        cached_sessions: made.gauge(
-            "vigil_processor_cached_sessions",
-            "Session states the processor keeps in memory between batches",
-        ),
-        cache_bytes: made.gauge(
-            "vigil_processor_cache_bytes",
-            "Estimated bytes of the session states kept in memory (bounded by --processor-cache-mb)",
-        ),
-        visitor_races: made.counter(
-            "vigil_processor_visitor_races_total",
-            "Visitor saves found saved by another processor since they were read, and reapplied \
-             to the newer version",
-        ),
-        fenced_saves: made.counter(
-            "vigil_processor_fenced_saves_total",
-            "Session saves refused because their partition was claimed by another processor since \
-             (this one stalled past its poll interval); the new owner folds them again",
-        ),
-    };
-    // Every reason is shown from the start, at 0, so a dashboard or an alert on a rate sees
-    // the first dead letter as a change rather than a new series.
-    for reason in DeadReason::ALL {
-        metrics.dead_letters.with_label_values(&[reason.as_str()]);
-    }
-    metrics
-});
 
 /// Registers the metrics, so `/metrics` shows them before the first record arrives.
 pub fn init() {
@@ -121,16 +100,7 @@ fn seconds_between(from: schemas::time::Timestamp, to: schemas::time::Timestamp)
 pub fn dead_lettered(reason: DeadReason, partition: u32, offset: u64, message: &str) {
     METRICS
         .dead_letters
-        .with_label_values(&[reason.as_str()])
-        .inc();
-    tracing::error!(
-        reason = reason.as_str(),
-        partition,
-        offset,
-        %message,
-        "processor: record dead-lettered to {}; moving on",
-        schemas::collect::DEAD_TOPIC
-    );
+        .set_aside(reason.as_str(), partition, offset, message);
 }
 
 /// The records appended to `partition` and not yet folded.

@@ -120,6 +120,8 @@ pub fn parse_ulid_id(prefix: &'static str, s: &str) -> Result<Ulid, IdError> {
 /// What every id minted from a ULID can do, for code that walks ids of any kind (an export's
 /// pager reads sessions, visitors and events alike, newest first).
 pub trait UlidId: Copy + Ord + FromStr + Send + Sync + 'static {
+    /// The prefix its spelling starts with (`sid_`).
+    const PREFIX: &'static str;
     fn from_ulid(ulid: Ulid) -> Self;
     fn ulid(&self) -> Ulid;
 }
@@ -155,6 +157,8 @@ macro_rules! id_type {
         }
 
         impl UlidId for $name {
+            const PREFIX: &'static str = $prefix;
+
             fn from_ulid(ulid: Ulid) -> Self {
                 Self(ulid)
             }

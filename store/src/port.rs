@@ -38,6 +38,7 @@ use crate::model::{
     VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 use crate::model::{ApiKeyWrite, EndpointCaps, EndpointWrite};
+use crate::rules::CollectChange;
 
 /// The store every role shares.
 pub type Store = std::sync::Arc<dyn StoreBackend>;
@@ -313,10 +314,31 @@ store_port! {
         /// returns: a lost advance lets one replay through after a crash, which the processor drops
         /// by number.
         async fn advance_collect_seq(&self, id: schemas::SessionId, seq: u64) -> Result<bool>;
+        /// Applies one of a session's one-way changes ([`CollectChange`], the rules of
+        /// `store/src/rules.rs`) under the backend's own lock or condition, so reading the row,
+        /// applying the change and writing it back is one step, and writes only when the change
+        /// changed it. `None` when the session does not exist (nothing is written); otherwise
+        /// whether this call wrote, and the row as it now stands. Durable when it returns.
+        async fn change_collect_session(
+            &self,
+            id: schemas::SessionId,
+            change: CollectChange,
+        ) -> Result<Option<(bool, CollectSessionRecord)>>;
+        /// Spends a nonce (a Web Bot Auth signature's) of `scope` (the signing key), remembered
+        /// until `until`: true the first time, false if it was spent before and has not expired,
+        /// so a request replayed to any process of the fleet is caught. The embedded store keeps
+        /// them in memory, bounded (`Unavailable` when full of unexpired ones): it is one
+        /// process's.
+        async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool>;
+    }
+    provided {
         /// Raises `last_call` to `counter` if `counter` is above it; `false` (and no write) when it
         /// is not, which is a replayed call proof. Missing session: `false`. Durable when it
         /// returns: a lost advance would let a seen proof mint a handoff again after a crash.
-        async fn advance_collect_call(&self, id: schemas::SessionId, counter: u64) -> Result<bool>;
+        async fn advance_collect_call(&self, id: schemas::SessionId, counter: u64) -> Result<bool> {
+            let changed = self.change_collect_session(id, CollectChange::Call(counter)).await?;
+            Ok(crate::rules::written(changed))
+        }
         /// Records a ping's arrival once; `false` if the ping is unknown to the session or already
         /// arrived (the first arrival is the one that counts).
         async fn record_collect_ping(
@@ -324,26 +346,29 @@ store_port! {
             id: schemas::SessionId,
             ping: schemas::PingId,
             at: Timestamp,
-        ) -> Result<bool>;
+        ) -> Result<bool> {
+            let changed = self.change_collect_session(id, CollectChange::Ping { ping, at }).await?;
+            Ok(crate::rules::written(changed))
+        }
         /// Records what the network-check WebSocket showed, once; `false` if already recorded.
         async fn record_collect_ws_identity(
             &self,
             id: schemas::SessionId,
             identity: &serde_json::Value,
-        ) -> Result<bool>;
+        ) -> Result<bool> {
+            let change = CollectChange::WsIdentity(identity.clone());
+            Ok(crate::rules::written(self.change_collect_session(id, change).await?))
+        }
         /// Sets `results_at` if unset (the first call wins); returns the stored session, or `None`
         /// when it does not exist.
         async fn mark_collect_results(
             &self,
             id: schemas::SessionId,
             at: Timestamp,
-        ) -> Result<Option<CollectSessionRecord>>;
-        /// Spends a nonce (a Web Bot Auth signature's) of `scope` (the signing key), remembered
-        /// until `until`: true the first time, false if it was spent before and has not expired,
-        /// so a request replayed to any process of the fleet is caught. The embedded store keeps
-        /// them in memory, bounded (`Unavailable` when full of unexpired ones): it is one
-        /// process's.
-        async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool>;
+        ) -> Result<Option<CollectSessionRecord>> {
+            let changed = self.change_collect_session(id, CollectChange::Results(at)).await?;
+            Ok(changed.map(|(_, session)| session))
+        }
     }
 
     /// Scored sessions and their decision history (`sessions`, `session_decisions`, and the

@@ -3,7 +3,7 @@
 //! process's `/metrics` serves) as they are made; every time is measured in one set of buckets
 //! ([`SECONDS`]); the histograms of the hot paths are counted per thread
 //! ([`per_thread_histogram`]); a port's calls are timed by [`CallMetrics`], and a part's
-//! retried failures counted and logged by [`Retries`].
+//! retried failures and dead letters counted and logged by [`Retries`] and [`DeadLetters`].
 
 pub mod per_thread_histogram;
 
@@ -80,12 +80,67 @@ impl Registrar {
         }
     }
 
+    /// The part's dead letters, counted by reason in `name`: every one of `reasons` is shown
+    /// at 0 from the start, so a dashboard or an alert on a rate sees the first dead letter as a
+    /// change rather than a new series.
+    pub fn dead_letters(
+        &self,
+        name: &str,
+        help: &str,
+        topic: &'static str,
+        reasons: impl IntoIterator<Item = &'static str>,
+    ) -> DeadLetters {
+        let counted = self.counters(name, help, &["reason"]);
+        for reason in reasons {
+            counted.with_label_values(&[reason]);
+        }
+        DeadLetters {
+            owner: self.owner,
+            topic,
+            counted,
+        }
+    }
+
     fn register<C: Collector + Clone + 'static>(&self, collector: C) -> C {
         if let Err(e) = prometheus::register(Box::new(collector.clone())) {
             tracing::error!(owner = self.owner, error = %e, "registering a metric");
         }
         collector
     }
+}
+
+/// Declares a part's metrics where they are used: a `Metrics` struct with a field a metric, and
+/// a `METRICS` static that makes every one through one [`Registrar`] of `owner` the first time it
+/// is read. A block after `=>` runs once they are made, with the struct at hand, to show label values
+/// at 0 before their first count (so an alert on a rate sees the first as a change).
+///
+/// ```ignore
+/// telemetry::metrics! {
+///     owner: "processor";
+///     folded: IntCounter = counter("vigil_processor_records_folded_total", "Records folded");
+///     => |made| { /* made.folded … */ }
+/// }
+/// ```
+#[macro_export]
+macro_rules! metrics {
+    (
+        owner: $owner:literal;
+        $( $(#[$field_meta:meta])* $field:ident: $ty:ty = $make:ident($($arg:expr),+ $(,)?); )+
+        $( => |$made:ident| $then:block )?
+    ) => {
+        struct Metrics {
+            $( $(#[$field_meta])* $field: $ty, )+
+        }
+
+        static METRICS: ::std::sync::LazyLock<Metrics> = ::std::sync::LazyLock::new(|| {
+            let registrar = $crate::Registrar::new($owner);
+            let metrics = Metrics {
+                $( $field: registrar.$make($($arg),+), )+
+            };
+            $( let $made = &metrics; $then )?
+            metrics
+        });
+    };
 }
 
 /// A part's transient failures (the store or the log did not answer) that it retries: each is
@@ -103,6 +158,32 @@ impl Retries {
         if failures <= 3 || failures.is_multiple_of(10) {
             tracing::warn!(what, failures, %error, "{}: transient failure; retrying", self.owner);
         }
+    }
+}
+
+/// Records a part set aside on its dead-letter topic (`topic`) and will not take up again: each
+/// is counted by reason and logged at error with where it was, since each is a record lost to
+/// the pipeline that an operator must look at.
+pub struct DeadLetters {
+    owner: &'static str,
+    topic: &'static str,
+    counted: IntCounterVec,
+}
+
+impl DeadLetters {
+    /// The record at `partition`/`offset` was set aside for `reason` (`message` says more).
+    pub fn set_aside(&self, reason: &'static str, partition: u32, offset: u64, message: &str) {
+        self.counted.with_label_values(&[reason]).inc();
+        tracing::error!(
+            reason,
+            partition,
+            offset,
+            message,
+            topic = self.topic,
+            "{}: set a record aside on {}; moving on",
+            self.owner,
+            self.topic
+        );
     }
 }
 

@@ -5,11 +5,12 @@
 //!   every image pinned, every long-running service with a healthcheck, every variable given to
 //!   Vigil one that `vigil serve` reads;
 //! - the Dockerfile passes hadolint and its `COPY` sources exist;
-//! - the compose-shaped fleet: every Vigil service of the `postgres` profile started as a native
-//!   process with exactly the command and environment the file gives it (engine host names
-//!   rewritten to local Redis, PostgreSQL and a Kafka-protocol broker, ports to free ones), in
-//!   the order its `depends_on` and healthchecks give; keys made the documented way; a headless
-//!   Chromium session scored through the declared ingest port and read through the API's.
+//! - the compose-shaped fleet: every Vigil service of the `postgres` profile, and again of the
+//!   `scylla` profile, started as a native process with exactly the command and environment the
+//!   file gives it (engine host names rewritten to the run's Redis, Kafka broker and PostgreSQL
+//!   or CQL node, ports to free ones), in the order its `depends_on` and healthchecks give; keys
+//!   made the documented way; a headless Chromium session scored through the declared ingest
+//!   port and read through the API's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -508,16 +509,48 @@ fn start_fleet(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compose_fleet_scores_a_browser_session_as_declared() {
-    let compose = compose_file();
-    // The run's broker in a namespace of this test's own (the compose's URL has no query).
-    let kafka = vigil_tests::kafka_broker("compose");
     let store = postgres_database("compose").await;
     // postgres://vigil@127.0.0.1:PORT/DB: the host and database the compose names stand for.
     let (_, local_pg) = store.split_once('@').unwrap();
+    // The postgres profile as the file's own comment says to run it: no variable set.
+    let vars = BTreeMap::new();
+    scores_a_browser_session(
+        "postgres",
+        &vars,
+        ("postgres:5432/vigil".into(), local_pg.to_owned()),
+    )
+    .await;
+}
+
+/// The scylla profile as the file's comment says to run it, with `VIGIL_STORE` naming a
+/// keyspace of this test's own on the run's CQL node (Apache Cassandra, docs/testing.md), which
+/// `migrate` creates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compose_fleet_on_the_cql_node_scores_a_browser_session_as_declared() {
+    let node = std::env::var("VIGIL_TEST_SCYLLA_URL").expect(
+        "VIGIL_TEST_SCYLLA_URL is not set: run the tests with scripts/test.sh, which starts a CQL node",
+    );
+    let keyspace = format!("vigil_compose_{}", std::process::id());
+    let vars = BTreeMap::from([("VIGIL_STORE", format!("scylla://scylla:9042/{keyspace}"))]);
+    let local = node.trim_start_matches("scylla://").trim_end_matches('/');
+    scores_a_browser_session("scylla", &vars, ("scylla:9042".into(), local.to_owned())).await;
+}
+
+/// Starts the Vigil services of `profile` on the local engines (the store's compose host name
+/// rewritten by `store`), makes keys the documented way, and scores a headless Chromium
+/// session through the declared ingest port, read back through the API's.
+async fn scores_a_browser_session(
+    profile: &str,
+    vars: &BTreeMap<&str, String>,
+    store: (String, String),
+) {
+    let compose = compose_file();
+    // The run's broker in a namespace of this test's own (the compose's URL has no query).
+    let kafka = vigil_tests::kafka_broker(&format!("compose-{profile}"));
     let redis = redis_url();
     let mut rewrite = Rewrite {
         engines: vec![
-            ("postgres:5432/vigil".into(), local_pg.to_owned()),
+            store,
             (
                 "kafka:9092".into(),
                 kafka.trim_start_matches("kafka://").to_owned(),
@@ -529,10 +562,7 @@ async fn the_compose_fleet_scores_a_browser_session_as_declared() {
         ],
         mounts: Vec::new(),
     };
-    // The postgres profile as the file's own comment says to run it: no variable set.
-    let vars = BTreeMap::new();
-    let fleet =
-        tokio::task::block_in_place(|| start_fleet(&compose, "postgres", &vars, &mut rewrite));
+    let fleet = tokio::task::block_in_place(|| start_fleet(&compose, profile, vars, &mut rewrite));
     let names: BTreeSet<&str> = fleet.processes.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,
@@ -548,7 +578,7 @@ async fn the_compose_fleet_scores_a_browser_session_as_declared() {
     for (key, value) in api_service["environment"].as_object().unwrap() {
         bootstrap.env(
             key,
-            rewrite.value(&interpolate(value.as_str().unwrap(), &vars)),
+            rewrite.value(&interpolate(value.as_str().unwrap(), vars)),
         );
     }
     let out = bootstrap.output().unwrap();

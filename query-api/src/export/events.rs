@@ -2,20 +2,14 @@
 //! per event of the key's environment created in the window, newest first, with its data as
 //! JSON text and how its webhook deliveries went. `after=<event id>` resumes.
 
-use async_trait::async_trait;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
-use edge::body::{FromPath, PathParams, QueryParams};
+use edge::ApiError;
+use edge::body::{FromPath, PathParams};
 use edge::policy::ListEvents;
-use edge::{ApiError, SecretKey};
-use schemas::credential::Environment;
 use schemas::{EventId, OrgId};
-use store::{DeliveryStatus, EventRecord, Store, WebhookDeliveryRecord};
+use store::{DeliveryStatus, EventRecord, WebhookDeliveryRecord};
 
 use super::columns::{Cell, Column, Kind};
-use super::windowed::Listing;
-use crate::QueryState;
+use super::windowed::{Listing, Page, Walked};
 
 /// An event with its deliveries.
 pub struct Row {
@@ -115,57 +109,13 @@ pub static COLUMNS: &[Column<Row>] = &[
     },
 ];
 
-#[utoipa::path(
-    get,
-    operation_id = "export_events",
-    path = "/v1/organizations/{organizationId}/events/export",
-    tag = "exports",
-    params(
-        ("organizationId" = schemas::OrgId, Path, description = "The caller's organization."),
-        super::ExportQuery,
-    ),
-    security(("secret_key" = ["organizations:read"])),
-    responses(
-        super::ExportRows,
-        super::ExportErrors,
-        edge::openapi::SecretKeyErrors,
-    )
-)]
-pub(super) async fn export(
-    State(state): State<QueryState>,
-    caller: SecretKey<ListEvents>,
-    params: PathParams,
-    query: QueryParams,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let tenancy = (own_organization(&caller, &params)?, caller.environment());
-    super::answer::<Events>(&state, &caller, tenancy, &query, &headers)
-}
-
-#[utoipa::path(
-    get,
-    operation_id = "export_events_schema",
-    path = "/v1/organizations/{organizationId}/events/export/schema",
-    tag = "exports",
-    params(
-        ("organizationId" = schemas::OrgId, Path, description = "The caller's organization."),
-        super::ExportQuery,
-    ),
-    security(("secret_key" = ["organizations:read"])),
-    responses(
-        super::ExportSchema,
-        super::ExportErrors,
-        edge::openapi::SecretKeyErrors,
-    )
-)]
-pub(super) async fn schema(
-    caller: SecretKey<ListEvents>,
-    params: PathParams,
-    query: QueryParams,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    own_organization(&caller, &params)?;
-    super::schema_of::<Events>(&query, &headers)
+export_routes! {
+    listing: Events,
+    scope: ListEvents = "organizations:read",
+    rows: "export_events" at "/v1/organizations/{organizationId}/events/export",
+    schema: "export_events_schema" at "/v1/organizations/{organizationId}/events/export/schema",
+    params(("organizationId" = schemas::OrgId, Path, description = "The caller's organization."),),
+    tenancy: |caller, params| (own_organization(&caller, &params)?, caller.environment()),
 }
 
 /// The organization in the path, which must be the caller's own: any other is a 404.
@@ -181,41 +131,31 @@ fn own_organization(caller: &edge::AuthContext, params: &PathParams) -> Result<O
 #[derive(Default)]
 pub(super) struct Events;
 
-#[async_trait]
 impl Listing for Events {
     const EXPORT: &'static str = "events";
     const COLUMNS: &'static [Column<Row>] = COLUMNS;
-    const AFTER: &'static str = "must be the id (wevt_) of the last event received";
 
-    type Id = EventId;
-    type Item = EventRecord;
     type Row = Row;
 
-    fn id(event: &EventRecord) -> EventId {
-        event.id
-    }
-
-    async fn page(
-        &self,
-        store: &Store,
-        (org, env): (OrgId, Environment),
-        before: EventId,
-        limit: usize,
-    ) -> Result<Vec<EventRecord>, ApiError> {
-        Ok(store.list_events(org, env, Some(before), limit).await?)
-    }
-
-    async fn rows(
-        &self,
-        store: &Store,
-        (org, env): (OrgId, Environment),
-        page: Vec<EventRecord>,
-    ) -> Result<Vec<Row>, ApiError> {
-        let mut rows = Vec::with_capacity(page.len());
-        for event in page {
+    /// Each event of the page with its deliveries, read one event at a time.
+    async fn page(&self, at: Page<'_, EventId>) -> Result<Vec<Row>, ApiError> {
+        let (store, org, env) = (at.store, at.org, at.env);
+        let events = store
+            .list_events(org, env, Some(at.before), at.limit)
+            .await?;
+        let mut rows = Vec::with_capacity(events.len());
+        for event in events {
             let deliveries = store.list_event_deliveries(org, env, event.id).await?;
             rows.push(Row { event, deliveries });
         }
         Ok(rows)
+    }
+}
+
+impl Walked for Row {
+    type Id = EventId;
+
+    fn id(&self) -> EventId {
+        self.event.id
     }
 }

@@ -3,20 +3,13 @@
 //! lifecycle, latest request, where its token was stored, and its anchors.
 //! `after=<visitor id>` resumes.
 
-use async_trait::async_trait;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
-use edge::body::QueryParams;
+use edge::ApiError;
 use edge::policy::ListFingerprints;
-use edge::{ApiError, SecretKey};
-use schemas::credential::Environment;
-use schemas::{OrgId, VisitorId};
-use store::{Store, VisitorRecord};
+use schemas::VisitorId;
+use store::VisitorRecord;
 
 use super::columns::{Cell, Column, Kind};
-use super::windowed::Listing;
-use crate::QueryState;
+use super::windowed::{Listing, Page, Walked};
 
 /// The columns of the fingerprints export, version 1 (docs/analysts.md#fingerprints).
 pub static COLUMNS: &[Column<VisitorRecord>] = &[
@@ -141,88 +134,38 @@ pub static COLUMNS: &[Column<VisitorRecord>] = &[
     },
 ];
 
-#[utoipa::path(
-    get,
-    operation_id = "export_fingerprints",
-    path = "/v1/fingerprints/export",
-    tag = "exports",
-    params(
-        super::ExportQuery,
-    ),
-    security(("secret_key" = ["fingerprints:list"])),
-    responses(
-        super::ExportRows,
-        super::ExportErrors,
-        edge::openapi::SecretKeyErrors,
-    )
-)]
-pub(super) async fn export(
-    State(state): State<QueryState>,
-    caller: SecretKey<ListFingerprints>,
-    query: QueryParams,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let tenancy = (caller.organization.id, caller.environment());
-    super::answer::<Visitors>(&state, &caller, tenancy, &query, &headers)
-}
-
-#[utoipa::path(
-    get,
-    operation_id = "export_fingerprints_schema",
-    path = "/v1/fingerprints/export/schema",
-    tag = "exports",
-    params(
-        super::ExportQuery,
-    ),
-    security(("secret_key" = ["fingerprints:list"])),
-    responses(
-        super::ExportSchema,
-        super::ExportErrors,
-        edge::openapi::SecretKeyErrors,
-    )
-)]
-pub(super) async fn schema(
-    _caller: SecretKey<ListFingerprints>,
-    query: QueryParams,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    super::schema_of::<Visitors>(&query, &headers)
+export_routes! {
+    listing: Visitors,
+    scope: ListFingerprints = "fingerprints:list",
+    rows: "export_fingerprints" at "/v1/fingerprints/export",
+    schema: "export_fingerprints_schema" at "/v1/fingerprints/export/schema",
+    params(),
+    tenancy: |caller| (caller.organization.id, caller.environment()),
 }
 
 /// The visitors first seen in a window (by id, minted when first seen), newest first.
 #[derive(Default)]
 pub(super) struct Visitors;
 
-#[async_trait]
 impl Listing for Visitors {
     const EXPORT: &'static str = "fingerprints";
     const COLUMNS: &'static [Column<VisitorRecord>] = COLUMNS;
-    const AFTER: &'static str = "must be the id (vid_) of the last fingerprint received";
 
-    type Id = VisitorId;
-    type Item = VisitorRecord;
     type Row = VisitorRecord;
 
-    fn id(visitor: &VisitorRecord) -> VisitorId {
-        visitor.id
+    async fn page(&self, at: Page<'_, VisitorId>) -> Result<Vec<VisitorRecord>, ApiError> {
+        let (org, env) = (at.org, at.env);
+        Ok(at
+            .store
+            .list_visitors(org, env, Some(at.before), at.limit)
+            .await?)
     }
+}
 
-    async fn page(
-        &self,
-        store: &Store,
-        (org, env): (OrgId, Environment),
-        before: VisitorId,
-        limit: usize,
-    ) -> Result<Vec<VisitorRecord>, ApiError> {
-        Ok(store.list_visitors(org, env, Some(before), limit).await?)
-    }
+impl Walked for VisitorRecord {
+    type Id = VisitorId;
 
-    async fn rows(
-        &self,
-        _store: &Store,
-        _tenancy: (OrgId, Environment),
-        page: Vec<VisitorRecord>,
-    ) -> Result<Vec<VisitorRecord>, ApiError> {
-        Ok(page)
+    fn id(&self) -> VisitorId {
+        self.id
     }
 }

@@ -12,6 +12,63 @@
 //! the store every export makes. Each export's columns, filters and page of the store are in
 //! its own module.
 
+/// An export's two routes, each documented for the OpenAPI description: `GET <path>` streams
+/// the window's rows of `listing` and `GET <path>/schema` answers its empty stream, both behind
+/// `scope`. `tenancy` names the caller (and the path's parameters, where the path has any) and
+/// answers whose rows the export reads; the schema route checks it the same way, so a path
+/// naming another organization is a 404 on both.
+macro_rules! export_routes {
+    (
+        listing: $listing:ty,
+        scope: $scope:ty = $scope_name:literal,
+        rows: $export_op:literal at $export_path:literal,
+        schema: $schema_op:literal at $schema_path:literal,
+        params($($param:tt)*),
+        tenancy: |$caller:ident $(, $params:ident)?| $tenancy:expr $(,)?
+    ) => {
+        export_routes!(@documented $export_op, $export_path, super::ExportRows, $scope_name,
+            [$($param)*],
+            pub(super) async fn export(
+                axum::extract::State(state): axum::extract::State<crate::QueryState>,
+                $caller: edge::SecretKey<$scope>,
+                $($params: edge::body::PathParams,)?
+                query: edge::body::QueryParams,
+                headers: axum::http::HeaderMap,
+            ) -> Result<axum::response::Response, edge::ApiError> {
+                let tenancy = $tenancy;
+                super::answer::<$listing>(&state, &$caller, tenancy, &query, &headers)
+            }
+        );
+
+        export_routes!(@documented $schema_op, $schema_path, super::ExportSchema, $scope_name,
+            [$($param)*],
+            pub(super) async fn schema(
+                $caller: edge::SecretKey<$scope>,
+                $($params: edge::body::PathParams,)?
+                query: edge::body::QueryParams,
+                headers: axum::http::HeaderMap,
+            ) -> Result<axum::response::Response, edge::ApiError> {
+                let _: (schemas::OrgId, schemas::credential::Environment) = $tenancy;
+                super::schema_of::<$listing>(&query, &headers)
+            }
+        );
+    };
+    // One route's handler with its OpenAPI operation.
+    (@documented $op:literal, $path:literal, $answer:ty, $scope_name:literal, [$($param:tt)*],
+        $handler:item) => {
+        #[utoipa::path(
+            get,
+            operation_id = $op,
+            path = $path,
+            tag = "exports",
+            params($($param)* super::ExportQuery),
+            security(("secret_key" = [$scope_name])),
+            responses($answer, super::ExportErrors, edge::openapi::SecretKeyErrors)
+        )]
+        $handler
+    };
+}
+
 mod accept;
 pub mod columns;
 mod events;

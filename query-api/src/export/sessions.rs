@@ -2,21 +2,14 @@
 //! organization and environment opened in the window, its latest decision flattened, newest
 //! first. `verdict` and `search` filter as the list's do; `after=<session id>` resumes.
 
-use async_trait::async_trait;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
+use edge::ApiError;
 use edge::body::QueryParams;
 use edge::policy::ListSessions;
-use edge::{ApiError, SecretKey};
-use schemas::credential::Environment;
+use schemas::SessionId;
 use schemas::session_digest::{DecisionDigest, SessionDigest};
-use schemas::{OrgId, SessionId};
-use store::Store;
 
 use super::columns::{Cell, Column, Kind};
-use super::windowed::Listing;
-use crate::QueryState;
+use super::windowed::{Listing, Page, Walked};
 use crate::sessions::VERDICTS;
 
 /// A session as the export reads it: the digest its store keeps beside its row
@@ -208,54 +201,13 @@ pub static COLUMNS: &[Column<Row>] = &[
     },
 ];
 
-#[utoipa::path(
-    get,
-    operation_id = "export_sessions",
-    path = "/v1/sessions/export",
-    tag = "exports",
-    params(
-        super::ExportQuery,
-        crate::sessions::SessionFilters,
-    ),
-    security(("secret_key" = ["sessions:list"])),
-    responses(
-        super::ExportRows,
-        super::ExportErrors,
-        edge::openapi::SecretKeyErrors,
-    )
-)]
-pub(super) async fn export(
-    State(state): State<QueryState>,
-    caller: SecretKey<ListSessions>,
-    query: QueryParams,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let tenancy = (caller.organization.id, caller.environment());
-    super::answer::<Sessions>(&state, &caller, tenancy, &query, &headers)
-}
-
-#[utoipa::path(
-    get,
-    operation_id = "export_sessions_schema",
-    path = "/v1/sessions/export/schema",
-    tag = "exports",
-    params(
-        super::ExportQuery,
-        crate::sessions::SessionFilters,
-    ),
-    security(("secret_key" = ["sessions:list"])),
-    responses(
-        super::ExportSchema,
-        super::ExportErrors,
-        edge::openapi::SecretKeyErrors,
-    )
-)]
-pub(super) async fn schema(
-    _caller: SecretKey<ListSessions>,
-    query: QueryParams,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    super::schema_of::<Sessions>(&query, &headers)
+export_routes! {
+    listing: Sessions,
+    scope: ListSessions = "sessions:list",
+    rows: "export_sessions" at "/v1/sessions/export",
+    schema: "export_sessions_schema" at "/v1/sessions/export/schema",
+    params(crate::sessions::SessionFilters,),
+    tenancy: |caller| (caller.organization.id, caller.environment()),
 }
 
 /// The sessions of a window, newest first, with the list's filters: `verdict` picks in the
@@ -266,28 +218,11 @@ pub(super) struct Sessions {
     search: Option<String>,
 }
 
-impl Sessions {
-    /// Whether the search, if any, matches the session: its id, its visitor's, its address or
-    /// part of its URL.
-    fn found(&self, digest: &Row) -> bool {
-        self.search.as_ref().is_none_or(|q| {
-            digest.session_id.to_string() == *q
-                || digest.visitor_id.is_some_and(|v| v.to_string() == *q)
-                || digest.ip_address == *q
-                || digest.url.contains(q.as_str())
-        })
-    }
-}
-
-#[async_trait]
 impl Listing for Sessions {
     const EXPORT: &'static str = "sessions";
     const COLUMNS: &'static [Column<Row>] = COLUMNS;
     const FILTERS: &'static [&'static str] = &["verdict", "search"];
-    const AFTER: &'static str = "must be the id (sid_) of the last session received";
 
-    type Id = SessionId;
-    type Item = Row;
     type Row = Row;
 
     fn from_query(query: &QueryParams) -> Result<Self, ApiError> {
@@ -299,29 +234,32 @@ impl Listing for Sessions {
         Ok(Sessions { verdict, search })
     }
 
-    fn id(digest: &Row) -> SessionId {
-        digest.session_id
-    }
-
-    async fn page(
-        &self,
-        store: &Store,
-        (org, env): (OrgId, Environment),
-        before: SessionId,
-        limit: usize,
-    ) -> Result<Vec<Row>, ApiError> {
-        Ok(store
-            .list_session_digests(org, env, self.verdict.as_deref(), Some(before), limit)
+    /// `verdict` picks in the store.
+    async fn page(&self, at: Page<'_, SessionId>) -> Result<Vec<Row>, ApiError> {
+        let verdict = self.verdict.as_deref();
+        let (org, env) = (at.org, at.env);
+        Ok(at
+            .store
+            .list_session_digests(org, env, verdict, Some(at.before), at.limit)
             .await?)
     }
 
-    async fn rows(
-        &self,
-        _store: &Store,
-        _tenancy: (OrgId, Environment),
-        mut page: Vec<Row>,
-    ) -> Result<Vec<Row>, ApiError> {
-        page.retain(|digest| self.found(digest));
-        Ok(page)
+    /// `search` among the page's digests: the session's id, its visitor's, its address or part
+    /// of its URL.
+    fn keep(&self, digest: &Row) -> bool {
+        self.search.as_ref().is_none_or(|q| {
+            digest.session_id.to_string() == *q
+                || digest.visitor_id.is_some_and(|v| v.to_string() == *q)
+                || digest.ip_address == *q
+                || digest.url.contains(q.as_str())
+        })
+    }
+}
+
+impl Walked for Row {
+    type Id = SessionId;
+
+    fn id(&self) -> SessionId {
+        self.session_id
     }
 }

@@ -16,7 +16,6 @@ use super::columns::Column;
 use super::{Request, Source, Window};
 
 /// One export's rows as its store lists them.
-#[async_trait]
 pub(super) trait Listing: Default + Send + Sync + 'static {
     /// The export's name, as its schema's metadata and its file name carry it.
     const EXPORT: &'static str;
@@ -24,39 +23,43 @@ pub(super) trait Listing: Default + Send + Sync + 'static {
     const COLUMNS: &'static [Column<Self::Row>];
     /// The query parameters it takes besides every export's: none unless it says so.
     const FILTERS: &'static [&'static str] = &[];
-    /// What `after=` must be, for the refusal of one that is not.
-    const AFTER: &'static str;
 
-    /// The id its rows are walked by; minted from a ULID, so its time says which window it is in.
-    type Id: UlidId;
-    /// What one page of the store holds.
-    type Item: Send + 'static;
     /// What one row of the export is made from.
-    type Row: Send + 'static;
+    type Row: Walked;
 
     /// The listing the query's filters ask for, each checked: all rows when it has none.
     fn from_query(_query: &QueryParams) -> Result<Self, ApiError> {
         Ok(Self::default())
     }
 
-    fn id(item: &Self::Item) -> Self::Id;
-
-    /// At most `limit` items older than `before`, newest first.
-    async fn page(
+    /// At most `at.limit` rows older than `at.before`, newest first, each with what the export
+    /// adds to the store's row.
+    fn page(
         &self,
-        store: &Store,
-        tenancy: (OrgId, Environment),
-        before: Self::Id,
-        limit: usize,
-    ) -> Result<Vec<Self::Item>, ApiError>;
+        at: Page<'_, <Self::Row as Walked>::Id>,
+    ) -> impl Future<Output = Result<Vec<Self::Row>, ApiError>> + Send;
 
-    /// The rows a page of items makes: the ones the filters keep, with what the export adds.
-    async fn rows(
-        &self,
-        store: &Store,
-        tenancy: (OrgId, Environment),
-        page: Vec<Self::Item>,
-    ) -> Result<Vec<Self::Row>, ApiError>;
+    /// Whether the filters keep a row the page read: all of them unless the export filters
+    /// after reading.
+    fn keep(&self, _row: &Self::Row) -> bool {
+        true
+    }
+}
+
+/// A row an export walks by its id: minted from a ULID, so its time says which window it is in.
+pub(super) trait Walked: Send + 'static {
+    type Id: UlidId;
+    fn id(&self) -> Self::Id;
+}
+
+/// Where the next page of a walk starts, and how much of it to read.
+pub(super) struct Page<'a, Id> {
+    pub store: &'a Store,
+    pub org: OrgId,
+    pub env: Environment,
+    /// Rows older than this one, exclusive.
+    pub before: Id,
+    pub limit: usize,
 }
 
 /// An export's query, every parameter checked.
@@ -65,8 +68,11 @@ pub(super) struct Asked<L: Listing> {
     /// The listing its filters make.
     listing: L,
     /// Where a resumed download continues.
-    after: Option<L::Id>,
+    after: Option<Id<L>>,
 }
+
+/// The id an export's rows are walked by.
+type Id<L> = <<L as Listing>::Row as Walked>::Id;
 
 /// An export's query, read.
 pub(super) fn read<L: Listing>(
@@ -80,8 +86,14 @@ pub(super) fn read<L: Listing>(
     let after = query
         .get("after")
         .map(|raw| {
-            raw.parse::<L::Id>().map_err(|_| {
-                ApiError::invalid_field("after", L::AFTER, Some(raw.into()))
+            raw.parse::<Id<L>>().map_err(|_| {
+                // "the last session received", of the export of sessions.
+                let row = L::EXPORT.strip_suffix('s').unwrap_or(L::EXPORT);
+                let expected = format!(
+                    "must be the id ({}) of the last {row} received",
+                    Id::<L>::PREFIX
+                );
+                ApiError::invalid_field("after", expected, Some(raw.into()))
                     .with_parameter_set("query")
             })
         })
@@ -115,7 +127,7 @@ pub(super) struct Windowed<L: Listing> {
     store: Store,
     tenancy: (OrgId, Environment),
     /// The last id read: the exclusive bound of the next page.
-    before: L::Id,
+    before: Id<L>,
     /// Ids below this were minted before the window.
     lower: ulid::Ulid,
     exhausted: bool,
@@ -127,10 +139,10 @@ impl<L: Listing> Windowed<L> {
         store: Store,
         tenancy: (OrgId, Environment),
         window: Window,
-        after: Option<L::Id>,
+        after: Option<Id<L>>,
     ) -> Self {
         let (lower, upper) = window.id_bounds();
-        let upper = L::Id::from_ulid(upper);
+        let upper = Id::<L>::from_ulid(upper);
         Windowed {
             listing,
             store,
@@ -151,19 +163,25 @@ impl<L: Listing> Source for Windowed<L> {
         // A filter that keeps nothing of a page reads on until it keeps something or the
         // window is done: an empty answer means the end.
         while rows.is_empty() && !self.exhausted {
-            let mut page = self
-                .listing
-                .page(&self.store, self.tenancy, self.before, limit)
-                .await?;
+            let (org, env) = self.tenancy;
+            let at = Page {
+                store: &self.store,
+                org,
+                env,
+                before: self.before,
+                limit,
+            };
+            let mut page = self.listing.page(at).await?;
             self.exhausted = page.len() < limit;
-            if let Some(cut) = page.iter().position(|i| L::id(i).ulid() < self.lower) {
+            if let Some(cut) = page.iter().position(|row| row.id().ulid() < self.lower) {
                 page.truncate(cut);
                 self.exhausted = true;
             }
             if let Some(last) = page.last() {
-                self.before = L::id(last);
+                self.before = last.id();
             }
-            rows = self.listing.rows(&self.store, self.tenancy, page).await?;
+            page.retain(|row| self.listing.keep(row));
+            rows = page;
         }
         Ok(rows)
     }

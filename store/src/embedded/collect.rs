@@ -16,7 +16,7 @@ use super::{
     COLLECT_PINGS, COLLECT_SEQS, COLLECT_SESSIONS, EmbeddedStore, HANDOFF_OPENINGS, Inner,
     REPLAY_MARKS, decode, decode_row, encode, key, unavailable,
 };
-use crate::rules::{CollectChange, written};
+use crate::rules::CollectChange;
 use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result, StoreError};
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
@@ -192,10 +192,12 @@ impl Inner {
     }
 }
 
-impl EmbeddedStore {
-    /// Applies `change` to the session under the writer lock, synced: whether it was written,
-    /// and the row as it stands.
-    async fn change(
+#[async_trait]
+impl CollectStore for EmbeddedStore {
+    /// Applies `change` to the session under the writer lock, synced, unlike
+    /// `advance_collect_seq`: nothing downstream drops a replayed call proof, so a counter lost
+    /// in a crash would let a seen proof through again.
+    async fn change_collect_session(
         &self,
         id: SessionId,
         change: CollectChange,
@@ -203,10 +205,7 @@ impl EmbeddedStore {
         self.write(move |db, _| db.change_collect_session(id, change))
             .await
     }
-}
 
-#[async_trait]
-impl CollectStore for EmbeddedStore {
     /// One batch: the session row and a `collect_pings` row per ping, each id checked free under
     /// the writer mutex first; the first conflict drops the unwritten batch, so a failed call
     /// writes and claims nothing.
@@ -277,44 +276,6 @@ impl CollectStore for EmbeddedStore {
         self.seqs.advance(&self.inner, id, seq)
     }
 
-    /// Synced, unlike `advance_collect_seq`: nothing downstream drops a replayed call, so a
-    /// counter lost in a crash would let a seen proof through again.
-    /// A missing session: `false`, nothing written.
-    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        self.change(id, CollectChange::Call(counter))
-            .await
-            .map(written)
-    }
-
-    async fn record_collect_ping(
-        &self,
-        id: SessionId,
-        ping: PingId,
-        at: Timestamp,
-    ) -> Result<bool> {
-        self.change(id, CollectChange::Ping { ping, at })
-            .await
-            .map(written)
-    }
-
-    async fn record_collect_ws_identity(
-        &self,
-        id: SessionId,
-        identity: &serde_json::Value,
-    ) -> Result<bool> {
-        let change = CollectChange::WsIdentity(identity.clone());
-        self.change(id, change).await.map(written)
-    }
-
-    async fn mark_collect_results(
-        &self,
-        id: SessionId,
-        at: Timestamp,
-    ) -> Result<Option<CollectSessionRecord>> {
-        let changed = self.change(id, CollectChange::Results(at)).await?;
-        Ok(changed.map(|(_, session)| session))
-    }
-
     async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool> {
         use super::nonces::{NonceUse, SeenNonces};
         match self.nonces.first_use(
@@ -337,9 +298,6 @@ impl CollectStore for EmbeddedStore {
         marks: &[ReplayMark],
         until: Timestamp,
     ) -> Result<Vec<Option<ReplayMark>>> {
-        if marks.is_empty() {
-            return Ok(Vec::new());
-        }
         let marks = marks.to_vec();
         self.write(move |db, _| {
             let mut found = Vec::with_capacity(marks.len());

@@ -3,7 +3,7 @@
 //! so of racing ingest replicas exactly one makes it. A handoff's opening is one conditional
 //! insert, so of racing opens exactly one is first.
 
-use crate::rules::{CollectChange, written};
+use crate::rules::CollectChange;
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use schemas::ids::{PingId, SessionId};
@@ -13,34 +13,6 @@ use super::{PostgresStore, db_error, decode_opt, execute, json, row, rows, ulid_
 use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result};
 
 pub(super) const COLLECT_SESSIONS: &str = "collect_sessions";
-
-/// Reads the session under its row lock, lets `change` modify it (answering whether it did),
-/// and writes it back only if it changed. `None` if there is no such session; otherwise
-/// whether this call wrote, and the row as now stored.
-async fn change(
-    store: &PostgresStore,
-    id: SessionId,
-    change: CollectChange,
-) -> Result<Option<(bool, CollectSessionRecord)>> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await.map_err(db_error)?;
-    let key = ulid_bytes(id.ulid());
-    let found = row(
-        &tx,
-        "SELECT body FROM collect_sessions WHERE id = $1 FOR UPDATE",
-        &[&key],
-    )
-    .await?;
-    let Some(mut session) = decode_opt::<CollectSessionRecord>(COLLECT_SESSIONS, found)? else {
-        return Ok(None);
-    };
-    if !change.apply(&mut session) {
-        return Ok(Some((false, session)));
-    }
-    write(&tx, &key, &session).await?;
-    tx.commit().await.map_err(db_error)?;
-    Ok(Some((true, session)))
-}
 
 async fn write(
     tx: &impl GenericClient,
@@ -58,6 +30,34 @@ async fn write(
 
 #[async_trait]
 impl CollectStore for PostgresStore {
+    /// Reads the session under its row lock, lets `change` modify it (answering whether it did),
+    /// and writes it back only if it changed. `None` if there is no such session; otherwise
+    /// whether this call wrote, and the row as now stored.
+    async fn change_collect_session(
+        &self,
+        id: SessionId,
+        change: CollectChange,
+    ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let key = ulid_bytes(id.ulid());
+        let found = row(
+            &tx,
+            "SELECT body FROM collect_sessions WHERE id = $1 FOR UPDATE",
+            &[&key],
+        )
+        .await?;
+        let Some(mut session) = decode_opt::<CollectSessionRecord>(COLLECT_SESSIONS, found)? else {
+            return Ok(None);
+        };
+        if !change.apply(&mut session) {
+            return Ok(Some((false, session)));
+        }
+        write(&tx, &key, &session).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some((true, session)))
+    }
+
     async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
         crate::rules::check_collect_pings(session)?;
         let mut client = self.client().await?;
@@ -107,41 +107,6 @@ impl CollectStore for PostgresStore {
         self.seqs.advance(id, seq).await
     }
 
-    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        Ok(written(
-            change(self, id, CollectChange::Call(counter)).await?,
-        ))
-    }
-
-    async fn record_collect_ping(
-        &self,
-        id: SessionId,
-        ping: PingId,
-        at: Timestamp,
-    ) -> Result<bool> {
-        Ok(written(
-            change(self, id, CollectChange::Ping { ping, at }).await?,
-        ))
-    }
-
-    async fn record_collect_ws_identity(
-        &self,
-        id: SessionId,
-        identity: &serde_json::Value,
-    ) -> Result<bool> {
-        let change_made = CollectChange::WsIdentity(identity.clone());
-        Ok(written(change(self, id, change_made).await?))
-    }
-
-    async fn mark_collect_results(
-        &self,
-        id: SessionId,
-        at: Timestamp,
-    ) -> Result<Option<CollectSessionRecord>> {
-        let changed = change(self, id, CollectChange::Results(at)).await?;
-        Ok(changed.map(|(_, session)| session))
-    }
-
     /// An expired row of the same nonce (not yet purged) is spent again.
     async fn spend_nonce(&self, scope: &str, nonce: &str, until: Timestamp) -> Result<bool> {
         let spent = execute(
@@ -160,9 +125,6 @@ impl CollectStore for PostgresStore {
         marks: &[ReplayMark],
         until: Timestamp,
     ) -> Result<Vec<Option<ReplayMark>>> {
-        if marks.is_empty() {
-            return Ok(Vec::new());
-        }
         let keys: Vec<&[u8]> = marks.iter().map(|m| &m.key[..]).collect();
         let sessions: Vec<Vec<u8>> = marks
             .iter()

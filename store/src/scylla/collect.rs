@@ -47,10 +47,24 @@ pub const STATEMENTS: &[&str] = &[
 ];
 
 impl ScyllaStore {
+    async fn release_pings(&self, pings: &[PingId], session: SessionId) {
+        for ping in pings {
+            if let Err(e) = self
+                .applied(RELEASE_PING, (ping.to_string(), session.to_string()))
+                .await
+            {
+                tracing::warn!(error = %e, "ScyllaDB: a ping of a failed collect session was not released");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl CollectStore for ScyllaStore {
     /// Reads the session, lets `change` modify it (answering whether it did), and writes it
     /// back if it changed and no other writer came between. `None` if there is no such
     /// session; otherwise whether this call wrote, and the row as now stored.
-    async fn change_collect(
+    async fn change_collect_session(
         &self,
         id: SessionId,
         change: CollectChange,
@@ -77,20 +91,6 @@ impl ScyllaStore {
         )))
     }
 
-    async fn release_pings(&self, pings: &[PingId], session: SessionId) {
-        for ping in pings {
-            if let Err(e) = self
-                .applied(RELEASE_PING, (ping.to_string(), session.to_string()))
-                .await
-            {
-                tracing::warn!(error = %e, "ScyllaDB: a ping of a failed collect session was not released");
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl CollectStore for ScyllaStore {
     /// Each ping's id is claimed first, then the session inserted; a conflict on either gives
     /// back the pings claimed, so a failed call keeps nothing.
     async fn create_collect_session(&self, session: &CollectSessionRecord) -> Result<()> {
@@ -154,43 +154,9 @@ impl CollectStore for ScyllaStore {
 
     async fn advance_collect_seq(&self, id: SessionId, seq: u64) -> Result<bool> {
         Ok(written(
-            self.change_collect(id, CollectChange::Seq(seq)).await?,
-        ))
-    }
-
-    async fn advance_collect_call(&self, id: SessionId, counter: u64) -> Result<bool> {
-        Ok(written(
-            self.change_collect(id, CollectChange::Call(counter))
+            self.change_collect_session(id, CollectChange::Seq(seq))
                 .await?,
         ))
-    }
-
-    async fn record_collect_ping(
-        &self,
-        id: SessionId,
-        ping: PingId,
-        at: Timestamp,
-    ) -> Result<bool> {
-        let change = CollectChange::Ping { ping, at };
-        Ok(written(self.change_collect(id, change).await?))
-    }
-
-    async fn record_collect_ws_identity(
-        &self,
-        id: SessionId,
-        identity: &serde_json::Value,
-    ) -> Result<bool> {
-        let change = CollectChange::WsIdentity(identity.clone());
-        Ok(written(self.change_collect(id, change).await?))
-    }
-
-    async fn mark_collect_results(
-        &self,
-        id: SessionId,
-        at: Timestamp,
-    ) -> Result<Option<CollectSessionRecord>> {
-        let changed = self.change_collect(id, CollectChange::Results(at)).await?;
-        Ok(changed.map(|(_, session)| session))
     }
 
     /// Kept until `until` by the row's TTL.
