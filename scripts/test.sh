@@ -10,9 +10,59 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/servers.sh
 
-need_deb redis-server redis-server
+# A new machine spends most of its first run compiling and downloading, so the two overlap: the
+# lints and the build start as soon as the build's one system library is in, beside the
+# downloads. Each background job keeps its output in target/ci-logs/NAME.log, shown when the run
+# awaits it; a job that failed fails the run there, and an unfinished one is stopped at exit.
+background_pids=()
+in_background() {
+  local name=$1
+  shift
+  mkdir -p target/ci-logs
+  ("$@") >"target/ci-logs/$name.log" 2>&1 &
+  background_pids+=($!)
+  eval "background_$name=$!"
+}
+await() {
+  local name=$1 pid
+  eval "pid=\$background_$name"
+  if wait "$pid"; then
+    cat "target/ci-logs/$name.log"
+  else
+    cat "target/ci-logs/$name.log"
+    echo "$name failed"
+    exit 1
+  fi
+}
+stop_background() {
+  for pid in "${background_pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+}
+trap 'stop_background; stop_servers' EXIT
+
 # librdkafka is built with TLS against the system's OpenSSL (bus: security.protocol=ssl).
 need_lib libssl-dev pkg-config
+# The structure first (no sibling modules importing each other, no file over 1,500 lines, no
+# citation of a document the repository lacks, no path named that is not in the tree), then the
+# lints: a finding or a warning fails the run, as a failing test does. Then the `vigil` binary,
+# which the process tests run.
+in_background lints bash -c 'python3 scripts/check-structure.py \
+  && cargo clippy --workspace --all-targets -- -D warnings && cargo build --bin vigil'
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  in_background nextest cargo install --locked cargo-nextest
+else
+  in_background nextest true
+fi
+# Apache Kafka's and Apache Cassandra's jars (scripts/engines.sh), fetched while the rest
+# installs; Java and Maven are installed first, since two apt-gets cannot run at once.
+need_deb java openjdk-17-jre-headless
+need_deb mvn maven
+in_background jars bash -c 'source scripts/servers.sh \
+  && resolve_jars scripts/engines/kafka.pom.xml "target/engines/kafka-$KAFKA_VERSION" \
+  && resolve_jars scripts/engines/cassandra.pom.xml "target/engines/cassandra-$CASSANDRA_VERSION"'
+
+need_deb redis-server redis-server
 # The end-to-end browser tests drive headless Chromium through WebDriver (tests/it/browser.rs).
 need_deb chromedriver chromium chromium-driver
 # Real server-side clients call the API in tests/it/security.rs: curl, Node's fetch (below)
@@ -38,7 +88,6 @@ httpfs_venv=target/duckdb-httpfs
   || { python3 -m venv "$httpfs_venv" \
        && "$httpfs_venv/bin/pip" install --quiet duckdb==1.5.5 duckdb-extension-httpfs==1.5.5; }
 export VIGIL_TEST_DUCKDB_HTTPFS_PYTHON="$PWD/$httpfs_venv/bin/python"
-command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 
 start_redis
 export VIGIL_TEST_REDIS_URL="$REDIS_URL"
@@ -60,18 +109,13 @@ need_deb node nodejs
 node --test ingest/sdk/test/
 [ -d tests/recorder/node_modules/puppeteer-extra-plugin-stealth ] || npm ci --prefix tests/recorder --no-audit --no-fund
 
-# The structure first (no sibling modules importing each other, no file over 1,500 lines, no
-# citation of a document the repository lacks, no path named that is not in the tree), then the
-# lints: a finding or a warning fails the run, as a failing test does.
-python3 scripts/check-structure.py
-cargo clippy --workspace --all-targets -- -D warnings
-
-# The CLI tests run the real `vigil` executable.
-cargo build --bin vigil
+await lints
 # The contract check: schemathesis (from PyPI, in a venv of its own) fuzzes a served Vigil from
 # its OpenAPI document and prints `schemathesis: N passed, N failed` (docs/testing.md).
 scripts/schemathesis.sh
+await nextest
 cargo nextest run --workspace --no-run "$@"
+await jars
 # A real Apache Kafka broker (plaintext, TLS and SASL/SCRAM listeners) for the log's suite and
 # the fleets, and an Apache Cassandra node as the CQL server of the ScyllaDB store's suite:
 # their jars come from Maven Central (scripts/engines.sh), and both run once for the whole run,

@@ -318,12 +318,20 @@ mod tests {
 
     /// Every method of the store port is a read (by its name) or listed in [`WRITES`], so a
     /// write added to the port is refused on a full disk too; `save_session` and `save_visitor`
-    /// are the port's own shorthands for `save_sessions` and `save_visitors`.
+    /// are the port's own shorthands for `save_sessions` and `save_visitors`, and the four named
+    /// collect changes its shorthands for `change_collect_session`.
     #[test]
     fn every_write_of_the_port_is_refused_on_a_full_disk() {
         let port = include_str!("../../store/src/port.rs");
         const READS: &[&str] = &["get_", "find_", "list_", "locate_", "due_"];
-        const SHORTHANDS: &[&str] = &["save_session", "save_visitor"];
+        const SHORTHANDS: &[&str] = &[
+            "save_session",
+            "save_visitor",
+            "advance_collect_call",
+            "record_collect_ping",
+            "record_collect_ws_identity",
+            "mark_collect_results",
+        ];
         let methods: Vec<&str> = port
             .split("async fn ")
             .skip(1)
