@@ -19,9 +19,12 @@ telemetry::metrics! {
          (a redelivered one, recognised by its number, counts again)",
     );
     dead_letters: DeadLetters = dead_letters(
-        "vigil_processor_dead_letters_total",
-        "Records the processor gave up on and appended to collect.dead.v1, by reason",
+        (
+            "vigil_processor_dead_letters_total",
+            "Records the processor gave up on and appended to collect.dead.v1, by reason",
+        ),
         schemas::collect::DEAD_TOPIC,
+        "record dead-lettered to collect.dead.v1; moving on",
         DeadReason::ALL.map(DeadReason::as_str),
     );
     lag: IntGaugeVec = gauges(

@@ -309,6 +309,27 @@ fn an_iphone_user_agent_on_a_desktop_is_an_emulated_device() {
     assert!(common::fired(&decision).contains(&"platform_mismatch"));
 }
 
+/// The fixture's pings arrived 57.4 and 52.5 ms apart: a busy server that stamped the second
+/// arrival late shortens one gap, so one claim past its gap is jitter, two are not.
+#[test]
+fn one_ping_past_its_gap_is_jitter_and_most_are_not() {
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/batches/0/network/ping_rtts_ms",
+        json!([120.0, 44.7, 46.2]),
+    );
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(!fired.contains(&"ping_rtt_mismatch"), "{fired:?}");
+    set(
+        &mut doc,
+        "/batches/0/network/ping_rtts_ms",
+        json!([120.0, 110.0, 46.2]),
+    );
+    let fired = common::fired(&common::evaluate(&doc));
+    assert!(fired.contains(&"ping_rtt_mismatch"), "{fired:?}");
+}
+
 #[test]
 fn a_few_untrusted_clicks_from_the_page_itself_are_tolerated() {
     let mut doc = load(HUMAN);
