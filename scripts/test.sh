@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
 # (redis-server, postgresql, nodejs, curl, chromium, chromium-driver, xvfb and xdotool from Debian's
-# packages, Python's requests, the OpenAPI validator, schemathesis and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
+# packages, Python's requests, the OpenAPI validator, schemathesis, mmdb-writer and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
 # crates.io, Apache Kafka's and Apache Cassandra's jars from Maven Central), starts Redis,
 # PostgreSQL, a Kafka broker and a Cassandra node on free ports, checks the
 # lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
@@ -14,29 +14,30 @@ source scripts/servers.sh
 # lints and the build start as soon as the build's one system library is in, beside the
 # downloads. Each background job keeps its output in target/ci-logs/NAME.log, shown when the run
 # awaits it; a job that failed fails the run there, and an unfinished one is stopped at exit.
-background_pids=()
+declare -A background=()
 in_background() {
   local name=$1
   shift
   mkdir -p target/ci-logs
-  ("$@") >"target/ci-logs/$name.log" 2>&1 &
-  background_pids+=($!)
-  eval "background_$name=$!"
+  # A session of its own, so that stopping the job stops whatever it started (cargo, mvn).
+  setsid "$@" >"target/ci-logs/$name.log" 2>&1 &
+  background[$name]=$!
 }
 await() {
-  local name=$1 pid
-  eval "pid=\$background_$name"
-  if wait "$pid"; then
-    cat "target/ci-logs/$name.log"
-  else
-    cat "target/ci-logs/$name.log"
+  local name=$1 status=0
+  wait "${background[$name]}" || status=$?
+  unset "background[$name]"
+  cat "target/ci-logs/$name.log"
+  if [ "$status" != 0 ]; then
     echo "$name failed"
     exit 1
   fi
 }
 stop_background() {
-  for pid in "${background_pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
+  local pid
+  for pid in "${background[@]}"; do
+    kill -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   done
 }
 trap 'stop_background; stop_servers' EXIT
@@ -72,6 +73,8 @@ python3 -c 'import requests' 2>/dev/null || python3 -m pip install --quiet reque
 # The OpenAPI document's validator (tests/it/openapi.rs).
 python3 -c 'import openapi_spec_validator' 2>/dev/null \
   || python3 -m pip install --quiet openapi-spec-validator
+# The IP databases' tests write their MaxMind DB files with mmdb-writer (ipdata/tests/it/).
+python3 -c 'import mmdb_writer' 2>/dev/null || python3 -m pip install --quiet mmdb-writer
 # Exports are read by the analysts' own tools (tests/it/exports.rs, docs/analysts.md's snippets).
 python3 -c 'import pyarrow, polars, duckdb, pandas' 2>/dev/null \
   || python3 -m pip install --quiet pyarrow polars duckdb pandas

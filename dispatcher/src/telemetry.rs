@@ -42,10 +42,13 @@ telemetry::metrics! {
          event or its deliveries not stored) and passed over",
     );
     dead_letters: DeadLetters = dead_letters(
-        "vigil_dispatcher_dead_letters_total",
-        "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
-         reason: newer_schema, unknown_event_type or unreadable_record",
+        (
+            "vigil_dispatcher_dead_letters_total",
+            "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
+             reason: newer_schema, unknown_event_type or unreadable_record",
+        ),
         schemas::events::EVENTS_DEAD_TOPIC,
+        "dead-lettered a record of events.v1 it cannot deliver",
         EventDeadReason::ALL.map(EventDeadReason::as_str),
     );
     disabled: IntCounter = counter(

@@ -319,6 +319,8 @@ store_port! {
         /// applying the change and writing it back is one step, and writes only when the change
         /// changed it. `None` when the session does not exist (nothing is written); otherwise
         /// whether this call wrote, and the row as it now stands. Durable when it returns.
+        /// `CollectChange::Seq` is `advance_collect_seq`'s: a store that keeps that counter apart
+        /// from the row refuses it here as `Invalid`.
         async fn change_collect_session(
             &self,
             id: schemas::SessionId,

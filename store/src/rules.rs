@@ -307,9 +307,12 @@ pub fn check_collect_pings(session: &CollectSessionRecord) -> Result<()> {
     Ok(())
 }
 
-/// One of a collect session's one-way changes (`advance_collect_seq`, `advance_collect_call`,
-/// `record_collect_ping`, `record_collect_ws_identity`, `mark_collect_results`): each backend
-/// reads the row under its own lock and applies the change with [`CollectChange::apply`].
+/// One of a collect session's one-way changes (`change_collect_session`, and the port's
+/// `advance_collect_call`, `record_collect_ping`, `record_collect_ws_identity` and
+/// `mark_collect_results` over it): each backend reads the row under its own lock and applies
+/// the change with [`CollectChange::apply`]. `Seq` is ScyllaDB's alone: the embedded store and
+/// PostgreSQL keep the batch counter apart (`advance_collect_seq`), and refuse it there
+/// ([`check_collect_change`]).
 #[derive(Debug, Clone)]
 pub enum CollectChange {
     /// The batch counter raised to this, if above it.
@@ -362,6 +365,17 @@ impl CollectChange {
                 true
             }
         }
+    }
+}
+
+/// `change_collect_session` on a store that keeps the batch counter apart from the row: `Seq`
+/// is a caller's bug (`Invalid`), since the row's own counter is not the one that counts.
+pub fn check_collect_change(change: &CollectChange) -> Result<()> {
+    match change {
+        CollectChange::Seq(_) => Err(StoreError::Invalid(
+            "the batch counter is raised by advance_collect_seq".into(),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -80,14 +80,14 @@ impl Registrar {
         }
     }
 
-    /// The part's dead letters, counted by reason in `name`: every one of `reasons` is shown
-    /// at 0 from the start, so a dashboard or an alert on a rate sees the first dead letter as a
-    /// change rather than a new series.
+    /// The part's dead letters, counted by reason in `name` and logged as `said`: every one of
+    /// `reasons` is shown at 0 from the start, so a dashboard or an alert on a rate sees the
+    /// first dead letter as a change rather than a new series.
     pub fn dead_letters(
         &self,
-        name: &str,
-        help: &str,
+        (name, help): (&str, &str),
         topic: &'static str,
+        said: &'static str,
         reasons: impl IntoIterator<Item = &'static str>,
     ) -> DeadLetters {
         let counted = self.counters(name, help, &["reason"]);
@@ -97,6 +97,7 @@ impl Registrar {
         DeadLetters {
             owner: self.owner,
             topic,
+            said,
             counted,
         }
     }
@@ -167,6 +168,8 @@ impl Retries {
 pub struct DeadLetters {
     owner: &'static str,
     topic: &'static str,
+    /// The log line's words after the owner's name.
+    said: &'static str,
     counted: IntCounterVec,
 }
 
@@ -180,9 +183,9 @@ impl DeadLetters {
             offset,
             message,
             topic = self.topic,
-            "{}: set a record aside on {}; moving on",
+            "{}: {}",
             self.owner,
-            self.topic
+            self.said
         );
     }
 }

@@ -114,7 +114,8 @@ export_routes! {
     scope: ListEvents = "organizations:read",
     rows: "export_events" at "/v1/organizations/{organizationId}/events/export",
     schema: "export_events_schema" at "/v1/organizations/{organizationId}/events/export/schema",
-    params(("organizationId" = schemas::OrgId, Path, description = "The caller's organization."),),
+    path(("organizationId" = schemas::OrgId, Path, description = "The caller's organization."),),
+    filters(),
     tenancy: |caller, params| (own_organization(&caller, &params)?, caller.environment()),
 }
 
@@ -137,14 +138,14 @@ impl Listing for Events {
 
     type Row = Row;
 
-    /// Each event of the page with its deliveries, read one event at a time.
+    /// Each event of the page in the window with its deliveries, read one event at a time.
     async fn page(&self, at: Page<'_, EventId>) -> Result<Vec<Row>, ApiError> {
         let (store, org, env) = (at.store, at.org, at.env);
         let events = store
             .list_events(org, env, Some(at.before), at.limit)
             .await?;
         let mut rows = Vec::with_capacity(events.len());
-        for event in events {
+        for event in events.into_iter().take_while(|e| e.id.ulid() >= at.lower) {
             let deliveries = store.list_event_deliveries(org, env, event.id).await?;
             rows.push(Row { event, deliveries });
         }

@@ -139,7 +139,8 @@ export_routes! {
     scope: ListFingerprints = "fingerprints:list",
     rows: "export_fingerprints" at "/v1/fingerprints/export",
     schema: "export_fingerprints_schema" at "/v1/fingerprints/export/schema",
-    params(),
+    path(),
+    filters(),
     tenancy: |caller| (caller.organization.id, caller.environment()),
 }
 

@@ -14,7 +14,8 @@
 
 /// An export's two routes, each documented for the OpenAPI description: `GET <path>` streams
 /// the window's rows of `listing` and `GET <path>/schema` answers its empty stream, both behind
-/// `scope`. `tenancy` names the caller (and the path's parameters, where the path has any) and
+/// `scope`, with the path's parameters, every export's query and the export's own filters, in that
+/// order. `tenancy` names the caller (and the path's parameters, where the path has any) and
 /// answers whose rows the export reads; the schema route checks it the same way, so a path
 /// naming another organization is a 404 on both.
 macro_rules! export_routes {
@@ -23,11 +24,12 @@ macro_rules! export_routes {
         scope: $scope:ty = $scope_name:literal,
         rows: $export_op:literal at $export_path:literal,
         schema: $schema_op:literal at $schema_path:literal,
-        params($($param:tt)*),
+        path($($path_param:tt)*),
+        filters($($filter:tt)*),
         tenancy: |$caller:ident $(, $params:ident)?| $tenancy:expr $(,)?
     ) => {
         export_routes!(@documented $export_op, $export_path, super::ExportRows, $scope_name,
-            [$($param)*],
+            [$($path_param)*], [$($filter)*],
             pub(super) async fn export(
                 axum::extract::State(state): axum::extract::State<crate::QueryState>,
                 $caller: edge::SecretKey<$scope>,
@@ -41,7 +43,7 @@ macro_rules! export_routes {
         );
 
         export_routes!(@documented $schema_op, $schema_path, super::ExportSchema, $scope_name,
-            [$($param)*],
+            [$($path_param)*], [$($filter)*],
             pub(super) async fn schema(
                 $caller: edge::SecretKey<$scope>,
                 $($params: edge::body::PathParams,)?
@@ -54,14 +56,14 @@ macro_rules! export_routes {
         );
     };
     // One route's handler with its OpenAPI operation.
-    (@documented $op:literal, $path:literal, $answer:ty, $scope_name:literal, [$($param:tt)*],
-        $handler:item) => {
+    (@documented $op:literal, $path:literal, $answer:ty, $scope_name:literal,
+        [$($path_param:tt)*], [$($filter:tt)*], $handler:item) => {
         #[utoipa::path(
             get,
             operation_id = $op,
             path = $path,
             tag = "exports",
-            params($($param)* super::ExportQuery),
+            params($($path_param)* super::ExportQuery, $($filter)*),
             security(("secret_key" = [$scope_name])),
             responses($answer, super::ExportErrors, edge::openapi::SecretKeyErrors)
         )]

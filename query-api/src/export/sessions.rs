@@ -206,7 +206,8 @@ export_routes! {
     scope: ListSessions = "sessions:list",
     rows: "export_sessions" at "/v1/sessions/export",
     schema: "export_sessions_schema" at "/v1/sessions/export/schema",
-    params(crate::sessions::SessionFilters,),
+    path(),
+    filters(crate::sessions::SessionFilters),
     tenancy: |caller| (caller.organization.id, caller.environment()),
 }
 

@@ -59,6 +59,9 @@ pub(super) struct Page<'a, Id> {
     pub env: Environment,
     /// Rows older than this one, exclusive.
     pub before: Id,
+    /// Rows minted before this are outside the window: a page may stop at the first of them
+    /// rather than add to rows the walk will drop.
+    pub lower: ulid::Ulid,
     pub limit: usize,
 }
 
@@ -169,6 +172,7 @@ impl<L: Listing> Source for Windowed<L> {
                 org,
                 env,
                 before: self.before,
+                lower: self.lower,
                 limit,
             };
             let mut page = self.listing.page(at).await?;

@@ -38,6 +38,7 @@ impl CollectStore for PostgresStore {
         id: SessionId,
         change: CollectChange,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        crate::rules::check_collect_change(&change)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         let key = ulid_bytes(id.ulid());
