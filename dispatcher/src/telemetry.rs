@@ -41,16 +41,6 @@ telemetry::metrics! {
         "Events the dispatcher could not fan out (their endpoints could not be read, or the \
          event or its deliveries not stored) and passed over",
     );
-    dead_letters: DeadLetters = dead_letters(
-        (
-            "vigil_dispatcher_dead_letters_total",
-            "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
-             reason: newer_schema, unknown_event_type or unreadable_record",
-        ),
-        schemas::events::EVENTS_DEAD_TOPIC,
-        "dead-lettered a record of events.v1 it cannot deliver",
-        EventDeadReason::ALL.map(EventDeadReason::as_str),
-    );
     disabled: IntCounter = counter(
         "vigil_dispatcher_endpoints_disabled_total",
         "Webhook endpoints disabled because a delivery was answered 410 Gone",
@@ -58,6 +48,13 @@ telemetry::metrics! {
     deferred: IntCounter = counter(
         "vigil_dispatcher_deferred_total",
         "Due deliveries put off because their endpoint had its most attempts waiting already",
+    );
+    dead_letters: DeadLetters = dead_letters(
+        "vigil_dispatcher_dead_letters_total",
+        "Records of events.v1 the dispatcher cannot read, set aside on events.dead.v1, by \
+         reason: newer_schema, unknown_event_type or unreadable_record",
+        (schemas::events::EVENTS_DEAD_TOPIC, "dead-lettered a record of events.v1 it cannot deliver"),
+        EventDeadReason::ALL.map(EventDeadReason::as_str),
     );
     => |made| {
         for result in ["succeeded", "retrying", "failed"] {

@@ -192,7 +192,11 @@ async fn spend_consent_ticket(
     if state
         .auth
         .store
-        .open_handoff_once(&ticket.spending_id(), now, ticket.expires_at)
+        .open_handoff_once(&store::HandoffOpening {
+            handoff: ticket.spending_id(),
+            at: now,
+            expires_at: ticket.expires_at,
+        })
         .await?
         .is_some()
     {

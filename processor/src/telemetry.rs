@@ -13,19 +13,16 @@ use telemetry::{DeadLetters, Retries};
 
 telemetry::metrics! {
     owner: "processor";
+    dead_letters: DeadLetters = dead_letters(
+        "vigil_processor_dead_letters_total",
+        "Records the processor gave up on and appended to collect.dead.v1, by reason",
+        (schemas::collect::DEAD_TOPIC, "record dead-lettered to collect.dead.v1; moving on"),
+        DeadReason::ALL.map(DeadReason::as_str),
+    );
     folded: IntCounter = counter(
         "vigil_processor_records_folded_total",
         "Batch records the processor took from the log and folded into their session \
          (a redelivered one, recognised by its number, counts again)",
-    );
-    dead_letters: DeadLetters = dead_letters(
-        (
-            "vigil_processor_dead_letters_total",
-            "Records the processor gave up on and appended to collect.dead.v1, by reason",
-        ),
-        schemas::collect::DEAD_TOPIC,
-        "record dead-lettered to collect.dead.v1; moving on",
-        DeadReason::ALL.map(DeadReason::as_str),
     );
     lag: IntGaugeVec = gauges(
         "vigil_processor_lag",

@@ -87,11 +87,11 @@ async fn open(
     if let Some(first) = state
         .auth
         .store
-        .open_handoff_once(
-            &secrets::handoff::opening_id(&handoff),
-            now,
-            claims.expires_at,
-        )
+        .open_handoff_once(&store::HandoffOpening {
+            handoff: secrets::handoff::opening_id(&handoff),
+            at: now,
+            expires_at: claims.expires_at,
+        })
         .await?
     {
         let mut e = ApiError::new(

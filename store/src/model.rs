@@ -154,6 +154,15 @@ pub struct CollectSessionRecord {
     pub challenge: String,
 }
 
+/// One opening of a handoff (`handoff_openings`): the handoff's opening id, when it is opened,
+/// and its own expiry, after which it cannot be opened anyway and its row may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandoffOpening {
+    pub handoff: [u8; 16],
+    pub at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
 /// A mark a batch leaves in the replay record (docs/detection.md#replayed-sessions): a key its
 /// content gives, the session that left it first, and, for an interaction stream, a sketch of
 /// its first events, by which a near-copy (times and places jittered) is told from a stream

@@ -32,10 +32,10 @@ use crate::error::Result;
 use crate::model::{
     AgentLogin, AgentTokenRecord, ApiKeyRecord, CollectSessionRecord, CredentialHash,
     DecisionRecord, EventRecord, GateAccountRecord, GateAttempt, GateAttemptCount, GatePoll,
-    GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, IdempotencyBegin,
-    IdempotencyRecord, IdempotencyScope, IdleSession, KeyAndOrganization, OrganizationRecord,
-    PartitionFence, ReplayMark, SessionRecord, SessionSave, VisitorAnchors, VisitorOrder,
-    VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
+    GateServiceRecord, GateServiceWrite, GateSessionRecord, GateSessionStatus, HandoffOpening,
+    IdempotencyBegin, IdempotencyRecord, IdempotencyScope, IdleSession, KeyAndOrganization,
+    OrganizationRecord, PartitionFence, ReplayMark, SessionRecord, SessionSave, VisitorAnchors,
+    VisitorOrder, VisitorRecord, WebhookDeliveryRecord, WebhookEndpointRecord,
 };
 use crate::model::{ApiKeyWrite, EndpointCaps, EndpointWrite};
 use crate::rules::CollectChange;
@@ -291,12 +291,7 @@ store_port! {
         /// atomic step, so of concurrent openings exactly one is first. The row is kept until
         /// `expires_at` (the handoff's own expiry, after which it cannot be opened anyway) and may
         /// be dropped after.
-        async fn open_handoff_once(
-            &self,
-            handoff: &[u8; 16],
-            at: Timestamp,
-            expires_at: Timestamp,
-        ) -> Result<Option<Timestamp>>;
+        async fn open_handoff_once(&self, opening: &HandoffOpening) -> Result<Option<Timestamp>>;
 
         // collect_sessions, collect_pings
 

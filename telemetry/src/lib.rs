@@ -80,14 +80,15 @@ impl Registrar {
         }
     }
 
-    /// The part's dead letters, counted by reason in `name` and logged as `said`: every one of
+    /// The part's dead letters, set aside on `topic`, counted by reason in `name` and logged as
+    /// `said`: every one of
     /// `reasons` is shown at 0 from the start, so a dashboard or an alert on a rate sees the
     /// first dead letter as a change rather than a new series.
     pub fn dead_letters(
         &self,
-        (name, help): (&str, &str),
-        topic: &'static str,
-        said: &'static str,
+        name: &str,
+        help: &str,
+        (topic, said): (&'static str, &'static str),
         reasons: impl IntoIterator<Item = &'static str>,
     ) -> DeadLetters {
         let counted = self.counters(name, help, &["reason"]);

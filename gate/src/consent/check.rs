@@ -226,7 +226,11 @@ pub async fn judge(
     // handoffs it minted) decides once.
     let opening = secrets::handoff::opening_id(&format!("gate-consent:{}", claims.session_id));
     if store
-        .open_handoff_once(&opening, now, claims.expires_at)
+        .open_handoff_once(&store::HandoffOpening {
+            handoff: opening,
+            at: now,
+            expires_at: claims.expires_at,
+        })
         .await?
         .is_some()
     {

@@ -5,12 +5,12 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BooleanBuilder, Float32Builder, Int64Builder, ListBuilder, StringBuilder,
-    StringDictionaryBuilder, TimestampMillisecondBuilder,
-};
+use arrow_array::builder::{ListBuilder, StringBuilder, StringDictionaryBuilder};
 use arrow_array::types::Int8Type;
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{
+    ArrayRef, BooleanArray, Float32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMillisecondArray,
+};
 use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 use schemas::time::Timestamp;
 use serde_json::{Map, Value};
@@ -64,6 +64,44 @@ pub enum Cell<'a> {
 }
 
 impl<'a> Cell<'a> {
+    // A cell's value as its column's kind holds it; `None` (a null) for any other cell.
+
+    fn into_text(self) -> Option<Cow<'a, str>> {
+        match self {
+            Cell::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn into_millis(self) -> Option<i64> {
+        match self {
+            Cell::Time(t) => Some(t.timestamp_millis()),
+            Cell::Millis(ms) => Some(ms),
+            _ => None,
+        }
+    }
+
+    fn into_f32(self) -> Option<f32> {
+        match self {
+            Cell::Float32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn into_i64(self) -> Option<i64> {
+        match self {
+            Cell::Int64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn into_bool(self) -> Option<bool> {
+        match self {
+            Cell::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
     pub fn text(s: impl Into<Cow<'a, str>>) -> Cell<'a> {
         Cell::Text(s.into())
     }
@@ -143,16 +181,8 @@ pub fn record_batch<R>(
 fn array<R>(column: &Column<R>, rows: &[R]) -> ArrayRef {
     let cells = rows.iter().map(|r| (column.get)(r));
     match column.kind {
-        Kind::Text => {
-            let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * 16);
-            for cell in cells {
-                match cell {
-                    Cell::Text(s) => b.append_value(&*s),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish())
-        }
+        // Each kind's array from its cells: a cell of another kind is null.
+        Kind::Text => Arc::new(cells.map(Cell::into_text).collect::<StringArray>()),
         Kind::Enum => {
             let mut b = StringDictionaryBuilder::<Int8Type>::new();
             for cell in cells {
@@ -168,47 +198,15 @@ fn array<R>(column: &Column<R>, rows: &[R]) -> ArrayRef {
             }
             Arc::new(b.finish())
         }
-        Kind::Time => {
-            let mut b = TimestampMillisecondBuilder::with_capacity(rows.len()).with_timezone("UTC");
-            for cell in cells {
-                match cell {
-                    Cell::Time(t) => b.append_value(t.timestamp_millis()),
-                    Cell::Millis(ms) => b.append_value(ms),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        Kind::Float32 => {
-            let mut b = Float32Builder::with_capacity(rows.len());
-            for cell in cells {
-                match cell {
-                    Cell::Float32(v) => b.append_value(v),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        Kind::Int64 => {
-            let mut b = Int64Builder::with_capacity(rows.len());
-            for cell in cells {
-                match cell {
-                    Cell::Int64(v) => b.append_value(v),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        Kind::Bool => {
-            let mut b = BooleanBuilder::with_capacity(rows.len());
-            for cell in cells {
-                match cell {
-                    Cell::Bool(v) => b.append_value(v),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish())
-        }
+        Kind::Time => Arc::new(
+            cells
+                .map(Cell::into_millis)
+                .collect::<TimestampMillisecondArray>()
+                .with_timezone("UTC"),
+        ),
+        Kind::Float32 => Arc::new(cells.map(Cell::into_f32).collect::<Float32Array>()),
+        Kind::Int64 => Arc::new(cells.map(Cell::into_i64).collect::<Int64Array>()),
+        Kind::Bool => Arc::new(cells.map(Cell::into_bool).collect::<BooleanArray>()),
         Kind::TextList => {
             let mut b = ListBuilder::new(StringBuilder::new());
             for cell in cells {

@@ -72,7 +72,11 @@ pub async fn handoff_opens_once(store: Store) {
     let expires = tomorrow();
     assert_eq!(
         store
-            .open_handoff_once(&handoff, first, expires)
+            .open_handoff_once(&crate::HandoffOpening {
+                handoff,
+                at: first,
+                expires_at: expires
+            })
             .await
             .unwrap(),
         None,
@@ -81,7 +85,11 @@ pub async fn handoff_opens_once(store: Store) {
     let later = first + TimeDelta::seconds(5);
     assert_eq!(
         store
-            .open_handoff_once(&handoff, later, expires)
+            .open_handoff_once(&crate::HandoffOpening {
+                handoff,
+                at: later,
+                expires_at: expires
+            })
             .await
             .unwrap(),
         Some(first),
@@ -89,7 +97,11 @@ pub async fn handoff_opens_once(store: Store) {
     );
     assert_eq!(
         store
-            .open_handoff_once(&handoff, later, expires)
+            .open_handoff_once(&crate::HandoffOpening {
+                handoff,
+                at: later,
+                expires_at: expires
+            })
             .await
             .unwrap(),
         Some(first),
@@ -97,7 +109,11 @@ pub async fn handoff_opens_once(store: Store) {
     );
     assert_eq!(
         store
-            .open_handoff_once(&other, later, expires)
+            .open_handoff_once(&crate::HandoffOpening {
+                handoff: other,
+                at: later,
+                expires_at: expires
+            })
             .await
             .unwrap(),
         None,
@@ -113,7 +129,11 @@ pub async fn concurrent_handoff_openings_have_one_first(store: Store) {
         let store = store.clone();
         tasks.spawn(async move {
             store
-                .open_handoff_once(&handoff, at, tomorrow())
+                .open_handoff_once(&crate::HandoffOpening {
+                    handoff,
+                    at,
+                    expires_at: tomorrow(),
+                })
                 .await
                 .unwrap()
         });

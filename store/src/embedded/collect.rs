@@ -17,7 +17,7 @@ use super::{
     REPLAY_MARKS, decode, decode_row, encode, key, unavailable,
 };
 use crate::rules::CollectChange;
-use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result, StoreError};
+use crate::{CollectSessionRecord, CollectStore, HandoffOpening, ReplayMark, Result, StoreError};
 
 /// How long a collect session (and its pings' lookup rows) is kept after its id was minted:
 /// ScyllaDB's `default_time_to_live` of `collect_sessions` and `collect_pings`. Sessions expire
@@ -41,7 +41,7 @@ pub(super) struct ReplayMarkRow {
 
 /// `handoff_openings`: when a handoff was first opened, kept until it expires.
 #[derive(Serialize, Deserialize)]
-pub(super) struct HandoffOpening {
+pub(super) struct OpeningRow {
     first_opened_at: Timestamp,
     pub(super) expires_at: Timestamp,
 }
@@ -124,6 +124,7 @@ impl Inner {
         id: SessionId,
         change: CollectChange,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
+        crate::rules::check_collect_change(&change)?;
         let _rows = self
             .collect_rows
             .lock()
@@ -202,7 +203,6 @@ impl CollectStore for EmbeddedStore {
         id: SessionId,
         change: CollectChange,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
-        crate::rules::check_collect_change(&change)?;
         self.write(move |db, _| db.change_collect_session(id, change))
             .await
     }
@@ -343,20 +343,15 @@ impl CollectStore for EmbeddedStore {
         .await
     }
 
-    async fn open_handoff_once(
-        &self,
-        handoff: &[u8; 16],
-        at: Timestamp,
-        expires_at: Timestamp,
-    ) -> Result<Option<Timestamp>> {
-        let k = *handoff;
+    async fn open_handoff_once(&self, opening: &HandoffOpening) -> Result<Option<Timestamp>> {
+        let (k, at, expires_at) = (opening.handoff, opening.at, opening.expires_at);
         self.write(move |db, _| {
-            let stored: Option<HandoffOpening> =
+            let stored: Option<OpeningRow> =
                 decode_row(HANDOFF_OPENINGS, db.handoff_openings.get(k))?;
             if let Some(first) = stored {
                 return Ok(Some(first.first_opened_at));
             }
-            let row = HandoffOpening {
+            let row = OpeningRow {
                 first_opened_at: at,
                 expires_at,
             };

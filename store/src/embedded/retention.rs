@@ -15,7 +15,7 @@ use schemas::ids::{OrgId, SessionId};
 use schemas::time::Timestamp;
 use serde::Deserialize;
 
-use super::collect::{HandoffOpening, ReplayMarkRow};
+use super::collect::{OpeningRow, ReplayMarkRow};
 use super::events::EventPlace;
 use super::key::Expiring;
 use super::row_cache::Changes;
@@ -79,7 +79,7 @@ impl Inner {
             &self.handoff_openings,
             &mut state.handoff_cursor,
             budget,
-            |v| Ok(decode::<HandoffOpening>(HANDOFF_OPENINGS, v)?.expires_at <= now),
+            |v| Ok(decode::<OpeningRow>(HANDOFF_OPENINGS, v)?.expires_at <= now),
         )?;
         more |= self.sweep_step(
             &mut batch,
@@ -308,7 +308,11 @@ mod tests {
             store.idempotency_begin(&scope, &record).await.unwrap();
             let expires = if i % 2 == 0 { past } else { future };
             store
-                .open_handoff_once(&[i; 16], now, expires)
+                .open_handoff_once(&crate::HandoffOpening {
+                    handoff: [i; 16],
+                    at: now,
+                    expires_at: expires,
+                })
                 .await
                 .unwrap();
         }
@@ -324,14 +328,22 @@ mod tests {
         // A dropped opening is gone; a live one still answers with its first opening.
         assert_eq!(
             store
-                .open_handoff_once(&[0; 16], now, future)
+                .open_handoff_once(&crate::HandoffOpening {
+                    handoff: [0; 16],
+                    at: now,
+                    expires_at: future
+                })
                 .await
                 .unwrap(),
             None
         );
         assert_eq!(
             store
-                .open_handoff_once(&[1; 16], now, future)
+                .open_handoff_once(&crate::HandoffOpening {
+                    handoff: [1; 16],
+                    at: now,
+                    expires_at: future
+                })
                 .await
                 .unwrap(),
             Some(now)

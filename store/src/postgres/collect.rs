@@ -10,7 +10,7 @@ use schemas::ids::{PingId, SessionId};
 use schemas::time::Timestamp;
 
 use super::{PostgresStore, db_error, decode_opt, execute, json, row, rows, ulid_bytes, ulid_of};
-use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result};
+use crate::{CollectSessionRecord, CollectStore, HandoffOpening, ReplayMark, Result};
 
 pub(super) const COLLECT_SESSIONS: &str = "collect_sessions";
 
@@ -38,9 +38,10 @@ impl CollectStore for PostgresStore {
         id: SessionId,
         change: CollectChange,
     ) -> Result<Option<(bool, CollectSessionRecord)>> {
-        crate::rules::check_collect_change(&change)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
+        // Checked once the connection is at hand: a `Seq` here is a caller's bug.
+        crate::rules::check_collect_change(&change)?;
         let key = ulid_bytes(id.ulid());
         let found = row(
             &tx,
@@ -189,18 +190,14 @@ impl CollectStore for PostgresStore {
         Ok(out)
     }
 
-    async fn open_handoff_once(
-        &self,
-        handoff: &[u8; 16],
-        at: Timestamp,
-        expires_at: Timestamp,
-    ) -> Result<Option<Timestamp>> {
+    async fn open_handoff_once(&self, opening: &HandoffOpening) -> Result<Option<Timestamp>> {
+        let (handoff, at) = (&opening.handoff[..], opening.at);
         let client = self.client().await?;
         let first = row(
             &client,
             "INSERT INTO handoff_openings (handoff, first_opened_at, expires_at) VALUES ($1, $2, $3)
              ON CONFLICT (handoff) DO NOTHING RETURNING 1",
-            &[&&handoff[..], &at, &expires_at],
+            &[&handoff, &at, &opening.expires_at],
         )
         .await?;
         if first.is_some() {
@@ -209,7 +206,7 @@ impl CollectStore for PostgresStore {
         let stored = row(
             &client,
             "SELECT first_opened_at FROM handoff_openings WHERE handoff = $1",
-            &[&&handoff[..]],
+            &[&handoff],
         )
         .await?;
         // The row was there a statement ago; the sweep may have dropped it since, once expired.

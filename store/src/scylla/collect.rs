@@ -11,7 +11,7 @@ use schemas::time::Timestamp;
 use scylla::value::CqlTimestamp;
 
 use super::{CONTENDED_RETRIES, ScyllaStore, corrupt, encode, rows_of};
-use crate::{CollectSessionRecord, CollectStore, ReplayMark, Result, StoreError};
+use crate::{CollectSessionRecord, CollectStore, HandoffOpening, ReplayMark, Result, StoreError};
 
 const COLLECT_SESSIONS: &str = "collect_sessions";
 
@@ -224,17 +224,13 @@ impl CollectStore for ScyllaStore {
         Ok(out)
     }
 
-    async fn open_handoff_once(
-        &self,
-        handoff: &[u8; 16],
-        at: Timestamp,
-        expires_at: Timestamp,
-    ) -> Result<Option<Timestamp>> {
+    async fn open_handoff_once(&self, opening: &HandoffOpening) -> Result<Option<Timestamp>> {
+        let (handoff, at, expires_at) = (&opening.handoff[..], opening.at, opening.expires_at);
         let first = self
             .applied(
                 OPEN_HANDOFF,
                 (
-                    &handoff[..],
+                    handoff,
                     CqlTimestamp(at.timestamp_millis()),
                     CqlTimestamp(expires_at.timestamp_millis()),
                     // Kept until it expires (an hour past it at most: the table's default).
@@ -245,7 +241,7 @@ impl CollectStore for ScyllaStore {
         if first {
             return Ok(None);
         }
-        let result = self.execute(HANDOFF_OPENED, (&handoff[..],)).await?;
+        let result = self.execute(HANDOFF_OPENED, (handoff,)).await?;
         let rows = rows_of("handoff_openings", result)?;
         let stored = rows
             .maybe_first_row::<(Option<CqlTimestamp>,)>()
