@@ -73,7 +73,7 @@ python3 -c 'import requests' 2>/dev/null || python3 -m pip install --quiet reque
 # The OpenAPI document's validator (tests/it/openapi.rs).
 python3 -c 'import openapi_spec_validator' 2>/dev/null \
   || python3 -m pip install --quiet openapi-spec-validator
-# The IP databases' tests write their MaxMind DB files with mmdb-writer (ipdata/tests/it/).
+# The IP databases' tests write their MaxMind DB files with mmdb-writer (ipdata/src/testing.rs).
 python3 -c 'import mmdb_writer' 2>/dev/null || python3 -m pip install --quiet mmdb-writer
 # Exports are read by the analysts' own tools (tests/it/exports.rs, docs/analysts.md's snippets).
 python3 -c 'import pyarrow, polars, duckdb, pandas' 2>/dev/null \

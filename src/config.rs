@@ -279,6 +279,26 @@ pub struct ServeArgs {
     /// (the session's challenge and the time its batches claim are still checked).
     #[arg(long, env = "VIGIL_REPLAY_MEMORY", default_value = "24h", value_parser = humantime::parse_duration)]
     pub replay_memory: std::time::Duration,
+    /// A MaxMind DB file of IP data (repeatable, or comma-separated in the env var): GeoLite2 or
+    /// GeoIP2 ASN, Country or City, DB-IP Lite, IPinfo Lite, ip-location-db. The first file
+    /// that answers a member gives it. A file that changes on disk, or a SIGHUP, reopens it
+    /// (docs/detection.md#network-identity).
+    #[arg(long, env = "VIGIL_IP_DATABASE", value_delimiter = ',')]
+    pub ip_database: Vec<PathBuf>,
+    /// Hosting and cloud networks, one `asn,provider,source` a line, in place of the list
+    /// shipped with Vigil.
+    #[arg(long, env = "VIGIL_HOSTING_ASNS")]
+    pub hosting_asns: Option<PathBuf>,
+    /// The Tor Project's exit list (the bulk list, one address a line, or `exit-addresses`).
+    #[arg(long, env = "VIGIL_TOR_EXIT_LIST")]
+    pub tor_exit_list: Option<PathBuf>,
+    /// Addresses and CIDRs of relays' egress (Apple's `egress-ip-ranges.csv` and the like), for
+    /// the `relay` VPN method.
+    #[arg(long, env = "VIGIL_RELAY_LIST")]
+    pub relay_list: Option<PathBuf>,
+    /// How often the IP data's files are checked for a change.
+    #[arg(long, env = "VIGIL_IP_DATA_POLL", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
+    pub ip_data_poll: std::time::Duration,
     /// Megabytes of session state the processor keeps in memory between batches (estimated);
     /// a session evicted past it has its state decoded from the store at its next batch.
     #[arg(long, env = "VIGIL_PROCESSOR_CACHE_MB", default_value_t = 256)]
@@ -451,6 +471,9 @@ impl ServeArgs {
         }
         for url in &self.public_url {
             ingest::web_bot_auth::authority_of(url).map_err(|e| format!("--public-url: {e}"))?;
+        }
+        if self.ip_data_poll.is_zero() {
+            return Err("--ip-data-poll must be above zero".into());
         }
         if self.header_read_timeout.is_zero() || self.keep_alive_timeout.is_zero() {
             return Err("--header-read-timeout and --keep-alive-timeout must be above zero".into());

@@ -1,6 +1,9 @@
-//! What the operator's IP databases say about a client address: its autonomous system, its
-//! country, and its city and time zone where a database has them. The serving roles do not read
-//! it yet; a session's `network` member will carry what it answers.
+//! What the operator's IP data says about a client address (docs/detection.md#network-identity):
+//! its autonomous system, its country, and its city and time zone where a database has them
+//! ([`IpDatabases`]); whether the network is a hosting provider's, from a shipped list the operator
+//! can replace ([`HostingAsns`]); and whether the address is a Tor exit or a relay's egress, from
+//! the operator's lists ([`AddressList`]). [`NetworkData`] holds them all for the processor, which
+//! keeps what they say in a session's state; the query API shows it as the session's `network`.
 //!
 //! The databases are MaxMind DB files, each read whole into memory with the `maxminddb` crate.
 //! Not memory-mapped: a mapped file that an operator rewrites in place (`cp` over it) changes
@@ -17,13 +20,32 @@
 //! waiting: a set that fails to open keeps the last good one in service, and the failure is
 //! logged.
 
+mod lists;
 mod record;
+#[cfg(feature = "test-support")]
+pub mod testing;
 mod watched;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
+use schemas::network::{AsnFacts, NetworkFacts};
+
+pub use lists::{AddressList, HostingAsns};
 pub use watched::Watched;
+
+/// A source of facts read from the operator's files and reopened whole when they change
+/// ([`Watched`]).
+pub trait Source: Sized + Send + Sync + 'static {
+    /// What the logs call it.
+    const WHAT: &'static str;
+    /// Opens every file of `paths`, or fails naming the first that cannot be read.
+    fn open(paths: &[PathBuf]) -> Result<Self, OpenError>;
+    /// What it holds, for the logs.
+    fn describe(&self) -> String;
+}
 
 /// What the databases say about one address; every member absent when none knows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,7 +93,7 @@ impl IpFacts {
 
 /// Why a database could not be opened: the file and the reason, for the operator.
 #[derive(Debug, thiserror::Error)]
-#[error("IP database {path}: {reason}")]
+#[error("{path}: {reason}")]
 pub struct OpenError {
     pub path: PathBuf,
     pub reason: String,
@@ -119,6 +141,18 @@ impl Database {
     }
 }
 
+impl Source for IpDatabases {
+    const WHAT: &'static str = "IP databases";
+
+    fn open(paths: &[PathBuf]) -> Result<Self, OpenError> {
+        IpDatabases::open(paths)
+    }
+
+    fn describe(&self) -> String {
+        self.kinds().join(", ")
+    }
+}
+
 /// The operator's databases, in the order given.
 #[derive(Default)]
 pub struct IpDatabases {
@@ -161,5 +195,85 @@ impl IpDatabases {
             }
         }
         facts
+    }
+}
+
+/// Where the operator's IP data comes from (`vigil serve`'s `--ip-database`, `--hosting-asns`,
+/// `--tor-exit-list` and `--relay-list`).
+#[derive(Debug, Clone, Default)]
+pub struct NetworkPaths {
+    pub ip_databases: Vec<PathBuf>,
+    /// None: the list shipped with Vigil.
+    pub hosting_asns: Option<PathBuf>,
+    pub tor_exit_list: Option<PathBuf>,
+    pub relay_list: Option<PathBuf>,
+}
+
+/// Everything the operator's IP data says, each source reopened when its file changes.
+pub struct NetworkData {
+    databases: Arc<Watched<IpDatabases>>,
+    hosting: Arc<Watched<HostingAsns>>,
+    tor_exits: Option<Arc<Watched<AddressList>>>,
+    relays: Option<Arc<Watched<AddressList>>>,
+}
+
+impl NetworkData {
+    /// Opens every source `paths` names, or fails naming the first file that cannot be read:
+    /// a start-up error.
+    pub fn open(paths: &NetworkPaths) -> Result<Self, OpenError> {
+        let list = |path: &Option<PathBuf>| {
+            path.as_ref()
+                .map(|p| Watched::<AddressList>::open(vec![p.clone()]))
+                .transpose()
+        };
+        Ok(NetworkData {
+            databases: Watched::open(paths.ip_databases.clone())?,
+            hosting: Watched::open(paths.hosting_asns.iter().cloned().collect())?,
+            tor_exits: list(&paths.tor_exit_list)?,
+            relays: list(&paths.relay_list)?,
+        })
+    }
+
+    /// Whether any database or address list is configured: without one, a lookup says nothing
+    /// (the hosting list needs a database's ASN).
+    pub fn is_configured(&self) -> bool {
+        !self.databases.load().is_empty() || self.tor_exits.is_some() || self.relays.is_some()
+    }
+
+    /// What the sources in service say about `ip`.
+    pub fn lookup(&self, ip: IpAddr) -> NetworkFacts {
+        let ip = ip.to_canonical();
+        let IpFacts {
+            asn,
+            country,
+            city,
+            time_zone,
+        } = self.databases.lookup(ip);
+        let provider = asn
+            .as_ref()
+            .map(|asn| self.hosting.load().provider(asn.number).map(str::to_owned));
+        NetworkFacts {
+            asn: asn.map(|asn| AsnFacts {
+                number: asn.number,
+                organization: asn.organization,
+            }),
+            country,
+            city,
+            ip_timezone: time_zone,
+            hosting: provider.as_ref().map(Option::is_some),
+            hosting_provider: provider.flatten(),
+            tor_exit: self.tor_exits.as_ref().map(|list| list.load().contains(ip)),
+            relay: self.relays.as_ref().map(|list| list.load().contains(ip)),
+        }
+    }
+
+    /// Watches every source's files (every `every`, and at each SIGHUP), as [`Watched::watch`]
+    /// does. Must be called within the runtime.
+    pub fn watch(&self, every: Duration) {
+        self.databases.watch(every);
+        self.hosting.watch(every);
+        for list in [&self.tor_exits, &self.relays].into_iter().flatten() {
+            list.watch(every);
+        }
     }
 }

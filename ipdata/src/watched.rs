@@ -1,6 +1,7 @@
-//! The databases in service, reopened when a file changes on disk or on SIGHUP. Lookups read
-//! the set in service without a lock ([`arc_swap`]); a reopened set replaces it whole once every
-//! file of it has opened, and a set that fails to open leaves the last good one in service.
+//! A source in service (the databases, a list), reopened when a file changes on disk or on
+//! SIGHUP. Lookups read the one in service without a lock ([`arc_swap`]); a reopened source
+//! replaces it whole once every file of it has opened, and one that fails to open leaves the
+//! last good one in service.
 //!
 //! A file is read whole when it opens, so an update may rewrite it in place or rename a new one
 //! over it (as `geoipupdate` does); a rename is better, since a reload that reads a file half
@@ -13,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 
-use crate::{IpDatabases, IpFacts, OpenError};
+use crate::{IpDatabases, IpFacts, OpenError, Source};
 
 /// What tells a file's versions apart: a rename puts another inode in place, and a copy over
 /// it another length or modification time.
@@ -33,38 +34,46 @@ fn stamp(path: &Path) -> Option<Stamp> {
     })
 }
 
-/// The operator's databases in service.
-pub struct Watched {
+/// A source of the operator's in service.
+pub struct Watched<S> {
     paths: Vec<PathBuf>,
-    current: ArcSwap<IpDatabases>,
+    current: ArcSwap<S>,
     /// Each file's stamp when the set in service was opened.
     opened: Mutex<Vec<Option<Stamp>>>,
 }
 
-impl Watched {
-    /// Opens every file of `paths` (none: the empty set, which answers nothing), or fails
-    /// naming the first that cannot be read: a start-up error.
-    pub fn open(paths: Vec<PathBuf>) -> Result<Arc<Self>, OpenError> {
-        let stamps = paths.iter().map(|p| stamp(p)).collect();
-        let databases = IpDatabases::open(&paths)?;
-        Ok(Arc::new(Watched {
-            paths,
-            current: ArcSwap::from_pointee(databases),
-            opened: Mutex::new(stamps),
-        }))
-    }
-
+impl Watched<IpDatabases> {
     /// What the databases in service say about `ip`.
     pub fn lookup(&self, ip: std::net::IpAddr) -> IpFacts {
         self.current.load().lookup(ip)
     }
+}
 
-    /// The set in service, for a caller that looks up many addresses at once.
-    pub fn current(&self) -> Arc<IpDatabases> {
+impl<S: Source> Watched<S> {
+    /// Opens every file of `paths` (none: the source's empty or shipped form), or fails
+    /// naming the first that cannot be read: a start-up error.
+    pub fn open(paths: Vec<PathBuf>) -> Result<Arc<Self>, OpenError> {
+        let stamps = paths.iter().map(|p| stamp(p)).collect();
+        let source = S::open(&paths)?;
+        tracing::info!(what = S::WHAT, contents = %source.describe(), "opened");
+        Ok(Arc::new(Watched {
+            paths,
+            current: ArcSwap::from_pointee(source),
+            opened: Mutex::new(stamps),
+        }))
+    }
+
+    /// The source in service, for a caller that looks up many addresses at once.
+    pub fn current(&self) -> Arc<S> {
         self.current.load_full()
     }
 
-    /// Reopens the set when a file changed since it was opened, or whatever the files' state
+    /// A lock-free borrow of the source in service, for one lookup.
+    pub fn load(&self) -> arc_swap::Guard<Arc<S>> {
+        self.current.load()
+    }
+
+    /// Reopens the source when a file changed since it was opened, or whatever the files' state
     /// when `forced` (SIGHUP). Whether another set is now in service; on a failure the last
     /// good set stays, and the error says which file failed and why.
     pub fn reload(&self, forced: bool) -> Result<bool, OpenError> {
@@ -73,8 +82,8 @@ impl Watched {
         if !forced && now == *opened {
             return Ok(false);
         }
-        let databases = IpDatabases::open(&self.paths)?;
-        self.current.store(Arc::new(databases));
+        let source = S::open(&self.paths)?;
+        self.current.store(Arc::new(source));
         *opened = now;
         Ok(true)
     }
@@ -104,16 +113,18 @@ impl Watched {
                 let reloaded = tokio::task::spawn_blocking(move || reloading.reload(forced)).await;
                 match reloaded {
                     Ok(Ok(true)) => tracing::info!(
-                        kinds = ?watched.current().kinds(),
+                        what = S::WHAT,
+                        contents = %watched.current().describe(),
                         forced,
-                        "IP databases reopened"
+                        "reopened"
                     ),
                     Ok(Ok(false)) => {}
                     Ok(Err(error)) => tracing::warn!(
+                        what = S::WHAT,
                         %error,
-                        "IP databases not reopened; the last good ones stay in service"
+                        "not reopened; the last good one stays in service"
                     ),
-                    Err(error) => tracing::error!(%error, "the IP databases' reload stopped"),
+                    Err(error) => tracing::error!(what = S::WHAT, %error, "the reload stopped"),
                 }
             }
         })

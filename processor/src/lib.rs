@@ -27,6 +27,7 @@ pub mod signals;
 pub mod telemetry;
 mod timezones;
 pub mod user_agent;
+mod zone_countries;
 
 pub use observations::{
     Batch, InputEvent, InteractionBatch, Probes, ReplayedBatch, RequestContext, ServerContext,

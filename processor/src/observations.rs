@@ -934,6 +934,13 @@ pub struct ServerContext {
     /// The time the interaction batches claimed against the time the server saw pass.
     #[serde(skip_serializing_if = "TimeClaims::is_empty")]
     pub time_claims: TimeClaims,
+    /// What the operator's IP data says of the first batch's address, looked up when it came;
+    /// absent without IP data (docs/detection.md#network-identity).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<schemas::network::NetworkFacts>,
+    /// The VPN judgement of the network facts and the browser's claims, as last decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vpn: Option<schemas::network::Vpn>,
 }
 
 /// A batch whose mark another session left first.

@@ -221,6 +221,8 @@ pub struct Pipeline {
     /// How long the replay record keeps a batch's mark (`--replay-memory`,
     /// docs/detection.md#replayed-sessions); zero leaves none.
     pub replay_memory: Duration,
+    /// The operator's IP data, looked up once per session (docs/detection.md#network-identity).
+    pub network: Option<std::sync::Arc<ipdata::NetworkData>>,
 }
 
 /// The topics the processor publishes to.
@@ -1037,6 +1039,11 @@ async fn fold<'a>(
             state.context.record_web_bot_auth(check);
         }
         if state.context.request.ip.is_none() {
+            state.context.network = pipeline
+                .network
+                .as_deref()
+                .zip(batch.request.ip.parse().ok())
+                .map(|(network, ip)| network.lookup(ip));
             state.context.request = crate::RequestContext {
                 ip: Some(batch.request.ip.clone()),
                 user_agent: Some(batch.request.user_agent.clone()),
@@ -1094,6 +1101,7 @@ async fn fold<'a>(
         state.context.sdk_version = Some(collect.sdk_version);
     }
 
+    state.context.vpn = crate::signals::vpn(&state.observations, &state.context);
     let mut decision = crate::evaluate(&state.observations, &state.context);
     if state.final_requested {
         decision = decision.finalize();

@@ -50,6 +50,10 @@
 //! | `oversized_user_agent` | network | 45 | the `User-Agent` header was over 512 bytes (ingest keeps its first 512) |
 //! | `web_bot_auth_invalid` | network | 70 | a Web Bot Auth signature failed verification |
 //! | `web_bot_auth_verified` | network | -40 | a valid Web Bot Auth signature identifies the agent |
+//! | `datacenter_ip` | network | 20 | the address's ASN is a hosting or cloud provider's |
+//! | `tor_exit_node` | network | 20 | the address is in the operator's Tor exit list |
+//! | `timezone_mismatch` | network | 15 | the browser's IANA zone is used in no country that is the address's (the tz database's zone-to-country table) |
+//! | `vpn_suspected` | network | 10 | a VPN method holds: the zone mismatch, a desktop browser on a hosting network, or the operator's relay list |
 //! | `untrusted_input` | behavior | 70 | script-dispatched (`isTrusted` false) pointer, key or touch events, or several such clicks |
 //! | `robotic_pointer_path` | behavior | 60 | most pointer strokes are straight lines at constant step or speed |
 //! | `robotic_keystroke_timing` | behavior | 55 | keystrokes at a near-constant or superhuman rhythm |
@@ -76,6 +80,7 @@
 //! | `consistent_client_hints` | consistency | -10 | client hints agree with the UA on brand, version, platform and mobile |
 
 mod consistency;
+mod network;
 mod replay;
 mod stealth;
 
@@ -196,6 +201,10 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("oversized_user_agent",             N, 45,  "The User-Agent header was longer than any browser sends, and was cut to 512 bytes."),
     signal("web_bot_auth_invalid",             N, 70,  "The request carries a Web Bot Auth signature that failed verification."),
     signal("web_bot_auth_verified",            N, -40, "A valid Web Bot Auth signature identifies the agent."),
+    signal("datacenter_ip",                    N, 20,  "The address belongs to a hosting or cloud provider's network, where servers rather than people usually are."),
+    signal("tor_exit_node",                    N, 20,  "The address is a Tor exit node."),
+    signal("timezone_mismatch",                N, 15,  "The browser's time zone is not used in the country of its address."),
+    signal("vpn_suspected",                    N, 10,  "The connection looks like it comes through a VPN or relay."),
     signal("untrusted_input",                  B, 70,  "Input events were dispatched by script rather than by a person (isTrusted is false)."),
     signal("robotic_pointer_path",             B, 60,  "Pointer movements follow straight lines at constant speed, as scripts draw them."),
     signal("robotic_keystroke_timing",         B, 55,  "Keystrokes arrive at a machine-regular rhythm."),
@@ -227,17 +236,32 @@ pub fn spec(slug: &str) -> Option<&'static SignalSpec> {
     CATALOG.iter().find(|spec| spec.slug == slug)
 }
 
+/// The browser the session claims to be: the page's own UA, or the HTTP UA when the probes
+/// never came.
+fn claimed_browser(probes: Option<&Probes>, context: &ServerContext) -> ClaimedBrowser {
+    let user_agent = probes
+        .and_then(|p| p.automation.as_ref())
+        .and_then(|a| a.user_agent.as_deref())
+        .or(context.request.user_agent.as_deref())
+        .unwrap_or_default();
+    user_agent::parse(user_agent)
+}
+
+/// The session's VPN judgement (`network.vpn`), as [`detect`] makes it: `None` without the
+/// operator's IP data.
+pub fn vpn(
+    session: &SessionObservations,
+    context: &ServerContext,
+) -> Option<schemas::network::Vpn> {
+    let probes = session.probes.as_deref();
+    network::judge_vpn(probes, context, &claimed_browser(probes, context))
+}
+
 /// Every signal the session's observations and the server's context fire, in catalogue order.
 pub fn detect(session: &SessionObservations, context: &ServerContext) -> Vec<Signal> {
     let mut fired = Fired::default();
     let probes = session.probes.as_deref();
-    let automation = probes.and_then(|p| p.automation.as_ref());
-    // The page's own UA is the claim; the HTTP UA stands in when the probes never came.
-    let user_agent = automation
-        .and_then(|a| a.user_agent.as_deref())
-        .or(context.request.user_agent.as_deref())
-        .unwrap_or_default();
-    let claimed = user_agent::parse(user_agent);
+    let claimed = claimed_browser(probes, context);
     if let Some(probes) = probes {
         automation_markers(probes, context, &claimed, &mut fired);
         consistency::identity_consistency(probes, context, &claimed, &mut fired);
@@ -247,6 +271,7 @@ pub fn detect(session: &SessionObservations, context: &ServerContext) -> Vec<Sig
         ping_timing(probes, context, &mut fired);
     }
     transport(session, context, &claimed, &mut fired);
+    network::detect(probes, context, &claimed, &mut fired);
     replay::detect(probes, context, &mut fired);
     if session.interactions_seen() {
         behavior(session, probes, &claimed, &mut fired);

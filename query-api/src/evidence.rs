@@ -8,6 +8,7 @@ use schemas::decision::{
     Phase, Verdict,
 };
 use schemas::ids::DecisionId;
+use schemas::network::{AsnFacts, Vpn};
 use schemas::session_view::{ScreenView, SessionView, WebBotAuthOutcome};
 use schemas::time::{self, Timestamp};
 use schemas::{SessionId, VisitorId};
@@ -99,10 +100,35 @@ pub struct WebBotAuthEvidence {
     signature_agent: Option<String>,
 }
 
-/// `network`: the address, the round trips both sides measured, the WebSocket comparison.
+/// `network`: the address, where the operator's IP data places it, the round trips both sides
+/// measured, the WebSocket comparison (docs/detection.md#network-identity). The IP data's
+/// members are null without it.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct NetworkEvidence {
     ip_address: String,
+    #[schema(required = true)]
+    asn: Option<AsnFacts>,
+    /// ISO 3166-1 alpha-2.
+    #[schema(required = true)]
+    country: Option<String>,
+    #[schema(required = true)]
+    city: Option<String>,
+    /// The IANA time zone of the address's location.
+    #[schema(required = true)]
+    ip_timezone: Option<String>,
+    /// Whether the ASN is a hosting or cloud provider's; null without an ASN.
+    #[schema(required = true)]
+    hosting: Option<bool>,
+    /// The provider's name when `hosting` is true.
+    #[schema(required = true)]
+    hosting_provider: Option<String>,
+    /// Whether the address is a Tor exit; null without a Tor exit list.
+    #[schema(required = true)]
+    tor_exit: Option<bool>,
+    /// Whether the session came through a VPN or relay, how surely, and by which methods;
+    /// null without IP data.
+    #[schema(required = true)]
+    vpn: Option<Vpn>,
     /// As the SDK measured them.
     #[schema(required = true)]
     ping_rtts_ms: Option<Vec<f64>>,
@@ -196,6 +222,7 @@ impl Evidence {
         let automation = probes.and_then(|p| p.automation.as_ref());
         let integrity = probes.and_then(|p| p.integrity.as_ref());
         let context = view.context();
+        let facts = context.and_then(|c| c.network.as_ref());
         Evidence {
             decision: DecisionDetail {
                 event_id: d.map(|d| d.event_id),
@@ -223,6 +250,14 @@ impl Evidence {
             },
             network: NetworkEvidence {
                 ip_address: s.ip.clone(),
+                asn: facts.and_then(|f| f.asn.clone()),
+                country: facts.and_then(|f| f.country.clone()),
+                city: facts.and_then(|f| f.city.clone()),
+                ip_timezone: facts.and_then(|f| f.ip_timezone.clone()),
+                hosting: facts.and_then(|f| f.hosting),
+                hosting_provider: facts.and_then(|f| f.hosting_provider.clone()),
+                tor_exit: facts.and_then(|f| f.tor_exit),
+                vpn: context.and_then(|c| c.vpn),
                 ping_rtts_ms: probes
                     .and_then(|p| p.network.as_ref())
                     .and_then(|n| n.ping_rtts_ms.clone()),

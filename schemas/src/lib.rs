@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod gate;
 pub mod ids;
+pub mod network;
 pub mod raw;
 pub mod redact;
 pub mod resources;

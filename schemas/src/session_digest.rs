@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::{AutomationStatus, Category, DecisionStatus, Manipulation, Phase, Verdict};
 use crate::ids::{SessionId, VisitorId};
+use crate::network::{NetworkFacts, Vpn};
 use crate::raw::RawJson;
 use crate::session_view::{ScreenView, SessionView, WebBotAuthOutcome};
 use crate::time::Timestamp;
@@ -39,6 +40,21 @@ pub struct SessionDigest {
     pub screen_height: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web_bot_auth: Option<String>,
+    /// Where the operator's IP data places the address (`crate::network`); each absent without
+    /// the data that gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asn: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asn_organization: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosting: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tor_exit: Option<bool>,
+    /// The VPN judgement's `result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpn: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<DecisionDigest>,
 }
@@ -82,6 +98,8 @@ impl SessionDigest {
         parts: &[StateDigest],
     ) -> Self {
         let screen = parts.iter().find_map(|p| p.screen);
+        let network = parts.iter().find_map(|p| p.network.as_ref());
+        let asn = network.and_then(|n| n.asn.as_ref());
         let side = |side: Option<f64>| {
             side.filter(|v| v.is_finite() && *v >= 0.0)
                 .map(|v| v as i64)
@@ -97,6 +115,12 @@ impl SessionDigest {
             screen_width: screen.and_then(|[width, _]| side(width)),
             screen_height: screen.and_then(|[_, height]| side(height)),
             web_bot_auth: parts.iter().find_map(|p| p.web_bot_auth).and_then(name),
+            asn: asn.map(|a| a.number),
+            asn_organization: asn.and_then(|a| a.organization.clone()),
+            country: network.and_then(|n| n.country.clone()),
+            hosting: network.and_then(|n| n.hosting),
+            tor_exit: network.and_then(|n| n.tor_exit),
+            vpn: parts.iter().find_map(|p| p.vpn),
             decision,
         }
     }
@@ -105,11 +129,15 @@ impl SessionDigest {
 /// What the digest reads of one part of a session's state: a few bytes, so a store that saves
 /// a part unchanged can keep this beside the part's hash instead of reading the part again
 /// (the settled part, the probes and kept events, is most of a state).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StateDigest {
     /// The probes' `screen` (width, height), when the part has one.
     pub screen: Option<[Option<f64>; 2]>,
     pub web_bot_auth: Option<WebBotAuthOutcome>,
+    /// The context's network facts, when the part has them.
+    pub network: Option<NetworkFacts>,
+    /// The context's VPN judgement's `result`.
+    pub vpn: Option<bool>,
 }
 
 impl StateDigest {
@@ -121,6 +149,8 @@ impl StateDigest {
                 .and_then(|p| p.screen.as_ref())
                 .map(|s| [s.width, s.height]),
             web_bot_auth: view.context().and_then(|c| c.web_bot_auth),
+            network: view.context().and_then(|c| c.network.clone()),
+            vpn: view.context().and_then(|c| c.vpn).map(|v| v.result),
         }
     }
 
@@ -151,6 +181,10 @@ impl StateDigest {
         struct Context {
             #[serde(default, deserialize_with = "crate::raw::lenient")]
             web_bot_auth: Option<WebBotAuthOutcome>,
+            #[serde(default, deserialize_with = "crate::raw::lenient")]
+            network: Option<NetworkFacts>,
+            #[serde(default, deserialize_with = "crate::raw::lenient")]
+            vpn: Option<Vpn>,
         }
         match part.decode::<Object<Part>>() {
             Ok(Object(p)) => StateDigest {
@@ -159,7 +193,9 @@ impl StateDigest {
                     .and_then(|o| o.0.probes)
                     .and_then(|p| p.0.screen)
                     .map(|s| [s.width, s.height]),
-                web_bot_auth: p.context.and_then(|c| c.0.web_bot_auth),
+                web_bot_auth: p.context.as_ref().and_then(|c| c.0.web_bot_auth),
+                network: p.context.as_ref().and_then(|c| c.0.network.clone()),
+                vpn: p.context.and_then(|c| c.0.vpn).map(|v| v.result),
             },
             Err(_) => StateDigest::of(&SessionView::of(part)),
         }
@@ -265,6 +301,8 @@ mod tests {
             json!([{"probes": {"screen": {"width": 390}}}, {"web_bot_auth": "verified"}]),
             json!({"observations": null, "context": null, "events": [{"t": 1}]}),
             json!({"context": {"web_bot_auth": "invalid", "request": {"header_names": ["a"]}}}),
+            json!({"context": {"network": {"asn": {"number": 16509, "organization": "AMAZON-02"}, "country": "US", "hosting": true}, "vpn": {"result": true, "confidence": "medium", "methods": {"hosting_desktop": true}}}}),
+            json!({"context": {"network": {"asn": "AS1", "country": 7}, "vpn": {"result": "yes"}}}),
             json!([1, 2, 3]),
             json!("state"),
             json!(null),
@@ -293,6 +331,8 @@ mod tests {
             StateDigest {
                 screen: Some([Some(1920.0), Some(1080.0)]),
                 web_bot_auth: Some(WebBotAuthOutcome::Verified),
+                network: None,
+                vpn: None,
             },
             "the check above compares members that are there"
         );

@@ -212,6 +212,10 @@ crate::lenient_struct! {
         network_check_consistent: bool,
         web_bot_auth: WebBotAuthOutcome,
         signature_agent: String,
+        /// What the operator's IP data says of the address; absent without IP data.
+        network: crate::network::NetworkFacts,
+        /// The VPN judgement, as last decided.
+        vpn: crate::network::Vpn,
     }
 }
 

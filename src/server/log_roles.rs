@@ -71,6 +71,8 @@ pub struct ProcessorSettings {
     pub cache_bytes: u64,
     /// `--replay-memory`: how long the replay record keeps a mark; zero keeps none.
     pub replay_memory: Duration,
+    /// `--ip-database` and the lists beside it, opened; `None` when none is configured.
+    pub network: Option<std::sync::Arc<ipdata::NetworkData>>,
 }
 
 /// Starts the background task: prepares the topics (retrying with backoff), then runs the
@@ -116,6 +118,7 @@ pub fn start(
                 retention: settings.retention,
                 cache_bytes: settings.cache_bytes,
                 replay_memory: settings.replay_memory,
+                network: settings.network,
             };
             run_processor(pipeline, shutdown.clone()).await;
         }

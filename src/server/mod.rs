@@ -163,6 +163,24 @@ pub async fn start_wrapping_store(
     start_wrapped(args, wrap).await
 }
 
+/// The operator's IP data (docs/detection.md#network-identity), opened and watched for changes;
+/// `None` when no database or address list is configured (the shipped hosting list alone says
+/// nothing without an ASN).
+fn open_network_data(args: &ServeArgs) -> anyhow::Result<Option<Arc<ipdata::NetworkData>>> {
+    let paths = ipdata::NetworkPaths {
+        ip_databases: args.ip_database.clone(),
+        hosting_asns: args.hosting_asns.clone(),
+        tor_exit_list: args.tor_exit_list.clone(),
+        relay_list: args.relay_list.clone(),
+    };
+    let network = ipdata::NetworkData::open(&paths).context("opening the IP data")?;
+    if !network.is_configured() {
+        return Ok(None);
+    }
+    network.watch(args.ip_data_poll);
+    Ok(Some(Arc::new(network)))
+}
+
 /// [`start`], with the opened backends wrapped by `wrap`.
 pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<RunningServer> {
     args.validate().map_err(anyhow::Error::msg)?;
@@ -217,6 +235,12 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         None => log,
     };
     let roles = args.role_set();
+    // The IP data is the processor's; a file that cannot be read stops the start, naming it.
+    let network = if roles.processor {
+        open_network_data(&args)?
+    } else {
+        None
+    };
     let (log_preparation, processor) = crate::server::log_roles::start(
         log.clone(),
         roles
@@ -229,6 +253,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
                 retention: args.retention,
                 cache_bytes: args.processor_cache_mb * 1024 * 1024,
                 replay_memory: args.replay_memory,
+                network,
             }),
         roles.dispatcher.then(|| dispatcher::Settings {
             store: store.clone(),

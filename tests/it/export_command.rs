@@ -65,7 +65,7 @@ async fn the_command_writes_each_format_as_the_api_answers() {
             &["sessions", "--url", &s.base, "--out", path_str(&out)],
         ));
         let read = read_with_each_tool(&out);
-        assert_eq!(read.metadata["vigil.schema_version"], "1", "{name}");
+        assert_eq!(read.metadata["vigil.schema_version"], "2", "{name}");
         assert_eq!(read.metadata["vigil.export"], "sessions", "{name}");
         let exported: Vec<String> = read
             .rows

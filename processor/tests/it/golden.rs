@@ -23,6 +23,20 @@ use Phase::{Behavioral as B, Snapshot as S};
 /// `(name, phase, fired signals)`.
 const RULE_CASES: &[(&str, Phase, &[&str])] = &[
     ("nothing_fired_snapshot", S, &[]),
+    // Network identity (docs/detection.md#network-identity): context, never automation alone.
+    ("datacenter_ip_alone", S, &["datacenter_ip"]),
+    ("tor_exit_alone", S, &["tor_exit_node"]),
+    (
+        "cloud_desktop_in_a_foreign_zone",
+        S,
+        &["datacenter_ip", "timezone_mismatch", "vpn_suspected"],
+    ),
+    ("relay_alone", S, &["vpn_suspected"]),
+    (
+        "webdriver_from_a_datacenter",
+        S,
+        &["webdriver", "datacenter_ip"],
+    ),
     ("nothing_fired_behavioral", B, &[]),
     (
         "signed_agent_even_if_headless",

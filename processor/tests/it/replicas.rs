@@ -143,6 +143,7 @@ impl Fleet {
             retention: Duration::from_secs(86_400),
             cache_bytes: 1 << 20,
             replay_memory: std::time::Duration::from_secs(24 * 3600),
+            network: None,
         }
     }
 

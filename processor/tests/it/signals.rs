@@ -54,6 +54,10 @@ const SET_ONE: &[(&str, &str, &str, &str)] = &[
     ("worker_mismatch",                  HUMAN,    "/p/browser/worker_platform",               r#""Linux x86_64""#),
     ("http_user_agent_mismatch",         HUMAN,    "/context/request/user_agent",              r#""python-requests/2.31.0""#),
     ("oversized_user_agent",             HUMAN,    "/context/request/user_agent_bytes",        "20000"),
+    ("datacenter_ip",                    HUMAN,    "/context/network",                         r#"{"asn": {"number": 16509, "organization": "AMAZON-02"}, "country": "GB", "hosting": true, "hosting_provider": "Amazon Web Services"}"#),
+    ("tor_exit_node",                    HUMAN,    "/context/network",                         r#"{"country": "DE", "tor_exit": true}"#),
+    ("timezone_mismatch",                HUMAN,    "/context/network",                         r#"{"country": "US"}"#),
+    ("vpn_suspected",                    HUMAN,    "/context/network",                         r#"{"country": "GB", "relay": false, "hosting": true}"#),
     ("replayed_payload",                 HUMAN,    "/context/replayed",                        r#"[{"seq": 1, "kind": "probes", "first_seen_in": "sid_01j0000000000000000000000b"}]"#),
     ("time_behind",                      HUMAN,    "/context/time_claims",                     r#"{"batches": 2, "most_behind_ms": 200000, "elapsed_at_most_behind_ms": 240000}"#),
     ("product_sub_mismatch",             HUMAN,    "/p/automation/product_sub",                r#""20100101""#),
@@ -496,4 +500,84 @@ fn a_background_tab_without_an_outer_window_is_not_headless() {
         json!("hidden"),
     );
     assert!(!common::fired(&common::evaluate(&doc)).contains(&"zero_outer_window"));
+}
+
+const NETWORK_SIGNALS: [&str; 4] = [
+    "datacenter_ip",
+    "tor_exit_node",
+    "timezone_mismatch",
+    "vpn_suspected",
+];
+
+/// The network signals among those `doc` fires.
+fn network_fired(doc: &Value) -> Vec<String> {
+    common::fired(&common::evaluate(doc))
+        .into_iter()
+        .filter(|s| NETWORK_SIGNALS.contains(s))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_broadband_address_in_the_browsers_own_country_fires_no_network_signal() {
+    let mut doc = load(HUMAN);
+    set(
+        &mut doc,
+        "/context/network",
+        json!({"asn": {"number": 20712, "organization": "Andrews & Arnold Ltd"}, "country": "GB",
+               "hosting": false, "tor_exit": false, "relay": false}),
+    );
+    assert!(network_fired(&doc).is_empty());
+    // A zone of no country, or one the table does not know, is never judged.
+    for zone in ["UTC", "Etc/GMT+3", "Mars/Olympus_Mons"] {
+        set(&mut doc, "/batches/0/locale/timezone", json!(zone));
+        assert!(network_fired(&doc).is_empty(), "{zone}");
+    }
+}
+
+#[test]
+fn a_phone_on_a_hosting_network_is_a_datacenter_address_but_no_vpn() {
+    let mut doc = load(SAFARI);
+    let zone = doc["batches"][0]["locale"]["timezone"].clone();
+    let country = match zone.as_str() {
+        Some("America/Los_Angeles" | "America/New_York" | "America/Chicago") => "US",
+        other => panic!("the Safari fixture's zone {other:?}: pick its country here"),
+    };
+    set(
+        &mut doc,
+        "/context/network",
+        json!({"asn": {"number": 14061, "organization": "DIGITALOCEAN-ASN"}, "country": country,
+               "hosting": true, "hosting_provider": "DigitalOcean"}),
+    );
+    assert_eq!(network_fired(&doc), ["datacenter_ip"]);
+}
+
+#[test]
+fn the_vpn_judgement_names_its_methods_and_how_sure_it_is() {
+    let judged = |network: Value| {
+        let mut doc = load(HUMAN);
+        set(&mut doc, "/context/network", network);
+        common::evaluate(&doc)
+            .signals_fired
+            .into_iter()
+            .find(|s| s.slug == "vpn_suspected")
+            .map_or(Value::Null, |s| s.observed)
+    };
+    assert_eq!(
+        judged(json!({"country": "US"})),
+        json!({"confidence": "low", "methods": {"timezone_mismatch": true, "hosting_desktop": false, "relay": false}})
+    );
+    assert_eq!(
+        judged(json!({"country": "GB", "hosting": true})),
+        json!({"confidence": "medium", "methods": {"timezone_mismatch": false, "hosting_desktop": true, "relay": false}})
+    );
+    assert_eq!(
+        judged(json!({"country": "US", "hosting": true}))["confidence"],
+        "high"
+    );
+    assert_eq!(judged(json!({"relay": true}))["confidence"], "high");
+    assert_eq!(
+        judged(json!({"country": "GB", "hosting": false, "relay": false})),
+        Value::Null
+    );
 }

@@ -16,8 +16,9 @@ use schemas::time::Timestamp;
 use serde_json::{Map, Value};
 
 /// The version of every export's Arrow schema, in its metadata (`vigil.schema_version`): a
-/// column's type never changes within a version.
-pub const SCHEMA_VERSION: &str = "1";
+/// column's type never changes within a version. Version 2 added the sessions export's network
+/// columns (`asn` to `vpn`).
+pub const SCHEMA_VERSION: &str = "2";
 
 /// A column's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

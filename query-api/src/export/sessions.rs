@@ -29,7 +29,7 @@ fn score(row: &Row, category: usize) -> Cell<'_> {
     )
 }
 
-/// The columns of the sessions export, version 1 (docs/analysts.md#sessions).
+/// The columns of the sessions export, version 2 (docs/analysts.md#sessions).
 pub static COLUMNS: &[Column<Row>] = &[
     Column {
         name: "session_id",
@@ -198,6 +198,48 @@ pub static COLUMNS: &[Column<Row>] = &[
         nullable: true,
         doc: "verified, invalid, unverified or absent: a signed agent's outcome",
         get: |r| Cell::optional_text(r.web_bot_auth.as_deref()),
+    },
+    Column {
+        name: "asn",
+        kind: Kind::Int64,
+        nullable: true,
+        doc: "the address's autonomous system number, from the operator's IP data",
+        get: |r| r.asn.map_or(Cell::Null, |n| Cell::Int64(i64::from(n))),
+    },
+    Column {
+        name: "asn_organization",
+        kind: Kind::Text,
+        nullable: true,
+        doc: "the autonomous system's organization",
+        get: |r| Cell::optional_text(r.asn_organization.as_deref()),
+    },
+    Column {
+        name: "country",
+        kind: Kind::Text,
+        nullable: true,
+        doc: "the address's country, ISO 3166-1 alpha-2",
+        get: |r| Cell::optional_text(r.country.as_deref()),
+    },
+    Column {
+        name: "hosting",
+        kind: Kind::Bool,
+        nullable: true,
+        doc: "whether the address's network is a hosting or cloud provider's",
+        get: |r| r.hosting.map_or(Cell::Null, Cell::Bool),
+    },
+    Column {
+        name: "tor_exit",
+        kind: Kind::Bool,
+        nullable: true,
+        doc: "whether the address is a Tor exit",
+        get: |r| r.tor_exit.map_or(Cell::Null, Cell::Bool),
+    },
+    Column {
+        name: "vpn",
+        kind: Kind::Bool,
+        nullable: true,
+        doc: "whether the session looks like it came through a VPN or relay",
+        get: |r| r.vpn.map_or(Cell::Null, Cell::Bool),
     },
 ];
 

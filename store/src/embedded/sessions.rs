@@ -134,7 +134,7 @@ pub(super) struct SessionMark {
 }
 
 /// What the writer keeps of a session's `session_settled` row.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct SettledMark {
     /// By the writer's [`RandomState`], so no client can aim for a collision.
     hash: u64,
@@ -216,7 +216,7 @@ impl Inner {
                 let hash = hasher.hash_one(part.as_str().as_bytes());
                 let kept = stored
                     .as_ref()
-                    .and_then(|s| s.settled)
+                    .and_then(|s| s.settled.clone())
                     .filter(|s| s.hash == hash);
                 if kept.is_none() {
                     batch.insert(&self.session_settled, k, part.as_str());
@@ -354,7 +354,7 @@ impl Inner {
             k,
             encode(
                 SESSION_DIGESTS,
-                &session.digest_with(settled.and_then(|s| s.shows)),
+                &session.digest_with(settled.as_ref().and_then(|s| s.shows.clone())),
             )?,
         );
         self.add_events(batch, &save.events)?;
