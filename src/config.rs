@@ -245,6 +245,10 @@ pub struct ServeArgs {
     /// or comma-separated in the env var).
     #[arg(long, env = "VIGIL_TRUSTED_PROXY", value_delimiter = ',')]
     pub trusted_proxy: Vec<IpNet>,
+    /// Behind a proxy that terminates TLS: the header in which it passes the client's JA4
+    /// (docs/detection.md#transport-identity), believed from --trusted-proxy peers only.
+    #[arg(long, env = "VIGIL_CLIENT_FINGERPRINT_HEADER", value_parser = parse_header_name)]
+    pub client_fingerprint_header: Option<axum::http::HeaderName>,
     /// How long a rotated key keeps working.
     #[arg(long, env = "VIGIL_ROTATION_GRACE", default_value = "24h", value_parser = humantime::parse_duration)]
     pub rotation_grace: std::time::Duration,
@@ -601,6 +605,11 @@ pub struct SetRateLimitArgs {
 /// Backend URLs are shown and logged only through this (docs/architecture.md#secrets-in-logs); it
 /// lives in `schemas` so the log and store crates redact their own error messages the same way.
 pub use schemas::redact::redact_url;
+
+fn parse_header_name(name: &str) -> Result<axum::http::HeaderName, String> {
+    axum::http::HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("{name:?} is not a header name"))
+}
 
 #[cfg(test)]
 mod tests {

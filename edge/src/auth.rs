@@ -39,6 +39,9 @@ pub struct Authenticator {
     pub secret: ServerSecret,
     pub limiter: Limiter,
     pub trusted_proxies: Vec<IpNet>,
+    /// `--client-fingerprint-header`: where a trusted proxy that terminates TLS puts the
+    /// client's JA4 (docs/detection.md#transport-identity).
+    pub client_fingerprint_header: Option<axum::http::HeaderName>,
     /// Requests per window for a client IP that presents no valid credential.
     pub anonymous_rate_limit: u32,
     /// The `last_used_at` writes this process has begun.

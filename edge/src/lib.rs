@@ -7,6 +7,7 @@ extern crate self as edge;
 
 pub mod auth;
 pub mod body;
+pub mod client_hello;
 pub mod context;
 pub mod credential_layer;
 pub mod error;

@@ -14,6 +14,36 @@ use ipnet::IpNet;
 #[derive(Debug, Clone, Copy)]
 pub struct OverTls;
 
+/// The TLS client of the connection a request came over, as the listener read its
+/// ClientHello (a request extension on connections Vigil terminated TLS for).
+#[derive(Debug, Clone)]
+pub struct ListenerTls(pub std::sync::Arc<schemas::collect::TlsClient>);
+
+/// The TLS client a request's batch record carries: from `header` when a trusted proxy
+/// forwarded the request (the proxy terminated TLS, so the listener saw the proxy's hello, not
+/// the client's), else from Vigil's own listener. A header value that is not a JA4's shape is
+/// not believed.
+pub fn tls_client(
+    headers: &axum::http::HeaderMap,
+    listener: Option<&ListenerTls>,
+    client: &ClientInfo,
+    header: Option<&axum::http::HeaderName>,
+) -> Option<schemas::collect::TlsClient> {
+    if client.forwarded {
+        let ja4 = header
+            .and_then(|name| headers.get(name))
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| crate::client_hello::is_ja4(v))?;
+        return Some(schemas::collect::TlsClient {
+            ja4: Some(ja4.to_owned()),
+            source: "header".to_owned(),
+            ..Default::default()
+        });
+    }
+    listener.map(|tls| tls.0.as_ref().clone())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientInfo {
     pub ip: IpAddr,

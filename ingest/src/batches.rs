@@ -3,7 +3,7 @@
 //! it. A batch refused for any reason writes nothing.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use edge::body::{FromPath, PathParams, Reply, RequestBody, Valid};
@@ -155,12 +155,11 @@ pub(crate) async fn accept(
     State(state): State<IngestState>,
     caller: PublishableKey,
     params: PathParams,
-    method: axum::http::Method,
-    headers: HeaderMap,
-    uri: axum::http::Uri,
+    request: axum::http::request::Parts,
     Valid(body): Valid<BatchBody>,
 ) -> Result<Reply, ApiError> {
     let id: SessionId = FromPath::from_path(&params)?;
+    let (method, uri, headers) = (&request.method, &request.uri, &request.headers);
     let BatchBody { seq, ciphertext } = body;
     // AES-GCM adds a 16-byte tag to the plaintext.
     if ciphertext.len() > MAX_BATCH_BYTES + 16 {
@@ -192,8 +191,8 @@ pub(crate) async fn accept(
         &WebBotAuthRequest::new(
             method.as_str(),
             if ctx.client.tls { "https" } else { "http" },
-            &uri,
-            &headers,
+            uri,
+            headers,
         ),
         chrono::Utc::now().timestamp(),
     );
@@ -224,6 +223,13 @@ pub(crate) async fn accept(
             url: uri.to_string(),
             web_bot_auth,
             user_agent_bytes,
+            http_version: Some(format!("{:?}", request.version)),
+            tls: edge::transport::tls_client(
+                headers,
+                request.extensions.get(),
+                &ctx.client,
+                state.auth.client_fingerprint_header.as_ref(),
+            ),
         },
         kind: Some(kind),
         observations,

@@ -901,6 +901,27 @@ pub struct RequestContext {
     /// The `User-Agent`'s length as received, when ingest cut it to its first 512 bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_agent_bytes: Option<usize>,
+    /// `HTTP/1.1`, `HTTP/2`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_version: Option<String>,
+    /// The TLS client, when Vigil or a trusted proxy read its hello.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<schemas::collect::TlsClient>,
+}
+
+impl RequestContext {
+    /// The context of the request a batch record names.
+    pub fn of(request: &schemas::collect::BatchRequest) -> Self {
+        RequestContext {
+            ip: Some(request.ip.clone()),
+            user_agent: Some(request.user_agent.clone()),
+            header_names: request.header_names.clone(),
+            url: Some(request.url.clone()),
+            user_agent_bytes: request.user_agent_bytes,
+            http_version: request.http_version.clone(),
+            tls: request.tls.clone(),
+        }
+    }
 }
 
 /// What the server knows about the session beyond the browser's claims.

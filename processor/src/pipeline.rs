@@ -1044,13 +1044,7 @@ async fn fold<'a>(
                 .as_deref()
                 .zip(batch.request.ip.parse().ok())
                 .map(|(network, ip)| network.lookup(ip));
-            state.context.request = crate::RequestContext {
-                ip: Some(batch.request.ip.clone()),
-                user_agent: Some(batch.request.user_agent.clone()),
-                header_names: batch.request.header_names.clone(),
-                url: Some(batch.request.url.clone()),
-                user_agent_bytes: batch.request.user_agent_bytes,
-            };
+            state.context.request = crate::RequestContext::of(&batch.request);
         }
         if probes_batch
             && session.visitor_id.is_none()

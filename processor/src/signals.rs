@@ -54,6 +54,7 @@
 //! | `tor_exit_node` | network | 20 | the address is in the operator's Tor exit list |
 //! | `timezone_mismatch` | network | 15 | the browser's IANA zone is used in no country that is the address's (the tz database's zone-to-country table) |
 //! | `vpn_suspected` | network | 10 | a VPN method holds: the zone mismatch, a desktop browser on a hosting network, or the operator's relay list |
+//! | `tls_client_mismatch` | network | 35 | the UA claims a browser whose TLS stack the ClientHello's structure contradicts (GREASE, ALPN, cipher count, extensions) |
 //! | `untrusted_input` | behavior | 70 | script-dispatched (`isTrusted` false) pointer, key or touch events, or several such clicks |
 //! | `robotic_pointer_path` | behavior | 60 | most pointer strokes are straight lines at constant step or speed |
 //! | `robotic_keystroke_timing` | behavior | 55 | keystrokes at a near-constant or superhuman rhythm |
@@ -83,6 +84,7 @@ mod consistency;
 mod network;
 mod replay;
 mod stealth;
+mod tls;
 
 use crate::behavior::{PixelGrid, UNTRUSTED_CLICKS_TOLERATED};
 use crate::observations::{Automation, Probes, ServerContext, SessionObservations, WebBotAuth};
@@ -205,6 +207,7 @@ pub const CATALOG: &[SignalSpec] = &[
     signal("tor_exit_node",                    N, 20,  "The address is a Tor exit node."),
     signal("timezone_mismatch",                N, 15,  "The browser's time zone is not used in the country of its address."),
     signal("vpn_suspected",                    N, 10,  "The connection looks like it comes through a VPN or relay."),
+    signal("tls_client_mismatch",              N, 35,  "The TLS handshake was made by another client than the browser the user agent claims."),
     signal("untrusted_input",                  B, 70,  "Input events were dispatched by script rather than by a person (isTrusted is false)."),
     signal("robotic_pointer_path",             B, 60,  "Pointer movements follow straight lines at constant speed, as scripts draw them."),
     signal("robotic_keystroke_timing",         B, 55,  "Keystrokes arrive at a machine-regular rhythm."),
@@ -272,6 +275,7 @@ pub fn detect(session: &SessionObservations, context: &ServerContext) -> Vec<Sig
     }
     transport(session, context, &claimed, &mut fired);
     network::detect(probes, context, &claimed, &mut fired);
+    tls::detect(context, &claimed, &mut fired);
     replay::detect(probes, context, &mut fired);
     if session.interactions_seen() {
         behavior(session, probes, &claimed, &mut fired);

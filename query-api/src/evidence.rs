@@ -160,13 +160,31 @@ pub struct VisitorLink {
     id: Option<VisitorId>,
 }
 
-/// `connection_fingerprint`: the transport's identity.
+/// `connection_fingerprint`: the transport's identity (docs/detection.md#transport-identity).
+/// The TLS members are null when neither Vigil nor a trusted proxy terminated TLS with a
+/// fingerprint.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ConnectionFingerprint {
     user_agent: String,
     /// Header names of the first batch's request, in wire order, lower case.
     #[schema(required = true)]
     header_names: Option<Vec<String>>,
+    /// FoxIO's JA4 of the client's ClientHello: `t13d1516h2_8daaf6152771_02713d6af862`.
+    #[schema(required = true)]
+    ja4: Option<String>,
+    /// JA4's raw form: the sorted ciphers and extensions and the signature algorithms; null
+    /// when a proxy passed the fingerprint.
+    #[schema(required = true)]
+    ja4_r: Option<String>,
+    /// The TLS version negotiated: `TLSv1.3`.
+    #[schema(required = true)]
+    tls_version: Option<String>,
+    /// The protocol ALPN negotiated: `h2`, `http/1.1`.
+    #[schema(required = true)]
+    alpn: Option<String>,
+    /// The first batch's HTTP version: `HTTP/1.1`, `HTTP/2.0`.
+    #[schema(required = true)]
+    http_version: Option<String>,
 }
 
 /// `client_telemetry`: curated client telemetry, not the raw probes.
@@ -223,6 +241,8 @@ impl Evidence {
         let integrity = probes.and_then(|p| p.integrity.as_ref());
         let context = view.context();
         let facts = context.and_then(|c| c.network.as_ref());
+        let request = context.and_then(|c| c.request.as_ref());
+        let tls = request.and_then(|r| r.tls.as_ref());
         Evidence {
             decision: DecisionDetail {
                 event_id: d.map(|d| d.event_id),
@@ -273,9 +293,12 @@ impl Evidence {
             visitor_fingerprint: VisitorLink { id: s.visitor_id },
             connection_fingerprint: ConnectionFingerprint {
                 user_agent: s.user_agent.clone(),
-                header_names: context
-                    .and_then(|c| c.request.as_ref())
-                    .and_then(|r| r.header_names.clone()),
+                header_names: request.and_then(|r| r.header_names.clone()),
+                ja4: tls.and_then(|t| t.ja4.clone()),
+                ja4_r: tls.and_then(|t| t.ja4_r.clone()),
+                tls_version: tls.and_then(|t| t.tls_version.clone()),
+                alpn: tls.and_then(|t| t.alpn.clone()),
+                http_version: request.and_then(|r| r.http_version.clone()),
             },
             signals_fired: d.map(|d| d.signals_fired.clone()).unwrap_or_default(),
             client_telemetry: ClientTelemetry {

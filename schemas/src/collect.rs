@@ -33,6 +33,37 @@ pub struct BatchRequest {
     /// whole (a reader that does not know the member ignores it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent_bytes: Option<usize>,
+    /// `HTTP/1.1`, `HTTP/2`; absent from records of versions that did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_version: Option<String>,
+    /// The TLS client, when Vigil terminated TLS itself or a trusted proxy passed its
+    /// fingerprint (docs/detection.md#transport-identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsClient>,
+}
+
+/// The TLS client of a request's connection, as its ClientHello showed it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TlsClient {
+    /// FoxIO's JA4 fingerprint: `t13d1516h2_8daaf6152771_02713d6af862`.
+    pub ja4: Option<String>,
+    /// Its raw form (the sorted ciphers and extensions, and the signature algorithms); absent
+    /// when a proxy passed the fingerprint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ja4_r: Option<String>,
+    /// Whether the hello carried GREASE values; absent when a proxy passed the fingerprint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub greased: Option<bool>,
+    /// The version negotiated: `TLSv1.3`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_version: Option<String>,
+    /// The protocol ALPN negotiated: `h2`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alpn: Option<String>,
+    /// Where it came from: `listener` (Vigil's own TLS) or `header`
+    /// (`--client-fingerprint-header` from a trusted proxy).
+    pub source: String,
 }
 
 /// What checking a request's Web Bot Auth signature (RFC 9421 with `Signature-Agent`) found.

@@ -55,6 +55,9 @@ pub struct SessionDigest {
     /// The VPN judgement's `result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vpn: Option<bool>,
+    /// The TLS client's JA4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ja4: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<DecisionDigest>,
 }
@@ -121,6 +124,7 @@ impl SessionDigest {
             hosting: network.and_then(|n| n.hosting),
             tor_exit: network.and_then(|n| n.tor_exit),
             vpn: parts.iter().find_map(|p| p.vpn),
+            ja4: parts.iter().find_map(|p| p.ja4.clone()),
             decision,
         }
     }
@@ -138,6 +142,8 @@ pub struct StateDigest {
     pub network: Option<NetworkFacts>,
     /// The context's VPN judgement's `result`.
     pub vpn: Option<bool>,
+    /// The context's request's TLS client's JA4.
+    pub ja4: Option<String>,
 }
 
 impl StateDigest {
@@ -151,6 +157,11 @@ impl StateDigest {
             web_bot_auth: view.context().and_then(|c| c.web_bot_auth),
             network: view.context().and_then(|c| c.network.clone()),
             vpn: view.context().and_then(|c| c.vpn).map(|v| v.result),
+            ja4: view
+                .context()
+                .and_then(|c| c.request.as_ref())
+                .and_then(|r| r.tls.as_ref())
+                .and_then(|t| t.ja4.clone()),
         }
     }
 
@@ -185,6 +196,13 @@ impl StateDigest {
             network: Option<NetworkFacts>,
             #[serde(default, deserialize_with = "crate::raw::lenient")]
             vpn: Option<Vpn>,
+            #[serde(default)]
+            request: Option<Object<Request>>,
+        }
+        #[derive(Deserialize)]
+        struct Request {
+            #[serde(default, deserialize_with = "crate::raw::lenient")]
+            tls: Option<crate::collect::TlsClient>,
         }
         match part.decode::<Object<Part>>() {
             Ok(Object(p)) => StateDigest {
@@ -195,7 +213,12 @@ impl StateDigest {
                     .map(|s| [s.width, s.height]),
                 web_bot_auth: p.context.as_ref().and_then(|c| c.0.web_bot_auth),
                 network: p.context.as_ref().and_then(|c| c.0.network.clone()),
-                vpn: p.context.and_then(|c| c.0.vpn).map(|v| v.result),
+                vpn: p.context.as_ref().and_then(|c| c.0.vpn).map(|v| v.result),
+                ja4: p
+                    .context
+                    .and_then(|c| c.0.request)
+                    .and_then(|r| r.0.tls)
+                    .and_then(|t| t.ja4),
             },
             Err(_) => StateDigest::of(&SessionView::of(part)),
         }
@@ -303,6 +326,9 @@ mod tests {
             json!({"context": {"web_bot_auth": "invalid", "request": {"header_names": ["a"]}}}),
             json!({"context": {"network": {"asn": {"number": 16509, "organization": "AMAZON-02"}, "country": "US", "hosting": true}, "vpn": {"result": true, "confidence": "medium", "methods": {"hosting_desktop": true}}}}),
             json!({"context": {"network": {"asn": "AS1", "country": 7}, "vpn": {"result": "yes"}}}),
+            json!({"context": {"request": {"tls": {"ja4": "t13d1516h2_8daaf6152771_02713d6af862", "source": "listener"}}}}),
+            json!({"context": {"request": {"tls": {"ja4": 7}}}}),
+            json!({"context": {"request": [{"tls": {"ja4": "x"}}]}}),
             json!([1, 2, 3]),
             json!("state"),
             json!(null),
@@ -333,6 +359,7 @@ mod tests {
                 web_bot_auth: Some(WebBotAuthOutcome::Verified),
                 network: None,
                 vpn: None,
+                ja4: None,
             },
             "the check above compares members that are there"
         );

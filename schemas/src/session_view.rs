@@ -224,6 +224,8 @@ crate::lenient_struct! {
     pub struct RequestView {
         /// Header names in wire order, lower case.
         header_names: Vec<String>,
+        http_version: String,
+        tls: crate::collect::TlsClient,
     }
 }
 

@@ -38,7 +38,8 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum_server::accept::{Accept, DefaultAcceptor};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-use edge::transport::OverTls;
+use edge::client_hello::{self, ClientHello, HelloError};
+use edge::transport::{ListenerTls, OverTls};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -121,6 +122,7 @@ pub async fn serve(
         let connection = Connection {
             peer,
             tls: tls.is_some(),
+            tls_client: None,
             app: app.clone(),
             builder: builder.clone(),
             activity,
@@ -131,7 +133,9 @@ pub async fn serve(
         };
         match &tls {
             None => connections.spawn(connection.serve(io)),
-            Some(acceptor) => connections.spawn(connection.serve_tls(acceptor.clone(), io)),
+            Some(acceptor) => {
+                connections.spawn(connection.serve_tls(acceptor.clone(), Recording::new(io)))
+            }
         };
     }
     // Closing the listener refuses new connections at once instead of leaving them queued.
@@ -176,6 +180,9 @@ struct Connection {
     peer: SocketAddr,
     /// Accepted by the TLS listener: its requests carry `OverTls`.
     tls: bool,
+    /// What its ClientHello showed (docs/detection.md#transport-identity), once the handshake
+    /// is done: its requests carry it.
+    tls_client: Option<ListenerTls>,
     app: Router,
     builder: Arc<auto::Builder<TokioExecutor>>,
     activity: Arc<Activity>,
@@ -189,14 +196,36 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve_tls(self, acceptor: RustlsAcceptor<DefaultAcceptor>, io: Watched) {
+    async fn serve_tls(
+        mut self,
+        acceptor: RustlsAcceptor<DefaultAcceptor>,
+        io: Recording<Watched>,
+    ) {
         let handshake = tokio::select! {
             done = acceptor.accept(io, ()) => done,
             _ = self.activity.clone().watchdog(self.limits) => return,
             _ = self.shutdown.cancelled() => return,
         };
         match handshake {
-            Ok((stream, ())) => self.serve(stream).await,
+            Ok((mut stream, ())) => {
+                let (io, session) = stream.get_mut();
+                let hello = io
+                    .kept
+                    .take()
+                    .and_then(|bytes| ClientHello::parse(&bytes).ok());
+                self.tls_client = hello.map(|hello| {
+                    // `TLSv1_3` as rustls names it; `TLSv1.3` as OpenSSL and browsers do.
+                    let version = session
+                        .protocol_version()
+                        .and_then(|v| v.as_str())
+                        .map(|v| v.replace('_', "."));
+                    let alpn = session
+                        .alpn_protocol()
+                        .map(|p| String::from_utf8_lossy(p).into_owned());
+                    ListenerTls(Arc::new(client_hello::tls_client(&hello, version, alpn)))
+                });
+                self.serve(stream).await
+            }
             Err(e) => tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed"),
         }
     }
@@ -208,6 +237,7 @@ impl Connection {
         let Connection {
             peer,
             tls,
+            tls_client,
             app,
             builder,
             activity,
@@ -228,6 +258,9 @@ impl Connection {
             request.extensions_mut().insert(ConnectInfo(peer));
             if tls {
                 request.extensions_mut().insert(OverTls);
+            }
+            if let Some(client) = &tls_client {
+                request.extensions_mut().insert(client.clone());
             }
             let started = in_flight.request_started();
             let answer = app.borrow_mut().call(request);
@@ -447,6 +480,87 @@ struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,
     _slot: OwnedSemaphorePermit,
+}
+
+/// The most of a connection's first bytes kept for its ClientHello: a post-quantum key share
+/// makes a hello of about 1.8 KiB; one larger than this is not fingerprinted.
+const MAX_HELLO_BYTES: usize = 16 * 1024;
+
+/// A TLS connection's stream that keeps the first bytes the client sends, until they hold
+/// its whole ClientHello, so the listener can fingerprint the hello rustls read.
+struct Recording<I> {
+    inner: I,
+    /// The bytes kept; taken once the handshake is done, `None` for a hello too large.
+    kept: Option<Vec<u8>>,
+    /// Still keeping: false once the hello is whole (or cannot be one), so later reads pass
+    /// straight through.
+    recording: bool,
+}
+
+impl<I> Recording<I> {
+    fn new(inner: I) -> Self {
+        Recording {
+            inner,
+            kept: Some(Vec::with_capacity(2048)),
+            recording: true,
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Recording<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let this = &mut *self;
+        if this.recording
+            && matches!(polled, Poll::Ready(Ok(())))
+            && let Some(kept) = &mut this.kept
+        {
+            kept.extend_from_slice(&buf.filled()[before..]);
+            if kept.len() > MAX_HELLO_BYTES {
+                this.kept = None;
+                this.recording = false;
+            } else if !matches!(ClientHello::parse(kept), Err(HelloError::Incomplete)) {
+                // Whole, or never going to parse: either way, nothing more to keep.
+                this.recording = false;
+            }
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Recording<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, data)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 impl AsyncRead for Watched {

@@ -216,6 +216,7 @@ pub async fn start_wrapped(args: ServeArgs, wrap: Wrap) -> anyhow::Result<Runnin
         secret: secret.clone(),
         limiter,
         trusted_proxies: args.trusted_proxy.clone(),
+        client_fingerprint_header: args.client_fingerprint_header.clone(),
         anonymous_rate_limit: args.anonymous_rate_limit,
         last_used: Default::default(),
     });

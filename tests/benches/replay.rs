@@ -154,6 +154,8 @@ fn record(seq: u64) -> BatchRecord {
             url: "https://shop.example/".into(),
             web_bot_auth: None,
             user_agent_bytes: None,
+            http_version: None,
+            tls: None,
         },
         kind: None,
         observations: schemas::raw::RawJson::null(),

@@ -247,6 +247,8 @@ async fn unreadable_records_are_dead_lettered_and_the_sessions_behind_them_decid
             url: "https://shop.example/".into(),
             web_bot_auth: None,
             user_agent_bytes: None,
+            http_version: None,
+            tls: None,
         },
         kind: None,
         observations: RawJson::encode(&42).unwrap(),

@@ -45,6 +45,7 @@ mod sdk_delivery;
 mod secret_answers;
 mod security;
 mod slow_clients;
+mod transport_identity;
 mod web_bot_auth;
 mod webhook_deliveries;
 mod webhook_endpoints;

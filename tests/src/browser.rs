@@ -89,6 +89,12 @@ impl ChromeDriver {
     /// Starts chromedriver and waits until it says it is ready. Panics, with what to install,
     /// when `chromedriver` or `chromium` is missing.
     pub async fn start() -> Self {
+        Self::start_with_env(&[]).await
+    }
+
+    /// [`ChromeDriver::start`] with `env` set for chromedriver and the browsers it starts
+    /// (`TZ`, for a browser in another time zone).
+    pub async fn start_with_env(env: &[(&str, &str)]) -> Self {
         let driver = which("chromedriver").unwrap_or_else(|| {
             panic!(
                 "chromedriver is not on the PATH: install Debian's `chromium-driver` \
@@ -104,6 +110,7 @@ impl ChromeDriver {
         let port = free_port();
         let child = Command::new(&driver)
             .arg(format!("--port={port}"))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -139,7 +146,13 @@ impl ChromeDriver {
 
     /// A new browser: headless Chromium with [`CHROMIUM_FLAGS`] and this profile.
     pub async fn session(&self, profile: &Profile) -> Session {
+        self.session_with(profile, &[]).await
+    }
+
+    /// [`ChromeDriver::session`] with more Chromium flags.
+    pub async fn session_with(&self, profile: &Profile, flags: &[String]) -> Session {
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| (*s).to_owned()).collect();
+        args.extend_from_slice(flags);
         args.push(format!("--user-data-dir={}", profile.path().display()));
         let caps = json!({
             "capabilities": {

@@ -8,6 +8,10 @@ pub struct TestCa {
     pub ca: String,
     pub server: String,
     pub key: String,
+    /// The server key's SubjectPublicKeyInfo hashed as Chromium's
+    /// `--ignore-certificate-errors-spki-list` takes it (SHA-256, base64): a browser that
+    /// trusts the test's certificate without a system store.
+    pub server_spki_sha256: String,
 }
 
 fn make() -> TestCa {
@@ -24,9 +28,14 @@ fn make() -> TestCa {
             .expect("params")
             .signed_by(&server_key, &ca)
             .expect("the server certificate");
+    use base64::Engine as _;
+    use sha2::Digest as _;
     TestCa {
         ca: ca.pem(),
         server: server.pem(),
+        server_spki_sha256: base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(
+            rcgen::PublicKeyData::subject_public_key_info(&server_key),
+        )),
         key: server_key.serialize_pem(),
     }
 }

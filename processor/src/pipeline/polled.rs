@@ -180,6 +180,8 @@ mod tests {
                 url: "https://shop.example/checkout".into(),
                 web_bot_auth: None,
                 user_agent_bytes: None,
+                http_version: None,
+                tls: None,
             },
             kind: kind.map(Into::into),
             observations: RawJson::encode(&observations).unwrap(),

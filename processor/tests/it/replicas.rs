@@ -44,6 +44,8 @@ fn batch_of(org: OrgId, session: SessionId, seq: u64, observations: RawJson) -> 
             url: "https://example.test/".into(),
             web_bot_auth: None,
             user_agent_bytes: None,
+            http_version: None,
+            tls: None,
         },
         kind: None,
         observations,

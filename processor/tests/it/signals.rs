@@ -58,6 +58,7 @@ const SET_ONE: &[(&str, &str, &str, &str)] = &[
     ("tor_exit_node",                    HUMAN,    "/context/network",                         r#"{"country": "DE", "tor_exit": true}"#),
     ("timezone_mismatch",                HUMAN,    "/context/network",                         r#"{"country": "US"}"#),
     ("vpn_suspected",                    HUMAN,    "/context/network",                         r#"{"country": "GB", "relay": false, "hosting": true}"#),
+    ("tls_client_mismatch",              HUMAN,    "/context/request/tls",                     r#"{"ja4": "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6", "greased": false, "source": "listener"}"#),
     ("replayed_payload",                 HUMAN,    "/context/replayed",                        r#"[{"seq": 1, "kind": "probes", "first_seen_in": "sid_01j0000000000000000000000b"}]"#),
     ("time_behind",                      HUMAN,    "/context/time_claims",                     r#"{"batches": 2, "most_behind_ms": 200000, "elapsed_at_most_behind_ms": 240000}"#),
     ("product_sub_mismatch",             HUMAN,    "/p/automation/product_sub",                r#""20100101""#),
@@ -579,5 +580,52 @@ fn the_vpn_judgement_names_its_methods_and_how_sure_it_is() {
     assert_eq!(
         judged(json!({"country": "GB", "hosting": false, "relay": false})),
         Value::Null
+    );
+}
+
+/// Chromium's own hello (recorded from Chromium 156 against Vigil's listener): greased, h2
+/// first, fifteen ciphers, certificate compression.
+const CHROMIUM_TLS: &str = r#"{"ja4": "t13d1516h2_8daaf6152771_d8a2da3f94cd", "greased": true, "source": "listener",
+    "ja4_r": "t13d1516h2_002f,0035,009c,009d,1301,1302,1303,c013,c014,c02b,c02c,c02f,c030,cca8,cca9_0005,000a,000b,000d,0012,0017,001b,0023,002b,002d,0033,44cd,fe0d,ff01_0403,0804,0401,0503,0805,0501,0806,0601"}"#;
+
+#[test]
+fn a_chrome_user_agent_over_chromiums_own_tls_is_no_mismatch_and_over_a_librarys_is() {
+    let with_tls = |tls: &str| {
+        let mut doc = load(HUMAN);
+        set(
+            &mut doc,
+            "/context/request/tls",
+            serde_json::from_str(tls).unwrap(),
+        );
+        common::evaluate(&doc)
+            .signals_fired
+            .into_iter()
+            .find(|s| s.slug == "tls_client_mismatch")
+            .map(|s| s.observed)
+    };
+    assert_eq!(with_tls(CHROMIUM_TLS), None);
+    // A proxy's bare JA4 of Chromium: judged on the counts and the ALPN alone.
+    assert_eq!(
+        with_tls(r#"{"ja4": "t13d1516h2_8daaf6152771_02713d6af862", "source": "header"}"#),
+        None
+    );
+    // Python's requests: no GREASE, http/1.1 first, eighteen ciphers, no certificate compression.
+    let requests = with_tls(
+        r#"{"ja4": "t13d1812h1_85036bcba153_b26ce05bbdd6", "greased": false, "source": "listener",
+            "ja4_r": "t13d1812h1_0067,006b,009e,009f,00ff,1301,1302,1303,c023,c024,c027,c028,c02b,c02c,c02f,c030,cca8,cca9_000a,000b,000d,0015,0016,0017,002b,002d,0031,0033_0403"}"#,
+    )
+    .expect("fires");
+    assert_eq!(
+        requests["contradictions"],
+        json!([
+            "no GREASE, which Chromium always sends",
+            "h2 not offered first, as Chromium offers it",
+            "no certificate compression, which Chromium always offers"
+        ])
+    );
+    // Node's fetch through a proxy: too many ciphers for Chromium, even without the raw form.
+    assert!(
+        with_tls(r#"{"ja4": "t13d5911h1_a33745022dd6_1f22a2ca17c4", "source": "header"}"#)
+            .is_some()
     );
 }

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 /// The version of every export's Arrow schema, in its metadata (`vigil.schema_version`): a
 /// column's type never changes within a version. Version 2 added the sessions export's network
-/// columns (`asn` to `vpn`).
+/// columns (`asn` to `ja4`).
 pub const SCHEMA_VERSION: &str = "2";
 
 /// A column's type.

@@ -241,6 +241,13 @@ pub static COLUMNS: &[Column<Row>] = &[
         doc: "whether the session looks like it came through a VPN or relay",
         get: |r| r.vpn.map_or(Cell::Null, Cell::Bool),
     },
+    Column {
+        name: "ja4",
+        kind: Kind::Text,
+        nullable: true,
+        doc: "the TLS client's JA4, when Vigil or a trusted proxy terminated TLS",
+        get: |r| Cell::optional_text(r.ja4.as_deref()),
+    },
 ];
 
 export_routes! {
