@@ -14,7 +14,7 @@ use ipdata::testing::write_mmdb;
 use serde_json::{Value, json};
 use vigil_tests::TestServer;
 use vigil_tests::analysts::probes;
-use vigil_tests::collect::open_session;
+use vigil_tests::collect::{final_detail, fired_in, open_session};
 
 /// The test's IP data: a GeoLite2 ASN and City pair placing a British broadband address, a
 /// Google address (a hosting network by the shipped list) and an Apple relay's address, a Tor
@@ -102,31 +102,7 @@ async fn scored_from(s: &TestServer, from: &str, probes: &Value) -> Value {
         break;
     }
     session.results(s, pk).send().await.ok(200);
-    for _ in 0..400 {
-        let detail = s
-            .get(&format!("/v1/sessions/{sid}"))
-            .key(&s.creds.keys.secret_test)
-            .send()
-            .await;
-        // Not found until the processor stores the session.
-        if detail.status != 404 {
-            let detail = detail.ok(200).clone();
-            if detail["decision"]["decision_status"] == "final" {
-                return detail;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("session {sid} was not decided within 10 s");
-}
-
-fn fired(detail: &Value) -> Vec<String> {
-    detail["signals_fired"]
-        .as_array()
-        .expect("signals_fired")
-        .iter()
-        .map(|s| s["signal"].as_str().unwrap().to_owned())
-        .collect()
+    final_detail(s, &sid).await
 }
 
 const NETWORK_SIGNALS: [&str; 4] = [
@@ -138,9 +114,10 @@ const NETWORK_SIGNALS: [&str; 4] = [
 
 /// The network signals among what fired.
 fn network_signals(detail: &Value) -> Vec<String> {
-    fired(detail)
+    fired_in(detail)
         .into_iter()
-        .filter(|s| NETWORK_SIGNALS.contains(&s.as_str()))
+        .filter(|s| NETWORK_SIGNALS.contains(s))
+        .map(str::to_owned)
         .collect()
 }
 

@@ -10,14 +10,13 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use ipdata::testing::write_mmdb;
 use serde_json::{Value, json};
 use vigil_tests::TestServer;
 use vigil_tests::analysts::probes;
 use vigil_tests::browser::{ChromeDriver, PageServer, Profile, sdk_page, which};
-use vigil_tests::collect::{CollectSession, open_session};
+use vigil_tests::collect::{CollectSession, final_detail, fired_in, open_session};
 use vigil_tests::tls::TEST_CA;
 
 const CHROME_UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36";
@@ -58,34 +57,6 @@ async fn served_over_tls(dir: &Path) -> TestServer {
     s
 }
 
-/// The session's detail once decided final (after its `results`).
-async fn decided(s: &TestServer, sid: &str) -> Value {
-    for _ in 0..400 {
-        let detail = s
-            .get(&format!("/v1/sessions/{sid}"))
-            .key(&s.creds.keys.secret_test)
-            .send()
-            .await;
-        if detail.status != 404 {
-            let detail = detail.ok(200).clone();
-            if detail["decision"]["decision_status"] == "final" {
-                return detail;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("session {sid} was not decided within 10 s");
-}
-
-fn fired(detail: &Value) -> Vec<&str> {
-    detail["signals_fired"]
-        .as_array()
-        .expect("signals_fired")
-        .iter()
-        .map(|s| s["signal"].as_str().unwrap())
-        .collect()
-}
-
 /// A session whose probes batch the command `send` makes posts (with a Chrome user agent, as a
 /// script posing as the browser does) to the batch URL with the body written at the path it is
 /// given, printing the status; its detail once decided. The command runs off the runtime, which
@@ -114,7 +85,7 @@ async fn sent_by(s: &TestServer, send: impl FnOnce(&str, &Path) -> Command) -> V
         String::from_utf8_lossy(&out.stderr)
     );
     session.results(s, pk).send().await.ok(200);
-    decided(s, &session.id).await
+    final_detail(s, &session.id).await
 }
 
 /// A JA4's second part: the hash of its ciphers.
@@ -142,7 +113,7 @@ fn library(detail: &Value, client: &str) -> Value {
     assert!(ja4.starts_with("t13d"), "{client}: {ja4}");
     assert_eq!(connection["tls_version"], "TLSv1.3", "{client}");
     assert!(
-        fired(detail).contains(&"tls_client_mismatch"),
+        fired_in(detail).contains(&"tls_client_mismatch"),
         "{client} posing as Chrome: {detail}"
     );
     connection.clone()
@@ -257,7 +228,7 @@ async fn a_trusted_proxys_fingerprint_header_is_believed_and_a_clients_is_not() 
         .await
         .ok(202);
     session.results(&s, pk).send().await.ok(200);
-    let detail = decided(&s, &session.id).await;
+    let detail = final_detail(&s, &session.id).await;
     let ja4 = detail["connection_fingerprint"]["ja4"].as_str().unwrap();
     assert_ne!(
         ja4, "t13d1516h2_8daaf6152771_02713d6af862",
@@ -295,7 +266,7 @@ async fn a_trusted_proxys_fingerprint_header_is_believed_and_a_clients_is_not() 
             .await
             .ok(202);
         session.results(&proxied, pk).send().await.ok(200);
-        let detail = decided(&proxied, &session.id).await;
+        let detail = final_detail(&proxied, &session.id).await;
         let connection = &detail["connection_fingerprint"];
         assert_eq!(connection["ja4"], shown, "{header}");
         assert_eq!(
@@ -328,7 +299,7 @@ async fn chromium_visit(s: &TestServer, zone: &str) -> Value {
     let result = browser.eval_async("window.__vigilResult()").await;
     assert_eq!(result["ok"], true, "agent.result(): {result}");
     browser.quit().await;
-    decided(s, loaded["session_id"].as_str().unwrap()).await
+    final_detail(s, loaded["session_id"].as_str().unwrap()).await
 }
 
 #[tokio::test]
@@ -353,14 +324,14 @@ async fn chromium_shows_its_own_tls_and_its_zone_is_judged_against_the_addresss_
     assert_eq!(connection["tls_version"], "TLSv1.3");
     assert_eq!(connection["alpn"], "h2");
     assert_eq!(connection["http_version"], "HTTP/2.0");
-    let signals = fired(&at_home);
+    let signals = fired_in(&at_home);
     assert!(!signals.contains(&"tls_client_mismatch"), "{at_home}");
     assert_eq!(at_home["network"]["country"], "JP");
     assert!(!signals.contains(&"timezone_mismatch"), "{at_home}");
 
     let abroad = chromium_visit(&s, "America/New_York").await;
     assert_eq!(abroad["client_telemetry"]["timezone"], "America/New_York");
-    let signals = fired(&abroad);
+    let signals = fired_in(&abroad);
     assert!(signals.contains(&"timezone_mismatch"), "{abroad}");
     assert!(!signals.contains(&"tls_client_mismatch"), "{abroad}");
     assert_eq!(

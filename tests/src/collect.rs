@@ -310,3 +310,33 @@ pub fn stored_decision(verdict: schemas::decision::Verdict) -> store::RawJson {
     .to_raw()
     .expect("a decision encodes")
 }
+
+/// The session `sid`'s detail (`GET /v1/sessions/{sid}` with the test secret key) once its
+/// decision is final (after its `results`); not found until the processor stores it.
+pub async fn final_detail(s: &TestServer, sid: &str) -> Value {
+    for _ in 0..400 {
+        let detail = s
+            .get(&format!("/v1/sessions/{sid}"))
+            .key(&s.creds.keys.secret_test)
+            .send()
+            .await;
+        if detail.status != 404 {
+            let detail = detail.ok(200).clone();
+            if detail["decision"]["decision_status"] == "final" {
+                return detail;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("session {sid} was not decided within 10 s");
+}
+
+/// The slugs of a session detail's `signals_fired`.
+pub fn fired_in(detail: &Value) -> Vec<&str> {
+    detail["signals_fired"]
+        .as_array()
+        .expect("signals_fired")
+        .iter()
+        .map(|s| s["signal"].as_str().expect("a slug"))
+        .collect()
+}
