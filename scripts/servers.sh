@@ -47,6 +47,7 @@ stop_servers() {
 }
 trap stop_servers EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/engines.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/ip-data.sh"
 
 # start_redis: starts redis-server and sets REDIS_URL; fails loudly if it does not answer.
 start_redis() {

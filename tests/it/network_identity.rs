@@ -376,3 +376,114 @@ fn a_file_that_cannot_be_read_stops_the_start_naming_it() {
         );
     }
 }
+
+/// The public databases the test command fetches from the npm registry (scripts/ip-data.sh).
+fn public_ip_data() -> PathBuf {
+    PathBuf::from(std::env::var("VIGIL_TEST_IP_DATA").expect(
+        "VIGIL_TEST_IP_DATA is not set: run the tests with scripts/test.sh, which fetches the \
+         public IP databases into target/ipdata",
+    ))
+}
+
+/// Addresses whose place the public databases agree on: Google's resolver, MaxMind's own test
+/// address in London, and the RIPE NCC in Amsterdam. (Of Google's IPv6 resolver they do not:
+/// GeoLite2 says the United States, DB-IP Canada.)
+const WELL_KNOWN: [(&str, &str); 3] = [
+    ("8.8.8.8", "US"),
+    ("81.2.69.142", "GB"),
+    ("193.0.6.139", "NL"),
+];
+
+/// The rows of the public ASN table (`asn-ipv4.csv`, Route Views and DB-IP) that hold the
+/// IPv4 addresses of [`WELL_KNOWN`], written as a MaxMind DB in ip-location-db's ASN layout:
+/// Vigil reads MaxMind DB files, and the whole table is half a million rows.
+fn public_asn_rows(data: &Path, at: &Path) {
+    let rows = vigil_tests::analysts::python(
+        "import csv, ipaddress, json, sys\n\
+         from netaddr import iprange_to_cidrs\n\
+         wanted = [ipaddress.ip_address(a) for a in sys.argv[2:]]\n\
+         out = []\n\
+         for start, end, asn, org in csv.reader(open(sys.argv[1])):\n\
+         \x20   s, e = ipaddress.ip_address(start), ipaddress.ip_address(end)\n\
+         \x20   if any(s <= w <= e for w in wanted):\n\
+         \x20       for cidr in iprange_to_cidrs(start, end):\n\
+         \x20           out.append([str(cidr), {'autonomous_system_number': int(asn), 'autonomous_system_organization': org}])\n\
+         print(json.dumps(out))",
+        &[
+            data.join("asn-ipv4.csv").to_str().unwrap(),
+            "8.8.8.8",
+            "81.2.69.142",
+            "193.0.6.139",
+        ],
+    );
+    let networks: Value = serde_json::from_str(&rows).unwrap();
+    assert!(
+        networks.as_array().unwrap().len() >= 3,
+        "the table holds the three addresses: {networks}"
+    );
+    write_mmdb(at, "ip-location-db asn", 6, networks);
+}
+
+#[tokio::test]
+async fn the_public_databases_place_well_known_addresses() {
+    let data = public_ip_data();
+    let dir = tempfile::tempdir().unwrap();
+    let asn = dir.path().join("asn.mmdb");
+    public_asn_rows(&data, &asn);
+    let city = data.join("GeoLite2-City.mmdb");
+    let dbip = data.join("dbip-country.mmdb");
+
+    // Each file alone, as its layout is read.
+    let geolite = ipdata::IpDatabases::open(std::slice::from_ref(&city)).unwrap();
+    let db_ip = ipdata::IpDatabases::open(std::slice::from_ref(&dbip)).unwrap();
+    for (address, country) in WELL_KNOWN {
+        let ip = address.parse().unwrap();
+        assert_eq!(
+            geolite.lookup(ip).country.as_deref(),
+            Some(country),
+            "GeoLite2 {address}"
+        );
+        assert_eq!(
+            db_ip.lookup(ip).country.as_deref(),
+            Some(country),
+            "DB-IP {address}"
+        );
+    }
+    assert_eq!(
+        geolite
+            .lookup("81.2.69.142".parse().unwrap())
+            .time_zone
+            .as_deref(),
+        Some("Europe/London")
+    );
+    let v6 = geolite.lookup("2001:4860:4860::8888".parse().unwrap());
+    assert_eq!(v6.country.as_deref(), Some("US"), "GeoLite2 reads IPv6 too");
+
+    // All three through a served Vigil: the ASN from the table, the place from GeoLite2, the
+    // hosting provider from the shipped list.
+    let paths = vec![city, dbip, asn];
+    let s = TestServer::start_with(move |a| {
+        a.trusted_proxy = vec!["127.0.0.1/32".parse().unwrap()];
+        a.ip_database = paths.clone();
+    })
+    .await;
+    let detail = scored_from(&s, GOOGLE, &probes_in("America/Chicago", 360)).await;
+    let network = &detail["network"];
+    assert_eq!(network["asn"]["number"], 15169, "{network}");
+    assert_eq!(network["asn"]["organization"], "Google LLC");
+    assert_eq!(network["country"], "US");
+    assert!(
+        network["ip_timezone"]
+            .as_str()
+            .is_some_and(|z| z.starts_with("America/")),
+        "{network}"
+    );
+    assert_eq!(network["hosting"], true);
+    assert_eq!(network["hosting_provider"], "Google");
+    assert_eq!(network_signals(&detail), ["datacenter_ip", "vpn_suspected"]);
+
+    let london = scored_from(&s, BRITISH_BROADBAND, &probes_in("Europe/London", -60)).await;
+    assert_eq!(london["network"]["country"], "GB");
+    assert_eq!(london["network"]["hosting"], false, "{london}");
+    assert!(network_signals(&london).is_empty(), "{london}");
+}

@@ -19,6 +19,8 @@ pub struct Connection {
     sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
     authority: String,
     authorization: String,
+    /// Sent as `X-Forwarded-For`, as a trusted proxy names its client.
+    pub forwarded_for: Option<String>,
 }
 
 impl Connection {
@@ -35,16 +37,21 @@ impl Connection {
             sender,
             authority,
             authorization: format!("Bearer {pk}"),
+            forwarded_for: None,
         }
     }
 
     /// POSTs `body` as JSON to `path`; the status and the answer's body.
     pub async fn post(&mut self, path: &str, body: Vec<u8>) -> (StatusCode, bytes::Bytes) {
         use http_body_util::BodyExt;
-        let request = hyper::Request::post(path)
+        let mut request = hyper::Request::post(path)
             .header("host", &self.authority)
             .header("authorization", &self.authorization)
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        if let Some(client) = &self.forwarded_for {
+            request = request.header("x-forwarded-for", client);
+        }
+        let request = request
             .body(http_body_util::Full::new(bytes::Bytes::from(body)))
             .unwrap();
         self.sender.ready().await.unwrap();
