@@ -28,7 +28,7 @@ use vigil_tests::served::Served;
 use vigil_tests::{http_client, postgres_database, vigil_binary};
 
 #[path = "common/load.rs"]
-#[allow(dead_code)] // its sample percentiles are the other benchmarks'
+#[allow(dead_code)] // its sample percentiles and short visits are the other benchmarks'
 mod load;
 use load::{Connection, bare_ceiling, bucket_percentile, decision_histogram, metrics_text};
 #[path = "common/goals.rs"]

@@ -26,7 +26,7 @@ use vigil_tests::TestServer;
 use vigil_tests::collect::{CollectSession, open_session};
 
 #[path = "common/load.rs"]
-#[allow(dead_code)] // its histogram readers are the other benchmarks'
+#[allow(dead_code)] // its histogram readers and short visits are the other benchmarks'
 mod load;
 use load::{Connection, bare_ceiling, percentile};
 #[path = "common/goals.rs"]

@@ -32,6 +32,7 @@ use vigil_tests::collect::{CollectSession, open_session_at};
 use vigil_tests::served::Served;
 
 #[path = "common/load.rs"]
+#[allow(dead_code)] // the short visits are the replay and IP data benchmarks'
 mod load;
 use load::{Connection, bare_ceiling, bucket_percentile, decision_histogram, percentile};
 #[path = "common/goals.rs"]

@@ -11,21 +11,17 @@
 //! `VIGIL_BENCH_SECONDS` (default 8) sets each pipeline run's length.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use serde_json::Value;
 use vigil_tests::TestServer;
 use vigil_tests::collect::open_session;
 
+#[path = "common/goals.rs"]
+mod goals;
 #[path = "common/load.rs"]
 #[allow(dead_code)] // the other benchmarks' helpers
 mod load;
-use load::Connection;
-#[path = "common/goals.rs"]
-mod goals;
 use goals::goal;
 
 #[global_allocator]
@@ -94,59 +90,6 @@ fn visit() -> Vec<Vec<u8>> {
         .iter()
         .map(|b| serde_json::to_vec(b).unwrap())
         .collect()
-}
-
-/// Streams short visits, each from its own public address, through a server for `seconds`
-/// from `workers` tasks; CPU µs a batch, and batches a second.
-async fn pipeline_cpu(s: &TestServer, workers: usize, seconds: u64) -> (f64, f64) {
-    let batches = visit();
-    let accepted = Arc::new(AtomicU64::new(0));
-    let visits = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let cpu_before = vigil_tests::process_cpu_seconds();
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..workers {
-        let batches = batches.clone();
-        let (accepted, visits) = (accepted.clone(), visits.clone());
-        let pk = s.creds.keys.publishable_test.clone();
-        let base = s.base.clone();
-        let opener = s.client.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut connection = Connection::open(&base, &pk).await;
-            while Instant::now() < deadline {
-                let n = visits.fetch_add(1, Ordering::Relaxed);
-                connection.forwarded_for = Some(public_address(n).to_string());
-                let session = vigil_tests::collect::open_session_at(&opener, &base, &pk)
-                    .await
-                    .expect("a session opens");
-                let path = format!("/v1/collect/sessions/{}/batches", session.id);
-                for (seq, plaintext) in batches.iter().enumerate() {
-                    let body = serde_json::to_vec(&session.sealed_batch(seq as u64 + 1, plaintext))
-                        .unwrap();
-                    let (status, answer) = connection.post(&path, body).await;
-                    assert_eq!(
-                        status,
-                        StatusCode::ACCEPTED,
-                        "{}",
-                        String::from_utf8_lossy(&answer)
-                    );
-                    accepted.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    // The processor's share of the timed batches, decided after the senders stop.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let cpu = vigil_tests::process_cpu_seconds() - cpu_before;
-    let batches = accepted.load(Ordering::Relaxed) as f64;
-    (
-        cpu * 1e6 / batches.max(1.0),
-        batches / started.elapsed().as_secs_f64(),
-    )
 }
 
 async fn server(paths: Option<ipdata::NetworkPaths>) -> TestServer {
@@ -219,7 +162,11 @@ fn main() {
             let given = with.then(|| paths.clone());
             let (cpu, rate) = runtime.block_on(async {
                 let s = server(given).await;
-                pipeline_cpu(&s, 16, seconds).await
+                let batches = visit();
+                load::visits_cpu(&s, 16, seconds, move |n| {
+                    (Some(public_address(n).to_string()), batches.clone())
+                })
+                .await
             });
             println!(
                 "pipeline, IP data {} (round {}): {cpu:.1} µs CPU a batch, {rate:.0} batches/s",

@@ -10,11 +10,8 @@
 //!
 //! `VIGIL_BENCH_SECONDS` (default 8) sets each pipeline run's length.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use processor::observations::Batch;
 use schemas::collect::{BATCH_RECORD_SCHEMA, BatchRecord, BatchRequest};
 use serde_json::Value;
@@ -22,12 +19,11 @@ use store::{CollectStore, ReplayMark};
 use vigil_tests::TestServer;
 use vigil_tests::collect::open_session;
 
+#[path = "common/goals.rs"]
+mod goals;
 #[path = "common/load.rs"]
 #[allow(dead_code)] // the other benchmarks' helpers
 mod load;
-use load::Connection;
-#[path = "common/goals.rs"]
-mod goals;
 use goals::goal;
 
 #[global_allocator]
@@ -75,59 +71,6 @@ fn fresh(probes: &Value, interactions: &[Value], n: u64) -> (Vec<u8>, Vec<Vec<u8
         })
         .collect();
     (serde_json::to_vec(&probes).unwrap(), batches)
-}
-
-/// Streams short visits through a server for `seconds` from `workers` tasks; CPU µs a batch.
-async fn pipeline_cpu(s: &TestServer, workers: usize, seconds: u64) -> (f64, f64) {
-    let (probes, interactions) = visit();
-    let accepted = Arc::new(AtomicU64::new(0));
-    let visits = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let cpu_before = vigil_tests::process_cpu_seconds();
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..workers {
-        let (probes, interactions) = (probes.clone(), interactions.clone());
-        let (accepted, visits) = (accepted.clone(), visits.clone());
-        let pk = s.creds.keys.publishable_test.clone();
-        let base = s.base.clone();
-        let session_opener = s.client.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut connection = Connection::open(&base, &pk).await;
-            while Instant::now() < deadline {
-                let n = visits.fetch_add(1, Ordering::Relaxed);
-                let session = vigil_tests::collect::open_session_at(&session_opener, &base, &pk)
-                    .await
-                    .expect("a session opens");
-                let path = format!("/v1/collect/sessions/{}/batches", session.id);
-                let (probes, batches) = fresh(&probes, &interactions, n);
-                for (seq, plaintext) in std::iter::once(probes).chain(batches).enumerate() {
-                    let body =
-                        serde_json::to_vec(&session.sealed_batch(seq as u64 + 1, &plaintext))
-                            .unwrap();
-                    let (status, answer) = connection.post(&path, body).await;
-                    assert_eq!(
-                        status,
-                        StatusCode::ACCEPTED,
-                        "{}",
-                        String::from_utf8_lossy(&answer)
-                    );
-                    accepted.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    // The processor's share of the timed batches, decided after the senders stop.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let cpu = vigil_tests::process_cpu_seconds() - cpu_before;
-    let batches = accepted.load(Ordering::Relaxed) as f64;
-    (
-        cpu * 1e6 / batches.max(1.0),
-        batches / started.elapsed().as_secs_f64(),
-    )
 }
 
 async fn server(replay_memory: Duration) -> TestServer {
@@ -256,7 +199,12 @@ fn main() {
         for memory in [Duration::from_secs(86_400), Duration::ZERO] {
             let (cpu, rate) = runtime.block_on(async {
                 let s = server(memory).await;
-                pipeline_cpu(&s, 16, seconds).await
+                let (probes, interactions) = visit();
+                load::visits_cpu(&s, 16, seconds, move |n| {
+                    let (probes, batches) = fresh(&probes, &interactions, n);
+                    (None, std::iter::once(probes).chain(batches).collect())
+                })
+                .await
             });
             println!(
                 "pipeline, record {} (round {}): {:.1} µs CPU a batch, {:.0} batches/s",

@@ -1,7 +1,7 @@
-//! The benchmarks' load generator, shared by the ingest, many-sessions and fleet benchmarks: a
-//! plain HTTP/1 connection per collect session with prepared headers (so the client's share of
-//! the two cores stays small), and percentiles, of samples or of the processor's
-//! batch-to-decision histogram.
+//! The benchmarks' load generator, shared by the ingest, many-sessions, fleet, replay and IP
+//! data benchmarks: a plain HTTP/1 connection per collect session with prepared headers (so the
+//! client's share of the two cores stays small), short visits streamed for the CPU a batch they
+//! cost, and percentiles, of samples or of the processor's batch-to-decision histogram.
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -134,4 +134,69 @@ pub async fn metrics_text(url: &str) -> String {
         .text()
         .await
         .unwrap()
+}
+
+/// What short visit `n` sends: its batches' plaintexts in order, and the client address a trusted
+/// proxy names for it (`None`: the connection's own).
+pub type Visit = (Option<String>, Vec<Vec<u8>>);
+
+/// Streams short visits (`visit(n)` for the `n`th) through the server at `s` for `seconds` from
+/// `workers` tasks, each visit a new collect session; the process's CPU µs a batch (the
+/// processor's share of the timed batches included), and batches a second.
+pub async fn visits_cpu(
+    s: &vigil_tests::TestServer,
+    workers: usize,
+    seconds: u64,
+    visit: impl Fn(u64) -> Visit + Send + Sync + 'static,
+) -> (f64, f64) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    let visit = Arc::new(visit);
+    let accepted = Arc::new(AtomicU64::new(0));
+    let visits = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let cpu_before = vigil_tests::process_cpu_seconds();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let (visit, accepted, visits) = (visit.clone(), accepted.clone(), visits.clone());
+        let pk = s.creds.keys.publishable_test.clone();
+        let base = s.base.clone();
+        let opener = s.client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut connection = Connection::open(&base, &pk).await;
+            while Instant::now() < deadline {
+                let (from, batches) = visit(visits.fetch_add(1, Ordering::Relaxed));
+                connection.forwarded_for = from;
+                let session = vigil_tests::collect::open_session_at(&opener, &base, &pk)
+                    .await
+                    .expect("a session opens");
+                let path = format!("/v1/collect/sessions/{}/batches", session.id);
+                for (seq, plaintext) in batches.iter().enumerate() {
+                    let body = serde_json::to_vec(&session.sealed_batch(seq as u64 + 1, plaintext))
+                        .unwrap();
+                    let (status, answer) = connection.post(&path, body).await;
+                    assert_eq!(
+                        status,
+                        StatusCode::ACCEPTED,
+                        "{}",
+                        String::from_utf8_lossy(&answer)
+                    );
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // The processor's share of the timed batches, decided after the senders stop.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu = vigil_tests::process_cpu_seconds() - cpu_before;
+    let batches = accepted.load(Ordering::Relaxed) as f64;
+    (
+        cpu * 1e6 / batches.max(1.0),
+        batches / started.elapsed().as_secs_f64(),
+    )
 }
