@@ -301,8 +301,13 @@ pub fn is_ja4(text: &str) -> bool {
         && hex12(c)
 }
 
+/// The longest raw form kept: a browser's is about 300 bytes, and a hello of 16 KiB could make
+/// one of 40 KB, copied into every batch record of the connection.
+const MAX_JA4_R_BYTES: usize = 1024;
+
 /// What the listener keeps of a connection's hello: its fingerprint and whether it was
-/// greased, with the version and protocol the handshake settled on.
+/// greased, with the version and protocol the handshake settled on; the raw form only when it
+/// is of a browser's size.
 pub fn tls_client(
     hello: &ClientHello,
     tls_version: Option<String>,
@@ -310,7 +315,7 @@ pub fn tls_client(
 ) -> schemas::collect::TlsClient {
     schemas::collect::TlsClient {
         ja4: Some(hello.ja4()),
-        ja4_r: Some(hello.ja4_r()),
+        ja4_r: Some(hello.ja4_r()).filter(|r| r.len() <= MAX_JA4_R_BYTES),
         greased: Some(hello.greased()),
         tls_version,
         alpn,

@@ -22,7 +22,8 @@ pub struct ListenerTls(pub std::sync::Arc<schemas::collect::TlsClient>);
 /// The TLS client a request's batch record carries: from `header` when a trusted proxy
 /// forwarded the request (the proxy terminated TLS, so the listener saw the proxy's hello, not
 /// the client's), else from Vigil's own listener. A header value that is not a JA4's shape is
-/// not believed.
+/// not believed, nor is a header sent more than once: a proxy that appends rather than
+/// overwrites would pass the client's own value beside its own.
 pub fn tls_client(
     headers: &axum::http::HeaderMap,
     listener: Option<&ListenerTls>,
@@ -31,7 +32,10 @@ pub fn tls_client(
 ) -> Option<schemas::collect::TlsClient> {
     if client.forwarded {
         let ja4 = header
-            .and_then(|name| headers.get(name))
+            .and_then(|name| {
+                let mut values = headers.get_all(name).iter();
+                values.next().filter(|_| values.next().is_none())
+            })
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .filter(|v| crate::client_hello::is_ja4(v))?;

@@ -901,7 +901,7 @@ pub struct RequestContext {
     /// The `User-Agent`'s length as received, when ingest cut it to its first 512 bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_agent_bytes: Option<usize>,
-    /// `HTTP/1.1`, `HTTP/2`.
+    /// `HTTP/1.1`, `HTTP/2.0`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_version: Option<String>,
     /// The TLS client, when Vigil or a trusted proxy read its hello.

@@ -22,6 +22,14 @@ pub fn countries(zone: &str) -> Option<&'static [&'static str]> {
     COUNTRIES.get(zone).map(Vec::as_slice)
 }
 
+/// Whether any zone of the table is used in `country`: a code the tz database does not know
+/// (Kosovo's `XK`, a database's `EU` or `ZZ`) cannot be judged against a zone.
+pub fn known_country(country: &str) -> bool {
+    static KNOWN: LazyLock<std::collections::HashSet<&'static str>> =
+        LazyLock::new(|| COUNTRIES.values().flatten().copied().collect());
+    KNOWN.contains(country.to_ascii_uppercase().as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::countries;
@@ -35,5 +43,7 @@ mod tests {
         assert!(countries("Europe/Zurich").unwrap().contains(&"CH"));
         assert_eq!(countries("UTC"), None);
         assert_eq!(countries("Mars/Olympus_Mons"), None);
+        assert!(super::known_country("GB") && super::known_country("jp"));
+        assert!(!super::known_country("XK") && !super::known_country("EU"));
     }
 }

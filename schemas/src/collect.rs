@@ -33,7 +33,8 @@ pub struct BatchRequest {
     /// whole (a reader that does not know the member ignores it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent_bytes: Option<usize>,
-    /// `HTTP/1.1`, `HTTP/2`; absent from records of versions that did not say.
+    /// `HTTP/1.1`, `HTTP/2.0` (of the connection to Vigil: a proxy's, behind one); absent from
+    /// records of versions that did not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_version: Option<String>,
     /// The TLS client, when Vigil terminated TLS itself or a trusted proxy passed its

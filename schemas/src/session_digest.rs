@@ -363,6 +363,23 @@ mod tests {
             },
             "the check above compares members that are there"
         );
+        // And the network members, so that both reads dropping them would show.
+        let network = RawJson::encode(&json!({"context": {
+            "network": {"asn": {"number": 16509, "organization": "AMAZON-02"}},
+            "vpn": {"result": true, "confidence": "medium", "methods": {"hosting_desktop": true}},
+        }}))
+        .unwrap();
+        let read = StateDigest::read(&network);
+        assert_eq!(read.network.unwrap().asn.unwrap().number, 16509);
+        assert_eq!(read.vpn, Some(true));
+        let tls = RawJson::encode(&json!({"context": {"request": {"tls": {
+            "ja4": "t13d1516h2_8daaf6152771_02713d6af862", "source": "listener",
+        }}}}))
+        .unwrap();
+        assert_eq!(
+            StateDigest::read(&tls).ja4.as_deref(),
+            Some("t13d1516h2_8daaf6152771_02713d6af862")
+        );
     }
 
     /// A decision's digest reads what it shows, past every member it does not (a newer

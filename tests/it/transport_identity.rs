@@ -247,28 +247,29 @@ async fn a_trusted_proxys_fingerprint_header_is_believed_and_a_clients_is_not() 
     })
     .await;
     let pk = &proxied.creds.keys.publishable_test;
-    for (header, shown) in [
-        (
-            "t13d1516h2_8daaf6152771_02713d6af862",
-            json!("t13d1516h2_8daaf6152771_02713d6af862"),
-        ),
-        ("<script>", Value::Null),
+    // A proxy that appends rather than overwrites passes the client's value beside its own:
+    // two values are neither believed.
+    let chromium = "t13d1516h2_8daaf6152771_02713d6af862";
+    let curl = "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6";
+    for (values, shown) in [
+        (vec![chromium], json!(chromium)),
+        (vec!["<script>"], Value::Null),
+        (vec![chromium, curl], Value::Null),
     ] {
         let session = open_session(&proxied, pk).await;
-        proxied
+        let mut batch = proxied
             .post(&format!("/v1/collect/sessions/{}/batches", session.id))
             .key(pk)
             .header("x-forwarded-for", "203.0.113.9")
-            .header("x-forwarded-proto", "https")
-            .header("x-ja4", header)
-            .json(session.batch(1, &probes()))
-            .send()
-            .await
-            .ok(202);
+            .header("x-forwarded-proto", "https");
+        for value in &values {
+            batch = batch.header("x-ja4", value);
+        }
+        batch.json(session.batch(1, &probes())).send().await.ok(202);
         session.results(&proxied, pk).send().await.ok(200);
         let detail = final_detail(&proxied, &session.id).await;
         let connection = &detail["connection_fingerprint"];
-        assert_eq!(connection["ja4"], shown, "{header}");
+        assert_eq!(connection["ja4"], shown, "{values:?}");
         assert_eq!(
             connection["ja4_r"],
             Value::Null,

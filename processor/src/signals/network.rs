@@ -39,6 +39,9 @@ fn zone_outside_country<'a>(
 ) -> Option<(&'a str, &'a str, &'static [&'static str])> {
     let zone = probes?.locale.as_ref()?.timezone.as_deref()?;
     let country = context.network.as_ref()?.country.as_deref()?;
+    if !zone_countries::known_country(country) {
+        return None;
+    }
     let used_in = zone_countries::countries(zone)?;
     (!used_in.iter().any(|c| c.eq_ignore_ascii_case(country))).then_some((zone, country, used_in))
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Fired;
 use crate::observations::ServerContext;
-use crate::user_agent::{ClaimedBrowser, Engine};
+use crate::user_agent::{ClaimedBrowser, Engine, Os};
 
 /// The most ciphers a Chromium offers (15 without GREASE since Chrome 83).
 const CHROMIUM_MOST_CIPHERS: usize = 20;
@@ -83,7 +83,10 @@ pub(super) fn detect(context: &ServerContext, claimed: &ClaimedBrowser, fired: &
                 contradictions.push("no record_size_limit, which Firefox always offers");
             }
         }
-        Engine::WebKit if tls.greased == Some(false) => {
+        // Safari's stack (Apple's): other WebKit browsers (GNOME Web over GnuTLS) send none.
+        Engine::WebKit
+            if matches!(claimed.os, Os::MacOs | Os::Ios) && tls.greased == Some(false) =>
+        {
             contradictions.push("no GREASE, which Safari always sends");
         }
         _ => {}

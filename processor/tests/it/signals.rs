@@ -629,3 +629,18 @@ fn a_chrome_user_agent_over_chromiums_own_tls_is_no_mismatch_and_over_a_librarys
             .is_some()
     );
 }
+
+#[test]
+fn a_safari_claim_without_grease_is_a_mismatch_and_with_it_is_not() {
+    let with_tls = |greased: bool| {
+        let mut doc = load(SAFARI);
+        set(
+            &mut doc,
+            "/context/request/tls",
+            json!({"ja4": "t13d2014h2_a09f3c656075_14788d8d241b", "greased": greased, "source": "listener"}),
+        );
+        common::fired(&common::evaluate(&doc)).contains(&"tls_client_mismatch")
+    };
+    assert!(!with_tls(true), "Safari's own stack greases");
+    assert!(with_tls(false));
+}
