@@ -270,6 +270,14 @@ fn every_serve_flag_has_an_environment_variable() {
         ("--webhook-retry-schedule", "VIGIL_WEBHOOK_RETRY_SCHEDULE"),
         ("--webhook-timeout", "VIGIL_WEBHOOK_TIMEOUT"),
         ("--replay-memory", "VIGIL_REPLAY_MEMORY"),
+        (
+            "--client-fingerprint-header",
+            "VIGIL_CLIENT_FINGERPRINT_HEADER",
+        ),
+        ("--ip-database", "VIGIL_IP_DATABASE"),
+        ("--hosting-asns", "VIGIL_HOSTING_ASNS"),
+        ("--tor-exit-list", "VIGIL_TOR_EXIT_LIST"),
+        ("--relay-list", "VIGIL_RELAY_LIST"),
     ] {
         // clap prints a flag on one line and its help, ending in `[env: NAME=…]`, on the next.
         let lines: Vec<&str> = help.lines().collect();
@@ -290,7 +298,7 @@ fn every_serve_flag_has_an_environment_variable() {
         .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
         .count();
     assert_eq!(
-        flags, 30,
+        flags, 35,
         "a new flag needs its env var and a row here:\n{help}"
     );
 
