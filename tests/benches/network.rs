@@ -156,30 +156,17 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let mut on = Vec::new();
-    let mut off = Vec::new();
-    for round in 0..2 {
-        for with in [true, false] {
-            let given = with.then(|| paths.clone());
-            let (cpu, rate) = runtime.block_on(async {
-                let s = server(given).await;
-                let batches = visit();
-                load::visits_cpu(&s, 16, seconds, move |n| {
-                    (Some(public_address(n).to_string()), batches.clone())
-                })
-                .await
-            });
-            println!(
-                "pipeline, IP data {} (round {}): {cpu:.1} µs CPU a batch, {rate:.0} batches/s",
-                if with { "on" } else { "off" },
-                round + 1,
-            );
-            if with { &mut on } else { &mut off }.push(cpu);
-        }
-    }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (with, without) = (mean(&on), mean(&off));
-    let rise = (with / without - 1.0) * 100.0;
+    let (with, without, rise) = load::on_against_off("IP data", |with| {
+        let given = with.then(|| paths.clone());
+        runtime.block_on(async {
+            let s = server(given).await;
+            let batches = visit();
+            load::visits_cpu(&s, 16, seconds, move |n| {
+                (Some(public_address(n).to_string()), batches.clone())
+            })
+            .await
+        })
+    });
     println!(
         "pipeline CPU a batch: {with:.1} µs with the IP data, {without:.1} µs without ({rise:+.1}%)"
     );

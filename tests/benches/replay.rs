@@ -193,32 +193,22 @@ fn main() {
         .unwrap();
 
     // The whole pipeline, record on and off, alternated.
-    let mut on = Vec::new();
-    let mut off = Vec::new();
-    for round in 0..2 {
-        for memory in [Duration::from_secs(86_400), Duration::ZERO] {
-            let (cpu, rate) = runtime.block_on(async {
-                let s = server(memory).await;
-                let (probes, interactions) = visit();
-                load::visits_cpu(&s, 16, seconds, move |n| {
-                    let (probes, batches) = fresh(&probes, &interactions, n);
-                    (None, std::iter::once(probes).chain(batches).collect())
-                })
-                .await
-            });
-            println!(
-                "pipeline, record {} (round {}): {:.1} µs CPU a batch, {:.0} batches/s",
-                if memory.is_zero() { "off" } else { "on" },
-                round + 1,
-                cpu,
-                rate
-            );
-            if memory.is_zero() { &mut off } else { &mut on }.push(cpu);
-        }
-    }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (with, without) = (mean(&on), mean(&off));
-    let rise = (with / without - 1.0) * 100.0;
+    let (with, without, rise) = load::on_against_off("record", |on| {
+        let memory = if on {
+            Duration::from_secs(86_400)
+        } else {
+            Duration::ZERO
+        };
+        runtime.block_on(async {
+            let s = server(memory).await;
+            let (probes, interactions) = visit();
+            load::visits_cpu(&s, 16, seconds, move |n| {
+                let (probes, batches) = fresh(&probes, &interactions, n);
+                (None, std::iter::once(probes).chain(batches).collect())
+            })
+            .await
+        })
+    });
     println!(
         "pipeline CPU a batch: {with:.1} µs with the record, {without:.1} µs without ({rise:+.1}%)"
     );

@@ -200,3 +200,24 @@ pub async fn visits_cpu(
         batches / started.elapsed().as_secs_f64(),
     )
 }
+
+/// Runs `run(on)` two rounds of on then off (alternated, so a slow spell of the machine falls
+/// on both), printing each round as `pipeline, <what> on|off (round n)`; the mean CPU µs a
+/// batch on and off, and the rise in percent.
+pub fn on_against_off(what: &str, mut run: impl FnMut(bool) -> (f64, f64)) -> (f64, f64, f64) {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for round in 0..2 {
+        for with in [true, false] {
+            let (cpu, rate) = run(with);
+            println!(
+                "pipeline, {what} {} (round {}): {cpu:.1} µs CPU a batch, {rate:.0} batches/s",
+                if with { "on" } else { "off" },
+                round + 1,
+            );
+            if with { &mut on } else { &mut off }.push(cpu);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (with, without) = (mean(&on), mean(&off));
+    (with, without, (with / without - 1.0) * 100.0)
+}
